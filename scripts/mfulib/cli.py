@@ -1,0 +1,47 @@
+"""Small helpers shared by the CLIs: exit-status policy and common arguments."""
+import argparse
+import sys
+
+from .errors import UserError
+
+EXIT_USER_ERROR = 2
+
+
+def run_main(main, argv=None):
+    """Run ``main(argv)``; a :class:`UserError` prints ``error: ...`` and exits with status 2.
+
+    Ctrl-C exits 130 after whatever ``main`` already wrote (writes are atomic, so nothing is half-written).
+    """
+    try:
+        rc = main(argv)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rc or 0)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows defaults and keeps the description's line breaks."""
+
+
+def parser(prog_doc: str, prog: str = None) -> argparse.ArgumentParser:
+    """An ArgumentParser whose description is the script's docstring and whose help shows defaults."""
+    return argparse.ArgumentParser(prog=prog, description=prog_doc, formatter_class=HelpFormatter)
+
+
+def parse_case_list(text: str):
+    """Parse ``"3,7,9"`` or ``"0-4,9"`` into a sorted list of case ids (0-based)."""
+    ids = set()
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                ids.update(range(lo, hi + 1))
+            else:
+                ids.add(int(part))
+        except ValueError:
+            raise UserError(f"--cases {text!r}: {part!r} is not a case id or range; use e.g. --cases 3,7,9 or 0-4")
+    return sorted(ids)

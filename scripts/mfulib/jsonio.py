@@ -1,0 +1,108 @@
+"""Atomic JSON writes and the provenance block every result file carries (DESIGN.md, "Work directory")."""
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+import tempfile
+
+from . import __version__
+
+
+def _default(obj):
+    # numpy scalars / arrays, paths, torch dtypes: written as plain JSON values
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 0) == 0:
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def _finite(obj):
+    """Replace NaN/inf by None so the file stays strict JSON (readable by every tool)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_json_atomic(path, obj, indent=2):
+    """Write ``obj`` as JSON to ``path`` through a temp file + rename, so a reader never sees half a file."""
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(_finite(obj), f, indent=indent, default=_default, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path, text):
+    """Write text to ``path`` through a temp file + rename."""
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path):
+    """Read a JSON file (BOM tolerated)."""
+    with open(path, encoding="utf-8-sig") as f:
+        return json.load(f)
+
+
+def versions():
+    """Versions of the packages that change results."""
+    out = {"python": platform.python_version()}
+    for name in ("torch", "triton", "torch_npu", "numpy", "pandas"):
+        mod = sys.modules.get(name)
+        if mod is None and name in ("torch", "triton", "numpy", "pandas"):
+            try:
+                mod = __import__(name)
+            except Exception:  # pragma: no cover - depends on the machine
+                mod = None
+        if mod is not None:
+            out[name] = getattr(mod, "__version__", "unknown")
+    return out
+
+
+def provenance(tool: str, schema: int, device=None) -> dict:
+    """The header of every result JSON: schema version, tool and version, command line, time, host, versions.
+
+    ``device`` is the backend's device description (dict) when the tool ran on one.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k in ("TRITON_INTERPRET", "TRITON_F32_DEFAULT", "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
+                    "ASCEND_HOME_PATH", "ASCEND_DEVICE_ID")}
+    return {
+        "schema": schema,
+        "tool": tool,
+        "tool_version": __version__,
+        "command_line": " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv),
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "versions": versions(),
+        "env": env,
+        "device": device,
+    }

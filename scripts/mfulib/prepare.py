@@ -1,0 +1,157 @@
+"""Adapt source files into a work directory (spec step 1): model.py, model_new.py, <Op>_perf_cases.jsonl,
+model.json, prepare.json (+ flops.py when the source ships a checked one).
+
+Why two case files: the collector reads ``<Op>_perf_cases.jsonl``; the reference, renamed ``model.py``, reads
+``model.json`` when it derives its case path from ``splitext(__file__)``. Hard-coded case names in the reference
+or implementation (``"1_BatchMatmul.json"``) are rewritten to ``model.json``; an implementation that derives the path
+from its own ``__file__`` gets a ``model_new.json`` alias. Sources are never modified. The directory is built in a
+temp sibling and renamed into place, so a failure leaves nothing half-written; a ``--dst`` that already holds
+files is replaced only with ``force=True``, after being moved to ``<dst>.bak-<timestamp>``.
+"""
+from __future__ import annotations
+
+import ast
+import datetime as _dt
+import os
+import re
+import shutil
+import tempfile
+
+from . import cases as _cases
+from .discover import inspect_py, read_source, sha256
+from .errors import UserError
+from .jsonio import provenance, write_json_atomic, write_text_atomic
+from .opdir import MODEL_JSON, MODEL_NEW_PY, MODEL_PY, PERF_CASES_SUFFIX, PREPARE_JSON, FLOPS_PY
+
+SCHEMA = 1
+
+
+def op_name_for(ref_path) -> str:
+    """``<Op>_torch.py`` -> ``<Op>``; ``<N>_<Op>.py`` -> ``<N>_<Op>``."""
+    stem = os.path.splitext(os.path.basename(ref_path))[0]
+    return re.sub(r"_torch$", "", stem)
+
+
+def validate_reference(path):
+    info = inspect_py(path)
+    if info.error:
+        raise UserError(f"{path}: cannot parse the reference ({info.error})")
+    if "Model" not in info.classes:
+        raise UserError(f"{path}: no `class Model` - the reference must define class Model(nn.Module)")
+    if "get_input_groups" not in info.functions:
+        raise UserError(f"{path}: no get_input_groups() - the reference must build its cases with get_input_groups()")
+
+
+def validate_implementation(path):
+    info = inspect_py(path)
+    if info.error:
+        raise UserError(f"{path}: cannot parse the implementation ({info.error})")
+    if "ModelNew" not in info.classes:
+        raise UserError(f"{path}: no `class ModelNew` - the implementation must define class ModelNew(nn.Module)")
+
+
+def _json_literals(source):
+    """String constants ending in .json/.jsonl in a module, and whether it derives a path from __file__."""
+    tree = ast.parse(source)
+    lits = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and n.value.endswith((".json", ".jsonl"))}
+    uses_splitext_file = bool(re.search(r"splitext\([^)]*__file__", source))
+    return lits, uses_splitext_file
+
+
+def rewrite_case_paths(source, case_names):
+    """Replace string literals whose basename is one of ``case_names`` by the same path ending in model.json.
+    Returns (new_source, [(old, new)])."""
+    lits, _ = _json_literals(source)
+    changes = []
+    for lit in sorted(lits):
+        if os.path.basename(lit) in case_names and os.path.basename(lit) != MODEL_JSON:
+            new = lit[: len(lit) - len(os.path.basename(lit))] + MODEL_JSON
+            for q in ('"', "'"):
+                source = source.replace(f"{q}{lit}{q}", f"{q}{new}{q}")
+            changes.append((lit, new))
+    return source, changes
+
+
+def _is_inside(child, parent) -> bool:
+    child, parent = os.path.realpath(child), os.path.realpath(parent)
+    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def check_dst(dst, source_dirs):
+    for d in source_dirs:
+        if d and _is_inside(dst, d):
+            raise UserError(f"--dst {dst} is inside the source directory {d}: sources are never modified - "
+                            "choose a work directory outside it (e.g. work/<Op>)")
+
+
+def prepare_explicit(ref, cases, impl, dst, force=False, flops=None, layout="explicit", reasons=None,
+                     extra_source_dirs=(), seed_note=None):
+    """Build the work directory ``dst`` from explicit files. Returns the prepare.json dict.
+
+    Raises UserError (nothing written) on a missing file, a .py without its class, a bad case line, ``dst`` inside
+    a source dir, or ``dst`` holding files without ``force``.
+    """
+    for what, p in (("--ref", ref), ("--cases", cases), ("--impl", impl)):
+        if not p or not os.path.isfile(p):
+            raise UserError(f"{what} {p}: file not found")
+    validate_reference(ref)
+    validate_implementation(impl)
+    case_list = _cases.read_case_file(cases)  # validates every line, names file:line
+    with open(cases, encoding="utf-8-sig") as f:
+        lines = [ln.rstrip("\r\n") for ln in f.read().splitlines() if ln.strip()]
+    assert len(lines) == len(case_list)
+    dst = os.path.abspath(dst)
+    check_dst(dst, [os.path.dirname(os.path.abspath(p)) for p in (ref, cases, impl)] + list(extra_source_dirs))
+
+    op = op_name_for(ref)
+    case_names = {os.path.basename(cases), os.path.splitext(os.path.basename(ref))[0] + ".json",
+                  os.path.splitext(os.path.basename(impl))[0] + ".json", op + ".json"}
+    ref_src, ref_changes = rewrite_case_paths(read_source(ref), case_names)
+    impl_src, impl_changes = rewrite_case_paths(read_source(impl), case_names)
+    _, impl_splitext = _json_literals(impl_src)
+    aliases = ["model_new.json"] if impl_splitext else []
+
+    parent = os.path.dirname(dst)
+    os.makedirs(parent, exist_ok=True)
+    backup = None
+    if os.path.exists(dst) and os.listdir(dst):
+        if not force:
+            raise UserError(f"--dst {dst} already holds files ({', '.join(sorted(os.listdir(dst))[:6])}...) - "
+                            "pass --force to replace it (the old directory is kept as a backup)")
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(dst) + ".tmp-", dir=parent)
+    try:
+        body = "\n".join(lines) + "\n"
+        write_text_atomic(os.path.join(tmp, MODEL_PY), ref_src)
+        write_text_atomic(os.path.join(tmp, MODEL_NEW_PY), impl_src)
+        for name in [op + PERF_CASES_SUFFIX, MODEL_JSON] + aliases:
+            write_text_atomic(os.path.join(tmp, name), body)
+        if flops:
+            shutil.copyfile(flops, os.path.join(tmp, FLOPS_PY))
+        sources = {k: {"path": os.path.abspath(p), "sha256": sha256(p)}
+                   for k, p in (("ref", ref), ("cases", cases), ("impl", impl), ("flops", flops)) if p}
+        info = provenance("prepare_op_dir.py", SCHEMA)
+        info.update({
+            "op": op, "layout": layout, "work_dir": dst, "n_cases": len(case_list), "sources": sources,
+            "choices": reasons or {}, "files": {"reference": MODEL_PY, "implementation": MODEL_NEW_PY,
+                                                "cases": op + PERF_CASES_SUFFIX, "reference_cases": MODEL_JSON,
+                                                "flops": FLOPS_PY if flops else None},
+            "case_file_aliases": aliases,
+            "rewrites": {"model.py": ref_changes, "model_new.py": impl_changes},
+        })
+        if os.path.exists(dst):
+            if os.listdir(dst):
+                stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+                backup = f"{dst}.bak-{stamp}"
+                os.rename(dst, backup)
+                info["backup_of_previous"] = backup
+            else:
+                os.rmdir(dst)
+        write_json_atomic(os.path.join(tmp, PREPARE_JSON), info)
+        os.rename(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if backup and not os.path.exists(dst):
+            os.rename(backup, dst)
+        raise
+    return info
