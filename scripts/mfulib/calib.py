@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 
+from .device import resolve_backend
 from .errors import UserError
 from .jsonio import provenance, read_json, write_json_atomic
 
@@ -80,46 +81,6 @@ NOISE_PATTERNS = (r"tiling struct.*is conflict",)
 
 # --------------------------------------------------------------------------------------------------------------
 # backends and devices
-
-
-def pick_backend(requested: str = "auto") -> tuple:
-    """(backend, reason): ``npu`` when torch_npu imports and sees a device, else ``cuda``, else ``cpu``.
-
-    An explicit request that cannot be honoured raises UserError with the fix.
-    """
-    import torch
-    if requested not in ("auto", "npu", "cuda", "cpu"):
-        raise UserError(f"--backend {requested!r}: choose auto, npu, cuda or cpu")
-    npu_ok, npu_why = _npu_available()
-    if requested == "npu":
-        if not npu_ok:
-            raise UserError(f"--backend npu: {npu_why} - source CANN's set_env.sh and install torch_npu, "
-                            "or use --backend cuda/cpu")
-        return "npu", "requested"
-    if requested == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError("--backend cuda: torch.cuda.is_available() is False - use --backend cpu or a CUDA build")
-        return "cuda", "requested"
-    if requested == "cpu":
-        return "cpu", "requested"
-    if npu_ok:
-        return "npu", "auto: torch_npu imported and torch.npu.is_available()"
-    if torch.cuda.is_available():
-        return "cuda", f"auto: no NPU ({npu_why}); torch.cuda.is_available()"
-    return "cpu", f"auto: no NPU ({npu_why}) and no CUDA device"
-
-
-def _npu_available() -> tuple:
-    if "torch_npu" in sys.modules and getattr(sys.modules["torch_npu"], "__mfu_standin__", False):
-        return False, "torch_npu is mfulib.compat's stand-in"
-    try:
-        import torch_npu  # noqa: F401
-        import torch
-        if torch.npu.is_available():
-            return True, "ok"
-        return False, "torch.npu.is_available() is False"
-    except Exception as exc:  # ImportError, or CANN libraries missing
-        return False, f"torch_npu not importable ({type(exc).__name__})"
 
 
 class Device:
@@ -220,11 +181,15 @@ def device_identity(backend: str, index: int = 0) -> dict:
                      total_memory_bytes=int(p.total_memory),
                      l2_cache_bytes=getattr(p, "L2_cache_size", None),
                      uuid=str(getattr(p, "uuid", "")) or None,
-                     cuda_runtime=torch.version.cuda, driver=_nvidia_smi_query(index, "driver_version").get("driver_version"))
+                     cuda_runtime=torch.version.cuda)
+        smi = _nvidia_smi_query(index, "driver_version,clocks.max.sm")
+        ident["driver"] = smi.get("driver_version")
+        if smi.get("clocks.max.sm"):
+            ident["max_sm_clock_mhz"] = float(smi["clocks.max.sm"])
     elif backend == "npu":
         name = torch.npu.get_device_name(index)
         p = torch.npu.get_device_properties(index)
-        ident.update(name=name, cube_core_num=getattr(p, "cube_core_num", None),
+        ident.update(name=name, soc_name=name, cube_core_num=getattr(p, "cube_core_num", None),
                      vector_core_num=getattr(p, "vector_core_num", None),
                      total_memory_bytes=getattr(p, "total_memory", None), l2_cache_bytes=getattr(p, "L2_cache_size", None),
                      cann=_cann_version(), torch_npu=getattr(sys.modules.get("torch_npu"), "__version__", None))
@@ -454,8 +419,10 @@ class Sweep:
     """
 
     def __init__(self, dev: Device, mode: str, target_ms: float, max_operand_bytes: int, max_flop: float,
-                 deadline: float = math.inf, on_result=None):
+                 deadline: float = math.inf, on_result=None, timer=None):
         self.dev, self.mode, self.target_ms = dev, mode, target_ms
+        # timer(m, n, k, target_ms=..., **kw) -> result dict; tests pass a synthetic one
+        self.timer = timer or (lambda m, n, k, **kw: measure_gemm(dev, mode, m, n, k, **kw))
         self.max_operand_bytes, self.max_flop = max_operand_bytes, max_flop
         self.deadline = deadline
         self.results = {}
@@ -482,14 +449,14 @@ class Sweep:
             est_ms = 2.0 * shape[0] * shape[1] * shape[2] / (rate * 1e3) / 1e6
             if est_ms * 6 > left_ms:  # 2 warm-up + 3 timed iterations + set-up would overrun
                 return None
-            max_ms = left_ms / 2
+            max_ms = left_ms / 2 if math.isfinite(left_ms) else None
         try:
-            r = measure_gemm(self.dev, self.mode, *shape, target_ms=self.target_ms, max_ms=max_ms)
+            r = self.timer(*shape, target_ms=self.target_ms, max_ms=max_ms)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # unsupported mode/shape, OOM: recorded, the sweep goes on
             self.errors[shape] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            if self.dev.backend == "cuda" and "out of memory" in str(exc).lower():
+            if self.dev is not None and self.dev.backend == "cuda" and "out of memory" in str(exc).lower():
                 self.dev.torch.cuda.empty_cache()
             return None
         self.results[shape] = r
@@ -532,8 +499,7 @@ def confirm_best(sweep: Sweep, top: int = 3, target_ms: float = 60.0) -> dict:
     best = None
     for r in sweep.best(top):
         max_ms = max(target_ms, 3 * r["median_ns"] / 1e6)
-        again = measure_gemm(sweep.dev, sweep.mode, r["m"], r["n"], r["k"], target_ms=target_ms, max_iters=200,
-                             max_ms=max_ms)
+        again = sweep.timer(r["m"], r["n"], r["k"], target_ms=target_ms, max_iters=200, max_ms=max_ms)
         again["sweep_tflops"] = r["tflops"]
         if best is None or again["tflops"] > best["tflops"]:
             best = again
@@ -545,8 +511,8 @@ def confirm_best(sweep: Sweep, top: int = 3, target_ms: float = 60.0) -> dict:
 
 
 def default_budget_s(backend: str) -> float:
-    """Default time budget for the measurements: 20 s on accelerators (30 s with start-up), 4 s on CPU."""
-    return 4.0 if backend == "cpu" else 20.0
+    """Default time budget for the measurements: 18 s on accelerators (under 30 s with start-up), 4 s on CPU."""
+    return 4.0 if backend == "cpu" else 18.0
 
 
 def parse_modes(text: str) -> list:
@@ -611,6 +577,10 @@ def calibrate(backend: str, index: int = 0, modes=DEFAULT_MODES, budget_s: float
                     result["errors"]["bandwidth"] = f"{type(exc).__name__}: {exc}"
                 if progress:
                     progress(f"bandwidth: {result.get('bandwidth_gbps', float('nan')):.0f} GB/s")
+                continue
+            if task == "tf32" and cpu:
+                result["errors"][task] = ("not applicable: torch CPU GEMM has no TF32 mode; fp32 cases use the "
+                                          "float32 peak")
                 continue
             try:
                 with math_mode(dev, task) as desc:
@@ -751,13 +721,15 @@ def load_cached(path: str, ident: dict, modes, bandwidth: bool, max_age_days: fl
 
 def run_calibration(output: str, backend: str = "auto", index: int = 0, modes=DEFAULT_MODES,
                     budget_s: float | None = None, bandwidth: bool = True, cache: str = "use",
-                    cache_dir: str | None = None, max_age_days: float = 14.0, progress=None, log=print) -> dict:
+                    cache_dir: str | None = None, max_age_days: float = 14.0, progress=None,
+                    filter_noise: bool | None = None, log=print) -> dict:
     """Calibrate (or reuse the per-device cache) and write peak.json to ``output``; returns what was written.
 
     ``cache``: ``use`` (reuse a valid cached result, else measure and store), ``refresh`` (measure and store),
-    ``off`` (measure, leave the cache alone).
+    ``off`` (measure, leave the cache alone). ``filter_noise``: drop known-harmless native warnings from fds 1/2
+    while measuring (None: on the NPU only, where CANN prints them).
     """
-    be, why = pick_backend(backend)
+    be, why = resolve_backend(backend)
     ident = device_identity(be, index)
     cache_dir = cache_dir or default_cache_dir()
     cpath = cache_path(cache_dir, ident)
@@ -774,7 +746,7 @@ def run_calibration(output: str, backend: str = "auto", index: int = 0, modes=DE
         return out
     log(f"peak_calib: backend {be} ({why}); device {ident['name']}; measuring ({reason})")
     nominal = nominal_block(ident)
-    with native_noise_filter(enabled=(be == "npu")) as noise:
+    with native_noise_filter(enabled=(be == "npu") if filter_noise is None else filter_noise) as noise:
         body = calibrate(be, index, modes, budget_s, bandwidth, progress, nominal)
     out = {**head, "backend_reason": why, **body, "software": _software(ident),
            "noise_filtered": noise.summary(),
@@ -839,12 +811,16 @@ class NativeNoiseFilter:
             os.write(out_fd, buf)
         os.close(rfd)
 
-    def __enter__(self):
-        if not self.enabled:
-            return self
+    @staticmethod
+    def _flush_python_streams():
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
+
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        self._flush_python_streams()
         for fd in (1, 2):
             saved = os.dup(fd)
             r, w = os.pipe()
@@ -859,9 +835,7 @@ class NativeNoiseFilter:
     def __exit__(self, *exc):
         if not self.enabled:
             return False
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
+        self._flush_python_streams()
         for fd, saved in self._saved.items():
             os.dup2(saved, fd)  # closes the pipe's last write end: the pump sees EOF
         for t in self._threads:

@@ -168,7 +168,10 @@ def install(device: str = "cpu") -> dict:
     npu.current_device = lambda: target.index or 0
     npu.set_device = lambda *_a, **_k: None
     npu.synchronize = sync
-    npu.manual_seed = npu.manual_seed_all = lambda seed: torch.manual_seed(seed)
+    # torch.manual_seed() calls these for the renamed backend: seed the target device itself, never
+    # torch.manual_seed again (that would recurse)
+    npu.manual_seed = npu.manual_seed_all = (
+        (lambda seed: torch.cuda.manual_seed_all(seed)) if target.type == "cuda" else (lambda seed: None))
     npu.empty_cache = lambda: torch.cuda.empty_cache() if target.type == "cuda" else None
     npu.get_device_name = lambda *_a, **_k: counts["device_name"]
     npu.get_device_properties = props

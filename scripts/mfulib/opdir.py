@@ -196,6 +196,19 @@ class OpDir:
                 os.symlink(src, os.path.join(staging, name))
         return staging
 
+    def _init_inputs(self, staged_mod, case_id):
+        """get_init_inputs() of the reference: ``[]`` or the constructor args; when it returns one list per case
+        line (detected on the full case file: as many lists as cases, N > 1), the list of ``case_id``."""
+        if not hasattr(staged_mod, "get_init_inputs"):
+            return []
+        n = len(self.read_cases())
+        if n > 1:
+            with in_directory(self.path):
+                full = import_file(self.model_py, "model_init").get_init_inputs()
+            if isinstance(full, (list, tuple)) and len(full) == n and all(isinstance(x, (list, tuple)) for x in full):
+                return list(full[case_id])
+        return list(staged_mod.get_init_inputs())
+
     def build_case(self, case_id: int, impl: str = "ref", seed: int = 0, device: str = "cpu") -> BuiltCase:
         """Build case ``case_id`` for ``impl`` ("ref" = Model from model.py, "asc" = ModelNew from model_new.py).
 
@@ -220,7 +233,7 @@ class OpDir:
                 if not groups:
                     raise UserError(f"{self.model_py}: get_input_groups() returned no case for case {case_id}")
                 args = to_device(normalize_group(groups[0]), device)
-                init = list(ref_mod.get_init_inputs()) if hasattr(ref_mod, "get_init_inputs") else []
+                init = self._init_inputs(ref_mod, case_id)
                 mod = ref_mod if impl == "ref" else import_file(os.path.join(staging, MODEL_NEW_PY), "model_new")
                 cls_name = "Model" if impl == "ref" else "ModelNew"
                 cls = getattr(mod, cls_name, None)
@@ -228,7 +241,7 @@ class OpDir:
                     where = self.model_py if impl == "ref" else self.model_new_py
                     raise UserError(f"{where}: no class {cls_name}")
                 seed_everything(seed)
-                model, init = _construct(cls, init, seed)
+                model = cls(*init)
                 if hasattr(model, "to"):
                     model = model.to(device)
                 if hasattr(model, "eval"):
@@ -237,15 +250,3 @@ class OpDir:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         return BuiltCase(case_id, impl, model, args, seed, init, staging, mod)
-
-
-def _construct(cls, init, seed):
-    """``cls(*init)``; when get_init_inputs() returns per-case lists (one per line: the staged file holds one
-    line, so ``[[a, b]]``) and the flat call does not fit the signature, ``cls(*init[0])``."""
-    try:
-        return cls(*init), init
-    except TypeError:
-        if len(init) == 1 and isinstance(init[0], (list, tuple)):
-            seed_everything(seed)
-            return cls(*init[0]), list(init[0])
-        raise

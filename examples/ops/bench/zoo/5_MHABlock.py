@@ -51,7 +51,11 @@ class Model(nn.Module):
     def weights(self, hidden, dtype, device):
         key = (hidden, dtype, str(device))
         if key not in self._weights:
-            self._weights[key] = [projection_weight(n, hidden).to(device=device, dtype=dtype) for n in WEIGHT_NAMES]
+            if torch.device(device).type == "meta":  # shape-only runs (FLOP tracing on meta tensors): no values
+                self._weights[key] = [torch.empty(hidden, hidden, dtype=dtype, device="meta") for _ in WEIGHT_NAMES]
+            else:
+                self._weights[key] = [projection_weight(n, hidden).to(device=device, dtype=dtype)
+                                      for n in WEIGHT_NAMES]
         return self._weights[key]
 
     def forward(self, x, head_num, causal):

@@ -151,14 +151,14 @@ class ModelNew(nn.Module):
         return self._weights[(hidden, dtype)]
 
     def forward(self, x, head_num, causal):
-        if x.dim() != 3:
-            raise ValueError(f"case rejected: x must be [b, s, hidden], got {list(x.shape)}")
+        if x.dim() != 3 or head_num <= 0 or x.shape[-1] % head_num or x.shape[-1] // head_num > 256:
+            why = (f"x must be [b, s, hidden], got {list(x.shape)}" if x.dim() != 3 else
+                   f"head dim {x.shape[-1] // head_num} > 256, more than one on-chip tile of this kernel"
+                   if head_num > 0 and x.shape[-1] % head_num == 0 else
+                   f"hidden {x.shape[-1]} is not divisible by head_num {head_num}")
+            raise ValueError(f"case rejected: {why}")
         b, s, hidden = x.shape
-        if head_num <= 0 or hidden % head_num:
-            raise ValueError(f"case rejected: hidden {hidden} is not divisible by head_num {head_num}")
         d = hidden // head_num
-        if d > 256:
-            raise ValueError(f"case rejected: head dim {d} > 256, larger than one on-chip tile of this kernel")
         w_qkv, w_out = self.weights(hidden, x.dtype)
         x2 = x.reshape(b * s, hidden)
         qkv = gemm(x2, w_qkv, torch.empty((b * s, 3 * hidden), dtype=x.dtype, device=x.device), self.num_cores)

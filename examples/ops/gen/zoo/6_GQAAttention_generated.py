@@ -119,5 +119,5 @@ class ModelNew(nn.Module):
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             HEAD_DIM=d, CAUSAL=bool(causal), BLOCK_M=block_m, BLOCK_N=block_n,
             BLOCK_D=max(16, triton.next_power_of_2(d)),
-            num_warps=8 if d > 64 and not wide else 4, num_stages=2 if wide else 3)
+            num_warps=4 if d <= 64 else 8, num_stages=2 if wide else 3)
         return o

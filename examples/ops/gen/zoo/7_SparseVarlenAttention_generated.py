@@ -98,6 +98,11 @@ def varlen_attn_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lens_ptr, qk_scale_log2, 
     tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=(offs_m[:, None] < S) & d_ok)
 
 
+def require(ok, reason):
+    if not ok:
+        raise ValueError(f"case rejected: {reason}")
+
+
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
@@ -115,12 +120,11 @@ class ModelNew(nn.Module):
     def lengths(self, actual_seq_lengths, b, s, device):
         if torch.is_tensor(actual_seq_lengths):
             lens = actual_seq_lengths.to(device=device, dtype=torch.int32)
-            if lens.numel() != b:
-                raise ValueError(f"case rejected: actual_seq_lengths has {lens.numel()} entries for batch {b}")
+            require(lens.numel() == b, f"actual_seq_lengths has {lens.numel()} entries for batch {b}")
             return lens.clamp(0, s)
         key = (tuple(int(n) for n in actual_seq_lengths), str(device))
-        if len(key[0]) != b or any(not 0 <= n <= s for n in key[0]):
-            raise ValueError(f"case rejected: actual_seq_lengths {list(key[0])} must hold {b} lengths in [0, {s}]")
+        require(len(key[0]) == b and all(0 <= n <= s for n in key[0]),
+                f"actual_seq_lengths {list(key[0])} must hold {b} lengths in [0, {s}]")
         if key not in self._lens:
             self._lens[key] = torch.tensor(key[0], dtype=torch.int32, device=device)
         return self._lens[key]
@@ -136,16 +140,14 @@ class ModelNew(nn.Module):
         return out
 
     def forward(self, q, k, v, actual_seq_lengths, rope_theta, causal, window_left, scale):
-        if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
-            raise ValueError(f"case rejected: need q [b,s,hq,d], k = v [b,s,hkv,d]; got "
-                             f"{list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
+        require(q.dim() == 4 and k.dim() == 4 and k.shape == v.shape,
+                f"need 4-D q [b,s,hq,d] and k = v [b,s,hkv,d], got {list(q.shape)}, {list(k.shape)}, {list(v.shape)}")
         b, s, hq, d = q.shape
         hkv = k.shape[2]
-        if hkv == 0 or hq % hkv or d % 2:
-            raise ValueError(f"case rejected: need hq % hkv == 0 and an even head dim (rope), got hq {hq}, "
-                             f"hkv {hkv}, d {d}")
-        if d > 256:
-            raise ValueError(f"case rejected: head dim {d} > 256, larger than one on-chip tile of this kernel")
+        require(k.shape[:2] == (b, s) and k.shape[3] == d, f"k {list(k.shape)} does not pair with q {list(q.shape)}")
+        require(hkv > 0 and hq % hkv == 0, f"hq {hq} is not a multiple of hkv {hkv}")
+        require(d % 2 == 0 and d <= 256, f"head dim {d}: rope needs an even head dim, and this kernel tiles "
+                                         "at most 256 on chip")
         if q.stride(-1) != 1 or k.stride(-1) != 1:
             q, k = q.contiguous(), k.contiguous()
         lens = self.lengths(actual_seq_lengths, b, s, q.device)

@@ -87,7 +87,7 @@ def _pick_tiles(m, n, k, elem_bytes):
     """(BM, BN, BK, num_warps): 128 x 128 tiles on large problems, shrunk (>= 16, tl.dot's minimum) on small."""
     bm = max(16, min(128, triton.next_power_of_2(m)))
     bn = max(16, min(128, triton.next_power_of_2(n)))
-    bk = max(16, min(128 // elem_bytes * 2, triton.next_power_of_2(k)))   # 64 for 2-byte, 32 for 4-byte types
+    bk = max(16, min(128 // elem_bytes, triton.next_power_of_2(k)))       # 64 for 2-byte, 32 for 4-byte types
     return bm, bn, bk, (8 if bm * bn == 128 * 128 else 4)
 
 

@@ -1,0 +1,1 @@
+../../../flops_mha_block.py

@@ -1,0 +1,1 @@
+../../bench/zoo/1_BatchMatmul.py

@@ -1,0 +1,1 @@
+../../../../../gen/zoo/1_BatchMatmul_triton_optimized.py

@@ -1,0 +1,1 @@
+../../iter_1/verify/1_BatchMatmul_triton_baseline.py

@@ -1,0 +1,1 @@
+../../../../../bench/zoo/2_Softmax.py

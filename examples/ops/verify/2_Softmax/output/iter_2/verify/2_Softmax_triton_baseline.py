@@ -1,0 +1,1 @@
+../../iter_1/verify/2_Softmax_triton_baseline.py

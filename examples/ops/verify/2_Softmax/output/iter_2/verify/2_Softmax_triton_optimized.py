@@ -1,0 +1,1 @@
+../../../../../gen/zoo/2_Softmax_generated.py

@@ -1,0 +1,1 @@
+../../bench/zoo/4_FFN.py

@@ -1,0 +1,1 @@
+../../../../../gen/zoo/4_FFN_triton_ascend_impl.py

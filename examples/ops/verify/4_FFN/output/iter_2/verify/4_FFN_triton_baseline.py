@@ -1,0 +1,1 @@
+../../iter_1/verify/4_FFN_triton_baseline.py

@@ -1,0 +1,1 @@
+../../bench/zoo/5_MHABlock.py

@@ -1,0 +1,1 @@
+../../gen/zoo/5_MHABlock_triton_optimized.py

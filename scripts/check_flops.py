@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Check a work directory's flops.py against its reference (step 3 of triton-mfu-analyzer).
+
+Per case: flops > 0 and finite; sum(flops_parts) == flops; FLOPs / nominal peak (the kernel time at 100% MFU)
+below the measured kernel time (performance.json) or below --max-implied-ms; actual_seq_lengths consistent with
+the shapes; and an independent tracer: the reference Model.forward under torch's FlopCounterMode, extended with
+formulas for causal/masked attention, CPU SDPA and torch_npu fused ops (npu_fusion_attention, ...), run on meta
+tensors (CPU when meta fails and the case fits the caps), so no accelerator is needed.
+
+Diagnosis of the ratio flops.py / tracer: ~1 ok; flops.py = the tracer's dense count -> causal/sparse reduction
+missed; ~2 causal missed; < 0.5 projections missed; actual_seq_lengths -> padded lengths counted; tracer 0 ->
+the ops it cannot see are named (a reference without matrix work passes: read it through MBU).
+Also for the file: KERNEL_PARTS keys must be flops_parts keys; REVIEW markers left by the generator are listed.
+
+Writes <op-dir>/flops_check.json (or -o). Exit status 0 when every check passes (warnings allowed), 1 when a
+check fails, 2 on bad input.
+
+Examples:
+  python3 check_flops.py --op-dir work/5_MHABlock
+  python3 check_flops.py --op-dir work/5_MHABlock --largest 3
+  python3 check_flops.py --op-dir work/5_MHABlock --tracer-only --cases 4,7   (FLOPs of the reference, no flops.py)
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mfulib import cli  # noqa: E402
+
+TOOL = "check_flops.py"
+
+
+def build_parser():
+    p = cli.parser(__doc__, prog=TOOL)
+    p.add_argument("--op-dir", required=True, help="work directory (model.py, case file, flops.py)")
+    p.add_argument("--flops", help="flops.py to check (default: <op-dir>/flops.py)")
+    p.add_argument("--cases", help="case ids to check, e.g. 3,7,9 or 0-4 (default: all)")
+    p.add_argument("--largest", type=int, help="check only the N cases with the most FLOPs")
+    p.add_argument("--seed", type=int, default=0, help="seed for get_input_groups() (recorded)")
+    p.add_argument("--tolerance", type=float, default=0.01, help="relative tolerance of flops.py / tracer")
+    p.add_argument("--peak-tflops", type=float, help="nominal peak in TFLOP/s for the implied-time check "
+                   "(default: performance.json / peak.json in the work dir, else the device's nominal table)")
+    p.add_argument("--backend", default="auto", choices=["auto", "npu", "cuda", "cpu", "none"],
+                   help="device whose nominal peak is used when the work dir has none ('none': skip)")
+    p.add_argument("--max-implied-ms", type=float, default=4000.0,
+                   help="fail when FLOPs / peak exceeds this many ms (no measured kernel time available)")
+    p.add_argument("--max-cpu-bytes", type=float, default=float(1 << 30),
+                   help="largest case (input bytes) the tracer may run on the CPU when meta tensors fail")
+    p.add_argument("--max-cpu-flops", type=float, default=5e10,
+                   help="largest case (FLOPs) the tracer may run on the CPU when meta tensors fail")
+    p.add_argument("--accept-unseen", action="store_true",
+                   help="a tracer that counts 0 because of ops it cannot see warns instead of failing")
+    p.add_argument("--tracer-only", action="store_true",
+                   help="no flops.py needed: report the tracer's FLOPs per case (for the search step)")
+    p.add_argument("-o", "--output", help="result JSON (default: <op-dir>/flops_check.json)")
+    p.add_argument("--quiet", action="store_true", help="no table, only the summary line")
+    return p
+
+
+def tracer_rows(od, ids, seed, trace_kwargs, progress):
+    from mfulib import flopcount
+    rows = []
+    for i in ids:
+        info = od.describe(i)
+        tr = flopcount.trace_case(od, i, seed=seed, **trace_kwargs)
+        failed = tr.status in ("error",) or (tr.status == "ok" and not tr.total_flops and tr.unseen_ops)
+        rows.append({"case": i, "shape": info.shape_str, "dtype": info.dtype_str, "input_bytes": info.input_bytes,
+                     "seed": seed, "flops": None, "ratio": None, "tracer": tr.to_dict(),
+                     "status": "fail" if failed else "pass",
+                     "diagnosis": tr.reason or (f"cannot see: {sorted(tr.unseen_ops)}" if tr.unseen_ops else "")})
+        progress()
+    return rows
+
+
+def print_table(rows, file_level, summary, out_path):
+    from tabulate import tabulate
+    table = []
+    for r in rows:
+        tr = r["tracer"]
+        table.append([r["case"], r["shape"][:34], r["dtype"].split(";")[0], _g(r.get("flops")),
+                      _g(tr.get("total_flops")) if tr.get("status") == "ok" else tr.get("status"),
+                      f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-", r["status"],
+                      (r.get("diagnosis") or "")[:70]])
+    print(tabulate(table, headers=["case", "shape", "dtype", "flops.py", "tracer", "ratio", "status", "diagnosis"]))
+    for c in file_level:
+        print(f"{c['status']:>5}  {c['name']}: {c['detail']}")
+    for r in rows:
+        for c in r.get("checks", []):
+            if c["status"] == "fail" and c["name"] != "tracer":
+                print(f" fail  case {r['case']} {c['name']}: {c['detail']}")
+    print(f"{'PASSED' if summary['passed'] else 'FAILED'}: {summary['n_cases']} cases {summary['by_status']}; "
+          f"ratio {_g(summary.get('ratio_min'))}..{_g(summary.get('ratio_max'))} -> {out_path}")
+
+
+def _g(x):
+    return "-" if x is None else f"{x:.4g}"
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from tqdm import tqdm
+
+    from mfulib import flops_contract as fcon
+    from mfulib.jsonio import provenance, write_json_atomic
+    from mfulib.opdir import OpDir
+    od = OpDir(args.op_dir)
+    out_path = args.output or os.path.join(od.path, "flops_check.json")
+    ff = None
+    if not args.tracer_only:
+        ff = fcon.load_flops(args.flops or od.flops_py)
+    ids = fcon.select_cases(od, ff, cli.parse_case_list(args.cases) if args.cases else None, args.largest)
+    trace_kwargs = {"max_cpu_input_bytes": int(args.max_cpu_bytes), "max_cpu_flops": args.max_cpu_flops}
+    bar = tqdm(total=len(ids), desc="check_flops", unit="case", disable=args.quiet or not sys.stderr.isatty())
+    doc = provenance(TOOL, fcon.SCHEMA)
+    doc.update(op_dir=od.path, cases_file=od.cases_path, tolerance=args.tolerance, seed=args.seed,
+               tracer_caps=trace_kwargs)
+    if args.tracer_only:
+        rows = tracer_rows(od, ids, args.seed, trace_kwargs, lambda: bar.update())
+        file_level = []
+        doc.update(mode="tracer-only", flops_py=None, peak=None)
+    else:
+        peak = fcon.resolve_peak(od.path, args.peak_tflops, args.backend)
+        measured = fcon.measured_kernel_ns(od.path)
+        rows = []
+        for i in ids:
+            rows.append(fcon.check_case(ff, od, i, seed=args.seed, tolerance=args.tolerance, peak=peak,
+                                        measured_ns=measured.get(i), max_implied_ms=args.max_implied_ms,
+                                        accept_unseen=args.accept_unseen, trace_kwargs=trace_kwargs))
+            bar.update()
+        file_level = fcon.file_checks(ff, rows)
+        from mfulib.discover import sha256
+        doc.update(mode="check", flops_py={"path": ff.path, "sha256": sha256(ff.path),
+                                           "takes_args": ff.takes_args, "kernel_parts": ff.kernel_parts},
+                   peak=peak, measured_kernel_times_from="performance.json" if measured else None)
+    bar.close()
+    summary = fcon.summarize(rows, file_level)
+    doc.update(summary=summary, file_checks=file_level, per_case=rows)
+    write_json_atomic(out_path, doc)
+    if args.quiet:
+        print(f"{'PASSED' if summary['passed'] else 'FAILED'}: {summary['n_cases']} cases {summary['by_status']}")
+    else:
+        print_table(rows, file_level, summary, out_path)
+    return 0 if summary["passed"] else 1
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Decompose measured MFU per case and per kernel part (step 6 of triton-mfu-analyzer) -> mfu_decompose.json.
+
+Reads <op-dir>/performance.json (cases, warmup/repeats and kernels all come from there: nothing is re-measured)
+and peak.json (peak_calib.py). Per case: dtype, total kernel time (us), TFLOP/s, MFU@nom (against the nominal
+fp16/bf16 dense peak, comparable within one dtype only), MFU@ach (against the measured peak of the case's own
+dtype; tf32 for fp32 run with TF32/HF32), MBU (input+output bytes / kernel time / measured copy bandwidth). Per part
+of KERNEL_PARTS (flops.py: part -> kernel-name patterns; unmatched kernels form "other"): time, FLOPs share vs
+time share and the part's MFU. The table is followed by the maximum and a reading aid (compare dtypes on MFU@ach;
+the part whose time share far exceeds its FLOPs share drags; fp32 vs fp16 throughput of one part tells whether the
+cube/tensor unit is waiting).
+
+Several reports (baseline and optimized, or an earlier round) are shown side by side as separate rows:
+  mfu_decompose.py --op-dir . --peak-json peak.json --report baseline=../base/performance.json
+
+Exit status: 0; 1 when a case's MFU exceeds the measured peak by more than 3% (an error in flops.py or peak.json,
+never a result: the JSON is still written with the errors listed); 2 on bad input.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mfulib import cli  # noqa: E402
+from mfulib.errors import UserError  # noqa: E402
+
+
+def build_parser():
+    p = cli.parser(__doc__, prog="mfu_decompose.py")
+    p.add_argument("--op-dir", default=".", help="work directory holding performance.json (and flops.py)")
+    p.add_argument("--peak-json", default="peak.json",
+                   help="peak_calib.py result; a relative path is looked up in --op-dir when absent in the cwd")
+    p.add_argument("--cases", default=None, help="only these case ids, e.g. 46 or 3,7,9 or 0-4 (default: all measured)")
+    p.add_argument("--report", action="append", default=[], metavar="[LABEL=]PATH",
+                   help="another performance.json to show beside the work dir's own (repeatable); LABEL names its rows")
+    p.add_argument("--no-current", action="store_true",
+                   help="leave out <op-dir>/performance.json (decompose only the --report files)")
+    p.add_argument("-o", "--output", default=None, help="result JSON (default: <op-dir>/mfu_decompose.json)")
+    p.add_argument("--plot", action="store_true",
+                   help="also write a PNG beside the JSON: per case, time share vs FLOPs share per part")
+    return p
+
+
+def parse_report_arg(text: str):
+    """``"label=path"`` -> (label, path); ``"path"`` -> (None, path). A path that contains '=' and exists wins."""
+    if "=" in text and not os.path.exists(text):
+        label, path = text.split("=", 1)
+        if not label:
+            raise UserError(f"--report {text!r}: empty label - use LABEL=PATH or just PATH")
+        return label, path
+    return None, text
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from mfulib import decompose, report
+    from mfulib.jsonio import provenance, write_json_atomic
+    op_dir = os.path.abspath(args.op_dir)
+    peak_path = args.peak_json
+    if not os.path.isabs(peak_path) and not os.path.exists(peak_path):
+        peak_path = os.path.join(op_dir, peak_path)
+    cases = cli.parse_case_list(args.cases) if args.cases else None
+    reports = [parse_report_arg(r) for r in args.report]
+    body = decompose.decompose(op_dir, peak_path, reports=reports, cases=cases, include_current=not args.no_current)
+    out_path = args.output or os.path.join(op_dir, "mfu_decompose.json")
+    result = {**provenance(decompose.TOOL, decompose.SCHEMA, device=body.get("peak_device")), **body}
+    if args.plot:
+        png = report.plot_decompose(result, os.path.splitext(out_path)[0] + ".png")
+        result["plot"] = png
+    write_json_atomic(out_path, result)
+    print(report.decompose_table(result))
+    print(f"wrote {out_path}" + (f" and {result['plot']}" if result.get("plot") else ""))
+    return 1 if result["errors"] else 0
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

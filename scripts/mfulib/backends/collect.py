@@ -1,0 +1,391 @@
+"""Step 4, kernel-time collection: select cases, run each (case, implementation) in a child process with bounded
+retries, summarise its kernels, attach FLOPs and the nominal peak, write ``performance.json``.
+
+Case selection (DESIGN.md "Case ids": 0-based lines of the work directory's case file):
+
+* ``--cases 3,7,9``: exactly those (``--max-cases`` truncates);
+* otherwise the top ``--mfu-top-k`` (3) cases by theoretical FLOPs from ``flops.py`` - ``--max-cases N`` takes the
+  top N instead (N >= the number of cases: all of them); without ``flops.py``, by input bytes, saying so, and no
+  MFU is reported;
+* cpu backend: the **smallest** eligible cases first (CI stays fast), bf16 cases skipped with the reason, and
+  warmup 1 / repeats 2 unless given.
+
+Retries (``--retry``, default 2 as upstream): only an *incomplete* profile is retried - lost rows, zero-timestamp
+records, missing iteration markers, no export. A crash, timeout, out-of-memory, rejected case or a call that
+launched no kernel is recorded for that case at once and the run goes on.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from .. import kernels as _kernels
+from .. import peaks as _peaks
+from .. import performance as _perf
+from ..errors import UserError
+from ..jsonio import provenance, write_json_atomic
+from ..opdir import OpDir
+from . import select_backend
+from .base import lost_problems
+from .cpu import BF16_REASON
+from .runner import run_child
+
+CPU_DEFAULT_WARMUP, CPU_DEFAULT_REPEATS = 1, 2
+DEFAULT_WARMUP, DEFAULT_REPEATS = 5, 5
+NOMINAL_DTYPE = "float16"  # MFU@nom uses the fp16/bf16 dense peak for every dtype (DESIGN.md)
+
+
+@dataclass
+class Options:
+    """Collector options (the CLI's flags; see msprof_perf_summary.py --help)."""
+    op_dir: str = "."
+    output_dir: str = "."
+    impl: str = "asc"
+    warmup: int | None = None
+    repeats: int | None = None
+    seed: int = 0
+    retry: int = 2
+    device_id: int | None = None
+    backend: str = "auto"
+    cases: list | None = None
+    top_k: int = 3
+    max_cases: int | None = None
+    mfu: bool = False
+    mfu_peak: float | None = None
+    keep_prof: str | None = None
+    case_timeout_s: float = 600.0
+    flush_cache_mib: float = 0.0
+    aic_metrics: str = "PipeUtilization"
+    msprof: str | None = None
+    quick: bool = True
+    progress: bool = True
+    flags: list = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ FLOPs
+
+
+def load_flops(opdir: OpDir):
+    """The work dir's flops.py (:class:`mfulib.flops_contract.FlopsFile`), or None when there is none.
+    A flops.py that does not load raises UserError (file + fix)."""
+    if not os.path.exists(opdir.flops_py):
+        return None
+    from ..flops_contract import load_flops as _load
+    return _load(opdir.flops_py)
+
+
+def tracer_flops(opdir: OpDir) -> dict:
+    """{case id: tracer FLOPs} from check_flops.py's flops_check.json in the work dir ({} when absent)."""
+    from ..jsonio import read_json
+    path = opdir.file("flops_check.json")
+    try:
+        rows = read_json(path).get("per_case") or []
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out = {}
+    for r in rows if isinstance(rows, list) else []:
+        tr = r.get("tracer") or {}
+        if isinstance(r.get("case"), int) and tr.get("status") == "ok":
+            out[r["case"]] = tr.get("total_flops")
+    return out
+
+
+def case_flops(ff, opdir: OpDir, info, seed: int) -> dict:
+    """{flops, flops_source, flops_parts, compute_dtype, flops_tracer, note} of one case from flops.py (the
+    forward args are built, seeded with ``seed``, when flops.py takes them). Never raises for the case."""
+    from ..flops_contract import evaluate_case
+    ent = {"flops": None, "flops_source": None, "flops_parts": None, "compute_dtype": None, "note": None}
+    if ff is None:
+        return ent
+    case = opdir.read_cases()[info.case_id]
+    args = None
+    try:
+        if ff.takes_args:
+            from ..flopcount import build_reference_args
+            args = build_reference_args(opdir, info.case_id, seed)
+        ev = evaluate_case(ff, case, args)
+        ent["compute_dtype"] = ff.compute_dtype(case, info.case_id)
+    except Exception as exc:  # noqa: BLE001 - recorded per case
+        ev = {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "flops": None, "flops_parts": None}
+    ent["flops_source"] = "flops.py" + (f" (flops(case, args), seed {seed})" if ff.takes_args else "")
+    if ev["status"] == "ok" and ev["flops"] and ev["flops"] > 0:
+        ent.update(flops=ev["flops"], flops_parts=ev["flops_parts"])
+    else:
+        ent["note"] = (f"flops.py gives no FLOPs for this case ({ev['status']}: {ev.get('reason') or ev['flops']}): "
+                       "no MFU")
+    return ent
+
+
+# ------------------------------------------------------------------------------------------------ selection
+
+
+def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str):
+    """(selected CaseInfos, skipped [(CaseInfo, reason)], selection description).
+
+    Ranking key: flops(case) from flops.py when it needs no forward args, else input bytes (said in ``rule``).
+    """
+    by_id = {i.case_id: i for i in infos}
+    skipped = []
+    smallest = backend_name == "cpu"
+    if opts.cases is not None:
+        bad = [c for c in opts.cases if c not in by_id]
+        if bad:
+            raise UserError(f"--cases: no case {bad} (the case file has {len(infos)} cases, ids 0..{len(infos) - 1})")
+        order = [by_id[c] for c in opts.cases]
+        rule = f"--cases {','.join(map(str, opts.cases))}"
+        k = opts.max_cases or len(order)
+    else:
+        key, what = None, "input bytes (no flops.py: no MFU reported)"
+        if ff is not None and not ff.takes_args:
+            from ..flops_contract import evaluate_case
+            cases = opdir.read_cases()
+            vals = {i.case_id: evaluate_case(ff, cases[i.case_id]) for i in infos}
+            if any(v["status"] == "ok" and v["flops"] for v in vals.values()):
+                key, what = (lambda i: vals[i.case_id]["flops"] if vals[i.case_id]["status"] == "ok" else None), \
+                    "theoretical FLOPs (flops.py)"
+            else:
+                what = "input bytes (flops.py gave no FLOPs for any case)"
+        elif ff is not None:
+            what = "input bytes (flops.py needs the forward args: FLOPs are computed for the selected cases only)"
+        key = key or (lambda i: i.input_bytes)
+        missing = float("inf") if smallest else -1.0
+        order = sorted(infos, key=lambda i: (key(i) if key(i) is not None else missing, -i.case_id if not smallest
+                                             else i.case_id), reverse=not smallest)
+        k = opts.max_cases or opts.top_k
+        rule = f"{'smallest' if smallest else 'top'}-{k} by {what}" + \
+            (" (cpu backend: smallest first, to keep the interpreter fast)" if smallest else "")
+    selected = []
+    for info in order:
+        if len(selected) >= k:
+            break
+        if backend_name == "cpu" and info.compute_dtype == "bfloat16":
+            skipped.append((info, BF16_REASON))
+            continue
+        selected.append(info)
+    return selected, skipped, {"rule": rule, "order": [i.case_id for i in selected],
+                               "skipped": [i.case_id for i, _ in skipped]}
+
+
+# ------------------------------------------------------------------------------------------------ one run
+
+
+def run_case_impl(backend, opdir: OpDir, case_id: int, impl: str, opts: Options, work_root: str) -> dict:
+    """Measure one (case, impl) with up to ``opts.retry`` retries of an incomplete profile; never raises for the
+    case's own failures. Returns {status, error, summary, flags, attempts, attempt_dir, output_bytes, wall_s,
+    device, compat, runtime, timing_method}."""
+    n = opts.warmup + opts.repeats
+    spec = {"op_dir": opdir.path, "case_id": case_id, "impl": impl, "seed": opts.seed, "warmup": opts.warmup,
+            "repeats": opts.repeats, "backend": backend.name, "device": backend.device_string(opts.device_id),
+            "markers": backend.markers, "profile": True, "flush_cache_mib": opts.flush_cache_mib}
+    problems_seen = []
+    res = {}
+    for attempt in range(opts.retry + 1):
+        adir = os.path.join(work_root, f"case{case_id}_{impl}", f"attempt{attempt}")
+        if os.path.exists(adir):
+            shutil.rmtree(adir)
+        t0 = time.perf_counter()
+        child = run_child(backend, spec, adir, opts.case_timeout_s)
+        res = {"status": child.status, "error": child.error, "attempts": attempt + 1, "attempt_dir": adir,
+               "output_bytes": child.report.get("output_bytes"), "device": child.report.get("device"),
+               "compat": child.report.get("compat"), "flags": [], "summary": None, "runtime": None,
+               "timing_method": backend.timing_method,
+               "wall_s": dict(child.report.get("wall_s") or {}, child_process=child.wall_s)}
+        if child.status != "ok":
+            return res
+        try:
+            rows, info = backend.launches(adir, child.report, n)
+        except UserError as exc:
+            rows, info = [], {"problems": [str(exc)], "flags": [], "lost_by_iter": {}}
+        res["runtime"] = info.get("runtime")
+        res["timing_method"] = info.get("timing_method") or backend.timing_method
+        res["prof"] = info.get("prof")
+        problems = list(info.get("problems", [])) + lost_problems(info, opts.warmup, n)
+        summary = _kernels.summarize(rows, opts.warmup, opts.repeats, extra_problems=problems)
+        res["summary"] = summary
+        res["flags"] = list(info.get("flags", [])) + list(summary.get("flags", []))
+        res["wall_s"]["parse"] = time.perf_counter() - t0 - child.wall_s
+        if summary["status"] == "ok":
+            if problems_seen:
+                res["flags"].append(f"incomplete profile retried ({attempt} retr{'y' if attempt == 1 else 'ies'}): "
+                                    f"{problems_seen[0]}")
+            return res
+        if summary["status"] == "no_kernels":
+            res.update(status="no_kernels", error=f"{impl}: " + "; ".join(summary["problems"]))
+            return res
+        problems_seen += summary["problems"]
+    res.update(status="incomplete", error=(f"profile incomplete after {opts.retry + 1} attempt(s), not reported "
+                                           f"as a time: {'; '.join(problems_seen[-2:])} - re-run, or raise --retry"))
+    return res
+
+
+def keep_profile(res: dict, keep_root: str, case_id: int, impl: str, output_dir: str):
+    """Move the last attempt's raw profile to ``<keep>/prof/case<id>_<impl>``; returns its path relative to
+    ``output_dir`` (absolute when outside it)."""
+    src = res.get("attempt_dir")
+    if not src or not os.path.isdir(src):
+        return None
+    dst = os.path.join(keep_root, "prof", f"case{case_id}_{impl}")
+    if os.path.exists(dst):
+        shutil.rmtree(dst)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    shutil.move(src, dst)
+    rel = os.path.relpath(dst, output_dir)
+    return dst if rel.startswith("..") else rel
+
+
+# ------------------------------------------------------------------------------------------------ peak
+
+
+def resolve_peak(backend_name: str, device: dict, runtime: dict | None, mfu_peak) -> dict:
+    """The ``peak`` block: nominal TFLOP/s per dtype and the one MFU@nom uses, with its source."""
+    if mfu_peak:
+        return {"nominal_tflops": {"float16": mfu_peak, "bfloat16": mfu_peak}, "used_for_mfu_nom": NOMINAL_DTYPE,
+                "value_tflops": float(mfu_peak), "source": "--mfu-peak (given on the command line)", "override": True}
+    info = dict(device or {}, backend=backend_name)
+    if runtime:
+        info.update({k: runtime.get(k) for k in ("ai_core_num", "aic_frequency_mhz", "info_json_path")})
+    nominal = {}
+    for mode in _peaks.MODES:
+        v, _src = _peaks.nominal_peak_tflops(info, mode)
+        if v is not None:
+            nominal[mode] = v
+    value, source = _peaks.nominal_peak_tflops(info, NOMINAL_DTYPE)
+    return {"nominal_tflops": nominal, "used_for_mfu_nom": NOMINAL_DTYPE, "value_tflops": value, "source": source,
+            "override": False}
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+
+def _progress_line(k, total, case_id, impl, res):
+    s = res.get("summary") or {}
+    if res["status"] != "ok":
+        return f"[{k}/{total}] case {case_id} {impl}: {res['status'].upper()} - {res.get('error')}"
+    spread = s.get("repeat_spread")
+    line = (f"[{k}/{total}] case {case_id} {impl}: {s['launches_per_iter']} kernel launch(es)/iter, kernel "
+            f"{s['kernel_time_ns'] / 1e3:.2f} us, span {s['span_ns'] / 1e3:.2f} us"
+            + (f", spread {spread:.1%}" if spread is not None else "")
+            + (f", {res['attempts']} attempts" if res.get("attempts", 1) > 1 else ""))
+    if spread is not None and spread > _kernels.SPREAD_LIMIT:
+        line += f"  WARNING: repeat spread above {_kernels.SPREAD_LIMIT:.0%}"
+    return line
+
+
+def device_select(opts: Options, backend_name: str):
+    """(device_id, source) as upstream: cli (--device), env (ASCEND_DEVICE_ID on npu), else auto (0)."""
+    if opts.device_id is not None:
+        return int(opts.device_id), "cli"
+    env = os.environ.get("ASCEND_DEVICE_ID") if backend_name == "npu" else None
+    if env not in (None, ""):
+        try:
+            return int(env), "env"
+        except ValueError:
+            raise UserError(f"ASCEND_DEVICE_ID={env!r} is not a device index - unset it or pass --device N") from None
+    return 0, "auto"
+
+
+def collect(opts: Options, log=None) -> dict:
+    """Run the collection described by ``opts``; writes ``<output_dir>/performance.json`` and returns it."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    t_start = time.perf_counter()
+    opdir = OpDir(opts.op_dir)
+    infos = opdir.describe_all()
+    if opts.impl not in ("asc", "ref", "both"):
+        raise UserError(f"--impl {opts.impl!r}: choose asc, ref or both")
+    for need in ([opdir.model_py] + ([opdir.model_new_py] if opts.impl != "ref" else [])):
+        if not os.path.exists(need):
+            raise UserError(f"{need}: missing - run prepare_op_dir.py first (make prepare)")
+    backend, reason, env_facts = select_backend(opts.backend, aic_metrics=opts.aic_metrics, msprof_path=opts.msprof)
+    opts.device_id, dev_source = device_select(opts, backend.name)
+    if opts.warmup is None:
+        opts.warmup = CPU_DEFAULT_WARMUP if backend.name == "cpu" else DEFAULT_WARMUP
+    if opts.repeats is None:
+        opts.repeats = CPU_DEFAULT_REPEATS if backend.name == "cpu" else DEFAULT_REPEATS
+    if opts.warmup < 0 or opts.repeats < 1:
+        raise UserError(f"--warmup {opts.warmup} / --repeats {opts.repeats}: warmup must be >= 0 and repeats >= 1")
+    log(f"backend: {backend.name} ({reason}); warmup {opts.warmup}, repeats {opts.repeats}")
+    ff = load_flops(opdir)
+    if ff is None:
+        log(f"note: {opdir.flops_py} not found: cases ranked by input bytes and no MFU reported "
+            "(write flops.py, step 3)")
+    selected, skipped, selection = select_cases(infos, ff, opdir, opts, backend.name)
+    tracer = tracer_flops(opdir)
+    flops = {}
+    for info in selected:
+        flops[info.case_id] = case_flops(ff, opdir, info, opts.seed)
+        flops[info.case_id]["flops_tracer"] = tracer.get(info.case_id)
+    log(f"cases: {selection['rule']}: {selection['order']}" +
+        (f" (skipped {selection['skipped']})" if selection["skipped"] else ""))
+    impls = ["ref", "asc"] if opts.impl == "both" else [opts.impl]
+    output_dir = os.path.abspath(opts.output_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    keep_root = os.path.abspath(opts.keep_prof) if opts.keep_prof else None
+    if keep_root:  # attempts live beside their final place, so keeping one is a rename
+        os.makedirs(os.path.join(keep_root, "prof"), exist_ok=True)
+    work_root = tempfile.mkdtemp(prefix=".tmp-collect-", dir=os.path.join(keep_root, "prof") if keep_root else None)
+    results, interrupted = {}, False
+    total = len(selected) * len(impls)
+    k = 0
+    try:
+        for info in selected:
+            for impl in impls:
+                k += 1
+                res = run_case_impl(backend, opdir, info.case_id, impl, opts, work_root)
+                res["prof_dir"] = keep_profile(res, keep_root, info.case_id, impl, output_dir) if keep_root else None
+                results.setdefault(info.case_id, {})[impl] = res
+                if opts.progress:
+                    log(_progress_line(k, total, info.case_id, impl, res))
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted: writing what was measured so far")
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)
+    ok = [r for per in results.values() for r in per.values() if r.get("device")]
+    device = dict(ok[0]["device"]) if ok else {"backend": backend.name}
+    runtime = next((r["runtime"] for per in results.values() for r in per.values() if r.get("runtime")), None)
+    if backend.name == "npu":
+        smi = (env_facts or {}).get("npu_smi") or []
+        if smi and not device.get("soc_name"):
+            pick = next((d for d in smi if d["npu_id"] == opts.device_id), smi[0])
+            device.setdefault("name", pick["soc_name"])
+            device["soc_name"] = pick["soc_name"]
+            device["identity_source"] = "npu-smi info"
+        if runtime:
+            device["runtime"] = runtime
+    peak = resolve_peak(backend.name, device, runtime, opts.mfu_peak)
+    nominal = peak["value_tflops"] if opts.mfu else None
+    per_case = [_perf.skipped_entry(i, why) for i, why in skipped]
+    for info in selected:
+        if info.case_id not in results:
+            continue
+        tf32 = (backend.name == "cuda" and (flops[info.case_id].get("compute_dtype") or info.compute_dtype)
+                == "float32" and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee")
+        per_case.append(_perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32))
+    run = {
+        "task": opdir.op_name, "task_dir": opdir.path, "warmup": opts.warmup, "repeats": opts.repeats,
+        "seed": opts.seed, "device_id": opts.device_id, "device_select_source": dev_source,
+        "timing_method": next((r["timing_method"] for per in results.values() for r in per.values()
+                               if r.get("status") == "ok"), backend.timing_method),
+        "profiling_mode": "quick", "backend": backend.name, "backend_reason": reason, "environment": env_facts,
+        "device": device, "compat": next((r["compat"] for per in results.values() for r in per.values()
+                                          if r.get("compat")), None),
+        "impl": opts.impl, "mfu": opts.mfu, "peak": peak, "flops_file": opdir.flops_py if ff else None,
+        "kernel_parts": ff.kernel_parts if ff else None, "selection": selection, "retry": opts.retry,
+        "flush_cache_mib": opts.flush_cache_mib, "aic_metrics": opts.aic_metrics if backend.name == "npu" else None,
+        "flags": (["interrupted: not every selected case was measured"] if interrupted else []) + list(opts.flags),
+        "wall_s": time.perf_counter() - t_start,
+    }
+    if opts.mfu and peak["value_tflops"] is None:
+        run["flags"].append(f"MFU@nom not reported: {peak['source']}")
+    if opts.mfu and ff is None:
+        run["flags"].append("MFU not reported: no flops.py in the work directory")
+    header = provenance(_perf.TOOL, _perf.SCHEMA, device=device)
+    report = _perf.build_report(header, run, per_case, impls)
+    write_json_atomic(os.path.join(output_dir, "performance.json"), report)
+    if interrupted:
+        raise KeyboardInterrupt
+    return report

@@ -1,0 +1,139 @@
+"""CUDA backend: torch.profiler with CUDA activity (CUPTI) gives every kernel's device duration by name.
+
+Compiled Triton (3.6 on the project's H200) reports each kernel to CUPTI under its Python function name, so no
+launch hook is needed. The child profiles warmup + repeats iterations, each in ``record_function("mfu::iter::<i>")``
+and ended by ``torch.cuda.synchronize()``, and exports a chrome trace; the priming call (compilation, autotuning)
+runs before the profiler starts.
+
+Attribution of a kernel to an iteration (:func:`trace_launches`), in order of preference:
+
+1. its ``correlation`` id -> the runtime/driver launch call (``cudaLaunchKernel``, ``cuLaunchKernelEx``) -> the
+   host time of that call -> the ``mfu::iter`` range that contains it (a kernel launched before a range, e.g. a
+   cache flush, is never attributed to it even if it runs on the device inside the range);
+2. its ``External id`` -> the host op that launched it -> that op's range;
+3. its device start inside the ``gpu_user_annotation`` copy of the range.
+
+Completeness: a launch call inside a range whose correlation id has no device record is a lost kernel record
+(``lost_by_iter``); a kernel record with a zero timestamp or duration is invalid (:mod:`mfulib.kernels`).
+Device memcpy/memset records are not kernels: they are reported as a flag, not added to kernel time.
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+
+from .base import Backend, iteration_ranges, load_trace_events, range_of
+
+KERNEL_CATS = ("kernel",)
+COPY_CATS = ("gpu_memcpy", "gpu_memset")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+LAUNCH_API_RE = re.compile(r"LaunchKernel|LaunchCooperativeKernel|^cuLaunch", re.I)
+
+
+def _arg(e, key):
+    v = (e.get("args") or {}).get(key)
+    try:
+        return int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def trace_launches(trace_path):
+    """Kernel rows of a CUDA-backend chrome trace, tagged with iterations; see the module docstring.
+
+    Returns ``(rows, info)``; ``info``: ``lost_by_iter`` {iteration: launches without a kernel record},
+    ``attribution`` {method: count}, ``copies_by_iter`` {iteration: memcpy/memset ns}, ``flags``, ``problems``.
+    """
+    events = load_trace_events(trace_path)
+    ranges = iteration_ranges(events, cats=("user_annotation",))
+    gpu_ranges = iteration_ranges(events, cats=("gpu_user_annotation",))
+    runtime = {}
+    host_by_ext = {}
+    for e in events:
+        cat = e.get("cat")
+        if cat in RUNTIME_CATS and _arg(e, "correlation") is not None:
+            runtime[_arg(e, "correlation")] = e
+        elif cat in ("cpu_op", "user_annotation") and _arg(e, "External id") is not None:
+            host_by_ext.setdefault(_arg(e, "External id"), e)
+    rows, seen, how = [], set(), Counter()
+    copies = Counter()
+    for e in events:
+        cat = e.get("cat")
+        if cat not in KERNEL_CATS and cat not in COPY_CATS:
+            continue
+        corr, ext = _arg(e, "correlation"), _arg(e, "External id")
+        if corr is not None and corr in runtime:
+            it, method = range_of(runtime[corr]["ts_ns"], ranges), "correlation"
+            seen.add(corr)
+        elif ext is not None and ext in host_by_ext and ext > 0:
+            it, method = range_of(host_by_ext[ext]["ts_ns"], ranges), "external id"
+        else:
+            it, method = range_of(e["ts_ns"], gpu_ranges), "device time"
+        how[method] += 1
+        if cat in COPY_CATS:
+            if it is not None:
+                copies[it] += e["dur_ns"]
+            continue
+        rows.append({"name": str(e.get("name", "")), "start_ns": e["ts_ns"], "duration_ns": e["dur_ns"],
+                     "iteration": it, "kind": "kernel", "stream": _arg(e, "stream"),
+                     "phase": "iteration" if it is not None else "other"})
+    lost = Counter()
+    for corr, rt in runtime.items():
+        if corr not in seen and LAUNCH_API_RE.search(str(rt.get("name", ""))):
+            it = range_of(rt["ts_ns"], ranges)
+            if it is not None:
+                lost[it] += 1
+    rows.sort(key=lambda r: (r["start_ns"] or 0))
+    flags = []
+    if copies:
+        flags.append(f"device memcpy/memset inside iterations ({dict(copies)} ns by iteration): not counted as "
+                     "kernel time")
+    return rows, {"iteration_ranges": len(ranges), "lost_by_iter": dict(lost), "attribution": dict(how),
+                  "copies_by_iter": dict(copies), "flags": flags, "problems": []}
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    timing_method = "torch.profiler.cupti.kernel_duration"
+
+    def child_env(self, env):
+        env = dict(env)
+        env.pop("TRITON_INTERPRET", None)
+        return env
+
+    def launches(self, attempt_dir, report, n_iters):
+        path = report.get("trace_path")
+        if not path or not os.path.exists(path):
+            return [], {"problems": [f"the child wrote no trace ({path})"], "flags": [], "lost_by_iter": {}}
+        return trace_launches(path)
+
+    def setup(self, spec):
+        import torch
+        from .. import compat
+        torch.cuda.set_device(torch.device(spec["device"]))
+        compat.install(spec["device"])
+
+    def identity(self, spec):
+        import torch
+        from ..calib import device_identity, read_clocks
+        idx = torch.device(spec["device"]).index or 0
+        ident = device_identity("cuda", idx)
+        clocks = read_clocks("cuda", idx)
+        if clocks.get("clocks_max_sm_mhz"):
+            ident["max_sm_clock_mhz"] = clocks["clocks_max_sm_mhz"]
+        ident["triton_f32_default"] = os.environ.get("TRITON_F32_DEFAULT", "tf32 (Triton default)")
+        return ident
+
+    def sync(self):
+        import torch
+        torch.cuda.synchronize()
+
+    def session(self, spec):
+        # CPU + CUDA (CUPTI) activities through the Kineto profiler torch.profiler.profile wraps (see cpu.py)
+        from torch.autograd.profiler import profile
+        return profile(use_kineto=True, use_cpu=True, use_device="cuda")
+
+    def finish(self, spec, session):
+        session.export_chrome_trace(spec["trace_path"])
+        return {"trace_path": spec["trace_path"]}

@@ -1,0 +1,224 @@
+"""NPU backend: the case runs in a child process under ``msprof``; kernel rows come from its CSV exports.
+
+Parent side: :func:`check_cann` first (``ASCEND_HOME_PATH`` set, i.e. ``set_env.sh`` sourced - a non-interactive
+shell does not read ``~/.bashrc``; ``msprof`` on PATH *and* from that CANN, not an older install earlier on PATH;
+CANN version), each failure with the exact fix. The child command becomes::
+
+    msprof --output=<attempt>/msprof --task-time=on --ai-core=on --aic-metrics=<M> --ascendcl=on \\
+           python3 runner.py --spec <spec.json>
+
+Rows: :func:`mfulib.msprof.load_kernel_rows` (op_summary, task_time fallback, slices, old layout, torch_npu
+``kernel_details.csv``, marker rows filtered). msprof's CSVs carry no iteration ranges, so the child launches a
+tiny Triton marker kernel (``mfu_harness_marker_kernel``: Triton-Ascend reports ``Op Name`` = the kernel function
+name, facts §9) at the start of every iteration and once after the last; rows between two markers are one
+iteration (:func:`mfulib.kernels.assign_by_markers`). Marker kernels work on every CANN version, which an mstx range
+export does not (its CSV format is not pinned by the facts note); mstx ranges are still emitted where torch_npu has
+them, for people reading the timeline.
+
+Device identity: torch_npu in the child (``get_device_name`` = SoC, ``get_device_properties`` = cube/vector
+cores), ``npu-smi info`` in the parent as a fallback, and the runtime AI-core count and frequency from the PROF
+directory's ``device_N/info.json.N`` (the numbers msprof-analyze uses for its peak).
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import platform
+import re
+import shutil
+import subprocess
+
+from .. import kernels as _kernels
+from .. import msprof as _msprof
+from ..errors import UserError
+from .base import Backend
+
+SET_ENV_CANDIDATES = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/cann/set_env.sh",
+                      "~/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/latest/set_env.sh")
+DEFAULT_AIC_METRICS = "PipeUtilization"
+AIC_METRICS = ("PipeUtilization", "ArithmeticUtilization", "Memory", "MemoryL0", "MemoryUB", "ResourceConflictRatio",
+               "L2Cache", "MemoryAccess")
+
+
+def cann_version(home):
+    """CANN version string read from the toolkit's install info / version files under ``home``, else None."""
+    if not home:
+        return None
+    arch = platform.machine()
+    pats = [os.path.join(home, f"{arch}-linux", "ascend_toolkit_install.info"),
+            os.path.join(home, "*-linux", "ascend_toolkit_install.info"), os.path.join(home, "version.cfg"),
+            os.path.join(home, "compiler", "version.info"), os.path.join(home, "runtime", "version.info"),
+            os.path.join(home, "version.info")]
+    for pat in pats:
+        for path in sorted(glob.glob(pat)):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            m = re.search(r"(?im)^\s*\w*version\s*=\s*\[?(?:[\d.]+:)?([0-9][\w.]*)", text)
+            if m:
+                return m.group(1)
+    return None
+
+
+def _under(path, root) -> bool:
+    try:
+        return os.path.commonpath([os.path.realpath(path), os.path.realpath(root)]) == os.path.realpath(root)
+    except ValueError:
+        return False
+
+
+def check_cann(msprof_path=None) -> dict:
+    """Check the CANN environment for msprof collection; returns facts, raises UserError with the exact fix."""
+    home = os.environ.get("ASCEND_HOME_PATH")
+    found = [p for p in (os.path.expanduser(c) for c in SET_ENV_CANDIDATES) if os.path.exists(p)]
+    source_hint = (f"source {found[0]}" if found else "source <CANN install>/set_env.sh (e.g. "
+                   "/usr/local/Ascend/ascend-toolkit/set_env.sh)")
+    if not home:
+        raise UserError(f"ASCEND_HOME_PATH is not set: CANN's set_env.sh was not sourced in this shell (a "
+                        f"non-interactive shell, ssh command or Makefile recipe does not read ~/.bashrc) - run "
+                        f"`{source_hint} && <this command>` in the same shell")
+    if not os.path.isdir(home):
+        raise UserError(f"ASCEND_HOME_PATH={home} does not exist - {source_hint} again, from the CANN you want")
+    exe = msprof_path or shutil.which("msprof")
+    if not exe:
+        local = sorted(glob.glob(os.path.join(home, "tools", "profiler", "bin", "msprof")) +
+                       glob.glob(os.path.join(home, "bin", "msprof")))
+        where = f" (there is one at {local[0]}: put its folder on PATH or pass --msprof {local[0]})" if local else ""
+        raise UserError(f"msprof is not on PATH although ASCEND_HOME_PATH={home}{where} - {source_hint} "
+                        "(set_env.sh puts msprof on PATH)")
+    exe = os.path.abspath(exe)
+    parent = os.path.dirname(os.path.realpath(home))
+    notes = []
+    if msprof_path and not (_under(exe, home) or _under(exe, parent)):
+        notes.append(f"--msprof {exe} is outside ASCEND_HOME_PATH={home} (used as given)")
+    elif not (_under(exe, home) or _under(exe, parent)):
+        raise UserError(f"msprof {exe} is not from ASCEND_HOME_PATH={home}: two CANN installs, and PATH picks the "
+                        f"other one (the run would silently use an older CANN) - {source_hint} last, or pass "
+                        f"--msprof {os.path.join(home, 'tools', 'profiler', 'bin', 'msprof')}")
+    version = cann_version(home)
+    header = None
+    if version:
+        major = re.match(r"(\d+)", version)
+        header = ("Block Num/Mix Block Num (CANN 9.x)" if major and int(major.group(1)) >= 9
+                  else "Block Dim/Mix Block Dim (CANN <= 8.x)")
+    return {"ascend_home_path": home, "msprof": exe, "cann_version": version or "unknown (no version file found)",
+            "expected_block_header": header, "notes": notes}
+
+
+def npu_smi_devices(exe=None) -> list:
+    """``[{"npu_id", "name", "soc_name"}]`` from ``npu-smi info`` (regex over the table: column widths vary by
+    driver, names lack the ``Ascend`` prefix, facts §8.3); [] when npu-smi is absent or fails."""
+    exe = exe or shutil.which("npu-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "info"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    devs = []
+    for m in re.finditer(r"(?m)^\|\s*(\d+)\s+([0-9][0-9A-Za-z\-]*)\s*\|\s*(OK|Warning|Alarm|Critical|\w+)\s*\|", out):
+        devs.append({"npu_id": int(m.group(1)), "name": m.group(2), "soc_name": "Ascend" + m.group(2)})
+    return devs
+
+
+class NpuBackend(Backend):
+    name = "npu"
+    timing_method = "msprof.op_summary.Task_Duration"
+    markers = True
+
+    def __init__(self, aic_metrics=DEFAULT_AIC_METRICS, msprof_path=None):
+        if aic_metrics not in AIC_METRICS:
+            raise UserError(f"--aic-metrics {aic_metrics!r}: choose one of {', '.join(AIC_METRICS)}")
+        self.aic_metrics = aic_metrics
+        self.msprof_path = msprof_path
+        self.cann = None
+
+    def check(self, args=None):
+        self.cann = check_cann(self.msprof_path)
+        return dict(self.cann, npu_smi=npu_smi_devices())
+
+    def command(self, child_cmd, attempt_dir, opts):
+        exe = (self.cann or {}).get("msprof") or self.msprof_path or "msprof"
+        out = os.path.join(attempt_dir, "msprof")
+        os.makedirs(out, exist_ok=True)
+        return [exe, f"--output={out}", "--task-time=on", "--ai-core=on", f"--aic-metrics={self.aic_metrics}",
+                "--ascendcl=on"] + list(child_cmd)
+
+    def prof_root(self, attempt_dir):
+        return os.path.join(attempt_dir, "msprof")
+
+    def _export(self, root):
+        """Run ``msprof --export=on`` on PROF dirs that have raw data but no CSV export (once)."""
+        exe = (self.cann or {}).get("msprof") or self.msprof_path or shutil.which("msprof")
+        if not exe:
+            return
+        for prof in _msprof.prof_dirs(root):
+            if not glob.glob(os.path.join(prof, "mindstudio_profiler_output", "*.csv")):
+                subprocess.run([exe, "--export=on", f"--output={prof}"], capture_output=True, timeout=600)
+
+    def launches(self, attempt_dir, report, n_iters):
+        root = self.prof_root(attempt_dir)
+        try:
+            rows, meta = _msprof.load_kernel_rows(root)
+        except UserError:
+            if not _msprof.prof_dirs(root):
+                raise
+            self._export(root)
+            rows, meta = _msprof.load_kernel_rows(root)
+        if any(r.get("name") == _kernels.MARKER_KERNEL for r in rows):
+            tagged, info = _kernels.assign_by_markers(rows, n_iters)
+        else:
+            tagged, info = _kernels.assign_by_period(rows, n_iters)
+            info["flags"].append("no iteration marker kernel in the profile (marker launch failed?): "
+                                 "iterations delimited by periodicity")
+        info["lost_by_iter"] = {}
+        info["prof"] = {k: meta[k] for k in ("kind", "files", "prof_dir", "ignored", "marker_rows_dropped",
+                                             "reordered", "timing_column")}
+        if meta["ignored"]:
+            info["flags"].append(f"passed over {len(meta['ignored'])} stale/partial export(s): {meta['ignored'][0]}")
+        if meta["reordered"]:
+            info["flags"].append("kernel rows were not in start-time order in the export: sorted")
+        info["runtime"] = _msprof.read_info_json(root)
+        info["timing_method"] = {"op_summary": "msprof.op_summary.Task_Duration",
+                                 "old_op_summary": "msprof.op_summary.Task_Duration",
+                                 "task_time": "msprof.task_time.task_time",
+                                 "kernel_details": "torch_npu.kernel_details.Duration"}[meta["kind"]]
+        return tagged, info
+
+    # child side
+    def setup(self, spec):
+        import torch
+        import torch_npu  # noqa: F401  (registers torch.npu)
+        from .. import compat
+        torch.npu.set_device(spec["device"])
+        compat.install(spec["device"])
+
+    def identity(self, spec):
+        import torch
+        from ..calib import device_identity
+        ident = device_identity("npu", torch.device(spec["device"]).index or 0)
+        ident["soc_name"] = ident.get("name")
+        return ident
+
+    def sync(self):
+        import torch
+        torch.npu.synchronize()
+
+    @contextlib.contextmanager
+    def iteration(self, index):
+        from torch.profiler import record_function
+        mstx, rid = None, None
+        try:
+            import torch_npu
+            mstx = getattr(torch_npu.npu, "mstx", None)
+            rid = mstx.range_start(f"mfu::iter::{index}") if mstx is not None else None
+        except Exception:  # mstx is optional (older torch_npu): the marker kernels delimit iterations
+            mstx = None
+        with record_function(f"mfu::iter::{index}"):
+            yield
+        if mstx is not None and rid is not None:
+            with contextlib.suppress(Exception):
+                mstx.range_end(rid)

@@ -1,0 +1,527 @@
+"""Step 6: per-case MFU (nominal and measured peak), MBU, and the per-kernel-part decomposition.
+
+Input is ``performance.json`` (the collector's result: cases, kernels per case, FLOPs, bytes) and ``peak.json``
+(:mod:`mfulib.calib`). Nothing is re-measured. Definitions (DESIGN.md "Precise definitions"):
+
+* ``actual_tflops = flops / kernel_time_ns / 1e3`` (= FLOPs / (ns * 1e-9) / 1e12), kernel time = the median over
+  measured iterations of the per-iteration kernel sum;
+* ``mfu_nom = actual_tflops / nominal fp16/bf16 dense peak`` (every dtype, as msprof-analyze's operator_mfu does:
+  comparable within one dtype only);
+* ``mfu_ach = actual_tflops / measured peak of the case's compute dtype`` (``tf32`` key for fp32 with TF32/HF32);
+* ``mbu = (input_bytes + output_bytes) / kernel_time_ns / measured bandwidth (GB/s = bytes per ns)``.
+
+Per part (``KERNEL_PARTS`` in flops.py: part -> fnmatch patterns; the first matching part wins; unmatched kernels
+form ``other``): ``time_ns`` = sum over its kernels of the per-iteration time (``time_per_iter_ns``), time share of
+the sum over all kernels, FLOPs share from ``flops_parts``, and the part's own MFU. With those shares
+``mfu_op = sum_k (t_k / T) * mfu_k`` (reference/peers_and_anchors.md, complaint 8).
+
+Checks: MFU above the measured peak by more than :data:`NOISE_MARGIN` is an **error** (FLOPs in flops.py too high,
+or a peak.json from another device / too low); 100-103% is a warning (DESIGN.md "MFU above 100%").
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+
+from . import calib
+from .cases import canonical_dtype
+from .errors import UserError
+from .jsonio import read_json
+
+SCHEMA = 1
+TOOL = "mfu_decompose"
+NOISE_MARGIN = 0.03  # DESIGN.md: beyond 3% above the measured peak is an error, 100-103% a warning
+OTHER = "other"
+DRAG_MIN_TIME_SHARE = 0.20  # a part "drags" when it holds >= 20% of the time ...
+DRAG_RATIO = 2.0  # ... and at least twice its FLOPs share
+PMU_BOUND_THRESHOLD = 0.80  # msprof op / msprof-analyze advisor: a pipe above 80% busy bounds the kernel
+HALF_DTYPES = ("float16", "bfloat16")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# inputs
+
+
+def load_report(path: str) -> dict:
+    """Read a performance.json; raises UserError (file + fix) when missing or not a collector result."""
+    if not os.path.exists(path):
+        raise UserError(f"{path}: not found - run the collector first: python3 scripts/ops_profiling/"
+                        "msprof_perf_summary.py --quick --mfu --impl asc --output-dir . --keep-prof .")
+    try:
+        rep = read_json(path)
+    except ValueError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}) - re-run the collector") from None
+    if not isinstance(rep, dict) or not isinstance(rep.get("per_case"), list):
+        raise UserError(f"{path}: no \"per_case\" list - this is not a performance.json written by "
+                        "msprof_perf_summary.py")
+    return rep
+
+
+def load_kernel_parts(flops_py: str) -> dict:
+    """``KERNEL_PARTS`` of a flops.py ({part: [fnmatch patterns]}), {} when it defines none.
+
+    Loaded through :func:`mfulib.flops_contract.load_flops`, which raises UserError for a broken file.
+    """
+    from .flops_contract import load_flops
+    return load_flops(flops_py).kernel_parts or {}
+
+
+def check_kernel_parts(parts, where: str) -> dict:
+    if not isinstance(parts, dict) or not all(
+            isinstance(k, str) and isinstance(v, (list, tuple)) and all(isinstance(p, str) for p in v)
+            for k, v in parts.items()):
+        raise UserError(f"{where}: KERNEL_PARTS must be a dict {{part: [fnmatch patterns]}}, "
+                        f"e.g. {{\"attn\": [\"*flash*\"], \"proj\": [\"*matmul*\"]}}")
+    if OTHER in parts:
+        raise UserError(f"{where}: KERNEL_PARTS must not define a part named {OTHER!r} (reserved for unmatched "
+                        "kernels) - rename it")
+    return {k: list(v) for k, v in parts.items()}
+
+
+def find_kernel_parts(report: dict, report_path: str, op_dir: str | None) -> tuple:
+    """(KERNEL_PARTS, source): the report's own copy if the collector stored one, else flops.py beside the
+    report, else the work directory's flops.py; ({}, reason) when none defines it."""
+    if isinstance(report.get("kernel_parts"), dict):
+        return check_kernel_parts(report["kernel_parts"], report_path), f"{report_path}: kernel_parts"
+    seen = []
+    for d in (os.path.dirname(os.path.abspath(report_path)), op_dir):
+        if not d:
+            continue
+        path = os.path.join(d, "flops.py")
+        if path in seen or not os.path.exists(path):
+            continue
+        seen.append(path)
+        parts = load_kernel_parts(path)
+        if parts:
+            return parts, path
+    return {}, "no KERNEL_PARTS (flops.py defines none): every kernel is reported under 'other'"
+
+
+def match_part(kernel_name: str, parts: dict) -> str:
+    """The first part (in KERNEL_PARTS order) with a pattern matching ``kernel_name``; ``other`` if none.
+
+    Patterns are fnmatch patterns matched case-sensitively against the whole kernel name.
+    """
+    for part, patterns in parts.items():
+        for pat in patterns:
+            if fnmatch.fnmatchcase(kernel_name, pat):
+                return part
+    return OTHER
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one case
+
+
+def _num(x):
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def kernel_time_per_iter_ns(k: dict):
+    """A kernel row's time per iteration (ns): ``time_per_iter_ns``, else launches x median (or mean)."""
+    t = _num(k.get("time_per_iter_ns"))
+    if t is not None:
+        return t
+    per = _num(k.get("median_ns")) or _num(k.get("mean_ns"))
+    n = _num(k.get("launches_per_iter")) or 1.0
+    return per * n if per is not None else None
+
+
+def _flag(flags, level, message):
+    flags.append({"level": level, "message": message})
+
+
+def check_utilisation(value, what: str, flags: list, error_hint: str) -> None:
+    """Flag ``value`` (a fraction) above 1: warning up to 1 + NOISE_MARGIN, error beyond."""
+    if value is None or value <= 1.0:
+        return
+    if value <= 1.0 + NOISE_MARGIN:
+        _flag(flags, "warning", f"{what} {value:.1%} is above the peak but within the {NOISE_MARGIN:.0%} noise "
+                                "margin")
+    else:
+        _flag(flags, "error", f"{what} {value:.1%} exceeds the peak by more than the {NOISE_MARGIN:.0%} noise "
+                              f"margin - {error_hint}")
+
+
+MFU_HINT = ("the FLOPs in flops.py are too high (run check_flops.py; causal or sparse work counted dense?) or "
+            "peak.json is too low / from another device (re-run peak_calib.py here)")
+
+
+def classify_pmu(ratios: dict) -> dict:
+    """Bound label for one kernel from its PMU pipe counters.
+
+    Only utilisation counters are read: names with ``ratio`` (msprof PipeUtilization / ArithmeticUtilization,
+    fractions 0-1) or ``pct`` / ``(%)`` (ncu ``*.pct_of_peak_*``, msprof ``cube_utilization(%)``: percent); times,
+    cycles, bandwidths and bank-conflict ratios are ignored. Category by name: ``mac``/``cube``/``tensor`` ->
+    cube/tensor-bound; ``mte2``/``mte3``/``dram`` -> memory-bound; ``vec`` -> vector-bound; ``scalar`` ->
+    scalar-bound. The busiest pipe at or above 80% bounds the kernel; below that the kernel is latency-bound
+    (msprof op's roofline rule; msprof-analyze advisor ``operator_bound_checker``: every ratio < 0.8 = no pipe bound).
+    """
+    cats = (("cube/tensor-bound", ("mac", "cube", "tensor", "gmma", "hmma")),
+            ("memory-bound", ("mte2", "mte3", "dram")),
+            ("vector-bound", ("vec",)), ("scalar-bound", ("scalar",)))
+    best = None
+    for name, v in (ratios or {}).items():
+        v, low = _num(v), name.lower()
+        percent = "pct" in low or "%" in low
+        if v is None or not (percent or "ratio" in low) or "cflt" in low:
+            continue
+        frac = v / 100.0 if percent else v
+        cat = next((c for c, keys in cats if any(k in low for k in keys)), None)
+        if cat is None:
+            continue
+        if best is None or frac > best[2]:
+            best = (cat, name, frac)
+    if best is None:
+        return {"bound": None, "why": "no pipe utilisation counter recognised"}
+    cat, name, frac = best
+    if frac >= PMU_BOUND_THRESHOLD:
+        return {"bound": cat, "why": f"{name} = {frac:.0%} >= {PMU_BOUND_THRESHOLD:.0%}", "busiest": name}
+    return {"bound": "latency-bound", "why": f"busiest pipe {name} = {frac:.0%} < {PMU_BOUND_THRESHOLD:.0%}",
+            "busiest": name}
+
+
+def decompose_case(case: dict, parts: dict, peaks: dict, where: str) -> dict:
+    """Decompose one ``per_case`` entry of a performance.json.
+
+    ``peaks``: ``{"nominal_tflops": float|None, "nominal_source": str, "peak_tflops": {key: TFLOP/s},
+    "bandwidth_gbps": float|None}``. Returns the row written to mfu_decompose.json (see module docstring).
+    Raises UserError (``where``: case <i>: what - fix) when a measured case lacks kernel time or FLOPs.
+    """
+    cid = case.get("case")
+    row = {"case": cid, "shape": case.get("shape"), "status": "ok", "flags": []}
+    if case.get("skipped"):
+        row.update(status="skipped", reason=str(case["skipped"]))
+        return row
+    impl = case.get("measured_impl") or "asc"
+    err = case.get(f"{impl}_error") or case.get("asc_error") or case.get("ref_error")
+    if err and not case.get("kernel_time_ns"):
+        row.update(status="error", reason=str(err))
+        return row
+    dtype_raw = case.get("compute_dtype") or case.get("dtype")
+    try:
+        dtype = canonical_dtype(dtype_raw) if dtype_raw else None
+    except UserError:
+        dtype = str(dtype_raw)
+    tf32 = bool(case.get("tf32"))
+    t_ns = _num(case.get("kernel_time_ns"))
+    flops = _num(case.get("flops"))
+    if t_ns is None or t_ns <= 0:
+        raise UserError(f"{where}: case {cid}: no kernel_time_ns - the collector recorded no kernels; re-run it "
+                        "with --keep-prof and check the case's flags")
+    if flops is None:
+        raise UserError(f"{where}: case {cid}: no flops - run the collector with --mfu and a flops.py in the work dir")
+    key = calib.peak_key(dtype, tf32) if dtype in ("float16", "bfloat16", "float32", "float64", "int8") else dtype
+    peak_ach = (peaks.get("peak_tflops") or {}).get(key)
+    nom = peaks.get("nominal_tflops")
+    bw = peaks.get("bandwidth_gbps")
+    tflops = flops / t_ns / 1e3
+    nbytes = sum(v for v in (_num(case.get("input_bytes")), _num(case.get("output_bytes"))) if v is not None)
+    row.update(dtype=dtype, tf32=tf32, peak_key=key, kernel_time_ns=t_ns, kernel_time_us=t_ns / 1e3,
+               span_ns=_num(case.get("span_ns")), flops=flops, flops_source=case.get("flops_source"),
+               actual_tflops=tflops, nominal_peak_tflops=nom, measured_peak_tflops=peak_ach,
+               mfu_nom=tflops / nom if nom else None, mfu_ach=tflops / peak_ach if peak_ach else None,
+               bytes=nbytes or None, bandwidth_gbps=bw,
+               mbu=(nbytes / t_ns / bw) if (nbytes and bw) else None,
+               repeat_spread=case.get("repeat_spread"))
+    if row["span_ns"] is not None:
+        row["launch_overhead_ns"] = max(row["span_ns"] - t_ns, 0.0)
+    for f in case.get("flags") or []:
+        _flag(row["flags"], "note", f"collector: {f}")
+    if peak_ach is None:
+        _flag(row["flags"], "warning", f"peak.json has no measured peak for {key!r}: MFU@ach not computed - "
+                                       f"re-run peak_calib.py with --dtypes including it")
+    if case.get("output_bytes") is None:
+        _flag(row["flags"], "note", "output_bytes missing: MBU counts input bytes only")
+    check_utilisation(row["mfu_ach"], f"MFU@ach ({key})", row["flags"], MFU_HINT)
+    if row["mbu"] is not None and row["mbu"] > 1.0:
+        _flag(row["flags"], "warning", f"MBU {row['mbu']:.1%} is above the measured bandwidth: the data was served "
+                                       "from cache (small case) or input/output bytes are over-counted")
+    row["parts"] = _parts(case, parts, flops, peak_ach, nom, row["flags"], where)
+    row["bound_hint"] = _bound_hint(row)
+    if case.get("pmu"):
+        row["pmu_bounds"] = {name: classify_pmu(r) for name, r in case["pmu"].items()}
+    return row
+
+
+def _parts(case, parts, flops, peak_ach, nom, flags, where):
+    kernels = case.get("kernels") or []
+    fparts = case.get("flops_parts") if isinstance(case.get("flops_parts"), dict) else None
+    acc = {p: {"part": p, "kernels": [], "time_ns": 0.0} for p in list(parts) + [OTHER]}
+    for k in kernels:
+        name = str(k.get("name", "?"))
+        t = kernel_time_per_iter_ns(k)
+        if t is None:
+            raise UserError(f"{where}: case {case.get('case')}: kernel {name!r} has no time_per_iter_ns/median_ns "
+                            "- re-run the collector")
+        p = match_part(name, parts)
+        acc[p]["kernels"].append(name)
+        acc[p]["time_ns"] += t
+    total_t = sum(a["time_ns"] for a in acc.values())
+    out = []
+    for p, a in acc.items():
+        if p == OTHER and not a["kernels"]:
+            continue
+        pf = None
+        if fparts is not None:
+            pf = float(fparts.get(p, 0.0)) if p != OTHER else 0.0
+        a.update(time_us=a["time_ns"] / 1e3, time_share=a["time_ns"] / total_t if total_t else None,
+                 flops=pf, flops_share=(pf / flops if (pf is not None and flops) else None))
+        if pf is not None and a["time_ns"] > 0 and p != OTHER:
+            a["tflops"] = pf / a["time_ns"] / 1e3
+            a["mfu_ach"] = a["tflops"] / peak_ach if peak_ach else None
+            a["mfu_nom"] = a["tflops"] / nom if nom else None
+            check_utilisation(a["mfu_ach"], f"part {p!r} MFU@ach", flags,
+                              "flops_parts gives this part FLOPs that other kernels do, or KERNEL_PARTS matches "
+                              "too few kernels (check the patterns against the kernel names)")
+        else:
+            a["tflops"] = a["mfu_ach"] = a["mfu_nom"] = None
+        if pf and not a["kernels"]:
+            _flag(flags, "warning", f"part {p!r} has {pf:.3g} FLOPs but no kernel matched its KERNEL_PARTS patterns "
+                                    f"{parts.get(p)} - check them against the kernel names")
+        out.append(a)
+    if fparts is not None:
+        extra = sorted(set(fparts) - set(parts))
+        if extra and parts:
+            _flag(flags, "warning", f"flops_parts has parts {extra} that KERNEL_PARTS does not map to kernels: "
+                                    "their FLOPs are attributed to no time")
+        s = sum(float(v) for v in fparts.values())
+        if flops and abs(s - flops) > 1e-6 * flops:
+            _flag(flags, "warning", f"sum(flops_parts) = {s:.6g} != flops = {flops:.6g} (check_flops.py checks this)")
+    return out
+
+
+def _bound_hint(row: dict) -> str:
+    """Which roof the case is nearer (no PMU): compute if MFU@ach >= MBU, else memory; both low -> latency."""
+    mfu, mbu = row.get("mfu_ach"), row.get("mbu")
+    if mfu is None and mbu is None:
+        return "unknown (no measured peak or bandwidth)"
+    vals = {"compute": mfu or 0.0, "memory": mbu or 0.0}
+    near = max(vals, key=vals.get)
+    if vals[near] < 0.3:
+        return (f"neither roof is near (MFU@ach {vals['compute']:.0%}, MBU {vals['memory']:.0%}): launch overhead, "
+                "latency or too little parallelism")
+    return f"{near}-bound side (MFU@ach {vals['compute']:.0%}, MBU {vals['memory']:.0%})"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# reports
+
+
+def peaks_for(report: dict, peak: dict) -> dict:
+    """The peaks a report's cases are read against: nominal fp16/bf16 dense peak (performance.json's own peak
+    block, else peak.json's nominal), measured per-mode peaks and bandwidth from peak.json."""
+    nom, src = None, None
+    pblock = report.get("peak") or {}
+    ntf = pblock.get("nominal_tflops")
+    if _num(pblock.get("value_tflops")):  # the figure the collector used for its mfu_nom
+        nom = float(pblock["value_tflops"])
+        src = f"performance.json peak ({pblock.get('source', 'collector')})"
+    elif isinstance(ntf, dict):
+        for d in HALF_DTYPES + ("fp16", "bf16"):
+            if _num(ntf.get(d)):
+                nom, src = float(ntf[d]), f"performance.json peak ({pblock.get('source', 'collector')})"
+                break
+    elif _num(ntf):
+        nom, src = float(ntf), f"performance.json peak ({pblock.get('source', 'collector')})"
+    if nom is None:
+        pn = (peak.get("nominal") or {}).get("tflops") or {}
+        for d in HALF_DTYPES:
+            if _num(pn.get(d)):
+                nom, src = float(pn[d]), f"peak.json nominal ({(peak.get('nominal') or {}).get('source')})"
+                break
+    return {"nominal_tflops": nom, "nominal_source": src or "none: MFU@nom not computed",
+            "peak_tflops": dict(peak.get("peak_tflops") or {}), "bandwidth_gbps": _num(peak.get("bandwidth_gbps"))}
+
+
+def check_same_device(report: dict, peak: dict, where: str, peak_path: str) -> list:
+    """Raise UserError when peak.json was measured on another backend than the report; warn on a name mismatch."""
+    notes = []
+    rb = report.get("backend")
+    pb = peak.get("backend")
+    if rb and pb and rb != pb:
+        raise UserError(f"{peak_path}: measured on backend {pb!r} but {where} ran on {rb!r} - run peak_calib.py on "
+                        f"the {rb} device (peak_calib.py --backend {rb} -o peak.json)")
+    rdev = report.get("device") or {}
+    rname = rdev.get("name") if isinstance(rdev, dict) else str(rdev)
+    pname = (peak.get("device") or {}).get("name")
+    if rname and pname and calib.slug(rname) != calib.slug(pname):
+        notes.append(f"device names differ: {where} ran on {rname!r}, {peak_path} measured {pname!r}")
+    return notes
+
+
+def report_label(path: str, taken: set) -> str:
+    stem = os.path.splitext(os.path.basename(path))[0]
+    base = os.path.basename(os.path.dirname(os.path.abspath(path))) if stem == "performance" else stem
+    label, i = base, 2
+    while label in taken:
+        label, i = f"{base}#{i}", i + 1
+    taken.add(label)
+    return label
+
+
+def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: str | None,
+                     cases=None) -> dict:
+    """Decompose every (or the selected) measured case of one performance.json."""
+    rep = load_report(path)
+    parts, parts_src = find_kernel_parts(rep, path, op_dir)
+    notes = check_same_device(rep, peak, path, peak_path)
+    if rep.get("backend") == "cpu":
+        notes.append(f"{path}: CPU-interpreter numbers (Triton interpreter, torch CPU GEMM peak) - they validate the "
+                     "pipeline and are never compared with accelerator numbers")
+    peaks = peaks_for(rep, peak)
+    rows = []
+    for c in rep["per_case"]:
+        if cases is not None and c.get("case") not in cases:
+            continue
+        r = decompose_case(c, parts, peaks, path)
+        r["report"] = label
+        rows.append(r)
+    if cases is not None:
+        missing = sorted(set(cases) - {r["case"] for r in rows})
+        if missing:
+            notes.append(f"cases {missing} are not in {path} (measured: "
+                         f"{sorted(c.get('case') for c in rep['per_case'])})")
+    return {"label": label, "path": os.path.abspath(path), "backend": rep.get("backend"),
+            "device": rep.get("device"), "kernel_parts": parts, "kernel_parts_source": parts_src,
+            "nominal_tflops": peaks["nominal_tflops"], "nominal_source": peaks["nominal_source"],
+            "warmup": rep.get("warmup"), "repeats": rep.get("repeats"), "timing_method": rep.get("timing_method"),
+            "notes": notes, "rows": rows}
+
+
+def maxima(rows: list) -> dict:
+    """The best measured case by MFU@ach and by MFU@nom (the spec's "maximum")."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    out = {}
+    for key in ("mfu_ach", "mfu_nom", "actual_tflops"):
+        cand = [r for r in ok if r.get(key) is not None]
+        if cand:
+            b = max(cand, key=lambda r: r[key])
+            out[key] = {"value": b[key], "report": b.get("report"), "case": b["case"], "dtype": b.get("dtype")}
+    return out
+
+
+def reading_aid(rows: list, peak_tflops: dict) -> list:
+    """The three reading steps of the skill spec ("输出怎么读"), made concrete for these rows. Returns lines."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    lines = []
+    # 1. dtypes: only MFU@ach compares across dtypes
+    dtypes = sorted({r["dtype"] for r in ok if r.get("dtype")})
+    non_half = [r for r in ok if r.get("dtype") not in HALF_DTYPES and r.get("mfu_nom") is not None
+                and r.get("mfu_ach") is not None]
+    if len(dtypes) > 1 or non_half:
+        ex = "; ".join(f"case {r['case']} {r['dtype']}{' (tf32)' if r.get('tf32') else ''}: MFU@nom "
+                       f"{r['mfu_nom']:.1%} vs MFU@ach {r['mfu_ach']:.1%}" for r in non_half[:3])
+        lines.append("1. dtype: compare cases of different dtypes only on MFU@ach (MFU@nom divides every dtype by "
+                     "the fp16/bf16 nominal peak)" + (f" - {ex}" if ex else "") + ".")
+    else:
+        lines.append(f"1. dtype: all cases are {dtypes[0] if dtypes else '?'}; MFU@nom and MFU@ach rank them "
+                     "alike.")
+    # 2. the part that drags
+    drags = []
+    for r in ok:
+        for p in r.get("parts") or []:
+            ts, fs = p.get("time_share"), p.get("flops_share")
+            if ts is None or ts < DRAG_MIN_TIME_SHARE:
+                continue
+            if p["part"] == OTHER:
+                drags.append(f"case {r['case']}{_rep(r, rows)}: unmatched kernels ('other') take {ts:.0%} of the "
+                             "time and do no counted FLOPs")
+                continue
+            if fs is None:
+                continue
+            if fs == 0 or ts >= DRAG_RATIO * fs:
+                mfu = f", MFU@ach {p['mfu_ach']:.1%}" if p.get("mfu_ach") is not None else ""
+                drags.append(f"case {r['case']}{_rep(r, rows)}: {p['part']} takes {ts:.0%} of the time for "
+                             f"{fs:.1%} of the FLOPs{mfu}")
+    if drags:
+        lines.append("2. the part that drags (time share far above FLOPs share): " + "; ".join(drags[:6]) +
+                     " - optimise it first.")
+    elif any(r.get("parts") and any(p.get("flops_share") is not None for p in r["parts"]) for r in ok):
+        lines.append("2. no part takes >= 2x its FLOPs share of the time: time follows the work.")
+    else:
+        lines.append("2. no per-part FLOPs (flops_parts/KERNEL_PARTS absent): add them to flops.py to see which "
+                     "part drags.")
+    # 3. fp32 vs fp16/bf16 throughput of the same part: is the cube/tensor unit waiting?
+    lines.extend(_dtype_throughput_lines(ok, peak_tflops, multi=len({r.get("report") for r in rows}) > 1))
+    # 4. PMU bound labels, where the collector recorded pipe counters
+    pmu = [f"case {r['case']}{_rep(r, rows)} {k}: {b['bound']} ({b['why']})" for r in ok
+           for k, b in (r.get("pmu_bounds") or {}).items() if b.get("bound")]
+    if pmu:
+        lines.append("4. PMU bound per kernel (pipe >= 80% busy bounds it; below, latency-bound): " +
+                     "; ".join(pmu[:8]) + ("; ..." if len(pmu) > 8 else "") + ".")
+    return lines
+
+
+def _rep(r, rows):
+    return f" [{r['report']}]" if len({x.get("report") for x in rows}) > 1 else ""
+
+
+def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
+    out = []
+    by = {}
+    for r in ok:
+        for p in r.get("parts") or []:
+            if p.get("tflops"):
+                by.setdefault((r.get("report"), p["part"]), []).append((r, p))
+    for (rep, part), items in sorted(by.items(), key=lambda kv: str(kv[0])):
+        f32 = [(r, p) for r, p in items if r["dtype"] == "float32"]
+        f16 = [(r, p) for r, p in items if r["dtype"] in HALF_DTYPES]
+        if not f32 or not f16:
+            continue
+        r32, p32 = max(f32, key=lambda rp: rp[1]["tflops"])
+        r16, p16 = max(f16, key=lambda rp: rp[1]["tflops"])
+        ratio = p32["tflops"] / p16["tflops"]
+        k32, k16 = r32["peak_key"], r16["peak_key"]
+        if peak_tflops.get(k32) and peak_tflops.get(k16):
+            expect, src = peak_tflops[k32] / peak_tflops[k16], f"measured {k32}/{k16} peak ratio"
+        else:
+            expect, src = 0.25, "the ~1/4 fp32:fp16 cube ratio (skill spec)"
+        same = r32.get("shape") == r16.get("shape")
+        verdict = ("fp32 did not drop with the peak: the cube/tensor unit is waiting (memory, vector or scalar "
+                   "work bounds it), so raising cube utilisation will not help"
+                   if ratio > 2 * expect else
+                   "fp32 dropped about as far as the peak: this part is compute-bound")
+        out.append(f"3. {part}{f' [{rep}]' if multi else ''}: {p32['tflops']:.1f} TFLOP/s in fp32 (case "
+                   f"{r32['case']}) vs {p16['tflops']:.1f} in {r16['dtype']} (case {r16['case']}) = {ratio:.2f}, "
+                   f"expected ~{expect:.2f} ({src}){'' if same else ' [different shapes]'} - {verdict}.")
+    if not out:
+        out.append("3. fp32 vs fp16: no part ran in both fp32 and fp16/bf16 here; measure a case in each dtype to "
+                   "tell whether the cube/tensor unit is waiting.")
+    return out
+
+
+def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, include_current: bool = True) -> dict:
+    """The body of mfu_decompose.json: reports (each with rows), maxima, reading aid, errors/warnings.
+
+    ``reports``: list of ``(label or None, path)`` decomposed after the work directory's own performance.json
+    (left out with ``include_current=False``).
+    """
+    peak = calib.read_peak_json(peak_path)
+    todo = []
+    if include_current:
+        if not op_dir:
+            raise UserError("--op-dir is needed to find performance.json (or give --report and --no-current)")
+        todo.append((None, os.path.join(op_dir, "performance.json")))
+    todo.extend(reports or [])
+    if not todo:
+        raise UserError("nothing to decompose: give --op-dir with a performance.json or --report PATH")
+    taken, out_reports = set(), []
+    for label, path in todo:
+        if label:
+            taken.add(label)
+        out_reports.append(decompose_report(path, label or report_label(path, taken), peak, peak_path, op_dir,
+                                            cases))
+    rows = [r for rep in out_reports for r in rep["rows"]]
+    errors = [f"{r['report']} case {r['case']}: {f['message']}" for r in rows for f in r.get("flags", [])
+              if f["level"] == "error"]
+    warnings = [f"{r['report']} case {r['case']}: {f['message']}" for r in rows for f in r.get("flags", [])
+                if f["level"] == "warning"]
+    return {"peak_json": os.path.abspath(peak_path), "peak_label": peak.get("label"),
+            "peak_backend": peak.get("backend"), "peak_device": peak.get("device"),
+            "peak_tflops": peak.get("peak_tflops"), "bandwidth_gbps": peak.get("bandwidth_gbps"),
+            "reports": out_reports, "maxima": maxima(rows),
+            "reading_aid": reading_aid(rows, peak.get("peak_tflops") or {}),
+            "errors": errors, "warnings": warnings,
+            "notes": [n for rep in out_reports for n in rep["notes"]]}

@@ -1,0 +1,716 @@
+"""The flops.py contract (DESIGN.md "Work directory" and "FLOPs"): loading, calling, helpers for its authors.
+
+A work directory's ``flops.py`` defines
+
+* ``flops(case) -> float``: the operator's semantic FLOPs for one parsed case line (the dict with ``inputs``),
+  2 FLOPs per multiply-accumulate of matrix work; softmax, activations and casts are not counted; an operator with
+  no matrix work counts its vector arithmetic. Where the FLOPs depend on values that ``get_input_groups()`` draws at
+  random (sequence lengths, top-k indices), define ``flops(case, args)``: it receives the forward arguments built
+  for that case (seeded; the seed is recorded in flops_check.json). Large tensors in ``args`` may be meta tensors
+  (shapes only); small ones (lengths, indices) carry their values.
+* optional ``flops_parts(case[, args]) -> {part: flops}``: must sum to ``flops(case)``;
+* optional ``KERNEL_PARTS = {part: [fnmatch patterns]}``: the parts whose kernels the decomposition times; every
+  key must be a key of ``flops_parts``; first matching part wins, unmatched kernels form "other";
+* optional ``compute_dtype(case) -> str``: overrides "the dtype of the first floating tensor input".
+
+A case the operator does not define raises ``ValueError("case rejected: <reason>")`` (the team convention, see
+:func:`mfulib.errors.rejection_reason`), in flops.py as in the reference.
+
+Helpers for flops.py authors (``from mfulib.flops_contract import shape, attr, ...``; scripts/ is on sys.path when
+flops.py is loaded through :func:`load_flops`): :func:`shape`, :func:`attr`, :func:`dtype`, :func:`has` read a
+case's tensors and attributes by name or position (built on :func:`mfulib.cases.case_value`);
+:func:`matmul_flops` and :func:`attention_pairs` / :func:`attention_flops` are closed-form counts. The tracer
+(:mod:`mfulib.flopcount`) counts pairs its own way (per-row sums, or the reference's mask values), so a mistake in
+one does not hide in the other.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import re
+import sys
+
+from . import cases as _cases
+from .errors import UserError, rejection_reason
+
+REVIEW_MARK = "# REVIEW"
+_REQUIRED = object()
+UNLIMITED = 1 << 62
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reading a case (by name or position)
+# ----------------------------------------------------------------------------------------------------------------
+
+def tensor(case: dict, key):
+    """:class:`mfulib.cases.TensorInfo` of input ``key`` (name or 0-based position); KeyError if not a tensor."""
+    v = _cases.case_value(case, key)
+    if not isinstance(v, _cases.TensorInfo):
+        raise KeyError(f"input {key!r} is an attribute, not a tensor")
+    return v
+
+
+def shape(case: dict, key) -> list:
+    """Shape (list of ints) of tensor input ``key`` (name or position)."""
+    return list(tensor(case, key).shape)
+
+
+def dtype(case: dict, key) -> str:
+    """Canonical dtype name ("float16", ...) of tensor input ``key``."""
+    return tensor(case, key).dtype
+
+
+def attr(case: dict, key, default=_REQUIRED):
+    """Value of attribute ``key`` (name or position); ``default`` when absent (KeyError if no default)."""
+    try:
+        v = _cases.case_value(case, key)
+    except KeyError:
+        if default is _REQUIRED:
+            raise
+        return default
+    if isinstance(v, _cases.TensorInfo):
+        raise KeyError(f"input {key!r} is a tensor, not an attribute")
+    return v
+
+
+def has(case: dict, key) -> bool:
+    """True when the case has an input named ``key`` (an optional tensor given as null counts as absent)."""
+    try:
+        return _cases.case_value(case, key) is not None
+    except KeyError:
+        return False
+
+
+def numel(case: dict, key) -> int:
+    return tensor(case, key).numel
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Closed-form counts
+# ----------------------------------------------------------------------------------------------------------------
+
+def matmul_flops(m: int, n: int, k: int, batch: int = 1) -> int:
+    """2 * batch * m * n * k: [batch, m, k] @ [batch, k, n] (2 FLOPs per multiply-accumulate)."""
+    return 2 * int(batch) * int(m) * int(n) * int(k)
+
+
+def _sum_clipped_linear(a: int, b: int, slope: int, c: int) -> int:
+    """sum over integers i in [a, b) of max(0, slope * i + c), slope in {-1, 0, 1}."""
+    if b <= a:
+        return 0
+    if slope == 0:
+        return (b - a) * max(0, c)
+    if slope == 1:
+        lo = max(a, -c)
+        return 0 if lo >= b else (b - lo) * (lo + c + b - 1 + c) // 2
+    hi = min(b, c + 1)  # slope -1: positive while i <= c
+    return 0 if hi <= a else (hi - a) * (c - a + c - (hi - 1)) // 2
+
+
+def attention_pairs(s_q: int, s_k: int, causal: bool = False, align: str = "top_left",
+                    window_left: int | None = None, window_right: int | None = None) -> int:
+    """Number of (query i, key j) pairs that take part in attention of one (batch, head).
+
+    Query i sees key j iff ``lo(i) <= j <= hi(i)`` within [0, s_k), with ``off = 0`` for ``align="top_left"`` and
+    ``off = s_k - s_q`` for ``align="bottom_right"`` (FlashAttention-2 / torch_npu sparse_mode 3: the last query
+    sees every key), and
+
+        hi(i) = i + off                      if causal, else i + off + window_right (unlimited when None/<0)
+        lo(i) = i + off - window_left        (unlimited when None/<0)
+
+    Closed form (arithmetic series over the pieces where lo/hi are clipped), so it is exact for any size. Rows
+    with no visible key count 0: the result never exceeds s_q * s_k.
+    """
+    s_q, s_k = int(s_q), int(s_k)
+    if s_q <= 0 or s_k <= 0:
+        return 0
+    if align not in ("top_left", "bottom_right"):
+        raise ValueError(f"align must be 'top_left' or 'bottom_right', not {align!r}")
+    off = 0 if align == "top_left" else s_k - s_q
+    right = 0 if causal else (UNLIMITED if window_right is None or window_right < 0 else int(window_right))
+    left = UNLIMITED if window_left is None or window_left < 0 else int(window_left)
+    c_hi, c_lo = off + right, off - left  # hi(i) = min(s_k - 1, i + c_hi), lo(i) = max(0, i + c_lo)
+    # breakpoints where a clip starts/stops acting
+    cuts = sorted({0, s_q, min(max(s_k - 1 - c_hi, 0), s_q), min(max(-c_lo, 0), s_q)})
+    total = 0
+    for a, b in zip(cuts, cuts[1:]):
+        hi_clipped = a >= s_k - 1 - c_hi       # hi = s_k - 1 on the whole piece
+        lo_clipped = a < -c_lo                 # lo = 0 on the whole piece
+        slope = (0 if hi_clipped else 1) - (0 if lo_clipped else 1)
+        const = ((s_k - 1) if hi_clipped else c_hi) - (0 if lo_clipped else c_lo) + 1
+        total += _sum_clipped_linear(a, b, slope, const)
+    return total
+
+
+def attention_flops(pairs: int, heads: int, d_qk: int, d_v: int | None = None, batch: int = 1) -> int:
+    """QK^T plus PV over ``pairs`` (q, k) pairs per (batch, head): 2 * batch * heads * pairs * (d_qk + d_v)."""
+    d_v = d_qk if d_v is None else d_v
+    return 2 * int(batch) * int(heads) * int(pairs) * (int(d_qk) + int(d_v))
+
+
+def _rows_clipped_sum(a: int, b: int, c: int, s_k: int) -> int:
+    """sum over i in [a, b) of clip(i + c, 0, s_k) = max(0, i + c) - max(0, i + c - s_k)."""
+    return _sum_clipped_linear(a, b, 1, c) - _sum_clipped_linear(a, b, 1, c - s_k)
+
+
+ATTENTION_LAYOUTS = ("BNSD", "BSND", "BSH", "SBH", "TND")
+
+
+def attention_dims(case: dict, query="query", key="key", value="value", layout: str = "BNSD",
+                   head_num: int | None = None) -> dict:
+    """Attention sizes of a case from its q/k/v shapes in ``layout`` (the torch_npu names):
+
+        BNSD [B, N, S, D]   BSND [B, S, N, D]   BSH [B, S, N*D]   SBH [S, B, N*D]   TND [T, N, D] (varlen tokens)
+
+    Returns {"b", "hq", "hkv", "s_q", "s_k", "d", "d_v"} (b is None for TND). BSH/SBH need ``head_num`` (query
+    heads; key heads follow from the key's hidden size / d). Raises ValueError("case rejected: ...") when the
+    shapes do not pair (query heads not a multiple of key heads, head dims differ).
+    """
+    q, k, v = shape(case, query), shape(case, key), shape(case, value)
+    lay = str(layout).upper().split("_")[0]
+    if lay not in ATTENTION_LAYOUTS:
+        raise ValueError(f"case rejected: layout {layout!r} is not one of {', '.join(ATTENTION_LAYOUTS)}")
+    rank = 3 if lay in ("BSH", "SBH", "TND") else 4
+    if not len(q) == len(k) == len(v) == rank:
+        raise ValueError(f"case rejected: layout {lay} needs {rank}-D q/k/v, got {q}, {k}, {v}")
+    if lay in ("BSH", "SBH"):
+        if not head_num or q[2] % int(head_num):
+            raise ValueError(f"case rejected: hidden {q[2]} is not divisible by head_num {head_num}")
+        hq = int(head_num)
+        d = q[2] // hq
+        if k[2] % d or v[2] % d:
+            raise ValueError(f"case rejected: key/value hidden {k[2]}/{v[2]} is not a multiple of head dim {d}")
+        hkv = k[2] // d
+        d_v = v[2] // hkv
+        (b, s_q), s_k = ((q[0], q[1]), k[1]) if lay == "BSH" else ((q[1], q[0]), k[0])
+    elif lay == "BSND":
+        b, s_q, hq, d, s_k, hkv, d_v = q[0], q[1], q[2], q[3], k[1], k[2], v[3]
+    elif lay == "BNSD":
+        b, hq, s_q, d, hkv, s_k, d_v = q[0], q[1], q[2], q[3], k[1], k[2], v[3]
+    else:
+        b, s_q, hq, d, s_k, hkv, d_v = None, q[0], q[1], q[2], k[0], k[1], v[2]
+    if hkv <= 0 or hq % hkv or k[-1] != q[-1] and lay not in ("BSH", "SBH"):
+        raise ValueError(f"case rejected: query heads {hq} / key heads {hkv} / head dims {q[-1]}, {k[-1]} do not pair")
+    return {"b": b, "hq": hq, "hkv": hkv, "s_q": s_q, "s_k": s_k, "d": d, "d_v": d_v}
+
+
+NPU_SPARSE_MODES = {0: "defaultMask", 1: "allMask", 2: "leftUpCausal", 3: "rightDownCausal", 4: "band",
+                    5: "prefix (non-compressed)", 6: "prefix (compressed)", 7: "varlen rightDownCausal",
+                    8: "varlen leftUpCausal"}
+
+
+def npu_sparse_pairs(sparse_mode: int, s_q: int, s_k: int, pre_tokens: int = 2147483647,
+                     next_tokens: int = 2147483647, atten_mask: bool = False, prefix: int | None = None) -> int:
+    """Pairs of one (batch, head) for torch_npu's ``sparse_mode`` (npu_fusion_attention / FlashAttentionScore):
+
+    0 defaultMask: no atten_mask -> every pair (pre/next tokens are ignored without a mask); with a mask the
+      band [i - pre_tokens, i + next_tokens] from the top-left corner;  2 leftUpCausal: j <= i;
+    3 rightDownCausal: j <= i + s_k - s_q;  4 band: [i + off - pre_tokens, i + off + next_tokens], off = s_k - s_q;
+    5/6 prefix: bottom-right causal plus the first ``prefix`` keys for every query;  7/8: per sequence as 3/2.
+    1 allMask takes the pairs from the mask's values, which shapes do not give: ValueError("case rejected: ...").
+    """
+    mode = int(sparse_mode)
+    if mode == 0:
+        if not atten_mask:
+            return int(s_q) * int(s_k)
+        return attention_pairs(s_q, s_k, window_left=pre_tokens, window_right=next_tokens)
+    if mode in (2, 8):
+        return attention_pairs(s_q, s_k, causal=True)
+    if mode in (3, 7):
+        return attention_pairs(s_q, s_k, causal=True, align="bottom_right")
+    if mode == 4:
+        return attention_pairs(s_q, s_k, align="bottom_right", window_left=pre_tokens, window_right=next_tokens)
+    if mode in (5, 6):
+        if prefix is None:
+            raise ValueError(f"case rejected: sparse_mode {mode} ({NPU_SPARSE_MODES[mode]}) needs prefix")
+        off, p = int(s_k) - int(s_q), int(prefix)
+        r = min(max(p - 1 - off, 0), int(s_q))  # rows whose causal span is shorter than the prefix
+        return r * min(p, int(s_k)) + _rows_clipped_sum(r, int(s_q), off + 1, int(s_k))
+    raise ValueError(f"case rejected: sparse_mode {mode} ({NPU_SPARSE_MODES.get(mode, 'unknown')}) takes its "
+                     "pairs from atten_mask values: count them in flops(case, args)")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Loading and calling flops.py
+# ----------------------------------------------------------------------------------------------------------------
+
+class FlopsFile:
+    """A loaded flops.py. Raises UserError (naming the file and the fix) when it breaks the contract."""
+
+    def __init__(self, path):
+        from .opdir import import_file
+        self.path = os.path.abspath(os.fspath(path))
+        if not os.path.exists(self.path):
+            raise UserError(f"{self.path}: no flops.py - write one (draft: flops_generator.py --model model.py "
+                            "--cases <cases> -o flops.py) or copy a checked one")
+        scripts_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        if scripts_dir not in sys.path:
+            sys.path.insert(0, scripts_dir)
+        try:
+            self.module = import_file(self.path, "flops")
+        except Exception as exc:
+            raise UserError(f"{self.path}: does not import ({type(exc).__name__}: {exc}) - fix the file") from None
+        fn = getattr(self.module, "flops", None)
+        if not callable(fn):
+            raise UserError(f"{self.path}: defines no flops(case) function - add `def flops(case): ...`")
+        self.takes_args = _n_positional(fn) >= 2
+        parts_fn = getattr(self.module, "flops_parts", None)
+        self.has_parts = callable(parts_fn)
+        self.kernel_parts = self._kernel_parts()
+        with open(self.path, encoding="utf-8") as f:
+            self.source = f.read()
+
+    def _kernel_parts(self):
+        kp = getattr(self.module, "KERNEL_PARTS", None)
+        if kp is None:
+            return None
+        from .decompose import check_kernel_parts
+        return check_kernel_parts(kp, self.path)
+
+    def review_lines(self) -> list:
+        """[(line number, text)] of the lines with a ``# REVIEW`` comment (what a generator draft guessed)."""
+        return [(i, ln.strip()) for i, ln in enumerate(self.source.splitlines(), 1) if REVIEW_MARK in ln]
+
+    def flops(self, case: dict, args=None) -> float:
+        """FLOPs of ``case`` (exceptions from flops.py propagate: callers classify rejections)."""
+        fn = self.module.flops
+        v = fn(case, args) if self.takes_args else fn(case)
+        return float(v)
+
+    def parts(self, case: dict, args=None):
+        """{part: FLOPs} or None when flops.py defines no flops_parts."""
+        if not self.has_parts:
+            return None
+        fn = self.module.flops_parts
+        v = fn(case, args) if _n_positional(fn) >= 2 else fn(case)
+        if not isinstance(v, dict):
+            raise UserError(f"{self.path}: flops_parts() returned {type(v).__name__}, not a dict {{part: flops}}")
+        return {str(k): float(x) for k, x in v.items()}
+
+    def compute_dtype(self, case: dict, case_id: int = 0) -> str | None:
+        """flops.py's compute_dtype(case) if defined, else the first floating tensor input's dtype."""
+        fn = getattr(self.module, "compute_dtype", None)
+        if callable(fn):
+            return _cases.canonical_dtype(fn(case))
+        return _cases.describe_case(case, case_id).compute_dtype
+
+    def check_kernel_parts_keys(self, part_names) -> list:
+        """Problems with KERNEL_PARTS against the parts flops_parts returns (empty list when fine)."""
+        if not self.kernel_parts:
+            return []
+        if part_names is None:
+            return [f"KERNEL_PARTS is defined but flops_parts is not: define flops_parts(case) with the keys "
+                    f"{sorted(self.kernel_parts)}"]
+        extra = sorted(set(self.kernel_parts) - set(part_names))
+        problems = []
+        if extra:
+            problems.append(f"KERNEL_PARTS parts {extra} are not keys of flops_parts {sorted(part_names)}: rename "
+                            "them so each timed part has its FLOPs")
+        empty = sorted(k for k, v in self.kernel_parts.items() if not v)
+        if empty:
+            problems.append(f"KERNEL_PARTS parts {empty} have no patterns: their kernels would land in 'other'")
+        return problems
+
+
+def _n_positional(fn) -> int:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 1
+    return sum(1 for p in sig.parameters.values()
+               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+
+
+def load_flops(path) -> FlopsFile:
+    """Load a flops.py (raises UserError when missing, broken or without ``flops``)."""
+    return FlopsFile(path)
+
+
+def evaluate_case(ff: FlopsFile, case: dict, args=None) -> dict:
+    """Call flops.py on one case: {"flops", "flops_parts", "status": ok|rejected|error, "reason"} (never raises)."""
+    row = {"flops": None, "flops_parts": None, "status": "ok", "reason": None}
+    try:
+        row["flops"] = ff.flops(case, args)
+        row["flops_parts"] = ff.parts(case, args)
+    except Exception as exc:
+        reason = rejection_reason(exc)
+        if reason is not None:
+            row.update(status="rejected", reason=reason)
+        else:
+            row.update(status="error", reason=f"{type(exc).__name__}: {exc}")
+    return row
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# actual_seq_lengths consistency
+# ----------------------------------------------------------------------------------------------------------------
+
+_LENGTH_ATTR = re.compile(r"actual_seq|seq_?lens?$|seqlens|cu_seq|kv_?lens?$|context_lens", re.I)
+
+
+def sequence_length_problems(case: dict, case_id: int = 0) -> list:
+    """Problems with length attributes (actual_seq_lengths & co.) against the tensor shapes; [] when consistent.
+
+    Per-batch lists need one non-negative length per batch entry, each at most the sequence axis; cumulative
+    lists (``cu_seqlens*``, ``actual_seq_qlen/kvlen``, layout TND) must be non-decreasing and end at most at T.
+    Axes follow ``input_layout`` when the case has one (BSH/BSND: [B, S, ...], SBH: [S, B, ...], BNSD:
+    [B, N, S, D], TND: [T, N, D]); else [B, S, ...].
+    """
+    info = _cases.describe_case(case, case_id)
+    tensors = [t for t in info.tensors if t.dtype in _cases.FLOAT_DTYPES]
+    if not tensors:
+        return []
+    layout = str(info.attrs.get("input_layout") or info.attrs.get("layout") or "BSH").upper().split("_")[0]
+    problems = []
+    for name, value in info.attrs.items():
+        if not _LENGTH_ATTR.search(name) or value is None:
+            continue
+        vals = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+            problems.append(f"{name} = {value!r}: lengths must be integers")
+            continue
+        ref = tensors[1] if ("kv" in name.lower() and len(tensors) > 1) else tensors[0]
+        shp = ref.shape
+        cumulative = "cu_" in name.lower() or name.lower().endswith(("qlen", "kvlen")) or layout == "TND"
+        if any(v < 0 for v in vals):
+            problems.append(f"{name} = {vals}: negative length")
+            continue
+        if cumulative:
+            if any(b < a for a, b in zip(vals, vals[1:])):
+                problems.append(f"{name} = {vals}: cumulative lengths must not decrease")
+            if shp and vals and vals[-1] > shp[0]:
+                problems.append(f"{name} ends at {vals[-1]} > {shp[0]} tokens of {ref.name} {shp}")
+            continue
+        if len(shp) < 2:
+            continue
+        b_axis, s_axis = {"SBH": (1, 0), "BNSD": (0, 2)}.get(layout, (0, 1))
+        if s_axis >= len(shp):
+            continue
+        if isinstance(value, list) and len(vals) != shp[b_axis]:
+            problems.append(f"{name} has {len(vals)} lengths but {ref.name} {shp} has batch {shp[b_axis]} "
+                            f"(layout {layout})")
+        if max(vals, default=0) > shp[s_axis]:
+            problems.append(f"{name} = {vals}: a length exceeds the sequence axis {shp[s_axis]} of {ref.name} {shp} "
+                            f"(layout {layout})")
+    return problems
+
+
+def padded_lengths(case: dict, case_id: int = 0):
+    """(sum of actual lengths, padded total b*s) when the case has a per-batch length list, else None."""
+    info = _cases.describe_case(case, case_id)
+    for name, value in info.attrs.items():
+        if _LENGTH_ATTR.search(name) and isinstance(value, list) and value and "cu_" not in name.lower():
+            t = next((t for t in info.tensors if t.dtype in _cases.FLOAT_DTYPES), None)
+            if t is not None and len(t.shape) >= 2 and all(isinstance(v, int) for v in value):
+                return sum(value), len(value) * t.shape[1]
+    return None
+
+
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checking a flops.py against the reference (check_flops.py)
+# ----------------------------------------------------------------------------------------------------------------
+
+SCHEMA = 1
+NOISE_MARGIN = 0.03           # DESIGN.md: MFU above 100% of the peak by more than 3% is an error
+RATIO_TWO_BAND = (1.8, 2.2)
+RATIO_HALF_BAND = (0.45, 0.55)
+_ORDER = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
+
+
+def _check(name, status, detail):
+    return {"name": name, "status": status, "detail": detail}
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _breakdown(by_op: dict) -> str:
+    items = sorted(((k, v) for k, v in by_op.items() if v), key=lambda kv: -abs(kv[1]))
+    return ", ".join(f"{k} {v:.4g}" for k, v in items[:6]) or "nothing"
+
+
+def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float = 0.01,
+                        accept_unseen: bool = False) -> dict:
+    """The tracer check of one case: {"status", "ratio", "diagnosis"}.
+
+    ``ev`` is :func:`evaluate_case`'s row, ``tr`` a :class:`mfulib.flopcount.TraceResult`. Diagnoses, in order:
+    rejections must agree; tracer 0 names the ops it cannot see (or says the reference has no matrix work);
+    ratio flops.py / tracer within ``tolerance`` passes; flops.py equal to the tracer's dense count means a
+    causal/sparse reduction is missing; equal to the tracer without one op's work means that work (projections)
+    is missing; > 1 with actual_seq_lengths means padded lengths; ~2 causal missed; ~0.5 one FLOP per MAC;
+    < 0.5 projections missed.
+    """
+    out = {"status": "pass", "ratio": None, "diagnosis": ""}
+    if tr.status == "rejected":
+        if ev["status"] == "rejected":
+            out["diagnosis"] = f"rejected by the reference and by flops.py ({tr.reason})"
+        else:
+            out.update(status="fail", diagnosis=f"the reference rejects this case ({tr.reason}) but flops.py "
+                       f"returns {_fmt(ev['flops'])}: reject it in flops.py too (raise ValueError(\"case rejected: "
+                       "...\"))")
+        return out
+    if ev["status"] == "rejected":
+        if tr.status == "ok":
+            out.update(status="fail", diagnosis=f"flops.py rejects this case ({ev['reason']}) but the reference runs "
+                       f"it ({_fmt(tr.total_flops)} FLOPs): give it FLOPs or make the reference reject it")
+        else:
+            out.update(status="warn", diagnosis=f"flops.py rejects this case ({ev['reason']}); tracer: {tr.reason}")
+        return out
+    if ev["status"] != "ok":
+        out.update(status="fail", diagnosis=f"flops.py raised {ev['reason']}")
+        return out
+    if tr.status != "ok":
+        out.update(status="warn", diagnosis=f"unverified: the tracer could not run the reference ({tr.status}: "
+                   f"{tr.reason})")
+        return out
+    f, t = ev["flops"], tr.total_flops
+    unseen = ", ".join(f"{k} (x{v})" for k, v in sorted(tr.unseen_ops.items()))
+    if not t:
+        if tr.unseen_ops:
+            out.update(status="warn" if accept_unseen else "fail",
+                       diagnosis=f"tracer counted 0: the reference's work is in ops it cannot see: {unseen}; "
+                       "flops.py is unverified - register a formula in mfulib.flopcount.REGISTRY or check it by "
+                       "hand (--accept-unseen passes it)")
+        else:
+            ops = ", ".join(sorted(tr.vector_ops)[:6]) or "none"
+            out["diagnosis"] = (f"tracer 0 as expected: the reference has no matrix work (vector ops: {ops}); "
+                                "flops.py counts vector arithmetic - read this operator through MBU")
+        return out
+    ratio = f / t
+    out["ratio"] = ratio
+    if abs(ratio - 1.0) <= tolerance:
+        if tr.unseen_ops:
+            out.update(status="warn", diagnosis=f"ok (ratio {ratio:.4f}), but the tracer also saw ops it cannot "
+                       f"count: {unseen}")
+        else:
+            out["diagnosis"] = f"ok (ratio {ratio:.4f})"
+        return out
+    out["status"] = "fail"
+    removed = sum(c["dense_flops"] - c["counted_flops"] for c in tr.mask_corrections)
+    dense = t + removed
+    pl = padded_lengths(case, case_id)
+    if removed and abs(f / dense - 1.0) <= tolerance:
+        out["diagnosis"] = (f"ratio {ratio:.3f}: flops.py counts the dense score matrix, but the reference masks "
+                            f"{removed / dense:.1%} of its matrix work (causal/window/padding mask): count only the "
+                            "unmasked (q, k) pairs (bottom-right causal when s_k != s_q if the reference aligns so)")
+        return out
+    for op, v in tr.by_op.items():
+        if v and abs(f - (t - v)) <= tolerance * t:
+            out["diagnosis"] = (f"ratio {ratio:.3f}: flops.py equals the tracer without its {op} work ({v:.4g} "
+                                f"FLOPs): that work is missing in flops.py"
+                                + (" (projections / linear layers?)" if op in ("aten::mm", "aten::addmm") else ""))
+            return out
+    if tr.unseen_ops and ratio > 1.0:
+        out.update(status="warn", diagnosis=f"unverified: flops.py/tracer = {ratio:.3f} and the tracer cannot "
+                   f"see {unseen}: the difference may be their work")
+        return out
+    if pl and pl[0] < pl[1] and ratio > 1.0 + tolerance:
+        out["diagnosis"] = (f"ratio {ratio:.3f}: flops.py counts more than the reference and the case has "
+                            f"actual_seq_lengths ({pl[0]} of {pl[1]} padded tokens): count from the actual lengths, "
+                            "not the padded maximum")
+    elif RATIO_TWO_BAND[0] <= ratio <= RATIO_TWO_BAND[1]:
+        out["diagnosis"] = (f"ratio {ratio:.3f} (about 2): flops.py counts twice the reference's work: causal "
+                            "reduction missed, or 2 FLOPs per MAC applied twice")
+    elif RATIO_HALF_BAND[0] <= ratio <= RATIO_HALF_BAND[1]:
+        out["diagnosis"] = (f"ratio {ratio:.3f} (about 0.5): flops.py counts half: 1 FLOP per MAC instead of 2, or "
+                            "a causal halving the reference does not apply")
+    elif ratio < 0.5:
+        out["diagnosis"] = (f"ratio {ratio:.3f} (< 0.5): flops.py misses most of the reference's matrix work - "
+                            f"projections missed? tracer by op: {_breakdown(tr.by_op)}")
+    else:
+        out["diagnosis"] = f"ratio {ratio:.3f}: flops.py and the tracer disagree; tracer by op: {_breakdown(tr.by_op)}"
+    return out
+
+
+def implied_time_check(flops, peak: dict | None, measured_ns=None, max_implied_ms: float = 4000.0) -> dict:
+    """FLOPs / nominal peak = the kernel time at 100% MFU. With a measured kernel time it must not exceed it (+3%);
+    without one it must stay below ``max_implied_ms`` (the search's single-call limit): longer at the peak means an
+    over-count. ``peak``: {"tflops", "source"} or None (check skipped, with the reason)."""
+    if not flops or not math.isfinite(flops):
+        return _check("implied_time", "skip", "no FLOPs")
+    if not peak or not peak.get("tflops"):
+        return _check("implied_time", "skip", (peak or {}).get("source") or
+                      "no nominal peak known (CPU): give --peak-tflops or a peak.json in the work dir")
+    implied_ns = flops / (peak["tflops"] * 1e3)
+    src = f"{peak['tflops']:.4g} TFLOP/s ({peak.get('source')})"
+    if measured_ns:
+        mfu = implied_ns / measured_ns
+        detail = f"implied {implied_ns / 1e3:.4g} us at {src} vs measured {measured_ns / 1e3:.4g} us: MFU {mfu:.1%}"
+        if mfu > 1.0 + NOISE_MARGIN:
+            return _check("implied_time", "fail", detail + " - above the peak: flops.py over-counts (or wrong peak)")
+        return _check("implied_time", "warn" if mfu > 1.0 else "pass", detail)
+    detail = f"implied {implied_ns / 1e6:.4g} ms at {src}"
+    if implied_ns / 1e6 > max_implied_ms:
+        return _check("implied_time", "fail", detail + f" > {max_implied_ms:g} ms: no benchmark call takes that long "
+                      "at the peak - flops.py over-counts (a dimension squared? units?)")
+    return _check("implied_time", "pass", detail)
+
+
+def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: float = 0.01, peak=None,
+               measured_ns=None, max_implied_ms: float = 4000.0, accept_unseen: bool = False,
+               trace_kwargs=None) -> dict:
+    """All checks of one case; returns the flops_check.json row (never raises for a failing case)."""
+    from . import flopcount
+    case = opdir.read_cases()[case_id]
+    info = _cases.describe_case(case, case_id)
+    row = {"case": case_id, "shape": info.shape_str, "dtype": info.dtype_str, "input_bytes": info.input_bytes,
+           "seed": seed}
+    args, arg_err = None, None
+    if ff.takes_args:
+        try:
+            args = flopcount.build_reference_args(opdir, case_id, seed)
+        except Exception as exc:
+            arg_err = exc
+    if arg_err is not None:
+        reason = rejection_reason(arg_err)
+        ev = {"flops": None, "flops_parts": None, "status": "rejected" if reason else "error",
+              "reason": reason or f"building the forward args failed: {type(arg_err).__name__}: {arg_err}"}
+    else:
+        ev = evaluate_case(ff, case, args)
+    try:
+        row["compute_dtype"] = ff.compute_dtype(case, case_id)
+    except Exception as exc:
+        row["compute_dtype"] = None
+        row["compute_dtype_error"] = f"{type(exc).__name__}: {exc}"
+    row.update(flops=ev["flops"], flops_parts=ev["flops_parts"], flops_status=ev["status"], flops_reason=ev["reason"])
+    tr = flopcount.trace_case(opdir, case_id, seed=seed, **(trace_kwargs or {}))
+    row["tracer"] = tr.to_dict()
+    checks = []
+    cmp = compare_with_tracer(ev, tr, case, case_id, tolerance, accept_unseen)
+    row["ratio"], row["diagnosis"] = cmp["ratio"], cmp["diagnosis"]
+    if ev["status"] == "ok":
+        f = ev["flops"]
+        ok = f is not None and math.isfinite(f) and f > 0
+        checks.append(_check("flops_positive", "pass" if ok else "fail",
+                             f"flops = {_fmt(f)}" + ("" if ok else ": must be finite and > 0 (an operator without "
+                                                     "matrix work counts its vector arithmetic)")))
+        parts = ev["flops_parts"]
+        if parts is None:
+            checks.append(_check("parts_sum", "skip", "no flops_parts"))
+        else:
+            total = sum(parts.values())
+            bad = [k for k, v in parts.items() if not math.isfinite(v) or v < 0]
+            good = not bad and abs(total - f) <= max(1e-9 * abs(f), 0.5)
+            checks.append(_check("parts_sum", "pass" if good else "fail",
+                                 f"sum(flops_parts) = {_fmt(total)} vs flops = {_fmt(f)}"
+                                 + (f"; negative/non-finite parts {bad}" if bad else "")
+                                 + ("" if good else " - the parts must add up to flops(case)")))
+        checks.append(implied_time_check(f, peak, measured_ns, max_implied_ms))
+    probs = sequence_length_problems(case, case_id)
+    checks.append(_check("seq_lengths", "fail" if probs else "pass", "; ".join(probs) or "consistent (or none)"))
+    checks.append(_check("tracer", cmp["status"], cmp["diagnosis"]))
+    row["checks"] = checks
+    row["status"] = max((c["status"] for c in checks), key=lambda s: _ORDER[s])
+    if row["status"] == "skip":
+        row["status"] = "pass"
+    return row
+
+
+def file_checks(ff: FlopsFile, rows: list) -> list:
+    """Checks of the file as a whole: KERNEL_PARTS against flops_parts keys, REVIEW markers left in a draft."""
+    checks = []
+    names = next((list(r["flops_parts"]) for r in rows if r.get("flops_parts")), None)
+    if ff.kernel_parts is None:
+        checks.append(_check("kernel_parts", "warn" if ff.has_parts else "skip",
+                             "no KERNEL_PARTS: every kernel is reported as 'other' in the decomposition"))
+    else:
+        probs = ff.check_kernel_parts_keys(names if ff.has_parts else None)
+        checks.append(_check("kernel_parts", "fail" if probs else "pass",
+                             "; ".join(probs) or f"parts {sorted(ff.kernel_parts)} all have FLOPs"))
+    marks = ff.review_lines()
+    if marks:
+        where = "; ".join(f"line {n}: {t[:90]}" for n, t in marks[:12])
+        checks.append(_check("review_markers", "warn", f"{len(marks)} line(s) still marked {REVIEW_MARK} - check "
+                             f"them, then delete the marker: {where}"))
+    return checks
+
+
+def select_cases(opdir, ff, case_ids=None, largest=None) -> list:
+    """Case ids to check: ``case_ids`` if given, else all; ``largest`` keeps the N with the most FLOPs according
+    to flops.py (input bytes where flops.py cannot say without args or raises)."""
+    n = len(opdir.read_cases())
+    ids = list(range(n)) if not case_ids else list(case_ids)
+    bad = [i for i in ids if not 0 <= i < n]
+    if bad:
+        raise UserError(f"{opdir.cases_path}: no case(s) {bad} (ids 0..{n - 1}) - fix --cases")
+    if largest:
+        def size(i):
+            info = opdir.describe(i)
+            if ff is not None and not ff.takes_args:
+                ev = evaluate_case(ff, opdir.read_cases()[i])
+                if ev["status"] == "ok" and ev["flops"]:
+                    return (1, ev["flops"])
+            return (0, info.input_bytes)
+        ids = sorted(sorted(ids, key=size, reverse=True)[:largest])
+    return ids
+
+
+def summarize(rows: list, file_level: list) -> dict:
+    counts = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    ratios = [r["ratio"] for r in rows if r.get("ratio") is not None]
+    passed = not any(r["status"] == "fail" for r in rows) and not any(c["status"] == "fail" for c in file_level)
+    return {"n_cases": len(rows), "by_status": counts,
+            "n_rejected": sum(1 for r in rows if r["tracer"]["status"] == "rejected"),
+            "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
+            "passed": passed}
+
+
+def resolve_peak(work_dir: str, peak_tflops=None, backend: str = "auto") -> dict:
+    """The nominal fp16/bf16 dense peak for the implied-time check: {"tflops": value|None, "source": text}.
+
+    Order: ``peak_tflops`` (the --peak-tflops flag); the work dir's performance.json peak block or peak.json
+    nominal block (read as :func:`mfulib.decompose.peaks_for` reads them); the nominal table of the device this
+    runs on (:func:`mfulib.peaks.nominal_peak_tflops`: NPU cube formula or CUDA datasheet); else None - CPU has no
+    nominal peak, and the check is skipped with that reason.
+    """
+    if peak_tflops:
+        return {"tflops": float(peak_tflops), "source": "--peak-tflops"}
+    from .jsonio import read_json
+    docs = {}
+    for name in ("performance.json", "peak.json"):
+        p = os.path.join(work_dir, name)
+        if os.path.exists(p):
+            try:
+                docs[name] = read_json(p)
+            except (OSError, ValueError) as exc:
+                raise UserError(f"{p}: not readable JSON ({exc}) - fix or remove it") from None
+    if docs:
+        from .decompose import peaks_for
+        got = peaks_for(docs.get("performance.json") or {}, docs.get("peak.json") or {})
+        if got.get("nominal_tflops"):
+            return {"tflops": float(got["nominal_tflops"]), "source": got["nominal_source"]}
+    if backend == "none":
+        return {"tflops": None, "source": "--backend none: implied-time check skipped"}
+    try:
+        from .calib import device_identity
+        from .device import resolve_backend
+        from .peaks import nominal_peak_tflops
+        be, _why = resolve_backend(backend)
+        value, src = nominal_peak_tflops(device_identity(be), "float16")
+    except Exception as exc:  # no device of that kind here
+        return {"tflops": None, "source": f"no nominal peak ({type(exc).__name__}: {exc})"}
+    return {"tflops": value, "source": src}
+
+
+def measured_kernel_ns(work_dir: str) -> dict:
+    """{case id: kernel_time_ns} from the work dir's performance.json (collector output), {} when absent."""
+    from .jsonio import read_json
+    p = os.path.join(work_dir, "performance.json")
+    if not os.path.exists(p):
+        return {}
+    try:
+        doc = read_json(p)
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for row in doc.get("per_case") or []:
+        t = row.get("kernel_time_ns")
+        if isinstance(row.get("case"), int) and isinstance(t, (int, float)) and t > 0:
+            out[row["case"]] = float(t)
+    return out

@@ -1,0 +1,156 @@
+"""performance.json: what the collector measured (schema :data:`SCHEMA`), built by :func:`build_report`.
+
+Top level
+    provenance (mfulib.jsonio.provenance): ``schema, tool, tool_version, command_line, created_at, host, versions,
+    env, device``;
+    upstream ops-profiling fields (reference/ascend_msprof_facts.md §10), same names and meaning:
+    ``task`` (operator name), ``task_dir``, ``n_cases_total`` (entries in per_case, skipped ones included),
+    ``n_cases_valid`` (cases whose requested implementations all have a kernel time),
+    ``geomean_speedup, mean_speedup, median_speedup, min_speedup, max_speedup, total_speedup`` (ref_us / asc_us over
+    cases with both; total = sum ref / sum asc), ``mean_ref_us, median_ref_us, geomean_ref_us, total_ref_us``, the
+    same four for ``asc``, ``warmup, repeats, seed, device_id, device_select_source`` (cli | env | auto),
+    ``timing_method`` (e.g. ``msprof.op_summary.Task_Duration``, ``torch.profiler.cupti.kernel_duration``),
+    ``profiling_mode`` (``quick``); statistics are None where no case supplies them;
+    ``backend`` (npu | cuda | cpu), ``backend_reason``, ``environment`` (CANN checks, ...), ``impl`` (asc | ref |
+    both), ``mfu`` (bool: --mfu given), ``peak`` {``nominal_tflops``: {dtype: TFLOP/s}, ``used_for_mfu_nom``
+    (dtype key, always the fp16/bf16 figure: MFU@nom is dtype-agnostic), ``value_tflops``, ``source``,
+    ``override``}, ``flops_file`` / ``flops_source``, ``kernel_parts`` (KERNEL_PARTS of flops.py),
+    ``selection`` {rule, order, requested}, ``flags`` (run-level notes), ``wall_s``.
+
+``per_case`` entries (one per selected case, in selection order)
+    upstream: ``case`` (0-based id), ``shape`` (``"[2, 64];[64, 8]"``), ``dtype``, ``ref_us``, ``asc_us`` (median
+    per-iteration kernel time, us; None when not measured or failed - never 0), ``speedup``, ``ref_error``,
+    ``asc_error``, ``ref_prof_dir``, ``asc_prof_dir`` (kept raw profile, relative to this file's directory, or None);
+    or ``skipped`` (reason) for a case that was not run;
+    per case, for the measured implementation ``measured_impl`` (asc when requested, else ref):
+    ``compute_dtype``, ``tf32`` (fp32 tl.dot on CUDA uses TF32 unless TRITON_F32_DEFAULT=ieee), ``flops``,
+    ``flops_source``, ``flops_tracer`` (the independent tracer's count from check_flops.py's flops_check.json, None
+    when absent), ``flops_parts`` {part: FLOPs},
+    ``input_bytes``, ``output_bytes`` (MBU inputs, bytes), ``launches_per_iter``, ``sequence`` (kernel names of one
+    iteration), ``kernels`` [{``name, launches_per_iter, mean_ns, median_ns, min_ns, max_ns, std_ns,
+    time_per_iter_ns``}], ``iteration_launches`` [{``index, name, median_ns, min_ns, max_ns``}] (per position in
+    the iteration), ``kernel_time_ns`` (median over measured iterations of the per-iteration kernel sum),
+    ``kernel_time_mean_ns``, ``span_ns``, ``launch_overhead_ns``, ``iter_kernel_time_ns`` [...], ``iter_span_ns``
+    [...], ``actual_tflops`` (= flops / kernel_time_ns / 1e3), ``mfu_nom`` (ratio, not %; None when no peak or no
+    FLOPs - never 0 or infinite), ``repeat_spread`` ((max - min) / median), ``flags`` [text], ``pmu``
+    {kernel: {counter: mean}} (msprof PMU columns), ``attempts`` (profiling attempts used), ``impls``
+    {impl: {status, error, kernel_time_ns, span_ns, kernels, flags, attempts, prof_dir, wall_s}}.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+SCHEMA = 1
+TOOL = "msprof_perf_summary"
+MFU_NOM_ERROR_MARGIN = 0.03  # DESIGN.md: > 103% of a peak is an error in the inputs, 100-103% a warning
+
+
+def _geomean(vals):
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals and all(v > 0 for v in vals) else None
+
+
+def _describe(vals, prefix, suffix):
+    """{mean_<x>, median_<x>, geomean_<x>, total_<x>} (None when ``vals`` is empty)."""
+    name = f"{prefix}{suffix}"
+    if not vals:
+        return {f"mean_{name}": None, f"median_{name}": None, f"geomean_{name}": None, f"total_{name}": None}
+    return {f"mean_{name}": statistics.fmean(vals), f"median_{name}": statistics.median(vals),
+            f"geomean_{name}": _geomean(vals), f"total_{name}": sum(vals)}
+
+
+def summary_stats(per_case) -> dict:
+    """The upstream aggregate fields over ``per_case`` entries (see the module docstring)."""
+    ref = [c["ref_us"] for c in per_case if c.get("ref_us")]
+    asc = [c["asc_us"] for c in per_case if c.get("asc_us")]
+    both = [(c["ref_us"], c["asc_us"]) for c in per_case if c.get("ref_us") and c.get("asc_us")]
+    sp = [r / a for r, a in both]
+    out = {"geomean_speedup": _geomean(sp), "mean_speedup": statistics.fmean(sp) if sp else None,
+           "median_speedup": statistics.median(sp) if sp else None, "min_speedup": min(sp) if sp else None,
+           "max_speedup": max(sp) if sp else None}
+    out.update(_describe(ref, "ref", "_us"))
+    out.update(_describe(asc, "asc", "_us"))
+    out["total_speedup"] = (sum(r for r, _ in both) / sum(a for _, a in both)) if both else None
+    return out
+
+
+def mfu_fields(flops, kernel_time_ns, peak_tflops):
+    """(actual_tflops, mfu_nom, flags) for one case; None where an input is missing (never 0 ns / infinite MFU).
+
+    ``actual_tflops = flops / (kernel_time_ns * 1e-9) / 1e12`` and ``mfu = actual_tflops / peak_tflops``
+    (msprof-analyze operator_mfu, DESIGN.md).
+    """
+    flags = []
+    if not flops or not kernel_time_ns or kernel_time_ns <= 0:
+        return None, None, flags
+    tflops = flops / (kernel_time_ns * 1e-9) / 1e12
+    mfu = tflops / peak_tflops if peak_tflops else None
+    if mfu is not None and mfu > 1.0 + MFU_NOM_ERROR_MARGIN:
+        flags.append(f"error: MFU@nom {mfu:.1%} is above 100% of the nominal peak - flops.py counts too many FLOPs "
+                     "(check it with check_flops.py) or the peak is wrong (--mfu-peak)")
+    elif mfu is not None and mfu > 1.0:
+        flags.append(f"warning: MFU@nom {mfu:.1%} is within the 3% noise margin above the nominal peak")
+    return tflops, mfu, flags
+
+
+def impl_entry(result: dict) -> dict:
+    """The compact per-implementation block of ``impls`` from a collector result dict."""
+    s = result.get("summary") or {}
+    return {"status": result.get("status"), "error": result.get("error"), "kernel_time_ns": s.get("kernel_time_ns"),
+            "span_ns": s.get("span_ns"), "launches_per_iter": s.get("launches_per_iter"),
+            "kernels": s.get("kernels"), "flags": result.get("flags", []), "attempts": result.get("attempts"),
+            "prof_dir": result.get("prof_dir"), "wall_s": result.get("wall_s"), "problems": s.get("problems")}
+
+
+def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool) -> dict:
+    """One ``per_case`` entry.
+
+    ``info``: :class:`mfulib.cases.CaseInfo`; ``results``: {impl: {status, error, summary (kernels.summarize
+    output), flags, attempts, prof_dir, output_bytes, wall_s, pmu}}; ``flops``: {flops, flops_source, flops_parts,
+    compute_dtype}; ``peak_tflops``: the nominal fp16/bf16 peak or None.
+    """
+    e = {"case": info.case_id, "shape": info.shape_str, "dtype": info.dtype_str}
+    for impl in ("ref", "asc"):
+        r = results.get(impl)
+        kt = (r or {}).get("summary", {}).get("kernel_time_ns") if r and r.get("status") == "ok" else None
+        e[f"{impl}_us"] = kt / 1e3 if kt else None
+        e[f"{impl}_error"] = None if r is None or r.get("status") == "ok" else r.get("error")
+        e[f"{impl}_prof_dir"] = (r or {}).get("prof_dir")
+    e["speedup"] = e["ref_us"] / e["asc_us"] if e["ref_us"] and e["asc_us"] else None
+    primary = "asc" if "asc" in results else "ref"
+    r = results[primary]
+    s = r.get("summary") or {}
+    e.update(measured_impl=primary, compute_dtype=flops.get("compute_dtype") or info.compute_dtype, tf32=tf32,
+             flops=flops.get("flops"), flops_source=flops.get("flops_source"), flops_tracer=flops.get("flops_tracer"),
+             flops_parts=flops.get("flops_parts"), input_bytes=info.input_bytes, output_bytes=r.get("output_bytes"))
+    for key in ("launches_per_iter", "sequence", "kernels", "iteration_launches", "kernel_time_ns",
+                "kernel_time_mean_ns", "span_ns", "launch_overhead_ns", "iter_kernel_time_ns", "iter_span_ns",
+                "repeat_spread", "pmu"):
+        e[key] = s.get(key) if r.get("status") == "ok" else None
+    tflops, mfu, mflags = mfu_fields(e["flops"], e["kernel_time_ns"], peak_tflops)
+    e["actual_tflops"], e["mfu_nom"] = tflops, mfu
+    e["flags"] = list(r.get("flags", [])) + mflags
+    if flops.get("note"):
+        e["flags"].append(flops["note"])
+    e["attempts"] = r.get("attempts")
+    e["impls"] = {impl: impl_entry(res) for impl, res in results.items()}
+    return e
+
+
+def skipped_entry(info, reason: str) -> dict:
+    """A ``per_case`` entry for a case that was not run."""
+    return {"case": info.case_id, "shape": info.shape_str, "dtype": info.dtype_str, "skipped": reason,
+            "ref_us": None, "asc_us": None, "speedup": None, "ref_error": None, "asc_error": None,
+            "ref_prof_dir": None, "asc_prof_dir": None}
+
+
+def build_report(header: dict, run: dict, per_case: list, impls) -> dict:
+    """The whole performance.json: ``header`` (provenance), ``run`` (top-level run fields), ``per_case``."""
+    rep = dict(header)
+    rep.update(run)
+    measured = [c for c in per_case if not c.get("skipped")]
+    valid = [c for c in measured if all(c.get(f"{i}_us") for i in impls)]
+    rep.update(n_cases_total=len(per_case), n_cases_valid=len(valid))
+    rep.update(summary_stats(per_case))
+    rep["per_case"] = per_case
+    return rep

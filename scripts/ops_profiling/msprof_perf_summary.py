@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Collect kernel times of an operator work directory on NPU (msprof), CUDA (torch.profiler) or CPU (Triton
+interpreter) -> performance.json (step 4 of triton-mfu-analyzer; the ops-profiling collector extended with --mfu).
+
+Run from the work directory, as the spec does:
+  python3 $SKILL_DIR/scripts/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc --output-dir . \\
+      --warmup 5 --repeats 5 --keep-prof .
+
+Without --cases the top-3 cases by theoretical FLOPs (flops.py) are measured (--mfu-top-k N, --max-cases N);
+without flops.py, by input bytes, and no MFU is reported. Each (case, implementation) runs in its own child
+process: a crash, hang (--case-timeout-s) or out-of-memory is recorded for that case and the others go on.
+Kernel time per iteration = sum of the kernel durations of that iteration; the per-case figure is the median over
+the --repeats measured iterations (the --warmup ones are dropped; a priming call before them absorbs compilation
+and autotuning). MFU@nom = FLOPs / kernel time / nominal fp16/bf16 dense peak (info.json.N / platform ini /
+torch_npu on NPU, a datasheet table on CUDA, none on CPU; --mfu-peak overrides). A repeat spread above 5% is
+flagged. The cpu backend caps work for CI: smallest cases first, bf16 cases skipped, warmup 1 / repeats 2 unless
+given. Only --quick (task-time) collection is implemented; it is also what runs without the flag.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mfulib import cli  # noqa: E402
+
+
+def build_parser():
+    p = cli.parser(__doc__, prog="msprof_perf_summary.py")
+    p.add_argument("--quick", action="store_true", help="quick (task-time) collection, as upstream; the only mode")
+    p.add_argument("--mfu", action="store_true", help="compute actual TFLOP/s and MFU@nom (needs flops.py)")
+    p.add_argument("--impl", choices=("asc", "ref", "both"), default="both",
+                   help="asc = ModelNew only, ref = Model only, both = both and their speedup")
+    p.add_argument("--output-dir", default=".", help="where performance.json is written; also the work directory "
+                                                     "unless --op-dir is given")
+    p.add_argument("--op-dir", default=None, help="work directory (model.py, model_new.py, cases, flops.py); "
+                                                  "default: --output-dir")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="warmup iterations per case, dropped at parse time (default 5; cpu backend 1)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="measured iterations per case (default 5; cpu backend 2)")
+    p.add_argument("--keep-prof", nargs="?", const=".", default=None, metavar="DIR",
+                   help="keep raw profiles under DIR/prof/case<N>_<impl>/ (PROF_* dirs or chrome traces)")
+    p.add_argument("--mfu-top-k", type=int, default=3, help="without --cases: how many cases, largest FLOPs first")
+    p.add_argument("--cases", default=None, help="explicit 0-based case ids, e.g. 3,7,9 or 0-4")
+    p.add_argument("--max-cases", type=int, default=None,
+                   help="take the top N cases instead of --mfu-top-k (N >= number of cases: all)")
+    p.add_argument("--mfu-peak", type=float, default=None, metavar="TFLOPS",
+                   help="nominal peak in TFLOP/s used for MFU@nom instead of the device's own figure")
+    p.add_argument("--seed", type=int, default=0, help="seed for inputs and weights")
+    p.add_argument("--retry", type=int, default=2, help="retries of an incomplete profile (lost/zero records)")
+    p.add_argument("--device", type=int, default=None, metavar="N",
+                   help="device index (default: ASCEND_DEVICE_ID on npu, else 0)")
+    p.add_argument("--backend", choices=("auto", "npu", "cuda", "cpu"), default="auto",
+                   help="auto = npu if torch_npu + CANN are set up, else cuda, else cpu")
+    p.add_argument("--aic-metrics", default="PipeUtilization", help="msprof --aic-metrics group (npu)")
+    p.add_argument("--msprof", default=None, metavar="PATH", help="msprof executable (default: the one on PATH)")
+    p.add_argument("--case-timeout-s", type=float, default=600.0, help="wall-clock limit of one case's child")
+    p.add_argument("--flush-cache-mib", type=float, default=0.0,
+                   help="write a buffer of this many MiB before each iteration (outside it) for a cold cache; 0 = off")
+    p.add_argument("--quiet", action="store_true", help="no per-case progress lines")
+    return p
+
+
+def print_table(report):
+    from tabulate import tabulate
+    rows = []
+    for c in report["per_case"]:
+        if c.get("skipped"):
+            rows.append([c["case"], "-", c["dtype"], c["shape"][:28], "", "", "", "", "", "", "skipped: " + c["skipped"][:50]])
+            continue
+        err = c.get("asc_error") or c.get("ref_error")
+        spread = c.get("repeat_spread")
+        note = err[:60] if err else "; ".join(f[:60] for f in c.get("flags") or [])
+        rows.append([c["case"], c.get("measured_impl"), c.get("compute_dtype"), c["shape"][:28],
+                     c.get("launches_per_iter"),
+                     f"{c['kernel_time_ns'] / 1e3:.2f}" if c.get("kernel_time_ns") else "-",
+                     f"{c['span_ns'] / 1e3:.2f}" if c.get("span_ns") else "-",
+                     f"{c['actual_tflops']:.3g}" if c.get("actual_tflops") else "-",
+                     f"{c['mfu_nom']:.2%}" if c.get("mfu_nom") is not None else "-",
+                     f"{spread:.1%}" if spread is not None else "-", note])
+    print(tabulate(rows, headers=["case", "impl", "dtype", "shape", "launch/it", "kernel us", "span us", "TFLOP/s",
+                                  "MFU@nom", "spread", "flags / error"]))
+    peak = report.get("peak") or {}
+    print(f"backend {report['backend']} ({report['device'].get('name', '?')}); peak for MFU@nom: "
+          f"{peak.get('value_tflops')} TFLOP/s ({peak.get('source')}); valid cases {report['n_cases_valid']}/"
+          f"{report['n_cases_total']}")
+    for f in report.get("flags") or []:
+        print(f"note: {f}")
+
+
+def main(argv=None):
+    from mfulib.backends.collect import Options, collect
+    args = build_parser().parse_args(argv)
+    opts = Options(op_dir=args.op_dir or args.output_dir, output_dir=args.output_dir, impl=args.impl,
+                   warmup=args.warmup, repeats=args.repeats, seed=args.seed, retry=args.retry, device_id=args.device,
+                   backend=args.backend, cases=cli.parse_case_list(args.cases) if args.cases else None,
+                   top_k=args.mfu_top_k, max_cases=args.max_cases, mfu=args.mfu, mfu_peak=args.mfu_peak,
+                   keep_prof=args.keep_prof, case_timeout_s=args.case_timeout_s, flush_cache_mib=args.flush_cache_mib,
+                   aic_metrics=args.aic_metrics, msprof=args.msprof, quick=True, progress=not args.quiet)
+    report = collect(opts)
+    print_table(report)
+    print(f"wrote {os.path.join(os.path.abspath(args.output_dir), 'performance.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

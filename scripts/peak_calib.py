@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Measure the achievable peaks of this device (step 5 of triton-mfu-analyzer) -> peak.json.
+
+Per math mode (bf16, fp16, fp32 with TF32/HF32 off, tf32 = fp32 with TF32 (CUDA) / HF32 (NPU) allowed, int8 where
+torch._int_mm runs) a GEMM sweep - a dozen seed shapes refined by a hill climb on m, n, k - timed per iteration
+with device events after a cache flush; the best shape's median is the achievable peak (mamf-finder's idea, in
+seconds). Memory bandwidth comes from a large device-to-device copy. peak.json also records the nominal dense
+peaks (with their source), the device identity, clocks where readable, every shape timed and how long it took.
+
+MFU against the nominal fp16 peak makes an fp32 case look ~4x worse than it is (910B2C: fp16/bf16 ~314-320, fp32
+~85 TFLOP/s); mfu_decompose.py reads this file to judge each case against its own dtype's ceiling.
+
+Results are cached per device model (<cache-dir>/peak-<backend>-<device>.json) and reused while the device,
+software versions, method and requested modes match and the cache is younger than --max-age-days.
+
+On the NPU, CANN prints many "tiling struct ... is conflict" warnings while GEMM tilings are looked up; they do not
+affect the measurement and are filtered from the output (counted in peak.json "noise_filtered"); --show-noise
+keeps them. On a CPU the numbers are torch CPU GEMM numbers, labelled so, never accelerator numbers.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mfulib import calib, cli  # noqa: E402
+
+
+def build_parser():
+    p = cli.parser(__doc__, prog="peak_calib.py")
+    p.add_argument("-o", "--output", default="peak.json", help="where to write the result")
+    p.add_argument("--backend", default="auto", help="auto|npu|cuda|cpu")
+    p.add_argument("--device", type=int, default=0, help="device index")
+    p.add_argument("--dtypes", default="bf16,fp16,fp32,tf32,int8",
+                   help="math modes to measure: bf16, fp16, fp32 (TF32/HF32 off), tf32 (TF32/HF32 allowed), int8")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="time budget for the measurements in seconds (default: 18 on an accelerator, 4 on CPU)")
+    p.add_argument("--no-bandwidth", action="store_true", help="skip the device-copy bandwidth measurement")
+    p.add_argument("--cache", choices=("use", "refresh", "off"), default="use",
+                   help="use: reuse a valid cached calibration of this device, else measure and store; "
+                        "refresh: measure and store; off: measure, leave the cache alone")
+    p.add_argument("--cache-dir", default=None,
+                   help="cache directory (default: $MFU_PEAK_CACHE_DIR, else $XDG_CACHE_HOME/triton-mfu-analyzer, "
+                        "else ~/.cache/triton-mfu-analyzer)")
+    p.add_argument("--max-age-days", type=float, default=14.0, help="reuse a cached calibration up to this age")
+    p.add_argument("--show-noise", action="store_true",
+                   help="do not filter known-harmless native warnings (CANN 'tiling struct ... is conflict')")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    modes = calib.parse_modes(args.dtypes)
+    if args.budget_s is not None and args.budget_s <= 0:
+        from mfulib.errors import UserError
+        raise UserError(f"--budget-s {args.budget_s}: must be > 0 seconds (e.g. --budget-s 20)")
+    progress = None
+    if not args.quiet:
+        def progress(text):
+            sys.stderr.write("\r\033[K" + text[:150] if sys.stderr.isatty() else text + "\n")
+            sys.stderr.flush()
+    out = calib.run_calibration(args.output, backend=args.backend, index=args.device, modes=modes,
+                                budget_s=args.budget_s, bandwidth=not args.no_bandwidth, cache=args.cache,
+                                cache_dir=args.cache_dir, max_age_days=args.max_age_days, progress=progress,
+                                filter_noise=None if not args.show_noise else False,
+                                log=lambda s: print(s, file=sys.stderr))
+    if progress and sys.stderr.isatty():
+        sys.stderr.write("\n")
+    from mfulib import report
+    print(report.peak_table(out))
+    print(f"wrote {os.path.abspath(args.output)}")
+    return 130 if out.get("interrupted") else 0
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

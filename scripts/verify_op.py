@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Check ModelNew against Model on each case of a work directory, before anything is timed.
+
+Per case: pass / fail (normalised max error above the dtype's tolerance) / rejected (the reference or the
+implementation refuses the case: `ValueError("case rejected: ...")`) / error. Tolerances by dtype are in
+mfulib/verify.py (fp16 1e-2, bf16 2e-2, fp32 1e-4, or 1e-2 on CUDA where tl.dot uses TF32).
+Writes <op-dir>/verify.json. Exit status 1 when any case fails or errors.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mfulib import cli  # noqa: E402
+
+
+def build_parser():
+    p = cli.parser(__doc__, prog="verify_op.py")
+    p.add_argument("--op-dir", default=".", help="work directory made by prepare_op_dir.py")
+    p.add_argument("--cases", help="case ids, e.g. 0,3,5-7 (default: all; on cpu the interpreter-sized ones)")
+    p.add_argument("--backend", default="auto", help="auto|npu|cuda|cpu")
+    p.add_argument("--device", type=int, default=0, help="device index")
+    p.add_argument("--seed", type=int, default=0, help="seed for torch/numpy/random before get_input_groups()")
+    p.add_argument("--max-input-mb", type=float, default=None,
+                   help="skip cases whose inputs exceed this many MB (default: 1 on cpu, where the interpreter runs, unlimited elsewhere)")
+    p.add_argument("--skip-bf16", action="store_true", help="skip bfloat16 cases (always on cpu: the interpreter "
+                                                           "cannot run bf16)")
+    p.add_argument("-o", "--output", default=None, help="result JSON (default: <op-dir>/verify.json)")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from mfulib import device as dev
+    backend, why = dev.resolve_backend(args.backend)
+    dev.prepare_process(backend)
+    from mfulib import compat, verify
+    from mfulib.jsonio import provenance, write_json_atomic
+    from mfulib.opdir import OpDir
+    import pandas as pd
+    from tqdm import tqdm
+
+    od = OpDir(args.op_dir)
+    device = dev.device_string(backend, args.device)
+    report = compat.install(device)
+    infos = od.describe_all()
+    ids = cli.parse_case_list(args.cases) if args.cases else [c.case_id for c in infos]
+    cap_mb = args.max_input_mb if args.max_input_mb is not None else (1 if backend == "cpu" else None)
+    rows = []
+    for i in tqdm(ids, desc=f"verify {od.op_name} on {device}", unit="case", file=sys.stderr):
+        info = od.describe(i)
+        if (backend == "cpu" or args.skip_bf16) and info.compute_dtype == "bfloat16":
+            rows.append({"case": i, "dtype": info.compute_dtype, "shape": info.shape_str, "status": "skipped",
+                         "reason": "bf16 cannot run in the Triton interpreter" if backend == "cpu" else "--skip-bf16"})
+            continue
+        if cap_mb is not None and info.input_bytes > cap_mb * 1e6:
+            rows.append({"case": i, "dtype": info.compute_dtype, "shape": info.shape_str, "status": "skipped",
+                         "reason": f"inputs {info.input_bytes / 1e6:.1f} MB > --max-input-mb {cap_mb:g}"})
+            continue
+        rows.append(verify.verify_case(od, i, device=device, seed=args.seed))
+    out = provenance("verify_op.py", 1, device={"backend": backend, "device": device, "why": why, "compat": report})
+    out.update({"op": od.op_name, "work_dir": od.path, "seed": args.seed, "tolerance": verify.TOLERANCE,
+                "tolerance_tf32": verify.TOLERANCE_TF32, "cases": rows})
+    counts = pd.Series([r["status"] for r in rows]).value_counts().to_dict()
+    out["summary"] = counts
+    write_json_atomic(args.output or od.file("verify.json"), out)
+    df = pd.DataFrame(rows)
+    cols = [c for c in ("case", "dtype", "status", "max_norm_err", "tol", "shape", "reason") if c in df]
+    with pd.option_context("display.max_colwidth", 70, "display.width", 200):
+        print(df[cols].to_string(index=False))
+    print(f"{od.op_name} on {device}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    return 1 if counts.get("fail") or counts.get("error") else 0
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

@@ -1,0 +1,287 @@
+"""mfu_decompose on hand-made fixtures: a performance.json and a peak.json written here, numbers worked out by hand.
+
+The fixture imitates the skill spec's 20_FlashAttentionV2 example (an attention kernel plus projection GEMMs,
+one fp16 and one fp32 case of the same shape) on a 910B2. HAND-MADE FIXTURES, NOT MEASUREMENTS.
+
+peak.json (hand-made): nominal fp16 353.9 TFLOP/s (24 cores x 1800 MHz x 8192), measured float16 314, bfloat16 320,
+float32 85, tf32 160 TFLOP/s, copy bandwidth 1600 GB/s.
+
+case 46, float16: flops_parts proj 15.0e9 + attn 0.8e9 = 15.8e9; kernels attn 166900 ns + 4 x matmul 104900 ns
+  = 271800 ns per iteration.
+  TFLOPS  = 15.8e9 / 271800 ns / 1e3         = 58.1310
+  MFU@nom = 58.1310 / 353.9                  = 16.426 %
+  MFU@ach = 58.1310 / 314                    = 18.513 %
+  proj    = 15.0e9 / 104900 / 1e3 = 142.993 TFLOP/s -> / 314 = 45.539 %
+  attn    =  0.8e9 / 166900 / 1e3 =   4.7933 TFLOP/s -> / 314 =  1.5265 %
+  attn time share 166900 / 271800 = 61.406 %, FLOPs share 0.8 / 15.8 = 5.063 %  -> attn drags
+  MBU     = (50e6 + 10e6) B / 271800 ns / 1600 GB/s = 13.797 %
+case 48, float32 (same shape): kernels attn 197700 + matmul 391000 = 588700 ns.
+  TFLOPS  = 15.8e9 / 588700 / 1e3 = 26.8388; MFU@nom = 7.584 %; MFU@ach = 26.8388 / 85 = 31.575 %
+  proj 15e9 / 391000 / 1e3 = 38.363 TFLOP/s (45.133 %); attn 0.8e9 / 197700 / 1e3 = 4.0465 TFLOP/s (4.761 %)
+  fp32 / fp16 throughput: proj 38.363 / 142.993 = 0.268 ~ peak ratio 85 / 314 = 0.271 -> compute-bound;
+  attn 4.0465 / 4.7933 = 0.844 > 2 x 0.271 -> the cube unit is waiting.
+case 12, float16: kernels attn 8000 + matmul 7000 + Transpose 5000 (unmatched -> other) = 20000 ns;
+  flops 0.52e9 -> 26 TFLOP/s; other time share 25 %.
+case 50: skipped by the collector.
+"""
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mfulib import decompose
+from mfulib.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "mfu_decompose.py")
+
+PEAK = {  # hand-made peak.json (see module docstring)
+    "schema": 1, "tool": "peak_calib", "backend": "npu", "accelerator": True,
+    "label": "Ascend910B2 (npu:0) [hand-made fixture]",
+    "device": {"backend": "npu", "name": "Ascend910B2", "key": "npu-ascend910b2"},
+    "nominal": {"tflops": {"float16": 353.9, "bfloat16": 353.9}, "source": "fixture: 24 x 1800 MHz x 8192"},
+    "peak_tflops": {"float16": 314.0, "bfloat16": 320.0, "float32": 85.0, "tf32": 160.0},
+    "bandwidth_gbps": 1600.0,
+}
+
+
+def _k(name, t_ns, launches=1):
+    return {"name": name, "launches_per_iter": launches, "mean_ns": t_ns / launches, "median_ns": t_ns / launches,
+            "min_ns": t_ns / launches, "max_ns": t_ns / launches, "std_ns": 0.0, "time_per_iter_ns": t_ns}
+
+
+PERF = {  # hand-made performance.json (see module docstring)
+    "schema": 1, "tool": "msprof_perf_summary", "backend": "npu", "device": {"name": "Ascend910B2"},
+    "warmup": 5, "repeats": 5, "peak": {"nominal_tflops": {"float16": 353.9}, "source": "fixture"},
+    "per_case": [
+        {"case": 46, "shape": "[4, 1024, 1024]", "compute_dtype": "float16", "tf32": False, "flops": 15.8e9,
+         "flops_parts": {"proj": 15.0e9, "attn": 0.8e9}, "input_bytes": 50e6, "output_bytes": 10e6,
+         "kernels": [_k("_attn_fwd_kernel", 166900), _k("matmul_kernel", 104900, launches=4)],
+         "kernel_time_ns": 271800, "span_ns": 280000},
+        {"case": 48, "shape": "[4, 1024, 1024]", "compute_dtype": "float32", "tf32": False, "flops": 15.8e9,
+         "flops_parts": {"proj": 15.0e9, "attn": 0.8e9}, "input_bytes": 100e6, "output_bytes": 20e6,
+         "kernels": [_k("_attn_fwd_kernel", 197700), _k("matmul_kernel", 391000, launches=4)],
+         "kernel_time_ns": 588700, "span_ns": 600000},
+        {"case": 12, "shape": "[1, 128, 1024]", "compute_dtype": "float16", "tf32": False, "flops": 0.52e9,
+         "flops_parts": {"proj": 0.5e9, "attn": 0.02e9}, "input_bytes": 1e6, "output_bytes": 0.25e6,
+         "kernels": [_k("_attn_fwd_kernel", 8000), _k("matmul_kernel", 7000), _k("Transpose_op", 5000)],
+         "kernel_time_ns": 20000, "span_ns": 30000},
+        {"case": 50, "skipped": "bf16 cannot run in the interpreter"},
+    ],
+}
+
+FLOPS_PY = 'KERNEL_PARTS = {"attn": ["*attn*"], "proj": ["*matmul*", "*gemm*"]}\n\ndef flops(case):\n    return 0.0\n'
+
+
+def _write_op(tmp_path, perf=PERF, peak=PEAK, name="op"):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "performance.json").write_text(json.dumps(perf))
+    (d / "peak.json").write_text(json.dumps(peak))
+    (d / "flops.py").write_text(FLOPS_PY)
+    return d
+
+
+def _rows(result):
+    return {r["case"]: r for rep in result["reports"] for r in rep["rows"]}
+
+
+def _part(row, name):
+    return next(p for p in row["parts"] if p["part"] == name)
+
+
+def test_case_totals_match_the_hand_worked_numbers(tmp_path):
+    d = _write_op(tmp_path)
+    rows = _rows(decompose.decompose(str(d), str(d / "peak.json")))
+    r = rows[46]
+    assert r["dtype"] == "float16" and r["kernel_time_us"] == pytest.approx(271.8)
+    assert r["actual_tflops"] == pytest.approx(58.1310, rel=1e-5)
+    assert r["mfu_nom"] == pytest.approx(0.16426, rel=1e-4)
+    assert r["mfu_ach"] == pytest.approx(0.18513, rel=1e-4)
+    assert r["mbu"] == pytest.approx(0.13797, rel=1e-4)
+    assert r["launch_overhead_ns"] == pytest.approx(8200)
+    r48 = rows[48]
+    assert r48["mfu_nom"] == pytest.approx(0.07584, rel=1e-3)
+    assert r48["mfu_ach"] == pytest.approx(0.31575, rel=1e-4)  # ~4x MFU@nom: the fp32 peak is a quarter
+
+
+def test_parts_give_time_and_flops_shares_and_weighted_part_mfus_sum_to_the_case_mfu(tmp_path):
+    d = _write_op(tmp_path)
+    r = _rows(decompose.decompose(str(d), str(d / "peak.json")))[46]
+    proj, attn = _part(r, "proj"), _part(r, "attn")
+    assert proj["kernels"] == ["matmul_kernel"] and proj["time_us"] == pytest.approx(104.9)
+    assert proj["mfu_ach"] == pytest.approx(0.45539, rel=1e-4)
+    assert attn["mfu_ach"] == pytest.approx(0.015265, rel=1e-3)
+    assert attn["time_share"] == pytest.approx(0.61406, rel=1e-4)
+    assert attn["flops_share"] == pytest.approx(0.05063, rel=1e-3)
+    # MFU_op = sum_k (t_k / T) * MFU_k when every kernel belongs to a part
+    assert sum(p["time_share"] * p["mfu_ach"] for p in r["parts"]) == pytest.approx(r["mfu_ach"], rel=1e-9)
+    assert not any(p["part"] == "other" for p in r["parts"])
+
+
+def test_unmatched_kernels_form_the_other_row_and_are_never_dropped(tmp_path):
+    d = _write_op(tmp_path)
+    r = _rows(decompose.decompose(str(d), str(d / "peak.json")))[12]
+    other = _part(r, "other")
+    assert other["kernels"] == ["Transpose_op"]
+    assert other["time_share"] == pytest.approx(0.25)
+    assert other["flops"] == 0.0 and sum(p["time_ns"] for p in r["parts"]) == pytest.approx(20000)
+
+
+def test_first_matching_part_wins_in_kernel_parts_order():
+    parts = {"attn": ["*attn*"], "proj": ["*matmul*", "*attn*"]}
+    assert decompose.match_part("attn_matmul_fused", parts) == "attn"
+    assert decompose.match_part("matmul_kernel", parts) == "proj"
+    assert decompose.match_part("Cast", parts) == "other"
+    assert decompose.match_part("ATTN", parts) == "other"  # patterns are case-sensitive
+
+
+def test_a_skipped_case_is_reported_with_its_reason(tmp_path):
+    d = _write_op(tmp_path)
+    r = _rows(decompose.decompose(str(d), str(d / "peak.json")))[50]
+    assert r["status"] == "skipped" and "interpreter" in r["reason"]
+
+
+def test_reading_aid_names_the_dragging_part_and_the_waiting_cube(tmp_path):
+    d = _write_op(tmp_path)
+    res = decompose.decompose(str(d), str(d / "peak.json"))
+    aid = "\n".join(res["reading_aid"])
+    assert "compare cases of different dtypes only on MFU@ach" in aid
+    assert "case 46: attn takes 61% of the time for 5.1% of the FLOPs" in aid
+    assert "case 12: other" not in aid and "unmatched kernels ('other') take 25% of the time" in aid
+    attn = next(s for s in res["reading_aid"] if s.startswith("3. attn"))
+    assert "= 0.84" in attn and "waiting" in attn
+    proj = next(s for s in res["reading_aid"] if s.startswith("3. proj"))
+    assert "= 0.27" in proj and "compute-bound" in proj
+    assert res["maxima"]["mfu_ach"]["case"] == 48 and res["maxima"]["mfu_nom"]["case"] == 46
+
+
+def test_mfu_beyond_three_percent_above_the_peak_is_an_error_and_the_cli_exits_1(tmp_path):
+    perf = copy.deepcopy(PERF)
+    perf["per_case"][0]["flops"] = 15.8e9 * 6  # MFU@ach 111%: a planted over-count
+    perf["per_case"][0]["flops_parts"] = {"proj": 15.0e9 * 6, "attn": 0.8e9 * 6}
+    d = _write_op(tmp_path, perf=perf)
+    res = subprocess.run([sys.executable, SCRIPT, "--op-dir", str(d)], capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    assert "error: op case 46: MFU@ach (float16) 111.1% exceeds the peak" in res.stdout
+    assert "flops.py" in res.stdout
+    out = json.loads((d / "mfu_decompose.json").read_text())
+    assert out["errors"] and out["tool"] == "mfu_decompose"
+
+
+def test_mfu_between_100_and_103_percent_is_a_warning_not_an_error(tmp_path):
+    perf = copy.deepcopy(PERF)
+    c = perf["per_case"][0]
+    c["flops"] = 314.0 * 1.015 * 271800 * 1e3  # MFU@ach = 101.5 %
+    # parts split like the time (proj 104900 of 271800 ns), so each part is at 101.5 % too
+    c["flops_parts"] = {"proj": c["flops"] * 104900 / 271800, "attn": c["flops"] * 166900 / 271800}
+    d = _write_op(tmp_path, perf=perf)
+    res = decompose.decompose(str(d), str(d / "peak.json"))
+    assert not [e for e in res["errors"] if "case 46" in e]
+    assert any("case 46: MFU@ach (float16) 101.5% is above the peak but within" in w for w in res["warnings"])
+
+
+def test_fp32_with_tf32_is_read_against_the_tf32_peak(tmp_path):
+    perf = copy.deepcopy(PERF)
+    perf["per_case"][1]["tf32"] = True
+    d = _write_op(tmp_path, perf=perf)
+    r = _rows(decompose.decompose(str(d), str(d / "peak.json")))[48]
+    assert r["peak_key"] == "tf32" and r["mfu_ach"] == pytest.approx(26.8388 / 160, rel=1e-4)
+
+
+def test_cases_option_selects_cases_and_two_reports_become_side_by_side_rows(tmp_path):
+    d = _write_op(tmp_path)
+    base = copy.deepcopy(PERF)
+    base["per_case"][0]["kernel_time_ns"] = 543600  # an earlier round, twice as slow
+    (tmp_path / "round1.json").write_text(json.dumps(base))
+    res = subprocess.run([sys.executable, SCRIPT, "--op-dir", str(d), "--cases", "46",
+                          "--report", f"round1={tmp_path / 'round1.json'}"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    out = json.loads((d / "mfu_decompose.json").read_text())
+    assert [rep["label"] for rep in out["reports"]] == ["op", "round1"]
+    assert [[r["case"] for r in rep["rows"]] for rep in out["reports"]] == [[46], [46]]
+    assert out["reports"][1]["rows"][0]["mfu_ach"] == pytest.approx(0.18513 / 2, rel=1e-4)
+    head = next(line for line in res.stdout.splitlines() if line.startswith("report"))
+    assert head.split()[:10] == ["report", "case", "dtype", "total", "us", "TFLOPS", "MFU@nom", "MFU@ach", "MBU",
+                                 "attn"]
+    assert "attn MFU" in head and "proj us" in head
+    assert any(line.split()[:3] == ["round1", "46", "float16"] for line in res.stdout.splitlines())
+
+
+def test_table_prints_the_spec_columns_with_percentages(tmp_path):
+    from mfulib import report
+    d = _write_op(tmp_path)
+    res = decompose.decompose(str(d), str(d / "peak.json"))
+    text = report.decompose_table(res)
+    row46 = next(line for line in text.splitlines() if line.split()[:2] == ["46", "float16"])
+    assert row46.split()[2:7] == ["271.8", "58.1", "16.43%", "18.5%", "13.8%"]
+    assert "max: MFU@ach 31.58% (case 48 float32)" in text
+
+
+def test_peak_from_another_backend_is_refused_with_the_fix(tmp_path):
+    peak = dict(PEAK, backend="cuda")
+    d = _write_op(tmp_path, peak=peak)
+    with pytest.raises(UserError, match="run peak_calib.py on the npu device"):
+        decompose.decompose(str(d), str(d / "peak.json"))
+
+
+def test_missing_inputs_name_the_file_and_the_fix(tmp_path):
+    d = _write_op(tmp_path)
+    os.remove(d / "performance.json")
+    with pytest.raises(UserError, match="performance.json: not found - run the collector"):
+        decompose.decompose(str(d), str(d / "peak.json"))
+    with pytest.raises(UserError, match="peak_calib.py"):
+        decompose.decompose(str(d), str(d / "nope.json"))
+    perf = copy.deepcopy(PERF)
+    del perf["per_case"][0]["kernel_time_ns"]
+    (d / "performance.json").write_text(json.dumps(perf))
+    with pytest.raises(UserError, match="case 46: no kernel_time_ns"):
+        decompose.decompose(str(d), str(d / "peak.json"))
+
+
+def test_flops_parts_without_matching_kernels_are_flagged(tmp_path):
+    perf = copy.deepcopy(PERF)
+    perf["per_case"][0]["kernels"] = [_k("_attn_fwd_kernel", 166900), _k("sgemm_nn", 104900)]
+    d = _write_op(tmp_path, perf=perf)
+    (d / "flops.py").write_text(FLOPS_PY.replace(', "*gemm*"', ""))
+    r = _rows(decompose.decompose(str(d), str(d / "peak.json")))[46]
+    assert any("part 'proj' has 1.5e+10 FLOPs but no kernel matched" in f["message"] for f in r["flags"])
+    assert _part(r, "other")["kernels"] == ["sgemm_nn"]
+
+
+def test_plot_is_written_beside_the_json_and_labelled_with_the_device(tmp_path):
+    d = _write_op(tmp_path)
+    res = subprocess.run([sys.executable, SCRIPT, "--op-dir", str(d), "--plot"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    png = d / "mfu_decompose.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((d / "mfu_decompose.json").read_text())["plot"] == str(png)
+
+
+def test_pmu_ratios_give_a_bound_label_with_the_supporting_ratio():
+    assert decompose.classify_pmu({"aic_mac_ratio": 0.91, "aic_mte2_ratio": 0.4})["bound"] == "cube/tensor-bound"
+    assert decompose.classify_pmu({"aic_mac_ratio": 0.2, "aiv_mte2_ratio": 0.85})["bound"] == "memory-bound"
+    lat = decompose.classify_pmu({"aic_mac_ratio": 0.3, "aiv_vec_ratio": 0.5})
+    assert lat["bound"] == "latency-bound" and "aiv_vec_ratio = 50%" in lat["why"]
+    # ncu reports percent: 88 (%) of the DRAM peak; times and cycles are not utilisation counters
+    assert decompose.classify_pmu({"dram__throughput.avg.pct_of_peak_sustained_elapsed": 88.0,
+                                   "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": 30.0}
+                                  )["bound"] == "memory-bound"
+    assert decompose.classify_pmu({"aic_mac_time(us)": 95.0, "aic_total_cycles": 1e6})["bound"] is None
+
+
+def test_pmu_counters_recorded_by_the_collector_become_bound_labels_in_the_reading_aid(tmp_path):
+    perf = copy.deepcopy(PERF)
+    perf["per_case"][0]["pmu"] = {"_attn_fwd_kernel": {"aic_mac_ratio": 0.12, "aiv_vec_ratio": 0.41,
+                                                       "aiv_mte2_ratio": 0.86, "aicore_time(us)": 160.2},
+                                  "matmul_kernel": {"aic_mac_ratio": 0.83, "aic_mte2_ratio": 0.35}}
+    d = _write_op(tmp_path, perf=perf)
+    res = decompose.decompose(str(d), str(d / "peak.json"))
+    r = _rows(res)[46]
+    assert r["pmu_bounds"]["_attn_fwd_kernel"]["bound"] == "memory-bound"
+    assert r["pmu_bounds"]["matmul_kernel"]["bound"] == "cube/tensor-bound"
+    line = next(s for s in res["reading_aid"] if s.startswith("4. PMU"))
+    assert "case 46 _attn_fwd_kernel: memory-bound (aiv_mte2_ratio = 86% >= 80%)" in line

@@ -1,0 +1,162 @@
+"""peak_calib on the CPU (torch CPU GEMM, labelled as such), its cache, its search and its noise filter."""
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mfulib import calib
+from mfulib.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "peak_calib.py")
+
+
+def _run(args, cwd, env_extra=None):
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.run([sys.executable, SCRIPT] + args, capture_output=True, text=True, cwd=cwd, env=env,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def cpu_peak(tmp_path_factory):
+    """One quick CPU calibration shared by the tests below (about 5 s on a 2-core CI machine)."""
+    d = tmp_path_factory.mktemp("peak")
+    res = _run(["-o", "peak.json", "--backend", "cpu", "--budget-s", "2", "--dtypes", "fp32,bf16",
+                "--cache-dir", str(d / "cache")], cwd=d)
+    assert res.returncode == 0, res.stderr
+    return d, res, json.loads((d / "peak.json").read_text())
+
+
+def test_cpu_calibration_is_labelled_as_cpu_numbers_with_provenance_and_method(cpu_peak):
+    _d, res, peak = cpu_peak
+    assert peak["tool"] == "peak_calib" and peak["schema"] == calib.SCHEMA and peak["command_line"]
+    assert peak["backend"] == "cpu" and peak["accelerator"] is False
+    assert "not an accelerator" in peak["label"] and "not an accelerator" in peak["device"]["note"]
+    assert peak["nominal"]["tflops"] == {}  # no nominal peak on a CPU: absent, never 0
+    assert set(peak["peak_tflops"]) == {"float32", "bfloat16"}
+    for mode, m in peak["measured"].items():
+        best = m["best_shape"]
+        # the reported peak is 2*m*n*k / median of the confirmation run
+        assert m["peak_tflops"] == pytest.approx(2 * best["m"] * best["n"] * best["k"] / m["confirm"]["median_ns"]
+                                                 / 1e3)
+        assert m["n_shapes"] >= 1 and m["shapes"][0]["tflops"] >= m["shapes"][-1]["tflops"]
+    assert peak["bandwidth_gbps"] > 0 and peak["bandwidth"]["bytes_per_iter"] == 2 * peak["bandwidth"]["buffer_bytes"]
+    assert "median" in peak["method"]["per_shape_statistic"] and "MiB" in peak["method"]["cache_flush"]
+    assert peak["elapsed_s"] < 30
+    assert "float32" in res.stdout and "copy bandwidth" in res.stdout and "not an accelerator" in res.stdout
+
+
+def test_a_second_run_reuses_the_per_device_cache_and_refresh_measures_again(cpu_peak):
+    d, _res, first = cpu_peak
+    cache_files = os.listdir(d / "cache")
+    assert cache_files == [f"peak-{first['device']['key']}.json"]
+    res = _run(["-o", "again.json", "--backend", "cpu", "--dtypes", "fp32", "--cache-dir", str(d / "cache")], cwd=d)
+    assert res.returncode == 0, res.stderr
+    again = json.loads((d / "again.json").read_text())
+    assert again["cache"]["hit"] is True and again["peak_tflops"] == first["peak_tflops"]
+    assert "reusing" in res.stderr and "--cache refresh" in res.stderr
+
+
+def test_a_stale_or_mismatched_cache_is_not_reused(cpu_peak, tmp_path):
+    d, _res, first = cpu_peak
+    ident = first["device"]
+    cached = json.loads((d / "cache" / f"peak-{ident['key']}.json").read_text())
+    path = tmp_path / "c.json"
+    old = dict(cached, created_at=(dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=30)).isoformat())
+    path.write_text(json.dumps(old))
+    got, why = calib.load_cached(str(path), ident, ["float32"], True, max_age_days=14)
+    assert got is None and "30.0 days old" in why
+    other = dict(cached, software=dict(cached["software"], torch="0.0.1"))
+    path.write_text(json.dumps(other))
+    assert calib.load_cached(str(path), ident, ["float32"], True, 14)[0] is None
+    assert calib.load_cached(str(path.with_name("absent.json")), ident, ["float32"], True, 14)[1] == \
+        "no cached calibration"
+    path.write_text(json.dumps(cached))
+    got, why = calib.load_cached(str(path), ident, ["float32", "int8"], True, 14)
+    assert got is None and "int8" in why
+
+
+def test_the_hill_climb_reaches_the_top_of_a_synthetic_throughput_surface():
+    # A hand-made surface with one peak at (3072, 5120, 12288): tflops = 100 - distance/256 (test double for timing).
+    top = (3072, 5120, 12288)
+
+    def timer(m, n, k, **_kw):
+        dist = sum(abs(a - b) for a, b in zip((m, n, k), top))
+        tf = 100.0 - dist / 256
+        return {"m": m, "n": n, "k": k, "tflops": tf, "median_ns": 2 * m * n * k / tf / 1e3, "iters": 5}
+
+    sweep = calib.Sweep(None, "bfloat16", 10.0, max_operand_bytes=1 << 40, max_flop=1e15, timer=timer)
+    calib.hill_climb(sweep, calib.ACCEL_SEEDS, calib.ACCEL_STEPS, lo=256, hi=32768)
+    best = sweep.best()[0]
+    assert (best["m"], best["n"], best["k"]) == top and best["tflops"] == 100.0
+    assert len(sweep.results) < 150  # a walk, not a grid
+    assert calib.confirm_best(sweep, top=3)["tflops"] == 100.0
+
+
+def test_shapes_too_large_for_memory_are_not_run():
+    calls = []
+    sweep = calib.Sweep(None, "float32", 10.0, max_operand_bytes=3 * 1024 * 1024 * 4, max_flop=1e15,
+                        timer=lambda m, n, k, **kw: calls.append((m, n, k)) or {"m": m, "n": n, "k": k, "tflops": 1.0,
+                                                                                 "median_ns": 1.0})
+    assert sweep.measure((1024, 1024, 1024)) is not None  # A, B, C: 3 x 4 MiB fits exactly
+    assert sweep.measure((2048, 1024, 1024)) is None and calls == [(1024, 1024, 1024)]
+
+
+def test_dtype_list_parses_aliases_and_rejects_unknown_names():
+    assert calib.parse_modes("bf16,fp16,FP32,hf32,int8,bf16") == ["bfloat16", "float16", "float32", "tf32", "int8"]
+    with pytest.raises(UserError, match="unknown 'fp8'"):
+        calib.parse_modes("fp8")
+
+
+def test_fp32_run_with_tf32_reads_the_tf32_peak():
+    peak = {"peak_tflops": {"float32": 50.0, "tf32": 300.0}}
+    assert calib.measured_peak_tflops(peak, "fp32", tf32=True) == (300.0, "tf32")
+    assert calib.measured_peak_tflops(peak, "float32") == (50.0, "float32")
+    assert calib.measured_peak_tflops(peak, "bf16") == (None, "bfloat16")
+
+
+def test_cpu_timing_returns_one_positive_duration_per_iteration():
+    dev = calib.Device("cpu")
+    dev.flush_bytes = 1 << 20
+    times = calib.time_iterations(dev, lambda: sum(range(1000)), iters=4)
+    assert len(times) == 4 and all(t > 0 for t in times)
+
+
+def test_bad_budget_is_a_user_error_with_exit_2(tmp_path):
+    res = _run(["--budget-s", "0", "--backend", "cpu", "--cache", "off"], cwd=tmp_path)
+    assert res.returncode == 2 and "error: --budget-s 0.0: must be > 0" in res.stderr
+
+
+def test_noise_filter_drops_cann_tiling_warnings_written_to_the_file_descriptors(tmp_path):
+    # A child writes like native code (os.write on fds 1 and 2) inside the filter.
+    prog = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {os.path.join(ROOT, 'scripts')!r})
+        from mfulib import calib
+        with calib.native_noise_filter() as f:
+            os.write(1, b"[WARNING] TBE: tiling struct MatMulTilingData is conflict with one in file x.h\\n")
+            os.write(2, b"result line kept\\n")
+            os.write(1, b"[W] Tiling Struct foo IS CONFLICT\\n")
+            print("python print kept", flush=True)
+        print(f.summary()["lines_dropped"])
+    """)
+    res = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "MatMulTilingData" not in res.stdout + res.stderr and "Struct foo" not in res.stdout + res.stderr
+    assert "result line kept" in res.stderr
+    assert "python print kept" in res.stdout
+    assert "{'tiling struct.*is conflict': 2}" in res.stdout
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_calibration_measures_bf16_close_to_but_below_the_nominal_peak(tmp_path):
+    res = _run(["-o", "peak.json", "--backend", "cuda", "--dtypes", "bf16", "--budget-s", "3", "--cache", "off"],
+               cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    peak = json.loads((tmp_path / "peak.json").read_text())
+    frac = peak["measured"]["bfloat16"].get("fraction_of_nominal")
+    assert frac is None or 0.3 < frac < 1.0
