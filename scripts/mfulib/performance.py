@@ -33,7 +33,9 @@ Top level
     ``kernel_time_mean_ns``, ``span_ns``, ``launch_overhead_ns``, ``iter_kernel_time_ns`` [...], ``iter_span_ns``
     [...], ``actual_tflops`` (= flops / kernel_time_ns / 1e3), ``mfu_nom`` (ratio, not %; None when no peak or no
     FLOPs - never 0 or infinite), ``repeat_spread`` ((max - min) / median), ``flags`` [text], ``pmu``
-    {kernel: {counter: mean}} (msprof PMU columns), ``attempts`` (profiling attempts used), ``impls``
+    {kernel: {counter: mean}} (msprof PMU columns), ``attempts`` (profiling attempts used),
+    ``harness_launches_dropped`` (the collector's marker/flush launches removed), ``launches_outside_iterations``
+    (priming call and anything between iterations, not counted), ``impls``
     {impl: {status, error, kernel_time_ns, span_ns, kernels, flags, attempts, prof_dir, wall_s}}.
 """
 from __future__ import annotations
@@ -133,6 +135,8 @@ def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool) -> dic
     if flops.get("note"):
         e["flags"].append(flops["note"])
     e["attempts"] = r.get("attempts")
+    e["harness_launches_dropped"] = s.get("harness_launches_dropped")
+    e["launches_outside_iterations"] = s.get("launches_outside_iterations")
     e["impls"] = {impl: impl_entry(res) for impl, res in results.items()}
     return e
 

@@ -1,13 +1,13 @@
 """Tiny operators for the collector tests (written into tmp_path; the tests never depend on examples/ops).
 
 ``two_kernel``: ModelNew launches two Triton kernels per call (``scale_kernel`` then ``add_one_kernel``), the
-multi-kernel case; Model is ``x * 2 + 1``. Variants change ModelNew only:
+multi-kernel case; Model is ``x * 2 + 1``. ``variant`` is a comma-separated set of behaviours of ModelNew:
 
 * ``first_call_extra``: the first call also launches ``autotune_probe_kernel`` three times and sleeps 0.2 s, as a
   first call that compiles and autotunes would (must never land in a measured iteration);
-* ``no_kernel``: forward returns a view of its input (no device work: a clear error for that case);
-* ``crash``: forward calls os.abort() for case 1 only (the run must go on);
-* ``hang``: forward sleeps for a long time for case 1 only (timeout).
+* ``view8192``: for the 8192-element case, forward returns a view of its input (no device work: a clear error);
+* ``crash1024``: for the 1024-element case, forward calls os.abort() (the run must go on);
+* ``hang1024``: for the 1024-element case, forward sleeps for an hour (timeout).
 
 Cases (float32 unless said): 0 [4096], 1 [1024], 2 [16384], 3 [2048] bfloat16, 4 [8192].
 """
@@ -49,7 +49,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-VARIANT = {variant!r}
+VARIANT = set({variant!r}.split(","))
 BLOCK = 4096
 
 
@@ -81,15 +81,15 @@ class ModelNew(nn.Module):
     def forward(self, x):
         self.calls += 1
         n = x.numel()
-        if VARIANT == "no_kernel":
+        if "view8192" in VARIANT and n == 8192:
             return x.view(-1)
-        if VARIANT == "crash" and n == 1024:
+        if "crash1024" in VARIANT and n == 1024:
             os.abort()
-        if VARIANT == "hang" and n == 1024:
+        if "hang1024" in VARIANT and n == 1024:
             time.sleep(3600)
         y = torch.empty_like(x)
         grid = (triton.cdiv(n, BLOCK),)
-        if VARIANT == "first_call_extra" and self.calls == 1:
+        if "first_call_extra" in VARIANT and self.calls == 1:
             for _ in range(3):
                 autotune_probe_kernel[grid](y, n, BLOCK=BLOCK)
             time.sleep(0.2)
