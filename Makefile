@@ -16,10 +16,11 @@ DEVICE_ID ?= 0
 SEED      ?= 0
 FORCE     ?=
 PYTEST_ARGS ?=
+COLLECT_ARGS ?=
 
 .DEFAULT_GOAL := help
 .DELETE_ON_ERROR:
-.PHONY: help setup test prepare examples clean-work
+.PHONY: help setup test prepare verify flops collect peak decompose all examples clean-work
 
 VALID_BACKENDS := auto npu cuda cpu
 ifeq ($(filter $(BACKEND),$(VALID_BACKENDS)),)
@@ -66,6 +67,39 @@ prepare: $(WORK)/prepare.json ## step 1: adapt the operator into $(WORK) (FORCE=
 $(WORK)/prepare.json:
 	$(need-op)
 	$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) $(if $(FORCE),--force)
+
+verify: $(WORK)/verify.json ## check ModelNew against Model per case (tolerances by dtype)
+
+$(WORK)/verify.json: $(WORK)/prepare.json $(WORK)/model_new.py
+	$(PY) $(SCRIPTS)/verify_op.py --op-dir $(WORK) --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED)
+
+flops: $(WORK)/flops_check.json ## step 3: draft flops.py when absent (review it!), then check it against the tracer
+
+# order-only: an existing (reviewed) flops.py is never regenerated
+$(WORK)/flops.py: | $(WORK)/prepare.json
+	@if [ -f $@ ]; then echo "$@: shipped with the operator, kept"; else \
+	  $(PY) $(SCRIPTS)/flops_generator.py --model $(WORK)/model.py --cases $(WORK)/model.json -o $@; fi
+
+$(WORK)/flops_check.json: $(WORK)/flops.py $(WORK)/model.py
+	$(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) --backend $(BACKEND)
+
+collect: $(WORK)/performance.json ## step 4: kernel times of the top-3 cases by FLOPs (raw profiles kept)
+
+$(WORK)/performance.json: $(WORK)/flops_check.json $(WORK)/model_new.py
+	cd $(WORK) && $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc --output-dir . \
+	  --keep-prof . --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(COLLECT_ARGS)
+
+peak: $(WORK)/peak.json ## step 5: measured per-dtype GEMM peaks and bandwidth (cached per device)
+
+$(WORK)/peak.json: | $(WORK)/prepare.json
+	$(PY) $(SCRIPTS)/peak_calib.py -o $@ --backend $(BACKEND) --device $(DEVICE_ID)
+
+decompose: $(WORK)/mfu_decompose.json ## step 6: per-case and per-kernel-part MFU table
+
+$(WORK)/mfu_decompose.json: $(WORK)/performance.json $(WORK)/peak.json
+	$(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --peak-json $(WORK)/peak.json --plot
+
+all: decompose ## prepare -> flops -> collect -> peak -> decompose
 
 clean-work: ## remove $(WORK)
 	$(need-op)

@@ -5,8 +5,8 @@ In one process: (1) the default calibration exactly as ``peak_calib.py`` runs it
 off), timed; (2) for bf16, fp16 and fp32 (TF32 off) a wide regular grid of shapes (default 8 x 8 x 7 = 448 shapes,
 m, n in 1024..12288, k in 1024..16384) timed by the same per-shape routine, its best three re-timed like the
 calibration's. Prints, per mode, calibration peak / wide-sweep best; passes when every ratio is >= 0.98 and the
-calibration took <= 30 s. Results (every shape) go to <out>/bench_peak_calib.json and the calibration to
-<out>/peak.json.
+calibration ended <= 30 s after the process started. Results (every shape) go to <out>/bench_peak_calib.json
+and the calibration to <out>/peak.json.
 
     python3 bench/bench_peak_calib.py --out "$OUT"
 """
@@ -78,7 +78,9 @@ def main():
         wide[mode] = wide_sweep(dev, mode, shapes, args.target_ms, max_bytes, 5e12 if backend != "cpu" else 4e9)
     dev.release()
 
-    rows, ok = [], calib_s <= MAX_CALIB_S or backend == "cpu"
+    # the 30 s count from this process's start: Python start-up, torch import, device init and the calibration
+    process_s = t_cal - T_PROCESS + calib_s
+    rows, ok = [], process_s <= MAX_CALIB_S or backend == "cpu"
     for mode in MODES:
         m = peak["measured"].get(mode)
         w = wide[mode]["best"]
@@ -89,19 +91,19 @@ def main():
                      "wide_shape": w and {"m": w["m"], "n": w["n"], "k": w["k"]},
                      "wide_shapes": wide[mode]["n_shapes"], "ratio": ratio})
     result = {**provenance("bench_peak_calib", 1, device=peak.get("device")), "backend": backend,
-              "backend_reason": why, "calibration_s": calib_s, "process_s_at_calibration_end": t_cal - T_PROCESS
-              + calib_s, "max_calibration_s": MAX_CALIB_S, "min_ratio": MIN_RATIO, "rows": rows, "pass": ok,
-              "wide": wide, "clocks_end": calib.read_clocks(backend, args.device)}
+              "backend_reason": why, "calibration_s": calib_s, "process_s_at_calibration_end": process_s,
+              "max_calibration_s": MAX_CALIB_S, "min_ratio": MIN_RATIO, "rows": rows, "pass": ok, "wide": wide,
+              "clocks_end": calib.read_clocks(backend, args.device)}
     write_json_atomic(os.path.join(args.out, "bench_peak_calib.json"), result)
-    print(f"\ncalibration took {calib_s:.1f} s in-process (limit {MAX_CALIB_S:g} s); "
-          f"process time at its end {result['process_s_at_calibration_end']:.1f} s")
+    print(f"\ncalibration took {calib_s:.1f} s; {process_s:.1f} s from process start (limit {MAX_CALIB_S:g} s)")
     print(f"{'mode':<10} {'calib':>9} {'calib shape':>18} {'wide best':>10} {'wide shape':>18} {'shapes':>7} ratio")
     for r in rows:
         cs, ws = r["calib_shape"] or {}, r["wide_shape"] or {}
-        print(f"{r['mode']:<10} {r['calib_tflops'] or 0:9.1f} {'x'.join(str(cs.get(c)) for c in 'mnk'):>18} "
-              f"{r['wide_tflops'] or 0:10.1f} {'x'.join(str(ws.get(c)) for c in 'mnk'):>18} {r['wide_shapes']:>7} "
+        print(f"{r['mode']:<10} {r['calib_tflops'] or 0:9.4g} {'x'.join(str(cs.get(c)) for c in 'mnk'):>18} "
+              f"{r['wide_tflops'] or 0:10.4g} {'x'.join(str(ws.get(c)) for c in 'mnk'):>18} {r['wide_shapes']:>7} "
               f"{(r['ratio'] or 0):.3f}")
-    print(("PASS" if ok else "FAIL") + f": every ratio >= {MIN_RATIO} and calibration <= {MAX_CALIB_S:g} s")
+    print(("PASS" if ok else "FAIL") + f": every ratio >= {MIN_RATIO} and calibration done <= {MAX_CALIB_S:g} s "
+          "after process start")
     print(json.dumps({"clocks_before": peak.get("clocks_before"), "clocks_end": result["clocks_end"]}))
     return 0 if ok else 1
 

@@ -73,7 +73,7 @@ def tracer_rows(od, ids, seed, trace_kwargs, progress):
 
 
 def print_table(rows, file_level, summary, out_path):
-    from tabulate import tabulate
+    import pandas as pd
     table = []
     for r in rows:
         tr = r["tracer"]
@@ -81,7 +81,9 @@ def print_table(rows, file_level, summary, out_path):
                       _g(tr.get("total_flops")) if tr.get("status") == "ok" else tr.get("status"),
                       f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-", r["status"],
                       (r.get("diagnosis") or "")[:70]])
-    print(tabulate(table, headers=["case", "shape", "dtype", "flops.py", "tracer", "ratio", "status", "diagnosis"]))
+    cols = ["case", "shape", "dtype", "flops.py", "tracer", "ratio", "status", "diagnosis"]
+    with pd.option_context("display.max_colwidth", 80, "display.width", 250):
+        print(pd.DataFrame(table, columns=cols).to_string(index=False, justify="left"))
     for c in file_level:
         print(f"{c['status']:>5}  {c['name']}: {c['detail']}")
     for r in rows:
@@ -100,10 +102,12 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from tqdm import tqdm
 
+    from mfulib import compat
     from mfulib import flops_contract as fcon
     from mfulib.jsonio import provenance, write_json_atomic
     from mfulib.opdir import OpDir
     od = OpDir(args.op_dir)
+    compat.install("cpu")  # references that call .npu() / torch.npu run here; a no-op where an NPU is present
     out_path = args.output or os.path.join(od.path, "flops_check.json")
     ff = None
     if not args.tracer_only:

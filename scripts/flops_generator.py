@@ -11,9 +11,10 @@ classify gets a draft whose flops() raises, so check_flops.py fails until a huma
 
 Always review the draft, then run:  python3 check_flops.py --op-dir <work dir>
 
-Example:
+Examples:
   python3 flops_generator.py --model work/5_MHABlock/model.py --cases work/5_MHABlock/5_MHABlock_perf_cases.jsonl \\
       -o work/5_MHABlock/flops.py
+  python3 flops_generator.py --op-dir work/5_MHABlock      (the same, from the work directory's files)
 """
 import os
 import sys
@@ -26,16 +27,27 @@ from mfulib.errors import UserError  # noqa: E402
 
 def build_parser():
     p = cli.parser(__doc__, prog="flops_generator.py")
-    p.add_argument("--model", required=True, help="reference .py (class Model), e.g. <work dir>/model.py")
-    p.add_argument("--cases", required=True, help="case file of the work dir (.jsonl/.json, one {\"inputs\"} per line)")
+    p.add_argument("--model", help="reference .py (class Model), e.g. <work dir>/model.py")
+    p.add_argument("--cases", help="case file of the work dir (.jsonl/.json, one {\"inputs\"} per line)")
     p.add_argument("--impl", help="implementation .py for kernel names (default: model_new.py beside --model)")
-    p.add_argument("-o", "--output", required=True, help="draft to write (e.g. <work dir>/flops.py)")
+    p.add_argument("-o", "--output", help="draft to write (e.g. <work dir>/flops.py)")
+    p.add_argument("--op-dir", help="work directory: --model, --cases and -o default to its model.py, case file "
+                   "and flops.py")
     p.add_argument("--force", action="store_true", help="overwrite an existing output (kept as <output>.bak)")
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.op_dir:
+        from mfulib.opdir import OpDir
+        od = OpDir(args.op_dir)
+        args.model = args.model or od.model_py
+        args.cases = args.cases or od.cases_path
+        args.output = args.output or od.flops_py
+    missing = [f for f, v in (("--model", args.model), ("--cases", args.cases), ("-o", args.output)) if not v]
+    if missing:
+        raise UserError(f"missing {', '.join(missing)} - give them, or --op-dir <work dir>")
     from mfulib.flops_templates import generate
     from mfulib.jsonio import write_text_atomic
     for what, path in (("--model", args.model), ("--cases", args.cases)):

@@ -30,12 +30,12 @@ def build_parser():
     p.add_argument("--op-dir", default=".", help="work directory holding performance.json (and flops.py)")
     p.add_argument("--peak-json", default="peak.json",
                    help="peak_calib.py result; a relative path is looked up in --op-dir when absent in the cwd")
-    p.add_argument("--cases", default=None, help="only these case ids, e.g. 46 or 3,7,9 or 0-4 (default: all measured)")
+    p.add_argument("--cases", default=None, help="only these case ids, e.g. 46 or 3,7,9 or 0-4; none = every measured case")
     p.add_argument("--report", action="append", default=[], metavar="[LABEL=]PATH",
                    help="another performance.json to show beside the work dir's own (repeatable); LABEL names its rows")
     p.add_argument("--no-current", action="store_true",
                    help="leave out <op-dir>/performance.json (decompose only the --report files)")
-    p.add_argument("-o", "--output", default=None, help="result JSON (default: <op-dir>/mfu_decompose.json)")
+    p.add_argument("-o", "--output", default=None, help="result JSON; none = <op-dir>/mfu_decompose.json")
     p.add_argument("--plot", action="store_true",
                    help="also write a PNG beside the JSON: per case, time share vs FLOPs share per part")
     return p

@@ -33,14 +33,15 @@ def build_parser():
     p.add_argument("--dtypes", default="bf16,fp16,fp32,tf32,int8",
                    help="math modes to measure: bf16, fp16, fp32 (TF32/HF32 off), tf32 (TF32/HF32 allowed), int8")
     p.add_argument("--budget-s", type=float, default=None,
-                   help="time budget for the measurements in seconds (default: 18 on an accelerator, 4 on CPU)")
+                   help="time budget for the measurements in seconds (each mode still times at least one shape); "
+                        "none = 18 on an accelerator, 4 on CPU")
     p.add_argument("--no-bandwidth", action="store_true", help="skip the device-copy bandwidth measurement")
     p.add_argument("--cache", choices=("use", "refresh", "off"), default="use",
                    help="use: reuse a valid cached calibration of this device, else measure and store; "
                         "refresh: measure and store; off: measure, leave the cache alone")
     p.add_argument("--cache-dir", default=None,
-                   help="cache directory (default: $MFU_PEAK_CACHE_DIR, else $XDG_CACHE_HOME/triton-mfu-analyzer, "
-                        "else ~/.cache/triton-mfu-analyzer)")
+                   help="cache directory; none = $MFU_PEAK_CACHE_DIR, else $XDG_CACHE_HOME/triton-mfu-analyzer, "
+                        "else ~/.cache/triton-mfu-analyzer")
     p.add_argument("--max-age-days", type=float, default=14.0, help="reuse a cached calibration up to this age")
     p.add_argument("--show-noise", action="store_true",
                    help="do not filter known-harmless native warnings (CANN 'tiling struct ... is conflict')")

@@ -237,8 +237,15 @@ def test_missing_inputs_name_the_file_and_the_fix(tmp_path):
         decompose.decompose(str(d), str(d / "nope.json"))
     perf = copy.deepcopy(PERF)
     del perf["per_case"][0]["kernel_time_ns"]
+    perf["per_case"][1]["flops"] = None
     (d / "performance.json").write_text(json.dumps(perf))
-    with pytest.raises(UserError, match="case 46: no kernel_time_ns"):
+    rows = _rows(decompose.decompose(str(d), str(d / "peak.json")))  # one bad case never stops the others
+    assert rows[46]["status"] == "error" and "no kernel_time_ns" in rows[46]["reason"]
+    assert rows[48]["status"] == "no_flops" and "flops.py" in rows[48]["reason"]
+    assert rows[12]["status"] == "ok"
+    perf["per_case"] = perf["per_case"][:2]
+    (d / "performance.json").write_text(json.dumps(perf))
+    with pytest.raises(UserError, match="no case can be decomposed"):
         decompose.decompose(str(d), str(d / "peak.json"))
 
 

@@ -76,7 +76,8 @@ def test_real_op_summary_row_parses_to_exact_nanoseconds_with_the_trailing_tab_s
     assert a["model_id"] == 4294967295 and isinstance(a["model_id"], int)  # UINT32_MAX stays an exact int
     assert (a["block_dim"], a["mix_block_dim"], a["stream_id"], a["task_id"]) == (256, 512, 1756, 0)
     assert a["hf32_eligible"] == "NO" and a["input_shapes"] is None  # N/A -> None
-    assert a["pmu"]["aiv_vec_ratio"] == 0.999 and a["pmu"]["aic_total_cycles"] == 532700
+    assert a["pmu"]["aiv_scalar_ratio"] == 0.999 and a["pmu"]["aiv_vec_ratio"] == 0.0  # scalar-bound MIX kernel
+    assert a["pmu"]["aic_total_cycles"] == 532700 and a["pmu"]["aiv_total_cycles"] == 6666439114
     assert a["pmu"]["cube_utilization(%)"] == 0.014
 
 

@@ -12,12 +12,9 @@ import os
 import pytest
 import torch
 
-from mfulib import cases, compat, verify
-from mfulib.opdir import OpDir, import_file
-from mfulib.prepare import prepare_explicit
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OPS = os.path.join(REPO, "examples", "ops")
+from mfulib import cases, verify
+from mfulib.opdir import import_file
+from zoo_support import OPS, install_compat_or_skip, work_dir
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ZOO = {  # op -> (reference, implementation)
     "5_MHABlock": ("bench/zoo/5_MHABlock.py", "gen/zoo/5_MHABlock_triton_optimized.py"),
@@ -35,16 +32,7 @@ FA_REAL_CASES = "npukernelbench/level4/3_FusionAttention.json"
 @pytest.fixture(scope="module", autouse=True)
 def npu_compat():
     """5_MHABlock's ModelNew is Triton-Ascend style (import torch_npu, "npu" devices, core-count grids)."""
-    try:
-        return compat.install(DEVICE)
-    except RuntimeError as exc:  # another module installed it for a different device in this process
-        pytest.skip(f"mfulib.compat already installed for another device: {exc}")
-
-
-def work_dir(root, op, ref, impl, case_path):
-    dst = os.path.join(str(root), op)
-    prepare_explicit(os.path.join(OPS, ref), case_path, os.path.join(OPS, impl), dst)
-    return OpDir(dst)
+    return install_compat_or_skip(DEVICE)
 
 
 @pytest.fixture(scope="module")

@@ -10,23 +10,22 @@ tolerances by dtype stated there, on the normalised max error max|out - ref| / m
 2e-2, float32 1e-4 (1e-2 on CUDA, where tl.dot on fp32 is TF32). Measured here in the interpreter: float16 <= 1e-3,
 float32 <= 1e-6. On a CPU the kernels run in the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1
 before any kernel is defined), so only float16/float32 cases of at most INTERPRETER_MAX_BYTES of input run
-(each well under a second); every other line - bf16 and the GPU-sized ones - is checked on meta tensors, which
-allocate nothing. tests/gpu/test_zoo_basic_cuda.py runs every line on the GPU.
+(each well under a second); every other line - bf16 and the GPU-sized ones - is checked on fake tensors
+(torch's FakeTensorMode: shapes and dtypes, no storage), which allocate nothing. (Fake tensors rather than
+``with torch.device("meta")``: once mfulib.compat has wrapped torch's factory functions, the device context no longer
+reaches them and would allocate the GPU-sized cases for real.) tests/gpu/test_zoo_basic_cuda.py runs every line on the GPU.
 """
-import importlib.util
 import json
 import os
 import shutil
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
-from mfulib import cases, compat, discover, verify
-from mfulib.opdir import OpDir
-from mfulib.prepare import prepare_explicit
+from mfulib import cases, discover
+from zoo_support import OPS, install_compat_or_skip, load, verify_cases, work_dir
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OPS = os.path.join(REPO, "examples", "ops")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INTERPRETER_MAX_BYTES = 1_100_000  # total input bytes of a case run in the interpreter (~<1 s each)
 REJECT = "case rejected: "
@@ -59,23 +58,7 @@ GLU = ("swiglu", "geglu", "reglu")
 @pytest.fixture(scope="module", autouse=True)
 def npu_compat():
     """4_FFN's ModelNew is Triton-Ascend style (import torch_npu, "npu" devices, a vector_core_num grid)."""
-    try:
-        return compat.install(DEVICE)
-    except RuntimeError as exc:  # another module installed it for a different device in this process
-        pytest.skip(f"mfulib.compat already installed for another device: {exc}")
-
-
-def load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def work_dir(root, op, ref, impl, case_path):
-    dst = os.path.join(str(root), op)
-    prepare_explicit(os.path.join(OPS, ref), str(case_path), os.path.join(OPS, impl), dst)
-    return OpDir(dst)
+    return install_compat_or_skip(DEVICE)
 
 
 def small_case_ids(case_path, max_bytes=INTERPRETER_MAX_BYTES):
@@ -83,11 +66,6 @@ def small_case_ids(case_path, max_bytes=INTERPRETER_MAX_BYTES):
     dtypes = ("float16", "float32") + (("bfloat16",) if DEVICE == "cuda" else ())
     infos = [cases.describe_case(c, i) for i, c in enumerate(cases.read_case_file(case_path))]
     return [i.case_id for i in infos if i.compute_dtype in dtypes and i.input_bytes <= max_bytes]
-
-
-def verify_all(op_dir, case_ids):
-    """{case id: verify row} for the given cases."""
-    return {i: verify.verify_case(op_dir, i, device=DEVICE) for i in case_ids}
 
 
 def assert_pass_or_expected_rejection(rows, expected_rejections=None):
@@ -99,26 +77,29 @@ def assert_pass_or_expected_rejection(rows, expected_rejections=None):
             assert row["status"] == "pass", row
 
 
-def meta_groups(ref_path, case_path, tmp_path):
-    """get_input_groups() of a reference run beside a copy of ``case_path`` with every tensor on the meta device.
+FAKE = FakeTensorMode()  # tensors with shapes and dtypes but no storage: GPU-sized cases cost nothing
+
+
+def fake_groups(ref_path, case_path, tmp_path):
+    """get_input_groups() of a reference run beside a copy of ``case_path``, every tensor a fake (no storage).
 
     The reference is copied as ``<stem>.py`` and the cases as ``<stem>.json``: the name both the hard-coded and
     the splitext style read. Returns (Model instance, groups)."""
     stem = os.path.splitext(os.path.basename(ref_path))[0]
-    d = tmp_path / f"meta_{stem}"
+    d = tmp_path / f"fake_{stem}"
     d.mkdir(exist_ok=True)
     shutil.copyfile(ref_path, d / f"{stem}.py")  # follows the level3 symlink
     shutil.copyfile(case_path, d / f"{stem}.json")
-    module = load(str(d / f"{stem}.py"), f"meta_{stem}")
-    with torch.device("meta"):
+    module = load(str(d / f"{stem}.py"), f"fake_{stem}")
+    with FAKE:
         groups = module.get_input_groups()
     return module.Model(), groups
 
 
 def outcome(fn, args):
-    """('ok', output) or ('rejected', reason); any other exception propagates."""
+    """('ok', output) or ('rejected', reason) of ``fn(*args)`` on fake tensors; other exceptions propagate."""
     try:
-        with torch.device("meta"):
+        with FAKE:
             return "ok", fn(*args)
     except ValueError as exc:
         assert str(exc).startswith(REJECT), f"a ValueError that is not a per-case rejection: {exc}"
@@ -139,7 +120,7 @@ def test_zoo_model_new_matches_its_reference_on_every_interpreter_sized_case(zoo
     ids = small_case_ids(zoo_dirs[op].cases_path)
     if DEVICE == "cpu":
         assert ids == ZOO_INTERPRETER_CASES[op]
-    assert_pass_or_expected_rejection(verify_all(zoo_dirs[op], ids), ZOO_REJECTED.get(op))
+    assert_pass_or_expected_rejection(verify_cases(zoo_dirs[op], ids, DEVICE), ZOO_REJECTED.get(op))
 
 
 @pytest.mark.parametrize("op", sorted(BASELINES))
@@ -148,17 +129,17 @@ def test_layout_a_baseline_kernels_match_the_reference_on_the_smallest_cases(tmp
     op_dir = work_dir(tmp_path, op, ref, impl, os.path.join(OPS, os.path.splitext(ref)[0] + ".json"))
     ids = small_case_ids(op_dir.cases_path, BASELINE_MAX_BYTES)
     assert ids, "no case small enough for the naive kernel"
-    assert_pass_or_expected_rejection(verify_all(op_dir, ids), ZOO_REJECTED.get(op))
+    assert_pass_or_expected_rejection(verify_cases(op_dir, ids, DEVICE), ZOO_REJECTED.get(op))
 
 
 @pytest.mark.parametrize("op", sorted(ZOO))
-def test_zoo_case_files_span_interpreter_to_h200_sizes_and_build_on_meta(tmp_path, op):
+def test_zoo_case_files_span_interpreter_to_h200_sizes_and_build_as_fake_tensors(tmp_path, op):
     ref_path = os.path.join(OPS, ZOO[op][0])
     case_path = os.path.splitext(ref_path)[0] + ".json"
     infos = [cases.describe_case(c, i) for i, c in enumerate(cases.read_case_file(case_path))]
     assert {i.compute_dtype for i in infos} == {"float16", "bfloat16", "float32"}
     assert max(i.input_bytes for i in infos) >= 128 << 20  # at least one case fills the GPU, not its caches
-    model, groups = meta_groups(ref_path, case_path, tmp_path)
+    model, groups = fake_groups(ref_path, case_path, tmp_path)
     assert len(groups) == len(infos)
     results = [outcome(model, g) for g in groups]
     rejected = {i for i, (status, _) in enumerate(results) if status == "rejected"}
@@ -199,12 +180,12 @@ def test_real_model_new_matches_its_reference_on_the_interpreter_sized_real_case
         assert len(ids) == {"1_BatchMatmul.json": 36, "10_LayerNorm.json": 11, "2_FFN.json": 5}[os.path.basename(rel)]
     # FFN line 48 is reglu with W1 [256, 512] and W2 [512, 256]: the reference rejects it
     expected = {48: "needs 256 rows, it has 512"} if rel.endswith("2_FFN.json") else {}
-    assert_pass_or_expected_rejection(verify_all(op_dir, ids), {i: r for i, r in expected.items() if i in ids})
+    assert_pass_or_expected_rejection(verify_cases(op_dir, ids, DEVICE), {i: r for i, r in expected.items() if i in ids})
 
 
 def test_every_real_batch_matmul_line_is_accepted_with_a_b_m_n_output(shared_dir, tmp_path):
     path = real_case_path(shared_dir, "npukernelbench/level3/1_BatchMatmul.json")
-    model, groups = meta_groups(os.path.join(OPS, REAL["npukernelbench/level3/1_BatchMatmul.json"][0]), path, tmp_path)
+    model, groups = fake_groups(os.path.join(OPS, REAL["npukernelbench/level3/1_BatchMatmul.json"][0]), path, tmp_path)
     assert len(groups) == 51
     for (a, b) in groups:
         status, out = outcome(model, [a, b])
@@ -213,7 +194,7 @@ def test_every_real_batch_matmul_line_is_accepted_with_a_b_m_n_output(shared_dir
 
 def test_every_real_layer_norm_line_is_accepted_and_optional_inputs_keep_their_positions(shared_dir, tmp_path):
     path = real_case_path(shared_dir, "npukernelbench/level1/10_LayerNorm.json")
-    model, groups = meta_groups(os.path.join(OPS, REAL["npukernelbench/level1/10_LayerNorm.json"][0]), path, tmp_path)
+    model, groups = fake_groups(os.path.join(OPS, REAL["npukernelbench/level1/10_LayerNorm.json"][0]), path, tmp_path)
     lines = cases.read_case_file(path)
     assert len(groups) == len(lines) == 60
     for line, group in zip(lines, groups):
@@ -230,8 +211,8 @@ def test_every_real_layer_norm_line_is_accepted_and_optional_inputs_keep_their_p
 def test_real_ffn_rejects_exactly_the_21_gated_lines_whose_weight2_is_not_half_of_weight1(shared_dir, tmp_path):
     path = real_case_path(shared_dir, "npukernelbench/level4/2_FFN.json")
     ref_rel, impl_rel = REAL["npukernelbench/level4/2_FFN.json"]
-    model, groups = meta_groups(os.path.join(OPS, ref_rel), path, tmp_path)
-    impl = load(os.path.join(OPS, impl_rel), "ffn_real_impl_meta").ModelNew()
+    model, groups = fake_groups(os.path.join(OPS, ref_rel), path, tmp_path)
+    impl = load(os.path.join(OPS, impl_rel), "ffn_real_impl_fake").ModelNew()
     lines = cases.read_case_file(path)
     assert len(groups) == 50
     accepted, rejected = [], []
@@ -284,7 +265,7 @@ def test_real_ffn_implementation_computes_all_seven_npu_ffn_activations(tmp_path
     case_path = write_case_file(tmp_path / "cases" / "2_FFN.json", lines)
     ref, impl = REAL["npukernelbench/level4/2_FFN.json"]
     op_dir = work_dir(tmp_path / "work", "2_FFN", ref, impl, case_path)
-    rows = verify_all(op_dir, range(len(lines)))
+    rows = verify_cases(op_dir, range(len(lines)), DEVICE)
     assert_pass_or_expected_rejection(rows, {8: "needs 64 rows, it has 128"})
 
 
@@ -304,7 +285,7 @@ def test_real_layer_norm_implementation_handles_missing_affine_inputs_and_rows_l
     case_path = write_case_file(tmp_path / "cases" / "10_LayerNorm.json", lines)
     ref, impl = REAL["npukernelbench/level1/10_LayerNorm.json"]
     op_dir = work_dir(tmp_path / "work", "10_LayerNorm", ref, impl, case_path)
-    assert_pass_or_expected_rejection(verify_all(op_dir, range(len(lines))), {5: "not a suffix"})
+    assert_pass_or_expected_rejection(verify_cases(op_dir, range(len(lines)), DEVICE), {5: "not a suffix"})
 
 
 # --- layout A ----------------------------------------------------------------------------------------------------

@@ -191,7 +191,8 @@ def device_identity(backend: str, index: int = 0) -> dict:
         p = torch.npu.get_device_properties(index)
         ident.update(name=name, soc_name=name, cube_core_num=getattr(p, "cube_core_num", None),
                      vector_core_num=getattr(p, "vector_core_num", None),
-                     total_memory_bytes=getattr(p, "total_memory", None), l2_cache_bytes=getattr(p, "L2_cache_size", None),
+                     total_memory_bytes=getattr(p, "total_memory", None),
+                     l2_cache_bytes=getattr(p, "L2_cache_size", None),
                      cann=_cann_version(), torch_npu=getattr(sys.modules.get("torch_npu"), "__version__", None))
     else:
         ident.update(name=_cpu_model(), threads=torch.get_num_threads(), logical_cpus=os.cpu_count(),
@@ -286,8 +287,9 @@ def read_clocks(backend: str, index: int = 0) -> dict:
 def math_mode(dev: Device, mode: str):
     """Set the backend's fp32 matmul precision for ``mode`` and restore it afterwards.
 
-    ``float32``: TF32 (CUDA, ``torch.backends.cuda.matmul.allow_tf32``) / HF32 (NPU, ``torch.npu.matmul.allow_hf32``)
-    off; ``tf32``: on. Other modes leave the settings as they are. Yields a description of the setting.
+    ``float32``: TF32 (CUDA: ``torch.backends.cuda.matmul.fp32_precision``, or ``allow_tf32`` on torch < 2.9) / HF32
+    (NPU: ``torch.npu.matmul.allow_hf32``) off; ``tf32``: on. Other modes leave the settings as they are. Yields a
+    description of the setting.
     """
     torch = dev.torch
     if mode not in ("float32", "tf32") or dev.backend == "cpu":
@@ -297,15 +299,23 @@ def math_mode(dev: Device, mode: str):
         return
     allow = mode == "tf32"
     if dev.backend == "cuda":
-        obj, attr, label = torch.backends.cuda.matmul, "allow_tf32", "TF32"
+        obj, label = torch.backends.cuda.matmul, "TF32"
+        # torch >= 2.9: fp32_precision ("tf32" | "ieee"); mixing it with the legacy allow_tf32 raises, so use the new
+        # API where it exists and the legacy flag before that
+        if hasattr(obj, "fp32_precision"):
+            attr, value = "fp32_precision", ("tf32" if allow else "ieee")
+        else:
+            attr, value = "allow_tf32", allow
+        where = f"torch.backends.cuda.matmul.{attr}={value!r}"
     else:
-        obj, attr, label = getattr(getattr(torch, "npu", None), "matmul", None), "allow_hf32", "HF32"
+        obj, attr, value, label = getattr(getattr(torch, "npu", None), "matmul", None), "allow_hf32", allow, "HF32"
         if obj is None or not hasattr(obj, attr):
             raise UserError(f"torch.npu.matmul.{attr} is missing in this torch_npu - cannot measure the {mode} mode")
+        where = f"torch.npu.matmul.allow_hf32={allow}"
     old = getattr(obj, attr)
-    setattr(obj, attr, allow)
+    setattr(obj, attr, value)
     try:
-        yield f"fp32 inputs, {label} {'allowed' if allow else 'off'} (torch {obj.__class__.__name__}.{attr}={allow})"
+        yield f"fp32 inputs, {label} {'allowed' if allow else 'off'} ({where})"
     finally:
         setattr(obj, attr, old)
 
@@ -470,10 +480,11 @@ class Sweep:
 
 def hill_climb(sweep: Sweep, seeds, steps, lo: int, hi: int) -> None:
     """Measure ``seeds``, then move to the best neighbour along m/n/k with each step size until nothing improves
-    or ``time.monotonic()`` passes ``sweep.deadline``."""
+    or ``time.monotonic()`` passes ``sweep.deadline``. Seeds run until one succeeds even past the deadline, so every
+    mode that runs at all gets a number."""
     deadline = sweep.deadline
     for s in seeds:
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline and sweep.results:
             return
         sweep.measure(s)
     if not sweep.results:
@@ -552,8 +563,8 @@ def calibrate(backend: str, index: int = 0, modes=DEFAULT_MODES, budget_s: float
         seeds, steps, target_ms = ACCEL_SEEDS, ACCEL_STEPS, 15.0
     clocks_before = dev.clocks()
     result = {"backend": backend, "accelerator": not cpu, "device": ident,
-              "label": (f"{ident['name']} ({backend}:{index})" if not cpu
-                        else f"CPU {ident['name']} (torch CPU GEMM, {ident.get('threads')} threads) - not an accelerator"),
+              "label": (f"{ident['name']} ({backend}:{index})" if not cpu else
+                        f"CPU {ident['name']} (torch CPU GEMM, {ident.get('threads')} threads) - not an accelerator"),
               "method": method_block(dev, target_ms), "measured": {}, "peak_tflops": {}, "errors": {},
               "budget_s": budget_s, "interrupted": False}
     tasks = list(modes) + (["bandwidth"] if bandwidth else [])

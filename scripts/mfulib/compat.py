@@ -129,6 +129,13 @@ def install(device: str = "cpu") -> dict:
     torch.Tensor.is_npu = property(lambda self: self.device == target or self.device.type == target.type)
     REPORT["patched"].append("Tensor.to/Module.to/.npu()/Tensor.is_npu")
 
+    # torch caches its list of factory functions (for `with torch.device(...)` / set_default_device) on first use:
+    # fill that cache with the originals first, or the meta-device context would meet our wrappers and allocate
+    try:
+        from torch.utils._device import _device_constructors
+        _device_constructors()
+    except Exception:  # pragma: no cover - older torch without the helper
+        pass
     for name in _FACTORIES:
         fn = getattr(torch, name, None)
         if fn is None:

@@ -154,6 +154,25 @@ def _rows_clipped_sum(a: int, b: int, c: int, s_k: int) -> int:
     return _sum_clipped_linear(a, b, 1, c) - _sum_clipped_linear(a, b, 1, c - s_k)
 
 
+def ffn_parts(x_shape, w1_shape, w2_shape, gated: bool, weights_as_linear: bool = False) -> dict:
+    """{"up": FLOPs, "down": FLOPs} of y = act(x @ W1) @ W2, 2 FLOPs per MAC, activation not counted.
+
+    x [..., k] (every leading dim is a GEMM row: m = prod); W1 [k, n1], W2 [h, n2] (``weights_as_linear``: the
+    nn.Linear form [n1, k], [n2, h]); a gated (GLU) activation splits x @ W1 into halves, so h = n1 / 2, else
+    h = n1. Raises ValueError("case rejected: ...") when the shapes do not chain.
+    """
+    x, w1, w2 = list(x_shape), list(w1_shape), list(w2_shape)
+    if len(w1) != 2 or len(w2) != 2:
+        raise ValueError(f"case rejected: weights must be 2-D, got {w1} and {w2}")
+    m, k = math.prod(x[:-1]), x[-1]
+    (n1, k1), (n2, k2) = (w1, w2) if weights_as_linear else ((w1[1], w1[0]), (w2[1], w2[0]))
+    hidden = n1 // 2 if gated else n1
+    if k1 != k or k2 != hidden or (gated and n1 % 2):
+        raise ValueError(f"case rejected: x {x}, W1 {w1}, W2 {w2} do not chain ({'gated: ' if gated else ''}the "
+                         f"second GEMM needs {hidden} input features, W2 gives {k2})")
+    return {"up": matmul_flops(m, n1, k), "down": matmul_flops(m, n2, hidden)}
+
+
 ATTENTION_LAYOUTS = ("BNSD", "BSND", "BSH", "SBH", "TND")
 
 

@@ -289,19 +289,9 @@ WEIGHTS_AS_LINEAR = $linear   # False: x @ W1 with W1 [k, n1] (npu_ffn); True: n
 
 
 def flops_parts(case):
-    x, w1, w2 = shape(case, "$x"), shape(case, "$w1"), shape(case, "$w2")
     act = str(attr(case, "$act", "")).lower()
-    m, k = math.prod(x[:-1]), x[-1]                  # every leading dim of x is a row of the GEMMs
-    k1, n1 = (w1[1], w1[0]) if WEIGHTS_AS_LINEAR else (w1[0], w1[1])
-    k2, n2 = (w2[1], w2[0]) if WEIGHTS_AS_LINEAR else (w2[0], w2[1])
-    hidden = n1 // 2 if act in GATED else n1
-    if k1 != k or k2 != hidden or (act in GATED and n1 % 2):
-        raise ValueError(f"case rejected: x {x}, $w1 {w1}, $w2 {w2} do not chain for activation {act!r} "
-                         f"(the second GEMM needs {hidden} rows)")
-    return {
-        "up": matmul_flops(m, n1, k),                # [m, k] @ [k, n1]   (activation not counted)
-        "down": matmul_flops(m, n2, hidden),         # [m, hidden] @ [hidden, n2]
-    }
+    # up: [m, k] @ [k, n1]; down: [m, n1 or n1/2] @ [.., n2]; m = every leading dim of x; activation not counted
+    return ffn_parts(shape(case, "$x"), shape(case, "$w1"), shape(case, "$w2"), act in GATED, WEIGHTS_AS_LINEAR)
 
 
 def flops(case):
@@ -383,6 +373,21 @@ def flops(case):
     return float(sum(flops_parts(case).values()))
 '''
 
+T_GROUPED = '''
+
+def flops_parts(case):
+    x, w = shape(case, "$x"), shape(case, "$w")        # x [M, K] (rows of every group), w [G, K, N]
+    # REVIEW: grouped matmul - each row of x goes through exactly one group's weight (group_list splits M)
+    m, k, n = math.prod(x[:-1]), x[-1], w[-1]
+    if w[-2] != k:
+        raise ValueError(f"case rejected: x {x} and weight {w} do not chain (K {k} vs {w[-2]})")
+    return {"matmul": matmul_flops(m, n, k)}
+
+
+def flops(case):
+    return float(sum(flops_parts(case).values()))
+'''
+
 T_CONV = '''
 
 def flops_parts(case):
@@ -432,6 +437,7 @@ def flops(case):
 # Rendering
 # ----------------------------------------------------------------------------------------------------------------
 
+_ATTN_KERNEL = r"attn|attention|flash|sdpa|softmax|fa_|_fa"
 _PART_KEYWORDS = {
     "attention_proj": [("attn", r"attn|attention|flash|sdpa|softmax"), ("proj", r"matmul|gemm|linear|proj|mm")],
     "ffn": [("up", r"up|ffn1|fc1|w1|gate|act|first"), ("down", r"down|ffn2|fc2|w2|second|out")],
@@ -444,9 +450,16 @@ def kernel_parts_for(cls: str, part_names: list, kernels: list) -> tuple:
         generic = {"attn": ["*attn*", "*attention*", "*flash*"], "proj": ["*matmul*", "*gemm*", "*linear*"],
                    "up": ["*up*", "*ffn1*", "*fc1*"], "down": ["*down*", "*ffn2*", "*fc2*"]}
         parts = {p: generic.get(p, [f"*{p}*"]) for p in part_names}
-        return parts, "# REVIEW: no model_new.py beside model.py - patterns are generic, match them to kernel names"
+        return parts, "# REVIEW: no Triton kernel launch found (no model_new.py?) - generic patterns: match them to kernel names"
+    note = f"# kernels launched by model_new.py: {', '.join(kernels)}"
     if len(part_names) == 1:
-        return {part_names[0]: [f"*{k}*" for k in kernels]}, f"# kernels launched by model_new.py: {', '.join(kernels)}"
+        mine = [k for k in kernels if re.search(_ATTN_KERNEL, k, re.I)] if "attention" in cls else []
+        if not mine:
+            return {part_names[0]: [f"*{k}*" for k in kernels]}, note
+        left = [k for k in kernels if k not in mine]
+        if left:
+            note += f"\n# REVIEW: {', '.join(left)} left to 'other' (no FLOPs of their own: rope, copies?)"
+        return {part_names[0]: [f"*{k}*" for k in mine]}, note
     parts = {p: [] for p in part_names}
     left = []
     for kname in kernels:
@@ -459,7 +472,6 @@ def kernel_parts_for(cls: str, part_names: list, kernels: list) -> tuple:
     if cls == "ffn" and left and not any(parts.values()) and len(kernels) == 2:
         parts = {"up": [f"*{kernels[0]}*"], "down": [f"*{kernels[1]}*"]}  # launch order: up first
         left = []
-    note = f"# kernels launched by model_new.py: {', '.join(kernels)}"
     if left or not all(parts.values()):
         note += f"\n# REVIEW: kernels not assigned to a part ({', '.join(left) or 'none'}); parts without a pattern " \
                 f"({', '.join(p for p, v in parts.items() if not v) or 'none'})"
@@ -516,9 +528,9 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         act = cv.attr(r"^activation$|^act") or "activation"
         body = string.Template(T_FFN).substitute(x=x, w1=w1, w2=w2, act=act, gated=repr(GATED_ACTIVATIONS),
                                                  linear=str(linear))
-        imports += ["matmul_flops"]
+        imports += ["ffn_parts"]
         part_names = ["up", "down"]
-        extra_import = "import math\n"
+        extra_import = ""
     elif cls == "attention_proj":
         x = next((t.name for t in cv.info.tensors if len(t.shape) == 3 and t.dtype in _cases.FLOAT_DTYPES),
                  tensors[0] if tensors else "x")
@@ -581,6 +593,13 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         imports += ["attention_dims", "attention_pairs", "attention_flops"]
         part_names = ["attn"]
         extra_import = ""
+    elif cls == "grouped_matmul" and len(tensors) >= 2:
+        x = cv.tensor(r"x|input|a|mat_a") or tensors[0]
+        w = cv.tensor(r"w|weight|b|mat_b|weights", exclude=(x,)) or tensors[1]
+        body = string.Template(T_GROUPED).substitute(x=x, w=w)
+        imports += ["matmul_flops"]
+        part_names = ["matmul"]
+        extra_import = "import math\n"
     elif cls == "conv":
         x = tensors[0] if tensors else "x"
         names = {key: cv.attr(rx) or dflt for key, rx, dflt in (
@@ -595,7 +614,7 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         if cls == "norm":
             rms = f.called("rms_norm", "RMSNorm", "rsqrt") and not f.called("layer_norm", "LayerNorm", "var", "mean_var")
             ops, note = (4, "x^2, sum, scale, weight: RMSNorm convention") if rms else \
-                (8, "mean, (x-mean)^2, sum, normalise (2), scale, shift (+1): LayerNorm convention")
+                (7, "sum (mean), centre, square, sum (var), normalise, scale, shift: LayerNorm convention")
         elif cls == "softmax":
             ops, note = 5, "max, subtract, exp, sum, divide per element: softmax convention"
         else:

@@ -77,23 +77,25 @@ def assign_by_markers(rows, n_iters: int, marker: str = MARKER_KERNEL):
 
 
 def assign_by_period(rows, n_iters: int):
-    """Tag rows by periodicity when no marker exists: the smallest k such that the last ``n_iters * k`` operator
-    launches repeat with period k; the rows before them are left untagged. ``info["problems"]`` is non-empty
-    when no period fits (the trace does not repeat: never guessed)."""
+    """Tag rows by periodicity when no marker exists (fallback): the smallest k such that the last
+    ``(n_iters + 1) * k`` operator launches - the priming call's steady-state launches and the ``n_iters``
+    iterations - repeat with period k; the last ``n_iters * k`` are the iterations, earlier rows stay untagged.
+    Requiring the priming call's repetition too keeps a lost row at the end from shifting the split.
+    ``info["problems"]`` is non-empty when no period fits (the trace does not repeat: never guessed)."""
     ops = [i for i, r in enumerate(rows) if not is_harness(r.get("name"))]
     names = [rows[i].get("name") for i in ops]
     tagged = [dict(r, iteration=None) for r in rows]
     info = {"method": "periodic kernel-name sequence (no markers)", "problems": [], "flags": []}
-    for k in range(1, len(names) // max(n_iters, 1) + 1):
-        tail = names[len(names) - n_iters * k:]
+    for k in range(1, len(names) // (n_iters + 1) + 1):
+        tail = names[len(names) - (n_iters + 1) * k:]
         if all(tail[j] == tail[j % k] for j in range(len(tail))):
             for j, idx in enumerate(ops[len(names) - n_iters * k:]):
                 tagged[idx]["iteration"] = j // k
             info["period"] = k
             info["flags"].append(f"iterations delimited by a period of {k} launches (no iteration markers)")
             return tagged, info
-    info["problems"].append(f"the kernel-name sequence of {len(names)} launches does not repeat {n_iters} times: "
-                            "iterations cannot be delimited")
+    info["problems"].append(f"the kernel-name sequence of {len(names)} launches does not repeat {n_iters + 1} times "
+                            "(priming call + iterations): iterations cannot be delimited")
     return tagged, info
 
 

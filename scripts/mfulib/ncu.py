@@ -120,10 +120,5 @@ def short_kernel_name(name: str) -> str:
     Used to compare names from CUPTI (torch.profiler) and ncu, which spell templates and parameters differently.
     """
     s = re.sub(r"^\s*void\s+", "", str(name or ""))
-    depth, cut = 0, len(s)
-    for i, ch in enumerate(s):  # first '<' or '(' at nesting depth 0 ends the qualified name
-        if ch in "<(" and depth == 0:
-            cut = i
-            break
-    s = s[:cut]
+    s = re.split(r"[<(]", s, maxsplit=1)[0]  # template arguments and parameters end the qualified name
     return s.split("::")[-1].strip()

@@ -42,6 +42,20 @@ def seed_everything(seed: int) -> None:
         pass
 
 
+def clone_tensors(obj):
+    """Copy every tensor inside nested lists/tuples/dicts (other values are shared)."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, tuple):
+        return tuple(clone_tensors(o) for o in obj)
+    if isinstance(obj, list):
+        return [clone_tensors(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: clone_tensors(v) for k, v in obj.items()}
+    return obj
+
+
 def to_device(obj, device):
     """Move every tensor inside nested lists/tuples/dicts to ``device`` (tuple-wrapped groups keep their form)."""
     import torch
@@ -209,13 +223,15 @@ class OpDir:
                 return list(full[case_id])
         return list(staged_mod.get_init_inputs())
 
-    def build_case(self, case_id: int, impl: str = "ref", seed: int = 0, device: str = "cpu") -> BuiltCase:
+    def build_case(self, case_id: int, impl: str = "ref", seed: int = 0, device: str = "cpu",
+                   args: list | None = None) -> BuiltCase:
         """Build case ``case_id`` for ``impl`` ("ref" = Model from model.py, "asc" = ModelNew from model_new.py).
 
         Inputs always come from the reference's get_input_groups() (seeded with ``seed`` first); the model is
         constructed after re-seeding with ``seed`` so Model and ModelNew draw identical weights when built the same
         way. Tensors are moved to ``device``. Exceptions from the operator files propagate (callers classify them
-        with :func:`mfulib.errors.rejection_reason`).
+        with :func:`mfulib.errors.rejection_reason`). ``args`` given: use these inputs (already on ``device``)
+        instead of calling get_input_groups() again - building a 1 GB case on the host twice costs seconds.
         """
         if impl not in ("ref", "asc"):
             raise ValueError(f"impl must be 'ref' or 'asc', not {impl!r}")
@@ -228,11 +244,12 @@ class OpDir:
                 ref_mod = import_file(os.path.join(staging, MODEL_PY), "model")
                 if not hasattr(ref_mod, "get_input_groups"):
                     raise UserError(f"{self.model_py}: no get_input_groups() - the reference must define it")
-                seed_everything(seed)
-                groups = list(ref_mod.get_input_groups())
-                if not groups:
-                    raise UserError(f"{self.model_py}: get_input_groups() returned no case for case {case_id}")
-                args = to_device(normalize_group(groups[0]), device)
+                if args is None:
+                    seed_everything(seed)
+                    groups = list(ref_mod.get_input_groups())
+                    if not groups:
+                        raise UserError(f"{self.model_py}: get_input_groups() returned no case for case {case_id}")
+                    args = to_device(normalize_group(groups[0]), device)
                 init = self._init_inputs(ref_mod, case_id)
                 mod = ref_mod if impl == "ref" else import_file(os.path.join(staging, MODEL_NEW_PY), "model_new")
                 cls_name = "Model" if impl == "ref" else "ModelNew"

@@ -9,13 +9,16 @@ Top level
     ``geomean_speedup, mean_speedup, median_speedup, min_speedup, max_speedup, total_speedup`` (ref_us / asc_us over
     cases with both; total = sum ref / sum asc), ``mean_ref_us, median_ref_us, geomean_ref_us, total_ref_us``, the
     same four for ``asc``, ``warmup, repeats, seed, device_id, device_select_source`` (cli | env | auto),
-    ``timing_method`` (e.g. ``msprof.op_summary.Task_Duration``, ``torch.profiler.cupti.kernel_duration``),
+    ``timing_method`` (``msprof.op_summary.Task_Duration``; ``msprof.quick.Task_Duration`` when only task_time
+    exists, as upstream quick mode; ``torch.profiler.cupti.kernel_duration``; cpu: the interpreter launch hook),
     ``profiling_mode`` (``quick``); statistics are None where no case supplies them;
     ``backend`` (npu | cuda | cpu), ``backend_reason``, ``environment`` (CANN checks, ...), ``impl`` (asc | ref |
     both), ``mfu`` (bool: --mfu given), ``peak`` {``nominal_tflops``: {dtype: TFLOP/s}, ``used_for_mfu_nom``
     (dtype key, always the fp16/bf16 figure: MFU@nom is dtype-agnostic), ``value_tflops``, ``source``,
-    ``override``}, ``flops_file`` / ``flops_source``, ``kernel_parts`` (KERNEL_PARTS of flops.py),
-    ``selection`` {rule, order, requested}, ``flags`` (run-level notes), ``wall_s``.
+    ``override``}, ``device`` (identity: name, cores, memory...; npu adds ``runtime`` from info.json.N),
+    ``compat`` (core counts the compatibility layer handed to the operator, with their source), ``flops_file``,
+    ``kernel_parts`` (KERNEL_PARTS of flops.py), ``selection`` {rule, order, skipped}, ``retry``,
+    ``flush_cache_mib``, ``aic_metrics`` (npu), ``flags`` (run-level notes), ``wall_s`` (whole run, s).
 
 ``per_case`` entries (one per selected case, in selection order)
     upstream: ``case`` (0-based id), ``shape`` (``"[2, 64];[64, 8]"``), ``dtype``, ``ref_us``, ``asc_us`` (median

@@ -23,6 +23,7 @@ import bisect
 import contextlib
 import decimal
 import json
+import os
 import re
 
 ITER_RANGE_PREFIX = "mfu::iter::"
@@ -127,6 +128,14 @@ def range_of(t_ns, ranges):
     if j >= 0 and ranges[j][0] <= t_ns <= ranges[j][1]:
         return ranges[j][2]
     return None
+
+
+def launches_from_trace(report: dict, parse):
+    """``parse(trace_path)`` for the trace the child reported, or a problem when it wrote none."""
+    path = report.get("trace_path")
+    if not path or not os.path.exists(path):
+        return [], {"problems": [f"the child wrote no trace ({path})"], "flags": [], "lost_by_iter": {}}
+    return parse(path)
 
 
 def lost_problems(info: dict, warmup: int, n_iters: int) -> list:

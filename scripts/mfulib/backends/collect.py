@@ -198,8 +198,12 @@ def run_case_impl(backend, opdir: OpDir, case_id: int, impl: str, opts: Options,
             return res
         try:
             rows, info = backend.launches(adir, child.report, n)
-        except UserError as exc:
+        except UserError as exc:  # e.g. no export yet: an incomplete profile, retried
             rows, info = [], {"problems": [str(exc)], "flags": [], "lost_by_iter": {}}
+        except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the other cases
+            res.update(status="error", error=f"reading the profile in {adir} failed ({type(exc).__name__}: {exc}) - "
+                                             "keep it with --keep-prof and report it")
+            return res
         res["runtime"] = info.get("runtime")
         res["timing_method"] = info.get("timing_method") or backend.timing_method
         res["prof"] = info.get("prof")
@@ -296,6 +300,8 @@ def collect(opts: Options, log=None) -> dict:
     infos = opdir.describe_all()
     if opts.impl not in ("asc", "ref", "both"):
         raise UserError(f"--impl {opts.impl!r}: choose asc, ref or both")
+    if opts.top_k < 1 or (opts.max_cases is not None and opts.max_cases < 1):
+        raise UserError(f"--mfu-top-k {opts.top_k} / --max-cases {opts.max_cases}: need at least 1 case")
     for need in ([opdir.model_py] + ([opdir.model_new_py] if opts.impl != "ref" else [])):
         if not os.path.exists(need):
             raise UserError(f"{need}: missing - run prepare_op_dir.py first (make prepare)")

@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import platform
 
-from .base import (PRIME_RANGE, TRITON_RANGE_PREFIX, Backend, iteration_ranges, load_trace_events, range_of)
+from .base import (PRIME_RANGE, TRITON_RANGE_PREFIX, Backend, iteration_ranges, launches_from_trace,
+                   load_trace_events, range_of)
 
 # ops that only describe, view or allocate memory: no device kernel behind them on NPU/CUDA
 VIEW_OR_ALLOC_OPS = frozenset({
@@ -144,10 +145,7 @@ class CpuBackend(Backend):
         return env
 
     def launches(self, attempt_dir, report, n_iters):
-        path = report.get("trace_path")
-        if not path or not os.path.exists(path):
-            return [], {"problems": [f"the child wrote no trace ({path})"], "flags": [], "lost_by_iter": {}}
-        return trace_launches(path)
+        return launches_from_trace(report, trace_launches)
 
     def setup(self, spec):
         os.environ["TRITON_INTERPRET"] = "1"

@@ -23,7 +23,7 @@ import os
 import re
 from collections import Counter
 
-from .base import Backend, iteration_ranges, load_trace_events, range_of
+from .base import Backend, iteration_ranges, launches_from_trace, load_trace_events, range_of
 
 KERNEL_CATS = ("kernel",)
 COPY_CATS = ("gpu_memcpy", "gpu_memset")
@@ -103,10 +103,7 @@ class CudaBackend(Backend):
         return env
 
     def launches(self, attempt_dir, report, n_iters):
-        path = report.get("trace_path")
-        if not path or not os.path.exists(path):
-            return [], {"problems": [f"the child wrote no trace ({path})"], "flags": [], "lost_by_iter": {}}
-        return trace_launches(path)
+        return launches_from_trace(report, trace_launches)
 
     def setup(self, spec):
         import torch

@@ -184,7 +184,7 @@ class NpuBackend(Backend):
         info["runtime"] = _msprof.read_info_json(root)
         info["timing_method"] = {"op_summary": "msprof.op_summary.Task_Duration",
                                  "old_op_summary": "msprof.op_summary.Task_Duration",
-                                 "task_time": "msprof.task_time.task_time",
+                                 "task_time": "msprof.quick.Task_Duration",  # upstream quick mode label
                                  "kernel_details": "torch_npu.kernel_details.Duration"}[meta["kind"]]
         return tagged, info
 

@@ -9,7 +9,8 @@ Two kernels per forward:
   (swiglu / geglu) keep two accumulators per tile, gate = x @ W1[:, j] and up = x @ W1[:, j + n1/2], sharing
   each x tile, and store act(gate) * up, so H is [m, n1/2] and never [m, n1];
 * ``ffn_down_kernel``: y = H @ W2.
-Both are persistent: min(tiles, vector_core_num) programs, each striding over output tiles in row-major order.
+Both are thin wrappers (distinct names, so a profile separates the two GEMMs) around one persistent body,
+``_persistent_gemm``: min(tiles, vector_core_num) programs, each striding over output tiles in row-major order.
 H is stored in x's dtype (as an unfused torch FFN would); accumulation is float32.
 """
 import torch
@@ -30,47 +31,14 @@ def _apply_act(v, ACT: tl.constexpr):
         v = 0.5 * v * (1.0 + tl.math.erf(v * 0.7071067811865476))   # erf form, as F.gelu
     elif ACT == "silu":
         v = v * tl.sigmoid(v)
-    return v
+    return v   # ACT == "none": the second GEMM
 
 
 @triton.jit
-def ffn_up_act_kernel(X, W1, H, M, K, N_H,
-                      sxm, sxk, swk, swn, shm, shn,
-                      ACT: tl.constexpr, GATED: tl.constexpr,
-                      BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr):
-    core_idx = tl.program_id(0)
-    core_num = tl.num_programs(0)
-    n_blocks = tl.cdiv(N_H, BLOCK_SIZE_N)
-    total_blocks = tl.cdiv(M, BLOCK_SIZE_M) * n_blocks
-    for block_idx in range(core_idx, total_blocks, core_num):
-        offs_m = (block_idx // n_blocks) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-        offs_n = (block_idx % n_blocks) * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-        offs_k = tl.arange(0, BLOCK_SIZE_K)
-        m_valid = offs_m < M
-        n_valid = offs_n < N_H
-        gate_acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-        if GATED:
-            up_acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-        for kk in range(0, K, BLOCK_SIZE_K):
-            k_valid = kk + offs_k < K
-            x_blk = tl.load(X + offs_m[:, None] * sxm + (kk + offs_k)[None, :] * sxk,
-                            mask=m_valid[:, None] & k_valid[None, :], other=0.0)
-            w_off = (kk + offs_k)[:, None] * swk + offs_n[None, :] * swn
-            w_mask = k_valid[:, None] & n_valid[None, :]
-            gate_acc = tl.dot(x_blk, tl.load(W1 + w_off, mask=w_mask, other=0.0), gate_acc)
-            if GATED:   # the "up" half of W1 starts N_H columns to the right
-                up_acc = tl.dot(x_blk, tl.load(W1 + w_off + N_H * swn, mask=w_mask, other=0.0), up_acc)
-        h_val = _apply_act(gate_acc, ACT)
-        if GATED:
-            h_val = h_val * up_acc
-        tl.store(H + offs_m[:, None] * shm + offs_n[None, :] * shn, h_val.to(H.dtype.element_ty),
-                 mask=m_valid[:, None] & n_valid[None, :])
-
-
-@triton.jit
-def ffn_down_kernel(H, W2, Y, M, K, N,
-                    shm, shk, swk, swn, sym, syn,
-                    BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr):
+def _persistent_gemm(A, B, C, M, K, N, sam, sak, sbk, sbn, scm, scn,
+                     ACT: tl.constexpr, GATED: tl.constexpr,
+                     BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr):
+    """C = act(A @ B[:, :N]) (* A @ B[:, N:2N] when GATED), one program per core striding over C's blocks."""
     core_idx = tl.program_id(0)
     core_num = tl.num_programs(0)
     n_blocks = tl.cdiv(N, BLOCK_SIZE_N)
@@ -79,17 +47,40 @@ def ffn_down_kernel(H, W2, Y, M, K, N,
         offs_m = (block_idx // n_blocks) * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
         offs_n = (block_idx % n_blocks) * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
         offs_k = tl.arange(0, BLOCK_SIZE_K)
-        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-        h_ptrs = H + offs_m[:, None] * shm + offs_k[None, :] * shk
-        w_ptrs = W2 + offs_k[:, None] * swk + offs_n[None, :] * swn
+        m_valid = offs_m < M
+        n_valid = offs_n < N
+        gate_acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+        if GATED:
+            up_acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
         for kk in range(0, K, BLOCK_SIZE_K):
-            h_blk = tl.load(h_ptrs, mask=(offs_m[:, None] < M) & (kk + offs_k[None, :] < K), other=0.0)
-            w_blk = tl.load(w_ptrs, mask=(kk + offs_k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
-            acc = tl.dot(h_blk, w_blk, acc)
-            h_ptrs += BLOCK_SIZE_K * shk
-            w_ptrs += BLOCK_SIZE_K * swk
-        tl.store(Y + offs_m[:, None] * sym + offs_n[None, :] * syn, acc.to(Y.dtype.element_ty),
-                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+            k_valid = kk + offs_k < K
+            a_blk = tl.load(A + offs_m[:, None] * sam + (kk + offs_k)[None, :] * sak,
+                            mask=m_valid[:, None] & k_valid[None, :], other=0.0)
+            b_off = (kk + offs_k)[:, None] * sbk + offs_n[None, :] * sbn
+            b_mask = k_valid[:, None] & n_valid[None, :]
+            gate_acc = tl.dot(a_blk, tl.load(B + b_off, mask=b_mask, other=0.0), gate_acc)
+            if GATED:   # the "up" half of W1 starts N columns to the right
+                up_acc = tl.dot(a_blk, tl.load(B + b_off + N * sbn, mask=b_mask, other=0.0), up_acc)
+        c_val = _apply_act(gate_acc, ACT)
+        if GATED:
+            c_val = c_val * up_acc
+        tl.store(C + offs_m[:, None] * scm + offs_n[None, :] * scn, c_val.to(C.dtype.element_ty),
+                 mask=m_valid[:, None] & n_valid[None, :])
+
+
+@triton.jit
+def ffn_up_act_kernel(X, W1, H, M, K, N_H, sxm, sxk, swk, swn, shm, shn,
+                      ACT: tl.constexpr, GATED: tl.constexpr,
+                      BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr):
+    _persistent_gemm(X, W1, H, M, K, N_H, sxm, sxk, swk, swn, shm, shn, ACT, GATED,
+                     BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K)
+
+
+@triton.jit
+def ffn_down_kernel(H, W2, Y, M, K, N, shm, shk, swk, swn, sym, syn,
+                    BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr):
+    _persistent_gemm(H, W2, Y, M, K, N, shm, shk, swk, swn, sym, syn, "none", False,
+                     BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K)
 
 
 def _blocks(m, n, k, dtype):

@@ -1,8 +1,9 @@
 """Baseline (unfused) Triton implementation of 4_FFN: y = act(x @ W1) @ W2.
 
-Three launches, nothing fused: ``gemm_naive_kernel`` writes the full x @ W1 [m, n1] to memory,
-``act_elementwise_kernel`` reads it back and applies the activation (gated ones read both halves and write
-[m, n1/2]), and ``gemm_naive_kernel`` runs again for the second matmul. Fixed 32 x 32 x 32 tiles, no grouping,
+Three launches, nothing fused: ``ffn_up_gemm_naive_kernel`` writes the full x @ W1 [m, n1] to memory,
+``ffn_up_act_elementwise_kernel`` reads it back and applies the activation (gated ones read both halves and write
+[m, n1/2]), and ``ffn_down_gemm_naive_kernel`` does the second matmul (kernel names match 4_FFN_flops.py's
+KERNEL_PARTS: up = first GEMM + activation, down = second GEMM). Fixed 32 x 32 x 32 tiles, no grouping,
 and an extra round trip of the [m, n1] intermediate through memory: the "before" picture of this verify dir.
 """
 import torch
@@ -14,7 +15,7 @@ GATE_OF = {"swiglu": "silu", "geglu": "gelu"}
 
 
 @triton.jit
-def gemm_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, BS: tl.constexpr):
+def _gemm_tile(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, BS: tl.constexpr):
     r = tl.program_id(0) * BS + tl.arange(0, BS)
     c = tl.program_id(1) * BS + tl.arange(0, BS)
     kk = tl.arange(0, BS)
@@ -30,7 +31,17 @@ def gemm_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, BS: tl.conste
 
 
 @triton.jit
-def act_elementwise_kernel(z_ptr, h_ptr, total, n_out, ld_z, ACT: tl.constexpr, GATED: tl.constexpr,
+def ffn_up_gemm_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, BS: tl.constexpr):
+    _gemm_tile(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, BS)
+
+
+@triton.jit
+def ffn_down_gemm_naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, BS: tl.constexpr):
+    _gemm_tile(a_ptr, b_ptr, c_ptr, M, N, K, lda, ldb, ldc, BS)
+
+
+@triton.jit
+def ffn_up_act_elementwise_kernel(z_ptr, h_ptr, total, n_out, ld_z, ACT: tl.constexpr, GATED: tl.constexpr,
                            BLOCK: tl.constexpr):
     idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = idx < total
@@ -48,12 +59,11 @@ def act_elementwise_kernel(z_ptr, h_ptr, total, n_out, ld_z, ACT: tl.constexpr, 
     tl.store(h_ptr + idx, a.to(h_ptr.dtype.element_ty), mask=ok)
 
 
-def _gemm(a, b):
+def _gemm(kernel, a, b):
     m, k = a.shape
     n = b.shape[1]
     c = torch.empty((m, n), dtype=a.dtype, device=a.device)
-    gemm_naive_kernel[(triton.cdiv(m, 32), triton.cdiv(n, 32))](a, b, c, m, n, k, a.stride(0), b.stride(0),
-                                                                c.stride(0), BS=32)
+    kernel[(triton.cdiv(m, 32), triton.cdiv(n, 32))](a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0), BS=32)
     return c
 
 
@@ -70,8 +80,8 @@ class ModelNew(nn.Module):
         if weight2.shape[0] != n_out or (gated and n1 % 2):
             raise ValueError(f"case rejected: weight2 {list(weight2.shape)} must have {n_out} rows for {activation}")
         x, weight1, weight2 = x.contiguous(), weight1.contiguous(), weight2.contiguous()
-        z = _gemm(x, weight1)                                   # [m, n1], written to memory
+        z = _gemm(ffn_up_gemm_naive_kernel, x, weight1)         # [m, n1], written to memory
         h = torch.empty((x.shape[0], n_out), dtype=x.dtype, device=x.device)
-        act_elementwise_kernel[(triton.cdiv(h.numel(), 1024),)](
+        ffn_up_act_elementwise_kernel[(triton.cdiv(h.numel(), 1024),)](
             z, h, h.numel(), n_out, z.stride(0), ACT=GATE_OF.get(activation, activation), GATED=gated, BLOCK=1024)
-        return _gemm(h, weight2)
+        return _gemm(ffn_down_gemm_naive_kernel, h, weight2)

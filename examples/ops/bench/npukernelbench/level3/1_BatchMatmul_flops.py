@@ -1,0 +1,1 @@
+../../zoo/1_BatchMatmul_flops.py

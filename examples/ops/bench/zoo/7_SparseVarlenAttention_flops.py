@@ -1,0 +1,1 @@
+../../../flops_sparse_flash_attention.py

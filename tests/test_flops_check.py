@@ -1,0 +1,313 @@
+"""check_flops: planted mistakes in flops.py, each caught with its own diagnosis.
+
+The operator is the team's MHA block (examples/ops/bench/zoo/5_MHABlock.py: four [hidden, hidden] projections,
+attention with an optional top-left causal mask) on small cases, plus small hand-made references for the
+variable-length, vector-only and custom-op situations.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mfulib import flops_contract as fcon
+from mfulib.jsonio import read_json
+from mfulib.opdir import OpDir
+from mfulib.prepare import prepare_explicit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ZOO = os.path.join(ROOT, "examples", "ops", "bench", "zoo")
+CHECK = os.path.join(ROOT, "scripts", "check_flops.py")
+
+# x [b, s, hidden], head_num, causal.  Hand count for case 0 (b=2, s=16, hidden=32, causal):
+#   proj = 4 * 2*(2*16)*32*32 = 262144;  attn = 2 * b * pairs * (hidden + hidden) = 2*2*136*64 = 34816
+MHA_CASES = [[2, 16, 32, 4, True], [1, 12, 32, 2, False]]
+MHA_CASE0_PROJ, MHA_CASE0_ATTN = 262144, 34816
+
+CORRECT = '''
+from mfulib.flops_contract import attention_flops, attention_pairs, attr, matmul_flops, shape
+KERNEL_PARTS = {"attn": ["*flash*"], "proj": ["*matmul*"]}
+def flops_parts(case):
+    b, s, h = shape(case, "x")
+    pairs = attention_pairs(s, s, causal=bool(attr(case, "causal")))
+    return {"proj": 4 * matmul_flops(b * s, h, h), "attn": attention_flops(pairs, 1, h, h, batch=b)}
+def flops(case):
+    return float(sum(flops_parts(case).values()))
+'''
+
+PLANTED = {
+    # causal reduction forgotten: the dense s*s pairs
+    "causal_missed": CORRECT.replace('attention_pairs(s, s, causal=bool(attr(case, "causal")))', "s * s"),
+    # only the attention core: the four projections are missing
+    "projections_missed": CORRECT.replace('"proj": 4 * matmul_flops(b * s, h, h), ', ""),
+    # parts do not add up to flops()
+    "parts_not_summing": CORRECT.replace("return float(sum(flops_parts(case).values()))",
+                                         "return float(sum(flops_parts(case).values())) + 1e6"),
+    # zero
+    "zero": CORRECT.replace("return float(sum(flops_parts(case).values()))", "return 0.0"),
+    # everything counted twice (4 FLOPs per MAC)
+    "doubled": CORRECT.replace("return float(sum(flops_parts(case).values()))",
+                               "return 2.0 * sum(flops_parts(case).values())"),
+}
+
+
+def mha_workdir(tmp_path, flops_src, name="mha"):
+    src = tmp_path / "src"
+    src.mkdir()
+    cases = src / "5_MHABlock.json"
+    cases.write_text("".join(json.dumps({"inputs": [
+        {"name": "x", "type": "tensor", "required": True, "dtype": "float32", "shape": [b, s, h]},
+        {"name": "head_num", "type": "attr", "required": True, "dtype": "int", "value": n},
+        {"name": "causal", "type": "attr", "required": True, "dtype": "bool", "value": c}]}) + "\n"
+        for b, s, h, n, c in MHA_CASES))
+    impl = src / "impl.py"
+    impl.write_text("class ModelNew:\n    pass\n")
+    dst = tmp_path / name
+    prepare_explicit(os.path.join(ZOO, "5_MHABlock.py"), str(cases), str(impl), str(dst))
+    (dst / "flops.py").write_text(textwrap.dedent(flops_src))
+    return OpDir(dst)
+
+
+def check(od, case_id=0, **kw):
+    return fcon.check_case(fcon.load_flops(od.flops_py), od, case_id, **kw)
+
+
+def status_of(row, name):
+    return next(c for c in row["checks"] if c["name"] == name)["status"]
+
+
+def test_a_correct_flops_py_passes_with_ratio_one(tmp_path):
+    od = mha_workdir(tmp_path, CORRECT)
+    row = check(od)
+    assert row["flops"] == MHA_CASE0_PROJ + MHA_CASE0_ATTN
+    assert row["flops_parts"] == {"proj": MHA_CASE0_PROJ, "attn": MHA_CASE0_ATTN}
+    assert row["status"] == "pass" and row["ratio"] == 1.0
+
+
+def test_a_missed_causal_reduction_is_diagnosed_as_counting_the_dense_scores(tmp_path):
+    row = check(mha_workdir(tmp_path, PLANTED["causal_missed"]))
+    assert status_of(row, "tracer") == "fail"
+    assert "dense score matrix" in row["diagnosis"]
+    dense_attn = 2 * 2 * 16 * 16 * 64  # 65536
+    assert row["ratio"] == pytest.approx((MHA_CASE0_PROJ + dense_attn) / (MHA_CASE0_PROJ + MHA_CASE0_ATTN))
+
+
+def test_missed_projections_are_diagnosed_with_the_op_that_holds_them(tmp_path):
+    row = check(mha_workdir(tmp_path, PLANTED["projections_missed"]))
+    assert status_of(row, "tracer") == "fail"
+    assert row["ratio"] < 0.5
+    assert "aten::mm" in row["diagnosis"] and "projections" in row["diagnosis"]
+
+
+def test_parts_that_do_not_add_up_fail_the_parts_check(tmp_path):
+    row = check(mha_workdir(tmp_path, PLANTED["parts_not_summing"]))
+    assert status_of(row, "parts_sum") == "fail"
+
+
+def test_zero_flops_fail_the_positive_check(tmp_path):
+    row = check(mha_workdir(tmp_path, PLANTED["zero"]))
+    assert status_of(row, "flops_positive") == "fail"
+    assert row["status"] == "fail"
+
+
+def test_doubled_flops_are_diagnosed_as_about_two(tmp_path):
+    row = check(mha_workdir(tmp_path, PLANTED["doubled"]), case_id=1)  # the non-causal case
+    assert row["ratio"] == pytest.approx(2.0)
+    assert "about 2" in row["diagnosis"]
+
+
+def test_kernel_parts_naming_a_part_without_flops_fail_the_file_check(tmp_path):
+    od = mha_workdir(tmp_path, CORRECT.replace('"proj": ["*matmul*"]', '"gemm": ["*matmul*"]'))
+    ff = fcon.load_flops(od.flops_py)
+    rows = [fcon.check_case(ff, od, 0)]
+    kp = next(c for c in fcon.file_checks(ff, rows) if c["name"] == "kernel_parts")
+    assert kp["status"] == "fail" and "gemm" in kp["detail"]
+
+
+def test_implied_time_above_the_measured_kernel_time_is_an_error():
+    # 1e12 FLOPs at 100 TFLOP/s take 10 ms; a kernel measured at 5 ms would be at 200% of the peak
+    c = fcon.implied_time_check(1e12, {"tflops": 100.0, "source": "test"}, measured_ns=5e6)
+    assert c["status"] == "fail" and "200.0%" in c["detail"]
+    assert fcon.implied_time_check(1e12, {"tflops": 100.0, "source": "test"}, measured_ns=20e6)["status"] == "pass"
+    assert fcon.implied_time_check(1e12, None)["status"] == "skip"
+    # 1e18 FLOPs would take 10000 s at the peak: no benchmark call is that long
+    assert fcon.implied_time_check(1e18, {"tflops": 100.0, "source": "test"})["status"] == "fail"
+
+
+# ------------------------------------------------------------------------------------------- other situations
+
+def write_dir(tmp_path, ref_body, case_lines, flops_src, name="op"):
+    from test_flops_tracer import LOADER, write_workdir
+    od = write_workdir(tmp_path, LOADER + textwrap.dedent(ref_body), case_lines, name)
+    with open(od.flops_py, "w") as f:
+        f.write(textwrap.dedent(flops_src))
+    return od
+
+
+VARLEN_REF = '''
+class Model(nn.Module):
+    def forward(self, q, actual_seq_lengths):
+        out = torch.zeros_like(q)
+        for b, n in enumerate(actual_seq_lengths):   # [b, s, d]: sequence b has n real tokens
+            x = q[b, :n]
+            out[b, :n] = (x @ x.T).softmax(-1) @ x
+        return out
+'''
+VARLEN_CASE = {"inputs": [{"name": "q", "type": "tensor", "required": True, "dtype": "float32", "shape": [2, 32, 8]},
+                          {"name": "actual_seq_lengths", "type": "attr", "required": True, "dtype": "list",
+                           "value": [32, 5]}]}
+
+
+def test_padded_lengths_in_a_variable_length_case_are_diagnosed(tmp_path):
+    padded = '''
+from mfulib.flops_contract import attention_flops, shape
+def flops(case):
+    b, s, d = shape(case, "q")
+    return float(attention_flops(s * s, 1, d, d, batch=b))       # padded maximum: wrong
+'''
+    row = check(write_dir(tmp_path, VARLEN_REF, [VARLEN_CASE], padded))
+    assert row["status"] == "fail"
+    assert "actual lengths" in row["diagnosis"]
+    assert row["ratio"] == pytest.approx(2 * 1024 / (1024 + 25))
+
+
+def test_lengths_inconsistent_with_the_shapes_fail_the_length_check(tmp_path):
+    bad = json.loads(json.dumps(VARLEN_CASE))
+    bad["inputs"][1]["value"] = [40, 5]  # 40 > s = 32
+    fine = '''
+from mfulib.flops_contract import attention_flops, attr, shape
+def flops(case):
+    d = shape(case, "q")[-1]
+    return float(sum(attention_flops(n * n, 1, d, d) for n in attr(case, "actual_seq_lengths")))
+'''
+    row = check(write_dir(tmp_path, VARLEN_REF, [bad], fine))
+    assert status_of(row, "seq_lengths") == "fail"
+
+
+def test_a_vector_only_operator_passes_with_the_tracers_zero_named_as_expected(tmp_path):
+    ref = '''
+class Model(nn.Module):
+    def forward(self, x):
+        return F.layer_norm(x, [x.shape[-1]])
+'''
+    vec = '''
+from mfulib.flops_contract import numel
+def flops(case):
+    return 5.0 * numel(case, "x")
+'''
+    row = check(write_dir(tmp_path, ref, [{"inputs": [{"name": "x", "type": "tensor", "required": True,
+                                                       "dtype": "float32", "shape": [64, 128]}]}], vec))
+    assert row["status"] == "pass"
+    assert "tracer 0 as expected" in row["diagnosis"] and "native_layer_norm" in row["diagnosis"]
+
+
+def test_a_tracer_blind_to_a_custom_op_names_it_and_fails_unless_accepted(tmp_path):
+    from test_flops_tracer import test_a_custom_op_is_named_as_unseen_instead_of_silently_counting_zero as make_op
+    make_op()  # registers the mfu_testdouble::mystery_mm test double
+    ref = '''
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.ops.mfu_testdouble.mystery_mm(a, b)
+'''
+    mm = '''
+def flops(case):
+    return 2.0 * 4 * 8 * 3
+'''
+    case = {"inputs": [{"name": "a", "type": "tensor", "required": True, "dtype": "float32", "shape": [4, 8]},
+                       {"name": "b", "type": "tensor", "required": True, "dtype": "float32", "shape": [8, 3]}]}
+    od = write_dir(tmp_path, ref, [case], mm)
+    row = check(od)
+    assert row["status"] == "fail"
+    assert "cannot see" in row["diagnosis"] and "mfu_testdouble::mystery_mm" in row["diagnosis"]
+    assert check(od, accept_unseen=True)["status"] == "warn"
+
+
+def test_flops_py_must_reject_what_the_reference_rejects(tmp_path):
+    ref = '''
+class Model(nn.Module):
+    def forward(self, x):
+        raise ValueError("case rejected: not supported")
+'''
+    od = write_dir(tmp_path, ref, [{"inputs": [{"name": "x", "type": "tensor", "required": True, "dtype": "float32",
+                                                "shape": [2, 2]}]}], "def flops(case):\n    return 8.0\n")
+    row = check(od)
+    assert row["status"] == "fail" and "reference rejects" in row["diagnosis"]
+
+
+def test_flops_with_args_receives_the_seeded_forward_arguments(tmp_path):
+    ref = '''
+class Model(nn.Module):
+    def forward(self, x, n):
+        return x[:n] @ x[:n].T
+'''
+    with_args = '''
+def flops(case, args):
+    x, n = args                       # n as get_input_groups() built it
+    return 2.0 * n * n * x.shape[1]
+'''
+    case = {"inputs": [{"name": "x", "type": "tensor", "required": True, "dtype": "float32", "shape": [16, 4]},
+                       {"name": "n", "type": "attr", "required": True, "dtype": "int", "value": 10}]}
+    row = check(write_dir(tmp_path, ref, [case], with_args), seed=7)
+    assert row["status"] == "pass" and row["flops"] == 2 * 10 * 10 * 4 and row["seed"] == 7
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+
+def test_the_cli_exits_one_on_a_planted_mistake_and_zero_once_fixed(tmp_path):
+    od = mha_workdir(tmp_path, PLANTED["causal_missed"])
+    r = subprocess.run([sys.executable, CHECK, "--op-dir", od.path, "--backend", "none"], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAILED" in r.stdout and "dense score matrix" in r.stdout
+    doc = read_json(os.path.join(od.path, "flops_check.json"))
+    assert doc["schema"] == fcon.SCHEMA and doc["tool"] == "check_flops.py" and not doc["summary"]["passed"]
+    with open(od.flops_py, "w") as f:
+        f.write(textwrap.dedent(CORRECT))
+    r = subprocess.run([sys.executable, CHECK, "--op-dir", od.path, "--backend", "none", "--quiet"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_cli_reports_a_missing_flops_py_as_a_user_error(tmp_path):
+    od = mha_workdir(tmp_path, CORRECT)
+    os.remove(od.flops_py)
+    r = subprocess.run([sys.executable, CHECK, "--op-dir", od.path], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "flops_generator.py" in r.stderr
+
+
+def test_tracer_only_mode_needs_no_flops_py(tmp_path):
+    od = mha_workdir(tmp_path, CORRECT)
+    os.remove(od.flops_py)
+    out = tmp_path / "tracer.json"
+    r = subprocess.run([sys.executable, CHECK, "--op-dir", od.path, "--tracer-only", "--cases", "0", "-o", str(out),
+                        "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = read_json(out)
+    assert doc["per_case"][0]["tracer"]["total_flops"] == MHA_CASE0_PROJ + MHA_CASE0_ATTN
+    shutil.rmtree(od.path)
+
+
+def test_an_npu_only_reference_that_calls_npu_is_traced_on_meta_by_the_cli(tmp_path):
+    ref = '''
+import json, os, torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, a, b):
+        import torch_npu                            # NPU-only reference: torch_npu and .npu() everywhere
+        return torch.bmm(a.npu(), b.npu())
+def get_input_groups():
+    return [[torch.randn(e["shape"]).npu() for e in json.loads(line)["inputs"]]
+            for line in open(os.path.splitext(__file__)[0] + ".json") if line.strip()]
+'''
+    shape = [8, 1024, 1024]  # 32 MiB per input: built on meta, never allocated
+    case = {"inputs": [{"name": n, "type": "tensor", "required": True, "dtype": "float32", "shape": shape}
+                       for n in ("a", "b")]}
+    from test_flops_tracer import write_workdir
+    od = write_workdir(tmp_path, ref, [case])
+    r = subprocess.run([sys.executable, CHECK, "--op-dir", od.path, "--tracer-only", "--quiet"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    tr = read_json(os.path.join(od.path, "flops_check.json"))["per_case"][0]["tracer"]
+    assert (tr["device"], tr["total_flops"]) == ("meta", 2 * 8 * 1024 ** 3)

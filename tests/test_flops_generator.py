@@ -1,0 +1,180 @@
+"""flops_generator: classify references by their AST and write drafts that check_flops accepts or points at.
+
+Drafts for matmul, FFN and the MHA block must pass check_flops.py unedited; the attention variants must pass and
+list the lines a human has to review; an unknown operator's draft must fail until it is written by hand.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mfulib import flops_contract as fcon
+from mfulib import flops_templates as ft
+from mfulib.opdir import OpDir
+from mfulib.prepare import prepare_explicit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "examples", "ops", "bench")
+GEN = os.path.join(ROOT, "examples", "ops", "gen")
+GENERATOR = os.path.join(ROOT, "scripts", "flops_generator.py")
+
+EXPECTED_CLASS = {
+    "zoo/1_BatchMatmul": "matmul", "zoo/2_Softmax": "softmax", "zoo/3_RMSNorm": "norm", "zoo/4_FFN": "ffn",
+    "zoo/5_MHABlock": "attention_proj", "zoo/6_GQAAttention": "gqa_attention",
+    "zoo/7_SparseVarlenAttention": "sparse_attention", "npukernelbench/level1/10_LayerNorm": "norm",
+    "npukernelbench/level4/2_FFN": "ffn", "npukernelbench/level4/3_FusionAttention": "npu_fusion_attention",
+}
+
+
+def zoo_workdir(tmp_path, op, case_ids):
+    """A work dir for zoo operator ``op`` holding only the listed (small) cases of its case file."""
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(os.path.join(BENCH, "zoo", op + ".json")) as f:
+        lines = [ln for ln in f if ln.strip()]
+    (src / f"{op}.json").write_text("".join(lines[i] for i in case_ids))
+    impl = [p for p in os.listdir(os.path.join(GEN, "zoo")) if p.startswith(op + "_")][0]
+    dst = tmp_path / "work"
+    prepare_explicit(os.path.join(BENCH, "zoo", op + ".py"), str(src / f"{op}.json"),
+                     os.path.join(GEN, "zoo", impl), str(dst))
+    return OpDir(dst)
+
+
+def generate_into(od):
+    r = subprocess.run([sys.executable, GENERATOR, "--model", od.model_py, "--cases", od.cases_path, "-o",
+                        od.flops_py], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def check_all(od):
+    ff = fcon.load_flops(od.flops_py)
+    rows = [fcon.check_case(ff, od, i) for i in range(len(od.read_cases()))]
+    return ff, rows, fcon.file_checks(ff, rows)
+
+
+@pytest.mark.parametrize("op", sorted(EXPECTED_CLASS))
+def test_each_bundled_reference_is_classified_as_expected(op):
+    feats = ft.analyze_model(os.path.join(BENCH, op + ".py"))
+    set_dir, name = op.rsplit("/", 1)
+    cases = os.path.join(BENCH, op + ".json")
+    if not os.path.exists(cases):  # real case files stay in ../shared
+        cases = os.path.join(ROOT, "..", "shared", "data", set_dir, name + ".json")
+        if not os.path.exists(cases):
+            pytest.skip(f"{cases} absent: the real case files live in ../shared")
+    cls, why = ft.classify(feats, ft.read_case_view(cases))
+    assert cls == EXPECTED_CLASS[op], why
+
+
+@pytest.mark.parametrize("op, case_ids", [("1_BatchMatmul", [0, 2, 3]), ("4_FFN", [0, 1, 2, 11]),
+                                          ("5_MHABlock", [0, 1, 2])])
+def test_matmul_ffn_and_mha_drafts_pass_check_flops_unedited(tmp_path, op, case_ids):
+    od = zoo_workdir(tmp_path, op, case_ids)
+    out = generate_into(od)
+    assert "no line needs review" in out
+    ff, rows, file_level = check_all(od)
+    assert [r["status"] for r in rows] == ["pass"] * len(case_ids), [r["diagnosis"] for r in rows]
+    assert all(c["status"] != "fail" for c in file_level)
+    assert ff.kernel_parts and all(ff.kernel_parts.values())  # parts matched to the implementation's kernels
+
+
+def test_the_ffn_draft_rejects_the_gated_case_the_reference_rejects(tmp_path):
+    od = zoo_workdir(tmp_path, "4_FFN", [11])  # swiglu with weight2 rows = n1, not n1 / 2
+    generate_into(od)
+    _, rows, _ = check_all(od)
+    assert rows[0]["flops_status"] == "rejected" and rows[0]["tracer"]["status"] == "rejected"
+
+
+@pytest.mark.parametrize("op, case_ids, must_review", [
+    ("6_GQAAttention", [0, 1, 2], ["ALIGN"]),
+    ("7_SparseVarlenAttention", [0, 1, 2], ["actual_seq_lengths", "window_left", "rope"]),
+])
+def test_attention_variant_drafts_pass_and_point_at_the_lines_to_review(tmp_path, op, case_ids, must_review):
+    od = zoo_workdir(tmp_path, op, case_ids)
+    out = generate_into(od)
+    assert "review these lines" in out
+    for word in must_review:
+        assert any(word in ln and "# REVIEW" in ln for ln in out.splitlines()), (word, out)
+    ff, rows, file_level = check_all(od)
+    assert [r["status"] for r in rows] == ["pass"] * len(case_ids), [r["diagnosis"] for r in rows]
+    assert next(c for c in file_level if c["name"] == "review_markers")["status"] == "warn"
+
+
+def test_a_norm_draft_passes_with_the_tracers_zero_named_as_expected(tmp_path):
+    od = zoo_workdir(tmp_path, "3_RMSNorm", [0, 1])
+    generate_into(od)
+    _, rows, _ = check_all(od)
+    assert [r["status"] for r in rows] == ["pass", "pass"]
+    assert all("tracer 0 as expected" in r["diagnosis"] for r in rows)
+
+
+def test_an_unknown_operator_gets_a_draft_that_fails_until_written(tmp_path):
+    from test_flops_tracer import LOADER, write_workdir
+    ref = LOADER + textwrap.dedent('''
+    class Model(nn.Module):
+        def forward(self, x):
+            return torch.sort(x, dim=-1).values
+    ''')
+    od = write_workdir(tmp_path, ref, [{"inputs": [{"name": "x", "type": "tensor", "required": True,
+                                                    "dtype": "float32", "shape": [8, 16]}]}])
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "unknown" and draft["review_lines"]
+    _, rows, _ = check_all(od)
+    assert rows[0]["status"] == "fail" and "NotImplementedError" in rows[0]["diagnosis"]
+
+
+def test_launched_kernels_are_read_from_the_implementation_in_launch_order():
+    impl = os.path.join(GEN, "zoo", "5_MHABlock_triton_optimized.py")
+    assert ft.launched_kernels(impl) == ["matmul_kernel", "flash_attn_fwd_kernel"]
+    parts, _ = ft.kernel_parts_for("attention_proj", ["proj", "attn"], ["matmul_kernel", "flash_attn_fwd_kernel"])
+    assert parts == {"proj": ["*matmul_kernel*"], "attn": ["*flash_attn_fwd_kernel*"]}
+
+
+def test_the_generator_refuses_to_overwrite_without_force(tmp_path):
+    od = zoo_workdir(tmp_path, "1_BatchMatmul", [0])
+    generate_into(od)
+    r = subprocess.run([sys.executable, GENERATOR, "--model", od.model_py, "--cases", od.cases_path, "-o",
+                        od.flops_py], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--force" in r.stderr
+    json.loads(open(od.cases_path).readline())  # the work dir is untouched
+
+
+CONV_REF = '''
+class Model(nn.Module):
+    def forward(self, x, in_channels, out_channels, kernel_size, stride, padding):
+        torch.manual_seed(0)
+        return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding).to(x.device)(x)
+'''
+GROUPED_REF = '''
+class Model(nn.Module):
+    def forward(self, x, weight, group_list):
+        outs, start = [], 0
+        for g, end in enumerate(group_list):      # rows start..end go through group g
+            outs.append(x[start:end] @ weight[g])
+            start = end
+        return torch.cat(outs)
+'''
+
+
+@pytest.mark.parametrize("ref, inputs, cls, want", [
+    # conv: out 16 x 16 x 16 per image, each output 3 * 3 * 3 MACs: 2 * 2 * 16 * 256 * 27
+    (CONV_REF, [("x", [2, 3, 32, 32]), ("in_channels", 3), ("out_channels", 16), ("kernel_size", 3), ("stride", 2),
+                ("padding", 1)], "conv", 2 * 2 * 16 * 256 * 27),
+    # grouped matmul: 96 rows of K=32 through [32, 16] weights: 2 * 96 * 32 * 16
+    (GROUPED_REF, [("x", [96, 32]), ("weight", [3, 32, 16]), ("group_list", [10, 50, 96])], "grouped_matmul",
+     2 * 96 * 32 * 16),
+])
+def test_conv_and_grouped_matmul_drafts_pass_and_count_by_hand(tmp_path, ref, inputs, cls, want):
+    from test_flops_tracer import LOADER, write_workdir
+    ents = [{"name": n, "type": "tensor", "required": True, "dtype": "float32", "shape": v} if isinstance(v, list)
+            and n in ("x", "weight") else {"name": n, "type": "attr", "required": True, "dtype": "int", "value": v}
+            for n, v in inputs]
+    od = write_workdir(tmp_path, LOADER + textwrap.dedent(ref), [{"inputs": ents}])
+    generate_into(od)
+    assert ft.generate(od.model_py, od.cases_path)["class"] == cls
+    _, rows, _ = check_all(od)
+    assert rows[0]["status"] == "pass" and rows[0]["flops"] == want, rows[0]["diagnosis"]
