@@ -119,3 +119,13 @@ def test_the_tracer_count_of_check_flops_is_recorded_beside_the_flops_py_value(t
     assert tracer_flops(od) == {0: 8000.0}
     ent = case_flops(load_flops(od), od, od.describe(0), seed=0)
     assert ent["flops"] == 8192.0 and ent["compute_dtype"] == "float32" and ent["flops_source"] == "flops.py"
+
+
+def test_without_cases_a_rejected_case_hands_its_slot_to_the_next_one_by_the_same_ranking(tmp_path):
+    # cpu ranks smallest FLOPs first, bf16 skipped: case 1 (1024) < 0 (4096) < 4 (8192) < 2 (16384)
+    work = tinyops.make_workdir(tmp_path, variant="reject1024")
+    rep = collect(Options(op_dir=work, output_dir=work, impl="asc", warmup=0, repeats=1, backend="cpu",
+                          mfu=True, mfu_peak=0.001, progress=False))
+    c = by_case(rep)
+    assert "case rejected: this test operator refuses 1024 elements" in c[1]["asc_error"]
+    assert {0, 4, 2} <= set(c) and rep["n_cases_valid"] == 3

@@ -83,6 +83,8 @@ class ModelNew(nn.Module):
         n = x.numel()
         if "view8192" in VARIANT and n == 8192:
             return x.view(-1)
+        if "reject1024" in VARIANT and n == 1024:
+            raise ValueError("case rejected: this test operator refuses 1024 elements")
         if "crash1024" in VARIANT and n == 1024:
             os.abort()
         if "hang1024" in VARIANT and n == 1024:

@@ -158,16 +158,16 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str):
         k = opts.max_cases or opts.top_k
         rule = f"{'smallest' if smallest else 'top'}-{k} by {what}" + \
             (" (cpu backend: smallest first, to keep the interpreter fast)" if smallest else "")
-    selected = []
+    selected, reserve = [], []
     for info in order:
-        if len(selected) >= k:
-            break
         if backend_name == "cpu" and info.compute_dtype == "bfloat16":
             skipped.append((info, BF16_REASON))
             continue
-        selected.append(info)
+        (selected if len(selected) < k else reserve).append(info)
     return selected, skipped, {"rule": rule, "order": [i.case_id for i in selected],
-                               "skipped": [i.case_id for i, _ in skipped]}
+                               "skipped": [i.case_id for i, _ in skipped],
+                               # without --cases, a case the operator rejects hands its slot to the next one
+                               "reserve": [] if opts.cases is not None else reserve}
 
 
 # ------------------------------------------------------------------------------------------------ one run
@@ -336,8 +336,11 @@ def collect(opts: Options, log=None) -> dict:
     results, interrupted = {}, False
     total = len(selected) * len(impls)
     k = 0
+    reserve = list(selection["reserve"])
     try:
-        for info in selected:
+        queue = list(selected)
+        while queue:
+            info = queue.pop(0)
             for impl in impls:
                 k += 1
                 res = run_case_impl(backend, opdir, info.case_id, impl, opts, work_root)
@@ -345,6 +348,15 @@ def collect(opts: Options, log=None) -> dict:
                 results.setdefault(info.case_id, {})[impl] = res
                 if opts.progress:
                     log(_progress_line(k, total, info.case_id, impl, res))
+            if reserve and any(r.get("status") == "rejected" for r in results[info.case_id].values()):
+                nxt = reserve.pop(0)
+                flops[nxt.case_id] = case_flops(ff, opdir, nxt, opts.seed)
+                flops[nxt.case_id]["flops_tracer"] = tracer.get(nxt.case_id)
+                selected.append(nxt)
+                queue.append(nxt)
+                total += len(impls)
+                log(f"case {info.case_id} rejected by the operator: its slot goes to case {nxt.case_id} "
+                    "(next by the same ranking)")
     except KeyboardInterrupt:
         interrupted = True
         log("interrupted: writing what was measured so far")
