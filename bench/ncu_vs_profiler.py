@@ -149,13 +149,14 @@ def main(argv=None):
         + (f"{r['ncu_median_us']:.2f} | {r['diff']:+.2%} | " if r["ncu_median_us"] else "- | - | ")
         + f"{'yes' if r['eligible'] else 'no'} | {'yes' if r['within_tolerance'] else 'NO'} |\n" for r in rows)
     tail = "".join(f"\nnote: {n}" for n in notes)
+    print(head + body + tail, flush=True)  # before any file is written: the table survives a bad --out
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         f.write(head + body + tail + "\n")
     with open(out + ".json", "w") as f:
         json.dump({"rows": rows, "notes": notes, "eligible": len(elig), "within": len(ok),
                    "tolerance": args.tolerance, "min_us": args.min_us, "cache_control": args.cache_control}, f,
                   indent=2)
-    print(head + body + tail)
     return 0 if elig and len(ok) == len(elig) else 1
 
 
