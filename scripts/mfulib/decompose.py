@@ -26,7 +26,7 @@ import os
 
 from . import calib
 from .cases import canonical_dtype
-from .errors import UserError
+from .errors import REJECT_PREFIX, UserError
 from .jsonio import read_json
 
 SCHEMA = 1
@@ -197,7 +197,8 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str) -> dict:
     impl = case.get("measured_impl") or "asc"
     err = case.get(f"{impl}_error") or case.get("asc_error") or case.get("ref_error")
     if err and not case.get("kernel_time_ns"):
-        row.update(status="error", reason=str(err))
+        rejected = str(err).strip().lower().startswith(REJECT_PREFIX)
+        row.update(status="rejected" if rejected else "error", reason=str(err))
         return row
     dtype_raw = case.get("compute_dtype") or case.get("dtype")
     try:
