@@ -64,11 +64,17 @@ examples: ## list the bundled operators usable as OP=<name>
 
 prepare: $(WORK)/prepare.json ## step 1: adapt the operator into $(WORK) (FORCE=1 redoes it, keeping a backup)
 
-$(WORK)/prepare.json:
+# the sources are prerequisites: an edited reference/implementation/case file redoes step 1 (the old work dir
+# is kept as <work>.bak-<time>) and everything after it
+ifneq ($(OP),)
+PREPARE_SOURCES := $(shell $(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --list-sources 2>/dev/null)
+endif
+.PHONY: _always
+$(WORK)/prepare.json: $(PREPARE_SOURCES) $(if $(FORCE),_always)
 	$(need-op)
-	$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) $(if $(FORCE),--force)
+	$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) $(if $(or $(FORCE),$(wildcard $@)),--force)
 
-verify: $(WORK)/verify.json ## check ModelNew against Model per case (tolerances by dtype)
+verify: $(WORK)/verify.json ## check ModelNew against Model per case before anything is timed (collect needs it)
 
 $(WORK)/verify.json: $(WORK)/prepare.json $(WORK)/model_new.py
 	$(PY) $(SCRIPTS)/verify_op.py --op-dir $(WORK) --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED)
@@ -85,7 +91,7 @@ $(WORK)/flops_check.json: $(WORK)/flops.py $(WORK)/model.py
 
 collect: $(WORK)/performance.json ## step 4: kernel times of the top-3 cases by FLOPs (raw profiles kept)
 
-$(WORK)/performance.json: $(WORK)/flops_check.json $(WORK)/model_new.py
+$(WORK)/performance.json: $(WORK)/flops_check.json $(WORK)/verify.json $(WORK)/model_new.py
 	cd $(WORK) && $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc --output-dir . \
 	  --keep-prof . --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(COLLECT_ARGS)
 
@@ -99,7 +105,7 @@ decompose: $(WORK)/mfu_decompose.json ## step 6: per-case and per-kernel-part MF
 $(WORK)/mfu_decompose.json: $(WORK)/performance.json $(WORK)/peak.json
 	$(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --peak-json $(WORK)/peak.json --plot
 
-all: decompose ## prepare -> flops -> collect -> peak -> decompose
+all: decompose ## prepare -> verify + flops -> collect -> peak -> decompose
 
 clean-work: ## remove $(WORK)
 	$(need-op)

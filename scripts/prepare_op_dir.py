@@ -44,9 +44,24 @@ def build_parser():
     e = p.add_argument_group("bundled operators")
     e.add_argument("--example", help="name of a bundled operator (e.g. 5_MHABlock, zoo/1_BatchMatmul, MHABlock)")
     e.add_argument("--list-examples", action="store_true", help="list bundled operators and exit")
+    p.add_argument("--list-sources", action="store_true",
+                   help="print the source files this form resolves to, one per line, and exit (the Makefile uses "
+                        "them as prerequisites so that an edited source re-runs the pipeline)")
     p.add_argument("--dst", help="work directory (layout B with --all: the root holding one dir per operator)")
     p.add_argument("--force", action="store_true", help="replace an existing --dst (kept as <dst>.bak-<time>)")
     return p
+
+
+def _sources(args):
+    """The files a form resolves to (reference, cases, implementation, flops file)."""
+    if args.ref or args.cases or args.impl:
+        found = [{"ref": args.ref, "cases": args.cases, "impl": args.impl}]
+    elif args.src:
+        found = [discover.discover_layout_a(args.src, args.iter, args.variant)]
+    else:
+        found, _ = discover.discover_layout_b([d for d in (args.bench or "").split(":") if d], args.gen,
+                                              None if args.all else args.id, args.include_all_case, args.variant)
+    return [p for f in found for p in (f.get("ref"), f.get("cases"), f.get("impl"), f.get("flops")) if p]
 
 
 def _print_done(info):
@@ -64,7 +79,7 @@ def main(argv=None):
         for name, src in examples.list_examples():
             print(f"{name:<40} {src}")
         return 0
-    if not args.dst:
+    if not args.dst and not args.list_sources:
         raise UserError("--dst is required: the work directory to write (e.g. work/<Op>)")
     forms = [bool(args.ref or args.cases or args.impl), bool(args.src), bool(args.bench or args.gen), bool(args.example)]
     if sum(forms) != 1:
@@ -76,6 +91,10 @@ def main(argv=None):
             args.src = spec["src"]
         else:
             args.bench, args.gen, args.id = spec["bench"], spec["gen"], [spec["id"]]
+    if args.list_sources:
+        for path in _sources(args):
+            print(os.path.abspath(path))
+        return 0
     if args.ref or args.cases or args.impl:
         missing = [f for f, v in (("--ref", args.ref), ("--cases", args.cases), ("--impl", args.impl)) if not v]
         if missing:

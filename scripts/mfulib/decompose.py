@@ -381,6 +381,7 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
             continue
         r = decompose_case(c, parts, peaks, path)
         r["report"] = label
+        r["backend"] = rep.get("backend")
         if rep.get("backend") == "cpu":
             # CPU "peaks" are a few seconds of torch CPU GEMM on a shared host: an interpreter kernel beating them
             # says nothing about flops.py, so above-peak is a warning there, never the accelerator's error
@@ -455,7 +456,11 @@ def reading_aid(rows: list, peak_tflops: dict) -> list:
         lines.append("2. no per-part FLOPs (flops_parts/KERNEL_PARTS absent): add them to flops.py to see which "
                      "part drags.")
     # 3. fp32 vs fp16/bf16 throughput of the same part: is the cube/tensor unit waiting?
-    lines.extend(_dtype_throughput_lines(ok, peak_tflops, multi=len({r.get("report") for r in rows}) > 1))
+    if any(r.get("backend") == "cpu" for r in rows):
+        lines.append("3. skipped: CPU-interpreter kernel times against torch CPU GEMM peaks say nothing about a "
+                     "cube/tensor unit; run on the NPU or GPU for this step.")
+    else:
+        lines.extend(_dtype_throughput_lines(ok, peak_tflops, multi=len({r.get("report") for r in rows}) > 1))
     # 4. PMU bound labels, where the collector recorded pipe counters
     pmu = [f"case {r['case']}{_rep(r, rows)} {k}: {b['bound']} ({b['why']})" for r in ok
            for k, b in (r.get("pmu_bounds") or {}).items() if b.get("bound")]
@@ -490,12 +495,16 @@ def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
         else:
             expect, src = 0.25, "the ~1/4 fp32:fp16 cube ratio (skill spec)"
         same = r32.get("shape") == r16.get("shape")
-        verdict = ("fp32 did not drop with the peak: the cube/tensor unit is waiting (memory, vector or scalar "
-                   "work bounds it), so raising cube utilisation will not help"
-                   if ratio > 2 * expect else
-                   "fp32 dropped about as far as the peak: this part is compute-bound")
-        out.append(f"3. {part}{f' [{rep}]' if multi else ''}: {p32['tflops']:.1f} TFLOP/s in fp32 (case "
-                   f"{r32['case']}) vs {p16['tflops']:.1f} in {r16['dtype']} (case {r16['case']}) = {ratio:.2f}, "
+        if ratio > 2 * expect:
+            verdict = ("fp32 did not drop with the peak: the cube/tensor unit is waiting (memory, vector or scalar "
+                       "work bounds it), so raising cube utilisation will not help")
+        elif ratio < expect / 2:
+            verdict = ("fp32 dropped much further than the peak: the fp32 path of this part is less efficient than "
+                       "its half-precision path (tiling, TF32/HF32 off, or the shapes differ) - look there first")
+        else:
+            verdict = "fp32 dropped about as far as the peak: this part is compute-bound"
+        out.append(f"3. {part}{f' [{rep}]' if multi else ''}: {p32['tflops']:.3g} TFLOP/s in fp32 (case "
+                   f"{r32['case']}) vs {p16['tflops']:.3g} in {r16['dtype']} (case {r16['case']}) = {ratio:.2f}, "
                    f"expected ~{expect:.2f} ({src}){'' if same else ' [different shapes]'} - {verdict}.")
     if not out:
         out.append("3. fp32 vs fp16: no part ran in both fp32 and fp16/bf16 here; measure a case in each dtype to "

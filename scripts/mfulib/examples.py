@@ -1,9 +1,11 @@
 """The bundled operators in examples/ops and how to prepare each (used by ``make OP=<name>``).
 
-* ``examples/ops/verify/<Op>/``: layout A op roots (name ``<Op>``, e.g. ``MHABlock``);
+* ``examples/ops/verify/<Op>/``: layout A op roots (name ``verify/<Op>``, e.g. ``verify/MHABlock``);
 * ``examples/ops/bench/<set>/<N>_<Op>.py`` with implementations in ``examples/ops/gen/<set>/``: layout B (name
   ``<N>_<Op>`` or ``<set>/<N>_<Op>``). For the ``npukernelbench`` sets the case JSON is read from
   ``../shared/data/npukernelbench/<level>`` (or ``$MFU_SHARED_DATA/npukernelbench/<level>``), never copied.
+
+A name may drop its set (``5_MHABlock``) when that leaves one match; otherwise the error lists the candidates.
 """
 from __future__ import annotations
 
@@ -26,22 +28,21 @@ def list_examples():
     out = []
     for d in sorted(glob.glob(os.path.join(EXAMPLES, "verify", "*"))):
         if os.path.isdir(d):
-            out.append((os.path.basename(d), os.path.relpath(d, REPO_ROOT) + " (layout A)"))
+            out.append(("verify/" + os.path.basename(d), os.path.relpath(d, REPO_ROOT) + " (layout A)"))
     bench_root = os.path.join(EXAMPLES, "bench")
     for ref in sorted(glob.glob(os.path.join(bench_root, "**", "*.py"), recursive=True)):
         stem = os.path.splitext(os.path.basename(ref))[0]
         if op_id(ref) is None or stem.endswith("_flops"):
             continue
         rel_set = os.path.relpath(os.path.dirname(ref), bench_root)
-        out.append((f"{rel_set}/{stem}", os.path.relpath(ref, REPO_ROOT) + " (layout B)"))
+        where = " (layout B; its case file is read from $MFU_SHARED_DATA or ../shared/data)" \
+            if rel_set.startswith("npukernelbench") else " (layout B)"
+        out.append((f"{rel_set}/{stem}", os.path.relpath(ref, REPO_ROOT) + where))
     return out
 
 
 def resolve(name: str) -> dict:
     """How to prepare bundled operator ``name``: {"layout": "A", "src"} or {"layout": "B", "bench", "gen", "id"}."""
-    vdir = os.path.join(EXAMPLES, "verify", name)
-    if os.path.isdir(vdir):
-        return {"layout": "A", "src": vdir}
     names = [n for n, _ in list_examples()]
     matches = [n for n in names if n == name or n.split("/")[-1] == name]
     if not matches:
@@ -49,6 +50,8 @@ def resolve(name: str) -> dict:
     if len(matches) > 1:
         raise UserError(f"{name!r} is ambiguous: {', '.join(matches)} - use the qualified name")
     set_name, stem = matches[0].rsplit("/", 1)
+    if set_name == "verify":
+        return {"layout": "A", "src": os.path.join(EXAMPLES, "verify", stem)}
     bench = [os.path.join(EXAMPLES, "bench", set_name)]
     if set_name.startswith("npukernelbench"):
         data = os.path.join(shared_data_dir(), set_name)

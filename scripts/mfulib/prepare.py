@@ -143,6 +143,9 @@ def prepare_explicit(ref, cases, impl, dst, force=False, flops=None, layout="exp
             if os.listdir(dst):
                 stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
                 backup = f"{dst}.bak-{stamp}"
+                n = 1
+                while os.path.exists(backup):  # two re-runs within one second
+                    backup, n = f"{dst}.bak-{stamp}-{n}", n + 1
                 os.rename(dst, backup)
                 info["backup_of_previous"] = backup
             else:

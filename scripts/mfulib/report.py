@@ -103,7 +103,9 @@ def decompose_table(result: dict) -> str:
                 m = mx[key]
                 bits.append(f"{name} {_pct(m['value'])} (case {m['case']} {m['dtype']}"
                             + (f", {m['report']}" if multi else "") + ")")
-        lines.append("max: " + "; ".join(bits))
+        cpu = any(rep.get("backend") == "cpu" for rep in result.get("reports", []))
+        lines.append("max: " + "; ".join(bits) + (" - CPU-interpreter numbers: they validate the pipeline, they "
+                                                   "are not a utilisation" if cpu else ""))
     lines.append("")
     lines.append("how to read it:")
     lines.extend("  " + s for s in result.get("reading_aid") or [])
