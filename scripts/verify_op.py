@@ -4,7 +4,8 @@
 Per case: pass / fail (normalised max error above the dtype's tolerance) / rejected (the reference or the
 implementation refuses the case: `ValueError("case rejected: ...")`) / error. Tolerances by dtype are in
 mfulib/verify.py (fp16 1e-2, bf16 2e-2, fp32 1e-4, or 1e-2 on CUDA where tl.dot uses TF32).
-Writes <op-dir>/verify.json. Exit status 1 when any case fails or errors.
+Each case runs in a child process: a crash or a hang (--case-timeout-s) is recorded for that case and the
+others go on. Writes <op-dir>/verify.json. Exit status 1 when a case fails, errors, crashes or times out.
 """
 import os
 import sys
@@ -25,6 +26,8 @@ def build_parser():
                    help="skip cases whose inputs exceed this many MB (default: 1 on cpu, where the interpreter runs, unlimited elsewhere)")
     p.add_argument("--skip-bf16", action="store_true", help="skip bfloat16 cases (always on cpu: the interpreter "
                                                            "cannot run bf16)")
+    p.add_argument("--case-timeout-s", type=float, default=600.0,
+                   help="a case without a result after this many seconds is killed and recorded as timeout")
     p.add_argument("-o", "--output", default=None, help="result JSON (default: <op-dir>/verify.json)")
     return p
 
@@ -35,6 +38,7 @@ def main(argv=None):
     backend, why = dev.resolve_backend(args.backend)
     dev.prepare_process(backend)
     from mfulib import compat, verify
+    from mfulib.errors import UserError
     from mfulib.jsonio import provenance, write_json_atomic
     from mfulib.opdir import OpDir
     import pandas as pd
@@ -46,8 +50,14 @@ def main(argv=None):
     infos = od.describe_all()
     ids = cli.parse_case_list(args.cases) if args.cases else [c.case_id for c in infos]
     cap_mb = args.max_input_mb if args.max_input_mb is not None else (1 if backend == "cpu" else None)
-    rows = []
-    for i in tqdm(ids, desc=f"verify {od.op_name} on {device}", unit="case", file=sys.stderr):
+    if not ids:
+        raise UserError(f"--cases {args.cases!r} selects no case (ids 0..{len(infos) - 1})")
+    if cap_mb is not None and cap_mb <= 0:
+        raise UserError(f"--max-input-mb {cap_mb:g}: must be > 0 (e.g. --max-input-mb 64)")
+    if not args.case_timeout_s > 0:
+        raise UserError(f"--case-timeout-s {args.case_timeout_s}: must be > 0 seconds")
+    rows, runnable = [], []
+    for i in ids:
         info = od.describe(i)
         if (backend == "cpu" or args.skip_bf16) and info.compute_dtype == "bfloat16":
             rows.append({"case": i, "dtype": info.compute_dtype, "shape": info.shape_str, "status": "skipped",
@@ -57,7 +67,12 @@ def main(argv=None):
             rows.append({"case": i, "dtype": info.compute_dtype, "shape": info.shape_str, "status": "skipped",
                          "reason": f"inputs {info.input_bytes / 1e6:.1f} MB > --max-input-mb {cap_mb:g}"})
             continue
-        rows.append(verify.verify_case(od, i, device=device, seed=args.seed))
+        runnable.append(i)
+    # each case runs in a child process: a crash or a hang is recorded for that case and the others go on
+    with tqdm(total=len(runnable), desc=f"verify {od.op_name} on {device}", unit="case", file=sys.stderr) as bar:
+        rows += verify.verify_isolated(od.path, runnable, device, seed=args.seed,
+                                       case_timeout_s=args.case_timeout_s, progress=lambda _row: bar.update(1))
+    rows.sort(key=lambda r: r["case"])
     out = provenance("verify_op.py", 1, device={"backend": backend, "device": device, "why": why, "compat": report})
     out.update({"op": od.op_name, "work_dir": od.path, "seed": args.seed, "tolerance": verify.TOLERANCE,
                 "tolerance_tf32": verify.TOLERANCE_TF32, "cases": rows})
@@ -67,9 +82,9 @@ def main(argv=None):
     df = pd.DataFrame(rows)
     cols = [c for c in ("case", "dtype", "status", "max_norm_err", "tol", "shape", "reason") if c in df]
     with pd.option_context("display.max_colwidth", 70, "display.width", 200):
-        print(df[cols].to_string(index=False))
+        print(df[cols].fillna("").to_string(index=False))
     print(f"{od.op_name} on {device}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-    return 1 if counts.get("fail") or counts.get("error") else 0
+    return 1 if any(counts.get(k) for k in ("fail", "error", "crashed", "timeout")) else 0
 
 
 if __name__ == "__main__":

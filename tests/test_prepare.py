@@ -232,3 +232,42 @@ def test_implementation_deriving_its_case_path_from_file_gets_an_alias(tmp_path)
 def test_bundled_examples_are_listed_and_resolve(repo_root):
     r = run_cli("--list-examples")
     assert r.returncode == 0 and "zoo/1_BatchMatmul" in r.stdout
+
+
+def test_force_never_moves_sources_that_live_under_dst(tmp_path):
+    par = tmp_path / "par"
+    src = make_verify(str(par / "src"), impls=("_generated",), artifacts=False)
+    r = run_cli("--src", src, "--dst", str(par), "--force")
+    assert r.returncode == 2 and "contains the source" in r.stderr
+    assert os.path.exists(os.path.join(src, "Bmm_torch.py")) and not list(tmp_path.glob("par.bak-*"))
+
+
+def test_symlinked_sources_count_where_their_files_live(tmp_path):
+    real = make_verify(str(tmp_path / "real"), impls=("_generated",), artifacts=False)
+    links = tmp_path / "links"
+    links.mkdir()
+    for name in os.listdir(real):
+        os.symlink(os.path.join(real, name), links / name)
+    for dst in (real, os.path.join(real, "work")):
+        r = run_cli("--src", str(links), "--dst", dst, "--force")
+        assert r.returncode == 2, r.stdout
+    assert sorted(os.listdir(real)) == ["Bmm_generated.py", "Bmm_torch.json", "Bmm_torch.py"]
+
+
+def test_dst_that_is_a_file_is_a_clear_error(tmp_path):
+    src = make_verify(str(tmp_path / "v"), impls=("_generated",), artifacts=False)
+    (tmp_path / "afile").write_text("x")
+    r = run_cli("--src", src, "--dst", str(tmp_path / "afile"))
+    assert r.returncode == 2 and "is an existing file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_two_leading_boms_and_boolean_dims_are_handled(tmp_path):
+    src = make_verify(str(tmp_path / "v"), impls=("_generated",), artifacts=False)
+    cases_path = os.path.join(src, "Bmm_torch.json")
+    with open(cases_path, "w", encoding="utf-8") as f:
+        f.write("\ufeff\ufeff" + F.case_line() + "\n")
+    assert run_cli("--src", src, "--dst", str(tmp_path / "w1")).returncode == 0
+    with open(cases_path, "w") as f:
+        f.write(F.case_line().replace("[2, 4, 8]", "[true, 4, 8]") + "\n")
+    r = run_cli("--src", src, "--dst", str(tmp_path / "w2"))
+    assert r.returncode == 2 and "non-negative ints" in r.stderr

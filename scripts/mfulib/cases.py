@@ -112,6 +112,10 @@ def _where(path, line_no):
     return f"{path}:{line_no}" if path else f"line {line_no}"
 
 
+def _is_shape(shape) -> bool:
+    return isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+
+
 def validate_case(case: Any, path=None, line_no=None) -> None:
     """Check one parsed case line; raises UserError naming file and line and the fix."""
     where = _where(path, line_no)
@@ -127,13 +131,13 @@ def validate_case(case: Any, path=None, line_no=None) -> None:
             shape = ent.get("shape")
             if ent.get("required", True) is False and shape is None:
                 continue
-            if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            if not _is_shape(shape):
                 raise UserError(f"{where}: inputs[{i}] ({ent.get('name')!r}) has shape {shape!r}; "
                                 "a tensor needs \"shape\": a list of non-negative ints")
             canonical_dtype_where(ent.get("dtype", "float32"), where, i)
         elif kind == "tensor_list":
             shapes = ent.get("shapes")
-            if not isinstance(shapes, list) or not all(isinstance(s, list) for s in shapes):
+            if not isinstance(shapes, list) or not all(_is_shape(s) for s in shapes):
                 raise UserError(f"{where}: inputs[{i}] ({ent.get('name')!r}) is a tensor_list without "
                                 "\"shapes\": a list of shapes")
             canonical_dtype_where(ent.get("dtype", "float32"), where, i)
@@ -151,10 +155,22 @@ def canonical_dtype_where(name, where, i):
         raise UserError(f"{where}: inputs[{i}]: {exc}") from None
 
 
+def _lines(text: str):
+    """Split JSON Lines text on newlines only (str.splitlines would also split inside strings at U+2028 etc.);
+    every leading BOM is dropped."""
+    return text.lstrip("\ufeff").replace("\r\n", "\n").split("\n")
+
+
+def case_line_texts(path) -> list:
+    """The non-empty lines of a case file, as text (prepare copies them verbatim)."""
+    with open(path, encoding="utf-8-sig") as f:
+        return [ln.rstrip("\r") for ln in _lines(f.read()) if ln.strip()]
+
+
 def parse_case_lines(text: str, path=None) -> list:
     """Parse JSON Lines text into a list of case dicts; blank lines are skipped, everything else validated."""
     cases = []
-    for line_no, line in enumerate(text.lstrip("\ufeff").splitlines(), start=1):
+    for line_no, line in enumerate(_lines(text), start=1):
         if not line.strip():
             continue
         try:
@@ -174,6 +190,8 @@ def read_case_file(path) -> list:
             text = f.read()
     except FileNotFoundError:
         raise UserError(f"{path}: case file not found") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the case file ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise UserError(f"{path}: not UTF-8 text ({exc}) - is this really a case file?") from None
     cases = parse_case_lines(text, path)
@@ -192,6 +210,7 @@ def case_file_verdict(path):
     try:
         with open(path, encoding="utf-8-sig") as f:
             for line_no, line in enumerate(f, start=1):
+                line = line.lstrip("\ufeff")
                 if line.strip():
                     try:
                         obj = json.loads(line)

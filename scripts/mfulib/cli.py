@@ -17,6 +17,10 @@ def run_main(main, argv=None):
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_USER_ERROR)
+    except (PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
+        # a path the user gave cannot be read or written: say which, no traceback
+        print(f"error: {exc.filename or ''}: {exc.strerror} - check the path and its permissions", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
@@ -39,6 +43,8 @@ def parse_case_list(text: str):
         try:
             if "-" in part:
                 lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
                 ids.update(range(lo, hi + 1))
             else:
                 ids.add(int(part))

@@ -45,8 +45,11 @@ def sha256(path) -> str:
 
 
 def read_source(path) -> str:
-    with open(path, encoding="utf-8-sig") as f:
-        return f.read()
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 @dataclass
@@ -72,7 +75,7 @@ def inspect_py(path) -> PyInfo:
     info = PyInfo(path)
     try:
         tree = ast.parse(read_source(path), filename=path)
-    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+    except (SyntaxError, UnicodeDecodeError, ValueError, UserError) as exc:
         info.error = f"{type(exc).__name__}: {exc}"
         return info
     for node in tree.body:

@@ -78,11 +78,27 @@ def _is_inside(child, parent) -> bool:
     return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
 
 
-def check_dst(dst, source_dirs):
+def check_dst(dst, source_dirs, source_files=()):
+    """Refuse a --dst that is inside a source directory or that contains a source file (``--force`` would move
+    it into the backup). Symlinks are resolved on both sides: a linked source counts where its file lives."""
+    if os.path.exists(dst) and not os.path.isdir(dst):
+        raise UserError(f"--dst {dst} is an existing file, not a directory - choose a work directory path")
+    dirs = set()
     for d in source_dirs:
-        if d and _is_inside(dst, d):
+        if d:
+            dirs.update({os.path.abspath(d), os.path.realpath(d)})
+    for f in source_files:
+        if f:
+            dirs.update({os.path.dirname(os.path.abspath(f)), os.path.dirname(os.path.realpath(f))})
+    for d in sorted(dirs):
+        if _is_inside(dst, d):
             raise UserError(f"--dst {dst} is inside the source directory {d}: sources are never modified - "
                             "choose a work directory outside it (e.g. work/<Op>)")
+    for f in source_files:
+        for path in {os.path.abspath(f), os.path.realpath(f)} if f else ():
+            if _is_inside(path, dst):
+                raise UserError(f"--dst {dst} contains the source {path}: replacing it would move the sources - "
+                                "choose a work directory outside them (e.g. work/<Op>)")
 
 
 def prepare_explicit(ref, cases, impl, dst, force=False, flops=None, layout="explicit", reasons=None,
@@ -98,11 +114,11 @@ def prepare_explicit(ref, cases, impl, dst, force=False, flops=None, layout="exp
     validate_reference(ref)
     validate_implementation(impl)
     case_list = _cases.read_case_file(cases)  # validates every line, names file:line
-    with open(cases, encoding="utf-8-sig") as f:
-        lines = [ln.rstrip("\r\n") for ln in f.read().splitlines() if ln.strip()]
-    assert len(lines) == len(case_list)
+    lines = _cases.case_line_texts(cases)
+    if len(lines) != len(case_list):  # pragma: no cover - both come from the same reader
+        raise UserError(f"{cases}: could not split the file into its {len(case_list)} case lines")
     dst = os.path.abspath(dst)
-    check_dst(dst, [os.path.dirname(os.path.abspath(p)) for p in (ref, cases, impl)] + list(extra_source_dirs))
+    check_dst(dst, list(extra_source_dirs), [ref, cases, impl, flops])
 
     op = op_name_for(ref)
     case_names = {os.path.basename(cases), os.path.splitext(os.path.basename(ref))[0] + ".json",

@@ -95,7 +95,7 @@ def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0) -> dict
                     outs[impl] = b.run()
                 if str(device).startswith("cuda"):
                     torch.cuda.synchronize()
-            except Exception as exc:  # classify: rejection vs crash
+            except (Exception, SystemExit) as exc:  # classify: rejection vs crash (sys.exit() in operator code too)
                 reason = rejection_reason(exc)
                 side = "reference" if impl == "ref" else "implementation"
                 if reason is not None:
@@ -126,3 +126,113 @@ def _share_weights(ref_model, impl_model):
         return
     if rs and rs.keys() == is_.keys() and all(rs[k].shape == is_[k].shape for k in rs):
         impl_model.load_state_dict(rs)
+
+
+# ------------------------------------------------------------------------------------------ isolated runs
+# A forward that segfaults, calls os._exit() or hangs must not take the other cases with it (bad-input policy):
+# the cases run in a child process that appends one JSON line per finished case; the parent watches it with a
+# per-case timeout and restarts a child after the case that killed or hung the last one.
+
+def child_main(spec_path: str) -> None:
+    """Entry point of the child: run the cases of ``spec`` in order, one ``start``/``row`` line each."""
+    import json
+    with open(spec_path) as f:
+        spec = json.load(f)
+    if spec["device"] == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    from . import compat
+    from .opdir import OpDir
+    compat.install(spec["device"])
+    od = OpDir(spec["op_dir"])
+    with open(spec["out"], "a", encoding="utf-8") as out:
+        for case_id in spec["cases"]:
+            out.write(json.dumps({"start": case_id}) + "\n")
+            out.flush()
+            try:
+                row = verify_case(od, case_id, device=spec["device"], seed=spec["seed"])
+            except BaseException as exc:  # SystemExit from operator code included
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                row = {"case": case_id, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+            out.write(json.dumps({"row": row}, default=str) + "\n")
+            out.flush()
+            if str(spec["device"]).startswith("cuda"):
+                import torch
+                torch.cuda.empty_cache()
+
+
+def verify_isolated(op_dir: str, case_ids: list, device: str, seed: int = 0, case_timeout_s: float = 600.0,
+                    progress=None) -> list:
+    """Verify ``case_ids`` in child processes; a crash or a hang is recorded for its case and the rest go on.
+
+    Returns one row per case (see :func:`verify_case`); statuses add ``crashed`` and ``timeout``.
+    """
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    scripts = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows, remaining = {}, list(case_ids)
+    tmp = tempfile.mkdtemp(prefix="mfu_verify_")
+    try:
+        while remaining:
+            out = os.path.join(tmp, f"rows{len(rows)}.jsonl")
+            spec = os.path.join(tmp, "spec.json")
+            with open(spec, "w") as f:
+                json.dump({"op_dir": op_dir, "cases": remaining, "device": device, "seed": seed, "out": out}, f)
+            # TMPDIR: the child's staging dirs live under ``tmp``, so a killed child leaves nothing behind
+            child = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                                      "from mfulib.verify import child_main; child_main(sys.argv[2])", scripts, spec],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, TMPDIR=tmp))
+            current, since, seen = None, time.monotonic(), 0
+            while True:
+                rc = child.poll()
+                lines = open(out).read().splitlines() if os.path.exists(out) else []
+                for line in lines[seen:]:
+                    msg = json.loads(line)
+                    if "start" in msg:
+                        current, since = msg["start"], time.monotonic()
+                    else:
+                        rows[msg["row"]["case"]] = msg["row"]
+                        remaining.remove(msg["row"]["case"])
+                        current = None
+                        if progress:
+                            progress(msg["row"])
+                seen = len(lines)
+                if rc is not None:
+                    break
+                if current is not None and time.monotonic() - since > case_timeout_s:
+                    child.kill()
+                    child.wait()
+                    rc = "timeout"
+                    break
+                time.sleep(0.05)
+            err = (child.stderr.read() or "").strip().splitlines()[-3:] if child.stderr else []
+            if current is None and remaining and rc is not None and rc != "timeout":
+                current = remaining[0]  # died before it could say which case started
+            if current is not None and current in remaining:
+                if rc == "timeout":
+                    row = {"case": current, "status": "timeout",
+                           "reason": f"no result within --case-timeout-s {case_timeout_s:g} s (killed)"}
+                else:
+                    row = {"case": current, "status": "crashed",
+                           "reason": f"the process died during this case (exit status {rc})"
+                                     + (f": {' | '.join(err)}" if err else "")}
+                info = None
+                try:
+                    from .opdir import OpDir
+                    info = OpDir(op_dir).describe(current)
+                except Exception:
+                    pass
+                if info is not None:
+                    row.update(dtype=info.compute_dtype, shape=info.shape_str)
+                rows[current] = row
+                remaining.remove(current)
+                if progress:
+                    progress(row)
+    finally:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return [rows[c] for c in case_ids if c in rows]
