@@ -61,7 +61,8 @@ def _sources(args):
     else:
         found, _ = discover.discover_layout_b([d for d in (args.bench or "").split(":") if d], args.gen,
                                               None if args.all else args.id, args.include_all_case, args.variant)
-    return [p for f in found for p in (f.get("ref"), f.get("cases"), f.get("impl"), f.get("flops")) if p]
+    return [p for f in found if not f.get("error")
+            for p in (f.get("ref"), f.get("cases"), f.get("impl"), f.get("flops")) if p]
 
 
 def _print_done(info):
@@ -121,6 +122,10 @@ def main(argv=None):
         raise UserError(f"no benchmark id has an implementation in {args.gen}")
     failed = []
     for pair in pairs:
+        if pair.get("error"):
+            failed.append((pair["name"], pair["error"]))
+            print(f"error: {pair['name']}: {pair['error']}", file=sys.stderr)
+            continue
         dst = args.dst if (len(pairs) == 1 and not args.all) else os.path.join(args.dst, pair["name"])
         try:
             info = prepare.prepare_explicit(pair["ref"], pair["cases"], pair["impl"], dst, force=args.force,

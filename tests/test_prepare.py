@@ -271,3 +271,15 @@ def test_two_leading_boms_and_boolean_dims_are_handled(tmp_path):
         f.write(F.case_line().replace("[2, 4, 8]", "[true, 4, 8]") + "\n")
     r = run_cli("--src", src, "--dst", str(tmp_path / "w2"))
     assert r.returncode == 2 and "non-negative ints" in r.stderr
+
+
+def test_all_reports_broken_ids_and_still_prepares_the_good_ones(tmp_path):
+    bench, gen = _bench(tmp_path)
+    with open(os.path.join(bench, "4_Broken.py"), "w") as f:
+        f.write("class Model(:\n")  # syntax error
+    F.write_impl(os.path.join(gen, "4_Broken_generated.py"))
+    F.write_impl(os.path.join(gen, "1_Bmm_generated_a.py"), doc="another variant")  # id 1: two variants, ambiguous
+    r = run_cli("--bench", bench, "--gen", gen, "--all", "--dst", str(tmp_path / "work"))
+    assert r.returncode == 2
+    assert "4_Broken.py: not parseable Python" in r.stderr and "1_Bmm_generated_a.py" in r.stderr
+    assert os.listdir(tmp_path / "work") == ["2_Other"] and "2 of 3 operators failed" in r.stderr

@@ -244,9 +244,12 @@ def discover_layout_b(bench_dirs, gen_dir, ids=None, include_all_case=False, var
     for d in bench_dirs + [gen_dir]:
         if not os.path.isdir(d):
             raise UserError(f"{d}: directory not found (--bench / --gen)")
-    refs, cases, flops = {}, {}, {}
+    refs, cases, flops, unparsed = {}, {}, {}, {}
     for d in bench_dirs:
         scan = scan_dir(d, include_all_case)
+        for p, why in scan.skipped:
+            if p.endswith(".py") and op_id(p) is not None:
+                unparsed.setdefault(op_id(p), []).append(f"{os.path.basename(p)}: {why}")
         for p in scan.references:
             refs.setdefault(op_id(p), []).append(p)
         for p in scan.cases:
@@ -258,30 +261,45 @@ def discover_layout_b(bench_dirs, gen_dir, ids=None, include_all_case=False, var
     for p in gscan.implementations:
         impls.setdefault(op_id(p), []).append(p)
     bench_ids = sorted(i for i in refs if i is not None)
-    wanted = bench_ids if ids is None else list(ids)
+    wanted = sorted(set(bench_ids) | set(unparsed)) if ids is None else list(ids)
     pairs, missing = [], []
     for i in wanted:
-        if i not in refs:
-            raise UserError(f"--id {i}: no reference {i}_*.py with class Model in {bench_dirs} "
-                            f"(ids present: {bench_ids})")
-        if i not in impls:
-            missing.append(i)
+        try:
+            pair = _pair_one(i, refs, cases, flops, impls, unparsed, bench_dirs, bench_ids, gen_dir, variant)
+        except UserError as exc:
+            if ids is not None:
+                raise
+            pairs.append({"layout": "B", "id": i, "name": f"id {i}", "error": str(exc)})  # --all goes on
             continue
-        case_by_stem = {_stem(c): c for c in cases.get(i, [])}
-        with_json = [r for r in refs[i] if _stem(r) in case_by_stem]
-        if len(with_json) == 1:
-            ref, why_ref = with_json[0], "the reference variant with a same-named .json"
-            case, why_case = case_by_stem[_stem(ref)], "same name as the reference"
-        elif len(refs[i]) == 1 and len(cases.get(i, [])) == 1:
-            ref, case = refs[i][0], cases[i][0]
-            why_ref, why_case = "the only reference with this id", "the only case file with this id"
+        if pair is None:
+            missing.append(i)
         else:
-            raise UserError(f"id {i}: cannot pair references {[os.path.basename(r) for r in refs[i]]} with case files "
-                            f"{[os.path.basename(c) for c in cases.get(i, [])]} - the reference to use needs a "
-                            "same-named .json")
-        impl, why_impl = choose_implementation(impls[i], variant, f"{gen_dir} (id {i})")
-        f = [p for p in flops.get(i, []) if _stem(p).startswith(_stem(ref))]
-        pairs.append({"layout": "B", "id": i, "name": _stem(ref), "ref": ref, "cases": case, "impl": impl,
-                      "flops": f[0] if len(f) == 1 else None,
-                      "reasons": {"ref": why_ref, "cases": why_case, "impl": why_impl}})
+            pairs.append(pair)
     return pairs, missing
+
+
+def _pair_one(i, refs, cases, flops, impls, unparsed, bench_dirs, bench_ids, gen_dir, variant):
+    """The layout-B pair for id ``i``; None when the generated dir has no implementation for it."""
+    if i not in refs:
+        broken = f" (unreadable: {'; '.join(unparsed[i])})" if i in unparsed else ""
+        raise UserError(f"--id {i}: no reference {i}_*.py with class Model in {bench_dirs}{broken} "
+                        f"(ids present: {bench_ids})")
+    if i not in impls:
+        return None
+    case_by_stem = {_stem(c): c for c in cases.get(i, [])}
+    with_json = [r for r in refs[i] if _stem(r) in case_by_stem]
+    if len(with_json) == 1:
+        ref, why_ref = with_json[0], "the reference variant with a same-named .json"
+        case, why_case = case_by_stem[_stem(ref)], "same name as the reference"
+    elif len(refs[i]) == 1 and len(cases.get(i, [])) == 1:
+        ref, case = refs[i][0], cases[i][0]
+        why_ref, why_case = "the only reference with this id", "the only case file with this id"
+    else:
+        raise UserError(f"id {i}: cannot pair references {[os.path.basename(r) for r in refs[i]]} with case files "
+                        f"{[os.path.basename(c) for c in cases.get(i, [])]} in {bench_dirs} - the reference to use "
+                        "needs a same-named .json (case data kept elsewhere: add its folder to --bench with ':')")
+    impl, why_impl = choose_implementation(impls[i], variant, f"{gen_dir} (id {i})")
+    f = [p for p in flops.get(i, []) if _stem(p).startswith(_stem(ref))]
+    return {"layout": "B", "id": i, "name": _stem(ref), "ref": ref, "cases": case, "impl": impl,
+            "flops": f[0] if len(f) == 1 else None,
+            "reasons": {"ref": why_ref, "cases": why_case, "impl": why_impl}}
