@@ -1,7 +1,8 @@
 # triton-mfu-analyzer: per-operator MFU pipeline. `make` (or `make help`) lists the targets.
 #
 #   make OP=5_MHABlock all                      a bundled operator (examples/ops; `make examples` lists them)
-#   make OP=20_FlashAttentionV2 V=<verify dir> all            layout A (one verify directory / op root)
+#   make OP=20_FlashAttentionV2 V=<verify dir> all            layout A (one verify directory / op root;
+#                                                              ITER=<n>, VARIANT=baseline pick another copy)
 #   make OP=2_FFN BENCH=<level dir> GEN=<generated dir> all   layout B (paired by the numeric prefix of OP)
 
 SKILL_DIR ?= $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
@@ -14,6 +15,8 @@ WORK      ?= work/$(OP)
 BACKEND   ?= auto
 DEVICE_ID ?= 0
 SEED      ?= 0
+ITER      ?=
+VARIANT   ?=
 FORCE     ?=
 PYTEST_ARGS ?=
 COLLECT_ARGS ?=
@@ -31,7 +34,7 @@ SCRIPTS := $(SKILL_DIR)/scripts
 
 # where step 1 reads the operator from
 ifneq ($(V),)
-  PREPARE_SRC := --src $(V)
+  PREPARE_SRC := --src $(V) $(if $(ITER),--iter $(ITER)) $(if $(VARIANT),--variant $(VARIANT))
   $(info source: layout A, V=$(V))
 else ifneq ($(BENCH),)
   ifeq ($(GEN),)

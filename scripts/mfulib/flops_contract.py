@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 import os
 import re
 import sys
@@ -268,7 +269,7 @@ class FlopsFile:
             sys.path.insert(0, scripts_dir)
         try:
             self.module = import_file(self.path, "flops")
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() at import time is a broken file, not our exit
             raise UserError(f"{self.path}: does not import ({type(exc).__name__}: {exc}) - fix the file") from None
         fn = getattr(self.module, "flops", None)
         if not callable(fn):
@@ -291,27 +292,64 @@ class FlopsFile:
         """[(line number, text)] of the lines with a ``# REVIEW`` comment (what a generator draft guessed)."""
         return [(i, ln.strip()) for i, ln in enumerate(self.source.splitlines(), 1) if REVIEW_MARK in ln]
 
-    def flops(self, case: dict, args=None) -> float:
-        """FLOPs of ``case`` (exceptions from flops.py propagate: callers classify rejections)."""
-        fn = self.module.flops
-        v = fn(case, args) if self.takes_args else fn(case)
-        return float(v)
+    def _call(self, name: str, fn, *args):
+        """Call flops.py's ``name``; a SystemExit from it (sys.exit() in user code) becomes a
+        :class:`FlopsContractError` for that case instead of ending the process."""
+        try:
+            return fn(*args)
+        except SystemExit as exc:
+            raise FlopsContractError(f"{self.path}: {name}() called sys.exit({exc.code!r}) - return a value, or "
+                                     "raise ValueError(\"case rejected: <reason>\") for a case it does not "
+                                     "define") from None
 
-    def parts(self, case: dict, args=None):
-        """{part: FLOPs} or None when flops.py defines no flops_parts."""
+    def _number(self, v, what: str, case_id) -> float:
+        """``v`` as a float when it is a real number (int, float, numpy/torch 0-d number; not bool); else
+        :class:`FlopsContractError` naming the file, the case and the fix. No str -> float conversion."""
+        x = v
+        if not isinstance(x, numbers.Real) and getattr(x, "ndim", None) == 0 and callable(getattr(x, "item", None)):
+            x = x.item()  # numpy / torch 0-d scalar
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
+            where = f" for case {case_id}" if case_id is not None else ""
+            raise FlopsContractError(f"{self.path}: {what} returned {type(v).__name__} {_short(v)}{where}: return a "
+                                     "float (FLOPs as a number, not a string/bool/None)")
+        return float(x)
+
+    def flops(self, case: dict, args=None, case_id=None) -> float:
+        """FLOPs of ``case`` (exceptions from flops.py propagate: callers classify rejections). A non-number
+        result or a sys.exit() raises :class:`FlopsContractError`."""
+        fn = self.module.flops
+        v = self._call("flops", fn, case, args) if self.takes_args else self._call("flops", fn, case)
+        return self._number(v, "flops()", case_id)
+
+    def parts(self, case: dict, args=None, case_id=None):
+        """{part: FLOPs} or None when flops.py defines no flops_parts (values checked as in :meth:`flops`)."""
         if not self.has_parts:
             return None
         fn = self.module.flops_parts
-        v = fn(case, args) if _n_positional(fn) >= 2 else fn(case)
+        v = self._call("flops_parts", fn, case, args) if _n_positional(fn) >= 2 else self._call("flops_parts", fn,
+                                                                                                 case)
         if not isinstance(v, dict):
-            raise UserError(f"{self.path}: flops_parts() returned {type(v).__name__}, not a dict {{part: flops}}")
-        return {str(k): float(x) for k, x in v.items()}
+            raise FlopsContractError(f"{self.path}: flops_parts() returned {type(v).__name__}"
+                                     + (f" for case {case_id}" if case_id is not None else "")
+                                     + ", not a dict {part: flops}")
+        return {str(k): self._number(x, f"flops_parts()[{k!r}]", case_id) for k, x in v.items()}
 
     def compute_dtype(self, case: dict, case_id: int = 0) -> str | None:
-        """flops.py's compute_dtype(case) if defined, else the first floating tensor input's dtype."""
+        """flops.py's compute_dtype(case) if defined, else the first floating tensor input's dtype.
+
+        Raises :class:`FlopsContractError` when flops.py's answer is not a known dtype name (e.g. "fp8")."""
         fn = getattr(self.module, "compute_dtype", None)
         if callable(fn):
-            return _cases.canonical_dtype(fn(case))
+            v = self._call("compute_dtype", fn, case)
+            if isinstance(v, str) or type(v).__name__ == "dtype":  # a name, or a torch.dtype ("torch.float16")
+                try:
+                    return _cases.canonical_dtype(str(v))
+                except UserError as exc:
+                    why = str(exc)
+            else:
+                why = f"not a dtype name ({type(v).__name__})"
+            raise FlopsContractError(f"{self.path}: compute_dtype() returned {_short(v)} for case {case_id}: {why} "
+                                     "- return one of those names")
         return _cases.describe_case(case, case_id).compute_dtype
 
     def check_kernel_parts_keys(self, part_names) -> list:
@@ -332,6 +370,16 @@ class FlopsFile:
         return problems
 
 
+class FlopsContractError(UserError):
+    """flops.py broke the contract for one case (non-number FLOPs, unknown dtype, sys.exit()): recorded as that
+    case's error by the checkers, never a process exit."""
+
+
+def _short(v, n: int = 60) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n - 3] + "..."
+
+
 def _n_positional(fn) -> int:
     try:
         sig = inspect.signature(fn)
@@ -346,14 +394,18 @@ def load_flops(path) -> FlopsFile:
     return FlopsFile(path)
 
 
-def evaluate_case(ff: FlopsFile, case: dict, args=None) -> dict:
-    """Call flops.py on one case: {"flops", "flops_parts", "status": ok|rejected|error, "reason"} (never raises)."""
+def evaluate_case(ff: FlopsFile, case: dict, args=None, case_id=None) -> dict:
+    """Call flops.py on one case: {"flops", "flops_parts", "status": ok|rejected|error, "reason"} (never raises:
+    an exception, a sys.exit() or a non-number result from flops.py is that case's error)."""
     row = {"flops": None, "flops_parts": None, "status": "ok", "reason": None}
     try:
-        row["flops"] = ff.flops(case, args)
-        row["flops_parts"] = ff.parts(case, args)
-    except Exception as exc:
+        row["flops"] = ff.flops(case, args, case_id)
+        row["flops_parts"] = ff.parts(case, args, case_id)
+    except FlopsContractError as exc:
+        row.update(flops=None, flops_parts=None, status="error", reason=str(exc))
+    except (Exception, SystemExit) as exc:
         reason = rejection_reason(exc)
+        row.update(flops=None, flops_parts=None)
         if reason is not None:
             row.update(status="rejected", reason=reason)
         else:
@@ -480,7 +532,7 @@ def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float
             out.update(status="warn", diagnosis=f"flops.py rejects this case ({ev['reason']}); tracer: {tr.reason}")
         return out
     if ev["status"] != "ok":
-        out.update(status="fail", diagnosis=f"flops.py raised {ev['reason']}")
+        out.update(status="fail", diagnosis=f"flops.py failed: {ev['reason']}")
         return out
     if tr.status != "ok":
         out.update(status="warn", diagnosis=f"unverified: the tracer could not run the reference ({tr.status}: "
@@ -582,23 +634,26 @@ def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: flo
     if ff.takes_args:
         try:
             args = flopcount.build_reference_args(opdir, case_id, seed)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in the reference is this case's error
             arg_err = exc
     if arg_err is not None:
         reason = rejection_reason(arg_err)
         ev = {"flops": None, "flops_parts": None, "status": "rejected" if reason else "error",
               "reason": reason or f"building the forward args failed: {type(arg_err).__name__}: {arg_err}"}
     else:
-        ev = evaluate_case(ff, case, args)
+        ev = evaluate_case(ff, case, args, case_id)
     try:
         row["compute_dtype"] = ff.compute_dtype(case, case_id)
     except Exception as exc:
         row["compute_dtype"] = None
-        row["compute_dtype_error"] = f"{type(exc).__name__}: {exc}"
+        row["compute_dtype_error"] = str(exc) if isinstance(exc, FlopsContractError) else \
+            f"{type(exc).__name__}: {exc}"
     row.update(flops=ev["flops"], flops_parts=ev["flops_parts"], flops_status=ev["status"], flops_reason=ev["reason"])
     tr = flopcount.trace_case(opdir, case_id, seed=seed, **(trace_kwargs or {}))
     row["tracer"] = tr.to_dict()
     checks = []
+    if "compute_dtype_error" in row:
+        checks.append(_check("compute_dtype", "fail", row["compute_dtype_error"]))
     cmp = compare_with_tracer(ev, tr, case, case_id, tolerance, accept_unseen)
     row["ratio"], row["diagnosis"] = cmp["ratio"], cmp["diagnosis"]
     if ev["status"] == "ok":
@@ -660,7 +715,7 @@ def select_cases(opdir, ff, case_ids=None, largest=None) -> list:
         def size(i):
             info = opdir.describe(i)
             if ff is not None and not ff.takes_args:
-                ev = evaluate_case(ff, opdir.read_cases()[i])
+                ev = evaluate_case(ff, opdir.read_cases()[i], case_id=i)
                 if ev["status"] == "ok" and ev["flops"]:
                     return (1, ev["flops"])
             return (0, info.input_bytes)

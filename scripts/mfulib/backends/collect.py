@@ -164,10 +164,10 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str):
             skipped.append((info, BF16_REASON))
             continue
         (selected if len(selected) < k else reserve).append(info)
+    # without --cases, a case the operator rejects hands its slot to the next one of ``reserve``
     return selected, skipped, {"rule": rule, "order": [i.case_id for i in selected],
                                "skipped": [i.case_id for i, _ in skipped],
-                               # without --cases, a case the operator rejects hands its slot to the next one
-                               "reserve": [] if opts.cases is not None else reserve}
+                               "reserve": [] if opts.cases is not None else [i.case_id for i in reserve]}
 
 
 # ------------------------------------------------------------------------------------------------ one run
@@ -336,7 +336,8 @@ def collect(opts: Options, log=None) -> dict:
     results, interrupted = {}, False
     total = len(selected) * len(impls)
     k = 0
-    reserve = list(selection["reserve"])
+    by_id = {i.case_id: i for i in infos}
+    reserve = [by_id[c] for c in selection["reserve"]]
     try:
         queue = list(selected)
         while queue:
