@@ -98,8 +98,23 @@ def _g(x):
     return "-" if x is None else f"{x:.4g}"
 
 
+def check_args(args):
+    """Refuse option values that would silently check nothing or the wrong thing (UserError, exit 2); returns the
+    --cases ids (None: all). An empty --cases or --largest < 1 is refused by select_cases."""
+    import math
+
+    from mfulib.errors import UserError
+    for flag, v, allow_zero in (("--peak-tflops", args.peak_tflops, False), ("--max-implied-ms", args.max_implied_ms,
+                                False), ("--tolerance", args.tolerance, True), ("--max-cpu-bytes", args.max_cpu_bytes,
+                                True), ("--max-cpu-flops", args.max_cpu_flops, True)):
+        if v is not None and (not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero)):
+            raise UserError(f"{flag} {v}: must be a finite number {'>= 0' if allow_zero else '> 0'}")
+    return cli.parse_case_list(args.cases) if args.cases is not None else None
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    case_ids = check_args(args)
     from tqdm import tqdm
 
     from mfulib import compat
@@ -112,7 +127,7 @@ def main(argv=None):
     ff = None
     if not args.tracer_only:
         ff = fcon.load_flops(args.flops or od.flops_py)
-    ids = fcon.select_cases(od, ff, cli.parse_case_list(args.cases) if args.cases else None, args.largest)
+    ids = fcon.select_cases(od, ff, case_ids, args.largest)
     trace_kwargs = {"max_cpu_input_bytes": int(args.max_cpu_bytes), "max_cpu_flops": args.max_cpu_flops}
     bar = tqdm(total=len(ids), desc="check_flops", unit="case", disable=args.quiet or not sys.stderr.isatty())
     doc = provenance(TOOL, fcon.SCHEMA)

@@ -59,7 +59,7 @@ def main(argv=None):
     peak_path = args.peak_json
     if not os.path.isabs(peak_path) and not os.path.exists(peak_path):
         peak_path = os.path.join(op_dir, peak_path)
-    cases = cli.parse_case_list(args.cases) if args.cases else None
+    cases = cli.parse_case_list(args.cases) if args.cases is not None else None
     reports = [parse_report_arg(r) for r in args.report]
     body = decompose.decompose(op_dir, peak_path, reports=reports, cases=cases, include_current=not args.no_current)
     out_path = args.output or os.path.join(op_dir, "mfu_decompose.json")

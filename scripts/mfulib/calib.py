@@ -729,6 +729,14 @@ def load_cached(path: str, ident: dict, modes, bandwidth: bool, max_age_days: fl
         cached = read_json(path)
     except (OSError, ValueError) as exc:
         return None, f"unreadable cache ({exc})"
+    try:
+        check_peak(cached, path)
+    except UserError as exc:  # valid JSON of the wrong structure: measure again (the run overwrites it)
+        return None, f"cache ignored: {exc}"
+    measured = cached.get("measured", {})
+    if not isinstance(measured, dict) or not isinstance(cached.get("errors", {}), dict) or not all(
+            isinstance(m, dict) and _positive(m.get("peak_tflops")) for m in measured.values()):
+        return None, f"cache ignored: {path}: measured/errors are not objects {{mode: {{peak_tflops, ...}}}}"
     if cached.get("schema") != SCHEMA or cached.get("interrupted"):
         return None, "cache from another schema or an interrupted run"
     if cached.get("software") != _software(ident):
@@ -746,6 +754,29 @@ def load_cached(path: str, ident: dict, modes, bandwidth: bool, max_age_days: fl
     return cached, f"cached calibration from {cached['created_at']} ({age_days:.1f} days old)"
 
 
+def ensure_writable_dir(folder: str, what: str) -> str:
+    """Create ``folder`` when missing and check it is writable; UserError (naming ``what``, e.g. "--output-dir
+    x") when it is below a file, is a file or cannot be written. Returns the absolute path. Shared by the CLIs that
+    must refuse a bad output path before measuring (belongs in :mod:`mfulib.jsonio` in time)."""
+    folder = os.path.abspath(folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{what}: cannot create the folder {folder} ({exc.strerror or exc}) - give a directory "
+                        "that is not below a file") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{what}: folder {folder} is not writable - give a path you may write")
+    return folder
+
+
+def check_output_path(output: str) -> None:
+    """UserError unless ``output`` can be written as a file (not a directory; folder creatable and writable).
+    Called before measuring so a bad -o costs no measurement."""
+    if os.path.isdir(output):
+        raise UserError(f"-o {output}: is a directory - give a file name, e.g. -o {os.path.join(output, 'peak.json')}")
+    ensure_writable_dir(os.path.dirname(os.path.abspath(output)), f"-o {output}")
+
+
 def run_calibration(output: str, backend: str = "auto", index: int = 0, modes=DEFAULT_MODES,
                     budget_s: float | None = None, bandwidth: bool = True, cache: str = "use",
                     cache_dir: str | None = None, max_age_days: float = 14.0, progress=None,
@@ -755,7 +786,15 @@ def run_calibration(output: str, backend: str = "auto", index: int = 0, modes=DE
     ``cache``: ``use`` (reuse a valid cached result, else measure and store), ``refresh`` (measure and store),
     ``off`` (measure, leave the cache alone). ``filter_noise``: drop known-harmless native warnings from fds 1/2
     while measuring (None: on the NPU only, where CANN prints them).
+
+    Raises UserError before anything is measured for a budget that is not a finite number > 0, a max age that is
+    NaN or negative, or an ``output`` that cannot be written (a directory, below a file, not writable).
     """
+    if budget_s is not None and not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s) and budget_s > 0):
+        raise UserError(f"--budget-s {budget_s}: must be > 0 seconds and finite (e.g. --budget-s 20)")
+    if not max_age_days >= 0:  # NaN fails too
+        raise UserError(f"--max-age-days {max_age_days}: must be >= 0 (inf: any age)")
+    check_output_path(output)
     be, why = resolve_backend(backend)
     ident = device_identity(be, index)
     cache_dir = cache_dir or default_cache_dir()
@@ -895,16 +934,52 @@ def measured_peak_tflops(peak: dict, dtype: str, tf32: bool = False):
 
 
 def read_peak_json(path: str) -> dict:
-    """Read and check a peak.json; raises UserError naming the file and the fix."""
+    """Read and check a peak.json; raises UserError naming the file, the field and the fix.
+
+    Checked: a JSON object from peak_calib (``tool``, ``peak_tflops``); ``peak_tflops`` {mode: TFLOP/s > 0 or
+    null}; ``bandwidth_gbps`` > 0 or null; ``nominal`` {tflops: {mode: number or null}, ...} where given."""
     if not os.path.exists(path):
         raise UserError(f"{path}: not found - run `python3 scripts/peak_calib.py -o {path}` on this device first")
     try:
         peak = read_json(path)
     except ValueError as exc:
         raise UserError(f"{path}: not valid JSON ({exc}) - re-run peak_calib.py") from None
+    check_peak(peak, path)
+    return peak
+
+
+def check_peak(peak, path: str) -> None:
+    """The checks of :func:`read_peak_json` on an already-read document (UserError naming ``path`` and field)."""
+    from .decompose import wrong_type  # decompose imports this module
+    if not isinstance(peak, dict):
+        raise wrong_type(path, "the document", peak, "a JSON object written by peak_calib.py",
+                         "pass the file peak_calib.py -o wrote")
     if peak.get("tool") != TOOL or "peak_tflops" not in peak:
         raise UserError(f"{path}: not a peak_calib.py result (no tool=peak_calib / peak_tflops) - "
                         "pass the file peak_calib.py -o wrote")
-    if peak.get("schema", 0) > SCHEMA:
+    schema = peak.get("schema", 0)
+    if not isinstance(schema, int) or isinstance(schema, bool):
+        raise UserError(f"{path}: schema is {schema!r}, not an integer - re-run peak_calib.py")
+    if schema > SCHEMA:
         raise UserError(f"{path}: schema {peak.get('schema')} is newer than this tool ({SCHEMA}) - update the tool")
-    return peak
+    fix = "re-run peak_calib.py (or fix the file)"
+    pt = peak["peak_tflops"]
+    if not isinstance(pt, dict):
+        raise wrong_type(path, "peak_tflops", pt, "an object {mode: TFLOP/s}", fix)
+    fields = {f"peak_tflops.{k}": v for k, v in pt.items()}
+    fields["bandwidth_gbps"] = peak.get("bandwidth_gbps")
+    for field, v in fields.items():
+        if v is not None and not _positive(v):
+            raise wrong_type(path, field, v, "a measured peak > 0 (or null: not measured)", fix)
+    nominal = peak.get("nominal")
+    if nominal is not None:
+        ntf = nominal.get("tflops") if isinstance(nominal, dict) else None
+        if not isinstance(nominal, dict) or not (ntf is None or isinstance(ntf, dict)):
+            raise wrong_type(path, "nominal", nominal, "an object {tflops: {mode: TFLOP/s}, source}", fix)
+        for k, v in (ntf or {}).items():
+            if v is not None and not _positive(v):
+                raise wrong_type(path, f"nominal.tflops.{k}", v, "a nominal peak > 0 (or null)", fix)
+
+
+def _positive(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0

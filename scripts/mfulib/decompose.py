@@ -44,7 +44,8 @@ HALF_DTYPES = ("float16", "bfloat16")
 
 
 def load_report(path: str) -> dict:
-    """Read a performance.json; raises UserError (file + fix) when missing or not a collector result."""
+    """Read a performance.json; raises UserError (file + fix) when missing, not a collector result, or when a
+    field the decomposition reads has the wrong type (see :func:`check_report_structure`)."""
     if not os.path.exists(path):
         raise UserError(f"{path}: not found - run the collector first: python3 scripts/ops_profiling/"
                         "msprof_perf_summary.py --quick --mfu --impl asc --output-dir . --keep-prof .")
@@ -55,7 +56,77 @@ def load_report(path: str) -> dict:
     if not isinstance(rep, dict) or not isinstance(rep.get("per_case"), list):
         raise UserError(f"{path}: no \"per_case\" list - this is not a performance.json written by "
                         "msprof_perf_summary.py")
+    check_report_structure(rep, path)
     return rep
+
+
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _short(v, n: int = 50) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n - 3] + "..."
+
+
+def wrong_type(path: str, field: str, value, want: str, fix: str) -> UserError:
+    """The UserError for a JSON field of the wrong type: ``<file>: <field> is <type> <value>, not <want> - <fix>``."""
+    return UserError(f"{path}: {field} is {type(value).__name__} {_short(value)}, not {want} - {fix}")
+
+
+REPORT_NUMBERS = ("kernel_time_ns", "span_ns", "flops", "input_bytes", "output_bytes")
+
+
+def check_report_structure(rep: dict, path: str) -> None:
+    """Check the types of the performance.json fields this module reads; UserError naming the file and field.
+
+    ``peak``: an object whose ``value_tflops`` / ``nominal_tflops`` (a number or {dtype: number}) are > 0 where
+    given; each ``per_case`` entry an object with an integer ``case``, numbers (or null) in
+    :data:`REPORT_NUMBERS`, ``kernels`` a list of objects, ``flops_parts`` {part: number}, ``pmu``
+    {kernel: {counter: value}}, ``flags`` a list.
+    """
+    fix = "re-run the collector (msprof_perf_summary.py) or fix the file"
+    pblock = rep.get("peak")
+    if pblock is not None:
+        if not isinstance(pblock, dict):
+            raise wrong_type(path, "peak", pblock, "an object {nominal_tflops, value_tflops, source}", fix)
+        ntf = pblock.get("nominal_tflops")
+        vals = {"peak.value_tflops": pblock.get("value_tflops")}
+        if isinstance(ntf, dict):
+            vals.update({f"peak.nominal_tflops.{k}": v for k, v in ntf.items()})
+        else:
+            vals["peak.nominal_tflops"] = ntf
+        for field, v in vals.items():
+            if v is not None and (not _is_num(v) or not v > 0):
+                raise wrong_type(path, field, v, "a peak in TFLOP/s > 0 (or null)", fix)
+    for i, c in enumerate(rep["per_case"]):
+        if not isinstance(c, dict):
+            raise wrong_type(path, f"per_case[{i}]", c, "an object {case, kernels, kernel_time_ns, ...}", fix)
+        cid = c.get("case")
+        if not isinstance(cid, int) or isinstance(cid, bool):
+            raise wrong_type(path, f"per_case[{i}].case", cid, "an integer case id", fix)
+        where = f"per_case[{i}] (case {cid})"
+        for key in REPORT_NUMBERS:
+            if c.get(key) is not None and not _is_num(c[key]):
+                raise wrong_type(path, f"{where}.{key}", c[key], "a number (or null)", fix)
+        kernels = c.get("kernels")
+        if kernels is not None and not isinstance(kernels, list):
+            raise wrong_type(path, f"{where}.kernels", kernels, "a list of kernel objects", fix)
+        for j, k in enumerate(kernels or []):
+            if not isinstance(k, dict):
+                raise wrong_type(path, f"{where}.kernels[{j}]", k, "an object {name, time_per_iter_ns, ...}", fix)
+        fparts = c.get("flops_parts")
+        if fparts is not None:
+            if not isinstance(fparts, dict):
+                raise wrong_type(path, f"{where}.flops_parts", fparts, "an object {part: FLOPs}", fix)
+            for part, v in fparts.items():
+                if v is not None and not _is_num(v):
+                    raise wrong_type(path, f"{where}.flops_parts.{part}", v, "a number of FLOPs", fix)
+        pmu = c.get("pmu")
+        if pmu is not None and not (isinstance(pmu, dict) and all(isinstance(r, dict) for r in pmu.values())):
+            raise wrong_type(path, f"{where}.pmu", pmu, "an object {kernel: {counter: value}}", fix)
+        if c.get("flags") is not None and not isinstance(c["flags"], list):
+            raise wrong_type(path, f"{where}.flags", c["flags"], "a list of strings", fix)
 
 
 def load_kernel_parts(flops_py: str) -> dict:
@@ -349,7 +420,8 @@ def check_same_device(report: dict, peak: dict, where: str, peak_path: str) -> l
                         f"the {rb} device (peak_calib.py --backend {rb} -o peak.json)")
     rdev = report.get("device") or {}
     rname = rdev.get("name") if isinstance(rdev, dict) else str(rdev)
-    pname = (peak.get("device") or {}).get("name")
+    pdev = peak.get("device") or {}
+    pname = pdev.get("name") if isinstance(pdev, dict) else str(pdev)
     if rname and pname and calib.slug(rname) != calib.slug(pname):
         notes.append(f"device names differ: {where} ran on {rname!r}, {peak_path} measured {pname!r}")
     return notes
@@ -396,6 +468,7 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
             notes.append(f"cases {missing} are not in {path} (measured: "
                          f"{sorted(c.get('case') for c in rep['per_case'])})")
     return {"label": label, "path": os.path.abspath(path), "backend": rep.get("backend"),
+            "measured_cases": sorted({c["case"] for c in rep["per_case"] if not c.get("skipped")}),
             "device": rep.get("device"), "kernel_parts": parts, "kernel_parts_source": parts_src,
             "nominal_tflops": peaks["nominal_tflops"], "nominal_source": peaks["nominal_source"],
             "warmup": rep.get("warmup"), "repeats": rep.get("repeats"), "timing_method": rep.get("timing_method"),
@@ -518,6 +591,8 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
     ``reports``: list of ``(label or None, path)`` decomposed after the work directory's own performance.json
     (left out with ``include_current=False``).
     """
+    if cases is not None and not cases:
+        raise UserError("--cases selects no case - give case ids, e.g. --cases 46 or 3,7,9 (or leave it out)")
     peak = calib.read_peak_json(peak_path)
     todo = []
     if include_current:
@@ -534,6 +609,10 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
         out_reports.append(decompose_report(path, label or report_label(path, taken), peak, peak_path, op_dir,
                                             cases))
     rows = [r for rep in out_reports for r in rep["rows"]]
+    if cases is not None and not rows:
+        have = "; ".join(f"{rep['path']}: {rep['measured_cases']}" for rep in out_reports)
+        raise UserError(f"--cases {','.join(map(str, cases))}: no such case was measured (measured cases - {have}) - "
+                        "pick measured cases, or run the collector with --cases for these")
     if not any(r["status"] == "ok" for r in rows):
         why = "; ".join(sorted({f"{r['status']}: {r.get('reason')}" for r in rows})) or "no cases"
         raise UserError(f"{', '.join(rep['path'] for rep in out_reports)}: no case can be decomposed ({why})")

@@ -705,12 +705,18 @@ def file_checks(ff: FlopsFile, rows: list) -> list:
 
 def select_cases(opdir, ff, case_ids=None, largest=None) -> list:
     """Case ids to check: ``case_ids`` if given, else all; ``largest`` keeps the N with the most FLOPs according
-    to flops.py (input bytes where flops.py cannot say without args or raises)."""
+    to flops.py (input bytes where flops.py cannot say without args or raises). Raises UserError for an empty
+    selection, ids outside the case file and ``largest`` < 1."""
     n = len(opdir.read_cases())
-    ids = list(range(n)) if not case_ids else list(case_ids)
+    ids = list(range(n)) if case_ids is None else list(case_ids)
+    if not ids:
+        raise UserError(f"{opdir.cases_path}: no case selected" + (" (the case file has none)" if case_ids is None
+                        else " (--cases is empty)") + " - give case ids, e.g. --cases 3,7,9 or 0-4")
     bad = [i for i in ids if not 0 <= i < n]
     if bad:
         raise UserError(f"{opdir.cases_path}: no case(s) {bad} (ids 0..{n - 1}) - fix --cases")
+    if largest is not None and largest < 1:
+        raise UserError(f"--largest {largest}: must be >= 1 (the number of largest cases to check)")
     if largest:
         def size(i):
             info = opdir.describe(i)
@@ -743,22 +749,19 @@ def resolve_peak(work_dir: str, peak_tflops=None, backend: str = "auto") -> dict
     runs on (:func:`mfulib.peaks.nominal_peak_tflops`: NPU cube formula or CUDA datasheet); else None - CPU has no
     nominal peak, and the check is skipped with that reason.
     """
-    if peak_tflops:
+    if peak_tflops is not None:
+        if not (isinstance(peak_tflops, (int, float)) and math.isfinite(peak_tflops) and peak_tflops > 0):
+            raise UserError(f"--peak-tflops {peak_tflops}: must be a finite TFLOP/s figure > 0")
         return {"tflops": float(peak_tflops), "source": "--peak-tflops"}
-    from .jsonio import read_json
-    docs = {}
-    for name in ("performance.json", "peak.json"):
-        p = os.path.join(work_dir, name)
-        if os.path.exists(p):
-            try:
-                docs[name] = read_json(p)
-            except (OSError, ValueError) as exc:
-                raise UserError(f"{p}: not readable JSON ({exc}) - fix or remove it") from None
-    if docs:
-        from .decompose import peaks_for
-        got = peaks_for(docs.get("performance.json") or {}, docs.get("peak.json") or {})
-        if got.get("nominal_tflops"):
-            return {"tflops": float(got["nominal_tflops"]), "source": got["nominal_source"]}
+    from .calib import read_peak_json
+    from .decompose import load_report, peaks_for
+    perf_path, peak_path = (os.path.join(work_dir, n) for n in ("performance.json", "peak.json"))
+    # both readers raise UserError naming the file and the field for a file of the wrong structure
+    perf = load_report(perf_path) if os.path.exists(perf_path) else {}
+    peak = read_peak_json(peak_path) if os.path.exists(peak_path) else {}
+    got = peaks_for(perf, peak)
+    if got.get("nominal_tflops"):
+        return {"tflops": float(got["nominal_tflops"]), "source": got["nominal_source"]}
     if backend == "none":
         return {"tflops": None, "source": "--backend none: implied-time check skipped"}
     try:
@@ -773,18 +776,15 @@ def resolve_peak(work_dir: str, peak_tflops=None, backend: str = "auto") -> dict
 
 
 def measured_kernel_ns(work_dir: str) -> dict:
-    """{case id: kernel_time_ns} from the work dir's performance.json (collector output), {} when absent."""
-    from .jsonio import read_json
+    """{case id: kernel_time_ns} from the work dir's performance.json (collector output), {} when absent; UserError
+    when it is not readable or not a collector result."""
+    from .decompose import load_report
     p = os.path.join(work_dir, "performance.json")
     if not os.path.exists(p):
         return {}
-    try:
-        doc = read_json(p)
-    except (OSError, ValueError):
-        return {}
     out = {}
-    for row in doc.get("per_case") or []:
+    for row in load_report(p)["per_case"]:  # UserError (file + field) for a performance.json of the wrong shape
         t = row.get("kernel_time_ns")
-        if isinstance(row.get("case"), int) and isinstance(t, (int, float)) and t > 0:
+        if isinstance(t, (int, float)) and t > 0:
             out[row["case"]] = float(t)
     return out

@@ -33,7 +33,7 @@ def peak_table(peak: dict) -> str:
     for mode, m in (peak.get("measured") or {}).items():
         s = m.get("best_shape") or {}
         frac = m.get("fraction_of_nominal")
-        rows.append([mode, _f(m["peak_tflops"]), m.get("unit", "TFLOP/s"), _f(nom.get(mode)), _pct(frac, 1),
+        rows.append([mode, _f(m.get("peak_tflops")), m.get("unit", "TFLOP/s"), _f(nom.get(mode)), _pct(frac, 1),
                      f"{s.get('m')}x{s.get('n')}x{s.get('k')}", m.get("n_shapes"), _f(m.get("elapsed_s"), 1)])
     if peak.get("bandwidth_gbps") is not None:
         bw = peak.get("bandwidth") or {}

@@ -93,7 +93,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     opts = Options(op_dir=args.op_dir or args.output_dir, output_dir=args.output_dir, impl=args.impl,
                    warmup=args.warmup, repeats=args.repeats, seed=args.seed, retry=args.retry, device_id=args.device,
-                   backend=args.backend, cases=cli.parse_case_list(args.cases) if args.cases else None,
+                   backend=args.backend, cases=cli.parse_case_list(args.cases) if args.cases is not None else None,
                    top_k=args.mfu_top_k, max_cases=args.max_cases, mfu=args.mfu, mfu_peak=args.mfu_peak,
                    keep_prof=args.keep_prof, case_timeout_s=args.case_timeout_s, flush_cache_mib=args.flush_cache_mib,
                    aic_metrics=args.aic_metrics, msprof=args.msprof, quick=True, progress=not args.quiet)

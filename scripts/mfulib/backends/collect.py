@@ -16,6 +16,7 @@ launched no kernel is recorded for that case at once and the run goes on.
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 from .. import kernels as _kernels
 from .. import peaks as _peaks
+from ..calib import ensure_writable_dir
 from .. import performance as _perf
 from ..errors import UserError
 from ..jsonio import provenance, write_json_atomic
@@ -107,10 +109,11 @@ def case_flops(ff, opdir: OpDir, info, seed: int) -> dict:
         if ff.takes_args:
             from ..flopcount import build_reference_args
             args = build_reference_args(opdir, info.case_id, seed)
-        ev = evaluate_case(ff, case, args)
+        ev = evaluate_case(ff, case, args, info.case_id)
         ent["compute_dtype"] = ff.compute_dtype(case, info.case_id)
-    except Exception as exc:  # noqa: BLE001 - recorded per case
-        ev = {"status": "error", "reason": f"{type(exc).__name__}: {exc}", "flops": None, "flops_parts": None}
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - recorded per case (sys.exit() in user code too)
+        why = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+        ev = {"status": "error", "reason": why, "flops": None, "flops_parts": None}
     ent["flops_source"] = "flops.py" + (f" (flops(case, args), seed {seed})" if ff.takes_args else "")
     if ev["status"] == "ok" and ev["flops"] and ev["flops"] > 0:
         ent.update(flops=ev["flops"], flops_parts=ev["flops_parts"])
@@ -143,7 +146,7 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str):
         if ff is not None and not ff.takes_args:
             from ..flops_contract import evaluate_case
             cases = opdir.read_cases()
-            vals = {i.case_id: evaluate_case(ff, cases[i.case_id]) for i in infos}
+            vals = {i.case_id: evaluate_case(ff, cases[i.case_id], case_id=i.case_id) for i in infos}
             if any(v["status"] == "ok" and v["flops"] for v in vals.values()):
                 key, what = (lambda i: vals[i.case_id]["flops"] if vals[i.case_id]["status"] == "ok" else None), \
                     "theoretical FLOPs (flops.py)"
@@ -292,16 +295,46 @@ def device_select(opts: Options, backend_name: str):
     return 0, "auto"
 
 
-def collect(opts: Options, log=None) -> dict:
-    """Run the collection described by ``opts``; writes ``<output_dir>/performance.json`` and returns it."""
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    t_start = time.perf_counter()
-    opdir = OpDir(opts.op_dir)
-    infos = opdir.describe_all()
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def check_options(opts: Options) -> None:
+    """Refuse bad option values before anything runs (UserError naming the flag and the fix)."""
     if opts.impl not in ("asc", "ref", "both"):
         raise UserError(f"--impl {opts.impl!r}: choose asc, ref or both")
     if opts.top_k < 1 or (opts.max_cases is not None and opts.max_cases < 1):
         raise UserError(f"--mfu-top-k {opts.top_k} / --max-cases {opts.max_cases}: need at least 1 case")
+    if opts.cases is not None and not opts.cases:
+        raise UserError("--cases selects no case - give case ids, e.g. --cases 3,7,9 or 0-4 (or leave it out)")
+    if not isinstance(opts.retry, int) or isinstance(opts.retry, bool) or opts.retry < 0:
+        raise UserError(f"--retry {opts.retry}: must be an integer >= 0 (0 = no retry; default 2)")
+    if not _finite(opts.case_timeout_s) or opts.case_timeout_s <= 0:
+        raise UserError(f"--case-timeout-s {opts.case_timeout_s}: must be a finite number of seconds > 0 "
+                        "(default 600)")
+    if not _finite(opts.flush_cache_mib) or opts.flush_cache_mib < 0:
+        raise UserError(f"--flush-cache-mib {opts.flush_cache_mib}: must be a finite number >= 0 (0 = off)")
+    if opts.mfu_peak is not None and (not _finite(opts.mfu_peak) or opts.mfu_peak <= 0):
+        raise UserError(f"--mfu-peak {opts.mfu_peak}: must be a finite TFLOP/s figure > 0 (or leave it out to use "
+                        "the device's nominal peak)")
+    for flag, path in (("--output-dir", opts.output_dir), ("--keep-prof", opts.keep_prof)):
+        if path is not None and os.path.exists(path) and not os.path.isdir(path):
+            raise UserError(f"{flag} {path}: is an existing file, not a directory - give a directory "
+                            "(it is created when missing)")
+
+
+def collect(opts: Options, log=None) -> dict:
+    """Run the collection described by ``opts``; writes ``<output_dir>/performance.json`` and returns it.
+
+    Raises UserError for bad options (see :func:`check_options`) before anything is measured; writes nothing when
+    no case was measured (an interrupt before the first result), so an earlier performance.json stays."""
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    t_start = time.perf_counter()
+    check_options(opts)
+    output_dir = ensure_writable_dir(opts.output_dir, f"--output-dir {opts.output_dir}")
+    keep_root = ensure_writable_dir(opts.keep_prof, f"--keep-prof {opts.keep_prof}") if opts.keep_prof else None
+    opdir = OpDir(opts.op_dir)
+    infos = opdir.describe_all()
     for need in ([opdir.model_py] + ([opdir.model_new_py] if opts.impl != "ref" else [])):
         if not os.path.exists(need):
             raise UserError(f"{need}: missing - run prepare_op_dir.py first (make prepare)")
@@ -319,6 +352,10 @@ def collect(opts: Options, log=None) -> dict:
         log(f"note: {opdir.flops_py} not found: cases ranked by input bytes and no MFU reported "
             "(write flops.py, step 3)")
     selected, skipped, selection = select_cases(infos, ff, opdir, opts, backend.name)
+    if not selected:  # nothing would be measured: keep an earlier performance.json instead of an empty one
+        why = "; ".join(f"case {i.case_id}: {r}" for i, r in skipped[:4]) or "the case file has no case"
+        raise UserError(f"{opdir.cases_path}: no case to measure on {backend.name} ({selection['rule']}: {why}) - "
+                        "pick other --cases or another --backend")
     tracer = tracer_flops(opdir)
     flops = {}
     for info in selected:
@@ -327,9 +364,6 @@ def collect(opts: Options, log=None) -> dict:
     log(f"cases: {selection['rule']}: {selection['order']}" +
         (f" (skipped {selection['skipped']})" if selection["skipped"] else ""))
     impls = ["ref", "asc"] if opts.impl == "both" else [opts.impl]
-    output_dir = os.path.abspath(opts.output_dir)
-    os.makedirs(output_dir, exist_ok=True)
-    keep_root = os.path.abspath(opts.keep_prof) if opts.keep_prof else None
     if keep_root:  # attempts live beside their final place, so keeping one is a rename
         os.makedirs(os.path.join(keep_root, "prof"), exist_ok=True)
     work_root = tempfile.mkdtemp(prefix=".tmp-collect-", dir=os.path.join(keep_root, "prof") if keep_root else None)
@@ -363,6 +397,9 @@ def collect(opts: Options, log=None) -> dict:
         log("interrupted: writing what was measured so far")
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
+    if interrupted and not results:
+        log("interrupted before any case was measured: performance.json left as it was")
+        raise KeyboardInterrupt
     ok = [r for per in results.values() for r in per.values() if r.get("device")]
     device = dict(ok[0]["device"]) if ok else {"backend": backend.name}
     runtime = next((r["runtime"] for per in results.values() for r in per.values() if r.get("runtime")), None)
