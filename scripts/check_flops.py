@@ -104,9 +104,10 @@ def check_args(args):
     import math
 
     from mfulib.errors import UserError
-    for flag, v, allow_zero in (("--peak-tflops", args.peak_tflops, False), ("--max-implied-ms", args.max_implied_ms,
-                                False), ("--tolerance", args.tolerance, True), ("--max-cpu-bytes", args.max_cpu_bytes,
-                                True), ("--max-cpu-flops", args.max_cpu_flops, True)):
+    limits = [("--peak-tflops", args.peak_tflops, False), ("--max-implied-ms", args.max_implied_ms, False),
+              ("--tolerance", args.tolerance, True), ("--max-cpu-bytes", args.max_cpu_bytes, True),
+              ("--max-cpu-flops", args.max_cpu_flops, True)]  # (flag, value, 0 allowed)
+    for flag, v, allow_zero in limits:
         if v is not None and (not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero)):
             raise UserError(f"{flag} {v}: must be a finite number {'>= 0' if allow_zero else '> 0'}")
     return cli.parse_case_list(args.cases) if args.cases is not None else None

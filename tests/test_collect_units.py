@@ -2,6 +2,9 @@
 (multi-kernel, lost rows, zero timestamps, harness kernels), CUDA/CPU trace attribution, peaks, ncu CSV."""
 import json
 import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -281,3 +284,55 @@ def test_ncu_launches_are_aligned_to_the_collectors_iterations_by_position(repo_
     assert per_pos == [[1003, 1004], [2003, 2004], [3003, 3004]]
     with pytest.raises(ValueError, match="do not repeat"):
         align(recs[:-1], seq, n_iters=4, repeats=2)
+
+
+# ------------------------------------------------------------------------------------------------ bad options
+
+def _collect_refuses(tmp_path, says, **kw):
+    """collect() with ``kw`` must raise UserError containing ``says`` and leave the old performance.json alone."""
+    from mfulib.backends.collect import Options, collect
+    from mfulib.errors import UserError
+    old = tmp_path / "performance.json"
+    if not old.exists():
+        old.write_text('{"previous": "good result"}')
+    opts = dict(op_dir=str(tmp_path), output_dir=str(tmp_path), backend="cpu", progress=False)
+    opts.update(kw)
+    with pytest.raises(UserError) as err:
+        collect(Options(**opts), log=lambda _msg: None)
+    assert says in str(err.value)
+    assert old.read_text() == '{"previous": "good result"}'
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"retry": -1}, "--retry -1: must be an integer >= 0"),
+    ({"case_timeout_s": 0.0}, "--case-timeout-s 0.0: must be a finite number of seconds > 0"),
+    ({"case_timeout_s": float("nan")}, "--case-timeout-s nan"),
+    ({"cases": []}, "--cases selects no case"),
+    ({"mfu_peak": 0.0}, "--mfu-peak 0.0: must be a finite TFLOP/s figure > 0"),
+    ({"flush_cache_mib": -1.0}, "--flush-cache-mib -1.0"),
+])
+def test_bad_collector_options_are_refused_before_anything_runs(tmp_path, kw, says):
+    _collect_refuses(tmp_path, says, **kw)
+
+
+def test_an_output_or_keep_dir_that_is_a_file_is_refused_with_the_flag_named(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    _collect_refuses(tmp_path, "--output-dir", output_dir=str(tmp_path / "afile"))
+    _collect_refuses(tmp_path, "is a file, not a directory", keep_prof=str(tmp_path / "afile" / "sub"))
+
+
+def test_a_selection_with_nothing_to_measure_keeps_the_previous_performance_json(tmp_path):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_msprof"))
+    import tinyops
+    work = pathlib.Path(tinyops.make_workdir(tmp_path))  # case 3 is bf16: the cpu backend skips it
+    (work / "performance.json").write_text('{"previous": "good result"}')
+    _collect_refuses(work, "no case to measure on cpu", cases=[3])
+
+
+def test_the_collector_cli_turns_an_empty_case_range_into_exit_2_without_a_traceback(tmp_path):
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "ops_profiling",
+                          "msprof_perf_summary.py")
+    for cases in ("5-3", ""):
+        r = subprocess.run([sys.executable, script, "--backend", "cpu", "--output-dir", str(tmp_path), "--cases",
+                            cases], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.startswith("error: --cases") and "Traceback" not in r.stderr

@@ -292,3 +292,45 @@ def test_pmu_counters_recorded_by_the_collector_become_bound_labels_in_the_readi
     assert r["pmu_bounds"]["matmul_kernel"]["bound"] == "cube/tensor-bound"
     line = next(s for s in res["reading_aid"] if s.startswith("4. PMU"))
     assert "case 46 _attn_fwd_kernel: memory-bound (aiv_mte2_ratio = 86% >= 80%)" in line
+
+
+def _mutated(doc, path, value):
+    """A deep copy of ``doc`` with the item at ``path`` (keys / indices) replaced by ``value``."""
+    out = copy.deepcopy(doc)
+    tgt = out
+    for k in path[:-1]:
+        tgt = tgt[k]
+    tgt[path[-1]] = value
+    return out
+
+
+@pytest.mark.parametrize("which, path, value, says", [
+    ("peak", None, [], "peak.json: the document is list []"),
+    ("peak", ("peak_tflops", "float32"), "fast", "peak.json: peak_tflops.float32 is str 'fast'"),
+    ("peak", ("peak_tflops",), [314.0], "peak.json: peak_tflops is list [314.0]"),
+    ("peak", ("peak_tflops", "float16"), 0, "peak.json: peak_tflops.float16 is int 0, not a measured peak > 0"),
+    ("peak", ("peak_tflops", "float16"), -1.0, "peak.json: peak_tflops.float16 is float -1.0"),
+    ("perf", ("per_case", 1), 7, "performance.json: per_case[1] is int 7"),
+    ("perf", ("per_case", 0, "kernels"), "k", "performance.json: per_case[0] (case 46).kernels is str 'k'"),
+    ("perf", ("per_case", 0, "kernels", 1), 3, "performance.json: per_case[0] (case 46).kernels[1] is int 3"),
+    ("perf", ("peak",), "x", "performance.json: peak is str 'x'"),
+])
+def test_inputs_of_the_wrong_structure_exit_2_naming_the_file_and_the_field(tmp_path, which, path, value, says):
+    if which == "peak":
+        d = _write_op(tmp_path, peak=value if path is None else _mutated(PEAK, path, value))
+    else:
+        d = _write_op(tmp_path, perf=_mutated(PERF, path, value))
+    with pytest.raises(UserError) as err:
+        decompose.decompose(str(d), str(d / "peak.json"))
+    assert says in str(err.value)
+
+
+def test_cases_that_were_not_measured_exit_2_listing_the_measured_ones(tmp_path):
+    d = _write_op(tmp_path)
+    res = subprocess.run([sys.executable, SCRIPT, "--op-dir", str(d), "--cases", "7,8"], capture_output=True,
+                         text=True)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "--cases 7,8: no such case was measured" in res.stderr and "[12, 46, 48]" in res.stderr
+    assert not (d / "mfu_decompose.json").exists()
+    with pytest.raises(UserError, match="--cases selects no case"):
+        decompose.decompose(str(d), str(d / "peak.json"), cases=[])

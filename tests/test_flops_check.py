@@ -311,3 +311,53 @@ def get_input_groups():
     assert r.returncode == 0, r.stderr
     tr = read_json(os.path.join(od.path, "flops_check.json"))["per_case"][0]["tracer"]
     assert (tr["device"], tr["total_flops"]) == ("meta", 2 * 8 * 1024 ** 3)
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+def test_a_string_from_flops_and_an_unknown_compute_dtype_fail_the_case_with_the_file_named(tmp_path):
+    bad = CORRECT.replace("return float(sum(flops_parts(case).values()))", "return '384'") + \
+        "def compute_dtype(case):\n    return 'fp8'\n"
+    od = mha_workdir(tmp_path, bad)
+    row = check(od, 0)
+    assert row["status"] == "fail" and row["flops"] is None and row["compute_dtype"] is None
+    assert f"{od.flops_py}: flops() returned str '384' for case 0: return a float" in row["diagnosis"]
+    assert status_of(row, "compute_dtype") == "fail" and "'fp8'" in row["compute_dtype_error"]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--largest", "0"], "--largest 0: must be >= 1"),
+    (["--largest", "-2"], "--largest -2: must be >= 1"),
+    (["--cases", "5-3"], "'5-3' is not a case id or a non-empty range"),
+    (["--cases", ","], "no case selected (--cases is empty)"),
+    (["--peak-tflops", "0"], "--peak-tflops 0.0: must be a finite number > 0"),
+    (["--peak-tflops", "nan"], "--peak-tflops nan"),
+    (["--max-implied-ms", "0"], "--max-implied-ms 0.0: must be a finite number > 0"),
+])
+def test_the_cli_refuses_options_that_select_nothing_or_no_sensible_limit(tmp_path, argv, says):
+    import check_flops
+    from mfulib.errors import UserError
+    od = mha_workdir(tmp_path, CORRECT)
+    with pytest.raises(UserError) as err:
+        check_flops.main(["--op-dir", od.path, "--backend", "none", "--quiet"] + argv)
+    assert says in str(err.value)
+    assert not os.path.exists(os.path.join(od.path, "flops_check.json"))
+
+
+@pytest.mark.parametrize("name, doc, says", [
+    ("performance.json", [1, 2], "no \"per_case\" list"),
+    ("performance.json", {"peak": 5, "per_case": []}, "peak is int 5, not an object"),
+    ("performance.json", {"per_case": [3]}, "per_case[0] is int 3"),
+    ("peak.json", [1, 2], "the document is list [1, 2]"),
+    ("peak.json", {"tool": "peak_calib", "peak_tflops": {"float16": "fast"}}, "peak_tflops.float16 is str 'fast'"),
+])
+def test_a_work_dir_json_of_the_wrong_structure_is_a_user_error_naming_file_and_field(tmp_path, name, doc, says):
+    from mfulib.errors import UserError
+    (tmp_path / name).write_text(json.dumps(doc))
+    readers = [lambda: fcon.resolve_peak(str(tmp_path), None, "none")]
+    if name == "performance.json":
+        readers.append(lambda: fcon.measured_kernel_ns(str(tmp_path)))
+    for read in readers:
+        with pytest.raises(UserError) as err:
+            read()
+        assert str(tmp_path / name) in str(err.value) and says in str(err.value)

@@ -135,3 +135,41 @@ def test_compute_dtype_defaults_to_the_first_floating_input_and_flops_py_can_ove
     assert fcon.load_flops(p).compute_dtype(case) == "bfloat16"
     p.write_text("def flops(case):\n    return 1.0\ndef compute_dtype(case):\n    return 'fp32'\n")
     assert fcon.load_flops(p).compute_dtype(case) == "float32"
+
+
+# ------------------------------------------------------------------------------------------------ bad flops.py
+
+@pytest.mark.parametrize("body, says", [
+    ("raise SystemExit(3)", "flops() called sys.exit(3)"),
+    ("return '384'", "flops() returned str '384' for case 3: return a float"),
+    ("return True", "flops() returned bool True for case 3"),
+    ("return None", "flops() returned NoneType None for case 3"),
+])
+def test_a_flops_py_that_exits_or_returns_a_non_number_is_an_error_for_that_case_not_a_process_exit(tmp_path, body,
+                                                                                                    says):
+    p = tmp_path / "flops.py"
+    p.write_text(f"def flops(case):\n    {body}\n")
+    ev = fcon.evaluate_case(fcon.load_flops(p), {"inputs": []}, case_id=3)
+    assert ev["status"] == "error" and ev["flops"] is None and says in ev["reason"] and str(p) in ev["reason"]
+
+
+def test_flops_parts_values_must_be_numbers_while_numpy_scalars_count_as_numbers(tmp_path):
+    p = tmp_path / "flops.py"
+    p.write_text("import numpy as np\ndef flops(case):\n    return np.float64(2.0)\n"
+                 "def flops_parts(case):\n    return {'a': np.int64(1), 'b': '1'}\n")
+    ev = fcon.evaluate_case(fcon.load_flops(p), {"inputs": []}, case_id=0)
+    assert ev["status"] == "error" and "flops_parts()['b'] returned str '1'" in ev["reason"]
+    p.write_text("def flops(case):\n    return 2\ndef flops_parts(case):\n    return {'a': 1, 'b': 1.0}\n")
+    ev = fcon.evaluate_case(fcon.load_flops(p), {"inputs": []})
+    assert ev == {"flops": 2.0, "flops_parts": {"a": 1.0, "b": 1.0}, "status": "ok", "reason": None}
+
+
+def test_an_unknown_compute_dtype_or_a_sys_exit_while_importing_is_refused_naming_the_file(tmp_path):
+    from mfulib.errors import UserError
+    p = tmp_path / "flops.py"
+    p.write_text("def flops(case):\n    return 1.0\ndef compute_dtype(case):\n    return 'fp8'\n")
+    with pytest.raises(UserError, match=r"flops.py: compute_dtype\(\) returned 'fp8' for case 5: unknown dtype"):
+        fcon.load_flops(p).compute_dtype(case_of(x=([4], "float16")), 5)
+    p.write_text("import sys\nsys.exit(0)\n")
+    with pytest.raises(UserError, match="does not import"):
+        fcon.load_flops(p)

@@ -160,3 +160,30 @@ def test_cuda_calibration_measures_bf16_close_to_but_below_the_nominal_peak(tmp_
     peak = json.loads((tmp_path / "peak.json").read_text())
     frac = peak["measured"]["bfloat16"].get("fraction_of_nominal")
     assert frac is None or 0.3 < frac < 1.0
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf"])
+def test_a_non_finite_budget_is_a_user_error_with_exit_2(tmp_path, budget):
+    res = _run(["--budget-s", budget, "--backend", "cpu", "--cache", "off"], cwd=tmp_path)
+    assert res.returncode == 2 and f"error: --budget-s {budget}: must be > 0 seconds and finite" in res.stderr
+    assert not (tmp_path / "peak.json").exists()
+
+
+@pytest.mark.parametrize("where, says", [("dir", "is a directory"), ("file/peak.json", "is a file, not a directory")])
+def test_an_output_that_cannot_be_written_is_refused_before_anything_is_measured(tmp_path, where, says):
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    logged = []
+    with pytest.raises(UserError, match=says):
+        calib.run_calibration(str(tmp_path / where), backend="cpu", modes=["float32"], budget_s=1.0,
+                              bandwidth=False, cache="off", log=logged.append)
+    assert logged == []  # refused before the backend was even resolved, let alone measured
+
+
+def test_a_cache_that_is_valid_json_but_not_an_object_is_ignored_with_a_note(tmp_path):
+    ident = calib.device_identity("cpu")
+    path = tmp_path / f"peak-{ident['key']}.json"
+    for doc in ([1, 2], {"tool": "peak_calib", "peak_tflops": {}, "measured": {"float32": 5}}):
+        path.write_text(json.dumps(doc))
+        got, why = calib.load_cached(str(path), ident, ["float32"], False, 14)
+        assert got is None and why.startswith("cache ignored:") and str(path) in why

@@ -43,7 +43,7 @@ import time
 
 from .device import resolve_backend
 from .errors import UserError
-from .jsonio import provenance, read_json, write_json_atomic
+from .jsonio import ensure_writable_dir, provenance, read_json, write_json_atomic
 
 SCHEMA = 1
 TOOL = "peak_calib"
@@ -416,7 +416,6 @@ def measure_bandwidth(dev: Device, nbytes: int, target_ms: float = 30.0) -> dict
     dst = torch.empty_like(src)
     t = measure_fn(dev, lambda: dst.copy_(src), target_ms, min_iters=5, max_iters=50, warmup=2, flush=False)
     moved = 2 * n * 4
-    del src, dst
     return {"bytes_per_iter": moved, "buffer_bytes": n * 4, "gbps": moved / t["median_ns"], **t,
             "method": "dst.copy_(src) of one buffer, bytes read + bytes written per iteration, median of iterations"}
 
@@ -752,21 +751,6 @@ def load_cached(path: str, ident: dict, modes, bandwidth: bool, max_age_days: fl
     if age_days > max_age_days:
         return None, f"cache is {age_days:.1f} days old (> {max_age_days:g})"
     return cached, f"cached calibration from {cached['created_at']} ({age_days:.1f} days old)"
-
-
-def ensure_writable_dir(folder: str, what: str) -> str:
-    """Create ``folder`` when missing and check it is writable; UserError (naming ``what``, e.g. "--output-dir
-    x") when it is below a file, is a file or cannot be written. Returns the absolute path. Shared by the CLIs that
-    must refuse a bad output path before measuring (belongs in :mod:`mfulib.jsonio` in time)."""
-    folder = os.path.abspath(folder)
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"{what}: cannot create the folder {folder} ({exc.strerror or exc}) - give a directory "
-                        "that is not below a file") from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UserError(f"{what}: folder {folder} is not writable - give a path you may write")
-    return folder
 
 
 def check_output_path(output: str) -> None:

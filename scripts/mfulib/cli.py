@@ -49,5 +49,6 @@ def parse_case_list(text: str):
             else:
                 ids.add(int(part))
         except ValueError:
-            raise UserError(f"--cases {text!r}: {part!r} is not a case id or range; use e.g. --cases 3,7,9 or 0-4")
+            raise UserError(f"--cases {text!r}: {part!r} is not a case id or a non-empty range lo-hi (lo <= hi); "
+                            "use e.g. --cases 3,7,9 or 0-4")
     return sorted(ids)

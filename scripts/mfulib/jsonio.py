@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 from . import __version__
+from .errors import UserError
 
 
 def _default(obj):
@@ -106,3 +107,24 @@ def provenance(tool: str, schema: int, device=None) -> dict:
         "env": env,
         "device": device,
     }
+
+
+def ensure_writable_dir(folder: str, what: str) -> str:
+    """Create ``folder`` when missing and check it is writable; UserError (naming ``what``, e.g. "--output-dir
+    x") when it is below a file, is a file or cannot be written. Returns the absolute path. Shared by the CLIs that
+    must refuse a bad output path before measuring."""
+    folder = os.path.abspath(folder)
+    existing = folder
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"{what}: {existing} is a file, not a directory - give a directory (created when missing) "
+                        "that is not a file or below one")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{what}: cannot create the folder {folder} ({exc.strerror or exc}) - give a directory "
+                        "that is not below a file") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{what}: folder {folder} is not writable - give a path you may write")
+    return folder

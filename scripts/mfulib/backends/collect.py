@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from .. import kernels as _kernels
 from .. import peaks as _peaks
-from ..calib import ensure_writable_dir
+from ..jsonio import ensure_writable_dir
 from .. import performance as _perf
 from ..errors import UserError
 from ..jsonio import provenance, write_json_atomic
@@ -317,10 +317,6 @@ def check_options(opts: Options) -> None:
     if opts.mfu_peak is not None and (not _finite(opts.mfu_peak) or opts.mfu_peak <= 0):
         raise UserError(f"--mfu-peak {opts.mfu_peak}: must be a finite TFLOP/s figure > 0 (or leave it out to use "
                         "the device's nominal peak)")
-    for flag, path in (("--output-dir", opts.output_dir), ("--keep-prof", opts.keep_prof)):
-        if path is not None and os.path.exists(path) and not os.path.isdir(path):
-            raise UserError(f"{flag} {path}: is an existing file, not a directory - give a directory "
-                            "(it is created when missing)")
 
 
 def collect(opts: Options, log=None) -> dict:
