@@ -429,7 +429,7 @@ T_UNKNOWN = '''
 def flops(case):
     # REVIEW: the generator could not classify this reference ($why). Read model.py's forward and write the
     # FLOPs (2 per multiply-accumulate of its matrix work) here; check_flops.py fails until you do.
-    raise NotImplementedError("flops.py draft: unknown operator class - write flops(case) by hand")
+    raise RuntimeError("flops.py draft: unknown operator class - write flops(case) by hand")
 '''
 
 

@@ -57,8 +57,10 @@ class Backend:
 
     def launches(self, attempt_dir: str, report: dict, n_iters: int):
         """(rows, info) from the profile the child left; ``info["lost_by_iter"]`` counts launches without a
-        kernel record per iteration, ``info["problems"]``/``info["flags"]`` say what else was seen."""
-        raise NotImplementedError
+        kernel record per iteration, ``info["problems"]``/``info["flags"]`` say what else was seen.
+
+        Every backend (cpu, cuda, npu) overrides this: the base class has no profile format of its own."""
+        raise TypeError(f"{type(self).__name__} does not parse profiles: a backend must override launches()")
 
     # ---------------------------------------------------------------- child side
     def setup(self, spec: dict) -> None:
