@@ -28,7 +28,14 @@ def run_main(main, argv=None):
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows defaults and keeps the description's line breaks."""
+    """Shows defaults and keeps the description's line breaks; no "(default: None)" / "(default: False)" noise,
+    and nothing added where the help text already states its default."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
 
 
 def parser(prog_doc: str, prog: str = None) -> argparse.ArgumentParser:
