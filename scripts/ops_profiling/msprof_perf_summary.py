@@ -78,8 +78,16 @@ def print_table(report):
                      f"{c['actual_tflops']:.3g}" if c.get("actual_tflops") else "-",
                      f"{c['mfu_nom']:.2%}" if c.get("mfu_nom") is not None else "-",
                      f"{spread:.1%}" if spread is not None else "-", note])
-    print(tabulate(rows, headers=["case", "impl", "dtype", "shape", "launch/it", "kernel us", "span us", "TFLOP/s",
-                                  "MFU@nom", "spread", "flags / error"]))
+    headers = ["case", "impl", "dtype", "shape", "launch/it", "kernel us", "span us", "TFLOP/s", "MFU@nom", "spread",
+               "flags / error"]
+    if any(c.get("ref_us") for c in report["per_case"]):  # --impl both: the reference and the speedup too
+        by_case = {c["case"]: c for c in report["per_case"]}
+        for r in rows:
+            c = by_case[r[0]]
+            r[-1:-1] = [f"{c['ref_us']:.2f}" if c.get("ref_us") else "-",
+                        f"{c['speedup']:.3g}x" if c.get("speedup") else "-"]
+        headers[-1:-1] = ["ref us", "speedup"]
+    print(tabulate(rows, headers=headers))
     peak = report.get("peak") or {}
     print(f"backend {report['backend']} ({report['device'].get('name', '?')}); peak for MFU@nom: "
           f"{peak.get('value_tflops')} TFLOP/s ({peak.get('source')}); valid cases {report['n_cases_valid']}/"
