@@ -24,7 +24,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from mfulib import cases, discover
-from zoo_support import OPS, install_compat_or_skip, load, verify_cases, work_dir
+from mfulib.opdir import import_file
+from zoo_support import OPS, install_compat_or_skip, verify_cases, work_dir
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INTERPRETER_MAX_BYTES = 1_100_000  # total input bytes of a case run in the interpreter (~<1 s each)
@@ -90,7 +91,7 @@ def fake_groups(ref_path, case_path, tmp_path):
     d.mkdir(exist_ok=True)
     shutil.copyfile(ref_path, d / f"{stem}.py")  # follows the level3 symlink
     shutil.copyfile(case_path, d / f"{stem}.json")
-    module = load(str(d / f"{stem}.py"), f"fake_{stem}")
+    module = import_file(str(d / f"{stem}.py"), f"fake_{stem}")
     with FAKE:
         groups = module.get_input_groups()
     return module.Model(), groups
@@ -158,7 +159,7 @@ def test_batch_matmul_cases_include_a_gemm_of_over_two_tflop():
 
 
 def test_ascend_style_ffn_sizes_its_persistent_grid_from_the_reported_vector_core_count(npu_compat):
-    impl = load(os.path.join(OPS, ZOO["4_FFN"][1]), "ffn_zoo_cores")
+    impl = import_file(os.path.join(OPS, ZOO["4_FFN"][1]), "ffn_zoo_cores")
     assert impl.ModelNew().core_num == npu_compat["vector_core_num"]
 
 
@@ -212,7 +213,7 @@ def test_real_ffn_rejects_exactly_the_21_gated_lines_whose_weight2_is_not_half_o
     path = real_case_path(shared_dir, "npukernelbench/level4/2_FFN.json")
     ref_rel, impl_rel = REAL["npukernelbench/level4/2_FFN.json"]
     model, groups = fake_groups(os.path.join(OPS, ref_rel), path, tmp_path)
-    impl = load(os.path.join(OPS, impl_rel), "ffn_real_impl_fake").ModelNew()
+    impl = import_file(os.path.join(OPS, impl_rel), "ffn_real_impl_fake").ModelNew()
     lines = cases.read_case_file(path)
     assert len(groups) == 50
     accepted, rejected = [], []

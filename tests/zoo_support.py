@@ -3,7 +3,6 @@
 Each bundled operator is checked through the pipeline's own path: prepare_explicit -> OpDir ->
 mfulib.verify.verify_case (tolerances by dtype live there). Paths of operator files are relative to examples/ops.
 """
-import importlib.util
 import os
 
 import pytest
@@ -23,14 +22,6 @@ def install_compat_or_skip(device):
         return compat.install(device)
     except RuntimeError as exc:
         pytest.skip(f"mfulib.compat already installed for another device: {exc}")
-
-
-def load(path, name):
-    """Import a .py file as module ``name``."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def work_dir(root, op, ref, impl, case_path):
