@@ -42,8 +42,26 @@ def to_ns(value, unit):
     return value * factor
 
 
+BYTE_UNITS = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12, "kibyte": 1024.0,
+              "mibyte": 1024.0 ** 2, "gibyte": 1024.0 ** 3}
+
+
+def to_bytes(value, unit):
+    """A size in ``unit`` (ncu's ``byte``/``Kbyte``/``Mbyte``/``Gbyte``, decimal; ``KiByte``... binary) as bytes;
+    None when the unit is not a size unit."""
+    factor = BYTE_UNITS.get(str(unit or "").strip().lower())
+    if value is None or factor is None or not isinstance(value, float):
+        return None
+    return value * factor
+
+
 def _csv_rows(text):
-    """The CSV lines of ncu's stdout (from the first ``"ID",`` header on), other lines dropped."""
+    """(header, rows) of the CSV lines of ncu's stdout (from the first ``"ID",`` header on), other lines dropped.
+
+    Rows keep their own cell count: on the details page the header names the rule columns (``Rule Name, Rule
+    Type, Rule Description, Estimated Speedup Type, Estimated Speedup``) that only rule rows fill, so metric rows
+    can be shorter than the header; :func:`parse_ncu_csv` reads each cell by column name where present.
+    """
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID",')), None)
     if start is None:
@@ -51,22 +69,29 @@ def _csv_rows(text):
     header = next(csv.reader([lines[start]]))
     rows = []
     for ln in lines[start + 1:]:
-        if not ln.startswith('"'):
+        if not ln.startswith('"') or ln.startswith('"ID",'):
             continue
         try:
             cells = next(csv.reader(io.StringIO(ln)))
         except (csv.Error, StopIteration):
             continue
-        if len(cells) == len(header):
-            rows.append(cells)
+        rows.append(cells)
     return header, rows
 
 
+RULE_COLUMNS = ("Rule Name", "Rule Type", "Rule Description", "Estimated Speedup Type", "Estimated Speedup")
+
+
 def parse_ncu_csv(text):
-    """Launch records from ``ncu --csv`` stdout (details or raw page).
+    """Launch records from ``ncu --csv`` stdout (details or raw page) - the one ncu parser of the project.
 
     Returns a list ordered by ncu's launch ``ID``: ``{"id", "kernel_name", "stream", "grid", "block", "device",
-    "metrics": {name: number|text|None}, "units": {name: unit}}``. An empty list when no table is present.
+    "context", "metrics": {name: number|text|None}, "units": {name: unit}, "sections": {name: section} (details
+    page), "rules": [{"section", "rule", "type", "description", "speedup_type", "speedup"}] (details page rule
+    rows)}``. Details page: a row with a ``Metric Name`` is a metric row (read up to ``Metric Value``; it may have
+    fewer cells than the header), a row with a ``Rule Name`` and no metric is a rule row. Raw page: row 0 holds the
+    units when its ID cell is not a number. Rows whose ID is not a number are skipped. An empty list when no table
+    is present.
     """
     header, rows = _csv_rows(text)
     if header is None:
@@ -74,37 +99,56 @@ def parse_ncu_csv(text):
     col = {h: i for i, h in enumerate(header)}
     launches = {}
 
+    def cell(cells, name):
+        i = col.get(name)
+        return cells[i] if i is not None and i < len(cells) else None
+
     def base(cells):
-        lid = int(parse_number(cells[col["ID"]]))
+        idv = parse_number(cell(cells, "ID") or "")
+        if not isinstance(idv, float):
+            return None
+        lid = int(idv)
         rec = launches.get(lid)
         if rec is None:
             rec = launches[lid] = {
-                "id": lid, "kernel_name": cells[col["Kernel Name"]] if "Kernel Name" in col else None,
-                "stream": cells[col["Stream"]] if "Stream" in col else None,
-                "grid": cells[col["Grid Size"]] if "Grid Size" in col else None,
-                "block": cells[col["Block Size"]] if "Block Size" in col else None,
-                "device": cells[col["Device"]] if "Device" in col else None, "metrics": {}, "units": {}}
+                "id": lid, "kernel_name": cell(cells, "Kernel Name"), "stream": cell(cells, "Stream"),
+                "grid": cell(cells, "Grid Size"), "block": cell(cells, "Block Size"), "device": cell(cells, "Device"),
+                "context": cell(cells, "Context"), "metrics": {}, "units": {}, "sections": {}, "rules": []}
         return rec
 
     if "Metric Name" in col and "Metric Value" in col:  # details page, long format
         for cells in rows:
             rec = base(cells)
-            name = cells[col["Metric Name"]]
-            rec["metrics"][name] = parse_number(cells[col["Metric Value"]])
-            rec["units"][name] = cells[col["Metric Unit"]] if "Metric Unit" in col else ""
+            if rec is None:
+                continue
+            name = cell(cells, "Metric Name")
+            if name:
+                if len(cells) <= col["Metric Value"]:
+                    continue  # a cut-off line: no value
+                rec["metrics"][name] = parse_number(cells[col["Metric Value"]])
+                rec["units"][name] = cell(cells, "Metric Unit") or ""
+                rec["sections"][name] = cell(cells, "Section Name") or ""
+            elif cell(cells, "Rule Name"):
+                rec["rules"].append({"section": cell(cells, "Section Name"), "rule": cell(cells, "Rule Name"),
+                                     "type": cell(cells, "Rule Type"), "description": cell(cells, "Rule Description"),
+                                     "speedup_type": cell(cells, "Estimated Speedup Type"),
+                                     "speedup": parse_number(cell(cells, "Estimated Speedup") or "")})
     else:  # raw page: first data row holds the units
         fixed = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context", "Stream",
                  "Block Size", "Grid Size", "Device", "CC", "Section Name"}
         metric_cols = [h for h in header if h not in fixed]
         units = {}
         data = rows
-        if rows and not re.fullmatch(r"\d+", rows[0][col["ID"]].replace(",", "").strip()):
-            units = {h: rows[0][col[h]] for h in metric_cols}
+        if rows and not isinstance(parse_number(cell(rows[0], "ID") or ""), float):
+            units = {h: cell(rows[0], h) or "" for h in metric_cols}
             data = rows[1:]
         for cells in data:
             rec = base(cells)
+            if rec is None:
+                continue
             for h in metric_cols:
-                rec["metrics"][h] = parse_number(cells[col[h]])
+                v = cell(cells, h)
+                rec["metrics"][h] = parse_number(v) if v is not None else None
                 rec["units"][h] = units.get(h, "")
     return [launches[k] for k in sorted(launches)]
 

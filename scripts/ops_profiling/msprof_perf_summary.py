@@ -15,6 +15,13 @@ and autotuning). MFU@nom = FLOPs / kernel time / nominal fp16/bf16 dense peak (i
 torch_npu on NPU, a datasheet table on CUDA, none on CPU; --mfu-peak overrides). A repeat spread above 5% is
 flagged. The cpu backend caps work for CI: smallest cases first, bf16 cases skipped, warmup 1 / repeats 2 unless
 given. Only --quick (task-time) collection is implemented; it is also what runs without the flag.
+
+Kept or foreign profiles are re-parsed without running anything:
+  msprof_perf_summary.py --from-prof <PROF_* | *_ascend_pt | trace.json[.gz] | ncu.csv | keep dir> \
+      [--cases 3,7] [--warmup W --repeats R] [--op-dir <work dir> --mfu] --output-dir D
+--cases names the case of each profile found, in order (kept profiles name their own). Without a work directory
+only kernel times are written (FLOPs null); iterations, L2-flush kernels (--l2-flush), missing head launches and
+autotuning are found in the data and reported as flags (see mfulib/profiles.py).
 """
 import os
 import sys
@@ -58,6 +65,15 @@ def build_parser():
     p.add_argument("--flush-cache-mib", type=float, default=0.0,
                    help="write a buffer of this many MiB before each iteration (outside it) for a cold cache; 0 = off")
     p.add_argument("--quiet", action="store_true", help="no per-case progress lines")
+    g = p.add_argument_group("re-parsing kept or foreign profiles (nothing is run)")
+    g.add_argument("--from-prof", action="append", default=None, metavar="PATH",
+                   help="a PROF_* / *_ascend_pt dir, chrome trace (.json/.json.gz), ncu --csv output (raw or details "
+                        "page) or --keep-prof dir; repeatable")
+    g.add_argument("--l2-flush", choices=("exclude", "keep"), default="exclude",
+                   help="fill/zero/memset/cast/sum kernels over buffers >= the L2 size inside the window: exclude "
+                        "them from the operator's time (default) or keep them")
+    g.add_argument("--l2-mib", type=float, default=None,
+                   help="L2 size in MiB for the flush rule (default: from the profile or the device facts)")
     return p
 
 
@@ -99,6 +115,17 @@ def print_table(report):
 def main(argv=None):
     from mfulib.backends.collect import Options, collect
     args = build_parser().parse_args(argv)
+    if args.from_prof:
+        from mfulib import profiles
+        opts = profiles.FromProfOptions(
+            paths=args.from_prof, output_dir=args.output_dir, op_dir=args.op_dir,
+            cases=profiles.parse_case_sequence(args.cases) if args.cases is not None else None, impl=args.impl,
+            warmup=args.warmup, repeats=args.repeats, l2_flush=args.l2_flush, l2_mib=args.l2_mib, mfu=args.mfu,
+            mfu_peak=args.mfu_peak, seed=args.seed)
+        report = profiles.from_prof(opts, log=None if args.quiet else lambda m: print(m, file=sys.stderr))
+        print_table(report)
+        print(f"wrote {os.path.join(os.path.abspath(args.output_dir), 'performance.json')}")
+        return 0
     opts = Options(op_dir=args.op_dir or args.output_dir, output_dir=args.output_dir, impl=args.impl,
                    warmup=args.warmup, repeats=args.repeats, seed=args.seed, retry=args.retry, device_id=args.device,
                    backend=args.backend, cases=cli.parse_case_list(args.cases) if args.cases is not None else None,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import decimal
+import gzip
 import json
 import os
 import re
@@ -89,14 +90,20 @@ class Backend:
 # ------------------------------------------------------------------------------------------- chrome traces
 
 
-def load_trace_events(path):
-    """Complete events (``"ph": "X"``) of a torch.profiler chrome trace with exact integer ``ts_ns``/``dur_ns``.
+def load_trace(path):
+    """``(events, top)`` of a torch.profiler chrome trace (``.json`` or gzip-compressed ``.json.gz``, detected by
+    its magic bytes): complete events (``"ph": "X"``) with exact integer ``ts_ns``/``dur_ns``, and the top-level
+    object without ``traceEvents`` (``deviceProperties``, ``schemaVersion``, ...; {} for a bare event list).
 
     Timestamps are read as decimals (``5117234754077.308`` us needs 16 digits), so no float rounding enters.
+    Raises ValueError for a file that is not JSON.
     """
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with (gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")) as f:
         data = json.load(f, parse_float=decimal.Decimal)
     events = data.get("traceEvents", data) if isinstance(data, dict) else data
+    top = {k: v for k, v in data.items() if k != "traceEvents"} if isinstance(data, dict) else {}
     out = []
     for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -108,7 +115,12 @@ def load_trace_events(path):
         e["ts_ns"] = int(decimal.Decimal(ts) * 1000)
         e["dur_ns"] = int(decimal.Decimal(dur) * 1000) if dur is not None else 0
         out.append(e)
-    return out
+    return out, top
+
+
+def load_trace_events(path):
+    """The complete events of :func:`load_trace` (a chrome trace, ``.json`` or ``.json.gz``)."""
+    return load_trace(path)[0]
 
 
 def iteration_ranges(events, cats=("user_annotation",)):

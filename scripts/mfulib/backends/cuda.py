@@ -39,13 +39,16 @@ def _arg(e, key):
         return None
 
 
-def trace_launches(trace_path):
+def trace_launches(trace_path, events=None):
     """Kernel rows of a CUDA-backend chrome trace, tagged with iterations; see the module docstring.
 
-    Returns ``(rows, info)``; ``info``: ``lost_by_iter`` {iteration: launches without a kernel record},
+    ``events``: the trace's events when already loaded (:func:`mfulib.backends.base.load_trace`). Rows also carry
+    the launch configuration CUPTI records (``grid``, ``block``, ``registers``, ``shared_memory``) and the
+    ``correlation`` / ``external_id`` links. Returns ``(rows, info)``; ``info``: ``lost_by_iter`` {iteration:
+    launches without a kernel record}, ``lost_launches`` [host ns of every such launch, inside a range or not],
     ``attribution`` {method: count}, ``copies_by_iter`` {iteration: memcpy/memset ns}, ``flags``, ``problems``.
     """
-    events = load_trace_events(trace_path)
+    events = load_trace_events(trace_path) if events is None else events
     ranges = iteration_ranges(events, cats=("user_annotation",))
     gpu_ranges = iteration_ranges(events, cats=("gpu_user_annotation",))
     runtime = {}
@@ -75,12 +78,17 @@ def trace_launches(trace_path):
             if it is not None:
                 copies[it] += e["dur_ns"]
             continue
+        args = e.get("args") or {}
         rows.append({"name": str(e.get("name", "")), "start_ns": e["ts_ns"], "duration_ns": e["dur_ns"],
                      "iteration": it, "kind": "kernel", "stream": _arg(e, "stream"),
-                     "phase": "iteration" if it is not None else "other"})
+                     "phase": "iteration" if it is not None else "other", "grid": args.get("grid"),
+                     "block": args.get("block"), "registers": args.get("registers per thread"),
+                     "shared_memory": args.get("shared memory"), "correlation": corr, "external_id": ext})
     lost = Counter()
+    lost_launches = []
     for corr, rt in runtime.items():
         if corr not in seen and LAUNCH_API_RE.search(str(rt.get("name", ""))):
+            lost_launches.append(rt["ts_ns"])
             it = range_of(rt["ts_ns"], ranges)
             if it is not None:
                 lost[it] += 1
@@ -89,7 +97,8 @@ def trace_launches(trace_path):
     if copies:
         flags.append(f"device memcpy/memset inside iterations ({dict(copies)} ns by iteration): not counted as "
                      "kernel time")
-    return rows, {"iteration_ranges": len(ranges), "lost_by_iter": dict(lost), "attribution": dict(how),
+    return rows, {"iteration_ranges": len(ranges), "lost_by_iter": dict(lost), "lost_launches": sorted(lost_launches),
+                  "attribution": dict(how),
                   "copies_by_iter": dict(copies), "flags": flags, "problems": []}
 
 
