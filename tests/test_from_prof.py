@@ -456,3 +456,19 @@ def test_bad_from_prof_paths_exit_2_naming_the_file(tmp_path):
     r = subprocess.run([sys.executable, SCRIPT, "--from-prof", str(bad), "--output-dir", str(tmp_path)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "bad.json" in r.stderr and "chrome trace" in r.stderr
+
+
+def test_a_directory_scan_takes_traces_and_ncu_outputs_but_not_other_json(tmp_path):
+    d = tmp_path / "mixed"
+    d.mkdir()
+    chrome_trace(d / "a_trace.json", 3, SEQ)
+    (d / "manifest.json").write_text(json.dumps({"files": {}}))
+    (d / "ncu_empty.txt").write_text("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n")
+    found = profiles.discover(str(d))
+    assert [os.path.basename(p) for _, p in found] == ["a_trace.json", "ncu_empty.txt"]
+    rep = run_from_prof(tmp_path / "o", str(d))
+    a, n = rep["per_case"]
+    assert a["kernel_time_ns"] == 45000.0 and n["kernel_time_ns"] is None
+    assert "no device kernel (ncu: No kernels were profiled)" in n["asc_error"]
+    with pytest.raises(UserError, match="traceEvents"):
+        run_from_prof(tmp_path / "o", str(d / "manifest.json"))

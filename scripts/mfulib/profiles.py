@@ -124,17 +124,26 @@ def _is_kept(d) -> bool:
         os.path.exists(os.path.join(d, "trace.json")) or os.path.isdir(os.path.join(d, "msprof")))
 
 
-def _sniff_file(path):
-    """The format of one file, or None: ``chrome`` | ``ncu`` | ``msprof_csv``."""
-    low = path.lower()
-    if low.endswith((".json", ".json.gz")):
-        return "chrome"
+def _head_text(path, n=1 << 20):
+    import gzip
     try:
-        with open(path, encoding="utf-8-sig", errors="replace") as f:
-            head = f.read(1 << 20)
-    except OSError:
-        return None
-    if any(ln.startswith('"ID",') for ln in head.splitlines()):
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+            return f.read(n).decode("utf-8", errors="replace")
+    except (OSError, EOFError):
+        return ""
+
+
+def _sniff_file(path):
+    """The format of one file, or None: ``chrome`` (a JSON document with ``traceEvents``, or an event list) |
+    ``ncu`` (an ``"ID",`` table header or ``==PROF==`` lines) | ``msprof_csv`` (a CSV with a duration column)."""
+    low = path.lower()
+    head = _head_text(path)
+    if low.endswith((".json", ".json.gz")):
+        return "chrome" if ('"traceEvents"' in head or head.lstrip().startswith("[")) else None
+    lines = head.splitlines()
+    if any(ln.startswith('"ID",') for ln in lines) or any(ln.startswith("==PROF==") for ln in lines):
         return "ncu"
     first = head.splitlines()[0] if head.strip() else ""
     if low.endswith(".csv") and _msprof.has_duration_column([h.strip() for h in first.split(",")]):
@@ -151,6 +160,8 @@ def discover(path):
                         "(.json/.json.gz), an ncu --csv file, or a --keep-prof directory")
     if os.path.isfile(path):
         kind = _sniff_file(path)
+        if kind is None and path.lower().endswith((".json", ".json.gz")):
+            kind = "chrome"  # given explicitly: load_chrome says what is wrong with it
         if kind is None:
             raise UserError(f"--from-prof {path}: not a chrome trace, an ncu --csv output or an msprof CSV (no "
                             "traceEvents, no \"ID\", header, no duration column)")
@@ -323,6 +334,10 @@ def load_chrome(path, n_iters=None) -> Profile:
     from .backends import base as _base
     from .backends import cpu as _cpu
     from .backends import cuda as _cuda
+    head = _head_text(path, 1 << 16)
+    if '"traceEvents"' not in head and not head.lstrip().startswith("["):
+        raise UserError(f"{path}: no \"traceEvents\" - not a chrome trace; give the file torch.profiler's "
+                        "export_chrome_trace wrote (.json or .json.gz)")
     try:
         events, top = _base.load_trace(path)
     except (ValueError, UnicodeDecodeError, OSError, EOFError) as exc:
