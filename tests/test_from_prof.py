@@ -472,3 +472,28 @@ def test_a_directory_scan_takes_traces_and_ncu_outputs_but_not_other_json(tmp_pa
     assert "no device kernel (ncu: No kernels were profiled)" in n["asc_error"]
     with pytest.raises(UserError, match="traceEvents"):
         run_from_prof(tmp_path / "o", str(d / "manifest.json"))
+
+
+def test_kept_npu_profile_and_the_same_prof_dir_without_markers_give_the_collectors_numbers(tmp_path):
+    """Through the msprof TEST DOUBLE (tests/fake_msprof): the kept PROF dir re-parses to the collector's numbers,
+    and a copy with the marker rows deleted (a foreign profile) is delimited by its kernel sequence instead."""
+    import shutil
+
+    import test_msprof_fake_end_to_end as fake
+    with pytest.MonkeyPatch.context() as mp:
+        fake._apply(mp, fake.make_fake_cann(tmp_path))
+        work = tinyops.make_workdir(tmp_path)
+        c0 = fake.run_npu(work)["per_case"][0]
+    kept = run_from_prof(tmp_path / "k", os.path.join(work, "prof"), op_dir=work)["per_case"][0]
+    assert kept["from_profile"]["asc"]["delimiter"] == "this tool's marker kernels"
+    assert kept["iter_kernel_time_ns"] == c0["iter_kernel_time_ns"] and kept["flops"] == c0["flops"]
+    foreign = tmp_path / "foreign"
+    (prof,) = [os.path.join(r, d) for r, ds, _ in os.walk(os.path.join(work, c0["asc_prof_dir"])) for d in ds
+               if d.startswith("PROF_")]
+    shutil.copytree(prof, foreign / os.path.basename(prof))
+    for csv_path in (foreign / os.path.basename(prof) / "mindstudio_profiler_output").glob("op_summary_*.csv"):
+        lines = csv_path.read_text().splitlines(keepends=True)
+        csv_path.write_text("".join(ln for ln in lines if "mfu_harness_marker_kernel" not in ln))
+    c = run_from_prof(tmp_path / "f", str(foreign), warmup=1, repeats=2)["per_case"][0]
+    assert c["iter_kernel_time_ns"] == c0["iter_kernel_time_ns"] and c["sequence"] == c0["sequence"]
+    assert any("repeating launch sequence" in f for f in c["flags"])

@@ -108,7 +108,8 @@ def _stats(values) -> dict:
             "max_ns": float(a.max()), "std_ns": float(a.std())}
 
 
-def _is_strict_subsequence(short, long) -> bool:
+def is_strict_subsequence(short, long) -> bool:
+    """True when ``short`` is ``long`` with at least one element left out (order kept): lost launch records."""
     if len(short) >= len(long):
         return False
     it = iter(long)
@@ -161,7 +162,7 @@ def summarize(rows, warmup: int, repeats: int, extra_problems=(), spread_limit: 
     seqs = {i: tuple(r.get("name") for r in by_iter[i]) for i in measured}
     freq = Counter(seqs.values())
     ref = max(freq, key=lambda s: (freq[s], len(s)))
-    lost = [i for i in measured if _is_strict_subsequence(seqs[i], ref) or (not seqs[i] and ref)]
+    lost = [i for i in measured if is_strict_subsequence(seqs[i], ref) or (not seqs[i] and ref)]
     if lost:
         out["problems"].append(f"iterations {lost} have fewer launches ({[len(seqs[i]) for i in lost]}) than the "
                                f"others ({len(ref)}): the profiler window lost rows")
@@ -169,7 +170,7 @@ def summarize(rows, warmup: int, repeats: int, extra_problems=(), spread_limit: 
     if differ:
         out["flags"].append(f"sequence_mismatch: iterations {differ} launch a different kernel sequence than the "
                             f"other measured iterations ({len(ref)} launches: {list(ref)[:6]}...)")
-    warm_short = [i for i in range(warmup) if by_iter[i] and _is_strict_subsequence(
+    warm_short = [i for i in range(warmup) if by_iter[i] and is_strict_subsequence(
         tuple(r.get("name") for r in by_iter[i]), ref)]
     if warm_short:
         out["flags"].append(f"warmup iterations {warm_short} lost kernel records (not used for timing)")

@@ -620,11 +620,11 @@ def screen_head(tagged):
         s = seqs[i]
         if s == ref:
             break
-        if _kernels._is_strict_subsequence(s, ref):
+        if _kernels.is_strict_subsequence(s, ref):
             drop.add(i)
             flags.append(f"iteration {i} has {len(s)} of {len(ref)} launches (found/expected; launches missing at the "
                          "head of the window): left out, measured from the complete iterations")
-        elif _kernels._is_strict_subsequence(ref, s) and all(x[0] in names for x in s):
+        elif _kernels.is_strict_subsequence(ref, s) and all(x[0] in names for x in s):
             other = len(set(s) - set(ref))
             drop.add(i)
             flags.append(f"iteration {i} holds {len(s) - len(ref)} extra launch(es) of the operator's kernels "
