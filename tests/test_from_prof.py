@@ -497,3 +497,17 @@ def test_kept_npu_profile_and_the_same_prof_dir_without_markers_give_the_collect
     c = run_from_prof(tmp_path / "f", str(foreign), warmup=1, repeats=2)["per_case"][0]
     assert c["iter_kernel_time_ns"] == c0["iter_kernel_time_ns"] and c["sequence"] == c0["sequence"]
     assert any("repeating launch sequence" in f for f in c["flags"])
+
+
+def test_an_iteration_repeating_one_kernel_is_split_at_the_device_idle_gaps(tmp_path):
+    # 4 iterations of [matmul, matmul] (2 us apart) separated by 50 us of idle device: 4 iterations, not 8
+    prof = write_prof(tmp_path, iterations_rows([MM, MM], 4))
+    c = run_from_prof(tmp_path, prof)["per_case"][0]
+    assert c["launches_per_iter"] == 2 and c["kernel_time_ns"] == 200000.0 and len(c["iter_kernel_time_ns"]) == 4
+    assert any("split at the device-idle gaps" in f for f in c["flags"])
+
+
+def test_a_sequence_that_never_repeats_is_flagged_never_guessed(tmp_path):
+    prof = write_prof(tmp_path, iterations_rows([MM, ADD, ("softmax_kernel", "softmax_kernel", 9.0, {})], 1))
+    c = run_from_prof(tmp_path, prof, warmup=0, repeats=3)["per_case"][0]
+    assert c["kernel_time_ns"] is None and "does not repeat" in c["asc_error"]

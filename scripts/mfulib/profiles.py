@@ -530,6 +530,8 @@ def delimit_by_sequence(rows, expected=None, timestamps=True):
     if expected == 1 or n == 1:
         best = (n, 1)
     for k in range(1, min(n // 2, 4096) + 1):
+        if best is not None and best[0] < k and k % best[0] == 0:
+            continue  # a multiple of the best period covers no more; one iteration repeating it is split below
         reps = _periodic_suffix(sigs, k) // k
         if reps >= 2 and (best is None or reps * k > best[0] * best[1]):
             best = (k, reps)
@@ -540,7 +542,8 @@ def delimit_by_sequence(rows, expected=None, timestamps=True):
                                 "delimited - record the profile with this tool, or with one range per iteration")
         return tagged, info
     k, reps = best
-    if timestamps and reps >= 4:  # one iteration repeating a kernel: split at the device-idle gaps
+    if timestamps and reps >= 4 and all(_kernels.is_valid_record(r) for r in rows[n - reps * k:]):
+        # one iteration repeating a kernel (pattern): split at the device-idle gaps
         start = n - reps * k
         gaps = [rows[start + (j + 1) * k]["start_ns"] - (rows[start + (j + 1) * k - 1]["start_ns"] +
                                                          rows[start + (j + 1) * k - 1]["duration_ns"])
