@@ -109,9 +109,11 @@ def child(args):
 
     from mfulib import compat
     from mfulib.opdir import OpDir, in_directory
-    dev = "cuda:0"
-    torch.cuda.set_device(0)
+    dev = args.device
+    if dev.startswith("cuda"):
+        torch.cuda.set_device(torch.device(dev))
     compat.install(dev)
+    sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
     n_iter = args.warmup + args.repeats
     variant = args.variant
     if variant.startswith("autotune"):
@@ -136,9 +138,9 @@ def child(args):
     with torch.no_grad(), staging:
         if prime:
             forward()
-            torch.cuda.synchronize()
+            sync()
         ctx = contextlib.nullcontext() if args.under_ncu else profile(
-            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=variant.endswith("_shapes"))
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else []), record_shapes=variant.endswith("_shapes"))
         with ctx as prof:
             for i in range(n_iter):
                 rng = record_function(f"mfu::iter::{i}") if ranges else contextlib.nullcontext()
@@ -146,7 +148,7 @@ def child(args):
                     if cache is not None:
                         cache.zero_()
                     forward()
-                    torch.cuda.synchronize()
+                    sync()
         if prof is not None:
             raw = args.trace + ".tmp.json"
             prof.export_chrome_trace(raw)
@@ -171,7 +173,7 @@ def sequence_of(trace_path, warmup, repeats):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="output folder (e.g. $OUT/profiles/cuda)")
+    p.add_argument("--out", default=None, help="output folder (e.g. $OUT/profiles/cuda); required")
     p.add_argument("--work", default=None, help="work dir for the operator (default: a temp dir)")
     p.add_argument("--case", type=int, default=None, help="case id of zoo/1_BatchMatmul")
     p.add_argument("--warmup", type=int, default=2)
@@ -182,9 +184,12 @@ def main(argv=None):
     p.add_argument("--variant", default=None, help=argparse.SUPPRESS)
     p.add_argument("--trace", default=None, help=argparse.SUPPRESS)
     p.add_argument("--under-ncu", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--device", default="cuda:0", help=argparse.SUPPRESS)  # cpu: a dry run of the child's code
     args = p.parse_args(argv)
     if args.variant:
         return child(args)
+    if not args.out:
+        p.error("--out is required")
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="rec_work_"))
