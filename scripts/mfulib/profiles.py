@@ -23,8 +23,11 @@ What a foreign profile lacks is found in the data, and every finding is written 
   (:data:`FLUSH_OP_TYPES`, :data:`FLUSH_NAME_PATTERNS`) over a buffer at least the L2 size. Buffer bytes: the
   largest tensor of its shapes (msprof Input/Output Shapes x dtype size; the host op's ``Input Dims`` in a
   chrome trace recorded with ``record_shapes``), ncu ``dram__bytes_write.sum``; else *estimated* as duration x
-  the device's nominal DRAM bandwidth (a fill is bandwidth-bound; labelled estimated). L2 size: ``--l2-mib``, the
-  profile (ncu ``device__attribute_l2_cache_size``; kept profiles' device record), else :data:`L2_FACTS`.
+  the device's nominal DRAM bandwidth (:mod:`mfulib.peaks` datasheet table; a fill is bandwidth-bound, and the
+  estimate is an upper bound of its bytes, so a fill just under the L2 size can be misjudged - it is labelled
+  estimated). L2 size: ``--l2-mib``, the profile (ncu ``device__attribute_l2_cache_size``; kept profiles' device
+  record ``l2_cache_bytes``; msprof info.json.N AI-core frequency -> 910B variant, facts §8.1), else
+  :data:`L2_FACTS` by device name.
   ``--l2-flush exclude`` (default) drops them, counted in ``harness_launches_dropped``; ``keep`` leaves them in
   the operator's time, flagged. A flush-like kernel whose size or the L2 size is unknown is kept and flagged.
 * **The head of the window.** A first iteration with fewer launches than the others (the window started late)
