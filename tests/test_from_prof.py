@@ -511,3 +511,28 @@ def test_a_sequence_that_never_repeats_is_flagged_never_guessed(tmp_path):
     prof = write_prof(tmp_path, iterations_rows([MM, ADD, ("softmax_kernel", "softmax_kernel", 9.0, {})], 1))
     c = run_from_prof(tmp_path, prof, warmup=0, repeats=3)["per_case"][0]
     assert c["kernel_time_ns"] is None and "does not repeat" in c["asc_error"]
+
+
+def test_without_a_known_l2_size_a_flush_like_kernel_is_kept_and_flagged_until_l2_mib_is_given(tmp_path):
+    prof = write_prof(tmp_path, iterations_rows([FLUSH, MM, ADD], 3))
+    os.remove(os.path.join(prof, "device_0", "info.json.0"))  # no runtime info: no 910B variant, no L2 size
+    c = run_from_prof(tmp_path / "a", prof)["per_case"][0]
+    assert c["kernel_time_ns"] == 660000.0
+    assert any("flush-like launch(es)" in f and "L2 size unknown" in f and "--l2-mib" in f for f in c["flags"])
+    c = run_from_prof(tmp_path / "b", prof, l2_mib=192)["per_case"][0]
+    assert c["kernel_time_ns"] == 120000.0 and any("[--l2-mib]" in f for f in c["flags"])
+    c = run_from_prof(tmp_path / "c", prof, l2_mib=512)["per_case"][0]  # a 256 MiB buffer is below a 512 MiB L2
+    assert c["kernel_time_ns"] == 660000.0
+    with pytest.raises(UserError, match="--l2-mib"):
+        run_from_prof(tmp_path / "d", prof, l2_mib=-1)
+
+
+@pytest.mark.parametrize("name,op_type,in_shape,in_dtype", [
+    ("aclnnReduceSum_ReduceSumAiCore_ReduceSum", "ReduceSum", "67108864", "FLOAT"),  # reading a 256 MiB buffer
+    ("aclnnCast_CastAiCore_Cast", "Cast", "134217728", "FLOAT16"),  # 256 MiB of fp16 cast
+    ("aclnnInplaceFillScalar_FillsAiCore_Fills", "Fills", "67108864", "INT32")])
+def test_every_flush_kind_over_an_l2_sized_buffer_is_harness_work(tmp_path, name, op_type, in_shape, in_dtype):
+    flush = (name, op_type, 400.0, {"in_shape": in_shape, "in_dtype": in_dtype, "ttype": "AI_VECTOR_CORE"})
+    prof = write_prof(tmp_path, iterations_rows([flush, MM], 3))
+    c = run_from_prof(tmp_path, prof)["per_case"][0]
+    assert c["kernel_time_ns"] == 100000.0 and c["harness_launches_dropped"] == 3 and c["sequence"] == [MM[0]]
