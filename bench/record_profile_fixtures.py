@@ -140,7 +140,8 @@ def child(args):
             forward()
             sync()
         ctx = contextlib.nullcontext() if args.under_ncu else profile(
-            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else []), record_shapes=variant.endswith("_shapes"))
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else []),
+            record_shapes=variant.endswith("_shapes"))
         with ctx as prof:
             for i in range(n_iter):
                 rng = record_function(f"mfu::iter::{i}") if ranges else contextlib.nullcontext()
