@@ -11,7 +11,8 @@ import pytest
 
 from mfulib import ncu, profiles
 
-FIX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "profiles", "cuda")
+FIX = os.environ.get("MFU_PROFILE_FIXTURES") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
+                                                             "profiles", "cuda")  # env: read a fresh $OUT copy
 MANIFEST = os.path.join(FIX, "manifest.json")
 pytestmark = pytest.mark.skipif(not os.path.exists(MANIFEST), reason="no H200 recordings yet: run "
                                 "bench/record_profile_fixtures.py on the GPU and copy its output to " + FIX)
