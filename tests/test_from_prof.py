@@ -536,3 +536,13 @@ def test_every_flush_kind_over_an_l2_sized_buffer_is_harness_work(tmp_path, name
     prof = write_prof(tmp_path, iterations_rows([flush, MM], 3))
     c = run_from_prof(tmp_path, prof)["per_case"][0]
     assert c["kernel_time_ns"] == 100000.0 and c["harness_launches_dropped"] == 3 and c["sequence"] == [MM[0]]
+
+
+def test_one_op_summary_file_given_directly_and_a_launch_count_above_the_rows_is_flagged(tmp_path):
+    prof = write_prof(tmp_path, iterations_rows([MM, ADD], 3), api_launches=9)
+    csv_path = os.path.join(prof, "mindstudio_profiler_output", "op_summary_20260605161737.csv")
+    c = run_from_prof(tmp_path / "f", csv_path)["per_case"][0]
+    assert c["kernel_time_ns"] == 120000.0 and c["from_profile"]["asc"]["format"] == "msprof_csv"
+    c = run_from_prof(tmp_path / "d", prof)["per_case"][0]
+    assert c["kernel_time_ns"] == 120000.0
+    assert any("9 KernelLaunch calls but the kernel table has 6 rows" in f for f in c["flags"])

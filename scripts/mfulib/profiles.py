@@ -686,6 +686,11 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
                        "device work, or the profiler recorded no kernel activity (CUDA: ProfilerActivity.CUDA; msprof: "
                        "--task-time=on)")
         return res
+    n_records = len(prof.rows)
+    if prof.backend == "npu" and prof.host_launches and prof.host_launches > n_records:
+        flags.append(f"api_statistic counts {prof.host_launches} KernelLaunch calls but the kernel table has "
+                     f"{n_records} rows: {prof.host_launches - n_records} launch(es) without a kernel record (profiler "
+                     "buffer not drained?) - re-record if the iterations below are incomplete")
     # harness work inside the window
     hits, undecided = find_flushes(prof.rows, l2, prof.bandwidth_gbps)
     rows = list(prof.rows)
