@@ -164,7 +164,7 @@ def _install_autotune_first_config() -> None:
         if len(self.configs) > 1:  # one config: nothing was chosen for it (autotune's own single-config path)
             _note("autotune_first_config", self.base_fn.__name__,
                   f"@triton.autotune: the first of {n} configs ran, none benchmarked (the interpreter has no driver "
-                  f"to time them): {self.best_config}", configs=n, config=str(self.best_config))
+                  "to time them)", configs=n, config=str(self.best_config))
         return out
     Autotuner.prune_configs = prune_configs
     Autotuner.run = run
