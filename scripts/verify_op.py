@@ -80,12 +80,18 @@ def main(argv=None):
                 "tolerance_tf32": verify.TOLERANCE_TF32, "cases": rows})
     counts = pd.Series([r["status"] for r in rows]).value_counts().to_dict()
     out["summary"] = counts
+    if backend == "cpu":  # what the Triton interpreter adapted, over all cases (each row has its own list)
+        from mfulib.interpreter import summary
+        out["cpu_adaptations"] = summary(rows)
     write_json_atomic(args.output or od.file("verify.json"), out)
     df = pd.DataFrame(rows)
     cols = [c for c in ("case", "dtype", "status", "max_norm_err", "tol", "shape", "reason") if c in df]
     with pd.option_context("display.max_colwidth", 70, "display.width", 200):
         print(df[cols].fillna("").to_string(index=False))
     print(f"{od.op_name} on {device}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    if out.get("cpu_adaptations"):
+        print("Triton interpreter adaptations (README 'Running Triton-Ascend code'): "
+              + "; ".join(out["cpu_adaptations"]))
     return 1 if any(counts.get(k) for k in ("fail", "error", "oom", "crashed", "timeout")) else 0
 
 

@@ -53,6 +53,8 @@ def test_ascend_style_model_new_passes_verify_on_cpu_and_the_run_says_what_it_ad
         assert tuned["config"].startswith("BM: 32, BN: 32, BK: 32")  # the first config, not the second (64)
         assert k["float_args_as_fp32"]["kernel"] == "scaled_softmax_kernel"
         assert k["float_args_as_fp32"]["float_args"] == 1  # SCALE
+    assert v["cpu_adaptations"] == ["autotune_first_config (matmul_persistent_kernel: first of 2 configs, BM: 32, "
+                                    "BN: 32, BK: 32)", "float_args_as_fp32 (scaled_softmax_kernel)"]
     # the persistent grid was sized from the compat layer's core counts: this machine's, with their source
     compat = v["device"]["compat"]
     assert compat["cube_core_num"] == (os.cpu_count() or 1) and "os.cpu_count()" in compat["core_count_source"]

@@ -27,6 +27,7 @@ a few microseconds per launch.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 
@@ -36,6 +37,17 @@ BLOCK_PTR_TRITON = "3.8.0"  # newest triton whose interpreter still runs tl.make
 _STATE = threading.local()
 _RECORD: dict = {}  # (kind, kernel) -> record dict, in first-seen order
 _INSTALLED = {"done": False}
+
+
+def summary(rows) -> list:
+    """One line per (kind, kernel) over the ``cpu_adaptations`` lists of ``rows`` (verify.json cases), sorted."""
+    seen = {}
+    for row in rows:
+        for a in row.get("cpu_adaptations") or []:
+            extra = f": first of {a['configs']} configs, {a['config'].split(', num_warps')[0]}" \
+                if a["kind"] == "autotune_first_config" else ""
+            seen[(a["kind"], a["kernel"])] = f"{a['kind']} ({a['kernel']}{extra})"
+    return [seen[k] for k in sorted(seen)]
 
 
 def reset() -> None:
@@ -59,6 +71,7 @@ def _note(kind: str, kernel: str, detail: str, **extra) -> None:
     rec["launches"] += 1
 
 
+@functools.lru_cache(maxsize=None)
 def block_ptr_supported() -> bool:
     """True when the installed Triton's ``tl.make_block_ptr`` is not the 3.9 stub that raises."""
     import triton.language.core as core
