@@ -5,6 +5,7 @@
 # configs). Also the tl.make_block_ptr variant, which compiled Triton still runs.
 # Cases: the fixture's two small ones plus two larger fp16 ones (written to $OUT/cases.json).
 # Run from the repository root on the GPU machine:  bash bench/verify_ascend_style_cuda.sh
+# Also prints what triton.runtime.driver.active.utils.get_device_properties() answers under the compat layer.
 # Writes $OUT/ascend_style/{env.txt, <variant>/verify.json, <variant>/verify.log, ascend/performance.json, summary.txt}
 set -u
 export PYTHONUNBUFFERED=1
@@ -49,6 +50,16 @@ for v in ("ascend", "block_ptr"):
 p = json.load(open(f"{r}/ascend/performance.json"))
 for c in p["per_case"]:
     print(f"collect case {c['case']} {c['shape']}: asc_us={c['asc_us']} sequence={c.get('sequence')} error={c['asc_error']}")
+PY
+# triton-ascend's other core-count idiom (vllm-ascend, sgl-kernel-npu): driver.active.utils.get_device_properties()
+python3 - >> "$R/summary.txt" 2>&1 <<'PY'
+import sys
+sys.path.insert(0, "scripts")
+from mfulib import compat
+rep = compat.install("cuda:0")
+import torch, triton
+p = triton.runtime.driver.active.utils.get_device_properties(torch.npu.current_device())
+print("driver idiom:", rep["patched"][-1], {k: p.get(k) for k in ("num_aicore", "num_vectorcore", "multiprocessor_count")})
 PY
 cat "$R/summary.txt"
 exit $rc_all

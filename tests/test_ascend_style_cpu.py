@@ -132,3 +132,32 @@ def test_host_out_of_memory_is_oom_in_verify_and_in_the_collector(tmp_path):
                           retry=0, progress=False))
     (c,) = rep["per_case"]
     assert c["impls"]["asc"]["status"] == "oom" and c["asc_error"].startswith("out of memory: RuntimeError")
+
+
+DRIVER_QUERY = """
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, sys.argv[1])
+from mfulib import compat
+report = compat.install("cpu")
+import torch, triton
+props = triton.runtime.driver.active.utils.get_device_properties(torch.npu.current_device())
+try:
+    triton.runtime.driver.active.get_benchmarker()
+    refused = None
+except AttributeError as exc:
+    refused = str(exc)
+print(json.dumps({"props": props, "queries": report["device_limit_queries"], "refused": refused}))
+"""
+
+
+def test_triton_ascend_driver_property_query_gets_this_machines_core_counts_under_the_interpreter():
+    # vllm-ascend / sgl-kernel-npu size grids from driver.active.utils.get_device_properties()["num_aicore"/...]
+    scripts = os.path.join(os.path.dirname(HERE), "scripts")
+    r = subprocess.run([sys.executable, "-c", DRIVER_QUERY, scripts], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    n = os.cpu_count() or 1
+    assert out["props"]["num_aicore"] == n and out["props"]["num_vectorcore"] == 2 * n
+    assert out["queries"] == 1  # recorded like get_device_limit()
+    assert "has no driver" in out["refused"]  # anything else is refused with the reason

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import traceback
 
+from .errors import REJECT_PREFIX
 from .failures import classify
 from .opdir import clone_tensors
 
@@ -101,8 +102,8 @@ def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0) -> dict
             except (Exception, SystemExit) as exc:  # rejection / oom / error (sys.exit() in operator code too)
                 status, msg = classify(exc)
                 side = "reference" if impl == "ref" else "implementation"
-                if status == "rejected":
-                    msg = msg[len("case rejected:"):].strip()
+                if status == "rejected":  # "case rejected: <reason>" -> "<side>: <reason>"
+                    msg = msg[len(REJECT_PREFIX):].strip()
                 row.update(status=status, reason=f"{side}: {msg}")
                 if status == "error":
                     row["traceback"] = traceback.format_exc(limit=6)
