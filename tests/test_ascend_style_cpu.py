@@ -85,11 +85,14 @@ def test_a_block_ptr_kernel_verifies_where_the_interpreter_has_block_pointers_el
     for case in v["cases"]:
         if block_ptr_supported():  # triton 3.8.0 (.ci/run, make setup on a machine without triton)
             assert case["status"] == "pass"
-            assert kinds(case["cpu_adaptations"])["block_ptr"]["kernel"] == "matmul_block_ptr_kernel"
+            rec = kinds(case["cpu_adaptations"])["block_ptr"]
+            assert rec["kernel"] == "matmul_block_ptr_kernel" and rec["supported"] is True
         else:  # triton 3.9: rejected with the reason and the fix, never an error
             assert case["status"] == "rejected"
             assert "matmul_block_ptr_kernel uses tl.make_block_ptr" in case["reason"]
             assert f"triton {triton.__version__}" in case["reason"] and f"triton=={BLOCK_PTR_TRITON}" in case["reason"]
+            rec = kinds(case["cpu_adaptations"])["block_ptr"]
+            assert rec["kernel"] == "matmul_block_ptr_kernel" and rec["supported"] is False
 
 
 def test_block_ptr_support_is_detected_from_the_installed_triton():

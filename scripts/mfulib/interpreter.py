@@ -19,7 +19,8 @@ per-case record (``per_case[i].impls.<impl>.cpu_adaptations``). Kinds:
   block pointers (triton 3.8.0, the version ``.ci/run`` and ``make setup`` install on a machine without Triton;
   README "Running Triton-Ascend code"). Triton 3.9 removed them ("Block pointers have been removed in favor of the
   tensor descriptor API"); there the launch raises :class:`~mfulib.errors.CaseRejected` naming the kernel, the
-  installed version and the fix, so the case is ``rejected`` with that reason, never a crash.
+  installed version and the fix, so the case is ``rejected`` with that reason, never a crash (recorded with
+  ``supported: false``).
 
 Each launch is also wrapped in ``torch.profiler.record_function("triton::<kernel name>")`` (Triton 3.9's interpreter
 calls no ``launch_enter_hook``): the cpu backend's timed rows (mfulib/backends/cpu.py); outside a profiler it costs
@@ -98,6 +99,12 @@ def _block_ptr_rejection(kernel: str):
         "the CPU path (README 'Running Triton-Ascend code'), or run this case on an accelerator (--backend npu/cuda)")
 
 
+def _note_block_ptr_rejected(kernel: str) -> None:
+    import triton
+    _note("block_ptr", kernel, f"rejected: the triton {triton.__version__} interpreter has no tl.make_block_ptr "
+          f"(triton {BLOCK_PTR_TRITON} has)", supported=False)
+
+
 def install_launch_hook() -> bool:
     """Install the interpreter adaptations and the launch ranges (module docstring); idempotent.
 
@@ -126,6 +133,7 @@ def install_launch_hook() -> bool:
             sources[name] = "make_block_ptr" in _kernel_source(self)
         uses_block_ptr = sources[name]
         if uses_block_ptr and not block_ptr_supported():
+            _note_block_ptr_rejected(name)
             raise _block_ptr_rejection(name)
         _STATE.floats = 0
         try:
@@ -133,6 +141,7 @@ def install_launch_hook() -> bool:
                 out = orig_run(self, *args, **kwargs)
         except Exception as exc:  # a helper @jit function using block pointers: same rejection
             if BLOCK_PTR_REMOVED in str(exc):
+                _note_block_ptr_rejected(name)
                 raise _block_ptr_rejection(name) from exc
             raise
         if _STATE.floats:
@@ -140,7 +149,8 @@ def install_launch_hook() -> bool:
                   "Triton does (the interpreter passes plain floats)", float_args=_STATE.floats)
         if uses_block_ptr:
             import triton
-            _note("block_ptr", name, f"tl.make_block_ptr run by the triton {triton.__version__} interpreter")
+            _note("block_ptr", name, f"tl.make_block_ptr run by the triton {triton.__version__} interpreter",
+                  supported=True)
         return out
     run._mfu_hooked = True
     cls.run = run
