@@ -57,7 +57,7 @@ help: ## show this help
 setup: ## install the Python dependencies (triton only where none is installed; never torch_npu)
 	$(PY) -m pip install -r $(SKILL_DIR)/requirements.txt
 	@$(PY) -c "import triton" 2>/dev/null && echo "triton already installed: kept (never installed over triton-ascend)" \
-	  || $(PY) -m pip install "triton>=3.2"
+	  || $(PY) -m pip install "triton==3.8.0"
 
 test: ## run the test suite (CPU-only machines run Triton kernels in the interpreter)
 	cd $(SKILL_DIR) && $(PY) -m pytest -q $(PYTEST_ARGS) tests

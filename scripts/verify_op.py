@@ -2,10 +2,12 @@
 """Check ModelNew against Model on each case of a work directory, before anything is timed.
 
 Per case: pass / fail (normalised max error above the dtype's tolerance) / rejected (the reference or the
-implementation refuses the case: `ValueError("case rejected: ...")`) / error. Tolerances by dtype are in
-mfulib/verify.py (fp16 1e-2, bf16 2e-2, fp32 1e-4, or 1e-2 on CUDA where tl.dot uses TF32).
+implementation refuses the case: `ValueError("case rejected: ...")`) / oom (out of memory) / error. Tolerances by
+dtype are in mfulib/verify.py (fp16 1e-2, bf16 2e-2, fp32 1e-4, or 1e-2 on CUDA where tl.dot uses TF32).
 Each case runs in a child process: a crash or a hang (--case-timeout-s) is recorded for that case and the
-others go on. Writes <op-dir>/verify.json. Exit status 1 when a case fails, errors, crashes or times out.
+others go on. On cpu each case row lists the Triton-interpreter adaptations it needed (cpu_adaptations: float
+arguments as fp32, autotune's first config, block pointers). Writes <op-dir>/verify.json. Exit status 1 when a case
+fails, errors, runs out of memory, crashes or times out.
 """
 import os
 import sys
@@ -78,13 +80,19 @@ def main(argv=None):
                 "tolerance_tf32": verify.TOLERANCE_TF32, "cases": rows})
     counts = pd.Series([r["status"] for r in rows]).value_counts().to_dict()
     out["summary"] = counts
+    if backend == "cpu":  # what the Triton interpreter adapted, over all cases (each row has its own list)
+        from mfulib.interpreter import summary
+        out["cpu_adaptations"] = summary(rows)
     write_json_atomic(args.output or od.file("verify.json"), out)
     df = pd.DataFrame(rows)
     cols = [c for c in ("case", "dtype", "status", "max_norm_err", "tol", "shape", "reason") if c in df]
     with pd.option_context("display.max_colwidth", 70, "display.width", 200):
         print(df[cols].fillna("").to_string(index=False))
     print(f"{od.op_name} on {device}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-    return 1 if any(counts.get(k) for k in ("fail", "error", "crashed", "timeout")) else 0
+    if out.get("cpu_adaptations"):
+        print("Triton interpreter adaptations (README 'Running Triton-Ascend code'): "
+              + "; ".join(out["cpu_adaptations"]))
+    return 1 if any(counts.get(k) for k in ("fail", "error", "oom", "crashed", "timeout")) else 0
 
 
 if __name__ == "__main__":

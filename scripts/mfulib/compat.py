@@ -11,7 +11,8 @@ code touches the NPU (reference/environment_notes.md, "Running Triton-Ascend imp
 * ``Tensor.to`` / ``Module.to`` / ``.npu()`` / tensor factory functions (``device=``) redirect npu devices to the
   target device;
 * a stand-in ``torch.npu`` namespace (availability, device count, synchronize, seeding, cache calls);
-* a stand-in ``torch_npu`` module whose ``get_device_limit`` / ``get_device_properties`` report **the real device's
+* a stand-in ``torch_npu`` module whose ``get_device_limit`` / ``get_device_properties`` (and Triton's
+  ``driver.active.utils.get_device_properties()["num_aicore" / "num_vectorcore"]``) report **the real device's
   core counts** (CUDA: SMs as cube cores and 2 x SMs as vector cores, mirroring the 1:2 cube:vector ratio of A2;
   CPU: ``os.cpu_count()`` and twice that). Grid sizing changes MFU several-fold (environment notes: 2205 us with
   Ascend's 24/48 vs 502 us with 132/264 on an H200), so every count handed out is recorded in :data:`REPORT`.
@@ -203,5 +204,66 @@ def install(device: str = "cpu") -> dict:
                          ("torch_npu.npu.utils", npu.utils)):
         sys.modules[modname] = mod
     REPORT["patched"].append("torch.npu and torch_npu stand-ins")
+    REPORT["patched"].append(_triton_device_properties(target, counts))
     _INSTALLED["device"] = device
     return REPORT
+
+
+class _InterpreterDriver:
+    """Stand-in for ``triton.runtime.driver.active`` under the interpreter, which has no driver (``0 active
+    drivers``): only the host-side queries Triton-Ascend code makes (``utils.get_device_properties``, the current
+    device). Any other attribute (compiling, benchmarking) raises AttributeError naming the reason."""
+
+    def __init__(self, properties):
+        self.utils = types.SimpleNamespace(get_device_properties=properties)
+
+    def get_current_device(self):
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+        return torch.device("cpu")
+
+    def __getattr__(self, name):
+        raise AttributeError(f"triton.runtime.driver.active.{name}: the Triton interpreter has no driver; "
+                           "mfulib.compat answers only utils.get_device_properties()")
+
+
+def _triton_device_properties(target, counts) -> str:
+    """Triton-Ascend code also sizes grids from ``triton.runtime.driver.active.utils.get_device_properties(
+    torch.npu.current_device())["num_aicore" / "num_vectorcore"]`` (triton-ascend's driver keys; used so in
+    vllm-ascend ``vllm_ascend/ops/triton/triton_utils.py`` and sgl-kernel-npu ``triton_utils.py``). Answer those
+    keys with the same counts as ``get_device_limit`` (recorded in ``device_limit_queries``): on CUDA added to the
+    real driver's dict, under the interpreter from a stand-in driver. Returns the line for ``REPORT["patched"]``;
+    never raises (a Triton without these internals keeps its own behaviour, and the line says so)."""
+    try:
+        from triton.runtime import driver as triton_driver
+    except Exception as exc:  # no triton: nothing to adapt
+        return f"triton driver properties not adapted ({type(exc).__name__}: {exc})"
+    extra = {"num_aicore": counts["cube_core_num"], "num_vectorcore": counts["vector_core_num"]}
+    try:
+        if target.type == "cuda":
+            utils = triton_driver.active.utils
+            orig = utils.get_device_properties
+
+            def cuda_props(device_index=None, *_a, **_k):
+                REPORT["device_limit_queries"] += 1
+                idx = target.index if device_index is None else int(device_index)
+                return dict(orig(idx), **extra)
+            utils.get_device_properties = cuda_props
+            return "triton driver.active.utils.get_device_properties: + num_aicore/num_vectorcore"
+        if os.environ.get("TRITON_INTERPRET") == "1" and triton_driver._active is None:
+            try:
+                triton_driver.active  # noqa: B018 - a real driver (if any) stays
+                return "triton driver properties not adapted: a Triton driver is active"
+            except RuntimeError:
+                pass
+
+            def cpu_props(*_a, **_k):
+                REPORT["device_limit_queries"] += 1
+                return dict(extra, multiprocessor_count=counts["cube_core_num"])
+            triton_driver.set_active(_InterpreterDriver(cpu_props))
+            return "triton driver.active: interpreter stand-in answering utils.get_device_properties"
+    except Exception as exc:  # noqa: BLE001 - descriptive adaptation, never fatal
+        return f"triton driver properties not adapted ({type(exc).__name__}: {exc})"
+    return "triton driver properties not adapted: not interpreting and not CUDA"

@@ -104,7 +104,8 @@ def impl_entry(result: dict) -> dict:
     return {"status": result.get("status"), "error": result.get("error"), "kernel_time_ns": s.get("kernel_time_ns"),
             "span_ns": s.get("span_ns"), "launches_per_iter": s.get("launches_per_iter"),
             "kernels": s.get("kernels"), "flags": result.get("flags", []), "attempts": result.get("attempts"),
-            "prof_dir": result.get("prof_dir"), "wall_s": result.get("wall_s"), "problems": s.get("problems")}
+            "prof_dir": result.get("prof_dir"), "wall_s": result.get("wall_s"), "problems": s.get("problems"),
+            "cpu_adaptations": result.get("cpu_adaptations")}
 
 
 def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool) -> dict:

@@ -9,14 +9,18 @@ tolerance of the case's compute dtype. Stated tolerances (:data:`TOLERANCE`):
   ``tl.dot`` on fp32 inputs uses TF32 (10-bit mantissa) by default (environment notes) - recorded as ``tf32``.
 
 A case that the reference or the implementation rejects (``ValueError("case rejected: ...")``) is reported as
-``rejected`` with the reason; any other exception is ``error``.
+``rejected`` with the reason, one that runs out of memory as ``oom``, any other exception as ``error``
+(:func:`mfulib.failures.classify`, shared with the collector). On cpu the Triton interpreter runs under the launch
+hook the collector uses (:func:`mfulib.interpreter.install_launch_hook`); each row lists the adaptations its case
+needed in ``cpu_adaptations``.
 """
 from __future__ import annotations
 
 import os
 import traceback
 
-from .errors import rejection_reason
+from .errors import REJECT_PREFIX
+from .failures import classify
 from .opdir import clone_tensors
 
 TOLERANCE = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-4, "float64": 1e-7}
@@ -95,14 +99,14 @@ def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0) -> dict
                     outs[impl] = b.run()
                 if str(device).startswith("cuda"):
                     torch.cuda.synchronize()
-            except (Exception, SystemExit) as exc:  # classify: rejection vs crash (sys.exit() in operator code too)
-                reason = rejection_reason(exc)
+            except (Exception, SystemExit) as exc:  # rejection / oom / error (sys.exit() in operator code too)
+                status, msg = classify(exc)
                 side = "reference" if impl == "ref" else "implementation"
-                if reason is not None:
-                    row.update(status="rejected", reason=f"{side}: {reason}")
-                else:
-                    row.update(status="error", reason=f"{side}: {type(exc).__name__}: {exc}",
-                               traceback=traceback.format_exc(limit=6))
+                if status == "rejected":  # "case rejected: <reason>" -> "<side>: <reason>"
+                    msg = msg[len(REJECT_PREFIX):].strip()
+                row.update(status=status, reason=f"{side}: {msg}")
+                if status == "error":
+                    row["traceback"] = traceback.format_exc(limit=6)
                 return row
         cmp = compare_outputs(outs["ref"], outs["asc"], tol)
         row.update(status="pass" if cmp["ok"] else "fail", reason=cmp.get("reason"),
@@ -140,20 +144,26 @@ def child_main(spec_path: str) -> None:
         spec = json.load(f)
     if spec["device"] == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
-    from . import compat
+    from . import compat, interpreter
     from .opdir import OpDir
     compat.install(spec["device"])
+    if spec["device"] == "cpu":  # the collector's launch hook (interpreter adaptations), installed before any kernel
+        interpreter.install_launch_hook()
     od = OpDir(spec["op_dir"])
     with open(spec["out"], "a", encoding="utf-8") as out:
         for case_id in spec["cases"]:
             out.write(json.dumps({"start": case_id}) + "\n")
             out.flush()
+            interpreter.reset()
             try:
                 row = verify_case(od, case_id, device=spec["device"], seed=spec["seed"])
             except BaseException as exc:  # SystemExit from operator code included
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                row = {"case": case_id, "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
+                status, msg = classify(exc)
+                row = {"case": case_id, "status": status, "reason": msg}
+            if spec["device"] == "cpu":
+                row["cpu_adaptations"] = interpreter.adaptations()
             out.write(json.dumps({"row": row}, default=str) + "\n")
             out.flush()
             if str(spec["device"]).startswith("cuda"):

@@ -194,7 +194,8 @@ def run_case_impl(backend, opdir: OpDir, case_id: int, impl: str, opts: Options,
         child = run_child(backend, spec, adir, opts.case_timeout_s)
         res = {"status": child.status, "error": child.error, "attempts": attempt + 1, "attempt_dir": adir,
                "output_bytes": child.report.get("output_bytes"), "device": child.report.get("device"),
-               "compat": child.report.get("compat"), "flags": [], "summary": None, "runtime": None,
+               "compat": child.report.get("compat"), "cpu_adaptations": child.report.get("cpu_adaptations"),
+               "flags": [], "summary": None, "runtime": None,
                "timing_method": backend.timing_method,
                "wall_s": dict(child.report.get("wall_s") or {}, child_process=child.wall_s)}
         if child.status != "ok":

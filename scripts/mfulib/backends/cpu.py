@@ -1,7 +1,8 @@
 """CPU backend: Triton kernels in the interpreter (``TRITON_INTERPRET=1``), timed by a launch hook.
 
-torch.profiler does not see interpreted kernels (reference/environment_notes.md), so :func:`install_launch_hook`
-wraps ``triton.runtime.interpreter.InterpretedFunction.run`` - the one call every interpreted launch goes through
+torch.profiler does not see interpreted kernels (reference/environment_notes.md), so the launch hook that
+verify_op.py shares (:func:`mfulib.interpreter.install_launch_hook`) wraps
+``triton.runtime.interpreter.InterpretedFunction.run`` - the one call every interpreted launch goes through
 (``kernel[grid](...)`` and the autotuner alike; Triton 3.9's interpreter calls no ``launch_enter_hook``) - in
 ``record_function("triton::<kernel name>")``, so each launch becomes a timed row of the same profiler that records
 the iteration ranges and the torch ops. Torch ops become rows as the outermost ``aten::`` ops of an iteration that
@@ -11,15 +12,16 @@ out); the interpreter's own tensor copies sit inside the ``triton::`` range and 
 The numbers are CPU-interpreter numbers: they validate the pipeline and are never compared with accelerator
 numbers. bf16 cases are not run (Triton 3.9's interpreter returns garbage for bf16, 3.7/3.8 raise).
 
-Python float kernel arguments: compiled Triton passes them as fp32 scalars, the 3.9 interpreter as plain Python
-floats (so ``scale.to(tl.float16)`` fails); :func:`install_launch_hook` also makes the interpreter pass fp32
-scalars, as compiled Triton does.
+The same hook adapts what the interpreter runs differently from compiled Triton (float arguments as fp32 scalars,
+``@triton.autotune`` without a driver, ``tl.make_block_ptr``) and records what each case needed
+(:mod:`mfulib.interpreter`).
 """
 from __future__ import annotations
 
 import os
 import platform
 
+from ..interpreter import install_launch_hook
 from .base import (PRIME_RANGE, TRITON_RANGE_PREFIX, Backend, iteration_ranges, launches_from_trace,
                    load_trace_events, range_of)
 
@@ -38,40 +40,6 @@ VIEW_OR_ALLOC_OPS = frozenset({
 
 BF16_REASON = ("bfloat16 case: the Triton interpreter cannot run bf16 (triton 3.9 silently returns garbage, 3.7/3.8 "
                "raise) - run it on an accelerator (--backend npu/cuda)")
-
-
-def install_launch_hook() -> bool:
-    """Wrap every interpreted launch in ``record_function("triton::<name>")``; returns False if not interpreting.
-
-    Idempotent. Also makes float kernel arguments fp32 scalars as in compiled Triton (module docstring).
-    """
-    import triton.runtime.interpreter as interp
-    from torch.profiler import record_function
-    cls = interp.InterpretedFunction
-    if getattr(cls.run, "_mfu_hooked", False):
-        return True
-    orig_run = cls.run
-
-    def run(self, *args, **kwargs):
-        if kwargs.get("warmup"):
-            return orig_run(self, *args, **kwargs)
-        with record_function(TRITON_RANGE_PREFIX + self.__name__):
-            return orig_run(self, *args, **kwargs)
-    run._mfu_hooked = True
-    cls.run = run
-
-    orig_cvt = getattr(interp, "_implicit_cvt", None)
-    if orig_cvt is not None and not getattr(orig_cvt, "_mfu_hooked", False):
-        import numpy as np
-        import triton.language as tl
-
-        def implicit_cvt(arg):
-            if isinstance(arg, float):
-                return tl.tensor(interp.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
-            return orig_cvt(arg)
-        implicit_cvt._mfu_hooked = True
-        interp._implicit_cvt = implicit_cvt
-    return True
 
 
 def _nest(events):

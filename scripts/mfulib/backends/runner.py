@@ -3,8 +3,8 @@
 Parent side, :func:`run_child`: writes ``spec.json`` into a fresh attempt directory, starts
 ``[<backend wrapper, e.g. msprof ...>] python3 runner.py --spec spec.json`` in a new process group, kills the whole
 group after ``timeout_s``, and returns a :class:`ChildResult` whose ``status`` is the child's own (``ok``,
-``rejected``, ``oom``, ``error``) or ``timeout`` / ``crashed`` (no report: a signal or an abort; SIGKILL is
-usually the host's out-of-memory killer).
+``rejected``, ``oom``, ``error``: :func:`mfulib.failures.classify`, shared with verify_op.py) or ``timeout`` /
+``crashed`` (no report: a signal or an abort; SIGKILL is usually the host's out-of-memory killer).
 
 Child side, :func:`child_main` (this file run as a script): builds the case (:meth:`mfulib.opdir.OpDir.build_case`
 with the compatibility layer of :mod:`mfulib.compat` installed first), then::
@@ -121,19 +121,6 @@ def run_child(backend, spec: dict, attempt_dir: str, timeout_s: float) -> ChildR
 # ----------------------------------------------------------------------------------------------- child side
 
 
-def classify(exc: BaseException):
-    """(status, message) of an exception raised while running a case."""
-    from ..errors import rejection_reason
-    reason = rejection_reason(exc)
-    if reason is not None:
-        return "rejected", f"case rejected: {reason}"
-    name = type(exc).__name__
-    text = str(exc)
-    if isinstance(exc, MemoryError) or "OutOfMemory" in name or "out of memory" in text.lower():
-        return "oom", f"out of memory: {name}: {text.splitlines()[0] if text else ''}"
-    return "error", f"{name}: {text}"
-
-
 def _output_bytes(out) -> int:
     from ..verify import _tensors
     return int(sum(t.numel() * t.element_size() for t in _tensors(out)))
@@ -208,6 +195,8 @@ def run_spec(spec: dict, backend, report: dict) -> None:
 
 
 def child_main(argv=None) -> int:
+    from .. import interpreter
+    from ..failures import classify
     from ..jsonio import read_json, write_json_atomic
     from . import get_backend
     ap = argparse.ArgumentParser(description="Run one case of an operator work directory (collector child).")
@@ -224,6 +213,8 @@ def child_main(argv=None) -> int:
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
+        if spec.get("backend") == "cpu":  # what the interpreter adapted or rejected (mfulib/interpreter.py)
+            report["cpu_adaptations"] = interpreter.adaptations()
         report["wall_s"]["total_in_child"] = time.perf_counter() - _T_START
         write_json_atomic(spec["report_path"], report)
     return 0 if report["status"] == "ok" else 3
