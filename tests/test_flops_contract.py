@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mfulib import flopcount as fc
+from mfulib import flop_formulas
 from mfulib import flops_check as fchk
 from mfulib import flops_contract as fcon
 
@@ -39,7 +39,7 @@ def test_attention_pairs_is_exact_at_long_sequence_lengths():
 def test_npu_sparse_pairs_agree_with_the_tracers_independent_count(mode):
     for s_q, s_k, pre, nxt, prefix in [(9, 9, 2, 1, 3), (5, 12, 3, 0, 4), (12, 5, 1, 2, 7), (16, 16, 100, 100, 0)]:
         a = fcon.npu_sparse_pairs(mode, s_q, s_k, pre, nxt, prefix=prefix)
-        b = fc._npu_mode_pairs(mode, s_q, s_k, pre, nxt, prefix)
+        b = flop_formulas.npu_mode_pairs(mode, s_q, s_k, pre, nxt, prefix)
         assert a == b, (mode, s_q, s_k)
 
 

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from mfulib import flopcount as fc
+from mfulib import npu_standins
 from mfulib import flops_check as fchk
 from mfulib import flops_contract as fcon
 from mfulib.opdir import OpDir
@@ -77,7 +78,7 @@ class Model(nn.Module):
 '''
 
 
-@pytest.mark.skipif(fc._real_torch_npu() is not None, reason="a real torch_npu runs its own op instead of the stand-in")
+@pytest.mark.skipif(npu_standins.real_torch_npu() is not None, reason="a real torch_npu runs its own op instead of the stand-in")
 def test_npu_fusion_attention_formula_matches_hand_derived_flops_on_the_real_cases(tmp_path, shared_dir):
     (tmp_path / "src").mkdir()
     ref = tmp_path / "src" / "3_FusionAttention.py"

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from mfulib import calib, definitions, device, gemm_search, gemm_timing, noise
+from mfulib import calib, definitions, device, gemm_search, gemm_timing
 from mfulib.schemas import peak_json
 from mfulib.errors import UserError
 
