@@ -72,7 +72,7 @@ class FormulaRegistry:
 
 REGISTRY = FormulaRegistry()
 
-def _shape(t):
+def shape_of(t):
     return [int(d) for d in t.shape]
 
 
@@ -134,7 +134,7 @@ def _allowed_from_mask_values(vals, true_means_masked: bool):
 
 def _sdpa_count(values, query, key, value, attn_mask=None, is_causal=False) -> Count:
     """QK^T and PV over the unmasked pairs: 2 * (d_qk + d_v) * pairs, pairs summed over batch x heads."""
-    q, k, v = _shape(query), _shape(key), _shape(value)
+    q, k, v = shape_of(query), shape_of(key), shape_of(value)
     s_q, d_qk, s_k, d_v = q[-2], q[-1], k[-2], v[-1]
     rows = math.prod(q[:-2])  # batch x query heads (GQA keys broadcast to the query heads)
     dense_pairs = rows * s_q * s_k
@@ -197,35 +197,35 @@ _ATEN_SOURCE = "2 FLOPs per multiply-accumulate (DESIGN.md); shapes as in the at
 
 @REGISTRY.register("aten::mv", _ATEN_SOURCE)
 def _mv(values, mat, vec, **_):
-    m, k = _shape(mat)
+    m, k = shape_of(mat)
     return Count(2 * m * k)
 
 
 @REGISTRY.register("aten::addmv", _ATEN_SOURCE)
 def _addmv(values, self_, mat, vec, **_):
-    m, k = _shape(mat)
+    m, k = shape_of(mat)
     return Count(2 * m * k)
 
 
 @REGISTRY.register("aten::dot", _ATEN_SOURCE)
 def _dot(values, a, b, **_):
-    return Count(2 * _shape(a)[0])
+    return Count(2 * shape_of(a)[0])
 
 
 @REGISTRY.register("aten::vdot", _ATEN_SOURCE)
 def _vdot(values, a, b, **_):
-    return Count(2 * _shape(a)[0])
+    return Count(2 * shape_of(a)[0])
 
 
 @REGISTRY.register("aten::addbmm", _ATEN_SOURCE)
 def _addbmm(values, self_, batch1, batch2, **_):
-    b, m, k = _shape(batch1)
-    return Count(2 * b * m * k * _shape(batch2)[-1])
+    b, m, k = shape_of(batch1)
+    return Count(2 * b * m * k * shape_of(batch2)[-1])
 
 
 @REGISTRY.register("aten::_grouped_mm", "torch._grouped_mm: groups split the rows of the 2-D operand by offs")
 def _grouped_mm(values, mat_a, mat_b, offs=None, *_, **__):
-    a, b = _shape(mat_a), _shape(mat_b)
+    a, b = shape_of(mat_a), shape_of(mat_b)
     if len(a) == 2 and len(b) == 3:       # [M, K] x [G, K, N], rows split over groups: 2*M*K*N in total
         return Count(2 * a[0] * a[1] * b[2])
     if len(a) == 3 and len(b) == 3:       # [G, M, K] x [G, K, N]
@@ -247,10 +247,10 @@ _FA_SOURCE = ("torch_npu.npu_fusion_attention docs (hiascend.com, PyTorch 6.0 AP
               "7/8 varlen rightDown/leftUp causal; ops-transformer docs/context/sparse_mode_introduction.md")
 
 
-def _fa_dims(layout, query, key, value, head_num):
+def fa_dims(layout, query, key, value, head_num):
     """(b, n_q, n_kv, s_q, s_k, d, d_v) for a torch_npu attention layout; raises ValueError if inconsistent."""
     lay = str(layout).upper().split("_")[0]
-    q, k, v = _shape(query), _shape(key), _shape(value)
+    q, k, v = shape_of(query), shape_of(key), shape_of(value)
     if lay in ("BSH", "SBH"):
         if len(q) != 3:
             raise ValueError(f"layout {layout} needs 3-D query, got {q}")
@@ -332,7 +332,7 @@ def npu_fusion_attention_flops(values, query, key, value, head_num, input_layout
                                atten_mask=None, scale=1.0, keep_prob=1.0, pre_tockens=2147483647,
                                next_tockens=2147483647, inner_precise=0, prefix=None, actual_seq_qlen=None,
                                actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True, sync=False, **_):
-    b, n_q, n_kv, s_q, s_k, d, d_v = _fa_dims(input_layout, query, key, value, int(head_num))
+    b, n_q, n_kv, s_q, s_k, d, d_v = fa_dims(input_layout, query, key, value, int(head_num))
     if str(input_layout).upper() == "TND":
         if actual_seq_qlen is None:
             raise ValueError("TND layout needs actual_seq_qlen / actual_seq_kvlen (cumulative)")
@@ -355,7 +355,7 @@ def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_ma
     if isinstance(key, (list, tuple)):
         key, value = key[0], value[0]
     lay = str(input_layout).upper().split("_")[0]
-    q = _shape(query)
+    q = shape_of(query)
     n_q = int(num_heads)
     n_kv = int(num_key_value_heads) or n_q
     if lay in ("BSH", "SBH"):
@@ -370,9 +370,9 @@ def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_ma
     else:
         raise ValueError(f"unknown input_layout {input_layout!r}")
     notes = []
-    k = _shape(key)
+    k = shape_of(key)
     if block_table is not None:
-        max_blocks = _shape(block_table)[-1]
+        max_blocks = shape_of(block_table)[-1]
         s_k = max_blocks * int(block_size)
         if actual_seq_lengths_kv is None:
             notes.append("paged KV without actual_seq_lengths_kv: every sequence counted at the block table's "
@@ -401,7 +401,7 @@ def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_ma
                    "split x @ W1 in halves; experts: weights [E, K, N], each token through one expert",
                    python="torch_npu.npu_ffn")
 def npu_ffn_flops(values, x, weight1, weight2, activation, *args, **kwargs):
-    xs, w1, w2 = _shape(x), _shape(weight1), _shape(weight2)
+    xs, w1, w2 = shape_of(x), shape_of(weight1), shape_of(weight2)
     m = math.prod(xs[:-1])
     k1, n1 = w1[-2], w1[-1]
     k2, n2 = w2[-2], w2[-1]

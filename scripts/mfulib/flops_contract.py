@@ -33,7 +33,7 @@ import sys
 
 from . import cases as _cases
 from .definitions import canonical_dtype
-from .errors import UserError, rejection_reason
+from .errors import UserError, rejection_reason, short_repr
 from .kernel_parts import check_kernel_parts
 
 REVIEW_MARK = "# REVIEW"
@@ -310,7 +310,7 @@ class FlopsFile:
             x = x.item()  # numpy / torch 0-d scalar
         if isinstance(x, bool) or not isinstance(x, numbers.Real):
             where = f" for case {case_id}" if case_id is not None else ""
-            raise FlopsContractError(f"{self.path}: {what} returned {type(v).__name__} {_short(v)}{where}: return a "
+            raise FlopsContractError(f"{self.path}: {what} returned {type(v).__name__} {short_repr(v, 60)}{where}: return a "
                                      "float (FLOPs as a number, not a string/bool/None)")
         return float(x)
 
@@ -348,7 +348,7 @@ class FlopsFile:
                     why = str(exc)
             else:
                 why = f"not a dtype name ({type(v).__name__})"
-            raise FlopsContractError(f"{self.path}: compute_dtype() returned {_short(v)} for case {case_id}: {why} "
+            raise FlopsContractError(f"{self.path}: compute_dtype() returned {short_repr(v, 60)} for case {case_id}: {why} "
                                      "- return one of those names")
         return _cases.describe_case(case, case_id).compute_dtype
 
@@ -373,11 +373,6 @@ class FlopsFile:
 class FlopsContractError(UserError):
     """flops.py broke the contract for one case (non-number FLOPs, unknown dtype, sys.exit()): recorded as that
     case's error by the checkers, never a process exit."""
-
-
-def _short(v, n: int = 60) -> str:
-    r = repr(v)
-    return r if len(r) <= n else r[:n - 3] + "..."
 
 
 def _n_positional(fn) -> int:

@@ -10,11 +10,11 @@ import contextlib
 import sys
 import types
 
-from .flop_formulas import _fa_dims, _shape
+from .flop_formulas import fa_dims, shape_of
 
 
 def _fa_out_shape(layout, query, value, n_q, d_v):
-    q = _shape(query)
+    q = shape_of(query)
     lay = str(layout).upper().split("_")[0]
     if lay in ("BSH", "SBH"):
         return q[:2] + [n_q * d_v]
@@ -23,7 +23,7 @@ def _fa_out_shape(layout, query, value, n_q, d_v):
 
 def _standin_npu_fusion_attention(query, key, value, head_num, input_layout, *args, **kwargs):
     import torch
-    b, n_q, _, s_q, _, _, d_v = _fa_dims(input_layout, query, key, value, int(head_num))
+    b, n_q, _, s_q, _, _, d_v = fa_dims(input_layout, query, key, value, int(head_num))
     out = torch.zeros(_fa_out_shape(input_layout, query, value, n_q, d_v), dtype=query.dtype, device=query.device)
     stat_shape = [s_q, n_q, 8] if b is None else [b, n_q, s_q, 8]
     smax = torch.zeros(stat_shape, dtype=torch.float32, device=query.device)
@@ -37,7 +37,7 @@ def _standin_npu_fused_infer_attention_score(query, key, value, *args, **kwargs)
 
 def _standin_npu_ffn(x, weight1, weight2, activation, *args, **kwargs):
     import torch
-    return torch.zeros(_shape(x)[:-1] + [_shape(weight2)[-1]], dtype=x.dtype, device=x.device)
+    return torch.zeros(shape_of(x)[:-1] + [shape_of(weight2)[-1]], dtype=x.dtype, device=x.device)
 
 
 STANDINS = {

@@ -1,13 +1,7 @@
 """The shared error of the work-directory validators: a JSON field of the wrong type, naming file, field and fix."""
 from __future__ import annotations
 
-from ..errors import UserError
-
-
-def short_repr(v, n: int = 50) -> str:
-    """``repr(v)`` cut to ``n`` characters (``...`` marks the cut)."""
-    r = repr(v)
-    return r if len(r) <= n else r[:n - 3] + "..."
+from ..errors import UserError, short_repr
 
 
 def wrong_type(path: str, field: str, value, want: str, fix: str) -> UserError:
