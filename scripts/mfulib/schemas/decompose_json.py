@@ -7,11 +7,9 @@ timing_method, notes, rows}], ``maxima, reading_aid, errors, warnings, notes`` a
 """
 from __future__ import annotations
 
-import os
-
 from ..errors import UserError
-from ..jsonio import read_json, write_json_atomic
-from .common import wrong_type
+from ..jsonio import write_json_atomic
+from .common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "mfu_decompose"
@@ -28,12 +26,7 @@ def read_decompose_json(path: str) -> dict:
     """Read and check an mfu_decompose.json: a JSON object from mfu_decompose.py with a ``reports`` list whose
     entries have a ``rows`` list. Raises UserError naming the file, the field and the fix."""
     fix = "re-run mfu_decompose.py"
-    if not os.path.exists(path):
-        raise UserError(f"{path}: not found - run mfu_decompose.py --op-dir <work dir> first")
-    try:
-        doc = read_json(path)
-    except ValueError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}) - {fix}") from None
+    doc = read_work_json(path, "run mfu_decompose.py --op-dir <work dir> first", fix)
     if not isinstance(doc, dict) or doc.get("tool") != TOOL:
         raise UserError(f"{path}: not an mfu_decompose.py result (no tool={TOOL}) - pass the file it wrote")
     missing = [k for k in REQUIRED if k not in doc]

@@ -17,7 +17,7 @@ import os
 from ..definitions import HALF_DTYPES, finite_or_none, is_positive
 from ..errors import UserError
 from ..jsonio import read_json, versions, write_json_atomic
-from .common import wrong_type
+from .common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "peak_calib"
@@ -88,12 +88,8 @@ def read_peak_json(path: str) -> dict:
 
     Checked: a JSON object from peak_calib (``tool``, ``peak_tflops``); ``peak_tflops`` {mode: TFLOP/s > 0 or
     null}; ``bandwidth_gbps`` > 0 or null; ``nominal`` {tflops: {mode: number or null}, ...} where given."""
-    if not os.path.exists(path):
-        raise UserError(f"{path}: not found - run `python3 scripts/peak_calib.py -o {path}` on this device first")
-    try:
-        peak = read_json(path)
-    except ValueError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}) - re-run peak_calib.py") from None
+    peak = read_work_json(path, f"run `python3 scripts/peak_calib.py -o {path}` on this device first",
+                          "re-run peak_calib.py")
     check_peak(peak, path)
     return peak
 

@@ -50,8 +50,8 @@ import statistics
 
 from ..definitions import NOISE_MARGIN, actual_tflops, is_number, mfu as mfu_of
 from ..errors import UserError
-from ..jsonio import read_json, write_json_atomic
-from .common import wrong_type
+from ..jsonio import write_json_atomic
+from .common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "msprof_perf_summary"
@@ -186,13 +186,8 @@ def build_report(header: dict, run: dict, per_case: list, impls) -> dict:
 def load_report(path: str) -> dict:
     """Read a performance.json; raises UserError (file + fix) when missing, not a collector result, or when a
     field the decomposition reads has the wrong type (see :func:`check_report_structure`)."""
-    if not os.path.exists(path):
-        raise UserError(f"{path}: not found - run the collector first: python3 scripts/ops_profiling/"
-                        "msprof_perf_summary.py --quick --mfu --impl asc --output-dir . --keep-prof .")
-    try:
-        rep = read_json(path)
-    except ValueError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}) - re-run the collector") from None
+    rep = read_work_json(path, "run the collector first: python3 scripts/ops_profiling/msprof_perf_summary.py "
+                         "--quick --mfu --impl asc --output-dir . --keep-prof .", "re-run the collector")
     if not isinstance(rep, dict) or not isinstance(rep.get("per_case"), list):
         raise UserError(f"{path}: no \"per_case\" list - this is not a performance.json written by "
                         "msprof_perf_summary.py")

@@ -6,11 +6,9 @@ error | crashed | timeout | skipped, reason, max_norm_err, tol, ...}] and ``summ
 """
 from __future__ import annotations
 
-import os
-
 from ..errors import UserError
-from ..jsonio import read_json, write_json_atomic
-from .common import wrong_type
+from ..jsonio import write_json_atomic
+from .common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "verify_op.py"
@@ -27,12 +25,7 @@ def read_verify_json(path: str) -> dict:
     """Read and check a verify.json (a JSON object from verify_op.py with a ``cases`` list of objects holding an
     integer ``case`` and a ``status``). Raises UserError naming the file, the field and the fix."""
     fix = "re-run verify_op.py (make verify)"
-    if not os.path.exists(path):
-        raise UserError(f"{path}: not found - {fix}")
-    try:
-        doc = read_json(path)
-    except ValueError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}) - {fix}") from None
+    doc = read_work_json(path, fix, fix)
     if not isinstance(doc, dict) or doc.get("tool") != TOOL:
         raise UserError(f"{path}: not a verify_op.py result (no tool={TOOL}) - {fix}")
     cases = doc.get("cases")
