@@ -11,9 +11,9 @@ import os
 import pytest
 
 from mfulib import flopcount as fc
-from mfulib import npu_standins
 from mfulib import flops_check as fchk
 from mfulib import flops_contract as fcon
+from mfulib import npu_standins
 from mfulib.opdir import OpDir
 from mfulib.prepare import prepare_explicit
 from test_flops_tracer import LOADER

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 
 from .definitions import (HALF_DTYPES, NOISE_MARGIN, above_peak, actual_tflops, canonical_dtype, canonical_mode,
-                          finite_or_none, mbu, mfu, peak_key)
+                          finite_or_none, mbu, measured_peak_tflops, mfu)
 from .device import slug
 from .errors import REJECT_PREFIX, UserError
 from .flops_contract import load_flops
@@ -169,8 +169,7 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str) -> dict:
         row.update(status="no_flops", reason="no flops for this case - run the collector with --mfu and a flops.py "
                                              "in the work dir (check_flops.py checks it)")
         return row
-    key = peak_key(dtype, tf32) if dtype else None
-    peak_ach = (peaks.get("peak_tflops") or {}).get(key)
+    peak_ach, key = measured_peak_tflops(peaks.get("peak_tflops"), dtype, tf32) if dtype else (None, None)
     nom = peaks.get("nominal_tflops")
     bw = peaks.get("bandwidth_gbps")
     tflops = actual_tflops(flops, t_ns)
