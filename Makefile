@@ -54,10 +54,28 @@ help: ## show this help
 	@echo "variables: OP V BENCH GEN WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
-setup: ## install the Python dependencies (triton only where none is installed; never torch_npu)
-	$(PY) -m pip install -r $(SKILL_DIR)/requirements.txt
-	@$(PY) -c "import triton" 2>/dev/null && echo "triton already installed: kept (never installed over triton-ascend)" \
-	  || $(PY) -m pip install "triton==3.8.0"
+# torch: a host that already has torch (+ torch_npu) keeps it; a host with an NVIDIA driver gets the default
+# (CUDA) wheel; any other host gets the CPU build (the +cpu local version, which PyPI's CUDA wheels never carry:
+# from a local wheel/find-links or the CPU index), never the multi-GB CUDA build with its nvidia-* wheels.
+TORCH_CPU_VERSION ?= 2.13.0
+TORCH_CPU_INDEX   ?= https://download.pytorch.org/whl/cpu
+setup: ## install the Python dependencies (CPU torch where no GPU and no torch; triton only where none; never torch_npu)
+	@had_triton=$$($(PY) -c "import triton; print(triton.__version__)" 2>/dev/null); \
+	if $(PY) -c "import torch" 2>/dev/null; then \
+	  echo "torch $$($(PY) -c 'import torch; print(torch.__version__)') already installed: kept"; \
+	elif command -v nvidia-smi >/dev/null 2>&1; then \
+	  echo "no torch, nvidia-smi found: installing the default (CUDA) torch"; $(PY) -m pip install "torch>=2.1" || exit 1; \
+	else \
+	  echo "no torch and no GPU (no nvidia-smi): installing the CPU build torch==$(TORCH_CPU_VERSION)+cpu"; \
+	  $(PY) -m pip install "torch==$(TORCH_CPU_VERSION)+cpu" \
+	    || $(PY) -m pip install torch --index-url $(TORCH_CPU_INDEX) \
+	    || { echo "could not install a CPU torch: install one by hand, e.g. pip install torch --index-url $(TORCH_CPU_INDEX)"; exit 1; }; \
+	fi; \
+	$(PY) -m pip install -r $(SKILL_DIR)/requirements.txt || exit 1; \
+	now_triton=$$($(PY) -c "import triton; print(triton.__version__)" 2>/dev/null); \
+	if [ -n "$$had_triton" ]; then echo "triton $$had_triton already installed: kept (never installed over triton-ascend)"; \
+	elif [ -n "$$now_triton" ]; then echo "triton $$now_triton: installed as a dependency of torch"; \
+	else $(PY) -m pip install "triton==3.8.0"; fi
 
 test: ## run the test suite (CPU-only machines run Triton kernels in the interpreter)
 	cd $(SKILL_DIR) && $(PY) -m pytest -q $(PYTEST_ARGS) tests

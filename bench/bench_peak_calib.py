@@ -20,7 +20,7 @@ import time
 T_PROCESS = time.monotonic()
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
-from mfulib import calib, report  # noqa: E402
+from mfulib import calib, device, gemm_search, gemm_timing, report  # noqa: E402
 from mfulib.jsonio import provenance, write_json_atomic  # noqa: E402
 
 GRID_MN = (1024, 2048, 3072, 4096, 5120, 6144, 8192, 12288)
@@ -33,15 +33,15 @@ MAX_CALIB_S = 30.0
 def wide_sweep(dev, mode, shapes, target_ms, max_operand_bytes, max_flop):
     """Every shape once (median per shape), then the best three re-timed (as calib.calibrate does)."""
     t0 = time.monotonic()
-    with calib.math_mode(dev, mode):
-        sweep = calib.Sweep(dev, mode, target_ms, max_operand_bytes, max_flop)
+    with gemm_timing.math_mode(dev, mode):
+        sweep = gemm_search.Sweep(dev, mode, target_ms, max_operand_bytes, max_flop)
         for i, s in enumerate(shapes):
             sweep.measure(s)
             if (i + 1) % 50 == 0:
                 b = sweep.best()[0]
                 print(f"  {mode}: {i + 1}/{len(shapes)} shapes, best {b['tflops']:.1f} @ {b['m']}x{b['n']}x{b['k']}",
                       file=sys.stderr, flush=True)
-        best = calib.confirm_best(sweep, top=3, target_ms=2 * target_ms)
+        best = gemm_search.confirm_best(sweep, top=3, target_ms=2 * target_ms)
     return {"best": best, "n_shapes": len(sweep.results), "n_errors": len(sweep.errors),
             "errors": {"x".join(map(str, s)): e for s, e in sweep.errors.items()},
             "elapsed_s": time.monotonic() - t0,
@@ -58,7 +58,7 @@ def main():
     ap.add_argument("--small", action="store_true", help="tiny grid for a CPU smoke test (not the criterion)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    backend, why = calib.resolve_backend(args.backend)
+    backend, why = device.resolve_backend(args.backend)
 
     t_cal = time.monotonic()
     peak = calib.run_calibration(os.path.join(args.out, "peak.json"), backend=backend, index=args.device,
@@ -68,7 +68,7 @@ def main():
 
     mn, ks = ((256, 512), (256, 512)) if args.small else (GRID_MN, GRID_K)
     shapes = list(itertools.product(mn, mn, ks))
-    dev = calib.Device(backend, args.device)
+    dev = gemm_timing.Device(backend, args.device)
     total = dev.identity().get("total_memory_bytes") or 8 * 1024 ** 3
     max_bytes = int(min(8 * 1024 ** 3, total / 4)) if backend != "cpu" else 256 << 20
     calib._warm_up(dev, 0.3)
@@ -93,7 +93,7 @@ def main():
     result = {**provenance("bench_peak_calib", 1, device=peak.get("device")), "backend": backend,
               "backend_reason": why, "calibration_s": calib_s, "process_s_at_calibration_end": process_s,
               "max_calibration_s": MAX_CALIB_S, "min_ratio": MIN_RATIO, "rows": rows, "pass": ok, "wide": wide,
-              "clocks_end": calib.read_clocks(backend, args.device)}
+              "clocks_end": device.read_clocks(backend, args.device)}
     write_json_atomic(os.path.join(args.out, "bench_peak_calib.json"), result)
     print(f"\ncalibration took {calib_s:.1f} s; {process_s:.1f} s from process start (limit {MAX_CALIB_S:g} s)")
     print(f"{'mode':<10} {'calib':>9} {'calib shape':>18} {'wide best':>10} {'wide shape':>18} {'shapes':>7} ratio")

@@ -2,7 +2,7 @@
 """Check a work directory's flops.py against its reference (step 3 of triton-mfu-analyzer).
 
 Per case: flops > 0 and finite; sum(flops_parts) == flops; FLOPs / nominal peak (the kernel time at 100% MFU)
-below the measured kernel time (performance.json) or below --max-implied-ms; actual_seq_lengths consistent with
+below --max-implied-ms (the peak: --peak-tflops, else peak.json's nominal block, else the device's nominal table); actual_seq_lengths consistent with
 the shapes; and an independent tracer: the reference Model.forward under torch's FlopCounterMode, extended with
 formulas for causal/masked attention, CPU SDPA and torch_npu fused ops (npu_fusion_attention, ...), run on meta
 tensors (CPU when meta fails and the case fits the caps), so no accelerator is needed.
@@ -39,11 +39,11 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="seed for get_input_groups() (recorded)")
     p.add_argument("--tolerance", type=float, default=0.01, help="relative tolerance of flops.py / tracer")
     p.add_argument("--peak-tflops", type=float, help="nominal peak in TFLOP/s for the implied-time check "
-                   "(default: performance.json / peak.json in the work dir, else the device's nominal table)")
+                   "(default: the nominal block of peak.json in the work dir, else the device's nominal table)")
     p.add_argument("--backend", default="auto", choices=["auto", "npu", "cuda", "cpu", "none"],
                    help="device whose nominal peak is used when the work dir has none ('none': skip)")
     p.add_argument("--max-implied-ms", type=float, default=4000.0,
-                   help="fail when FLOPs / peak exceeds this many ms (no measured kernel time available)")
+                   help="fail when FLOPs / peak exceeds this many ms")
     p.add_argument("--max-cpu-bytes", type=float, default=float(1 << 30),
                    help="largest case (input bytes) the tracer may run on the CPU when meta tensors fail")
     p.add_argument("--max-cpu-flops", type=float, default=5e10,
@@ -73,7 +73,7 @@ def tracer_rows(od, ids, seed, trace_kwargs, progress):
 
 
 def print_table(rows, file_level, summary, out_path):
-    import pandas as pd
+    from tabulate import tabulate
     table = []
     for r in rows:
         tr = r["tracer"]
@@ -82,8 +82,7 @@ def print_table(rows, file_level, summary, out_path):
                       f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-", r["status"],
                       (r.get("diagnosis") or "")[:70]])
     cols = ["case", "shape", "dtype", "flops.py", "tracer", "ratio", "status", "diagnosis"]
-    with pd.option_context("display.max_colwidth", 80, "display.width", 250):
-        print(pd.DataFrame(table, columns=cols).to_string(index=False, justify="left"))
+    print(tabulate(table, headers=cols, tablefmt="plain", disable_numparse=True))
     for c in file_level:
         print(f"{c['status']:>5}  {c['name']}: {c['detail']}")
     for r in rows:
@@ -119,19 +118,21 @@ def main(argv=None):
     from tqdm import tqdm
 
     from mfulib import compat
+    from mfulib import flops_check as fchk
     from mfulib import flops_contract as fcon
-    from mfulib.jsonio import provenance, write_json_atomic
+    from mfulib.jsonio import provenance
+    from mfulib.schemas import flops_check_json
     from mfulib.opdir import OpDir
     od = OpDir(args.op_dir)
     compat.install("cpu")  # references that call .npu() / torch.npu run here; a no-op where an NPU is present
-    out_path = args.output or os.path.join(od.path, "flops_check.json")
+    out_path = args.output or os.path.join(od.path, flops_check_json.FILE_NAME)
     ff = None
     if not args.tracer_only:
         ff = fcon.load_flops(args.flops or od.flops_py)
-    ids = fcon.select_cases(od, ff, case_ids, args.largest)
+    ids = fchk.select_cases(od, ff, case_ids, args.largest)
     trace_kwargs = {"max_cpu_input_bytes": int(args.max_cpu_bytes), "max_cpu_flops": args.max_cpu_flops}
     bar = tqdm(total=len(ids), desc="check_flops", unit="case", disable=args.quiet or not sys.stderr.isatty())
-    doc = provenance(TOOL, fcon.SCHEMA)
+    doc = provenance(flops_check_json.TOOL, flops_check_json.SCHEMA)
     doc.update(op_dir=od.path, cases_file=od.cases_path, tolerance=args.tolerance, seed=args.seed,
                tracer_caps=trace_kwargs)
     if args.tracer_only:
@@ -139,23 +140,22 @@ def main(argv=None):
         file_level = []
         doc.update(mode="tracer-only", flops_py=None, peak=None)
     else:
-        peak = fcon.resolve_peak(od.path, args.peak_tflops, args.backend)
-        measured = fcon.measured_kernel_ns(od.path)
+        peak = fchk.resolve_peak(od.path, args.peak_tflops, args.backend)
         rows = []
         for i in ids:
-            rows.append(fcon.check_case(ff, od, i, seed=args.seed, tolerance=args.tolerance, peak=peak,
-                                        measured_ns=measured.get(i), max_implied_ms=args.max_implied_ms,
-                                        accept_unseen=args.accept_unseen, trace_kwargs=trace_kwargs))
+            rows.append(fchk.check_case(ff, od, i, seed=args.seed, tolerance=args.tolerance, peak=peak,
+                                        max_implied_ms=args.max_implied_ms, accept_unseen=args.accept_unseen,
+                                        trace_kwargs=trace_kwargs))
             bar.update()
-        file_level = fcon.file_checks(ff, rows)
+        file_level = fchk.file_checks(ff, rows)
         from mfulib.discover import sha256
         doc.update(mode="check", flops_py={"path": ff.path, "sha256": sha256(ff.path),
                                            "takes_args": ff.takes_args, "kernel_parts": ff.kernel_parts},
-                   peak=peak, measured_kernel_times_from="performance.json" if measured else None)
+                   peak=peak)
     bar.close()
-    summary = fcon.summarize(rows, file_level)
+    summary = fchk.summarize(rows, file_level)
     doc.update(summary=summary, file_checks=file_level, per_case=rows)
-    write_json_atomic(out_path, doc)
+    flops_check_json.write_flops_check_json(out_path, doc)
     if args.quiet:
         print(f"{'PASSED' if summary['passed'] else 'FAILED'}: {summary['n_cases']} cases {summary['by_status']}")
     else:

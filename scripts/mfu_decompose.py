@@ -54,7 +54,8 @@ def parse_report_arg(text: str):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     from mfulib import decompose, report
-    from mfulib.jsonio import provenance, write_json_atomic
+    from mfulib.jsonio import provenance
+    from mfulib.schemas import decompose_json
     op_dir = os.path.abspath(args.op_dir)
     peak_path = args.peak_json
     if not os.path.isabs(peak_path) and not os.path.exists(peak_path):
@@ -62,12 +63,12 @@ def main(argv=None):
     cases = cli.parse_case_list(args.cases) if args.cases is not None else None
     reports = [parse_report_arg(r) for r in args.report]
     body = decompose.decompose(op_dir, peak_path, reports=reports, cases=cases, include_current=not args.no_current)
-    out_path = args.output or os.path.join(op_dir, "mfu_decompose.json")
-    result = {**provenance(decompose.TOOL, decompose.SCHEMA, device=body.get("peak_device")), **body}
+    out_path = args.output or os.path.join(op_dir, decompose_json.FILE_NAME)
+    result = {**provenance(decompose_json.TOOL, decompose_json.SCHEMA, device=body.get("peak_device")), **body}
     if args.plot:
         png = report.plot_decompose(result, os.path.splitext(out_path)[0] + ".png")
         result["plot"] = png
-    write_json_atomic(out_path, result)
+    decompose_json.write_decompose_json(out_path, result)
     print(report.decompose_table(result))
     print(f"wrote {out_path}" + (f" and {result['plot']}" if result.get("plot") else ""))
     return 1 if result["errors"] else 0

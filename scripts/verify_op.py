@@ -41,9 +41,12 @@ def main(argv=None):
     dev.prepare_process(backend)
     from mfulib import compat, verify
     from mfulib.errors import UserError
-    from mfulib.jsonio import provenance, write_json_atomic
+    from mfulib.jsonio import provenance
+    from mfulib.schemas import verify_json
     from mfulib.opdir import OpDir
-    import pandas as pd
+    from collections import Counter
+
+    from tabulate import tabulate
     from tqdm import tqdm
 
     od = OpDir(args.op_dir)
@@ -75,24 +78,25 @@ def main(argv=None):
         rows += verify.verify_isolated(od.path, runnable, device, seed=args.seed,
                                        case_timeout_s=args.case_timeout_s, progress=lambda _row: bar.update(1))
     rows.sort(key=lambda r: r["case"])
-    out = provenance("verify_op.py", 1, device={"backend": backend, "device": device, "why": why, "compat": report})
+    out = provenance(verify_json.TOOL, verify_json.SCHEMA, device={"backend": backend, "device": device, "why": why, "compat": report})
     out.update({"op": od.op_name, "work_dir": od.path, "seed": args.seed, "tolerance": verify.TOLERANCE,
                 "tolerance_tf32": verify.TOLERANCE_TF32, "cases": rows})
-    counts = pd.Series([r["status"] for r in rows]).value_counts().to_dict()
+    counts = dict(Counter(r["status"] for r in rows).most_common())
     out["summary"] = counts
     if backend == "cpu":  # what the Triton interpreter adapted, over all cases (each row has its own list)
         from mfulib.interpreter import summary
         out["cpu_adaptations"] = summary(rows)
-    write_json_atomic(args.output or od.file("verify.json"), out)
-    df = pd.DataFrame(rows)
-    cols = [c for c in ("case", "dtype", "status", "max_norm_err", "tol", "shape", "reason") if c in df]
-    with pd.option_context("display.max_colwidth", 70, "display.width", 200):
-        print(df[cols].fillna("").to_string(index=False))
+    verify_json.write_verify_json(args.output or od.file(verify_json.FILE_NAME), out)
+    # one table renderer (tabulate): missing cells print empty, no NaN and no pandas fill warnings
+    cols = [c for c in ("case", "dtype", "status", "max_norm_err", "tol", "shape", "reason") if any(c in r for r in rows)]
+    table = [["" if r.get(c) is None else (str(r[c])[:70] if isinstance(r[c], str) else r[c]) for c in cols]
+             for r in rows]
+    print(tabulate(table, headers=cols, tablefmt="plain"))
     print(f"{od.op_name} on {device}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
     if out.get("cpu_adaptations"):
         print("Triton interpreter adaptations (README 'Running Triton-Ascend code'): "
               + "; ".join(out["cpu_adaptations"]))
-    return 1 if any(counts.get(k) for k in ("fail", "error", "oom", "crashed", "timeout")) else 0
+    return 1 if any(counts.get(k) for k in verify_json.FAILED) else 0
 
 
 if __name__ == "__main__":

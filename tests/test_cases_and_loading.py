@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from mfulib import cases
+from mfulib import cases, definitions
 from mfulib.errors import UserError, rejection_reason
 from mfulib.opdir import OpDir
 
@@ -15,7 +15,7 @@ from mfulib.opdir import OpDir
 @pytest.mark.parametrize("spelling,canon", [("fp16", "float16"), ("float16", "float16"), ("bf16", "bfloat16"),
                                             ("fp32", "float32"), ("FP64", "float64"), ("torch.int32", "int32")])
 def test_dtype_spellings_old_and_new_map_to_one_name(spelling, canon):
-    assert cases.canonical_dtype(spelling) == canon
+    assert definitions.canonical_dtype(spelling) == canon
 
 
 def test_a_case_is_described_without_building_it():

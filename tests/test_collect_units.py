@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from mfulib import kernels, ncu, peaks, performance
+from mfulib import definitions, kernels, ncu, peaks
+from mfulib.schemas import performance_json as performance
 from mfulib.backends.base import lost_problems
 from mfulib.backends.cuda import trace_launches as cuda_trace_launches
 
@@ -223,7 +224,7 @@ def test_cuda_peaks_are_dense_datasheet_figures_and_fp32_is_not_tf32():
     assert peaks.nominal_peak_tflops({"backend": "cuda", "name": "NVIDIA H200 NVL"}, "fp16")[0] == 835.5
     assert peaks.nominal_peak_tflops({"backend": "cuda", "name": "NVIDIA A100-SXM4-80GB"}, "fp16")[0] == 312.0
     nom = peaks.nominal_for_identity(h200)
-    assert nom["bandwidth_gbps"] == 4800.0 and set(nom["tflops"]) == set(peaks.MODES)
+    assert nom["bandwidth_gbps"] == 4800.0 and set(nom["tflops"]) == set(definitions.MATH_MODES)
 
 
 def test_cpu_has_no_nominal_peak_and_mfu_is_absent_not_zero():
@@ -336,3 +337,28 @@ def test_the_collector_cli_turns_an_empty_case_range_into_exit_2_without_a_trace
         r = subprocess.run([sys.executable, script, "--backend", "cpu", "--output-dir", str(tmp_path), "--cases",
                             cases], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and r.stderr.startswith("error: --cases") and "Traceback" not in r.stderr
+
+
+# --------------------------------------------- moved from test_flops_check: MFU above the peak from a measured time
+
+def test_mfu_above_the_peak_from_the_measured_kernel_time_is_an_error():
+    # 1e12 FLOPs at 100 TFLOP/s take 10 ms; a kernel measured at 5 ms would be at 200% of the peak
+    tflops, mfu, flags = performance.mfu_fields(1e12, 5e6, 100.0)
+    assert tflops == pytest.approx(200.0) and mfu == pytest.approx(2.0)
+    assert len(flags) == 1 and flags[0].startswith("error:") and "200.0%" in flags[0]
+    tflops, mfu, flags = performance.mfu_fields(1e12, 20e6, 100.0)
+    assert mfu == pytest.approx(0.5) and flags == []
+
+
+@pytest.mark.parametrize("doc, says", [
+    ([1, 2], "no \"per_case\" list"),
+    ({"peak": 5, "per_case": []}, "peak is int 5, not an object"),
+    ({"per_case": [3]}, "per_case[0] is int 3"),
+])
+def test_a_performance_json_of_the_wrong_structure_is_a_user_error_naming_file_and_field(tmp_path, doc, says):
+    from mfulib.errors import UserError
+    path = tmp_path / "performance.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UserError) as err:
+        performance.load_report(str(path))
+    assert str(path) in str(err.value) and says in str(err.value)

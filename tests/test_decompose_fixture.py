@@ -32,7 +32,7 @@ import sys
 
 import pytest
 
-from mfulib import decompose
+from mfulib import decompose, kernel_parts
 from mfulib.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,10 +133,10 @@ def test_unmatched_kernels_form_the_other_row_and_are_never_dropped(tmp_path):
 
 def test_first_matching_part_wins_in_kernel_parts_order():
     parts = {"attn": ["*attn*"], "proj": ["*matmul*", "*attn*"]}
-    assert decompose.match_part("attn_matmul_fused", parts) == "attn"
-    assert decompose.match_part("matmul_kernel", parts) == "proj"
-    assert decompose.match_part("Cast", parts) == "other"
-    assert decompose.match_part("ATTN", parts) == "other"  # patterns are case-sensitive
+    assert kernel_parts.match_part("attn_matmul_fused", parts) == "attn"
+    assert kernel_parts.match_part("matmul_kernel", parts) == "proj"
+    assert kernel_parts.match_part("Cast", parts) == "other"
+    assert kernel_parts.match_part("ATTN", parts) == "other"  # patterns are case-sensitive
 
 
 def test_a_skipped_case_is_reported_with_its_reason(tmp_path):

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from mfulib import flopcount as fc
+from mfulib import flop_formulas
+from mfulib import flops_check as fchk
 from mfulib import flops_contract as fcon
 
 
@@ -38,7 +39,7 @@ def test_attention_pairs_is_exact_at_long_sequence_lengths():
 def test_npu_sparse_pairs_agree_with_the_tracers_independent_count(mode):
     for s_q, s_k, pre, nxt, prefix in [(9, 9, 2, 1, 3), (5, 12, 3, 0, 4), (12, 5, 1, 2, 7), (16, 16, 100, 100, 0)]:
         a = fcon.npu_sparse_pairs(mode, s_q, s_k, pre, nxt, prefix=prefix)
-        b = fc._npu_mode_pairs(mode, s_q, s_k, pre, nxt, prefix)
+        b = flop_formulas.npu_mode_pairs(mode, s_q, s_k, pre, nxt, prefix)
         assert a == b, (mode, s_q, s_k)
 
 
@@ -99,15 +100,15 @@ def test_case_helpers_read_inputs_by_name_or_position():
 def test_sequence_length_problems_name_a_length_beyond_the_sequence_axis_and_a_wrong_count():
     ok = case_of(q=([2, 32, 4, 8], "float16"))
     ok["inputs"].append({"name": "actual_seq_lengths", "type": "attr", "dtype": "list", "value": [32, 5]})
-    assert fcon.sequence_length_problems(ok) == []
+    assert fchk.sequence_length_problems(ok) == []
     bad = json.loads(json.dumps(ok))
     bad["inputs"][1]["value"] = [33, 5, 1]
-    probs = " ".join(fcon.sequence_length_problems(bad))
+    probs = " ".join(fchk.sequence_length_problems(bad))
     assert "3 lengths" in probs and "exceeds the sequence axis 32" in probs
     cum = case_of(query=([10, 4, 8], "float16"))
     cum["inputs"] += [{"name": "input_layout", "type": "attr", "dtype": "str", "value": "TND"},
                       {"name": "actual_seq_qlen", "type": "attr", "dtype": "list", "value": [6, 4]}]
-    assert "must not decrease" in " ".join(fcon.sequence_length_problems(cum))
+    assert "must not decrease" in " ".join(fchk.sequence_length_problems(cum))
 
 
 def test_a_flops_py_with_two_parameters_is_called_with_the_forward_arguments(tmp_path):

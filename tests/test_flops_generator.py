@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from mfulib import flops_check as fchk
 from mfulib import flops_contract as fcon
 from mfulib import flops_templates as ft
 from mfulib.opdir import OpDir
@@ -52,8 +53,8 @@ def generate_into(od):
 
 def check_all(od):
     ff = fcon.load_flops(od.flops_py)
-    rows = [fcon.check_case(ff, od, i) for i in range(len(od.read_cases()))]
-    return ff, rows, fcon.file_checks(ff, rows)
+    rows = [fchk.check_case(ff, od, i) for i in range(len(od.read_cases()))]
+    return ff, rows, fchk.file_checks(ff, rows)
 
 
 @pytest.mark.parametrize("op", sorted(EXPECTED_CLASS))

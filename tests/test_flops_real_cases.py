@@ -11,7 +11,9 @@ import os
 import pytest
 
 from mfulib import flopcount as fc
+from mfulib import flops_check as fchk
 from mfulib import flops_contract as fcon
+from mfulib import npu_standins
 from mfulib.opdir import OpDir
 from mfulib.prepare import prepare_explicit
 from test_flops_tracer import LOADER
@@ -76,7 +78,7 @@ class Model(nn.Module):
 '''
 
 
-@pytest.mark.skipif(fc._real_torch_npu() is not None, reason="a real torch_npu runs its own op instead of the stand-in")
+@pytest.mark.skipif(npu_standins.real_torch_npu() is not None, reason="a real torch_npu runs its own op instead of the stand-in")
 def test_npu_fusion_attention_formula_matches_hand_derived_flops_on_the_real_cases(tmp_path, shared_dir):
     (tmp_path / "src").mkdir()
     ref = tmp_path / "src" / "3_FusionAttention.py"
@@ -95,11 +97,11 @@ def test_npu_fusion_attention_formula_matches_hand_derived_flops_on_the_real_cas
 def test_the_checked_flops_files_of_the_real_operators_pass(tmp_path, shared_dir, level, op, largest):
     od = real_workdir(tmp_path, shared_dir, level, op)
     ff = fcon.load_flops(od.flops_py)
-    ids = fcon.select_cases(od, ff, None, largest)
-    rows = [fcon.check_case(ff, od, i) for i in ids]
+    ids = fchk.select_cases(od, ff, None, largest)
+    rows = [fchk.check_case(ff, od, i) for i in ids]
     assert [r["status"] for r in rows] == ["pass"] * len(rows), [(r["case"], r["diagnosis"]) for r in rows]
     assert not ff.review_lines()
-    assert all(c["status"] == "pass" for c in fcon.file_checks(ff, rows))
+    assert all(c["status"] == "pass" for c in fchk.file_checks(ff, rows))
 
 
 def test_every_gated_real_ffn_case_stays_rejected_by_flops_py(shared_dir, tmp_path):
@@ -123,9 +125,9 @@ def test_the_checked_flops_files_of_the_zoo_operators_pass(tmp_path, op):
                      str(src / "impl.py"), str(dst), flops=os.path.join(BENCH, "zoo", op + "_flops.py"))
     od = OpDir(dst)
     ff = fcon.load_flops(od.flops_py)
-    ids = sorted(set(fcon.select_cases(od, ff, None, 1)) | {0, 1})  # the largest and the first two
-    rows = [fcon.check_case(ff, od, i) for i in ids]
+    ids = sorted(set(fchk.select_cases(od, ff, None, 1)) | {0, 1})  # the largest and the first two
+    rows = [fchk.check_case(ff, od, i) for i in ids]
     assert [r["status"] for r in rows] == ["pass"] * len(rows), [(r["case"], r["diagnosis"]) for r in rows]
     assert not ff.review_lines() and ff.kernel_parts
-    assert all(c["status"] == "pass" for c in fcon.file_checks(ff, rows))
+    assert all(c["status"] == "pass" for c in fchk.file_checks(ff, rows))
     json.dumps(rows)  # the rows are what flops_check.json stores

@@ -11,11 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mfulib import flop_dispatch, flop_formulas, npu_standins
 from mfulib import flopcount as fc
 from mfulib.opdir import OpDir
 
 # the torch_npu stand-ins and the npu:: test double apply only where no real torch_npu is importable
-needs_no_torch_npu = pytest.mark.skipif(fc._real_torch_npu() is not None,
+needs_no_torch_npu = pytest.mark.skipif(npu_standins.real_torch_npu() is not None,
                                         reason="a real torch_npu is installed: its ops run instead of the stand-ins")
 
 
@@ -57,10 +58,10 @@ def get_init_inputs():
 # ------------------------------------------------------------------------------------------------ registry, basics
 
 def test_the_formula_registry_refuses_a_second_formula_for_the_same_op():
-    reg = fc.FormulaRegistry()
-    reg.register("aten::mv", "test")(lambda *a: fc.Count(1))
+    reg = flop_formulas.FormulaRegistry()
+    reg.register("aten::mv", "test")(lambda *a: flop_formulas.Count(1))
     with pytest.raises(ValueError, match="duplicate"):
-        reg.register("aten::mv", "test")(lambda *a: fc.Count(2))
+        reg.register("aten::mv", "test")(lambda *a: flop_formulas.Count(2))
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
@@ -193,13 +194,13 @@ def test_vector_only_work_is_listed_as_vector_ops_not_as_unseen():
 @pytest.mark.parametrize("name", ["aten::linalg_solve", "aten::_int_mm", "aten::mkldnn_convolution",
                                   "mylib::fused_attention"])
 def test_matrix_like_or_foreign_ops_without_a_formula_are_classified_unseen(name):
-    assert fc.classify_uncounted(name) == "unseen"
+    assert flop_dispatch.classify_uncounted(name) == "unseen"
 
 
 @pytest.mark.parametrize("name", ["aten::add", "aten::_softmax", "aten::native_layer_norm", "aten::convert_element_type",
                                   "prims::convert_element_type", "aten::addcmul"])
 def test_pointwise_and_reduction_ops_are_classified_vector(name):
-    assert fc.classify_uncounted(name) == "vector"
+    assert flop_dispatch.classify_uncounted(name) == "vector"
 
 
 # ------------------------------------------------------------------------------------------------ torch_npu ops

@@ -39,3 +39,84 @@ def test_make_prepare_layout_b_and_a_bad_backend(tmp_path):
     assert json.loads((tmp_path / "sm" / "prepare.json").read_text())["layout"] == "B"
     bad = make("OP=2_Softmax", "BACKEND=tpu", "prepare")
     assert bad.returncode != 0 and "BACKEND=tpu is not one of" in bad.stderr
+
+
+# ------------------------------------------------------------------------ make setup, against a recording fake PY
+
+FAKE_PY = r'''#!/bin/bash
+# test double of python for `make setup`: records every call; "installs" by creating marker files
+echo "$*" >> "$STATE/calls"
+case "$*" in
+  "-c import triton; print(triton.__version__)") [ -f "$STATE/triton" ] && { echo 3.9.0; exit 0; }; exit 1;;
+  "-c import torch") [ -f "$STATE/torch" ] && exit 0; exit 1;;
+  "-c import torch; print(torch.__version__)") echo 2.13.0; exit 0;;
+  "-m pip install torch>=2.1") touch "$STATE/torch" "$STATE/triton"; exit 0;;  # the CUDA wheel brings triton
+  "-m pip install torch==2.13.0+cpu") touch "$STATE/torch"; exit 0;;
+  "-m pip install triton>=3.2") touch "$STATE/triton"; exit 0;;
+  "-m pip install -r "*) exit 0;;
+esac
+echo "fake python: unexpected call: $*" >&2; exit 3
+'''
+
+
+def setup_with_fake_python(tmp_path, have=(), gpu=False):
+    state = tmp_path / "state"
+    state.mkdir()
+    for name in have:
+        (state / name).touch()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    py = bindir / "fakepy"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    if gpu:
+        (bindir / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+        (bindir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "STATE": str(state)}
+    r = subprocess.run([shutil.which("make"), "-C", ROOT, "setup", f"PY={py}"], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout, (state / "calls").read_text().splitlines()
+
+
+def test_setup_on_a_cpu_only_host_without_torch_installs_the_cpu_build_never_the_cuda_one(tmp_path):
+    out, calls = setup_with_fake_python(tmp_path)
+    installs = [c for c in calls if c.startswith("-m pip install")]
+    assert installs[0] == "-m pip install torch==2.13.0+cpu" and "no GPU" in out
+    assert not any("torch>=" in c for c in calls)
+    assert installs[1].startswith("-m pip install -r ") and installs[1].endswith("requirements.txt")
+    assert installs[2] == "-m pip install triton>=3.2"  # the CPU wheel brings no triton
+
+
+def test_setup_keeps_an_installed_torch_and_triton(tmp_path):
+    out, calls = setup_with_fake_python(tmp_path, have=("torch", "triton"))
+    assert [c for c in calls if c.startswith("-m pip install")] == [c for c in calls if " -r " in c]
+    assert "torch 2.13.0 already installed: kept" in out and "triton 3.9.0 already installed: kept" in out
+
+
+def test_setup_with_a_gpu_says_triton_came_with_torch_instead_of_kept(tmp_path):
+    out, calls = setup_with_fake_python(tmp_path, gpu=True)
+    assert "-m pip install torch>=2.1" in calls and "-m pip install triton>=3.2" not in calls
+    assert "triton 3.9.0: installed as a dependency of torch" in out and "already installed: kept" not in out
+
+
+def test_requirements_list_exactly_the_third_party_packages_the_code_imports():
+    import ast
+    import sys
+    names = {"numpy", "tqdm", "tabulate", "matplotlib", "pytest"}  # pip names = import names here
+    with open(os.path.join(ROOT, "requirements.txt")) as f:
+        listed = {line.split(">")[0].split("=")[0].strip() for line in f if line.strip() and not line.startswith("#")}
+    imported = set()
+    for top in ("scripts", "tests", "bench"):
+        for dirpath, _d, files in os.walk(os.path.join(ROOT, top)):
+            for fn in files:
+                if fn.endswith(".py"):
+                    with open(os.path.join(dirpath, fn), encoding="utf-8") as f:
+                        tree = ast.parse(f.read())
+                    for n in ast.walk(tree):
+                        if isinstance(n, ast.Import):
+                            imported |= {a.name.split(".")[0] for a in n.names}
+                        elif isinstance(n, ast.ImportFrom) and not n.level and n.module:
+                            imported.add(n.module.split(".")[0])
+    third_party = {m for m in imported if m not in sys.stdlib_module_names} & (names | {"pandas", "rich"})
+    assert listed == names == third_party

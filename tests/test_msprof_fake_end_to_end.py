@@ -16,7 +16,8 @@ import tinyops  # noqa: E402
 
 from mfulib import kernels, msprof  # noqa: E402
 from mfulib.backends.collect import Options, collect  # noqa: E402
-from mfulib.backends.npu import NpuBackend, cann_version, check_cann  # noqa: E402
+from mfulib.backends.npu import NpuBackend, check_cann  # noqa: E402
+from mfulib.device import cann_version  # noqa: E402
 from mfulib.errors import UserError  # noqa: E402
 
 INI = "[version]\nSoC_version=Ascend910B2\n[SoCInfo]\nai_core_cnt=24\ncube_core_cnt=24\n[AICoreSpec]\ncube_freq=1800\n"

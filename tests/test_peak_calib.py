@@ -8,7 +8,8 @@ import textwrap
 
 import pytest
 
-from mfulib import calib
+from mfulib import calib, definitions, device, gemm_search, gemm_timing
+from mfulib.schemas import peak_json
 from mfulib.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +34,7 @@ def cpu_peak(tmp_path_factory):
 
 def test_cpu_calibration_is_labelled_as_cpu_numbers_with_provenance_and_method(cpu_peak):
     _d, res, peak = cpu_peak
-    assert peak["tool"] == "peak_calib" and peak["schema"] == calib.SCHEMA and peak["command_line"]
+    assert peak["tool"] == "peak_calib" and peak["schema"] == peak_json.SCHEMA and peak["command_line"]
     assert peak["backend"] == "cpu" and peak["accelerator"] is False
     assert "not an accelerator" in peak["label"] and "not an accelerator" in peak["device"]["note"]
     assert peak["nominal"]["tflops"] == {}  # no nominal peak on a CPU: absent, never 0
@@ -68,15 +69,15 @@ def test_a_stale_or_mismatched_cache_is_not_reused(cpu_peak, tmp_path):
     path = tmp_path / "c.json"
     old = dict(cached, created_at=(dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=30)).isoformat())
     path.write_text(json.dumps(old))
-    got, why = calib.load_cached(str(path), ident, ["float32"], True, max_age_days=14)
+    got, why = peak_json.load_cached(str(path), ident, ["float32"], True, max_age_days=14)
     assert got is None and "30.0 days old" in why
     other = dict(cached, software=dict(cached["software"], torch="0.0.1"))
     path.write_text(json.dumps(other))
-    assert calib.load_cached(str(path), ident, ["float32"], True, 14)[0] is None
-    assert calib.load_cached(str(path.with_name("absent.json")), ident, ["float32"], True, 14)[1] == \
+    assert peak_json.load_cached(str(path), ident, ["float32"], True, 14)[0] is None
+    assert peak_json.load_cached(str(path.with_name("absent.json")), ident, ["float32"], True, 14)[1] == \
         "no cached calibration"
     path.write_text(json.dumps(cached))
-    got, why = calib.load_cached(str(path), ident, ["float32", "int8"], True, 14)
+    got, why = peak_json.load_cached(str(path), ident, ["float32", "int8"], True, 14)
     assert got is None and "int8" in why
 
 
@@ -89,17 +90,17 @@ def test_the_hill_climb_reaches_the_top_of_a_synthetic_throughput_surface():
         tf = 100.0 - dist / 256
         return {"m": m, "n": n, "k": k, "tflops": tf, "median_ns": 2 * m * n * k / tf / 1e3, "iters": 5}
 
-    sweep = calib.Sweep(None, "bfloat16", 10.0, max_operand_bytes=1 << 40, max_flop=1e15, timer=timer)
-    calib.hill_climb(sweep, calib.ACCEL_SEEDS, calib.ACCEL_STEPS, lo=256, hi=32768)
+    sweep = gemm_search.Sweep(None, "bfloat16", 10.0, max_operand_bytes=1 << 40, max_flop=1e15, timer=timer)
+    gemm_search.hill_climb(sweep, calib.ACCEL_SEEDS, calib.ACCEL_STEPS, lo=256, hi=32768)
     best = sweep.best()[0]
     assert (best["m"], best["n"], best["k"]) == top and best["tflops"] == 100.0
     assert len(sweep.results) < 150  # a walk, not a grid
-    assert calib.confirm_best(sweep, top=3)["tflops"] == 100.0
+    assert gemm_search.confirm_best(sweep, top=3)["tflops"] == 100.0
 
 
 def test_shapes_too_large_for_memory_are_not_run():
     calls = []
-    sweep = calib.Sweep(None, "float32", 10.0, max_operand_bytes=3 * 1024 * 1024 * 4, max_flop=1e15,
+    sweep = gemm_search.Sweep(None, "float32", 10.0, max_operand_bytes=3 * 1024 * 1024 * 4, max_flop=1e15,
                         timer=lambda m, n, k, **kw: calls.append((m, n, k)) or {"m": m, "n": n, "k": k, "tflops": 1.0,
                                                                                  "median_ns": 1.0})
     assert sweep.measure((1024, 1024, 1024)) is not None  # A, B, C: 3 x 4 MiB fits exactly
@@ -114,15 +115,15 @@ def test_dtype_list_parses_aliases_and_rejects_unknown_names():
 
 def test_fp32_run_with_tf32_reads_the_tf32_peak():
     peak = {"peak_tflops": {"float32": 50.0, "tf32": 300.0}}
-    assert calib.measured_peak_tflops(peak, "fp32", tf32=True) == (300.0, "tf32")
-    assert calib.measured_peak_tflops(peak, "float32") == (50.0, "float32")
-    assert calib.measured_peak_tflops(peak, "bf16") == (None, "bfloat16")
+    assert definitions.measured_peak_tflops(peak["peak_tflops"], "fp32", tf32=True) == (300.0, "tf32")
+    assert definitions.measured_peak_tflops(peak["peak_tflops"], "float32") == (50.0, "float32")
+    assert definitions.measured_peak_tflops(peak["peak_tflops"], "bf16") == (None, "bfloat16")
 
 
 def test_cpu_timing_returns_one_positive_duration_per_iteration():
-    dev = calib.Device("cpu")
+    dev = gemm_timing.Device("cpu")
     dev.flush_bytes = 1 << 20
-    times = calib.time_iterations(dev, lambda: sum(range(1000)), iters=4)
+    times = gemm_timing.time_iterations(dev, lambda: sum(range(1000)), iters=4)
     assert len(times) == 4 and all(t > 0 for t in times)
 
 
@@ -136,8 +137,8 @@ def test_noise_filter_drops_cann_tiling_warnings_written_to_the_file_descriptors
     prog = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {os.path.join(ROOT, 'scripts')!r})
-        from mfulib import calib
-        with calib.native_noise_filter() as f:
+        from mfulib import noise
+        with noise.native_noise_filter() as f:
             os.write(1, b"[WARNING] TBE: tiling struct MatMulTilingData is conflict with one in file x.h\\n")
             os.write(2, b"result line kept\\n")
             os.write(1, b"[W] Tiling Struct foo IS CONFLICT\\n")
@@ -181,9 +182,9 @@ def test_an_output_that_cannot_be_written_is_refused_before_anything_is_measured
 
 
 def test_a_cache_that_is_valid_json_but_not_an_object_is_ignored_with_a_note(tmp_path):
-    ident = calib.device_identity("cpu")
+    ident = device.device_identity("cpu")
     path = tmp_path / f"peak-{ident['key']}.json"
     for doc in ([1, 2], {"tool": "peak_calib", "peak_tflops": {}, "measured": {"float32": 5}}):
         path.write_text(json.dumps(doc))
-        got, why = calib.load_cached(str(path), ident, ["float32"], False, 14)
+        got, why = peak_json.load_cached(str(path), ident, ["float32"], False, 14)
         assert got is None and why.startswith("cache ignored:") and str(path) in why

@@ -15,29 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .definitions import DTYPE_ITEMSIZE, FLOAT_DTYPES, canonical_dtype
 from .errors import UserError
-
-# dtype spellings seen in case files -> canonical torch dtype name (conventions note §4: older files use fp16/...)
-_DTYPE_CANON = {
-    "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float32": "float32", "fp32": "float32", "float": "float32", "f32": "float32",
-    "float64": "float64", "fp64": "float64", "double": "float64",
-    "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int": "int32",
-    "int64": "int64", "long": "int64", "bool": "bool",
-    "complex64": "complex64",
-}
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2,
-             "int32": 4, "int64": 8, "bool": 1, "complex64": 8}
-FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-
-
-def canonical_dtype(name: str) -> str:
-    """Canonical dtype name (``"fp16"`` -> ``"float16"``); raises UserError for an unknown spelling."""
-    key = str(name).strip().lower().replace("torch.", "")
-    if key not in _DTYPE_CANON:
-        raise UserError(f"unknown dtype {name!r}; known spellings: {', '.join(sorted(_DTYPE_CANON))}")
-    return _DTYPE_CANON[key]
 
 
 def parse_dtype(name: str):
@@ -241,7 +220,7 @@ def describe_case(case: dict, case_id: int = 0) -> CaseInfo:
         dtype = canonical_dtype(ent.get("dtype", "float32"))
         if kind == "tensor_list":
             shapes = [list(s) for s in ent["shapes"]]
-            nbytes = sum(int(math.prod(s)) for s in shapes) * _ITEMSIZE[dtype]
+            nbytes = sum(int(math.prod(s)) for s in shapes) * DTYPE_ITEMSIZE[dtype]
             info.tensors.append(TensorInfo(name, shapes[0] if shapes else [], dtype, nbytes,
                                            ent.get("required", True), i, shapes))
             continue
@@ -249,7 +228,7 @@ def describe_case(case: dict, case_id: int = 0) -> CaseInfo:
         if shape is None:  # optional tensor absent
             info.attrs[name] = None
             continue
-        nbytes = int(math.prod(shape)) * _ITEMSIZE[dtype]
+        nbytes = int(math.prod(shape)) * DTYPE_ITEMSIZE[dtype]
         info.tensors.append(TensorInfo(name, list(shape), dtype, nbytes, ent.get("required", True), i))
     return info
 

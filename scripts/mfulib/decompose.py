@@ -20,113 +20,23 @@ or a peak.json from another device / too low); 100-103% is a warning (DESIGN.md 
 """
 from __future__ import annotations
 
-import fnmatch
-import math
 import os
 
-from . import calib
-from .cases import canonical_dtype
+from .definitions import (HALF_DTYPES, NOISE_MARGIN, above_peak, actual_tflops, canonical_dtype, canonical_mode,
+                          finite_or_none, mbu, measured_peak_tflops, mfu)
+from .device import slug
 from .errors import REJECT_PREFIX, UserError
-from .jsonio import read_json
+from .flops_contract import load_flops
+from .decompose_reading import maxima, reading_aid
+from .kernel_parts import OTHER, check_kernel_parts, match_part
+from .schemas.peak_json import nominal_half_tflops, read_peak_json
+from .schemas.performance_json import load_report
 
-SCHEMA = 1
-TOOL = "mfu_decompose"
-NOISE_MARGIN = 0.03  # DESIGN.md: beyond 3% above the measured peak is an error, 100-103% a warning
-OTHER = "other"
-DRAG_MIN_TIME_SHARE = 0.20  # a part "drags" when it holds >= 20% of the time ...
-DRAG_RATIO = 2.0  # ... and at least twice its FLOPs share
 PMU_BOUND_THRESHOLD = 0.80  # msprof op / msprof-analyze advisor: a pipe above 80% busy bounds the kernel
-HALF_DTYPES = ("float16", "bfloat16")
 
 
 # --------------------------------------------------------------------------------------------------------------
 # inputs
-
-
-def load_report(path: str) -> dict:
-    """Read a performance.json; raises UserError (file + fix) when missing, not a collector result, or when a
-    field the decomposition reads has the wrong type (see :func:`check_report_structure`)."""
-    if not os.path.exists(path):
-        raise UserError(f"{path}: not found - run the collector first: python3 scripts/ops_profiling/"
-                        "msprof_perf_summary.py --quick --mfu --impl asc --output-dir . --keep-prof .")
-    try:
-        rep = read_json(path)
-    except ValueError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc}) - re-run the collector") from None
-    if not isinstance(rep, dict) or not isinstance(rep.get("per_case"), list):
-        raise UserError(f"{path}: no \"per_case\" list - this is not a performance.json written by "
-                        "msprof_perf_summary.py")
-    check_report_structure(rep, path)
-    return rep
-
-
-def _is_num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _short(v, n: int = 50) -> str:
-    r = repr(v)
-    return r if len(r) <= n else r[:n - 3] + "..."
-
-
-def wrong_type(path: str, field: str, value, want: str, fix: str) -> UserError:
-    """The UserError for a JSON field of the wrong type: ``<file>: <field> is <type> <value>, not <want> - <fix>``."""
-    return UserError(f"{path}: {field} is {type(value).__name__} {_short(value)}, not {want} - {fix}")
-
-
-REPORT_NUMBERS = ("kernel_time_ns", "span_ns", "flops", "input_bytes", "output_bytes")
-
-
-def check_report_structure(rep: dict, path: str) -> None:
-    """Check the types of the performance.json fields this module reads; UserError naming the file and field.
-
-    ``peak``: an object whose ``value_tflops`` / ``nominal_tflops`` (a number or {dtype: number}) are > 0 where
-    given; each ``per_case`` entry an object with an integer ``case``, numbers (or null) in
-    :data:`REPORT_NUMBERS`, ``kernels`` a list of objects, ``flops_parts`` {part: number}, ``pmu``
-    {kernel: {counter: value}}, ``flags`` a list.
-    """
-    fix = "re-run the collector (msprof_perf_summary.py) or fix the file"
-    pblock = rep.get("peak")
-    if pblock is not None:
-        if not isinstance(pblock, dict):
-            raise wrong_type(path, "peak", pblock, "an object {nominal_tflops, value_tflops, source}", fix)
-        ntf = pblock.get("nominal_tflops")
-        vals = {"peak.value_tflops": pblock.get("value_tflops")}
-        if isinstance(ntf, dict):
-            vals.update({f"peak.nominal_tflops.{k}": v for k, v in ntf.items()})
-        else:
-            vals["peak.nominal_tflops"] = ntf
-        for field, v in vals.items():
-            if v is not None and (not _is_num(v) or not v > 0):
-                raise wrong_type(path, field, v, "a peak in TFLOP/s > 0 (or null)", fix)
-    for i, c in enumerate(rep["per_case"]):
-        if not isinstance(c, dict):
-            raise wrong_type(path, f"per_case[{i}]", c, "an object {case, kernels, kernel_time_ns, ...}", fix)
-        cid = c.get("case")
-        if not isinstance(cid, int) or isinstance(cid, bool):
-            raise wrong_type(path, f"per_case[{i}].case", cid, "an integer case id", fix)
-        where = f"per_case[{i}] (case {cid})"
-        for key in REPORT_NUMBERS:
-            if c.get(key) is not None and not _is_num(c[key]):
-                raise wrong_type(path, f"{where}.{key}", c[key], "a number (or null)", fix)
-        kernels = c.get("kernels")
-        if kernels is not None and not isinstance(kernels, list):
-            raise wrong_type(path, f"{where}.kernels", kernels, "a list of kernel objects", fix)
-        for j, k in enumerate(kernels or []):
-            if not isinstance(k, dict):
-                raise wrong_type(path, f"{where}.kernels[{j}]", k, "an object {name, time_per_iter_ns, ...}", fix)
-        fparts = c.get("flops_parts")
-        if fparts is not None:
-            if not isinstance(fparts, dict):
-                raise wrong_type(path, f"{where}.flops_parts", fparts, "an object {part: FLOPs}", fix)
-            for part, v in fparts.items():
-                if v is not None and not _is_num(v):
-                    raise wrong_type(path, f"{where}.flops_parts.{part}", v, "a number of FLOPs", fix)
-        pmu = c.get("pmu")
-        if pmu is not None and not (isinstance(pmu, dict) and all(isinstance(r, dict) for r in pmu.values())):
-            raise wrong_type(path, f"{where}.pmu", pmu, "an object {kernel: {counter: value}}", fix)
-        if c.get("flags") is not None and not isinstance(c["flags"], list):
-            raise wrong_type(path, f"{where}.flags", c["flags"], "a list of strings", fix)
 
 
 def load_kernel_parts(flops_py: str) -> dict:
@@ -134,20 +44,7 @@ def load_kernel_parts(flops_py: str) -> dict:
 
     Loaded through :func:`mfulib.flops_contract.load_flops`, which raises UserError for a broken file.
     """
-    from .flops_contract import load_flops
     return load_flops(flops_py).kernel_parts or {}
-
-
-def check_kernel_parts(parts, where: str) -> dict:
-    if not isinstance(parts, dict) or not all(
-            isinstance(k, str) and isinstance(v, (list, tuple)) and all(isinstance(p, str) for p in v)
-            for k, v in parts.items()):
-        raise UserError(f"{where}: KERNEL_PARTS must be a dict {{part: [fnmatch patterns]}}, "
-                        f"e.g. {{\"attn\": [\"*flash*\"], \"proj\": [\"*matmul*\"]}}")
-    if OTHER in parts:
-        raise UserError(f"{where}: KERNEL_PARTS must not define a part named {OTHER!r} (reserved for unmatched "
-                        "kernels) - rename it")
-    return {k: list(v) for k, v in parts.items()}
 
 
 def find_kernel_parts(report: dict, report_path: str, op_dir: str | None) -> tuple:
@@ -169,33 +66,17 @@ def find_kernel_parts(report: dict, report_path: str, op_dir: str | None) -> tup
     return {}, "no KERNEL_PARTS (flops.py defines none): every kernel is reported under 'other'"
 
 
-def match_part(kernel_name: str, parts: dict) -> str:
-    """The first part (in KERNEL_PARTS order) with a pattern matching ``kernel_name``; ``other`` if none.
-
-    Patterns are fnmatch patterns matched case-sensitively against the whole kernel name.
-    """
-    for part, patterns in parts.items():
-        for pat in patterns:
-            if fnmatch.fnmatchcase(kernel_name, pat):
-                return part
-    return OTHER
-
-
 # --------------------------------------------------------------------------------------------------------------
 # one case
 
 
-def _num(x):
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
 def kernel_time_per_iter_ns(k: dict):
     """A kernel row's time per iteration (ns): ``time_per_iter_ns``, else launches x median (or mean)."""
-    t = _num(k.get("time_per_iter_ns"))
+    t = finite_or_none(k.get("time_per_iter_ns"))
     if t is not None:
         return t
-    per = _num(k.get("median_ns")) or _num(k.get("mean_ns"))
-    n = _num(k.get("launches_per_iter")) or 1.0
+    per = finite_or_none(k.get("median_ns")) or finite_or_none(k.get("mean_ns"))
+    n = finite_or_none(k.get("launches_per_iter")) or 1.0
     return per * n if per is not None else None
 
 
@@ -205,9 +86,10 @@ def _flag(flags, level, message):
 
 def check_utilisation(value, what: str, flags: list, error_hint: str) -> None:
     """Flag ``value`` (a fraction) above 1: warning up to 1 + NOISE_MARGIN, error beyond."""
-    if value is None or value <= 1.0:
+    level = above_peak(value)
+    if level is None:
         return
-    if value <= 1.0 + NOISE_MARGIN:
+    if level == "warning":
         _flag(flags, "warning", f"{what} {value:.1%} is above the peak but within the {NOISE_MARGIN:.0%} noise "
                                 "margin")
     else:
@@ -234,7 +116,7 @@ def classify_pmu(ratios: dict) -> dict:
             ("vector-bound", ("vec",)), ("scalar-bound", ("scalar",)))
     best = None
     for name, v in (ratios or {}).items():
-        v, low = _num(v), name.lower()
+        v, low = finite_or_none(v), name.lower()
         percent = "pct" in low or "%" in low
         if v is None or not (percent or "ratio" in low) or "cflt" in low:
             continue
@@ -277,8 +159,8 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str) -> dict:
     except UserError:
         dtype = str(dtype_raw)
     tf32 = bool(case.get("tf32"))
-    t_ns = _num(case.get("kernel_time_ns"))
-    flops = _num(case.get("flops"))
+    t_ns = finite_or_none(case.get("kernel_time_ns"))
+    flops = finite_or_none(case.get("flops"))
     if t_ns is None or t_ns <= 0:
         row.update(status="error", reason="no kernel_time_ns: the collector recorded no kernels for this case - "
                                           "check its flags in performance.json and re-run the collector")
@@ -287,18 +169,17 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str) -> dict:
         row.update(status="no_flops", reason="no flops for this case - run the collector with --mfu and a flops.py "
                                              "in the work dir (check_flops.py checks it)")
         return row
-    key = calib.peak_key(dtype, tf32) if dtype in ("float16", "bfloat16", "float32", "float64", "int8") else dtype
-    peak_ach = (peaks.get("peak_tflops") or {}).get(key)
+    peak_ach, key = measured_peak_tflops(peaks.get("peak_tflops"), dtype, tf32) if dtype else (None, None)
     nom = peaks.get("nominal_tflops")
     bw = peaks.get("bandwidth_gbps")
-    tflops = flops / t_ns / 1e3
-    nbytes = sum(v for v in (_num(case.get("input_bytes")), _num(case.get("output_bytes"))) if v is not None)
+    tflops = actual_tflops(flops, t_ns)
+    nbytes = sum(v for v in (finite_or_none(case.get("input_bytes")), finite_or_none(case.get("output_bytes"))) if v is not None)
     row.update(dtype=dtype, tf32=tf32, peak_key=key, kernel_time_ns=t_ns, kernel_time_us=t_ns / 1e3,
-               span_ns=_num(case.get("span_ns")), flops=flops, flops_source=case.get("flops_source"),
+               span_ns=finite_or_none(case.get("span_ns")), flops=flops, flops_source=case.get("flops_source"),
                actual_tflops=tflops, nominal_peak_tflops=nom, measured_peak_tflops=peak_ach,
-               mfu_nom=tflops / nom if nom else None, mfu_ach=tflops / peak_ach if peak_ach else None,
+               mfu_nom=mfu(tflops, nom), mfu_ach=mfu(tflops, peak_ach),
                bytes=nbytes or None, bandwidth_gbps=bw,
-               mbu=(nbytes / t_ns / bw) if (nbytes and bw) else None,
+               mbu=mbu(nbytes, t_ns, bw),
                repeat_spread=case.get("repeat_spread"))
     if row["span_ns"] is not None:
         row["launch_overhead_ns"] = max(row["span_ns"] - t_ns, 0.0)
@@ -344,9 +225,9 @@ def _parts(case, parts, flops, peak_ach, nom, flags, where):
         a.update(time_us=a["time_ns"] / 1e3, time_share=a["time_ns"] / total_t if total_t else None,
                  flops=pf, flops_share=(pf / flops if (pf is not None and flops) else None))
         if pf is not None and a["time_ns"] > 0 and p != OTHER:
-            a["tflops"] = pf / a["time_ns"] / 1e3
-            a["mfu_ach"] = a["tflops"] / peak_ach if peak_ach else None
-            a["mfu_nom"] = a["tflops"] / nom if nom else None
+            a["tflops"] = actual_tflops(pf, a["time_ns"])
+            a["mfu_ach"] = mfu(a["tflops"], peak_ach)
+            a["mfu_nom"] = mfu(a["tflops"], nom)
             check_utilisation(a["mfu_ach"], f"part {p!r} MFU@ach", flags,
                               "flops_parts gives this part FLOPs that other kernels do, or KERNEL_PARTS matches "
                               "too few kernels (check the patterns against the kernel names)")
@@ -390,24 +271,21 @@ def peaks_for(report: dict, peak: dict) -> dict:
     nom, src = None, None
     pblock = report.get("peak") or {}
     ntf = pblock.get("nominal_tflops")
-    if _num(pblock.get("value_tflops")):  # the figure the collector used for its mfu_nom
+    if finite_or_none(pblock.get("value_tflops")):  # the figure the collector used for its mfu_nom
         nom = float(pblock["value_tflops"])
         src = f"performance.json peak ({pblock.get('source', 'collector')})"
     elif isinstance(ntf, dict):
-        for d in HALF_DTYPES + ("fp16", "bf16"):
-            if _num(ntf.get(d)):
+        half = [k for k in ntf if canonical_mode(k) in HALF_DTYPES]  # float16, bfloat16, then alias spellings
+        for d in sorted(half, key=lambda k: (k not in HALF_DTYPES, HALF_DTYPES.index(canonical_mode(k)))):
+            if finite_or_none(ntf.get(d)):
                 nom, src = float(ntf[d]), f"performance.json peak ({pblock.get('source', 'collector')})"
                 break
-    elif _num(ntf):
+    elif finite_or_none(ntf):
         nom, src = float(ntf), f"performance.json peak ({pblock.get('source', 'collector')})"
     if nom is None:
-        pn = (peak.get("nominal") or {}).get("tflops") or {}
-        for d in HALF_DTYPES:
-            if _num(pn.get(d)):
-                nom, src = float(pn[d]), f"peak.json nominal ({(peak.get('nominal') or {}).get('source')})"
-                break
+        nom, src = nominal_half_tflops(peak)
     return {"nominal_tflops": nom, "nominal_source": src or "none: MFU@nom not computed",
-            "peak_tflops": dict(peak.get("peak_tflops") or {}), "bandwidth_gbps": _num(peak.get("bandwidth_gbps"))}
+            "peak_tflops": dict(peak.get("peak_tflops") or {}), "bandwidth_gbps": finite_or_none(peak.get("bandwidth_gbps"))}
 
 
 def check_same_device(report: dict, peak: dict, where: str, peak_path: str) -> list:
@@ -422,7 +300,7 @@ def check_same_device(report: dict, peak: dict, where: str, peak_path: str) -> l
     rname = rdev.get("name") if isinstance(rdev, dict) else str(rdev)
     pdev = peak.get("device") or {}
     pname = pdev.get("name") if isinstance(pdev, dict) else str(pdev)
-    if rname and pname and calib.slug(rname) != calib.slug(pname):
+    if rname and pname and slug(rname) != slug(pname):
         notes.append(f"device names differ: {where} ran on {rname!r}, {peak_path} measured {pname!r}")
     return notes
 
@@ -475,116 +353,6 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
             "notes": notes, "rows": rows}
 
 
-def maxima(rows: list) -> dict:
-    """The best measured case by MFU@ach and by MFU@nom (the spec's "maximum")."""
-    ok = [r for r in rows if r.get("status") == "ok"]
-    out = {}
-    for key in ("mfu_ach", "mfu_nom", "actual_tflops"):
-        cand = [r for r in ok if r.get(key) is not None]
-        if cand:
-            b = max(cand, key=lambda r: r[key])
-            out[key] = {"value": b[key], "report": b.get("report"), "case": b["case"], "dtype": b.get("dtype")}
-    return out
-
-
-def reading_aid(rows: list, peak_tflops: dict) -> list:
-    """The three reading steps of the skill spec ("输出怎么读"), made concrete for these rows. Returns lines."""
-    ok = [r for r in rows if r.get("status") == "ok"]
-    lines = []
-    # 1. dtypes: only MFU@ach compares across dtypes
-    dtypes = sorted({r["dtype"] for r in ok if r.get("dtype")})
-    non_half = [r for r in ok if r.get("dtype") not in HALF_DTYPES and r.get("mfu_nom") is not None
-                and r.get("mfu_ach") is not None]
-    if len(dtypes) > 1 or non_half:
-        ex = "; ".join(f"case {r['case']} {r['dtype']}{' (tf32)' if r.get('tf32') else ''}: MFU@nom "
-                       f"{r['mfu_nom']:.1%} vs MFU@ach {r['mfu_ach']:.1%}" for r in non_half[:3])
-        lines.append("1. dtype: compare cases of different dtypes only on MFU@ach (MFU@nom divides every dtype by "
-                     "the fp16/bf16 nominal peak)" + (f" - {ex}" if ex else "") + ".")
-    else:
-        lines.append(f"1. dtype: all cases are {dtypes[0] if dtypes else '?'}; MFU@nom and MFU@ach rank them "
-                     "alike.")
-    # 2. the part that drags
-    drags = []
-    for r in ok:
-        for p in r.get("parts") or []:
-            ts, fs = p.get("time_share"), p.get("flops_share")
-            if ts is None or ts < DRAG_MIN_TIME_SHARE:
-                continue
-            if p["part"] == OTHER:
-                drags.append(f"case {r['case']}{_rep(r, rows)}: unmatched kernels ('other') take {ts:.0%} of the "
-                             "time and do no counted FLOPs")
-                continue
-            if fs is None:
-                continue
-            if fs == 0 or ts >= DRAG_RATIO * fs:
-                mfu = f", MFU@ach {p['mfu_ach']:.1%}" if p.get("mfu_ach") is not None else ""
-                drags.append(f"case {r['case']}{_rep(r, rows)}: {p['part']} takes {ts:.0%} of the time for "
-                             f"{fs:.1%} of the FLOPs{mfu}")
-    if drags:
-        lines.append("2. the part that drags (time share far above FLOPs share): " + "; ".join(drags[:6]) +
-                     " - optimise it first.")
-    elif any(r.get("parts") and any(p.get("flops_share") is not None for p in r["parts"]) for r in ok):
-        lines.append("2. no part takes >= 2x its FLOPs share of the time: time follows the work.")
-    else:
-        lines.append("2. no per-part FLOPs (flops_parts/KERNEL_PARTS absent): add them to flops.py to see which "
-                     "part drags.")
-    # 3. fp32 vs fp16/bf16 throughput of the same part: is the cube/tensor unit waiting?
-    if any(r.get("backend") == "cpu" for r in rows):
-        lines.append("3. skipped: CPU-interpreter kernel times against torch CPU GEMM peaks say nothing about a "
-                     "cube/tensor unit; run on the NPU or GPU for this step.")
-    else:
-        lines.extend(_dtype_throughput_lines(ok, peak_tflops, multi=len({r.get("report") for r in rows}) > 1))
-    # 4. PMU bound labels, where the collector recorded pipe counters
-    pmu = [f"case {r['case']}{_rep(r, rows)} {k}: {b['bound']} ({b['why']})" for r in ok
-           for k, b in (r.get("pmu_bounds") or {}).items() if b.get("bound")]
-    if pmu:
-        lines.append("4. PMU bound per kernel (pipe >= 80% busy bounds it; below, latency-bound): " +
-                     "; ".join(pmu[:8]) + ("; ..." if len(pmu) > 8 else "") + ".")
-    return lines
-
-
-def _rep(r, rows):
-    return f" [{r['report']}]" if len({x.get("report") for x in rows}) > 1 else ""
-
-
-def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
-    out = []
-    by = {}
-    for r in ok:
-        for p in r.get("parts") or []:
-            if p.get("tflops"):
-                by.setdefault((r.get("report"), p["part"]), []).append((r, p))
-    for (rep, part), items in sorted(by.items(), key=lambda kv: str(kv[0])):
-        f32 = [(r, p) for r, p in items if r["dtype"] == "float32"]
-        f16 = [(r, p) for r, p in items if r["dtype"] in HALF_DTYPES]
-        if not f32 or not f16:
-            continue
-        r32, p32 = max(f32, key=lambda rp: rp[1]["tflops"])
-        r16, p16 = max(f16, key=lambda rp: rp[1]["tflops"])
-        ratio = p32["tflops"] / p16["tflops"]
-        k32, k16 = r32["peak_key"], r16["peak_key"]
-        if peak_tflops.get(k32) and peak_tflops.get(k16):
-            expect, src = peak_tflops[k32] / peak_tflops[k16], f"measured {k32}/{k16} peak ratio"
-        else:
-            expect, src = 0.25, "the ~1/4 fp32:fp16 cube ratio (skill spec)"
-        same = r32.get("shape") == r16.get("shape")
-        if ratio > 2 * expect:
-            verdict = ("fp32 did not drop with the peak: the cube/tensor unit is waiting (memory, vector or scalar "
-                       "work bounds it), so raising cube utilisation will not help")
-        elif ratio < expect / 2:
-            verdict = ("fp32 dropped much further than the peak: the fp32 path of this part is less efficient than "
-                       "its half-precision path (tiling, TF32/HF32 off, or the shapes differ) - look there first")
-        else:
-            verdict = "fp32 dropped about as far as the peak: this part is compute-bound"
-        out.append(f"3. {part}{f' [{rep}]' if multi else ''}: {p32['tflops']:.3g} TFLOP/s in fp32 (case "
-                   f"{r32['case']}) vs {p16['tflops']:.3g} in {r16['dtype']} (case {r16['case']}) = {ratio:.2f}, "
-                   f"expected ~{expect:.2f} ({src}){'' if same else ' [different shapes]'} - {verdict}.")
-    if not out:
-        out.append("3. fp32 vs fp16: no part ran in both fp32 and fp16/bf16 here; measure a case in each dtype to "
-                   "tell whether the cube/tensor unit is waiting.")
-    return out
-
-
 def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, include_current: bool = True) -> dict:
     """The body of mfu_decompose.json: reports (each with rows), maxima, reading aid, errors/warnings.
 
@@ -593,7 +361,7 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
     """
     if cases is not None and not cases:
         raise UserError("--cases selects no case - give case ids, e.g. --cases 46 or 3,7,9 (or leave it out)")
-    peak = calib.read_peak_json(peak_path)
+    peak = read_peak_json(peak_path)
     todo = []
     if include_current:
         if not op_dir:

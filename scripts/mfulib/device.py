@@ -1,11 +1,22 @@
-"""Backend selection (``--backend auto|npu|cuda|cpu``) as DESIGN.md "Device backends" defines it.
+"""The device this process runs on: backend selection, device identity, clocks and the CANN version.
 
-``auto`` picks npu only when torch_npu imports and CANN is set up (``ASCEND_HOME_PATH``), not merely because an
-``msprof`` is on PATH; then cuda when torch sees a GPU; else cpu (Triton interpreter). The reason is recorded.
+Backend selection (``--backend auto|npu|cuda|cpu``) as DESIGN.md "Device backends" defines it: ``auto`` picks npu
+only when torch_npu imports and CANN is set up (``ASCEND_HOME_PATH``), not merely because an ``msprof`` is on PATH;
+then cuda when torch sees a GPU; else cpu (Triton interpreter). The reason is recorded.
+
+Identity (:func:`device_identity`: name, key, core counts, memory, driver/CANN versions) names the per-device peak
+cache and is recorded in peak.json and performance.json; :func:`read_clocks` reads clocks/power from nvidia-smi or
+npu-smi; :func:`cann_version` is the one reader of the CANN toolkit version.
 """
 from __future__ import annotations
 
+import glob
 import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
 
 from .errors import UserError
 
@@ -60,3 +71,133 @@ def prepare_process(backend: str) -> None:
     """Process set-up that must precede any Triton kernel definition: the interpreter on cpu."""
     if backend == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# identity, clocks, CANN version
+
+
+def ascend_home():
+    """The CANN toolkit directory: ``$ASCEND_HOME_PATH``, else ``$ASCEND_TOOLKIT_HOME``, else None."""
+    return os.environ.get("ASCEND_HOME_PATH") or os.environ.get("ASCEND_TOOLKIT_HOME") or None
+
+
+def cann_version(home):
+    """CANN version string read from the toolkit's install info / version files under ``home``, else None."""
+    if not home:
+        return None
+    arch = platform.machine()
+    pats = [os.path.join(home, f"{arch}-linux", "ascend_toolkit_install.info"),
+            os.path.join(home, "*-linux", "ascend_toolkit_install.info"), os.path.join(home, "version.cfg"),
+            os.path.join(home, "compiler", "version.info"), os.path.join(home, "runtime", "version.info"),
+            os.path.join(home, "version.info")]
+    for pat in pats:
+        for path in sorted(glob.glob(pat)):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            m = re.search(r"(?im)^\s*\w*version\s*=\s*\[?(?:[\d.]+:)?([0-9][\w.]*)", text)
+            if m:
+                return m.group(1)
+    return None
+
+
+def slug(text: str) -> str:
+    """``"NVIDIA H200"`` -> ``"nvidia-h200"`` (file-name safe)."""
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "unknown"
+
+
+def device_identity(backend: str, index: int = 0) -> dict:
+    """Identity of device ``index`` of ``backend``: name, key (``<backend>-<slug(name)>``), cores, memory, versions.
+
+    ``key`` names the cache file; two devices of the same model share a calibration.
+    """
+    import torch
+    ident = {"backend": backend, "index": index, "accelerator": backend != "cpu"}
+    if backend == "cuda":
+        p = torch.cuda.get_device_properties(index)
+        ident.update(name=p.name, capability=f"{p.major}.{p.minor}", multiprocessor_count=p.multi_processor_count,
+                     total_memory_bytes=int(p.total_memory),
+                     l2_cache_bytes=getattr(p, "L2_cache_size", None),
+                     uuid=str(getattr(p, "uuid", "")) or None,
+                     cuda_runtime=torch.version.cuda)
+        smi = _nvidia_smi_query(index, "driver_version,clocks.max.sm")
+        ident["driver"] = smi.get("driver_version")
+        if smi.get("clocks.max.sm"):
+            ident["max_sm_clock_mhz"] = float(smi["clocks.max.sm"])
+    elif backend == "npu":
+        name = torch.npu.get_device_name(index)
+        p = torch.npu.get_device_properties(index)
+        ident.update(name=name, soc_name=name, cube_core_num=getattr(p, "cube_core_num", None),
+                     vector_core_num=getattr(p, "vector_core_num", None),
+                     total_memory_bytes=getattr(p, "total_memory", None),
+                     l2_cache_bytes=getattr(p, "L2_cache_size", None),
+                     cann=cann_version(ascend_home()), torch_npu=getattr(sys.modules.get("torch_npu"), "__version__", None))
+    else:
+        ident.update(name=_cpu_model(), threads=torch.get_num_threads(), logical_cpus=os.cpu_count(),
+                     note="CPU numbers (torch CPU GEMM), not an accelerator; never compare them with NPU/GPU numbers")
+    ident["key"] = f"{backend}-{slug(ident['name'])}"
+    return ident
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+_SMI_FIELDS = ("clocks.sm", "clocks.max.sm", "clocks.mem", "power.draw", "power.limit", "temperature.gpu",
+               "clocks_throttle_reasons.active")
+
+
+def _nvidia_smi_query(index: int, fields: str) -> dict:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return {}
+    try:
+        out = subprocess.run([exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", str(index)],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if out.returncode != 0 or not out.stdout.strip():
+        return {}
+    vals = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
+    names = fields.split(",")
+    return {n: v for n, v in zip(names, vals) if v and "not supported" not in v.lower()}
+
+
+def read_clocks(backend: str, index: int = 0) -> dict:
+    """Clocks and power as the vendor tool reports them (strings, units in the keys' documentation):
+    nvidia-smi ``clocks.*`` MHz, ``power.*`` W, ``temperature.gpu`` C; npu-smi ``Key : Value`` lines that mention a
+    frequency or power. Returns {} where no tool answers."""
+    if backend == "cuda":
+        got = _nvidia_smi_query(index, ",".join(_SMI_FIELDS))
+        if not got:  # older drivers reject unknown fields: retry without the throttle reasons
+            got = _nvidia_smi_query(index, ",".join(_SMI_FIELDS[:-1]))
+        return {k.replace(".", "_") + ("_mhz" if k.startswith("clocks.") and "throttle" not in k else
+                                        "_w" if k.startswith("power") else "_c" if k.startswith("temp") else ""): v
+                for k, v in got.items()}
+    if backend == "npu":
+        exe = shutil.which("npu-smi")
+        if not exe:
+            return {}
+        try:
+            out = subprocess.run([exe, "info", "-t", "common", "-i", str(index)], capture_output=True, text=True,
+                                 timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        res = {}
+        for line in out.stdout.splitlines():
+            if ":" in line:
+                k, v = (s.strip() for s in line.split(":", 1))
+                if re.search(r"freq|power|temp", k, re.I):
+                    res[k] = v
+        return res
+    return {}

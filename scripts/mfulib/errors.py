@@ -28,3 +28,9 @@ def rejection_reason(exc: BaseException):
     if msg.lower().startswith(REJECT_PREFIX):
         return msg[len(REJECT_PREFIX):].strip()
     return None
+
+
+def short_repr(v, n: int = 50) -> str:
+    """``repr(v)`` cut to ``n`` characters (``...`` marks the cut), for quoting a bad value in an error message."""
+    r = repr(v)
+    return r if len(r) <= n else r[:n - 3] + "..."

@@ -32,6 +32,7 @@ import string
 from dataclasses import dataclass, field
 
 from . import cases as _cases
+from .definitions import FLOAT_DTYPES
 from .flops_contract import REVIEW_MARK
 
 CLASSES = ("npu_fusion_attention", "paged_attention", "sparse_attention", "window_attention", "gqa_attention",
@@ -136,12 +137,12 @@ class CaseView:
         for pat in patterns:
             rx = re.compile(pat, re.I)
             for t in self.info.tensors:
-                if rx.fullmatch(t.name) and t.name not in exclude and (t.dtype in _cases.FLOAT_DTYPES or not floating):
+                if rx.fullmatch(t.name) and t.name not in exclude and (t.dtype in FLOAT_DTYPES or not floating):
                     return t.name
         return None
 
     def floats(self):
-        return [t.name for t in self.info.tensors if t.dtype in _cases.FLOAT_DTYPES]
+        return [t.name for t in self.info.tensors if t.dtype in FLOAT_DTYPES]
 
     def attr(self, *patterns):
         for pat in patterns:
@@ -532,7 +533,7 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         part_names = ["up", "down"]
         extra_import = ""
     elif cls == "attention_proj":
-        x = next((t.name for t in cv.info.tensors if len(t.shape) == 3 and t.dtype in _cases.FLOAT_DTYPES),
+        x = next((t.name for t in cv.info.tensors if len(t.shape) == 3 and t.dtype in FLOAT_DTYPES),
                  tensors[0] if tensors else "x")
         heads = cv.attr(r"head_num|num_heads|n_heads|^heads$")
         causal = cv.attr(r"causal")
@@ -610,7 +611,7 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         part_names = ["conv"]
         extra_import = "import math\n"
     elif cls in ("norm", "softmax", "elementwise"):
-        x = next((t.name for t in cv.info.tensors if t.dtype in _cases.FLOAT_DTYPES), tensors[0] if tensors else "x")
+        x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
         if cls == "norm":
             rms = f.called("rms_norm", "RMSNorm", "rsqrt") and not f.called("layer_norm", "LayerNorm", "var", "mean_var")
             ops, note = (4, "x^2, sum, scale, weight: RMSNorm convention") if rms else \

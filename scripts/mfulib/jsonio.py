@@ -23,14 +23,14 @@ def _default(obj):
     return str(obj)
 
 
-def _finite(obj):
+def _nan_to_none(obj):
     """Replace NaN/inf by None so the file stays strict JSON (readable by every tool)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: _nan_to_none(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [_nan_to_none(v) for v in obj]
     return obj
 
 
@@ -42,7 +42,7 @@ def write_json_atomic(path, obj, indent=2):
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=d)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(_finite(obj), f, indent=indent, default=_default, allow_nan=False)
+            json.dump(_nan_to_none(obj), f, indent=indent, default=_default, allow_nan=False)
             f.write("\n")
         os.replace(tmp, path)
     except BaseException:

@@ -56,6 +56,18 @@ def clone_tensors(obj):
     return obj
 
 
+def tensors_in(obj) -> list:
+    """Every tensor inside ``obj`` (a tensor or nested lists/tuples/dicts), depth first, in order."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in tensors_in(o)]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in tensors_in(v)]
+    return []
+
+
 def to_device(obj, device):
     """Move every tensor inside nested lists/tuples/dicts to ``device`` (tuple-wrapped groups keep their form)."""
     import torch

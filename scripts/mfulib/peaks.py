@@ -34,11 +34,12 @@ import os
 import platform
 import re
 
+from .definitions import MATH_MODES, canonical_mode
+
 NPU_OPS_PER_CYCLE = {"float16": 16 * 16 * 16 * 2, "int8": 16 * 32 * 16 * 2}  # msprof-analyze chip_peak_flops.py
 # msprof-analyze DTYPE_MAP: FLOAT, FLOAT16, BF16 -> FLOAT16; INT8 -> INT8
 NPU_DTYPE_CLASS = {"float16": "float16", "bfloat16": "float16", "float32": "float16", "tf32": "float16",
                    "int8": "int8"}
-MODES = ("bfloat16", "float16", "float32", "tf32", "int8")
 
 # Platform ini values (CANN 8.1.RC1 data/platform_config/<SoC>.ini, [SoCInfo] cube_core_cnt, [AICoreSpec]
 # cube_freq MHz): reference/ascend_msprof_facts.md §8.1 (source S10). Used only when the ini itself is not readable.
@@ -82,15 +83,6 @@ CUDA_SPEC_TABLE = [
 # SMs x clock fallback: dense fp16 tensor FLOP per clock per SM, derived from the datasheets above:
 # A100 312e12 / (108 SMs * 1410 MHz) = 2048; H100 SXM 989.5e12 / (132 * 1830 MHz) = 4096; L40S 362e12 / (142 * 2520) ~ 1024.
 CUDA_FP16_FLOP_PER_CLK_PER_SM = {"8.0": 2048, "8.9": 1024, "9.0": 4096}
-
-
-def canonical_mode(dtype: str) -> str:
-    """Peak key of a dtype spelling (``fp16`` -> ``float16``, ``hf32`` -> ``tf32``); unknown names are returned as is."""
-    key = str(dtype).strip().lower().replace("torch.", "")
-    aliases = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32",
-               "hf32": "tf32", "dt_bf16": "bfloat16", "float16": "float16", "bfloat16": "bfloat16",
-               "float32": "float32", "tf32": "tf32", "int8": "int8"}
-    return aliases.get(key, key)
 
 
 # ---------------------------------------------------------------------------------------------------------- NPU
@@ -207,7 +199,7 @@ def nominal_for_identity(ident: dict) -> dict:
     left out, and ``source`` joins the distinct sources.
     """
     out, sources = {}, []
-    for mode in MODES:
+    for mode in MATH_MODES:
         v, src = nominal_peak_tflops(ident, mode)
         if v is not None:
             out[mode] = v

@@ -834,10 +834,10 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
     Raises UserError for bad options, unreadable or unrecognised paths, profiles of different backends, a case
     claimed twice, or (inside a work directory) a foreign profile without ``--cases`` / a case id not in the case
     file."""
-    from . import performance as _perf
+    from .schemas import performance_json as _perf
     from .backends.collect import case_flops, load_flops, resolve_peak, tracer_flops
     from .cases import CaseInfo
-    from .jsonio import ensure_writable_dir, provenance, write_json_atomic
+    from .jsonio import ensure_writable_dir, provenance
     t_start = time.perf_counter()
     log = log or (lambda msg: None)
     if opts.l2_flush not in L2_FLUSH_MODES:
@@ -947,5 +947,5 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
     }
     header = provenance(_perf.TOOL, _perf.SCHEMA, device=device)
     report = _perf.build_report(header, run, per_case, impls)
-    write_json_atomic(os.path.join(output_dir, "performance.json"), report)
+    _perf.write_performance_json(output_dir, report)
     return report

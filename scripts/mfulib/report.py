@@ -10,7 +10,7 @@ import os
 
 from tabulate import tabulate
 
-from .decompose import OTHER
+from .kernel_parts import OTHER
 
 
 def _pct(x, nd=2):

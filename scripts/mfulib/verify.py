@@ -21,7 +21,7 @@ import traceback
 
 from .errors import REJECT_PREFIX
 from .failures import classify
-from .opdir import clone_tensors
+from .opdir import clone_tensors, tensors_in
 
 TOLERANCE = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-4, "float64": 1e-7}
 TOLERANCE_TF32 = 1e-2
@@ -35,21 +35,10 @@ def tolerance(dtype: str, device: str) -> tuple:
     return TOLERANCE.get(dtype or "float32", 1e-4), "exact"
 
 
-def _tensors(out):
-    import torch
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _tensors(o)]
-    if isinstance(out, dict):
-        return [t for v in out.values() for t in _tensors(v)]
-    return []
-
-
 def compare_outputs(ref_out, impl_out, tol: float) -> dict:
     """Compare two outputs (tensor or nested list/tuple of tensors). Returns ok, max_norm_err, where."""
     import torch
-    refs, impls = _tensors(ref_out), _tensors(impl_out)
+    refs, impls = tensors_in(ref_out), tensors_in(impl_out)
     if len(refs) != len(impls):
         return {"ok": False, "reason": f"{len(impls)} output tensors, reference has {len(refs)}"}
     worst = 0.0

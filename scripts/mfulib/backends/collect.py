@@ -16,7 +16,6 @@ launched no kernel is recorded for that case at once and the run goes on.
 """
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import sys
@@ -26,10 +25,10 @@ from dataclasses import dataclass, field
 
 from .. import kernels as _kernels
 from .. import peaks as _peaks
-from ..jsonio import ensure_writable_dir
-from .. import performance as _perf
+from ..definitions import MATH_MODES, finite_or_none, is_positive
 from ..errors import UserError
-from ..jsonio import provenance, write_json_atomic
+from ..jsonio import ensure_writable_dir, provenance
+from ..schemas import performance_json as _perf
 from ..opdir import OpDir
 from . import select_backend
 from .base import lost_problems
@@ -82,18 +81,8 @@ def load_flops(opdir: OpDir):
 
 def tracer_flops(opdir: OpDir) -> dict:
     """{case id: tracer FLOPs} from check_flops.py's flops_check.json in the work dir ({} when absent)."""
-    from ..jsonio import read_json
-    path = opdir.file("flops_check.json")
-    try:
-        rows = read_json(path).get("per_case") or []
-    except (OSError, ValueError, AttributeError):
-        return {}
-    out = {}
-    for r in rows if isinstance(rows, list) else []:
-        tr = r.get("tracer") or {}
-        if isinstance(r.get("case"), int) and tr.get("status") == "ok":
-            out[r["case"]] = tr.get("total_flops")
-    return out
+    from ..schemas.flops_check_json import FILE_NAME, tracer_flops as _read
+    return _read(opdir.file(FILE_NAME))
 
 
 def case_flops(ff, opdir: OpDir, info, seed: int) -> dict:
@@ -257,7 +246,7 @@ def resolve_peak(backend_name: str, device: dict, runtime: dict | None, mfu_peak
     if runtime:
         info.update({k: runtime.get(k) for k in ("ai_core_num", "aic_frequency_mhz", "info_json_path")})
     nominal = {}
-    for mode in _peaks.MODES:
+    for mode in MATH_MODES:
         v, _src = _peaks.nominal_peak_tflops(info, mode)
         if v is not None:
             nominal[mode] = v
@@ -296,10 +285,6 @@ def device_select(opts: Options, backend_name: str):
     return 0, "auto"
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def check_options(opts: Options) -> None:
     """Refuse bad option values before anything runs (UserError naming the flag and the fix)."""
     if opts.impl not in ("asc", "ref", "both"):
@@ -310,12 +295,12 @@ def check_options(opts: Options) -> None:
         raise UserError("--cases selects no case - give case ids, e.g. --cases 3,7,9 or 0-4 (or leave it out)")
     if not isinstance(opts.retry, int) or isinstance(opts.retry, bool) or opts.retry < 0:
         raise UserError(f"--retry {opts.retry}: must be an integer >= 0 (0 = no retry; default 2)")
-    if not _finite(opts.case_timeout_s) or opts.case_timeout_s <= 0:
+    if finite_or_none(opts.case_timeout_s) is None or opts.case_timeout_s <= 0:
         raise UserError(f"--case-timeout-s {opts.case_timeout_s}: must be a finite number of seconds > 0 "
                         "(default 600)")
-    if not _finite(opts.flush_cache_mib) or opts.flush_cache_mib < 0:
+    if finite_or_none(opts.flush_cache_mib) is None or opts.flush_cache_mib < 0:
         raise UserError(f"--flush-cache-mib {opts.flush_cache_mib}: must be a finite number >= 0 (0 = off)")
-    if opts.mfu_peak is not None and (not _finite(opts.mfu_peak) or opts.mfu_peak <= 0):
+    if opts.mfu_peak is not None and not is_positive(opts.mfu_peak):
         raise UserError(f"--mfu-peak {opts.mfu_peak}: must be a finite TFLOP/s figure > 0 (or leave it out to use "
                         "the device's nominal peak)")
 
@@ -438,7 +423,7 @@ def collect(opts: Options, log=None) -> dict:
         run["flags"].append("MFU not reported: no flops.py in the work directory")
     header = provenance(_perf.TOOL, _perf.SCHEMA, device=device)
     report = _perf.build_report(header, run, per_case, impls)
-    write_json_atomic(os.path.join(output_dir, "performance.json"), report)
+    _perf.write_performance_json(output_dir, report)
     if interrupted:
         raise KeyboardInterrupt
     return report

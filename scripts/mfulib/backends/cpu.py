@@ -122,7 +122,7 @@ class CpuBackend(Backend):
         install_launch_hook()
 
     def identity(self, spec):
-        from ..calib import device_identity
+        from ..device import device_identity
         ident = device_identity("cpu")
         ident.update(machine=platform.machine(), executor="Triton interpreter (TRITON_INTERPRET=1)",
                      note="CPU-interpreter numbers: never compared with accelerator numbers")

@@ -122,7 +122,7 @@ class CudaBackend(Backend):
 
     def identity(self, spec):
         import torch
-        from ..calib import device_identity, read_clocks
+        from ..device import device_identity, read_clocks
         idx = torch.device(spec["device"]).index or 0
         ident = device_identity("cuda", idx)
         clocks = read_clocks("cuda", idx)

@@ -24,13 +24,13 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-import platform
 import re
 import shutil
 import subprocess
 
 from .. import kernels as _kernels
 from .. import msprof as _msprof
+from ..device import cann_version
 from ..errors import UserError
 from .base import Backend
 
@@ -39,28 +39,6 @@ SET_ENV_CANDIDATES = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local
 DEFAULT_AIC_METRICS = "PipeUtilization"
 AIC_METRICS = ("PipeUtilization", "ArithmeticUtilization", "Memory", "MemoryL0", "MemoryUB", "ResourceConflictRatio",
                "L2Cache", "MemoryAccess")
-
-
-def cann_version(home):
-    """CANN version string read from the toolkit's install info / version files under ``home``, else None."""
-    if not home:
-        return None
-    arch = platform.machine()
-    pats = [os.path.join(home, f"{arch}-linux", "ascend_toolkit_install.info"),
-            os.path.join(home, "*-linux", "ascend_toolkit_install.info"), os.path.join(home, "version.cfg"),
-            os.path.join(home, "compiler", "version.info"), os.path.join(home, "runtime", "version.info"),
-            os.path.join(home, "version.info")]
-    for pat in pats:
-        for path in sorted(glob.glob(pat)):
-            try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    text = f.read()
-            except OSError:
-                continue
-            m = re.search(r"(?im)^\s*\w*version\s*=\s*\[?(?:[\d.]+:)?([0-9][\w.]*)", text)
-            if m:
-                return m.group(1)
-    return None
 
 
 def _under(path, root) -> bool:
@@ -198,7 +176,7 @@ class NpuBackend(Backend):
 
     def identity(self, spec):
         import torch
-        from ..calib import device_identity
+        from ..device import device_identity
         ident = device_identity("npu", torch.device(spec["device"]).index or 0)
         ident["soc_name"] = ident.get("name")
         return ident

@@ -122,8 +122,8 @@ def run_child(backend, spec: dict, attempt_dir: str, timeout_s: float) -> ChildR
 
 
 def _output_bytes(out) -> int:
-    from ..verify import _tensors
-    return int(sum(t.numel() * t.element_size() for t in _tensors(out)))
+    from ..opdir import tensors_in
+    return int(sum(t.numel() * t.element_size() for t in tensors_in(out)))
 
 
 def run_spec(spec: dict, backend, report: dict) -> None:

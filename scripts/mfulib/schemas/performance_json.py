@@ -1,4 +1,5 @@
-"""performance.json: what the collector measured (schema :data:`SCHEMA`), built by :func:`build_report`.
+"""performance.json: what the collector measured (schema :data:`SCHEMA`): its builder (:func:`build_report`), its
+reader and validator (:func:`load_report`, :func:`check_report_structure`); every reader of the file goes through them.
 
 Top level
     provenance (mfulib.jsonio.provenance): ``schema, tool, tool_version, command_line, created_at, host, versions,
@@ -44,11 +45,16 @@ Top level
 from __future__ import annotations
 
 import math
+import os
 import statistics
+
+from ..definitions import NOISE_MARGIN, actual_tflops, is_number, mfu as mfu_of
+from ..errors import UserError
+from ..jsonio import write_json_atomic
+from .common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "msprof_perf_summary"
-MFU_NOM_ERROR_MARGIN = 0.03  # DESIGN.md: > 103% of a peak is an error in the inputs, 100-103% a warning
 
 
 def _geomean(vals):
@@ -82,19 +88,18 @@ def summary_stats(per_case) -> dict:
 def mfu_fields(flops, kernel_time_ns, peak_tflops):
     """(actual_tflops, mfu_nom, flags) for one case; None where an input is missing (never 0 ns / infinite MFU).
 
-    ``actual_tflops = flops / (kernel_time_ns * 1e-9) / 1e12`` and ``mfu = actual_tflops / peak_tflops``
-    (msprof-analyze operator_mfu, DESIGN.md).
+    ``actual_tflops`` and ``mfu`` as :mod:`mfulib.definitions` defines them (msprof-analyze operator_mfu, DESIGN.md).
     """
     flags = []
     if not flops or not kernel_time_ns or kernel_time_ns <= 0:
         return None, None, flags
-    tflops = flops / (kernel_time_ns * 1e-9) / 1e12
-    mfu = tflops / peak_tflops if peak_tflops else None
-    if mfu is not None and mfu > 1.0 + MFU_NOM_ERROR_MARGIN:
+    tflops = actual_tflops(flops, kernel_time_ns)
+    mfu = mfu_of(tflops, peak_tflops)
+    if mfu is not None and mfu > 1.0 + NOISE_MARGIN:
         flags.append(f"error: MFU@nom {mfu:.1%} is above 100% of the nominal peak - flops.py counts too many FLOPs "
                      "(check it with check_flops.py) or the peak is wrong (--mfu-peak)")
     elif mfu is not None and mfu > 1.0:
-        flags.append(f"warning: MFU@nom {mfu:.1%} is within the 3% noise margin above the nominal peak")
+        flags.append(f"warning: MFU@nom {mfu:.1%} is within the {NOISE_MARGIN:.0%} noise margin above the nominal peak")
     return tflops, mfu, flags
 
 
@@ -152,6 +157,17 @@ def skipped_entry(info, reason: str) -> dict:
             "ref_prof_dir": None, "asc_prof_dir": None}
 
 
+FILE_NAME = "performance.json"
+
+
+def write_performance_json(output_dir: str, report: dict) -> str:
+    """Write ``report`` (:func:`build_report`'s result) atomically as ``<output_dir>/performance.json``; returns the
+    path."""
+    path = os.path.join(output_dir, FILE_NAME)
+    write_json_atomic(path, report)
+    return path
+
+
 def build_report(header: dict, run: dict, per_case: list, impls) -> dict:
     """The whole performance.json: ``header`` (provenance), ``run`` (top-level run fields), ``per_case``."""
     rep = dict(header)
@@ -162,3 +178,74 @@ def build_report(header: dict, run: dict, per_case: list, impls) -> dict:
     rep.update(summary_stats(per_case))
     rep["per_case"] = per_case
     return rep
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reading
+
+
+def load_report(path: str) -> dict:
+    """Read a performance.json; raises UserError (file + fix) when missing, not a collector result, or when a
+    field the decomposition reads has the wrong type (see :func:`check_report_structure`)."""
+    rep = read_work_json(path, "run the collector first: python3 scripts/ops_profiling/msprof_perf_summary.py "
+                         "--quick --mfu --impl asc --output-dir . --keep-prof .", "re-run the collector")
+    if not isinstance(rep, dict) or not isinstance(rep.get("per_case"), list):
+        raise UserError(f"{path}: no \"per_case\" list - this is not a performance.json written by "
+                        "msprof_perf_summary.py")
+    check_report_structure(rep, path)
+    return rep
+
+
+REPORT_NUMBERS = ("kernel_time_ns", "span_ns", "flops", "input_bytes", "output_bytes")
+
+
+def check_report_structure(rep: dict, path: str) -> None:
+    """Check the types of the performance.json fields this module reads; UserError naming the file and field.
+
+    ``peak``: an object whose ``value_tflops`` / ``nominal_tflops`` (a number or {dtype: number}) are > 0 where
+    given; each ``per_case`` entry an object with an integer ``case``, numbers (or null) in
+    :data:`REPORT_NUMBERS`, ``kernels`` a list of objects, ``flops_parts`` {part: number}, ``pmu``
+    {kernel: {counter: value}}, ``flags`` a list.
+    """
+    fix = "re-run the collector (msprof_perf_summary.py) or fix the file"
+    pblock = rep.get("peak")
+    if pblock is not None:
+        if not isinstance(pblock, dict):
+            raise wrong_type(path, "peak", pblock, "an object {nominal_tflops, value_tflops, source}", fix)
+        ntf = pblock.get("nominal_tflops")
+        vals = {"peak.value_tflops": pblock.get("value_tflops")}
+        if isinstance(ntf, dict):
+            vals.update({f"peak.nominal_tflops.{k}": v for k, v in ntf.items()})
+        else:
+            vals["peak.nominal_tflops"] = ntf
+        for field, v in vals.items():
+            if v is not None and (not is_number(v) or not v > 0):
+                raise wrong_type(path, field, v, "a peak in TFLOP/s > 0 (or null)", fix)
+    for i, c in enumerate(rep["per_case"]):
+        if not isinstance(c, dict):
+            raise wrong_type(path, f"per_case[{i}]", c, "an object {case, kernels, kernel_time_ns, ...}", fix)
+        cid = c.get("case")
+        if not isinstance(cid, int) or isinstance(cid, bool):
+            raise wrong_type(path, f"per_case[{i}].case", cid, "an integer case id", fix)
+        where = f"per_case[{i}] (case {cid})"
+        for key in REPORT_NUMBERS:
+            if c.get(key) is not None and not is_number(c[key]):
+                raise wrong_type(path, f"{where}.{key}", c[key], "a number (or null)", fix)
+        kernels = c.get("kernels")
+        if kernels is not None and not isinstance(kernels, list):
+            raise wrong_type(path, f"{where}.kernels", kernels, "a list of kernel objects", fix)
+        for j, k in enumerate(kernels or []):
+            if not isinstance(k, dict):
+                raise wrong_type(path, f"{where}.kernels[{j}]", k, "an object {name, time_per_iter_ns, ...}", fix)
+        fparts = c.get("flops_parts")
+        if fparts is not None:
+            if not isinstance(fparts, dict):
+                raise wrong_type(path, f"{where}.flops_parts", fparts, "an object {part: FLOPs}", fix)
+            for part, v in fparts.items():
+                if v is not None and not is_number(v):
+                    raise wrong_type(path, f"{where}.flops_parts.{part}", v, "a number of FLOPs", fix)
+        pmu = c.get("pmu")
+        if pmu is not None and not (isinstance(pmu, dict) and all(isinstance(r, dict) for r in pmu.values())):
+            raise wrong_type(path, f"{where}.pmu", pmu, "an object {kernel: {counter: value}}", fix)
+        if c.get("flags") is not None and not isinstance(c["flags"], list):
+            raise wrong_type(path, f"{where}.flags", c["flags"], "a list of strings", fix)

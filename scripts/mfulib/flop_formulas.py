@@ -1,0 +1,408 @@
+"""FLOP formulas the tracer applies where torch's FlopCounterMode has none, as pure functions of the op's arguments.
+
+Each formula is registered in :data:`REGISTRY` under its dispatcher name (``aten::mv``, ``npu::npu_ffn``) with the
+source of its semantics, and is called ``fn(values, *op_args, **op_kwargs) -> Count``: it reads shapes from its
+arguments and, where a mask decides the count, the mask's values through ``values(tensor)`` (the tensor itself off
+meta, its recorded shadow on meta, or None when unknown) - torch's ``flop_counter.py`` habit (``shape_wrapper``:
+formulas of shapes only), with the one extra input masks need passed explicitly, never read from a global.
+Covered: CPU SDPA ``aten::_scaled_dot_product_flash_attention_for_cpu`` (FlopCounterMode counts it 0), the CUDA
+SDPA kernels again with ``is_causal`` honoured, ``mv/addmv/dot/vdot/addbmm/_grouped_mm``, and the torch_npu fused
+ops ``npu_fusion_attention`` (layouts BSH/SBH/BSND/BNSD/TND, ``sparse_mode`` 0-8, ``prefix``, varlen
+``actual_seq_qlen/kvlen``), ``npu_fused_infer_attention_score`` (GQA, paged KV, ``actual_seq_lengths[_kv]``) and
+``npu_ffn``. Attention pairs are counted by per-row sums here, deliberately not by the closed forms flops.py
+authors use (:mod:`mfulib.flops_contract`), so a mistake in one does not hide in the other.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+BIG_TOKENS = 1 << 62                # "no limit" for band offsets (torch_npu uses 2147483647)
+NEG_MASK_THRESHOLD = -1e4           # a fill/bias value at or below this masks a score (-inf, finfo.min, -1e9...)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Formula registry
+# ----------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Count:
+    """What one formula counted for one call: FLOPs (2 per MAC), notes, and whether values were missing."""
+    flops: int
+    notes: tuple = ()
+    needs_values: bool = False
+
+
+@dataclass
+class Formula:
+    name: str            # dispatcher name "namespace::op" (also the key of the registry)
+    fn: object           # fn(values, *args, **kwargs) -> Count: values(tensor) -> its real values or None
+    source: str          # where the formula's semantics come from
+    python: str | None   # "module.attr" of a Python-level entry point to intercept while tracing, if any
+    overrides_torch: bool = False
+
+
+class FormulaRegistry:
+    """FLOP formulas by dispatcher op name ("aten::mv", "npu::npu_ffn"). Registering a name twice raises."""
+
+    def __init__(self):
+        self._by_name: dict = {}
+
+    def register(self, name: str, source: str, python: str | None = None, overrides_torch: bool = False):
+        """Decorator: register ``fn`` as the formula of op ``name``; raises ValueError on a duplicate name."""
+        def deco(fn):
+            if name in self._by_name:
+                raise ValueError(f"duplicate FLOP formula for {name} (already {self._by_name[name].fn.__name__})")
+            self._by_name[name] = Formula(name, fn, source, python, overrides_torch)
+            return fn
+        return deco
+
+    def get(self, name: str):
+        return self._by_name.get(name)
+
+    def names(self) -> list:
+        return sorted(self._by_name)
+
+    def python_entries(self) -> list:
+        return [f for f in self._by_name.values() if f.python]
+
+    def __contains__(self, name):
+        return name in self._by_name
+
+
+REGISTRY = FormulaRegistry()
+
+def shape_of(t):
+    return [int(d) for d in t.shape]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Attention pair counting (the tracer's own arithmetic: a per-row numpy sum, deliberately not the closed forms
+# that flops.py authors use from mfulib.flops_contract, so that the two stay independent)
+# ----------------------------------------------------------------------------------------------------------------
+
+def band_pairs(s_q: int, s_k: int, lo: int, hi: int) -> int:
+    """Number of (i, j), 0 <= i < s_q, 0 <= j < s_k, with i + lo <= j <= i + hi.
+
+    Top-left causal: lo=-inf, hi=0. Bottom-right causal (FlashAttention-2, torch_npu sparse_mode 3):
+    hi = s_k - s_q (rows with no key count 0, never more than the dense s_q * s_k).
+    """
+    import numpy as np
+    if s_q <= 0 or s_k <= 0:
+        return 0
+    i = np.arange(s_q, dtype=np.int64)
+    start = np.clip(i + max(lo, -BIG_TOKENS), 0, s_k)
+    end = np.clip(i + min(hi, BIG_TOKENS) + 1, 0, s_k)
+    return int(np.maximum(end - start, 0).sum())
+
+
+def broadcast_count(allowed, target_shape) -> int:
+    """Number of True entries of bool tensor ``allowed`` broadcast to ``target_shape`` (no materialisation)."""
+    shape = list(allowed.shape)
+    target = [int(d) for d in target_shape]
+    if len(shape) > len(target):
+        raise ValueError(f"mask of shape {shape} does not broadcast to {target}")
+    shape = [1] * (len(target) - len(shape)) + shape
+    factor = 1
+    for m, t in zip(shape, target):
+        if m == 1 and t != 1:
+            factor *= t
+        elif m != t:
+            raise ValueError(f"mask of shape {list(allowed.shape)} does not broadcast to {target}")
+    return int(torch_count_nonzero(allowed)) * factor
+
+
+def torch_count_nonzero(t) -> int:
+    """Non-zero entries of a CPU tensor (count_nonzero: ~10x faster than a bool sum)."""
+    import torch
+    return int(torch.count_nonzero(t).item())
+
+
+def _allowed_from_mask_values(vals, true_means_masked: bool):
+    """Bool CPU tensor of the positions that take part, from a bool/int mask or an additive float bias."""
+    import torch
+    if vals.dtype == torch.bool:
+        return ~vals if true_means_masked else vals
+    if vals.is_floating_point():
+        return vals > NEG_MASK_THRESHOLD  # additive bias: -inf (or a huge negative) removes the pair
+    return (vals == 0) if true_means_masked else (vals != 0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# SDPA formulas
+# ----------------------------------------------------------------------------------------------------------------
+
+def _sdpa_count(values, query, key, value, attn_mask=None, is_causal=False) -> Count:
+    """QK^T and PV over the unmasked pairs: 2 * (d_qk + d_v) * pairs, pairs summed over batch x heads."""
+    q, k, v = shape_of(query), shape_of(key), shape_of(value)
+    s_q, d_qk, s_k, d_v = q[-2], q[-1], k[-2], v[-1]
+    rows = math.prod(q[:-2])  # batch x query heads (GQA keys broadcast to the query heads)
+    dense_pairs = rows * s_q * s_k
+    if is_causal:
+        pairs = rows * band_pairs(s_q, s_k, -BIG_TOKENS, 0)  # torch: ones(L, S).tril(diagonal=0) = top-left
+        return Count(2 * (d_qk + d_v) * pairs, ("sdpa is_causal: top-left causal pairs",))
+    if attn_mask is None:
+        return Count(2 * (d_qk + d_v) * dense_pairs)
+    vals = values(attn_mask)
+    if vals is None:
+        return Count(2 * (d_qk + d_v) * dense_pairs, ("sdpa attn_mask without values (meta): counted dense",), True)
+    allowed = _allowed_from_mask_values(vals, true_means_masked=False)  # SDPA bool mask: True = takes part
+    pairs = broadcast_count(allowed, q[:-2] + [s_q, s_k])
+    return Count(2 * (d_qk + d_v) * pairs, (f"sdpa attn_mask: {pairs} of {dense_pairs} pairs",))
+
+
+_SDPA_SOURCE = "torch SDPA docs: is_causal = ones(L, S).tril(); bool attn_mask True = take part; float = added"
+
+
+@REGISTRY.register("aten::_scaled_dot_product_flash_attention_for_cpu", _SDPA_SOURCE)
+def _sdpa_for_cpu(values, query, key, value, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, **_):
+    return _sdpa_count(values, query, key, value, attn_mask, is_causal)
+
+
+@REGISTRY.register("aten::_scaled_dot_product_flash_attention", _SDPA_SOURCE, overrides_torch=True)
+def _sdpa_flash(values, query, key, value, dropout_p=0.0, is_causal=False, *_, **__):
+    return _sdpa_count(values, query, key, value, None, is_causal)
+
+
+@REGISTRY.register("aten::_scaled_dot_product_efficient_attention", _SDPA_SOURCE, overrides_torch=True)
+def _sdpa_efficient(values, query, key, value, attn_bias=None, compute_log_sumexp=False, dropout_p=0.0,
+                    is_causal=False, *_, **__):
+    return _sdpa_count(values, query, key, value, attn_bias, is_causal)
+
+
+@REGISTRY.register("aten::_scaled_dot_product_cudnn_attention", _SDPA_SOURCE, overrides_torch=True)
+def _sdpa_cudnn(values, query, key, value, attn_bias=None, compute_log_sumexp=False, dropout_p=0.0, is_causal=False,
+                *_, **__):
+    return _sdpa_count(values, query, key, value, attn_bias, is_causal)
+
+
+@REGISTRY.register("aten::_scaled_dot_product_fused_attention_overrideable", _SDPA_SOURCE)
+def _sdpa_overrideable(values, query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, *_, **__):
+    return _sdpa_count(values, query, key, value, attn_bias, is_causal)
+
+
+@REGISTRY.register("python::scaled_dot_product_attention", _SDPA_SOURCE,
+                   python="torch.nn.functional.scaled_dot_product_attention")
+def _sdpa_python(values, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                 enable_gqa=False):
+    return _sdpa_count(values, query, key, value, attn_mask, is_causal)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Other aten matrix ops FlopCounterMode has no formula for
+# ----------------------------------------------------------------------------------------------------------------
+
+_ATEN_SOURCE = "2 FLOPs per multiply-accumulate (DESIGN.md); shapes as in the aten schema"
+
+
+@REGISTRY.register("aten::mv", _ATEN_SOURCE)
+def _mv(values, mat, vec, **_):
+    m, k = shape_of(mat)
+    return Count(2 * m * k)
+
+
+@REGISTRY.register("aten::addmv", _ATEN_SOURCE)
+def _addmv(values, self_, mat, vec, **_):
+    m, k = shape_of(mat)
+    return Count(2 * m * k)
+
+
+@REGISTRY.register("aten::dot", _ATEN_SOURCE)
+def _dot(values, a, b, **_):
+    return Count(2 * shape_of(a)[0])
+
+
+@REGISTRY.register("aten::vdot", _ATEN_SOURCE)
+def _vdot(values, a, b, **_):
+    return Count(2 * shape_of(a)[0])
+
+
+@REGISTRY.register("aten::addbmm", _ATEN_SOURCE)
+def _addbmm(values, self_, batch1, batch2, **_):
+    b, m, k = shape_of(batch1)
+    return Count(2 * b * m * k * shape_of(batch2)[-1])
+
+
+@REGISTRY.register("aten::_grouped_mm", "torch._grouped_mm: groups split the rows of the 2-D operand by offs")
+def _grouped_mm(values, mat_a, mat_b, offs=None, *_, **__):
+    a, b = shape_of(mat_a), shape_of(mat_b)
+    if len(a) == 2 and len(b) == 3:       # [M, K] x [G, K, N], rows split over groups: 2*M*K*N in total
+        return Count(2 * a[0] * a[1] * b[2])
+    if len(a) == 3 and len(b) == 3:       # [G, M, K] x [G, K, N]
+        return Count(2 * a[0] * a[1] * a[2] * b[2])
+    if len(a) == 2 and len(b) == 2:       # [M, K] x [K, N], K split over groups
+        return Count(2 * a[0] * a[1] * b[1])
+    if len(a) == 3 and len(b) == 2:       # [G, M, K] x [K, N] (N split over groups)
+        return Count(2 * a[1] * a[2] * b[1])
+    return Count(0, (f"_grouped_mm shapes {a} x {b} not understood: counted 0",))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# torch_npu fused ops
+# ----------------------------------------------------------------------------------------------------------------
+
+_FA_SOURCE = ("torch_npu.npu_fusion_attention docs (hiascend.com, PyTorch 6.0 API list): layouts BSH/SBH/BSND/BNSD/"
+              "TND; atten_mask 1/True = masked; sparse_mode 0 default(+pre/next tokens from top-left), 1 allMask, "
+              "2 leftUpCausal, 3 rightDownCausal, 4 band (pre/next tokens from bottom-right), 5/6 prefix, "
+              "7/8 varlen rightDown/leftUp causal; ops-transformer docs/context/sparse_mode_introduction.md")
+
+
+def fa_dims(layout, query, key, value, head_num):
+    """(b, n_q, n_kv, s_q, s_k, d, d_v) for a torch_npu attention layout; raises ValueError if inconsistent."""
+    lay = str(layout).upper().split("_")[0]
+    q, k, v = shape_of(query), shape_of(key), shape_of(value)
+    if lay in ("BSH", "SBH"):
+        if len(q) != 3:
+            raise ValueError(f"layout {layout} needs 3-D query, got {q}")
+        b, s_q, h_q = (q[0], q[1], q[2]) if lay == "BSH" else (q[1], q[0], q[2])
+        s_k, h_k = (k[1], k[2]) if lay == "BSH" else (k[0], k[2])
+        if head_num <= 0 or h_q % head_num:
+            raise ValueError(f"hidden {h_q} not divisible by head_num {head_num}")
+        d = h_q // head_num
+        n_kv = h_k // d
+        d_v = v[2] // n_kv if n_kv else d
+        return b, head_num, n_kv, s_q, s_k, d, d_v
+    if lay == "BSND":
+        return q[0], q[2], k[2], q[1], k[1], q[3], v[3]
+    if lay == "BNSD":
+        return q[0], q[1], k[1], q[2], k[2], q[3], v[3]
+    if lay == "TND":
+        return None, q[1], k[1], q[0], k[0], q[2], v[2]
+    raise ValueError(f"unknown input_layout {layout!r}")
+
+
+def npu_mode_pairs(mode, s_q, s_k, pre, nxt, prefix_b=None):
+    """Unmasked pairs of one (batch, head) for a sparse_mode whose mask is defined by shape (not mode 0/1)."""
+    import numpy as np
+    off = s_k - s_q
+    if mode in (2, 8):
+        return band_pairs(s_q, s_k, -BIG_TOKENS, 0)
+    if mode in (3, 7):
+        return band_pairs(s_q, s_k, -BIG_TOKENS, off)
+    if mode == 4:
+        return band_pairs(s_q, s_k, off - int(pre), off + int(nxt))
+    if mode in (5, 6):
+        if prefix_b is None:
+            raise ValueError(f"sparse_mode {mode} (prefix) needs prefix")
+        i = np.arange(s_q, dtype=np.int64)
+        return int(np.clip(np.maximum(i + off + 1, int(prefix_b)), 0, s_k).sum())
+    raise ValueError(f"sparse_mode {mode} is not a shape-defined mode")
+
+
+def _npu_attention_count(values, op, b, n_q, s_q_list, s_k_list, d, d_v, sparse_mode, atten_mask, pre, nxt,
+                         prefix=None, varlen=False) -> Count:
+    """Sum over sequences of 2 * n_q * (d + d_v) * pairs(sequence)."""
+    notes, needs = [], False
+    sparse_mode = int(sparse_mode or 0)
+    per_head = 2 * n_q * (d + d_v)
+    if sparse_mode in (0, 1) and atten_mask is not None:
+        vals = values(atten_mask)
+        if vals is not None and not varlen:
+            allowed = _allowed_from_mask_values(vals, true_means_masked=True)
+            pairs = broadcast_count(allowed, [b, n_q, s_q_list[0], s_k_list[0]])
+            return Count(2 * (d + d_v) * pairs, (f"{op}: atten_mask values: {pairs} pairs",))
+        if sparse_mode == 1:
+            notes.append(f"{op} sparse_mode 1 (allMask) without mask values: counted dense")
+            needs = True
+        else:
+            notes.append(f"{op} sparse_mode 0 with atten_mask without values: counted from pre/next tokens")
+            needs = vals is None
+    total = 0
+    for i, (s_q, s_k) in enumerate(zip(s_q_list, s_k_list)):
+        if sparse_mode == 0:
+            pairs = band_pairs(s_q, s_k, -int(pre), int(nxt)) if atten_mask is not None else s_q * s_k
+        elif sparse_mode == 1:
+            pairs = s_q * s_k
+        else:
+            pfx = None if prefix is None else list(prefix)[min(i, len(prefix) - 1)]
+            pairs = npu_mode_pairs(sparse_mode, s_q, s_k, pre, nxt, pfx)
+        total += per_head * pairs
+    return Count(total, tuple(notes), needs)
+
+
+def _lengths(lengths, cumulative):
+    vals = [int(x) for x in (lengths.tolist() if hasattr(lengths, "tolist") else lengths)]
+    if not cumulative:
+        return vals
+    return [b - a for a, b in zip([0] + vals[:-1], vals)]
+
+
+@REGISTRY.register("npu::npu_fusion_attention", _FA_SOURCE, python="torch_npu.npu_fusion_attention")
+def npu_fusion_attention_flops(values, query, key, value, head_num, input_layout, pse=None, padding_mask=None,
+                               atten_mask=None, scale=1.0, keep_prob=1.0, pre_tockens=2147483647,
+                               next_tockens=2147483647, inner_precise=0, prefix=None, actual_seq_qlen=None,
+                               actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True, sync=False, **_):
+    b, n_q, n_kv, s_q, s_k, d, d_v = fa_dims(input_layout, query, key, value, int(head_num))
+    if str(input_layout).upper() == "TND":
+        if actual_seq_qlen is None:
+            raise ValueError("TND layout needs actual_seq_qlen / actual_seq_kvlen (cumulative)")
+        s_q_list = _lengths(actual_seq_qlen, cumulative=True)
+        s_k_list = _lengths(actual_seq_kvlen if actual_seq_kvlen is not None else actual_seq_qlen, True)
+        return _npu_attention_count(values, "npu_fusion_attention", len(s_q_list), n_q, s_q_list, s_k_list, d, d_v,
+                                    sparse_mode, atten_mask, pre_tockens, next_tockens, prefix, varlen=True)
+    return _npu_attention_count(values, "npu_fusion_attention", b, n_q, [s_q] * b, [s_k] * b, d, d_v, sparse_mode,
+                                atten_mask, pre_tockens, next_tockens, prefix)
+
+
+@REGISTRY.register("npu::npu_fused_infer_attention_score",
+                   "torch_npu.npu_fused_infer_attention_score docs: num_heads, num_key_value_heads (GQA), "
+                   "actual_seq_lengths[_kv], block_table/block_size (paged KV), sparse_mode as FlashAttentionScore",
+                   python="torch_npu.npu_fused_infer_attention_score")
+def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_mask=None, actual_seq_lengths=None,
+                                          actual_seq_lengths_kv=None, num_heads=1, pre_tokens=2147483647,
+                                          next_tokens=2147483647, input_layout="BSH", num_key_value_heads=0,
+                                          sparse_mode=0, block_table=None, block_size=0, **_):
+    if isinstance(key, (list, tuple)):
+        key, value = key[0], value[0]
+    lay = str(input_layout).upper().split("_")[0]
+    q = shape_of(query)
+    n_q = int(num_heads)
+    n_kv = int(num_key_value_heads) or n_q
+    if lay in ("BSH", "SBH"):
+        b, s_q = (q[0], q[1]) if lay == "BSH" else (q[1], q[0])
+        d = q[2] // n_q
+    elif lay == "BSND":
+        b, s_q, d = q[0], q[1], q[3]
+    elif lay == "BNSD":
+        b, s_q, d = q[0], q[2], q[3]
+    elif lay == "TND":
+        b, s_q, d = None, q[0], q[2]
+    else:
+        raise ValueError(f"unknown input_layout {input_layout!r}")
+    notes = []
+    k = shape_of(key)
+    if block_table is not None:
+        max_blocks = shape_of(block_table)[-1]
+        s_k = max_blocks * int(block_size)
+        if actual_seq_lengths_kv is None:
+            notes.append("paged KV without actual_seq_lengths_kv: every sequence counted at the block table's "
+                         f"capacity {s_k}")
+    else:
+        s_k = {"BSH": k[1] if len(k) > 1 else 0, "SBH": k[0], "BSND": k[1] if len(k) > 1 else 0,
+               "BNSD": k[2] if len(k) > 2 else 0, "TND": k[0]}[lay]
+    cumulative = lay == "TND"
+    s_q_list = _lengths(actual_seq_lengths, cumulative) if actual_seq_lengths is not None else [s_q] * b
+    if actual_seq_lengths_kv is not None:
+        s_k_list = _lengths(actual_seq_lengths_kv, cumulative)
+    else:
+        s_k_list = [s_k] * len(s_q_list)
+    if b is not None and len(s_q_list) == 1 and b > 1:
+        s_q_list = s_q_list * b
+    if len(s_k_list) == 1 and len(s_q_list) > 1:
+        s_k_list = s_k_list * len(s_q_list)
+    c = _npu_attention_count(values, "npu_fused_infer_attention_score", len(s_q_list), n_q, s_q_list, s_k_list, d, d,
+                             sparse_mode, atten_mask, pre_tokens, next_tokens,
+                             varlen=actual_seq_lengths is not None or actual_seq_lengths_kv is not None)
+    del n_kv  # GQA: FLOPs are per query head; the KV head count does not change them
+    return Count(c.flops, c.notes + tuple(notes), c.needs_values)
+
+
+@REGISTRY.register("npu::npu_ffn", "torch_npu.npu_ffn docs: y = act(x @ W1 [+b1]) @ W2 [+b2]; GLU activations "
+                   "split x @ W1 in halves; experts: weights [E, K, N], each token through one expert",
+                   python="torch_npu.npu_ffn")
+def npu_ffn_flops(values, x, weight1, weight2, activation, *args, **kwargs):
+    xs, w1, w2 = shape_of(x), shape_of(weight1), shape_of(weight2)
+    m = math.prod(xs[:-1])
+    k1, n1 = w1[-2], w1[-1]
+    k2, n2 = w2[-2], w2[-1]
+    return Count(2 * m * k1 * n1 + 2 * m * k2 * n2)

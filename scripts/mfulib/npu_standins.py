@@ -1,0 +1,96 @@
+"""Stand-ins for the torch_npu fused ops while tracing on a host without torch_npu: zeros of the documented shapes.
+
+Installed as ``torch_npu.<op>`` by :func:`npu_standins` only where no real torch_npu is importable; each returns
+zero tensors of the output shapes the torch_npu docs give, and the tracer wraps it so that its formula
+(:mod:`mfulib.flop_formulas`) is counted. NPU-only references thus trace on a CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+
+from .flop_formulas import fa_dims, shape_of
+
+
+def _fa_out_shape(layout, query, value, n_q, d_v):
+    q = shape_of(query)
+    lay = str(layout).upper().split("_")[0]
+    if lay in ("BSH", "SBH"):
+        return q[:2] + [n_q * d_v]
+    return q[:-1] + [d_v]
+
+
+def _standin_npu_fusion_attention(query, key, value, head_num, input_layout, *args, **kwargs):
+    import torch
+    b, n_q, _, s_q, _, _, d_v = fa_dims(input_layout, query, key, value, int(head_num))
+    out = torch.zeros(_fa_out_shape(input_layout, query, value, n_q, d_v), dtype=query.dtype, device=query.device)
+    stat_shape = [s_q, n_q, 8] if b is None else [b, n_q, s_q, 8]
+    smax = torch.zeros(stat_shape, dtype=torch.float32, device=query.device)
+    return out, smax, smax.clone(), torch.zeros(0, dtype=query.dtype, device=query.device), 0, 0, 0
+
+
+def _standin_npu_fused_infer_attention_score(query, key, value, *args, **kwargs):
+    import torch
+    return torch.zeros_like(query), torch.zeros(0, dtype=torch.float32, device=query.device)
+
+
+def _standin_npu_ffn(x, weight1, weight2, activation, *args, **kwargs):
+    import torch
+    return torch.zeros(shape_of(x)[:-1] + [shape_of(weight2)[-1]], dtype=x.dtype, device=x.device)
+
+
+STANDINS = {
+    "torch_npu.npu_fusion_attention": _standin_npu_fusion_attention,
+    "torch_npu.npu_fused_infer_attention_score": _standin_npu_fused_infer_attention_score,
+    "torch_npu.npu_ffn": _standin_npu_ffn,
+}
+
+
+def real_torch_npu():
+    """The real torch_npu module if importable with its ops, else None (the compat stand-in does not count)."""
+    mod = sys.modules.get("torch_npu")
+    if mod is not None and not getattr(mod, "__mfu_standin__", False) and not getattr(mod, "__mfu_trace__", False):
+        return mod
+    if mod is None:
+        import importlib.util
+        if importlib.util.find_spec("torch_npu") is None:
+            return None
+        try:
+            import torch_npu  # noqa: F401
+            return sys.modules["torch_npu"]
+        except Exception:
+            return None
+    return None
+
+
+@contextlib.contextmanager
+def npu_standins(wrap):
+    """While active, ``import torch_npu`` gives a module whose fused ops are stand-ins wrapped by ``wrap(path,
+    impl)`` (the tracer's counting wrapper); only where no real torch_npu is importable (the compat layer's stand-in,
+    if installed, gets the ops added and removed). Yields whether stand-ins were installed."""
+    if real_torch_npu() is not None:
+        yield False
+        return
+    old = sys.modules.get("torch_npu")
+    mod = old if old is not None else types.ModuleType("torch_npu")
+    added = []
+    if old is None:
+        mod.__mfu_trace__ = True
+        mod.__doc__ = "mfulib.npu_standins: torch_npu fused ops that count FLOPs and return zeros"
+        sys.modules["torch_npu"] = mod
+    for path in STANDINS:
+        attr = path.split(".", 1)[1]
+        if not hasattr(mod, attr):
+            setattr(mod, attr, wrap(path, STANDINS[path]))
+            added.append(attr)
+    try:
+        yield True
+    finally:
+        for attr in added:
+            try:
+                delattr(mod, attr)
+            except AttributeError:
+                pass
+        if old is None:
+            sys.modules.pop("torch_npu", None)

@@ -1,0 +1,40 @@
+"""mfu_decompose.json: step 6's per-case / per-kernel-part MFU table, its writer and reader/validator.
+
+Provenance (:func:`mfulib.jsonio.provenance`) + the body :func:`mfulib.decompose.decompose` returns:
+``peak_json, peak_label, peak_backend, peak_device, peak_tflops, bandwidth_gbps, reports`` [{label, path, backend,
+measured_cases, device, kernel_parts, kernel_parts_source, nominal_tflops, nominal_source, warmup, repeats,
+timing_method, notes, rows}], ``maxima, reading_aid, errors, warnings, notes`` and, with ``--plot``, ``plot``.
+"""
+from __future__ import annotations
+
+from ..errors import UserError
+from ..jsonio import write_json_atomic
+from .common import read_work_json, wrong_type
+
+SCHEMA = 1
+TOOL = "mfu_decompose"
+FILE_NAME = "mfu_decompose.json"
+REQUIRED = ("reports", "maxima", "errors", "warnings")
+
+
+def write_decompose_json(path: str, doc: dict) -> None:
+    """Write ``doc`` (provenance + decompose body) atomically to ``path``."""
+    write_json_atomic(path, doc)
+
+
+def read_decompose_json(path: str) -> dict:
+    """Read and check an mfu_decompose.json: a JSON object from mfu_decompose.py with a ``reports`` list whose
+    entries have a ``rows`` list. Raises UserError naming the file, the field and the fix."""
+    fix = "re-run mfu_decompose.py"
+    doc = read_work_json(path, "run mfu_decompose.py --op-dir <work dir> first", fix)
+    if not isinstance(doc, dict) or doc.get("tool") != TOOL:
+        raise UserError(f"{path}: not an mfu_decompose.py result (no tool={TOOL}) - pass the file it wrote")
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise UserError(f"{path}: lacks {missing} - {fix}")
+    if not isinstance(doc["reports"], list):
+        raise wrong_type(path, "reports", doc["reports"], "a list of report objects", fix)
+    for i, rep in enumerate(doc["reports"]):
+        if not isinstance(rep, dict) or not isinstance(rep.get("rows"), list):
+            raise wrong_type(path, f"reports[{i}]", rep, "an object with a rows list", fix)
+    return doc

@@ -1,0 +1,36 @@
+"""flops_check.json: step 3's check of flops.py against the independent tracer, its writer and readers.
+
+Provenance (``tool`` = ``check_flops.py``) + ``op_dir, cases_file, tolerance, seed, tracer_caps, mode`` (check |
+tracer-only), ``flops_py`` {path, sha256, takes_args, kernel_parts}, ``peak`` (the peak of the implied-time check:
+{tflops, source}), ``summary`` {passed, n_cases, by_status, ratio_min, ratio_max}, ``file_checks`` [{name, status,
+detail}] and ``per_case`` [{case, shape, dtype, input_bytes, seed, flops, flops_parts, ratio, tracer {status,
+total_flops, ...}, checks, status, diagnosis}]. The collector reads the tracer's counts through
+:func:`tracer_flops`.
+"""
+from __future__ import annotations
+
+from ..jsonio import read_json, write_json_atomic
+
+SCHEMA = 1
+TOOL = "check_flops.py"
+FILE_NAME = "flops_check.json"
+
+
+def write_flops_check_json(path: str, doc: dict) -> None:
+    """Write ``doc`` atomically to ``path``."""
+    write_json_atomic(path, doc)
+
+
+def tracer_flops(path: str) -> dict:
+    """{case id: tracer FLOPs} of the cases the tracer counted (status ok) in the flops_check.json at ``path``;
+    {} when the file is absent, unreadable or not of this format (the count is an optional cross-check)."""
+    try:
+        rows = read_json(path).get("per_case") or []
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out = {}
+    for r in rows if isinstance(rows, list) else []:
+        tr = (r.get("tracer") or {}) if isinstance(r, dict) else {}
+        if isinstance(r.get("case"), int) and isinstance(tr, dict) and tr.get("status") == "ok":
+            out[r["case"]] = tr.get("total_flops")
+    return out

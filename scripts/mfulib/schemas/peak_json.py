@@ -1,0 +1,138 @@
+"""peak.json: the measured per-dtype peaks of a device (step 5), its reader/validator and the per-device cache.
+
+Written by :func:`mfulib.calib.run_calibration` (provenance + ``backend``, ``device``, ``label``, ``method``,
+``measured`` {mode: {peak_tflops, unit, best_shape, confirm, math_mode, n_shapes, elapsed_s, shapes,
+shape_errors}}, ``peak_tflops`` {mode: TFLOP/s}, ``errors`` {mode: text}, ``bandwidth`` / ``bandwidth_gbps``,
+``nominal`` {tflops, bandwidth_gbps, source}, ``software``, ``noise_filtered``, ``cache``, ``interrupted``...).
+peak.json is a per-device fact any step may read (DESIGN.md "Work directory"); every reader goes through
+:func:`read_peak_json`. Cached per device as ``peak-<device key>.json`` under :func:`default_cache_dir`; a cached
+result is reused only when the device key, software versions, method version and dtype set match and it is younger
+than ``max_age_days`` (:func:`load_cached`).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+
+from ..definitions import HALF_DTYPES, finite_or_none, is_positive
+from ..errors import UserError
+from ..jsonio import read_json, versions, write_json_atomic
+from .common import read_work_json, wrong_type
+
+SCHEMA = 1
+TOOL = "peak_calib"
+METHOD_VERSION = 1  # bump when the measurement changes meaning (invalidates caches)
+FILE_NAME = "peak.json"
+
+
+def default_cache_dir() -> str:
+    """``$MFU_PEAK_CACHE_DIR``, else ``$XDG_CACHE_HOME/triton-mfu-analyzer``, else ``~/.cache/triton-mfu-analyzer``."""
+    if os.environ.get("MFU_PEAK_CACHE_DIR"):
+        return os.environ["MFU_PEAK_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "triton-mfu-analyzer")
+
+
+def cache_path(cache_dir: str, ident: dict) -> str:
+    return os.path.join(cache_dir, f"peak-{ident['key']}.json")
+
+
+def software(ident: dict) -> dict:
+    """What must match for a cached calibration to be reused (device key + software + method)."""
+    v = versions()
+    return {"key": ident.get("key"), "torch": v.get("torch"), "cuda_runtime": ident.get("cuda_runtime"),
+            "driver": ident.get("driver"), "cann": ident.get("cann"), "torch_npu": ident.get("torch_npu"),
+            "threads": ident.get("threads"), "method_version": METHOD_VERSION}
+
+
+def load_cached(path: str, ident: dict, modes, bandwidth: bool, max_age_days: float):
+    """The cached peak.json body at ``path`` if still valid for ``ident``/``modes``, else (None, reason)."""
+    if not os.path.exists(path):
+        return None, "no cached calibration"
+    try:
+        cached = read_json(path)
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable cache ({exc})"
+    try:
+        check_peak(cached, path)
+    except UserError as exc:  # valid JSON of the wrong structure: measure again (the run overwrites it)
+        return None, f"cache ignored: {exc}"
+    measured = cached.get("measured", {})
+    if not isinstance(measured, dict) or not isinstance(cached.get("errors", {}), dict) or not all(
+            isinstance(m, dict) and is_positive(m.get("peak_tflops")) for m in measured.values()):
+        return None, f"cache ignored: {path}: measured/errors are not objects {{mode: {{peak_tflops, ...}}}}"
+    if cached.get("schema") != SCHEMA or cached.get("interrupted"):
+        return None, "cache from another schema or an interrupted run"
+    if cached.get("software") != software(ident):
+        return None, "device/software/method changed since the cached calibration"
+    missing = [m for m in modes if m not in cached.get("measured", {}) and m not in cached.get("errors", {})]
+    if missing or (bandwidth and "bandwidth_gbps" not in cached and "bandwidth" not in cached.get("errors", {})):
+        return None, f"cache lacks {missing or ['bandwidth']}"
+    try:
+        created = _dt.datetime.fromisoformat(cached["created_at"])
+        age_days = (_dt.datetime.now(_dt.timezone.utc) - created).total_seconds() / 86400
+    except (KeyError, ValueError, TypeError):
+        return None, "cache has no creation time"
+    if age_days > max_age_days:
+        return None, f"cache is {age_days:.1f} days old (> {max_age_days:g})"
+    return cached, f"cached calibration from {cached['created_at']} ({age_days:.1f} days old)"
+
+
+def write_cache(path: str, doc: dict) -> None:
+    """Store ``doc`` (a peak.json body without its ``cache`` block) as the cached calibration at ``path``."""
+    write_json_atomic(path, {k: v for k, v in doc.items() if k != "cache"})
+
+
+def read_peak_json(path: str) -> dict:
+    """Read and check a peak.json; raises UserError naming the file, the field and the fix.
+
+    Checked: a JSON object from peak_calib (``tool``, ``peak_tflops``); ``peak_tflops`` {mode: TFLOP/s > 0 or
+    null}; ``bandwidth_gbps`` > 0 or null; ``nominal`` {tflops: {mode: number or null}, ...} where given."""
+    peak = read_work_json(path, f"run `python3 scripts/peak_calib.py -o {path}` on this device first",
+                          "re-run peak_calib.py")
+    check_peak(peak, path)
+    return peak
+
+
+def check_peak(peak, path: str) -> None:
+    """The checks of :func:`read_peak_json` on an already-read document (UserError naming ``path`` and field)."""
+    if not isinstance(peak, dict):
+        raise wrong_type(path, "the document", peak, "a JSON object written by peak_calib.py",
+                         "pass the file peak_calib.py -o wrote")
+    if peak.get("tool") != TOOL or "peak_tflops" not in peak:
+        raise UserError(f"{path}: not a peak_calib.py result (no tool=peak_calib / peak_tflops) - "
+                        "pass the file peak_calib.py -o wrote")
+    schema = peak.get("schema", 0)
+    if not isinstance(schema, int) or isinstance(schema, bool):
+        raise UserError(f"{path}: schema is {schema!r}, not an integer - re-run peak_calib.py")
+    if schema > SCHEMA:
+        raise UserError(f"{path}: schema {peak.get('schema')} is newer than this tool ({SCHEMA}) - update the tool")
+    fix = "re-run peak_calib.py (or fix the file)"
+    pt = peak["peak_tflops"]
+    if not isinstance(pt, dict):
+        raise wrong_type(path, "peak_tflops", pt, "an object {mode: TFLOP/s}", fix)
+    fields = {f"peak_tflops.{k}": v for k, v in pt.items()}
+    fields["bandwidth_gbps"] = peak.get("bandwidth_gbps")
+    for field, v in fields.items():
+        if v is not None and not is_positive(v):
+            raise wrong_type(path, field, v, "a measured peak > 0 (or null: not measured)", fix)
+    nominal = peak.get("nominal")
+    if nominal is not None:
+        ntf = nominal.get("tflops") if isinstance(nominal, dict) else None
+        if not isinstance(nominal, dict) or not (ntf is None or isinstance(ntf, dict)):
+            raise wrong_type(path, "nominal", nominal, "an object {tflops: {mode: TFLOP/s}, source}", fix)
+        for k, v in (ntf or {}).items():
+            if v is not None and not is_positive(v):
+                raise wrong_type(path, f"nominal.tflops.{k}", v, "a nominal peak > 0 (or null)", fix)
+
+
+def nominal_half_tflops(peak: dict):
+    """(TFLOP/s, source) of the nominal fp16/bf16 dense peak recorded in a peak.json's ``nominal`` block (the figure
+    MFU@nom divides by), or (None, None) when it records none."""
+    nominal = peak.get("nominal") or {}
+    tflops = nominal.get("tflops") or {}
+    for d in HALF_DTYPES:
+        v = finite_or_none(tflops.get(d))
+        if v:
+            return v, f"peak.json nominal ({nominal.get('source')})"
+    return None, None
