@@ -103,7 +103,7 @@ def test_setup_with_a_gpu_says_triton_came_with_torch_instead_of_kept(tmp_path):
 def test_requirements_list_exactly_the_third_party_packages_the_code_imports():
     import ast
     import sys
-    names = {"numpy", "tqdm", "tabulate", "matplotlib", "pytest"}  # pip names = import names here
+    names = {"numpy", "pandas", "tqdm", "tabulate", "matplotlib", "pytest"}  # pip names = import names here
     with open(os.path.join(ROOT, "requirements.txt")) as f:
         listed = {line.split(">")[0].split("=")[0].strip() for line in f if line.strip() and not line.startswith("#")}
     imported = set()

@@ -33,21 +33,38 @@ def peak_table(peak: dict) -> str:
     for mode, m in (peak.get("measured") or {}).items():
         s = m.get("best_shape") or {}
         frac = m.get("fraction_of_nominal")
-        rows.append([mode, _f(m.get("peak_tflops")), m.get("unit", "TFLOP/s"), _f(nom.get(mode)), _pct(frac, 1),
-                     f"{s.get('m')}x{s.get('n')}x{s.get('k')}", m.get("n_shapes"), _f(m.get("elapsed_s"), 1)])
+        rows.append([mode, _f(m.get("peak_tflops")), m.get("unit", "TFLOP/s"), _f(m.get("sweep_tflops")),
+                     _pct(m.get("spread"), 1), _f(nom.get(mode)), _pct(frac, 1),
+                     f"{s.get('m')}x{s.get('n')}x{s.get('k')}" + (f" B {m['b_layout']}" if m.get("b_layout") else ""),
+                     m.get("n_shapes"), _f(m.get("elapsed_s"), 1)])
     if peak.get("bandwidth_gbps") is not None:
         bw = peak.get("bandwidth") or {}
         nbw = (peak.get("nominal") or {}).get("bandwidth_gbps")
-        rows.append(["copy bandwidth", _f(peak["bandwidth_gbps"], 0), "GB/s", _f(nbw, 0),
+        rows.append(["copy bandwidth", _f(peak["bandwidth_gbps"], 0), "GB/s", "-", _pct(bw.get("spread"), 1),
+                     _f(nbw, 0),
                      _pct(bw.get("fraction_of_nominal"), 1), f"{bw.get('buffer_bytes', 0) >> 20} MiB", bw.get("iters"),
                      _f(bw.get("elapsed_s"), 1)])
-    head = ["mode", "measured", "unit", "nominal", "of nominal", "best m x n x k", "shapes", "s"]
-    lines = [f"peaks of {peak.get('label')}", tabulate(rows, head, tablefmt="plain", disable_numparse=True)]
+    head = ["mode", "confirmed", "unit", "sweep", "spread", "nominal", "of nominal", "best m x n x k", "shapes", "s"]
+    lines = [f"peaks of {peak.get('label')}", tabulate(rows, head, tablefmt="plain", disable_numparse=True),
+             "  confirmed = the reported peak (best shape re-timed); sweep = that shape's sweep figure; spread = "
+             "(p90-p10)/median of the confirm run"]
     for mode, err in (peak.get("errors") or {}).items():
         lines.append(f"  {mode}: {err}")
     src = (peak.get("nominal") or {}).get("source")
     if src:
         lines.append(f"  nominal: {src}")
+    reg, clk = peak.get("regime") or {}, peak.get("clocks") or {}
+    if reg:
+        dc = reg.get("duty_cycle_measured")
+        lines.append(f"  regime: {reg.get('kind')} (duty cycle {'-' if dc is None else f'{dc:.0%}'} measured, "
+                     f"<= {reg.get('duty_cycle_max', 1):.0%} by design)")
+    if clk.get("sm_clock_mhz") or clk.get("throttle_reasons_seen"):
+        sm = clk.get("sm_clock_mhz") or {}
+        lines.append(f"  SM clock {sm.get('min', '-')}-{sm.get('max', '-')} MHz over {clk.get('n_samples')} samples;"
+                     f" throttle reasons seen: {', '.join(clk.get('throttle_reasons_seen') or {}) or 'none'}")
+    trust = peak.get("trust") or {}
+    if trust and not trust.get("trusted"):
+        lines.append("  NOT CACHED, noisy: " + ("; ".join(trust.get("untrusted") or []) or "interrupted"))
     if peak.get("cache", {}).get("hit"):
         lines.append(f"  (from the cache {peak['cache']['path']}, measured {peak['cache'].get('measured_at')})")
     elif peak.get("elapsed_s") is not None:

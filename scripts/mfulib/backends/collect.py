@@ -402,7 +402,8 @@ def collect(opts: Options, log=None) -> dict:
             continue
         tf32 = (backend.name == "cuda" and (flops[info.case_id].get("compute_dtype") or info.compute_dtype)
                 == "float32" and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee")
-        per_case.append(_perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32))
+        per_case.append(_perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32,
+                                         nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None))
     run = {
         "task": opdir.op_name, "task_dir": opdir.path, "warmup": opts.warmup, "repeats": opts.repeats,
         "seed": opts.seed, "device_id": opts.device_id, "device_select_source": dev_source,
