@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import gc
 import os
 import signal
 import subprocess
@@ -262,10 +263,12 @@ def run_spec(spec: dict, backend, report: dict) -> None:
     report["device"] = dict(_IDENTITY[spec["device"]])
     wall["setup"] = time.perf_counter() - t
     t = time.perf_counter()
+    modules_before = set(sys.modules)
     key = (spec["op_dir"], spec["case_id"], spec["seed"], spec["device"])
     reuse = _INPUTS.get("key") == key
     if not reuse:  # drop the previous case's inputs before building the next (one case in memory at a time)
         _INPUTS.clear()
+        gc.collect()  # modules hold reference cycles: free the last case's tensors now, not at some later GC
         if str(spec["device"]).startswith("cuda"):
             torch.cuda.empty_cache()
     built = OpDir(spec["op_dir"]).build_case(spec["case_id"], impl=spec["impl"], seed=spec["seed"],
@@ -314,6 +317,8 @@ def run_spec(spec: dict, backend, report: dict) -> None:
         wall["export"] = time.perf_counter() - t
     finally:
         built.close()
+        for name in [m for m in sys.modules if m.startswith("_mfu_") and m not in modules_before]:
+            del sys.modules[name]  # the operator files are imported afresh for every case (opdir.import_file)
     report["status"] = "ok"
     report["error"] = None
 
