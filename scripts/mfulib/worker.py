@@ -90,6 +90,7 @@ class Worker:
             os.close(resp_w)
         self._buf = b""
         self._next_id = 0
+        self._busy = False
         self.requests = 0
 
     @property
@@ -122,6 +123,7 @@ class Worker:
     def call(self, request: dict, timeout_s: float, start_timeout_s: float) -> Reply:
         """Send ``request``; wait ``start_timeout_s`` for the child to take it up, then ``timeout_s`` for its reply.
         A timeout kills the worker (its whole process group); never raises for the case's own failure."""
+        self._busy = True  # until a reply: an interrupted call leaves it set, and close() kills instead of waiting
         t0 = time.monotonic()
         self._next_id += 1
         rid = self._next_id
@@ -142,6 +144,7 @@ class Worker:
                 if msg.get("started") == rid:
                     deadline = time.monotonic() + timeout_s
                 elif msg.get("done") == rid:
+                    self._busy = False
                     return Reply("done", message=msg, wall_s=time.monotonic() - t0)
 
     def kill(self) -> None:
@@ -152,7 +155,11 @@ class Worker:
         self._close_fds()
 
     def close(self, grace_s: float = 10.0) -> None:
-        """End the worker: close its request pipe (it exits after the current request), kill it after ``grace_s``."""
+        """End the worker: close its request pipe (it exits once idle) and kill it after ``grace_s``; a worker still
+        inside a request (the call was interrupted) is killed at once."""
+        if self._busy:
+            self.kill()
+            return
         with contextlib.suppress(OSError):
             os.close(self._req_w)
         self._req_w = -1

@@ -191,7 +191,7 @@ class WorkerPool:
         # a fresh worker's imports count against the first case, as a fresh child's always did
         reply = w.call({"spec_path": spec_path, "log_path": log_path}, timeout_s=timeout_s,
                        start_timeout_s=timeout_s)
-        tail = _tail(log_path)
+        tail = _tail(log_path) or _tail(w.log_path)  # a worker that died starting up wrote to its own log
         report = _read_report(spec["report_path"])
         rc = None
         if reply.outcome == "timeout":
