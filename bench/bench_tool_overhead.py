@@ -7,6 +7,8 @@ BACKEND=<b> <step>`` for prepare, verify, flops, collect, peak, decompose), with
 (``MFU_PEAK_CACHE_DIR`` = a fresh directory, so step 5 calibrates). Per step it reports:
 
 * ``wall_s``: wall time of the make call (process start-up, imports, compilation, input building, device work);
+* ``host_cpu_s``: user + system CPU time of the make call and every process it waited for (getrusage
+  RUSAGE_CHILDREN): the host work, less sensitive than wall time to other load on a shared machine;
 * ``device_busy_s``: the kernel time the step made the device spend, from the step's own results -
   collect: Σ over measured (case, impl) of median kernel time x (warmup + repeats + 1 priming call), from
   performance.json; peak: Σ over every timed calibration shape of median time x iterations, from peak.json (0 when
@@ -30,6 +32,7 @@ the table. Stops starting new runs once ``--budget-s`` has passed (recorded as s
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -114,14 +117,16 @@ def run_pipeline(skill_dir, op, backend, work, env, steps, step_timeout_s, log):
     records = []
     for step in steps:
         cmd = ["make", "-s", "-C", skill_dir, f"OP={op}", f"WORK={work}", f"BACKEND={backend}", step]
-        t0 = time.perf_counter()
+        t0, ru0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=step_timeout_s)
             rc, tail = r.returncode, (r.stdout + r.stderr)[-1500:]
         except subprocess.TimeoutExpired as exc:
             rc, tail = "timeout", str(exc)[-500:]
         wall = time.perf_counter() - t0
-        rec = {"step": step, "wall_s": round(wall, 2), "rc": rc}
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+        rec = {"step": step, "wall_s": round(wall, 2), "host_cpu_s": round(cpu, 2), "rc": rc}
         if rc != 0:
             rec["log_tail"] = tail
         log(f"  {op} {step}: {wall:.1f} s (rc {rc})")
@@ -151,14 +156,15 @@ def table(runs) -> list:
     rows = []
     for run in runs:
         for rec in run.get("steps") or []:
-            rows.append([run["op"], run["mode"], rec["step"], rec["wall_s"], rec.get("device_busy_s"),
-                         rec.get("wall_per_busy"), rec["rc"]])
+            rows.append([run["op"], run["mode"], rec["step"], rec["wall_s"], rec.get("host_cpu_s"),
+                         rec.get("device_busy_s"), rec.get("wall_per_busy"), rec["rc"]])
         if run.get("steps"):
             busy = [r.get("device_busy_s") or 0 for r in run["steps"]]
-            rows.append([run["op"], run["mode"], "TOTAL", run["total_wall_s"], round(sum(busy), 4),
+            cpu = sum(r.get("host_cpu_s") or 0 for r in run["steps"])
+            rows.append([run["op"], run["mode"], "TOTAL", run["total_wall_s"], round(cpu, 2), round(sum(busy), 4),
                          round(run["total_wall_s"] / sum(busy), 1) if sum(busy) else None, ""])
         elif run.get("skipped"):
-            rows.append([run["op"], run["mode"], "skipped", "", "", "", run["skipped"]])
+            rows.append([run["op"], run["mode"], "skipped", "", "", "", "", run["skipped"]])
     return rows
 
 
@@ -219,7 +225,7 @@ def main(argv=None):
         if not args.work:
             shutil.rmtree(tmp, ignore_errors=True)
     from tabulate import tabulate
-    headers = ["op", "triton cache", "step", "wall s", "device-busy s", "wall/busy", "rc"]
+    headers = ["op", "triton cache", "step", "wall s", "host CPU s", "device-busy s", "wall/busy", "rc"]
     rows = table(runs)
     text = tabulate(rows, headers=headers, tablefmt="github")
     print(text)

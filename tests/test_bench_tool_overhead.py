@@ -32,11 +32,12 @@ def test_peak_busy_time_sums_every_timed_shape_and_is_zero_for_a_cached_calibrat
 
 def test_the_table_has_a_total_per_run_with_the_wall_to_busy_ratio():
     runs = [{"op": "x", "mode": "warm", "total_wall_s": 10.0, "steps": [
-        {"step": "prepare", "wall_s": 1.0, "device_busy_s": 0, "wall_per_busy": None, "rc": 0},
-        {"step": "collect", "wall_s": 9.0, "device_busy_s": 0.5, "wall_per_busy": 18.0, "rc": 0}]},
+        {"step": "prepare", "wall_s": 1.0, "host_cpu_s": 0.5, "device_busy_s": 0, "wall_per_busy": None, "rc": 0},
+        {"step": "collect", "wall_s": 9.0, "host_cpu_s": 4.0, "device_busy_s": 0.5, "wall_per_busy": 18.0,
+         "rc": 0}]},
         {"op": "y", "mode": "cold", "skipped": "--budget-s 1 reached"}]
     rows = bto.table(runs)
-    assert rows[2] == ["x", "warm", "TOTAL", 10.0, 0.5, 20.0, ""]
+    assert rows[2] == ["x", "warm", "TOTAL", 10.0, 4.5, 0.5, 20.0, ""]
     assert rows[3][2] == "skipped"
 
 
@@ -51,4 +52,5 @@ def test_the_bench_runs_on_cpu_and_writes_json_and_a_markdown_table(tmp_path):
     assert run["op"] == "zoo/2_Softmax" and run["mode"] == "warm" and doc["modes"] == ["warm"]
     (step,) = run["steps"]
     assert step["step"] == "prepare" and step["rc"] == 0 and step["wall_s"] > 0 and step["device_busy_s"] == 0
+    assert 0 < step["host_cpu_s"] < 60
     assert "| zoo/2_Softmax" in r.stdout and (tmp_path / "o" / "tool_overhead.md").exists()
