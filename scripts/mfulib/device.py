@@ -44,6 +44,8 @@ def resolve_backend(name: str = "auto"):
     """Return (backend, reason). Raises UserError when an explicit backend cannot run here, with the fix."""
     if name not in BACKENDS:
         raise UserError(f"--backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    if name == "cpu":  # nothing to probe: no torch import in the parent (2-3 s per step)
+        return "cpu", "--backend cpu"
     import torch
     if name == "npu":
         ok, why = npu_ready()
@@ -55,8 +57,6 @@ def resolve_backend(name: str = "auto"):
         if not torch.cuda.is_available():
             raise UserError("--backend cuda: torch sees no CUDA device - use --backend cpu (Triton interpreter)")
         return "cuda", "--backend cuda"
-    if name == "cpu":
-        return "cpu", "--backend cpu"
     ok, why = npu_ready()
     if ok:
         return "npu", "auto: " + why

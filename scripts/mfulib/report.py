@@ -138,11 +138,13 @@ def decompose_table(result: dict) -> str:
 def plot_decompose(result: dict, path: str) -> str | None:
     """Per case, two stacked bars (time share, FLOPs share) split by part; PNG at ``path``, titled with the device.
 
-    Returns the path, or None when no case has parts. Uses matplotlib's Agg backend (no display needed).
+    Returns the path, or None when no case has parts. Draws on a bare :class:`matplotlib.figure.Figure` with the
+    Agg canvas (no display needed): pyplot is never imported, which took about half of mfu_decompose.py's wall time
+    (pyinstrument).
     """
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     rows = [(rep["label"], r) for rep in result["reports"] for r in rep["rows"]
             if r.get("status") == "ok" and r.get("parts")]
@@ -157,8 +159,10 @@ def plot_decompose(result: dict, path: str) -> str | None:
                       f"MFU@ach {_pct(r.get('mfu_ach'), 1)}")
         time_sh.append([(by.get(p) or {}).get("time_share") or 0.0 for p in parts])
         flop_sh.append([(by.get(p) or {}).get("flops_share") or 0.0 for p in parts])
-    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.9 * len(rows)))
-    colors = plt.get_cmap("tab10")
+    fig = Figure(figsize=(9, 1.6 + 0.9 * len(rows)))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    colors = colormaps["tab10"]
     height = 0.38
     for i in range(len(rows)):
         for j, (shares, yoff, hatch) in enumerate(((time_sh[i], -height / 2, None), (flop_sh[i], height / 2, "//"))):
@@ -187,6 +191,5 @@ def plot_decompose(result: dict, path: str) -> str | None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp.png"
     fig.savefig(tmp, dpi=110)
-    plt.close(fig)
     os.replace(tmp, path)
     return path

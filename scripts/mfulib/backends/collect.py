@@ -33,7 +33,7 @@ from ..opdir import OpDir
 from . import select_backend
 from .base import lost_problems
 from .cpu import BF16_REASON
-from .runner import run_child
+from .runner import close_workers, run_child
 
 CPU_DEFAULT_WARMUP, CPU_DEFAULT_REPEATS = 1, 2
 DEFAULT_WARMUP, DEFAULT_REPEATS = 5, 5
@@ -378,6 +378,7 @@ def collect(opts: Options, log=None) -> dict:
         interrupted = True
         log("interrupted: writing what was measured so far")
     finally:
+        close_workers()
         shutil.rmtree(work_root, ignore_errors=True)
     if interrupted and not results:
         log("interrupted before any case was measured: performance.json left as it was")
