@@ -175,3 +175,19 @@ def test_decompose_reads_the_per_dtype_nominal_from_the_report_or_peak_json():
                          "override": True}}
     from_peak = decompose.peaks_for(override, {"peak_tflops": {}, "nominal": {"tflops": nom}})
     assert from_peak["nominal_tflops"] == 500.0 and from_peak["nominal_by_mode"]["int8"] == 1979.0
+
+
+def test_the_fp8_call_the_gpu_times_computes_the_product_of_its_operands():
+    # runs the same gemm_call / operands code as on an H200, on torch's CPU torch._scaled_mm (no peak is taken here)
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8_e4m3fn")
+    dev = gemm_timing.Device("cpu")
+    a, b = gemm_timing._operands(dev, "float8_e4m3fn", 32, 48, 64, "col")
+    assert b.shape == (64, 48) and b.stride() == (1, 64) and a.dtype == torch.float8_e4m3fn
+    try:
+        got = gemm_timing.gemm_call(dev, "float8_e4m3fn", a, b)()
+    except RuntimeError as exc:  # a torch build without the CPU fp8 kernel
+        pytest.skip(f"torch._scaled_mm does not run on this CPU build: {exc}")
+    want = a.float() @ b.float()
+    assert got.dtype == torch.bfloat16 and torch.allclose(got.float(), want, rtol=2e-2, atol=0.5)

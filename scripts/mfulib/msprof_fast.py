@@ -22,7 +22,6 @@ import numpy as np
 
 _PARALLEL_MIN_BYTES = 32 << 20  # files larger than this are read by several processes
 CHUNK_ROWS = 250_000  # rows per block of the byte-matrix conversion (bounds its memory to ~100 MB)
-_P10 = 10 ** np.arange(19, dtype=np.int64)
 
 
 class FastPathUnsupported(Exception):
@@ -54,19 +53,24 @@ def _exact_ns_block(values, us_to_ns):
     dot = c == 46
     minus = c == 45
     allowed = digit | dot | minus | np.isin(c, (0, 9, 32, 34, 39, 43))
-    pos = np.arange(w)
-    dot_pos = np.where(dot.any(1), dot.argmax(1), w)
-    int_mask = digit & (pos < dot_pos[:, None])
-    odd = ~allowed.all(1) | (dot.sum(1) > 1) | (minus.sum(1) > 1) | (int_mask.sum(1) > 18)
-    d = c.astype(np.int64) - 48
-    rank = np.clip(int_mask[:, ::-1].cumsum(1)[:, ::-1] - 1, 0, 18)
-    whole = np.where(int_mask, d * _P10[rank], 0).sum(1)
-    frac_mask = digit & (pos > dot_pos[:, None])
-    frac_rank = frac_mask.cumsum(1)
-    frac = np.zeros(n, dtype=np.int64)
-    for j, mult in ((1, 100), (2, 10), (3, 1)):
-        frac += np.where(frac_mask & (frac_rank == j), d, 0).sum(1) * mult
-    frac += np.where(frac_mask & (frac_rank == 4), d, 0).sum(1) >= 5
+    odd = ~allowed.all(1) | (dot.sum(1) > 1) | (minus.sum(1) > 1)
+    # one pass over the byte columns: integer digits before the dot, the first four fraction digits after it
+    whole, frac = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    seen_dot, n_int, n_frac = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    round_up = np.zeros(n, dtype=bool)
+    for j in range(w):
+        dj = c[:, j].astype(np.int64) - 48
+        is_d = digit[:, j]
+        in_int = is_d & ~seen_dot
+        whole = np.where(in_int, whole * 10 + dj, whole)
+        n_int += in_int
+        in_frac = is_d & seen_dot
+        n_frac += in_frac
+        frac = np.where(in_frac & (n_frac <= 3), frac * 10 + dj, frac)
+        round_up |= in_frac & (n_frac == 4) & (dj >= 5)
+        seen_dot |= dot[:, j]
+    frac = frac * np.array([1000, 100, 10, 1], dtype=np.int64)[np.minimum(n_frac, 3)] + round_up
+    odd |= n_int > 18
     ns = np.where(minus.any(1), -1, 1) * (whole * 1000 + frac)
     na = na | ~digit.any(1)
     for i in np.flatnonzero(odd & ~na):
