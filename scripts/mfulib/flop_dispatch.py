@@ -2,7 +2,8 @@
 
 Per op: a registered formula (:mod:`mfulib.flop_formulas`) counts it, or torch's ``FlopCounterMode`` formulas
 do (mm/addmm/bmm/baddbmm, convolutions), or it is classified (:func:`classify_uncounted`) as vector work (not
-counted by the convention) or **unseen** (a matrix-like op without a formula, another namespace, a Triton kernel).
+counted by the convention) or **unseen** (a matrix-like op without a formula, another namespace, a Triton kernel); vector work is costed
+per element by :mod:`mfulib.vector_costs` (the ``vector_flops`` cross-check).
 Matmul outputs are followed through pointwise/view/softmax ops: when a mask with known values is applied to them,
 the matmul and its consumer are recounted over the unmasked pairs. Small tensors keep real values beside their meta
 twins ("shadows", :class:`TraceState`), so masks built on the fly have values. :mod:`mfulib.flopcount` drives it.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .flop_formulas import NEG_MASK_THRESHOLD, Count, FormulaRegistry, broadcast_count
+from .vector_costs import vector_cost
 
 SHADOW_MAX_NUMEL = 1 << 24          # small tensors keep real values beside their meta twin
 SHADOW_MATMUL_MAX_NUMEL = 1 << 16   # ... but matmuls are evaluated on the CPU only when tiny
@@ -85,6 +87,8 @@ class TraceState:
         self.unseen: dict = {}             # op name -> calls
         self.unseen_reasons: dict = {}
         self.vector: dict = {}
+        self.vector_flops = 0              # vector arithmetic by the element-cost table (mfulib.vector_costs)
+        self.vector_uncosted: dict = {}    # vector ops the table has no cost for: op name -> calls
         self.notes: list = []
         self.needs_values = False
 
@@ -278,6 +282,14 @@ def _make_mode_class():
                 st.add_unseen(name, "no FLOP formula for this op")
                 return
             st.vector[name] = st.vector.get(name, 0) + 1
+            try:
+                cost = vector_cost(base, args, kwargs, out)
+            except Exception:  # an argument layout the table does not expect: uncosted, never a crash
+                cost = None
+            if cost is None:
+                st.vector_uncosted[name] = st.vector_uncosted.get(name, 0) + 1
+            else:
+                st.vector_flops += int(cost)
             self._lineage(base, func, args, kwargs, out)
 
         def _matmul(self, base, packet, args, kwargs, out):

@@ -23,7 +23,9 @@ convolution exactly (2 FLOPs per multiply-accumulate, the DESIGN.md convention).
   is top-left causal, ``torch.ones(L, S).tril()``, as torch documents it; a boolean/additive ``attn_mask`` is
   counted from its values).
 * **Nothing is silently zero**: every op seen is classified - counted (by torch or by a formula here), vector work
-  (pointwise/reduction/softmax/norm/copy: not counted by the convention) or **unseen**: a matrix-like aten op
+  (pointwise/reduction/softmax/norm/copy: not matrix FLOPs; costed per element by the table of
+  :mod:`mfulib.vector_costs` into ``vector_flops``, which flops.py's optional ``vector_flops(case)`` is checked
+  against) or **unseen**: a matrix-like aten op
   without a formula, an op from another namespace (custom or vendor op), a Triton kernel launched directly.
   Unseen ops are reported by name with their call counts.
 
@@ -133,6 +135,8 @@ class TraceResult:
     unseen_ops: dict = field(default_factory=dict)
     unseen_reasons: dict = field(default_factory=dict)
     vector_ops: dict = field(default_factory=dict)
+    vector_flops: float = 0.0               # vector arithmetic by mfulib.vector_costs' element-cost table
+    vector_uncosted: dict = field(default_factory=dict)  # vector ops without a cost there: {op: calls}
     notes: list = field(default_factory=list)
     needs_values: bool = False
     reason: str | None = None
@@ -209,6 +213,8 @@ def _result(state: TraceState, counter) -> TraceResult:
     res.unseen_ops = dict(state.unseen)
     res.unseen_reasons = dict(state.unseen_reasons)
     res.vector_ops = dict(state.vector)
+    res.vector_flops = float(state.vector_flops)
+    res.vector_uncosted = dict(state.vector_uncosted)
     res.notes = list(state.notes)
     res.needs_values = state.needs_values
     return res

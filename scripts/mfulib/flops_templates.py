@@ -245,8 +245,10 @@ _POINTWISE = {"add", "sub", "mul", "div", "exp", "log", "sigmoid", "tanh", "relu
 
 HEADER = '''"""flops.py DRAFT for $op, written by flops_generator.py - class "$cls" ($why).
 
-Contract (DESIGN.md "FLOPs"): flops(case) returns the operator's semantic FLOPs, 2 per multiply-accumulate of
-matrix work (softmax, activations, casts not counted); flops_parts(case) splits them by part and must add up;
+Contract (DESIGN.md "FLOPs"): flops(case) returns the operator's matrix FLOPs only, 2 per multiply-accumulate
+(softmax, activations, norms, casts not counted; 0 for an operator without matrix work, which has no MFU and is
+read through MBU); optional vector_flops(case) counts the vector arithmetic (checked against the tracer's per-op
+element costs); flops_parts(case) splits flops(case) by part and must add up;
 KERNEL_PARTS maps each part to fnmatch patterns of kernel names (first match wins, the rest is "other").
 Lines marked REVIEW are guesses: check each against model.py, then delete the marker.
 Check:  python3 $$SKILL_DIR/scripts/check_flops.py --op-dir <work dir>
@@ -413,16 +415,21 @@ def flops(case):
 '''
 
 T_VECTOR = '''
-# No matrix work: this operator counts its vector arithmetic and is read mainly through MBU (bandwidth).
+# No matrix work (DESIGN.md "FLOPs"): flops(case) is 0 - no MFU, MBU is the headline figure. The vector arithmetic
+# is vector_flops(case), checked against the tracer's per-op element costs (mfulib/vector_costs.py).
 OPS_PER_ELEMENT = $ops   # $ops_note
 
 
 def flops_parts(case):
-    return {"$part": OPS_PER_ELEMENT * numel(case, "$x")}
+    return {"$part": 0.0}
 
 
 def flops(case):
     return float(sum(flops_parts(case).values()))
+
+
+def vector_flops(case):
+$vector_body
 '''
 
 T_UNKNOWN = '''
@@ -611,20 +618,33 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         part_names = ["conv"]
         extra_import = "import math\n"
     elif cls in ("norm", "softmax", "elementwise"):
+        extra_vector_import = ""
         x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
+        vbody = f'    return float(OPS_PER_ELEMENT * numel(case, "{x}"))'
+        imports = ["numel"]
         if cls == "norm":
             rms = f.called("rms_norm", "RMSNorm", "rsqrt") and not f.called("layer_norm", "LayerNorm", "var", "mean_var")
-            ops, note = (4, "x^2, sum, scale, weight: RMSNorm convention") if rms else \
-                (7, "sum (mean), centre, square, sum (var), normalise, scale, shift: LayerNorm convention")
+            if rms:
+                ops, note = 4, "x^2, mean, * 1/rms, * weight per element; + eps, rsqrt per row: RMSNorm convention"
+                vbody = (f'    x = shape(case, "{x}")\n'
+                         f'    return float(OPS_PER_ELEMENT * numel(case, "{x}") + 2 * math.prod(x[:-1]))')
+                imports += ["shape"]
+                extra_vector_import = "import math\n"
+            else:
+                ops, note = 5, "sum (mean), centre, square, sum (var), normalise per element: LayerNorm convention"
+                affine = [t for t in ("weight", "bias") if cv.tensor(t) or f.has_token(t)]
+                vbody = (f'    # + 1 per element for each affine tensor the case gives (weight, bias: optional per case)\n'
+                         f'    extra = {" + ".join(f"has(case, {t!r})" for t in affine) or "0"}\n'
+                         f'    return float((OPS_PER_ELEMENT + extra) * numel(case, "{x}"))')
+                imports += ["has"]
         elif cls == "softmax":
             ops, note = 5, "max, subtract, exp, sum, divide per element: softmax convention"
         else:
             n = sum(len(f.calls.get(p, [])) for p in _POINTWISE)
             ops, note = max(n, 1), "REVIEW: one FLOP per pointwise op per element; count the ops of forward()"
-        body = string.Template(T_VECTOR).substitute(ops=ops, ops_note=note, part=cls, x=x)
-        imports = ["numel"]
+        body = string.Template(T_VECTOR).substitute(ops=ops, ops_note=note, part=cls, x=x, vector_body=vbody)
         part_names = [cls]
-        extra_import = ""
+        extra_import = extra_vector_import
     else:
         body = string.Template(T_UNKNOWN).substitute(why="; ".join(why))
         imports = ["shape", "attr"]
