@@ -105,7 +105,8 @@ def print_table(rows, file_level, summary, out_path):
             if c["status"] == "fail" and c["name"] != "tracer":
                 print(f" fail  case {r['case']} {c['name']}: {c['detail']}")
     for why in summary.get("unverified_reasons") or []:
-        print(f" unverified  {why[:200]}")
+        if why.startswith("case "):  # the file-level ones are printed above
+            print(f" unverified  {why[:200]}")
     print(f"{summary_line(summary)}; ratio {_g(summary.get('ratio_min'))}..{_g(summary.get('ratio_max'))} "
           f"-> {out_path}")
 

@@ -347,6 +347,8 @@ def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: flo
     checks.append(vec)
     if vec["status"] in ("fail", "unverified"):
         row["diagnosis"] += f"; {vec['detail']}"
+    elif vec["status"] == "pass":
+        row["diagnosis"] += "; vector_flops checked"
     row["checks"] = checks
     row["status"] = max((c["status"] for c in checks), key=lambda s: _ORDER[s])
     if row["status"] == "skip":
