@@ -113,8 +113,11 @@ def broadcast_count(allowed, target_shape) -> int:
 
 
 def torch_count_nonzero(t) -> int:
-    """Non-zero entries of a CPU tensor (count_nonzero: ~10x faster than a bool sum)."""
+    """Non-zero entries of a CPU tensor (count_nonzero: ~10x faster than a bool sum) or of a mask described by
+    its construction (:class:`mfulib.lazy_masks.BandMask`, counted in O(rows))."""
     import torch
+    if not isinstance(t, torch.Tensor) and callable(getattr(t, "band_entries", None)):
+        return int(t.count_nonzero())
     return int(torch.count_nonzero(t).item())
 
 
