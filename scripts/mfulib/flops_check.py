@@ -297,7 +297,8 @@ def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: flo
     args, arg_err = None, None
     if ff.takes_args:
         try:
-            args = flopcount.build_reference_args(opdir, case_id, seed)
+            args, row["inputs_drawn"] = flopcount.build_reference_args(opdir, case_id, seed, with_draw=True)
+            row["data_values"] = flopcount.data_values(args)
         except (Exception, SystemExit) as exc:  # sys.exit() in the reference is this case's error
             arg_err = exc
     if arg_err is not None:

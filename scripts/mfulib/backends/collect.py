@@ -95,9 +95,10 @@ def case_flops(ff, opdir: OpDir, info, seed: int) -> dict:
     case = opdir.read_cases()[info.case_id]
     args = None
     try:
-        if ff.takes_args:
-            from ..flopcount import build_reference_args
-            args = build_reference_args(opdir, info.case_id, seed)
+        if ff.takes_args:  # the timed child's draw (same seed, same stream): FLOPs of the inputs that are timed
+            from ..flopcount import build_reference_args, data_values
+            args, ent["inputs_drawn"] = build_reference_args(opdir, info.case_id, seed, with_draw=True)
+            ent["data_values"] = data_values(args)
         ev = evaluate_case(ff, case, args, info.case_id)
         ent["compute_dtype"] = ff.compute_dtype(case, info.case_id)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - recorded per case (sys.exit() in user code too)
