@@ -11,8 +11,9 @@ convolution exactly (2 FLOPs per multiply-accumulate, the DESIGN.md convention).
   kernels again with ``is_causal`` honoured (torch: "NB: We aren't accounting for causal attention here"),
   ``mv/addmv/dot/vdot/addbmm/_grouped_mm``, and the torch_npu fused ops ``npu_fusion_attention`` (layouts
   BSH/SBH/BSND/BNSD/TND, ``sparse_mode`` 0-8, ``prefix``, varlen ``actual_seq_qlen/kvlen``),
-  ``npu_fused_infer_attention_score`` (GQA, paged KV through ``block_table``, ``actual_seq_lengths[_kv]``) and
-  ``npu_ffn``. They apply at the dispatcher (a real torch_npu registers ``npu::*`` ops) and, where no torch_npu
+  ``npu_fused_infer_attention_score`` (GQA, paged KV through ``block_table``, ``actual_seq_lengths[_kv]``),
+  ``npu_ffn``, and (:mod:`mfulib.npu_formulas`) ``npu_sparse_flash_attention``, ``npu_lightning_indexer``,
+  ``npu_lstm``, ``npu_rms_norm``, ``npu_rotary_mul``, ``npu_swiglu``, ``npu_group_norm_swish``. They apply at the dispatcher (a real torch_npu registers ``npu::*`` ops) and, where no torch_npu
   is importable, through stand-in functions installed as ``torch_npu.<op>`` while tracing: they return zero
   tensors of the documented output shapes and count the formula, so NPU-only references trace on a CPU.
 * **Masked attention written with matmuls** (``scores.masked_fill(mask, -inf)``, ``torch.where(mask, s, -inf)``,
