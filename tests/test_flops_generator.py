@@ -125,7 +125,7 @@ def test_an_unknown_operator_gets_a_draft_that_fails_until_written(tmp_path):
     ref = LOADER + textwrap.dedent('''
     class Model(nn.Module):
         def forward(self, x):
-            return torch.sort(x, dim=-1).values
+            return torch.linalg.svdvals(x)
     ''')
     od = write_workdir(tmp_path, ref, [{"inputs": [{"name": "x", "type": "tensor", "required": True,
                                                     "dtype": "float32", "shape": [8, 16]}]}])
@@ -187,3 +187,35 @@ def test_conv_and_grouped_matmul_drafts_pass_and_count_by_hand(tmp_path, ref, in
     assert ft.generate(od.model_py, od.cases_path)["class"] == cls
     _, rows, _ = check_all(od)
     assert rows[0]["status"] == "pass" and rows[0]["flops"] == want, rows[0]["diagnosis"]
+
+
+NO_MATRIX_REFS = {
+    "pooling1d": ("return F.avg_pool1d(x, 2)", [4, 8, 16]),
+    "pooling2d": ("return F.max_pool2d(x, 2)", [2, 4, 8, 8]),
+    "pooling3d": ("return F.avg_pool3d(x, 2)", [1, 2, 4, 4, 4]),
+    "topk": ("return torch.topk(x, 3, dim=-1).values", [8, 16]),
+    "sort": ("return torch.sort(x, dim=-1).values", [8, 16]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NO_MATRIX_REFS))
+def test_pooling_and_top_k_drafts_equal_the_hand_value_zero_and_pass(tmp_path, name):
+    """Pooling (avg/max, 1-3D) and sort/top-k do no matrix work: the hand value of flops(case) is 0 (DESIGN.md
+    "FLOPs"); the draft says 0 with no REVIEW line, and the tracer (0 matrix FLOPs, vector ops only) agrees."""
+    from test_flops_tracer import LOADER, write_workdir
+    body, shp = NO_MATRIX_REFS[name]
+    ref = LOADER + textwrap.dedent(f'''
+    class Model(nn.Module):
+        def forward(self, x):
+            {body}
+    ''')
+    od = write_workdir(tmp_path, ref, [{"inputs": [{"name": "x", "type": "tensor", "required": True,
+                                                    "dtype": "float32", "shape": shp}]}])
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == ("pooling" if name.startswith("pooling") else "reduction")
+    # the only REVIEW line is the kernel-name one (this work dir has no Triton implementation), none on the FLOPs
+    assert [t for _, t in draft["review_lines"] if "kernel" not in t.lower()] == []
+    ff, rows, file_level = check_all(od)
+    assert rows[0]["flops"] == 0.0 and rows[0]["tracer"]["total_flops"] == 0.0
+    assert rows[0]["status"] == "pass", rows[0]["diagnosis"]

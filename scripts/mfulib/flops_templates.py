@@ -169,6 +169,9 @@ _ATTN_CALLS = ("scaled_dot_product_attention", "npu_fusion_attention", "npu_fuse
 _MATMUL_CALLS = ("matmul", "bmm", "mm", "linear", "Linear", "einsum", "addmm", "baddbmm", "tensordot")
 _NORM_CALLS = ("layer_norm", "LayerNorm", "rms_norm", "RMSNorm", "group_norm", "GroupNorm", "batch_norm",
                "BatchNorm1d", "BatchNorm2d", "instance_norm", "rsqrt")
+_POOL_CALLS = tuple(f"{k}_pool{n}d" for k in ("avg", "max", "adaptive_avg", "adaptive_max", "lp") for n in (1, 2, 3)) + \
+    tuple(f"{k}Pool{n}d" for k in ("Avg", "Max", "AdaptiveAvg", "AdaptiveMax", "LP") for n in (1, 2, 3))
+_ORDER_CALLS = ("topk", "sort", "argsort", "argmax", "argmin", "kthvalue", "msort")
 _CONV_CALLS = ("conv1d", "conv2d", "conv3d", "Conv1d", "Conv2d", "Conv3d", "conv_transpose2d", "ConvTranspose2d")
 
 
@@ -224,6 +227,10 @@ def classify(f: ModelFeatures, cv: CaseView) -> tuple:
         return "matmul", [f"{_n_matmuls(f)} matmul call(s)"]
     if f.called(*_CONV_CALLS):
         return "conv", ["convolution call"]
+    if f.called(*_POOL_CALLS):
+        return "pooling", ["pooling (no matrix work)"]
+    if f.called(*_ORDER_CALLS):
+        return "reduction", ["sort / top-k / arg-reduction (comparisons, no matrix work)"]
     if f.called(*_NORM_CALLS) or f.has_token(r"(^|_)(layer|rms|group|batch|instance)_?norm|^rms"):
         return "norm", ["normalisation"]
     if f.called("softmax", "log_softmax", "_softmax"):
@@ -432,6 +439,19 @@ def vector_flops(case):
 $vector_body
 '''
 
+T_NOMATRIX = '''
+# No matrix work ($what): flops(case) is 0 (DESIGN.md "FLOPs") - no MFU; this operator is read through MBU and its
+# top cases are chosen by bytes moved. The tracer checks the 0 (it fails a draft whose reference does matrix work).
+
+
+def flops_parts(case):
+    return {"$part": 0.0 * numel(case, "$x")}
+
+
+def flops(case):
+    return float(sum(flops_parts(case).values()))
+'''
+
 T_UNKNOWN = '''
 
 def flops(case):
@@ -617,6 +637,13 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         body = string.Template(T_CONV).substitute(x=x, **names)
         part_names = ["conv"]
         extra_import = "import math\n"
+    elif cls in ("pooling", "reduction"):
+        x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
+        what = "pooling: sums/maxima over windows" if cls == "pooling" else "comparisons and selection"
+        body = string.Template(T_NOMATRIX).substitute(what=what, part=cls, x=x)
+        imports = ["numel"]
+        part_names = [cls]
+        extra_import = ""
     elif cls in ("norm", "softmax", "elementwise"):
         extra_vector_import = ""
         x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
