@@ -219,3 +219,26 @@ def test_pooling_and_top_k_drafts_equal_the_hand_value_zero_and_pass(tmp_path, n
     ff, rows, file_level = check_all(od)
     assert rows[0]["flops"] == 0.0 and rows[0]["tracer"]["total_flops"] == 0.0
     assert rows[0]["status"] == "pass", rows[0]["diagnosis"]
+
+
+def test_a_layernorm_draft_counts_the_optional_weight_and_bias_each_case_gives(tmp_path):
+    """A LayerNorm reference whose weight and bias are optional per case (the benchmark format: a case line lists
+    only the inputs it gives). Hand values, x [2, 8, 16] = 256 elements: flops 0 (no matrix work) and
+    vector_flops = (5 + has weight + has bias) * 256 = 1280 / 1536 / 1792 for none / weight / weight + bias - the
+    draft's count equals the tracer's aten::native_layer_norm cost on each."""
+    from test_flops_tracer import LOADER, attr_, tensor, write_workdir
+    ref = LOADER + textwrap.dedent('''
+    class Model(nn.Module):
+        def forward(self, x, normalized_shape, weight=None, bias=None):
+            return F.layer_norm(x, list(normalized_shape), weight, bias)
+    ''')
+    x, norm = tensor("x", [2, 8, 16]), attr_("normalized_shape", [16], "list")
+    cases = [{"inputs": [x, norm]}, {"inputs": [x, norm, tensor("weight", [16])]},
+             {"inputs": [x, norm, tensor("weight", [16]), tensor("bias", [16])]}]
+    od = write_workdir(tmp_path, ref, cases)
+    generate_into(od)
+    assert ft.generate(od.model_py, od.cases_path)["class"] == "norm"
+    ff, rows, _ = check_all(od)
+    assert [r["status"] for r in rows] == ["pass"] * 3, [r["diagnosis"] for r in rows]
+    assert [r["flops"] for r in rows] == [0.0] * 3
+    assert [r["vector_flops"] for r in rows] == [r["tracer"]["vector_flops"] for r in rows] == [1280, 1536, 1792]
