@@ -242,3 +242,23 @@ def test_a_layernorm_draft_counts_the_optional_weight_and_bias_each_case_gives(t
     assert [r["status"] for r in rows] == ["pass"] * 3, [r["diagnosis"] for r in rows]
     assert [r["flops"] for r in rows] == [0.0] * 3
     assert [r["vector_flops"] for r in rows] == [r["tracer"]["vector_flops"] for r in rows] == [1280, 1536, 1792]
+
+
+def test_a_fused_residual_plus_rmsnorm_draft_counts_the_add(tmp_path):
+    """y = rmsnorm(x + residual) * weight on x [4, 64]: flops 0 (no matrix work); vector_flops per element
+    residual add 1 + square 1 + mean 1 + * 1/rms 1 + * weight 1 = 5, per row + eps and rsqrt = 2:
+    5 * 256 + 2 * 4 = 1288 - the draft equals the tracer's element costs (without the add it would say 1032)."""
+    from test_flops_tracer import LOADER, attr_, tensor, write_workdir
+    ref = LOADER + textwrap.dedent('''
+    class Model(nn.Module):
+        def forward(self, x, residual, weight, eps):
+            h = x + residual
+            return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weight
+    ''')
+    case = {"inputs": [tensor("x", [4, 64]), tensor("residual", [4, 64]), tensor("weight", [64]),
+                       attr_("eps", 1e-6, "float")]}
+    od = write_workdir(tmp_path, ref, [case])
+    generate_into(od)
+    ff, rows, _ = check_all(od)
+    assert rows[0]["flops"] == 0.0 and rows[0]["vector_flops"] == rows[0]["tracer"]["vector_flops"] == 1288
+    assert rows[0]["status"] == "pass", rows[0]["diagnosis"]

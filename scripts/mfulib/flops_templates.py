@@ -649,6 +649,9 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
         vbody = f'    return float(OPS_PER_ELEMENT * numel(case, "{x}"))'
         imports = ["numel"]
+        x_shape = next((list(t.shape) for t in cv.info.tensors if t.name == x), None)
+        residual = [t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES and t.name != x
+                    and list(t.shape) == x_shape] if cls == "norm" else []
         if cls == "norm":
             rms = f.called("rms_norm", "RMSNorm", "rsqrt") and not f.called("layer_norm", "LayerNorm", "var", "mean_var")
             if rms:
@@ -669,6 +672,8 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         else:
             n = sum(len(f.calls.get(p, [])) for p in _POINTWISE)
             ops, note = max(n, 1), "REVIEW: one FLOP per pointwise op per element; count the ops of forward()"
+        if residual:  # fused residual + norm: x + residual is one more add per element (vector work)
+            ops, note = ops + 1, note + f"; + 1 for the residual add ({x} + {residual[0]})"
         body = string.Template(T_VECTOR).substitute(ops=ops, ops_note=note, part=cls, x=x, vector_body=vbody)
         part_names = [cls]
         extra_import = extra_vector_import
