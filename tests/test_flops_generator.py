@@ -262,3 +262,29 @@ def test_a_fused_residual_plus_rmsnorm_draft_counts_the_add(tmp_path):
     ff, rows, _ = check_all(od)
     assert rows[0]["flops"] == 0.0 and rows[0]["vector_flops"] == rows[0]["tracer"]["vector_flops"] == 1288
     assert rows[0]["status"] == "pass", rows[0]["diagnosis"]
+
+
+def test_an_lstm_draft_counts_the_gate_gemms_of_every_step_and_layer(tmp_path):
+    """nn.LSTM(16, 32, num_layers=2, batch_first=True) on x [3, 10, 16] (B 3, T 10, I 16, H 32), 2 FLOPs per MAC:
+    layer 0: 2 * 10 * 3 * 128 * (16 + 32) = 368640; layer 1 (input H = 32): 2 * 10 * 3 * 128 * (32 + 32) = 491520;
+    total 860160 - the draft (no REVIEW on its FLOPs) and the tracer (aten::mkldnn_rnn_layer formula) agree;
+    bidirectional doubles each direction and widens layer 1's input to 64: 2211840."""
+    from test_flops_tracer import LOADER, attr_, tensor, write_workdir
+    ref = LOADER + textwrap.dedent('''
+    class Model(nn.Module):
+        def forward(self, x, hidden_size, num_layers, bidirectional, batch_first):
+            torch.manual_seed(0)
+            lstm = nn.LSTM(x.shape[-1], hidden_size, num_layers=num_layers, bidirectional=bidirectional,
+                           batch_first=batch_first).to(device=x.device, dtype=x.dtype)
+            return lstm(x)[0]
+    ''')
+    cases = [{"inputs": [tensor("x", [3, 10, 16]), attr_("hidden_size", 32), attr_("num_layers", 2),
+                         attr_("bidirectional", bi, "bool"), attr_("batch_first", True, "bool")]} for bi in (False, True)]
+    od = write_workdir(tmp_path, ref, cases)
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "rnn"
+    assert [t for _, t in draft["review_lines"] if "kernel" not in t.lower()] == []
+    ff, rows, _ = check_all(od)
+    assert [r["flops"] for r in rows] == [860160.0, 2211840.0]
+    assert [r["status"] for r in rows] == ["pass", "pass"], [r["diagnosis"] for r in rows]

@@ -227,6 +227,8 @@ def classify(f: ModelFeatures, cv: CaseView) -> tuple:
         return "matmul", [f"{_n_matmuls(f)} matmul call(s)"]
     if f.called(*_CONV_CALLS):
         return "conv", ["convolution call"]
+    if f.called("LSTM", "lstm", "npu_lstm"):
+        return "rnn", ["LSTM: four gate GEMMs per time step"]
     if f.called(*_POOL_CALLS):
         return "pooling", ["pooling (no matrix work)"]
     if f.called(*_ORDER_CALLS):
@@ -439,6 +441,27 @@ def vector_flops(case):
 $vector_body
 '''
 
+T_RNN = '''
+
+def flops_parts(case):
+    # LSTM (PyTorch nn.LSTM equations): per time step and direction, gates [i f g o] = W_ih x_t + W_hh h_(t-1):
+    # 2 * T * B * 4H * (I_l + H), I_l = the input size for layer 0, H * directions above it.
+    x = shape(case, "$x")
+    t, b, i = (x[1], x[0], x[2]) if bool(attr(case, "$batch_first", False)) else (x[0], x[1], x[2])$bf_note
+    h = int(attr(case, "$hidden"))$h_note
+    layers = int(attr(case, "$layers", 1))
+    dirs = 2 if bool(attr(case, "$bidir", False)) else 1
+    total = 0
+    for layer in range(layers):
+        i_l = i if layer == 0 else h * dirs
+        total += dirs * matmul_flops(t * b, 4 * h, i_l + h)
+    return {"lstm": total}
+
+
+def flops(case):
+    return float(sum(flops_parts(case).values()))
+'''
+
 T_NOMATRIX = '''
 # No matrix work ($what): flops(case) is 0 (DESIGN.md "FLOPs") - no MFU; this operator is read through MBU and its
 # top cases are chosen by bytes moved. The tracer checks the 0 (it fails a draft whose reference does matrix work).
@@ -637,6 +660,18 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         body = string.Template(T_CONV).substitute(x=x, **names)
         part_names = ["conv"]
         extra_import = "import math\n"
+    elif cls == "rnn":
+        x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
+        hidden = cv.attr(r"hidden_size|hidden|n_hidden|h_size")
+        bf = cv.attr(r"batch_first")
+        body = string.Template(T_RNN).substitute(
+            x=x, hidden=hidden or "hidden_size", layers=cv.attr(r"num_layers|n_layers|layers") or "num_layers",
+            bidir=cv.attr(r"bidirectional") or "bidirectional", batch_first=bf or "batch_first",
+            h_note="" if hidden else "  # REVIEW: no hidden-size attribute in the cases: where does H come from?",
+            bf_note="" if bf else "  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)")
+        imports = ["shape", "attr", "matmul_flops"]
+        part_names = ["lstm"]
+        extra_import = ""
     elif cls in ("pooling", "reduction"):
         x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
         what = "pooling: sums/maxima over windows" if cls == "pooling" else "comparisons and selection"
