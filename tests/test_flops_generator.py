@@ -288,3 +288,32 @@ def test_an_lstm_draft_counts_the_gate_gemms_of_every_step_and_layer(tmp_path):
     ff, rows, _ = check_all(od)
     assert [r["flops"] for r in rows] == [860160.0, 2211840.0]
     assert [r["status"] for r in rows] == ["pass", "pass"], [r["diagnosis"] for r in rows]
+
+
+@pytest.mark.parametrize("body, ops", [("return a + b", 1), ("return a * b + a", 2),
+                                       ("return torch.logaddexp(a, b)", 4)])
+def test_elementwise_drafts_say_no_matrix_work_and_mark_the_vector_count_for_review(tmp_path, body, ops):
+    """Elementwise with Python operators or binary math on a, b [8, 16] (128 elements): hand value flops 0 (no
+    matrix work) - the draft says so and the tracer agrees; the vector count is a guess (one FLOP per op per
+    element) carrying a REVIEW marker, so the verdict is unverified until a person checks it. The tracer's
+    element costs: 128 per add/mul, 4 * 128 for logaddexp -> ops * 128."""
+    from test_flops_tracer import LOADER, tensor, write_workdir
+    ref = LOADER + textwrap.dedent(f'''
+    class Model(nn.Module):
+        def forward(self, a, b):
+            {body}
+    ''')
+    od = write_workdir(tmp_path, ref, [{"inputs": [tensor("a", [8, 16]), tensor("b", [8, 16])]}])
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "elementwise"
+    ff, rows, file_level = check_all(od)
+    assert rows[0]["flops"] == 0.0 and rows[0]["tracer"]["total_flops"] == 0.0
+    assert rows[0]["tracer"]["vector_flops"] == ops * 128
+    assert any("one FLOP per pointwise op" in t for _, t in draft["review_lines"])
+    assert fchk.summarize(rows, file_level)["verdict"] in ("unverified", "failed")
+    assert rows[0]["status"] != "fail" or status_vector(rows[0]) == "fail"
+
+
+def status_vector(row):
+    return next(c for c in row["checks"] if c["name"] == "vector_flops")["status"]

@@ -96,7 +96,18 @@ def analyze_model(path: str) -> ModelFeatures:
             feats.tokens.add(node.value.lower())
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             feats.doc_lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    # elementwise work written with Python operators (a + b, x * y, x ** 2) inside forward()
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "forward"):
+        for node in ast.walk(fn):
+            op = _BINOP_NAMES.get(type(getattr(node, "op", None))) if isinstance(node, (ast.BinOp, ast.AugAssign)) \
+                else None
+            if op:
+                feats.calls.setdefault(op, []).append(node.lineno)
     return feats
+
+
+_BINOP_NAMES = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow",
+                ast.FloorDiv: "div", ast.Mod: "remainder"}
 
 
 def launched_kernels(impl_path: str | None) -> list:
@@ -245,7 +256,8 @@ def classify(f: ModelFeatures, cv: CaseView) -> tuple:
 
 _POINTWISE = {"add", "sub", "mul", "div", "exp", "log", "sigmoid", "tanh", "relu", "gelu", "silu", "sum", "mean",
               "max", "min", "pow", "sqrt", "abs", "clamp", "where", "neg", "cumsum", "prod", "amax", "argmax",
-              "erf", "sin", "cos", "square", "reciprocal", "norm", "var", "std", "logsumexp"}
+              "erf", "sin", "cos", "square", "reciprocal", "norm", "var", "std", "logsumexp", "logaddexp",
+              "logaddexp2", "hypot", "atan2", "maximum", "minimum", "remainder", "fmod", "rsqrt", "log1p", "expm1"}
 
 
 # ----------------------------------------------------------------------------------------------------------------
