@@ -108,7 +108,7 @@ $(WORK)/flops.py: | $(WORK)/prepare.json
 	  $(PY) $(SCRIPTS)/flops_generator.py --model $(WORK)/model.py --cases $(WORK)/model.json -o $@; fi
 
 $(WORK)/flops_check.json: $(WORK)/flops.py $(WORK)/model.py
-	$(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) --backend $(BACKEND)
+	$(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) --backend $(BACKEND) --seed $(SEED) $(if $(ACCEPT_UNVERIFIED),--accept-unverified)
 
 collect: $(WORK)/performance.json ## step 4: kernel times of the top-3 cases by FLOPs (raw profiles kept)
 

@@ -8,12 +8,17 @@ formulas for causal/masked attention, CPU SDPA and torch_npu fused ops (npu_fusi
 tensors (CPU when meta fails and the case fits the caps), so no accelerator is needed.
 
 Diagnosis of the ratio flops.py / tracer: ~1 ok; flops.py = the tracer's dense count -> causal/sparse reduction
-missed; ~2 causal missed; < 0.5 projections missed; actual_seq_lengths -> padded lengths counted; tracer 0 ->
-the ops it cannot see are named (a reference without matrix work passes: read it through MBU).
-Also for the file: KERNEL_PARTS keys must be flops_parts keys; REVIEW markers left by the generator are listed.
+missed; ~2 causal missed; < 0.5 projections missed; actual_seq_lengths -> padded lengths counted. flops(case) is
+matrix work only: an operator without matrix work returns 0 (no MFU: read it through MBU), and its optional
+vector_flops(case) is checked against the tracer's per-op element costs (mfulib/vector_costs.py).
+Also for the file: KERNEL_PARTS keys must be flops_parts keys; REVIEW markers left by the generator make the
+numerator unverified (review the named lines, then delete the markers).
 
-Writes <op-dir>/flops_check.json (or -o). Exit status 0 when every check passes (warnings allowed), 1 when a
-check fails, 2 on bad input.
+Verdict: PASSED; FAILED; or UNVERIFIED when a check could not run or could not fail (the tracer could not run
+the reference, counted 0 for ops it cannot see, needed mask values, or a draft still has REVIEW markers). Rejected
+cases (by flops.py or the reference) and cases with empty inputs ("no work: nothing to time") are counted apart.
+Writes <op-dir>/flops_check.json (or -o). Exit status 0 passed (warnings allowed), 1 failed, 2 bad input,
+3 unverified (0 with --accept-unverified; the JSON keeps the verdict "unverified").
 
 Examples:
   python3 check_flops.py --op-dir work/5_MHABlock
@@ -48,8 +53,8 @@ def build_parser():
                    help="largest case (input bytes) the tracer may run on the CPU when meta tensors fail")
     p.add_argument("--max-cpu-flops", type=float, default=5e10,
                    help="largest case (FLOPs) the tracer may run on the CPU when meta tensors fail")
-    p.add_argument("--accept-unseen", action="store_true",
-                   help="a tracer that counts 0 because of ops it cannot see warns instead of failing")
+    p.add_argument("--accept-unverified", action="store_true",
+                   help="exit 0 on an unverified numerator (it stays 'unverified' in the JSON and downstream)")
     p.add_argument("--tracer-only", action="store_true",
                    help="no flops.py needed: report the tracer's FLOPs per case (for the search step)")
     p.add_argument("-o", "--output", help="result JSON (default: <op-dir>/flops_check.json)")
@@ -63,23 +68,33 @@ def tracer_rows(od, ids, seed, trace_kwargs, progress):
     for i in ids:
         info = od.describe(i)
         tr = flopcount.trace_case(od, i, seed=seed, **trace_kwargs)
-        failed = tr.status in ("error",) or (tr.status == "ok" and not tr.total_flops and tr.unseen_ops)
+        if tr.status == "rejected":
+            status = "rejected"
+        elif tr.status != "ok" or tr.unseen_ops or tr.needs_values:
+            status = "unverified"
+        else:
+            status = "pass"
         rows.append({"case": i, "shape": info.shape_str, "dtype": info.dtype_str, "input_bytes": info.input_bytes,
-                     "seed": seed, "flops": None, "ratio": None, "tracer": tr.to_dict(),
-                     "status": "fail" if failed else "pass",
-                     "diagnosis": tr.reason or (f"cannot see: {sorted(tr.unseen_ops)}" if tr.unseen_ops else "")})
+                     "seed": seed, "flops": None, "ratio": None, "tracer": tr.to_dict(), "status": status,
+                     "diagnosis": tr.reason or (f"cannot see: {sorted(tr.unseen_ops)}" if tr.unseen_ops else "")
+                     + ("needs values: a mask's values were unknown (counted dense)" if tr.needs_values else "")})
         progress()
     return rows
 
 
 def print_table(rows, file_level, summary, out_path):
     from tabulate import tabulate
+
+    from mfulib import flops_check as fchk
     table = []
     for r in rows:
         tr = r["tracer"]
-        table.append([r["case"], r["shape"][:34], r["dtype"].split(";")[0], _g(r.get("flops")),
+        who = fchk.rejected_by(r)
+        table.append([r["case"], r["shape"][:34], r["dtype"].split(";")[0],
+                      _g(r.get("flops")) if r.get("flops_status") != "rejected" else "rejected",
                       _g(tr.get("total_flops")) if tr.get("status") == "ok" else tr.get("status"),
-                      f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-", r["status"],
+                      f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-",
+                      r["status"] + (f" ({who})" if who and r["status"] == "rejected" else ""),
                       (r.get("diagnosis") or "")[:70]])
     cols = ["case", "shape", "dtype", "flops.py", "tracer", "ratio", "status", "diagnosis"]
     print(tabulate(table, headers=cols, tablefmt="plain", disable_numparse=True))
@@ -89,8 +104,21 @@ def print_table(rows, file_level, summary, out_path):
         for c in r.get("checks", []):
             if c["status"] == "fail" and c["name"] != "tracer":
                 print(f" fail  case {r['case']} {c['name']}: {c['detail']}")
-    print(f"{'PASSED' if summary['passed'] else 'FAILED'}: {summary['n_cases']} cases {summary['by_status']}; "
-          f"ratio {_g(summary.get('ratio_min'))}..{_g(summary.get('ratio_max'))} -> {out_path}")
+    for why in summary.get("unverified_reasons") or []:
+        if why.startswith("case "):  # the file-level ones are printed above
+            print(f" unverified  {why[:200]}")
+    print(f"{summary_line(summary)}; ratio {_g(summary.get('ratio_min'))}..{_g(summary.get('ratio_max'))} "
+          f"-> {out_path}")
+
+
+def summary_line(summary):
+    """'PASSED|FAILED|UNVERIFIED: n cases {...}; k rejected; j no work'."""
+    line = f"{summary['verdict'].upper()}: {summary['n_cases']} cases {summary['by_status']}"
+    if summary.get("n_rejected"):
+        line += f"; {summary['n_rejected']} rejected (cases {summary['rejected_cases'][:12]})"
+    if summary.get("n_no_work"):
+        line += f"; {summary['n_no_work']} with no work (empty inputs: nothing to time)"
+    return line
 
 
 def _g(x):
@@ -144,7 +172,7 @@ def main(argv=None):
         rows = []
         for i in ids:
             rows.append(fchk.check_case(ff, od, i, seed=args.seed, tolerance=args.tolerance, peak=peak,
-                                        max_implied_ms=args.max_implied_ms, accept_unseen=args.accept_unseen,
+                                        max_implied_ms=args.max_implied_ms,
                                         trace_kwargs=trace_kwargs))
             bar.update()
         file_level = fchk.file_checks(ff, rows)
@@ -154,13 +182,17 @@ def main(argv=None):
                    peak=peak)
     bar.close()
     summary = fchk.summarize(rows, file_level)
-    doc.update(summary=summary, file_checks=file_level, per_case=rows)
+    doc.update(summary=summary, file_checks=file_level, per_case=rows, accept_unverified=bool(args.accept_unverified))
     flops_check_json.write_flops_check_json(out_path, doc)
     if args.quiet:
-        print(f"{'PASSED' if summary['passed'] else 'FAILED'}: {summary['n_cases']} cases {summary['by_status']}")
+        print(summary_line(summary))
     else:
         print_table(rows, file_level, summary, out_path)
-    return 0 if summary["passed"] else 1
+    if summary["verdict"] == "unverified":
+        print("the numerator is UNVERIFIED: " + ("accepted (--accept-unverified); it is marked so in "
+              "performance.json and the decomposition" if args.accept_unverified else "resolve the reasons above, "
+              "or accept it (check_flops.py --accept-unverified; make ACCEPT_UNVERIFIED=1)"), file=sys.stderr)
+    return fchk.exit_status(summary, args.accept_unverified)
 
 
 if __name__ == "__main__":

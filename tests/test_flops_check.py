@@ -109,10 +109,12 @@ def test_parts_that_do_not_add_up_fail_the_parts_check(tmp_path):
     assert status_of(row, "parts_sum") == "fail"
 
 
-def test_zero_flops_fail_the_positive_check(tmp_path):
+def test_zero_flops_for_an_operator_with_matrix_work_fail_against_the_tracer(tmp_path):
+    """flops.py returns 0 for an MHA block whose projections and attention are matrix work: flops 0 is a legal
+    value (no matrix work) but the tracer counts > 0, so the ratio 0 fails (< 0.5: work missed)."""
     row = check(mha_workdir(tmp_path, PLANTED["zero"]))
-    assert status_of(row, "flops_positive") == "fail"
-    assert row["status"] == "fail"
+    assert status_of(row, "flops_finite") == "pass" and status_of(row, "tracer") == "fail"
+    assert row["ratio"] == 0.0 and row["status"] == "fail"
 
 
 def test_doubled_flops_are_diagnosed_as_about_two(tmp_path):
@@ -199,24 +201,66 @@ def flops(case):
     assert status_of(row, "seq_lengths") == "fail"
 
 
-def test_a_vector_only_operator_passes_with_the_tracers_zero_named_as_expected(tmp_path):
-    ref = '''
+LN_REF = '''
 class Model(nn.Module):
     def forward(self, x):
         return F.layer_norm(x, [x.shape[-1]])
 '''
+LN_CASE = {"inputs": [{"name": "x", "type": "tensor", "required": True, "dtype": "float32", "shape": [64, 128]}]}
+
+
+def test_a_vector_only_operator_passes_as_checked_with_matrix_zero_and_its_vector_arithmetic_checked(tmp_path):
+    """LayerNorm without affine on x [64, 128]: no matrix work (flops 0 on both sides) and vector arithmetic
+    5 per element (mean sum, centre, square, variance sum, normalise) = 5 * 64 * 128 = 40960, the tracer's
+    aten::native_layer_norm cost."""
     vec = '''
-from mfulib.flops_contract import numel
 def flops(case):
-    return 5.0 * numel(case, "x")
+    return 0.0
+def vector_flops(case):
+    return 5.0 * 64 * 128
 '''
-    row = check(write_dir(tmp_path, ref, [{"inputs": [{"name": "x", "type": "tensor", "required": True,
-                                                       "dtype": "float32", "shape": [64, 128]}]}], vec))
-    assert row["status"] == "pass"
-    assert "tracer 0 as expected" in row["diagnosis"] and "native_layer_norm" in row["diagnosis"]
+    row = check(write_dir(tmp_path, LN_REF, [LN_CASE], vec))
+    assert row["status"] == "pass" and row["tracer"]["vector_flops"] == 40960
+    assert status_of(row, "vector_flops") == "pass"
+    assert "no matrix work on either side" in row["diagnosis"] and "native_layer_norm" in row["diagnosis"]
 
 
-def test_a_tracer_blind_to_a_custom_op_names_it_and_fails_unless_accepted(tmp_path):
+def test_vector_arithmetic_counted_as_matrix_flops_fails(tmp_path):
+    """The old convention (flops = 5 per element = 40960 for x [64, 128]) now fails: the reference has no matrix
+    work (tracer 0), so any flops(case) > 0 is a forged MFU numerator."""
+    old = '''
+def flops(case):
+    return 5.0 * 64 * 128
+'''
+    row = check(write_dir(tmp_path, LN_REF, [LN_CASE], old))
+    assert row["status"] == "fail" and "matrix work only" in row["diagnosis"]
+
+
+def test_a_forged_vector_count_fails_against_the_element_costs(tmp_path):
+    """A Sum operator forged at 10^9 FLOPs per element: x [64, 128] sums to 8192 FLOPs (1 per input element of
+    aten::sum), vector_flops says 8192e9 - the vector check fails (the issue's 'passed with exit 0' case)."""
+    ref = '''
+class Model(nn.Module):
+    def forward(self, x):
+        return x.sum(dim=-1)
+'''
+    forged = '''
+def flops(case):
+    return 0.0
+def vector_flops(case):
+    return 1e9 * 64 * 128
+'''
+    row = check(write_dir(tmp_path, ref, [LN_CASE], forged))
+    assert row["tracer"]["vector_flops"] == 8192
+    assert status_of(row, "vector_flops") == "fail" and row["status"] == "fail"
+    honest = forged.replace("1e9 * 64 * 128", "64 * 128")
+    (tmp_path / "ok").mkdir()
+    assert check(write_dir(tmp_path / "ok", ref, [LN_CASE], honest))["status"] == "pass"
+
+
+def test_a_tracer_blind_to_a_custom_op_gives_unverified_not_passed(tmp_path):
+    """a [4, 8] @ b [8, 3] through a custom op the tracer cannot see: flops.py says 2 * 4 * 8 * 3 = 192, the
+    tracer counts 0 and names the op: the check cannot fail, so the case is unverified (never pass)."""
     from test_flops_tracer import test_a_custom_op_is_named_as_unseen_instead_of_silently_counting_zero as make_op
     make_op()  # registers the mfu_testdouble::mystery_mm test double
     ref = '''
@@ -232,9 +276,12 @@ def flops(case):
                        {"name": "b", "type": "tensor", "required": True, "dtype": "float32", "shape": [8, 3]}]}
     od = write_dir(tmp_path, ref, [case], mm)
     row = check(od)
-    assert row["status"] == "fail"
+    assert row["status"] == "unverified"
     assert "cannot see" in row["diagnosis"] and "mfu_testdouble::mystery_mm" in row["diagnosis"]
-    assert check(od, accept_unseen=True)["status"] == "warn"
+    summary = fchk.summarize([row], [])
+    assert summary["verdict"] == "unverified" and not summary["passed"] and summary["n_unverified"] == 1
+    assert fchk.exit_status(summary) == fchk.EXIT_UNVERIFIED == 3
+    assert fchk.exit_status(summary, accept_unverified=True) == 0
 
 
 def test_flops_py_must_reject_what_the_reference_rejects(tmp_path):

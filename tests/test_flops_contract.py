@@ -162,7 +162,8 @@ def test_flops_parts_values_must_be_numbers_while_numpy_scalars_count_as_numbers
     assert ev["status"] == "error" and "flops_parts()['b'] returned str '1'" in ev["reason"]
     p.write_text("def flops(case):\n    return 2\ndef flops_parts(case):\n    return {'a': 1, 'b': 1.0}\n")
     ev = fcon.evaluate_case(fcon.load_flops(p), {"inputs": []})
-    assert ev == {"flops": 2.0, "flops_parts": {"a": 1.0, "b": 1.0}, "status": "ok", "reason": None}
+    assert ev == {"flops": 2.0, "flops_parts": {"a": 1.0, "b": 1.0}, "vector_flops": None, "status": "ok",
+                  "reason": None}
 
 
 def test_an_unknown_compute_dtype_or_a_sys_exit_while_importing_is_refused_naming_the_file(tmp_path):

@@ -8,7 +8,10 @@ Input is ``performance.json`` (the collector's result: cases, kernels per case, 
 * ``mfu_nom = actual_tflops / nominal fp16/bf16 dense peak`` (every dtype, as msprof-analyze's operator_mfu does:
   comparable within one dtype only);
 * ``mfu_ach = actual_tflops / measured peak of the case's compute dtype`` (``tf32`` key for fp32 with TF32/HF32);
-* ``mbu = (input_bytes + output_bytes) / kernel_time_ns / measured bandwidth (GB/s = bytes per ns)``.
+* ``mbu = (input_bytes + output_bytes) / kernel_time_ns / measured bandwidth (GB/s = bytes per ns)``;
+* a case with ``flops`` 0 has no matrix work: no MFU (None, shown "—"), MBU is its headline (``headline``), and its
+  ``vector_flops`` give ``vector_tflops``; ``numerator`` carries check_flops.py's verdict on its flops
+  (checked | unverified | failed | unchecked), and anything but checked is flagged.
 
 Per part (``KERNEL_PARTS`` in flops.py: part -> fnmatch patterns; the first matching part wins; unmatched kernels
 form ``other``): ``time_ns`` = sum over its kernels of the per-iteration time (``time_per_iter_ns``), time share of
@@ -175,20 +178,32 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str) -> dict:
     peak_ach, key = measured_peak_tflops(peaks.get("peak_tflops"), dtype, tf32) if dtype else (None, None)
     nom = peaks.get("nominal_tflops")
     bw = peaks.get("bandwidth_gbps")
-    tflops = actual_tflops(flops, t_ns)
+    matrix = flops > 0  # flops 0: no matrix work - no MFU ("—"), MBU is the case's headline (DESIGN.md "FLOPs")
+    tflops = actual_tflops(flops, t_ns) if matrix else None
+    vflops = finite_or_none(case.get("vector_flops"))
     nbytes = sum(v for v in (finite_or_none(case.get("input_bytes")), finite_or_none(case.get("output_bytes"))) if v is not None)
     row.update(dtype=dtype, tf32=tf32, peak_key=key, kernel_time_ns=t_ns, kernel_time_us=t_ns / 1e3,
                span_ns=finite_or_none(case.get("span_ns")), flops=flops, flops_source=case.get("flops_source"),
                actual_tflops=tflops, nominal_peak_tflops=nom, measured_peak_tflops=peak_ach,
-               mfu_nom=mfu(tflops, nom), mfu_ach=mfu(tflops, peak_ach),
+               mfu_nom=mfu(tflops, nom) if matrix else None, mfu_ach=mfu(tflops, peak_ach) if matrix else None,
+               matrix_work=matrix, headline="mfu_ach" if matrix else "mbu",
+               vector_flops=vflops, vector_tflops=actual_tflops(vflops, t_ns) if vflops else None,
+               numerator=case.get("numerator"), numerator_reason=case.get("numerator_reason"),
                bytes=nbytes or None, bandwidth_gbps=bw,
                mbu=mbu(nbytes, t_ns, bw),
                repeat_spread=case.get("repeat_spread"))
+    if not matrix:
+        _flag(row["flags"], "note", "no matrix work (flops 0): no MFU - read this case through MBU"
+                                    + (f"; vector arithmetic {vflops:.4g} FLOPs" if vflops else ""))
+    if row["numerator"] in ("unverified", "failed", "unchecked"):
+        why = row["numerator_reason"] or "see flops_check.json"
+        _flag(row["flags"], "warning", f"numerator {row['numerator']}: {why} - the MFU rests on a flops.py "
+                                       "check_flops.py could not confirm")
     if row["span_ns"] is not None:
         row["launch_overhead_ns"] = max(row["span_ns"] - t_ns, 0.0)
     for f in case.get("flags") or []:
         _flag(row["flags"], "note", f"collector: {f}")
-    if peak_ach is None:
+    if peak_ach is None and matrix:
         _flag(row["flags"], "warning", f"peak.json has no measured peak for {key!r}: MFU@ach not computed - "
                                        f"re-run peak_calib.py with --dtypes including it")
     if case.get("output_bytes") is None:
@@ -232,7 +247,7 @@ def _parts(case, parts, flops, peak_ach, nom, flags, where):
             pf = float(fparts.get(p, 0.0)) if p != OTHER else 0.0
         a.update(time_us=a["time_ns"] / 1e3, time_share=a["time_ns"] / total_t if total_t else None,
                  flops=pf, flops_share=(pf / flops if (pf is not None and flops) else None))
-        if pf is not None and a["time_ns"] > 0 and p != OTHER:
+        if pf is not None and flops and a["time_ns"] > 0 and p != OTHER:
             a["tflops"] = actual_tflops(pf, a["time_ns"])
             a["mfu_ach"] = mfu(a["tflops"], peak_ach)
             a["mfu_nom"] = mfu(a["tflops"], nom)

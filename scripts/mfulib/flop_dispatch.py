@@ -2,7 +2,8 @@
 
 Per op: a registered formula (:mod:`mfulib.flop_formulas`) counts it, or torch's ``FlopCounterMode`` formulas
 do (mm/addmm/bmm/baddbmm, convolutions), or it is classified (:func:`classify_uncounted`) as vector work (not
-counted by the convention) or **unseen** (a matrix-like op without a formula, another namespace, a Triton kernel).
+counted by the convention) or **unseen** (a matrix-like op without a formula, another namespace, a Triton kernel); vector work is costed
+per element by :mod:`mfulib.vector_costs` (the ``vector_flops`` cross-check).
 Matmul outputs are followed through pointwise/view/softmax ops: when a mask with known values is applied to them,
 the matmul and its consumer are recounted over the unmasked pairs. Small tensors keep real values beside their meta
 twins ("shadows", :class:`TraceState`), so masks built on the fly have values. :mod:`mfulib.flopcount` drives it.
@@ -16,9 +17,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .flop_formulas import NEG_MASK_THRESHOLD, Count, FormulaRegistry, broadcast_count
+from .lazy_masks import BandMask, propagate
+from .vector_costs import vector_cost
 
 SHADOW_MAX_NUMEL = 1 << 24          # small tensors keep real values beside their meta twin
 SHADOW_MATMUL_MAX_NUMEL = 1 << 16   # ... but matmuls are evaluated on the CPU only when tiny
+DESCRIBE_MIN_NUMEL = SHADOW_MAX_NUMEL  # bigger masks are described by their construction (mfulib.lazy_masks)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -77,6 +81,7 @@ class TraceState:
         from torch.utils.weak import WeakTensorKeyDictionary
         self.device_kind = device_kind
         self.shadows = WeakTensorKeyDictionary()
+        self.structured = WeakTensorKeyDictionary()  # big masks known from their construction (lazy_masks)
         self.lineage = WeakTensorKeyDictionary()
         self.events: list = []
         self.formula_counts: dict = {}     # formula name -> flops
@@ -85,6 +90,8 @@ class TraceState:
         self.unseen: dict = {}             # op name -> calls
         self.unseen_reasons: dict = {}
         self.vector: dict = {}
+        self.vector_flops = 0              # vector arithmetic by the element-cost table (mfulib.vector_costs)
+        self.vector_uncosted: dict = {}    # vector ops the table has no cost for: op name -> calls
         self.notes: list = []
         self.needs_values = False
 
@@ -97,12 +104,20 @@ class TraceState:
             return None
         if t.device.type != "meta":
             return t
-        return self.shadow_of(t)
+        return self.value_of(t)
 
     def shadow_of(self, t):
         return self.shadows.get(t)
 
     def value_of(self, t):
+        """Real values (off meta, or the shadow) or a :class:`mfulib.lazy_masks.BandMask`, else None."""
+        if t.device.type != "meta":
+            return t
+        v = self.shadows.get(t)
+        return v if v is not None else self.structured.get(t)
+
+    def real_value_of(self, t):
+        """Real values only (a CPU tensor), never a description: what ops are re-run on."""
         if t.device.type != "meta":
             return t
         return self.shadows.get(t)
@@ -187,7 +202,7 @@ def _make_mode_class():
 
             def conv(x):
                 if isinstance(x, torch.Tensor):
-                    v = st.value_of(x)
+                    v = st.real_value_of(x)
                     if v is None:
                         missing.append(x)
                     return v
@@ -223,6 +238,8 @@ def _make_mode_class():
             outs = [t for t in _flatten(out) if t.device.type == "meta"]
             if not outs or torch.Tag.nondeterministic_seeded in func.tags:
                 return
+            if self._structured(func, args, kwargs, outs):
+                return
             limit = SHADOW_MATMUL_MAX_NUMEL if func._overloadpacket.__name__ in _MATMUL_PACKETS else SHADOW_MAX_NUMEL
             if any(t.numel() > limit for t in outs):
                 self._drop_mutated(func, args)
@@ -254,6 +271,28 @@ def _make_mode_class():
         def _drop_mutated(self, func, args):
             if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
                 self.state.shadows.pop(args[0], None)
+                self.state.structured.pop(args[0], None)
+
+        def _structured(self, func, args, kwargs, outs) -> bool:
+            """A big mask (or one derived from a described mask) gets a BandMask description instead of values."""
+            st = self.state
+            if len(outs) != 1:
+                return False
+            ins = [t for t in _flatten((args, kwargs)) if t.device.type == "meta"]
+            described_input = any(t in st.structured for t in ins)
+            if outs[0].numel() <= DESCRIBE_MIN_NUMEL and not described_input:
+                return False
+            try:
+                desc = propagate(func, args, kwargs, outs[0], st.structured.get, st.value_of)
+            except Exception:  # an argument form the descriptions do not cover: no description
+                desc = None
+            if desc is None:
+                if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
+                    st.structured.pop(args[0], None)
+                return False
+            st.shadows.pop(outs[0], None)
+            st.structured[outs[0]] = desc
+            return True
 
         # -- counting and lineage ------------------------------------------------------------------------------
         def _observe(self, func, args, kwargs, out):
@@ -278,6 +317,14 @@ def _make_mode_class():
                 st.add_unseen(name, "no FLOP formula for this op")
                 return
             st.vector[name] = st.vector.get(name, 0) + 1
+            try:
+                cost = vector_cost(base, args, kwargs, out)
+            except Exception:  # an argument layout the table does not expect: uncosted, never a crash
+                cost = None
+            if cost is None:
+                st.vector_uncosted[name] = st.vector_uncosted.get(name, 0) + 1
+            else:
+                st.vector_flops += int(cost)
             self._lineage(base, func, args, kwargs, out)
 
         def _matmul(self, base, packet, args, kwargs, out):
@@ -337,7 +384,13 @@ def _make_mode_class():
                 combined = allowed
                 if lin.allowed is not None:
                     try:
-                        combined = torch.logical_and(lin.allowed, allowed)
+                        if isinstance(lin.allowed, BandMask) or isinstance(allowed, BandMask):
+                            combined = lin.allowed.logical_and(allowed) if isinstance(lin.allowed, BandMask) \
+                                else None
+                            if combined is None:
+                                raise RuntimeError("band mask with another mask")
+                        else:
+                            combined = torch.logical_and(lin.allowed, allowed)
                     except RuntimeError:
                         combined = None
                         st.note("two masks on differently shaped score tensors: fractions multiplied")
@@ -363,7 +416,7 @@ def _make_mode_class():
             if vals is None:
                 self._apply_mask(src, out, None, unknown=True)
             else:
-                self._apply_mask(src, out, vals.bool() if keep_where_true else torch.logical_not(vals))
+                self._apply_mask(src, out, vals.bool() if keep_where_true else ~vals.bool())
 
         def _masked_fill(self, args, out):
             if args[0] in self.state.lineage:  # masked_fill(scores, mask, value): mask True = filled

@@ -113,8 +113,11 @@ def broadcast_count(allowed, target_shape) -> int:
 
 
 def torch_count_nonzero(t) -> int:
-    """Non-zero entries of a CPU tensor (count_nonzero: ~10x faster than a bool sum)."""
+    """Non-zero entries of a CPU tensor (count_nonzero: ~10x faster than a bool sum) or of a mask described by
+    its construction (:class:`mfulib.lazy_masks.BandMask`, counted in O(rows))."""
     import torch
+    if not isinstance(t, torch.Tensor) and callable(getattr(t, "band_entries", None)):
+        return int(t.count_nonzero())
     return int(torch.count_nonzero(t).item())
 
 
@@ -406,3 +409,13 @@ def npu_ffn_flops(values, x, weight1, weight2, activation, *args, **kwargs):
     k1, n1 = w1[-2], w1[-1]
     k2, n2 = w2[-2], w2[-1]
     return Count(2 * m * k1 * n1 + 2 * m * k2 * n2)
+
+
+@REGISTRY.register("aten::mkldnn_rnn_layer", "PyTorch nn.LSTM/GRU equations: per time step gates = W_ih x_t + "
+                   "W_hh h_(t-1) (the CPU oneDNN kernel of one layer and direction)")
+def mkldnn_rnn_layer_flops(values, input, weight0, weight1, weight2, weight3, hx, cx, reverse, batch_sizes, mode,
+                           hidden_size, num_layers, has_biases, bidirectional, batch_first, *args, **kwargs):
+    """2 * T * B * (rows(W_ih) * I + rows(W_hh) * H): the gate GEMMs of every step of this layer/direction."""
+    x, w_ih, w_hh = shape_of(input), shape_of(weight0), shape_of(weight1)
+    t, b = (x[1], x[0]) if batch_first else (x[0], x[1])
+    return Count(2 * t * b * (w_ih[0] * w_ih[1] + w_hh[0] * w_hh[1]))

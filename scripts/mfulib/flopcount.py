@@ -11,8 +11,9 @@ convolution exactly (2 FLOPs per multiply-accumulate, the DESIGN.md convention).
   kernels again with ``is_causal`` honoured (torch: "NB: We aren't accounting for causal attention here"),
   ``mv/addmv/dot/vdot/addbmm/_grouped_mm``, and the torch_npu fused ops ``npu_fusion_attention`` (layouts
   BSH/SBH/BSND/BNSD/TND, ``sparse_mode`` 0-8, ``prefix``, varlen ``actual_seq_qlen/kvlen``),
-  ``npu_fused_infer_attention_score`` (GQA, paged KV through ``block_table``, ``actual_seq_lengths[_kv]``) and
-  ``npu_ffn``. They apply at the dispatcher (a real torch_npu registers ``npu::*`` ops) and, where no torch_npu
+  ``npu_fused_infer_attention_score`` (GQA, paged KV through ``block_table``, ``actual_seq_lengths[_kv]``),
+  ``npu_ffn``, and (:mod:`mfulib.npu_formulas`) ``npu_sparse_flash_attention``, ``npu_lightning_indexer``,
+  ``npu_lstm``, ``npu_rms_norm``, ``npu_rotary_mul``, ``npu_swiglu``, ``npu_group_norm_swish``. They apply at the dispatcher (a real torch_npu registers ``npu::*`` ops) and, where no torch_npu
   is importable, through stand-in functions installed as ``torch_npu.<op>`` while tracing: they return zero
   tensors of the documented output shapes and count the formula, so NPU-only references trace on a CPU.
 * **Masked attention written with matmuls** (``scores.masked_fill(mask, -inf)``, ``torch.where(mask, s, -inf)``,
@@ -23,18 +24,24 @@ convolution exactly (2 FLOPs per multiply-accumulate, the DESIGN.md convention).
   is top-left causal, ``torch.ones(L, S).tril()``, as torch documents it; a boolean/additive ``attn_mask`` is
   counted from its values).
 * **Nothing is silently zero**: every op seen is classified - counted (by torch or by a formula here), vector work
-  (pointwise/reduction/softmax/norm/copy: not counted by the convention) or **unseen**: a matrix-like aten op
+  (pointwise/reduction/softmax/norm/copy: not matrix FLOPs; costed per element by the table of
+  :mod:`mfulib.vector_costs` into ``vector_flops``, which flops.py's optional ``vector_flops(case)`` is checked
+  against) or **unseen**: a matrix-like aten op
   without a formula, an op from another namespace (custom or vendor op), a Triton kernel launched directly.
   Unseen ops are reported by name with their call counts.
 
-Where it runs: on **meta** tensors by default (no data, no big allocation): while the case is built, large
-floating tensors are created on meta, and small tensors (index math, masks, lengths) keep real values in a side
-table ("shadows") so masks built on the fly (``arange(...) > arange(...)``, ``tril``) and ``.item()`` on small
-tensors still work. A reference that needs the values of big tensors fails on meta; :func:`trace_case` then runs it
-on the CPU when it fits the caps, or reports the case as skipped with the reason.
+Where it runs: on **meta** tensors by default (no big allocation while counting). The case's inputs are drawn
+as the timed child draws them (``get_input_groups()`` on the CPU after seeding: the same random stream, so random
+sequence lengths, masks and routing are the timed ones; recorded as ``inputs_drawn`` = "timed" with the
+data-dependent values in ``data_values``), then moved to meta; above :data:`REAL_DRAW_MAX_BYTES` of inputs the case
+is built in a meta build mode instead (big floating tensors created on meta; ``inputs_drawn`` = "meta", noted).
+Small tensors (index math, masks, lengths) keep real values in a side table ("shadows") so masks built on the fly
+and ``.item()`` still work; big masks are described by their construction (:mod:`mfulib.lazy_masks`: triu/tril/
+ones/arange comparisons, at any size). A reference that needs the values of big tensors fails on meta;
+:func:`trace_case` then runs it on the CPU when it fits the caps, or reports the case as skipped with the reason.
 
 Approximations (each is also written into the result's notes where it happens): a mask whose values are unknown
-(meta without shadow) is counted dense and flagged ``needs_values``; masks applied to a sliced score tensor are
+(meta, neither shadow nor description) is counted dense and flagged ``needs_values`` (check_flops: unverified); masks applied to a sliced score tensor are
 not followed; two masks on reshaped tensors combine as independent fractions.
 """
 from __future__ import annotations
@@ -133,11 +140,15 @@ class TraceResult:
     unseen_ops: dict = field(default_factory=dict)
     unseen_reasons: dict = field(default_factory=dict)
     vector_ops: dict = field(default_factory=dict)
+    vector_flops: float = 0.0               # vector arithmetic by mfulib.vector_costs' element-cost table
+    vector_uncosted: dict = field(default_factory=dict)  # vector ops without a cost there: {op: calls}
     notes: list = field(default_factory=list)
     needs_values: bool = False
     reason: str | None = None
     seed: int | None = None
     attempts: list = field(default_factory=list)
+    inputs_drawn: str | None = None         # timed (the timed child's draw) | meta (shapes only, other values)
+    data_values: dict = field(default_factory=dict)  # data-dependent inputs that entered the count (data_values())
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -209,6 +220,8 @@ def _result(state: TraceState, counter) -> TraceResult:
     res.unseen_ops = dict(state.unseen)
     res.unseen_reasons = dict(state.unseen_reasons)
     res.vector_ops = dict(state.vector)
+    res.vector_flops = float(state.vector_flops)
+    res.vector_uncosted = dict(state.vector_uncosted)
     res.notes = list(state.notes)
     res.needs_values = state.needs_values
     return res
@@ -324,6 +337,43 @@ def trace_case(opdir, case_id: int, seed: int = 0, prefer: str = "meta", max_cpu
     return res
 
 
+REAL_DRAW_MAX_BYTES = 1 << 28  # cases up to 256 MiB of inputs are drawn for real, exactly as the timed child draws
+
+
+def _build_as_timed(opdir, case_id, seed, real_draw_max_bytes=None):
+    """(BuiltCase, how): the case's inputs drawn the way the timed child draws them (get_input_groups() on the CPU
+    after seeding with ``seed``: the same random stream, so data-dependent values - random sequence lengths, masks,
+    top-k routing - are the ones timed), or, above ``real_draw_max_bytes`` of inputs, in the meta build mode (big
+    floating tensors on meta: shapes only, and a random stream that differs from the timed one - said in ``how``)."""
+    limit = REAL_DRAW_MAX_BYTES if real_draw_max_bytes is None else real_draw_max_bytes
+    if opdir.describe(case_id).input_bytes <= limit:
+        return opdir.build_case(case_id, impl="ref", seed=seed, device="cpu"), "timed"
+    with _build_mode_class()():
+        return opdir.build_case(case_id, impl="ref", seed=seed, device="cpu"), "meta"
+
+
+DATA_VALUES_MAX = 4096  # integer inputs up to this many elements are recorded with their values
+
+
+def data_values(args) -> dict:
+    """The data-dependent values among forward arguments, for the record (performance.json / flops_check.json):
+    {position: [ints]} for integer tensors (or lists) of at most :data:`DATA_VALUES_MAX` elements (sequence lengths,
+    indices), {position: {"density": fraction True}} for bool tensors (masks). Meta tensors have no values: left
+    out."""
+    import torch
+    out = {}
+    for i, a in enumerate(args or []):
+        if isinstance(a, torch.Tensor) and a.device.type != "meta":
+            if a.dtype == torch.bool and a.numel():
+                out[str(i)] = {"density": float(torch.count_nonzero(a).item()) / a.numel(), "shape": list(a.shape)}
+            elif not a.is_floating_point() and not a.is_complex() and 0 < a.numel() <= DATA_VALUES_MAX:
+                out[str(i)] = a.reshape(-1).tolist()
+        elif isinstance(a, (list, tuple)) and a and len(a) <= DATA_VALUES_MAX and \
+                all(isinstance(v, int) and not isinstance(v, bool) for v in a):
+            out[str(i)] = list(a)
+    return out
+
+
 def _trace_once(opdir, case_id, seed, device_kind) -> TraceResult:
     from .opdir import in_directory
     built = None
@@ -331,14 +381,19 @@ def _trace_once(opdir, case_id, seed, device_kind) -> TraceResult:
         with npu_standins(_counting):
             try:
                 if device_kind == "meta":
-                    with _build_mode_class()():
-                        built = opdir.build_case(case_id, impl="ref", seed=seed, device="cpu")
+                    built, how = _build_as_timed(opdir, case_id, seed)
+                    values = data_values(built.args)
                     args, shadows = _to_meta_with_shadows(built.args, built.model)
                 else:
-                    built = opdir.build_case(case_id, impl="ref", seed=seed, device="cpu")
+                    built, how = opdir.build_case(case_id, impl="ref", seed=seed, device="cpu"), "timed"
+                    values = data_values(built.args)
                     args, shadows = built.args, {}
                 with in_directory(built.staging):
                     res = trace_callable(built.model, args, device_kind, module=built.module, shadows=shadows)
+                res.inputs_drawn, res.data_values = how, values
+                if how == "meta":
+                    res.notes.append("inputs drawn in the meta build mode (case above the real-draw cap): random "
+                                     "values other than the timed draw")
             except Exception as exc:
                 reason = rejection_reason(exc)
                 if reason is not None:
@@ -352,12 +407,12 @@ def _trace_once(opdir, case_id, seed, device_kind) -> TraceResult:
     return res
 
 
-def build_reference_args(opdir, case_id: int, seed: int = 0):
+def build_reference_args(opdir, case_id: int, seed: int = 0, with_draw: bool = False):
     """Forward arguments of the reference for ``case_id`` as ``get_input_groups()`` builds them after seeding
-    with ``seed``: large floating tensors come back as meta tensors (shapes only), small ones with their values.
-    Exceptions from the operator files propagate."""
+    with ``seed`` - the timed child's draw (:func:`_build_as_timed`); above the real-draw cap large floating
+    tensors come back as meta tensors (shapes only) and small ones with their values. ``with_draw``: return
+    (args, how: "timed" | "meta"). Exceptions from the operator files propagate."""
     with npu_standins(_counting):
-        with _build_mode_class()():
-            built = opdir.build_case(case_id, impl="ref", seed=seed, device="cpu")
+        built, how = _build_as_timed(opdir, case_id, seed)
     built.close()
-    return built.args
+    return (built.args, how) if with_draw else built.args

@@ -1,8 +1,10 @@
 """The FLOPs checker (step 3, check_flops.py): a flops.py held against the independent tracer, case by case.
 
-Per case: flops > 0 and finite; sum(flops_parts) == flops; FLOPs / nominal peak (the kernel time at 100% MFU) below
+Per case: flops finite and >= 0 (0 = no matrix work); sum(flops_parts) == flops; FLOPs / nominal peak (the kernel time at 100% MFU) below
 ``max_implied_ms``; actual_seq_lengths consistent with the shapes; and the tracer's count
-(:mod:`mfulib.flopcount`) compared with flops.py's, with a diagnosis of the ratio. For the file: KERNEL_PARTS keys
+(:mod:`mfulib.flopcount`) compared with flops.py's, with a diagnosis of the ratio; ``vector_flops`` against the
+tracer's element costs (:mod:`mfulib.vector_costs`). Verdict: passed, failed, or **unverified** when a check could
+not run or could not fail (DESIGN.md "FLOPs"); a case with an empty input tensor has no work. For the file: KERNEL_PARTS keys
 against flops_parts keys, REVIEW markers left by the generator. The flops.py contract itself (loading, calling,
 the authoring helpers) is :mod:`mfulib.flops_contract`; the result file is :mod:`mfulib.schemas.flops_check_json`.
 """
@@ -95,7 +97,11 @@ def padded_lengths(case: dict, case_id: int = 0):
 
 RATIO_TWO_BAND = (1.8, 2.2)
 RATIO_HALF_BAND = (0.45, 0.55)
-_ORDER = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
+# verdicts of one check, worst last: "unverified" = the check could not run or could not fail (DESIGN.md "FLOPs")
+_ORDER = {"skip": 0, "pass": 1, "rejected": 2, "warn": 3, "unverified": 4, "fail": 5}
+EXIT_FAILED = 1
+EXIT_UNVERIFIED = 3   # check_flops.py's exit status for an unverified numerator (2 is bad input, cli.py)
+NO_WORK = "no work: nothing to time"
 
 
 def _check(name, status, detail):
@@ -111,21 +117,23 @@ def _breakdown(by_op: dict) -> str:
     return ", ".join(f"{k} {v:.4g}" for k, v in items[:6]) or "nothing"
 
 
-def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float = 0.01,
-                        accept_unseen: bool = False) -> dict:
-    """The tracer check of one case: {"status", "ratio", "diagnosis"}.
+def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float = 0.01) -> dict:
+    """The tracer check of one case's matrix FLOPs: {"status", "ratio", "diagnosis"}.
 
-    ``ev`` is :func:`evaluate_case`'s row, ``tr`` a :class:`mfulib.flopcount.TraceResult`. Diagnoses, in order:
-    rejections must agree; tracer 0 names the ops it cannot see (or says the reference has no matrix work);
-    ratio flops.py / tracer within ``tolerance`` passes; flops.py equal to the tracer's dense count means a
-    causal/sparse reduction is missing; equal to the tracer without one op's work means that work (projections)
-    is missing; > 1 with actual_seq_lengths means padded lengths; ~2 causal missed; ~0.5 one FLOP per MAC;
-    < 0.5 projections missed.
+    ``ev`` is :func:`evaluate_case`'s row, ``tr`` a :class:`mfulib.flopcount.TraceResult`. Status "rejected" when
+    both reject the case; "unverified" when the check cannot fail: the tracer could not run the reference, it
+    counted 0 while ops it cannot see ran, it needed mask values it did not have, or flops.py agrees with it only
+    up to ops it cannot see. Otherwise the ratio flops.py / tracer decides, with a diagnosis in order: 0 matrix
+    FLOPs on both sides passes (no matrix work: no MFU, read through MBU); flops.py > 0 against a tracer 0 fails
+    (vector arithmetic belongs in ``vector_flops``); within ``tolerance`` passes; equal to the tracer's dense count
+    means a causal/sparse reduction is missing; equal to the tracer without one op's work means that work
+    (projections) is missing; > 1 with actual_seq_lengths means padded lengths; ~2 causal missed; ~0.5 one FLOP
+    per MAC; < 0.5 projections missed.
     """
     out = {"status": "pass", "ratio": None, "diagnosis": ""}
     if tr.status == "rejected":
         if ev["status"] == "rejected":
-            out["diagnosis"] = f"rejected by the reference and by flops.py ({tr.reason})"
+            out.update(status="rejected", diagnosis=f"rejected by the reference and by flops.py ({tr.reason})")
         else:
             out.update(status="fail", diagnosis=f"the reference rejects this case ({tr.reason}) but flops.py "
                        f"returns {_fmt(ev['flops'])}: reject it in flops.py too (raise ValueError(\"case rejected: "
@@ -136,34 +144,46 @@ def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float
             out.update(status="fail", diagnosis=f"flops.py rejects this case ({ev['reason']}) but the reference runs "
                        f"it ({_fmt(tr.total_flops)} FLOPs): give it FLOPs or make the reference reject it")
         else:
-            out.update(status="warn", diagnosis=f"flops.py rejects this case ({ev['reason']}); tracer: {tr.reason}")
+            out.update(status="rejected", diagnosis=f"rejected by flops.py ({ev['reason']}); the tracer could not "
+                       f"run the reference either ({tr.status}: {tr.reason})")
         return out
     if ev["status"] != "ok":
         out.update(status="fail", diagnosis=f"flops.py failed: {ev['reason']}")
         return out
     if tr.status != "ok":
-        out.update(status="warn", diagnosis=f"unverified: the tracer could not run the reference ({tr.status}: "
-                   f"{tr.reason})")
+        out.update(status="unverified", diagnosis=f"unverified: the tracer could not run the reference "
+                   f"({tr.status}: {tr.reason}) - give the reference its inputs (or a torch_npu stand-in) or check "
+                   "flops.py by hand")
         return out
     f, t = ev["flops"], tr.total_flops
     unseen = ", ".join(f"{k} (x{v})" for k, v in sorted(tr.unseen_ops.items()))
+    if tr.needs_values:
+        out.update(status="unverified", ratio=(f / t) if t else None,
+                   diagnosis=f"needs values: a mask's values were unknown to the tracer (counted dense, "
+                   f"{_fmt(t)}); flops.py {_fmt(f)} cannot be checked - trace on the CPU (--max-cpu-bytes) or build "
+                   "the mask from shapes (triu/tril/arange)")
+        return out
     if not t:
         if tr.unseen_ops:
-            out.update(status="warn" if accept_unseen else "fail",
-                       diagnosis=f"tracer counted 0: the reference's work is in ops it cannot see: {unseen}; "
-                       "flops.py is unverified - register a formula in mfulib.flopcount.REGISTRY or check it by "
-                       "hand (--accept-unseen passes it)")
+            out.update(status="unverified", diagnosis=f"unverified: tracer counted 0 and the reference's work is "
+                       f"in ops it cannot see: {unseen} - register a formula (mfulib.flop_formulas.REGISTRY) or "
+                       "check flops.py by hand")
+        elif f:
+            ops = ", ".join(sorted(tr.vector_ops)[:6]) or "none"
+            out.update(status="fail", diagnosis=f"flops.py counts {_fmt(f)} matrix FLOPs but the reference has no "
+                       f"matrix work (vector ops: {ops}): flops(case) is matrix work only - return 0 and put the "
+                       "vector arithmetic in vector_flops(case)")
         else:
             ops = ", ".join(sorted(tr.vector_ops)[:6]) or "none"
-            out["diagnosis"] = (f"tracer 0 as expected: the reference has no matrix work (vector ops: {ops}); "
-                                "flops.py counts vector arithmetic - read this operator through MBU")
+            out["diagnosis"] = (f"no matrix work on either side (vector ops: {ops}): no MFU, read this operator "
+                                "through MBU")
         return out
     ratio = f / t
     out["ratio"] = ratio
     if abs(ratio - 1.0) <= tolerance:
         if tr.unseen_ops:
-            out.update(status="warn", diagnosis=f"ok (ratio {ratio:.4f}), but the tracer also saw ops it cannot "
-                       f"count: {unseen}")
+            out.update(status="unverified", diagnosis=f"unverified: ratio {ratio:.4f} on the work the tracer sees, "
+                       f"but it cannot count {unseen}: check that work in flops.py by hand")
         else:
             out["diagnosis"] = f"ok (ratio {ratio:.4f})"
         return out
@@ -183,7 +203,7 @@ def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float
                                 + (" (projections / linear layers?)" if op in ("aten::mm", "aten::addmm") else ""))
             return out
     if tr.unseen_ops and ratio > 1.0:
-        out.update(status="warn", diagnosis=f"unverified: flops.py/tracer = {ratio:.3f} and the tracer cannot "
+        out.update(status="unverified", diagnosis=f"unverified: flops.py/tracer = {ratio:.3f} and the tracer cannot "
                    f"see {unseen}: the difference may be their work")
         return out
     if pl and pl[0] < pl[1] and ratio > 1.0 + tolerance:
@@ -202,6 +222,34 @@ def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float
     else:
         out["diagnosis"] = f"ratio {ratio:.3f}: flops.py and the tracer disagree; tracer by op: {_breakdown(tr.by_op)}"
     return out
+
+
+def vector_check(ev: dict, tr, tolerance: float = 0.01) -> dict:
+    """flops.py's ``vector_flops`` against the tracer's element-cost sum (:mod:`mfulib.vector_costs`).
+
+    "skip" when flops.py defines none or the case has no FLOPs to check; "pass" within ``tolerance``; "unverified"
+    when the tracer did not run or disagrees while it saw ops its table cannot cost; else "fail".
+    """
+    v = ev.get("vector_flops")
+    if ev["status"] != "ok" or v is None:
+        return _check("vector_flops", "skip", "no vector_flops(case)" if ev["status"] == "ok" else "no FLOPs")
+    if not math.isfinite(v) or v < 0:
+        return _check("vector_flops", "fail", f"vector_flops = {_fmt(v)}: must be finite and >= 0")
+    if tr.status != "ok":
+        return _check("vector_flops", "unverified", f"vector_flops = {_fmt(v)}: the tracer could not run")
+    t = tr.vector_flops or 0.0
+    uncosted = ", ".join(f"{k} (x{n})" for k, n in sorted((tr.vector_uncosted or {}).items()))
+    agree = abs(v - t) <= tolerance * max(abs(t), 1.0)
+    detail = f"vector_flops {_fmt(v)} vs tracer element costs {_fmt(t)}" + \
+        (f" (ratio {v / t:.4f})" if t else "")
+    if agree:
+        return _check("vector_flops", "pass", detail + (f"; uncosted ops seen: {uncosted}" if uncosted else ""))
+    if uncosted:
+        return _check("vector_flops", "unverified", detail + f": the tracer cannot cost {uncosted} "
+                      "(mfulib.vector_costs) - check those ops by hand")
+    return _check("vector_flops", "fail", detail + ": flops.py's vector arithmetic disagrees with the reference's "
+                  f"ops ({', '.join(f'{k} x{n}' for k, n in sorted(tr.vector_ops.items())[:6])}) - count each op "
+                  "per element as the table in mfulib.vector_costs does")
 
 
 def implied_time_check(flops, peak: dict | None, max_implied_ms: float = 4000.0) -> dict:
@@ -223,22 +271,40 @@ def implied_time_check(flops, peak: dict | None, max_implied_ms: float = 4000.0)
     return _check("implied_time", "pass", detail)
 
 
+def empty_inputs(info) -> list:
+    """Names of the case's tensor inputs with no element (a 0 in the shape): such a case has no work to time."""
+    return [t.name for t in info.tensors if any(int(d) == 0 for d in t.shape)]
+
+
 def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: float = 0.01, peak=None,
-               max_implied_ms: float = 4000.0, accept_unseen: bool = False, trace_kwargs=None) -> dict:
-    """All checks of one case; returns the flops_check.json row (never raises for a failing case)."""
+               max_implied_ms: float = 4000.0, trace_kwargs=None) -> dict:
+    """All checks of one case; returns the flops_check.json row (never raises for a failing case).
+
+    Row status, worst check first: fail > unverified > warn > rejected > pass; a case with an empty input tensor
+    is "no_work" (:data:`NO_WORK`: never collected, flops.py and the tracer not consulted).
+    """
     case = opdir.read_cases()[case_id]
     info = _cases.describe_case(case, case_id)
     row = {"case": case_id, "shape": info.shape_str, "dtype": info.dtype_str, "input_bytes": info.input_bytes,
            "seed": seed}
+    empty = empty_inputs(info)
+    if empty:
+        row.update(flops=None, flops_parts=None, vector_flops=None, flops_status="no_work", flops_reason=None,
+                   compute_dtype=None, tracer={"status": "no_work", "total_flops": None}, ratio=None,
+                   status="no_work", diagnosis=f"{NO_WORK} (empty input tensor(s) {', '.join(empty)})",
+                   checks=[_check("no_work", "skip", f"empty input tensor(s) {', '.join(empty)}")])
+        return row
     args, arg_err = None, None
     if ff.takes_args:
         try:
-            args = flopcount.build_reference_args(opdir, case_id, seed)
+            args, row["inputs_drawn"] = flopcount.build_reference_args(opdir, case_id, seed, with_draw=True)
+            row["data_values"] = flopcount.data_values(args)
         except (Exception, SystemExit) as exc:  # sys.exit() in the reference is this case's error
             arg_err = exc
     if arg_err is not None:
         reason = rejection_reason(arg_err)
-        ev = {"flops": None, "flops_parts": None, "status": "rejected" if reason else "error",
+        ev = {"flops": None, "flops_parts": None, "vector_flops": None,
+              "status": "rejected" if reason else "error",
               "reason": reason or f"building the forward args failed: {type(arg_err).__name__}: {arg_err}"}
     else:
         ev = evaluate_case(ff, case, args, case_id)
@@ -248,20 +314,20 @@ def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: flo
         row["compute_dtype"] = None
         row["compute_dtype_error"] = str(exc) if isinstance(exc, FlopsContractError) else \
             f"{type(exc).__name__}: {exc}"
-    row.update(flops=ev["flops"], flops_parts=ev["flops_parts"], flops_status=ev["status"], flops_reason=ev["reason"])
+    row.update(flops=ev["flops"], flops_parts=ev["flops_parts"], vector_flops=ev.get("vector_flops"),
+               flops_status=ev["status"], flops_reason=ev["reason"])
     tr = flopcount.trace_case(opdir, case_id, seed=seed, **(trace_kwargs or {}))
     row["tracer"] = tr.to_dict()
     checks = []
     if "compute_dtype_error" in row:
         checks.append(_check("compute_dtype", "fail", row["compute_dtype_error"]))
-    cmp = compare_with_tracer(ev, tr, case, case_id, tolerance, accept_unseen)
+    cmp = compare_with_tracer(ev, tr, case, case_id, tolerance)
     row["ratio"], row["diagnosis"] = cmp["ratio"], cmp["diagnosis"]
     if ev["status"] == "ok":
         f = ev["flops"]
-        ok = f is not None and math.isfinite(f) and f > 0
-        checks.append(_check("flops_positive", "pass" if ok else "fail",
-                             f"flops = {_fmt(f)}" + ("" if ok else ": must be finite and > 0 (an operator without "
-                                                     "matrix work counts its vector arithmetic)")))
+        ok = f is not None and math.isfinite(f) and f >= 0
+        checks.append(_check("flops_finite", "pass" if ok else "fail",
+                             f"flops = {_fmt(f)}" + ("" if ok else ": must be finite and >= 0 (0 = no matrix work)")))
         parts = ev["flops_parts"]
         if parts is None:
             checks.append(_check("parts_sum", "skip", "no flops_parts"))
@@ -275,8 +341,15 @@ def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: flo
                                  + ("" if good else " - the parts must add up to flops(case)")))
         checks.append(implied_time_check(f, peak, max_implied_ms))
     probs = sequence_length_problems(case, case_id)
-    checks.append(_check("seq_lengths", "fail" if probs else "pass", "; ".join(probs) or "consistent (or none)"))
+    bad_lengths = "warn" if cmp["status"] == "rejected" else "fail"  # often the very reason for the rejection
+    checks.append(_check("seq_lengths", bad_lengths if probs else "pass", "; ".join(probs) or "consistent (or none)"))
     checks.append(_check("tracer", cmp["status"], cmp["diagnosis"]))
+    vec = vector_check(ev, tr, tolerance)
+    checks.append(vec)
+    if vec["status"] in ("fail", "unverified"):
+        row["diagnosis"] += f"; {vec['detail']}"
+    elif vec["status"] == "pass":
+        row["diagnosis"] += "; vector_flops checked"
     row["checks"] = checks
     row["status"] = max((c["status"] for c in checks), key=lambda s: _ORDER[s])
     if row["status"] == "skip":
@@ -285,7 +358,9 @@ def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: flo
 
 
 def file_checks(ff: FlopsFile, rows: list) -> list:
-    """Checks of the file as a whole: KERNEL_PARTS against flops_parts keys, REVIEW markers left in a draft."""
+    """Checks of the file as a whole: KERNEL_PARTS against flops_parts keys; REVIEW markers left in a draft make
+    the numerator ``unverified`` (the spec: a generated draft is reviewed by a person before it counts), naming the
+    lines to review."""
     checks = []
     names = next((list(r["flops_parts"]) for r in rows if r.get("flops_parts")), None)
     if ff.kernel_parts is None:
@@ -298,8 +373,8 @@ def file_checks(ff: FlopsFile, rows: list) -> list:
     marks = ff.review_lines()
     if marks:
         where = "; ".join(f"line {n}: {t[:90]}" for n, t in marks[:12])
-        checks.append(_check("review_markers", "warn", f"{len(marks)} line(s) still marked {REVIEW_MARK} - check "
-                             f"them, then delete the marker: {where}"))
+        checks.append(_check("review_markers", "unverified", f"unverified: a draft with {len(marks)} line(s) still "
+                             f"marked {REVIEW_MARK} - review each against model.py, then delete the marker: {where}"))
     return checks
 
 
@@ -329,16 +404,49 @@ def select_cases(opdir, ff, case_ids=None, largest=None) -> list:
     return ids
 
 
+def verdict_of(rows: list, file_level: list) -> str:
+    """"failed" when a case or file check fails, else "unverified" when one is unverified, else "passed"."""
+    states = [r["status"] for r in rows] + [c["status"] for c in file_level]
+    if "fail" in states:
+        return "failed"
+    if "unverified" in states:
+        return "unverified"
+    return "passed"
+
+
 def summarize(rows: list, file_level: list) -> dict:
+    """The flops_check.json summary: verdict (passed | unverified | failed), counts by row status, the rejected
+    cases (by flops.py or by the reference, :func:`rejected_by`), the unverified reasons, the ratio range."""
     counts = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     ratios = [r["ratio"] for r in rows if r.get("ratio") is not None]
-    passed = not any(r["status"] == "fail" for r in rows) and not any(c["status"] == "fail" for c in file_level)
-    return {"n_cases": len(rows), "by_status": counts,
-            "n_rejected": sum(1 for r in rows if r["tracer"]["status"] == "rejected"),
+    verdict = verdict_of(rows, file_level)
+    rejected = [r["case"] for r in rows if rejected_by(r)]
+    why = [f"case {r['case']}: {r['diagnosis']}" for r in rows if r["status"] == "unverified"]
+    why += [c["detail"] for c in file_level if c["status"] == "unverified"]
+    return {"n_cases": len(rows), "by_status": counts, "verdict": verdict,
+            "n_rejected": len(rejected), "rejected_cases": rejected,
+            "n_no_work": sum(1 for r in rows if r["status"] == "no_work"),
+            "n_unverified": sum(1 for r in rows if r["status"] == "unverified"), "unverified_reasons": why[:20],
             "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
-            "passed": passed}
+            "passed": verdict == "passed"}
+
+
+def rejected_by(row: dict) -> str | None:
+    """Who rejects the case of a flops_check row: "both", "flops.py", "reference" or None."""
+    by_flops = row.get("flops_status") == "rejected"
+    by_ref = (row.get("tracer") or {}).get("status") == "rejected"
+    return "both" if by_flops and by_ref else "flops.py" if by_flops else "reference" if by_ref else None
+
+
+def exit_status(summary: dict, accept_unverified: bool = False) -> int:
+    """check_flops.py's exit status: 0 passed, 1 failed, 3 unverified (0 with ``accept_unverified``)."""
+    if summary["verdict"] == "failed":
+        return EXIT_FAILED
+    if summary["verdict"] == "unverified" and not accept_unverified:
+        return EXIT_UNVERIFIED
+    return 0
 
 
 def resolve_peak(work_dir: str, peak_tflops=None, backend: str = "auto") -> dict:

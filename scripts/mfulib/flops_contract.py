@@ -3,12 +3,14 @@
 A work directory's ``flops.py`` defines
 
 * ``flops(case) -> float``: the operator's semantic FLOPs for one parsed case line (the dict with ``inputs``),
-  2 FLOPs per multiply-accumulate of matrix work; softmax, activations and casts are not counted; an operator with
-  no matrix work counts its vector arithmetic. Where the FLOPs depend on values that ``get_input_groups()`` draws at
+  2 FLOPs per multiply-accumulate of matrix work only (the MFU numerator); softmax, activations, norms and casts
+  are not counted; an operator with no matrix work returns 0 (it has no MFU; MBU is its headline figure). Where the FLOPs depend on values that ``get_input_groups()`` draws at
   random (sequence lengths, top-k indices), define ``flops(case, args)``: it receives the forward arguments built
   for that case (seeded; the seed is recorded in flops_check.json). Large tensors in ``args`` may be meta tensors
   (shapes only); small ones (lengths, indices) carry their values.
 * optional ``flops_parts(case[, args]) -> {part: flops}``: must sum to ``flops(case)``;
+* optional ``vector_flops(case[, args]) -> float``: the vector arithmetic (elementwise, reductions, softmax, norms),
+  checked against the tracer's per-op element costs (:mod:`mfulib.vector_costs`) and shown as vector TFLOP/s;
 * optional ``KERNEL_PARTS = {part: [fnmatch patterns]}``: the parts whose kernels the decomposition times; every
   key must be a key of ``flops_parts``; first matching part wins, unmatched kernels form "other";
 * optional ``compute_dtype(case) -> str``: overrides "the dtype of the first floating tensor input".
@@ -334,6 +336,21 @@ class FlopsFile:
                                      + ", not a dict {part: flops}")
         return {str(k): self._number(x, f"flops_parts()[{k!r}]", case_id) for k, x in v.items()}
 
+    @property
+    def has_vector(self) -> bool:
+        """True when flops.py defines ``vector_flops``."""
+        return callable(getattr(self.module, "vector_flops", None))
+
+    def vector_flops(self, case: dict, args=None, case_id=None):
+        """flops.py's vector_flops(case[, args]) as a float, or None when it defines none (checked as
+        :meth:`flops`)."""
+        fn = getattr(self.module, "vector_flops", None)
+        if not callable(fn):
+            return None
+        v = self._call("vector_flops", fn, case, args) if _n_positional(fn) >= 2 else \
+            self._call("vector_flops", fn, case)
+        return self._number(v, "vector_flops()", case_id)
+
     def compute_dtype(self, case: dict, case_id: int = 0) -> str | None:
         """flops.py's compute_dtype(case) if defined, else the first floating tensor input's dtype.
 
@@ -390,17 +407,19 @@ def load_flops(path) -> FlopsFile:
 
 
 def evaluate_case(ff: FlopsFile, case: dict, args=None, case_id=None) -> dict:
-    """Call flops.py on one case: {"flops", "flops_parts", "status": ok|rejected|error, "reason"} (never raises:
+    """Call flops.py on one case: {"flops", "flops_parts", "vector_flops", "status": ok|rejected|error, "reason"}
+    (vector_flops None when flops.py defines none; never raises:
     an exception, a sys.exit() or a non-number result from flops.py is that case's error)."""
-    row = {"flops": None, "flops_parts": None, "status": "ok", "reason": None}
+    row = {"flops": None, "flops_parts": None, "vector_flops": None, "status": "ok", "reason": None}
     try:
         row["flops"] = ff.flops(case, args, case_id)
         row["flops_parts"] = ff.parts(case, args, case_id)
+        row["vector_flops"] = ff.vector_flops(case, args, case_id)
     except FlopsContractError as exc:
-        row.update(flops=None, flops_parts=None, status="error", reason=str(exc))
+        row.update(flops=None, flops_parts=None, vector_flops=None, status="error", reason=str(exc))
     except (Exception, SystemExit) as exc:
         reason = rejection_reason(exc)
-        row.update(flops=None, flops_parts=None)
+        row.update(flops=None, flops_parts=None, vector_flops=None)
         if reason is not None:
             row.update(status="rejected", reason=reason)
         else:

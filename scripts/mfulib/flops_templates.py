@@ -96,7 +96,18 @@ def analyze_model(path: str) -> ModelFeatures:
             feats.tokens.add(node.value.lower())
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             feats.doc_lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    # elementwise work written with Python operators (a + b, x * y, x ** 2) inside forward()
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "forward"):
+        for node in ast.walk(fn):
+            op = _BINOP_NAMES.get(type(getattr(node, "op", None))) if isinstance(node, (ast.BinOp, ast.AugAssign)) \
+                else None
+            if op:
+                feats.calls.setdefault(op, []).append(node.lineno)
     return feats
+
+
+_BINOP_NAMES = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow",
+                ast.FloorDiv: "div", ast.Mod: "remainder"}
 
 
 def launched_kernels(impl_path: str | None) -> list:
@@ -169,6 +180,9 @@ _ATTN_CALLS = ("scaled_dot_product_attention", "npu_fusion_attention", "npu_fuse
 _MATMUL_CALLS = ("matmul", "bmm", "mm", "linear", "Linear", "einsum", "addmm", "baddbmm", "tensordot")
 _NORM_CALLS = ("layer_norm", "LayerNorm", "rms_norm", "RMSNorm", "group_norm", "GroupNorm", "batch_norm",
                "BatchNorm1d", "BatchNorm2d", "instance_norm", "rsqrt")
+_POOL_CALLS = tuple(f"{k}_pool{n}d" for k in ("avg", "max", "adaptive_avg", "adaptive_max", "lp") for n in (1, 2, 3)) + \
+    tuple(f"{k}Pool{n}d" for k in ("Avg", "Max", "AdaptiveAvg", "AdaptiveMax", "LP") for n in (1, 2, 3))
+_ORDER_CALLS = ("topk", "sort", "argsort", "argmax", "argmin", "kthvalue", "msort")
 _CONV_CALLS = ("conv1d", "conv2d", "conv3d", "Conv1d", "Conv2d", "Conv3d", "conv_transpose2d", "ConvTranspose2d")
 
 
@@ -224,6 +238,12 @@ def classify(f: ModelFeatures, cv: CaseView) -> tuple:
         return "matmul", [f"{_n_matmuls(f)} matmul call(s)"]
     if f.called(*_CONV_CALLS):
         return "conv", ["convolution call"]
+    if f.called("LSTM", "lstm", "npu_lstm"):
+        return "rnn", ["LSTM: four gate GEMMs per time step"]
+    if f.called(*_POOL_CALLS):
+        return "pooling", ["pooling (no matrix work)"]
+    if f.called(*_ORDER_CALLS):
+        return "reduction", ["sort / top-k / arg-reduction (comparisons, no matrix work)"]
     if f.called(*_NORM_CALLS) or f.has_token(r"(^|_)(layer|rms|group|batch|instance)_?norm|^rms"):
         return "norm", ["normalisation"]
     if f.called("softmax", "log_softmax", "_softmax"):
@@ -236,7 +256,8 @@ def classify(f: ModelFeatures, cv: CaseView) -> tuple:
 
 _POINTWISE = {"add", "sub", "mul", "div", "exp", "log", "sigmoid", "tanh", "relu", "gelu", "silu", "sum", "mean",
               "max", "min", "pow", "sqrt", "abs", "clamp", "where", "neg", "cumsum", "prod", "amax", "argmax",
-              "erf", "sin", "cos", "square", "reciprocal", "norm", "var", "std", "logsumexp"}
+              "erf", "sin", "cos", "square", "reciprocal", "norm", "var", "std", "logsumexp", "logaddexp",
+              "logaddexp2", "hypot", "atan2", "maximum", "minimum", "remainder", "fmod", "rsqrt", "log1p", "expm1"}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -245,8 +266,10 @@ _POINTWISE = {"add", "sub", "mul", "div", "exp", "log", "sigmoid", "tanh", "relu
 
 HEADER = '''"""flops.py DRAFT for $op, written by flops_generator.py - class "$cls" ($why).
 
-Contract (DESIGN.md "FLOPs"): flops(case) returns the operator's semantic FLOPs, 2 per multiply-accumulate of
-matrix work (softmax, activations, casts not counted); flops_parts(case) splits them by part and must add up;
+Contract (DESIGN.md "FLOPs"): flops(case) returns the operator's matrix FLOPs only, 2 per multiply-accumulate
+(softmax, activations, norms, casts not counted; 0 for an operator without matrix work, which has no MFU and is
+read through MBU); optional vector_flops(case) counts the vector arithmetic (checked against the tracer's per-op
+element costs); flops_parts(case) splits flops(case) by part and must add up;
 KERNEL_PARTS maps each part to fnmatch patterns of kernel names (first match wins, the rest is "other").
 Lines marked REVIEW are guesses: check each against model.py, then delete the marker.
 Check:  python3 $$SKILL_DIR/scripts/check_flops.py --op-dir <work dir>
@@ -413,12 +436,51 @@ def flops(case):
 '''
 
 T_VECTOR = '''
-# No matrix work: this operator counts its vector arithmetic and is read mainly through MBU (bandwidth).
+# No matrix work (DESIGN.md "FLOPs"): flops(case) is 0 - no MFU, MBU is the headline figure. The vector arithmetic
+# is vector_flops(case), checked against the tracer's per-op element costs (mfulib/vector_costs.py).
 OPS_PER_ELEMENT = $ops   # $ops_note
 
 
 def flops_parts(case):
-    return {"$part": OPS_PER_ELEMENT * numel(case, "$x")}
+    return {"$part": 0.0}
+
+
+def flops(case):
+    return float(sum(flops_parts(case).values()))
+
+
+def vector_flops(case):
+$vector_body
+'''
+
+T_RNN = '''
+
+def flops_parts(case):
+    # LSTM (PyTorch nn.LSTM equations): per time step and direction, gates [i f g o] = W_ih x_t + W_hh h_(t-1):
+    # 2 * T * B * 4H * (I_l + H), I_l = the input size for layer 0, H * directions above it.
+    x = shape(case, "$x")
+    t, b, i = (x[1], x[0], x[2]) if bool(attr(case, "$batch_first", False)) else (x[0], x[1], x[2])$bf_note
+    h = int(attr(case, "$hidden"))$h_note
+    layers = int(attr(case, "$layers", 1))
+    dirs = 2 if bool(attr(case, "$bidir", False)) else 1
+    total = 0
+    for layer in range(layers):
+        i_l = i if layer == 0 else h * dirs
+        total += dirs * matmul_flops(t * b, 4 * h, i_l + h)
+    return {"lstm": total}
+
+
+def flops(case):
+    return float(sum(flops_parts(case).values()))
+'''
+
+T_NOMATRIX = '''
+# No matrix work ($what): flops(case) is 0 (DESIGN.md "FLOPs") - no MFU; this operator is read through MBU and its
+# top cases are chosen by bytes moved. The tracer checks the 0 (it fails a draft whose reference does matrix work).
+
+
+def flops_parts(case):
+    return {"$part": 0.0 * numel(case, "$x")}
 
 
 def flops(case):
@@ -610,21 +672,58 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         body = string.Template(T_CONV).substitute(x=x, **names)
         part_names = ["conv"]
         extra_import = "import math\n"
-    elif cls in ("norm", "softmax", "elementwise"):
+    elif cls == "rnn":
         x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
+        hidden = cv.attr(r"hidden_size|hidden|n_hidden|h_size")
+        bf = cv.attr(r"batch_first")
+        body = string.Template(T_RNN).substitute(
+            x=x, hidden=hidden or "hidden_size", layers=cv.attr(r"num_layers|n_layers|layers") or "num_layers",
+            bidir=cv.attr(r"bidirectional") or "bidirectional", batch_first=bf or "batch_first",
+            h_note="" if hidden else "  # REVIEW: no hidden-size attribute in the cases: where does H come from?",
+            bf_note="" if bf else "  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)")
+        imports = ["shape", "attr", "matmul_flops"]
+        part_names = ["lstm"]
+        extra_import = ""
+    elif cls in ("pooling", "reduction"):
+        x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
+        what = "pooling: sums/maxima over windows" if cls == "pooling" else "comparisons and selection"
+        body = string.Template(T_NOMATRIX).substitute(what=what, part=cls, x=x)
+        imports = ["numel"]
+        part_names = [cls]
+        extra_import = ""
+    elif cls in ("norm", "softmax", "elementwise"):
+        extra_vector_import = ""
+        x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
+        vbody = f'    return float(OPS_PER_ELEMENT * numel(case, "{x}"))'
+        imports = ["numel"]
+        x_shape = next((list(t.shape) for t in cv.info.tensors if t.name == x), None)
+        residual = [t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES and t.name != x
+                    and list(t.shape) == x_shape] if cls == "norm" else []
         if cls == "norm":
             rms = f.called("rms_norm", "RMSNorm", "rsqrt") and not f.called("layer_norm", "LayerNorm", "var", "mean_var")
-            ops, note = (4, "x^2, sum, scale, weight: RMSNorm convention") if rms else \
-                (7, "sum (mean), centre, square, sum (var), normalise, scale, shift: LayerNorm convention")
+            if rms:
+                ops, note = 4, "x^2, mean, * 1/rms, * weight per element; + eps, rsqrt per row: RMSNorm convention"
+                vbody = (f'    x = shape(case, "{x}")\n'
+                         f'    return float(OPS_PER_ELEMENT * numel(case, "{x}") + 2 * math.prod(x[:-1]))')
+                imports += ["shape"]
+                extra_vector_import = "import math\n"
+            else:
+                ops, note = 5, "sum (mean), centre, square, sum (var), normalise per element: LayerNorm convention"
+                affine = [t for t in ("weight", "bias") if cv.tensor(t) or f.has_token(t)]
+                vbody = (f'    # + 1 per element for each affine tensor the case gives (weight, bias: optional per case)\n'
+                         f'    extra = {" + ".join(f"has(case, {t!r})" for t in affine) or "0"}\n'
+                         f'    return float((OPS_PER_ELEMENT + extra) * numel(case, "{x}"))')
+                imports += ["has"]
         elif cls == "softmax":
             ops, note = 5, "max, subtract, exp, sum, divide per element: softmax convention"
         else:
             n = sum(len(f.calls.get(p, [])) for p in _POINTWISE)
             ops, note = max(n, 1), "REVIEW: one FLOP per pointwise op per element; count the ops of forward()"
-        body = string.Template(T_VECTOR).substitute(ops=ops, ops_note=note, part=cls, x=x)
-        imports = ["numel"]
+        if residual:  # fused residual + norm: x + residual is one more add per element (vector work)
+            ops, note = ops + 1, note + f"; + 1 for the residual add ({x} + {residual[0]})"
+        body = string.Template(T_VECTOR).substitute(ops=ops, ops_note=note, part=cls, x=x, vector_body=vbody)
         part_names = [cls]
-        extra_import = ""
+        extra_import = extra_vector_import
     else:
         body = string.Template(T_UNKNOWN).substitute(why="; ".join(why))
         imports = ["shape", "attr"]

@@ -1,7 +1,10 @@
-"""Stand-ins for the torch_npu fused ops while tracing on a host without torch_npu: zeros of the documented shapes.
+"""Stand-ins for the torch_npu fused ops while tracing on a host without torch_npu.
 
 Installed as ``torch_npu.<op>`` by :func:`npu_standins` only where no real torch_npu is importable; each returns
-zero tensors of the output shapes the torch_npu docs give, and the tracer wraps it so that its formula
+zero tensors of the output shapes the torch_npu docs give (npu_fusion_attention, npu_fused_infer_attention_score,
+npu_ffn, npu_sparse_flash_attention, npu_lstm) or the documented result computed in plain torch where a reference
+needs the values to go on (npu_lightning_indexer's top-k indices, npu_rms_norm, npu_rotary_mul, npu_swiglu,
+npu_group_norm_swish: :mod:`mfulib.npu_formulas`), and the tracer wraps it so that its formula
 (:mod:`mfulib.flop_formulas`) is counted. NPU-only references thus trace on a CPU.
 """
 from __future__ import annotations
@@ -11,6 +14,7 @@ import sys
 import types
 
 from .flop_formulas import fa_dims, shape_of
+from .npu_formulas import STANDINS as MORE_STANDINS
 
 
 def _fa_out_shape(layout, query, value, n_q, d_v):
@@ -44,6 +48,7 @@ STANDINS = {
     "torch_npu.npu_fusion_attention": _standin_npu_fusion_attention,
     "torch_npu.npu_fused_infer_attention_score": _standin_npu_fused_infer_attention_score,
     "torch_npu.npu_ffn": _standin_npu_ffn,
+    **MORE_STANDINS,  # sparse attention, lightning indexer, LSTM, RMSNorm, rotary, SwiGLU, GroupNorm+Swish
 }
 
 

@@ -2,7 +2,9 @@
 
 Stored JSON keeps full precision; only these views round. The decomposition table follows the skill spec's form
 (``case dtype total us TFLOPS MFU@nom MFU@ach <part> us <part> MFU ...``), with MBU added and a ``report`` column
-when several reports are shown side by side.
+when several reports are shown side by side. A case without matrix work shows "—" for TFLOPS and MFU and its MBU
+starred (the headline); a case whose numerator check_flops.py did not confirm is marked ``[unverified]`` (or
+``[failed]``, ``[unchecked]``) with the reason below the table.
 """
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ import os
 from tabulate import tabulate
 
 from .kernel_parts import OTHER
+
+
+NO_MFU = "—"  # an operator without matrix work has no MFU (DESIGN.md "FLOPs")
 
 
 def _pct(x, nd=2):
@@ -91,7 +96,7 @@ def decompose_table(result: dict) -> str:
     head = (["report"] if multi else []) + ["case", "dtype", "total us", "TFLOPS", "MFU@nom", "MFU@ach", "MBU"]
     for p in parts:
         head += [f"{p} us"] + ([f"{p} MFU"] if p != OTHER else [])  # 'other' does no counted FLOPs
-    rows, not_ok = [], []
+    rows, not_ok, no_matrix, marked = [], [], [], []
     for rep in reports:
         for r in rep["rows"]:
             lead = [rep["label"]] if multi else []
@@ -101,8 +106,18 @@ def decompose_table(result: dict) -> str:
                               f"{r.get('reason', '')}")
                 continue
             dt = r["dtype"] + ("(tf32)" if r.get("tf32") else "")
-            row = lead + [r["case"], dt, _f(r["kernel_time_us"]), _f(r["actual_tflops"]), _pct(r["mfu_nom"]),
-                          _pct(r["mfu_ach"], 1), _pct(r["mbu"], 1)]
+            if r.get("matrix_work", True):
+                mfus = [_f(r["actual_tflops"]), _pct(r["mfu_nom"]), _pct(r["mfu_ach"], 1)]
+            else:  # no matrix work: no MFU, MBU is the headline (DESIGN.md "FLOPs")
+                mfus = [NO_MFU, NO_MFU, NO_MFU]
+            mark = "" if r.get("numerator") in (None, "checked") else f" [{r['numerator']}]"
+            row = lead + [f"{r['case']}{mark}", dt, _f(r["kernel_time_us"])] + mfus + \
+                [_pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else "")]
+            if not r.get("matrix_work", True):
+                no_matrix.append(r)
+            if mark:
+                marked.append(f"{rep['label'] + ' ' if multi else ''}case {r['case']}: numerator: {r['numerator']}"
+                              f" - {(r.get('numerator_reason') or 'see flops_check.json')[:160]}")
             by = {p["part"]: p for p in r.get("parts") or []}
             for p in parts:
                 d = by.get(p)
@@ -112,7 +127,16 @@ def decompose_table(result: dict) -> str:
     lines = [f"peak: {result.get('peak_label')}  ({result['peak_json']})",
              tabulate(rows, head, tablefmt="plain", disable_numparse=True)]
     lines.extend(not_ok)
+    lines.extend(marked)
+    if no_matrix:
+        vec = "; ".join(f"case {r['case']} {_f(r['vector_tflops'], 3)} vector TFLOP/s" for r in no_matrix
+                        if r.get("vector_tflops"))
+        lines.append(f"* no matrix work: no MFU ({NO_MFU}); MBU is the headline" + (f" ({vec})" if vec else ""))
     mx = result.get("maxima") or {}
+    if "mbu" in mx and not ("mfu_ach" in mx or "mfu_nom" in mx):
+        m = mx["mbu"]
+        lines.append(f"max: MBU {_pct(m['value'])} (case {m['case']} {m['dtype']}) - no matrix work: MBU is the "
+                     "headline")
     if "mfu_ach" in mx or "mfu_nom" in mx:
         bits = []
         for key, name in (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom")):

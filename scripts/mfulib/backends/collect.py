@@ -95,21 +95,42 @@ def case_flops(ff, opdir: OpDir, info, seed: int) -> dict:
     case = opdir.read_cases()[info.case_id]
     args = None
     try:
-        if ff.takes_args:
-            from ..flopcount import build_reference_args
-            args = build_reference_args(opdir, info.case_id, seed)
+        if ff.takes_args:  # the timed child's draw (same seed, same stream): FLOPs of the inputs that are timed
+            from ..flopcount import build_reference_args, data_values
+            args, ent["inputs_drawn"] = build_reference_args(opdir, info.case_id, seed, with_draw=True)
+            ent["data_values"] = data_values(args)
         ev = evaluate_case(ff, case, args, info.case_id)
         ent["compute_dtype"] = ff.compute_dtype(case, info.case_id)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - recorded per case (sys.exit() in user code too)
         why = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
         ev = {"status": "error", "reason": why, "flops": None, "flops_parts": None}
     ent["flops_source"] = "flops.py" + (f" (flops(case, args), seed {seed})" if ff.takes_args else "")
-    if ev["status"] == "ok" and ev["flops"] and ev["flops"] > 0:
-        ent.update(flops=ev["flops"], flops_parts=ev["flops_parts"])
+    ent["vector_flops"] = ev.get("vector_flops") if ev["status"] == "ok" else None
+    if ev["status"] == "ok" and ev["flops"] is not None and ev["flops"] >= 0:
+        ent.update(flops=ev["flops"], flops_parts=ev["flops_parts"])  # 0 = no matrix work: no MFU, MBU headline
+        if not ev["flops"]:
+            ent["note"] = "no matrix work (flops 0): no MFU - MBU is this case's figure"
     else:
         ent["note"] = (f"flops.py gives no FLOPs for this case ({ev['status']}: {ev.get('reason') or ev['flops']}): "
                        "no MFU")
     return ent
+
+
+def numerator_verdicts(opdir: OpDir) -> dict:
+    """check_flops.py's verdict on flops.py (:func:`mfulib.schemas.flops_check_json.numerator_verdicts`)."""
+    from ..schemas.flops_check_json import FILE_NAME, numerator_verdicts as _read
+    return _read(opdir.file(FILE_NAME))
+
+
+def numerator_of(verdicts: dict, case_id: int, ff) -> dict:
+    """{numerator, numerator_reason} of one case: checked | unverified | failed | ... from flops_check.json, or
+    "unchecked" when check_flops.py has not run on it (None without a flops.py)."""
+    if ff is None:
+        return {"numerator": None, "numerator_reason": None}
+    ent = verdicts.get("cases", {}).get(case_id)
+    if ent is None:
+        return {"numerator": "unchecked", "numerator_reason": "check_flops.py has not checked this case"}
+    return {"numerator": ent["numerator"], "numerator_reason": ent.get("reason")}
 
 
 # ------------------------------------------------------------------------------------------------ selection
@@ -139,6 +160,8 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str):
             if any(v["status"] == "ok" and v["flops"] for v in vals.values()):
                 key, what = (lambda i: vals[i.case_id]["flops"] if vals[i.case_id]["status"] == "ok" else None), \
                     "theoretical FLOPs (flops.py)"
+            elif any(v["status"] == "ok" for v in vals.values()):
+                what = "bytes moved (input bytes: no matrix work, MBU is the headline)"
             else:
                 what = "input bytes (flops.py gave no FLOPs for any case)"
         elif ff is not None:
@@ -154,6 +177,10 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str):
     for info in order:
         if backend_name == "cpu" and info.compute_dtype == "bfloat16":
             skipped.append((info, BF16_REASON))
+            continue
+        empty = [t.name for t in info.tensors if any(int(d) == 0 for d in t.shape)]
+        if empty:  # check_flops.py reports these as "no work" too (flops_check.NO_WORK)
+            skipped.append((info, f"no work: nothing to time (empty input tensor(s) {', '.join(empty)})"))
             continue
         (selected if len(selected) < k else reserve).append(info)
     # without --cases, a case the operator rejects hands its slot to the next one of ``reserve``
@@ -339,10 +366,12 @@ def collect(opts: Options, log=None) -> dict:
         raise UserError(f"{opdir.cases_path}: no case to measure on {backend.name} ({selection['rule']}: {why}) - "
                         "pick other --cases or another --backend")
     tracer = tracer_flops(opdir)
+    verdicts = numerator_verdicts(opdir)
     flops = {}
     for info in selected:
         flops[info.case_id] = case_flops(ff, opdir, info, opts.seed)
         flops[info.case_id]["flops_tracer"] = tracer.get(info.case_id)
+        flops[info.case_id].update(numerator_of(verdicts, info.case_id, ff))
     log(f"cases: {selection['rule']}: {selection['order']}" +
         (f" (skipped {selection['skipped']})" if selection["skipped"] else ""))
     impls = ["ref", "asc"] if opts.impl == "both" else [opts.impl]
@@ -369,6 +398,7 @@ def collect(opts: Options, log=None) -> dict:
                 nxt = reserve.pop(0)
                 flops[nxt.case_id] = case_flops(ff, opdir, nxt, opts.seed)
                 flops[nxt.case_id]["flops_tracer"] = tracer.get(nxt.case_id)
+                flops[nxt.case_id].update(numerator_of(verdicts, nxt.case_id, ff))
                 selected.append(nxt)
                 queue.append(nxt)
                 total += len(impls)

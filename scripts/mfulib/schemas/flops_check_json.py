@@ -1,11 +1,14 @@
 """flops_check.json: step 3's check of flops.py against the independent tracer, its writer and readers.
 
 Provenance (``tool`` = ``check_flops.py``) + ``op_dir, cases_file, tolerance, seed, tracer_caps, mode`` (check |
-tracer-only), ``flops_py`` {path, sha256, takes_args, kernel_parts}, ``peak`` (the peak of the implied-time check:
-{tflops, source}), ``summary`` {passed, n_cases, by_status, ratio_min, ratio_max}, ``file_checks`` [{name, status,
-detail}] and ``per_case`` [{case, shape, dtype, input_bytes, seed, flops, flops_parts, ratio, tracer {status,
-total_flops, ...}, checks, status, diagnosis}]. The collector reads the tracer's counts through
-:func:`tracer_flops`.
+tracer-only), ``accept_unverified`` (bool: --accept-unverified given), ``flops_py`` {path, sha256, takes_args,
+kernel_parts}, ``peak`` (the peak of the implied-time check: {tflops, source}), ``summary`` {verdict (passed |
+unverified | failed), passed (verdict == passed), n_cases, by_status, n_rejected, rejected_cases, n_no_work,
+n_unverified, unverified_reasons, ratio_min, ratio_max}, ``file_checks`` [{name, status, detail}] and
+``per_case`` [{case, shape, dtype, input_bytes, seed, flops, flops_parts, vector_flops, ratio, tracer {status,
+total_flops, vector_flops, vector_uncosted, ...}, checks, status (pass | warn | rejected | unverified | fail |
+no_work), diagnosis}]. The collector reads the tracer's counts through :func:`tracer_flops` and the numerator's
+verdict through :func:`numerator_verdicts`.
 """
 from __future__ import annotations
 
@@ -34,3 +37,32 @@ def tracer_flops(path: str) -> dict:
         if isinstance(r.get("case"), int) and isinstance(tr, dict) and tr.get("status") == "ok":
             out[r["case"]] = tr.get("total_flops")
     return out
+
+
+def numerator_verdicts(path: str) -> dict:
+    """The verdict on flops.py per case from the flops_check.json at ``path``: {"verdict": passed | unverified |
+    failed | None, "accepted": bool, "reasons": [text], "cases": {case id: {"numerator": checked | unverified |
+    failed | rejected | no_work, "reason": text}}}; verdict None (and no cases) when the file is absent or not of
+    this format. A case is "checked" when its row passed (warnings allowed); the file's REVIEW markers make every
+    case "unverified"."""
+    try:
+        doc = read_json(path)
+        rows = doc.get("per_case") or []
+        summary = doc.get("summary") or {}
+    except (OSError, ValueError, AttributeError):
+        return {"verdict": None, "accepted": False, "reasons": [], "cases": {}}
+    file_unverified = [c.get("detail") for c in doc.get("file_checks") or [] if isinstance(c, dict)
+                       and c.get("status") == "unverified"]
+    names = {"pass": "checked", "warn": "checked", "fail": "failed"}
+    cases = {}
+    for r in rows if isinstance(rows, list) else []:
+        if not isinstance(r, dict) or not isinstance(r.get("case"), int):
+            continue
+        st = names.get(r.get("status"), r.get("status"))
+        reason = r.get("diagnosis") if st != "checked" else None
+        if st == "checked" and file_unverified:
+            st, reason = "unverified", file_unverified[0]
+        cases[r["case"]] = {"numerator": st, "reason": reason}
+    return {"verdict": summary.get("verdict") or ("passed" if summary.get("passed") else "failed"),
+            "accepted": bool(doc.get("accept_unverified")), "reasons": list(summary.get("unverified_reasons") or []),
+            "cases": cases}

@@ -29,7 +29,12 @@ Top level
     per case, for the measured implementation ``measured_impl`` (asc when requested, else ref):
     ``compute_dtype``, ``tf32`` (fp32 tl.dot on CUDA uses TF32 unless TRITON_F32_DEFAULT=ieee), ``flops``,
     ``flops_source``, ``flops_tracer`` (the independent tracer's count from check_flops.py's flops_check.json, None
-    when absent), ``flops_parts`` {part: FLOPs},
+    when absent), ``flops_parts`` {part: FLOPs}, ``vector_flops`` (flops.py's vector arithmetic or None),
+    ``numerator`` (check_flops.py's verdict on this case's flops: checked | unverified | failed | unchecked | None
+    without flops.py) and ``numerator_reason``; ``flops_inputs_drawn`` ("timed": flops(case, args) got the timed
+    child's seeded draw; "meta": shapes only, other random values; None when flops.py takes no args) and
+    ``flops_data_values`` (the data-dependent inputs that entered the count: integer lists such as realised
+    actual_seq_lengths, {"density"} of bool masks); ``flops`` 0 means no matrix work (no MFU, MBU is the figure),
     ``input_bytes``, ``output_bytes`` (MBU inputs, bytes), ``launches_per_iter``, ``sequence`` (kernel names of one
     iteration), ``kernels`` [{``name, launches_per_iter, mean_ns, median_ns, min_ns, max_ns, std_ns,
     time_per_iter_ns``}], ``iteration_launches`` [{``index, name, median_ns, min_ns, max_ns``}] (per position in
@@ -155,7 +160,10 @@ def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool, nomina
     s = r.get("summary") or {}
     e.update(measured_impl=primary, compute_dtype=flops.get("compute_dtype") or info.compute_dtype, tf32=tf32,
              flops=flops.get("flops"), flops_source=flops.get("flops_source"), flops_tracer=flops.get("flops_tracer"),
-             flops_parts=flops.get("flops_parts"), input_bytes=info.input_bytes, output_bytes=r.get("output_bytes"))
+             flops_parts=flops.get("flops_parts"), vector_flops=flops.get("vector_flops"),
+             numerator=flops.get("numerator"), numerator_reason=flops.get("numerator_reason"),
+             flops_inputs_drawn=flops.get("inputs_drawn"), flops_data_values=flops.get("data_values"),
+             input_bytes=info.input_bytes, output_bytes=r.get("output_bytes"))
     for key in ("launches_per_iter", "sequence", "kernels", "iteration_launches", "kernel_time_ns",
                 "kernel_time_mean_ns", "span_ns", "launch_overhead_ns", "iter_kernel_time_ns", "iter_span_ns",
                 "repeat_spread", "pmu"):
