@@ -128,6 +128,29 @@ def prepare_explicit(ref, cases, impl, dst, force=False, flops=None, layout="exp
     _, impl_splitext = _json_literals(impl_src)
     aliases = ["model_new.json"] if impl_splitext else []
 
+    body = "\n".join(lines) + "\n"
+    texts = {MODEL_PY: ref_src, MODEL_NEW_PY: impl_src}
+    texts.update({name: body for name in [op + PERF_CASES_SUFFIX, MODEL_JSON] + aliases})
+    sources = {k: {"path": os.path.abspath(p), "sha256": sha256(p)}
+               for k, p in (("ref", ref), ("cases", cases), ("impl", impl), ("flops", flops)) if p}
+    info = provenance("prepare_op_dir.py", SCHEMA)
+    info.update({
+        "op": op, "layout": layout, "work_dir": dst, "n_cases": len(case_list), "sources": sources,
+        "choices": reasons or {}, "files": {"reference": MODEL_PY, "implementation": MODEL_NEW_PY,
+                                            "cases": op + PERF_CASES_SUFFIX, "reference_cases": MODEL_JSON,
+                                            "flops": FLOPS_PY if flops else None},
+        "case_file_aliases": aliases,
+        "rewrites": {"model.py": ref_changes, "model_new.py": impl_changes},
+    })
+    return write_work_dir(dst, texts, {FLOPS_PY: flops} if flops else {}, info, force)
+
+
+def write_work_dir(dst, texts, copies, info, force=False):
+    """Write the work directory ``dst`` in one step: ``texts`` ({file name: text}), ``copies`` ({file name: source
+    path}) and ``info`` as prepare.json. Built in a temp sibling and renamed into place; an existing non-empty
+    ``dst`` is replaced only with ``force`` after being moved to ``<dst>.bak-<timestamp>`` (recorded in
+    ``info["backup_of_previous"]``). Returns ``info``. Raises UserError when ``dst`` holds files and not ``force``.
+    """
     parent = os.path.dirname(dst)
     os.makedirs(parent, exist_ok=True)
     backup = None
@@ -137,24 +160,10 @@ def prepare_explicit(ref, cases, impl, dst, force=False, flops=None, layout="exp
                             "pass --force to replace it (the old directory is kept as a backup)")
     tmp = tempfile.mkdtemp(prefix=os.path.basename(dst) + ".tmp-", dir=parent)
     try:
-        body = "\n".join(lines) + "\n"
-        write_text_atomic(os.path.join(tmp, MODEL_PY), ref_src)
-        write_text_atomic(os.path.join(tmp, MODEL_NEW_PY), impl_src)
-        for name in [op + PERF_CASES_SUFFIX, MODEL_JSON] + aliases:
-            write_text_atomic(os.path.join(tmp, name), body)
-        if flops:
-            shutil.copyfile(flops, os.path.join(tmp, FLOPS_PY))
-        sources = {k: {"path": os.path.abspath(p), "sha256": sha256(p)}
-                   for k, p in (("ref", ref), ("cases", cases), ("impl", impl), ("flops", flops)) if p}
-        info = provenance("prepare_op_dir.py", SCHEMA)
-        info.update({
-            "op": op, "layout": layout, "work_dir": dst, "n_cases": len(case_list), "sources": sources,
-            "choices": reasons or {}, "files": {"reference": MODEL_PY, "implementation": MODEL_NEW_PY,
-                                                "cases": op + PERF_CASES_SUFFIX, "reference_cases": MODEL_JSON,
-                                                "flops": FLOPS_PY if flops else None},
-            "case_file_aliases": aliases,
-            "rewrites": {"model.py": ref_changes, "model_new.py": impl_changes},
-        })
+        for name, text in texts.items():
+            write_text_atomic(os.path.join(tmp, name), text)
+        for name, src in copies.items():
+            shutil.copyfile(src, os.path.join(tmp, name))
         if os.path.exists(dst):
             if os.listdir(dst):
                 stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
