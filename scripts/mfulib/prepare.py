@@ -183,3 +183,37 @@ def write_work_dir(dst, texts, copies, info, force=False):
             os.rename(backup, dst)
         raise
     return info
+
+
+def prepare_layout_c(pair, dst, force=False, seed=0, extra_source_dirs=(), layout="C"):
+    """Build the work directory ``dst`` for a layout-C pair (see :mod:`mfulib.layoutc`): the case file from a
+    seeded call of the reference's get_inputs() / get_inputs_dyn_list(), model.py = reference + get_input_groups()
+    wrapper, model_new.py = implementation (+ a ModelNew wrapper around a launcher function), flops.py when a
+    ``<rel>_flops.py`` sits beside the reference. ``pair`` is a dict from :func:`mfulib.layoutc.discover_layout_c`
+    (or the explicit form: ref, impl, impl_kind, entry, name, flops, reasons). Returns the prepare.json dict.
+    Raises UserError (nothing written) as :func:`prepare_explicit` does, and when the reference cannot run or a
+    function implementation cannot stand in for Model.
+    """
+    from . import layoutc
+    ref, impl, flops = pair["ref"], pair["impl"], pair.get("flops")
+    for what, p in (("--ref", ref), ("--impl", impl)):
+        if not p or not os.path.isfile(p):
+            raise UserError(f"{what} {p}: file not found")
+    dst = os.path.abspath(dst)
+    check_dst(dst, list(extra_source_dirs), [ref, impl, flops])
+    texts, part = layoutc.build_work_files(pair, seed)
+    op = pair["name"]
+    sources = {k: {"path": os.path.abspath(p), "sha256": sha256(p)}
+               for k, p in (("ref", ref), ("impl", impl), ("flops", flops)) if p}
+    info = provenance("prepare_op_dir.py", SCHEMA)
+    info.update({
+        "op": op, "layout": layout, "work_dir": dst, "n_cases": part["n_cases"], "sources": sources,
+        "choices": dict(pair.get("reasons") or {}, cases=f"written from {part['generated']['cases']['from']} "
+                                                          f"(seed {seed}); no case file in layout C"),
+        "files": {"reference": MODEL_PY, "implementation": MODEL_NEW_PY, "cases": op + PERF_CASES_SUFFIX,
+                  "reference_cases": MODEL_JSON, "flops": FLOPS_PY if flops else None},
+        "case_file_aliases": [], "rewrites": {"model.py": [], "model_new.py": []},
+        "relative_path": pair.get("id"), "implementation_kind": pair["impl_kind"], "entry": pair.get("entry"),
+        "wrappers": part["wrappers"], "generated": part["generated"],
+    })
+    return write_work_dir(dst, texts, {FLOPS_PY: flops} if flops else {}, info, force)
