@@ -40,7 +40,7 @@ STATIC_FN = "get_inputs"
 DYNAMIC_FN = "get_inputs_dyn_list"
 LAUNCHER_SUFFIX = "_triton_torch"  # akg launcher names: custom_op_triton_torch, amin_triton_torch, ...
 WRAPPER_MARK = "# ---- added by triton-mfu-analyzer prepare_op_dir.py (layout C)"
-SKIP_DIRS = {"__pycache__", ".git", "docs"}
+SKIP_DIRS = {"__pycache__", ".git"}
 
 # Helpers shared by prepare (writing the case lines) and the reference wrapper (matching them at run time): one
 # definition, executed here and appended to model.py, so both sides compute the same signature.
@@ -149,6 +149,12 @@ def _mfu_draw_case(case, where):
     return out
 
 
+def _mfu_as_group(value):
+    """One forward argument list from what get_inputs() (or one get_inputs_dyn_list() entry) returns: a list or
+    tuple is the argument list, anything else (a lone tensor) is the only argument."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def _mfu_pick_groups(case_path, draws):
     """One forward argument list per line of ``case_path``: the matching draw, else one drawn from the line."""
     with open(case_path, encoding="utf-8-sig") as f:
@@ -175,6 +181,7 @@ exec(compile(RUNTIME_SRC, "<mfulib.layoutc runtime>", "exec"), _RT)  # the same 
 on_host = _RT["_mfu_on_host"]
 case_line = _RT["_mfu_case"]
 case_signature = _RT["_mfu_signature"]
+as_group = _RT["_mfu_as_group"]
 
 REF_WRAPPER = '''
 
@@ -190,7 +197,7 @@ _MFU_ORIGINAL_GET_INIT_INPUTS = globals().get("get_init_inputs")
 def get_input_groups():
     """One forward argument list per line of model.json, from the original {fn}() (value domains kept)."""
     with _mfu_on_host():
-        draws = [list(g) for g in {fn}()] if _MFU_DYNAMIC else [list({fn}())]
+        draws = [_mfu_as_group(g) for g in {fn}()] if _MFU_DYNAMIC else [_mfu_as_group({fn}())]
     case_path = _mfu_os.path.join(_mfu_os.path.dirname(_mfu_os.path.abspath(__file__)), "model.json")
     return _mfu_pick_groups(case_path, draws)
 
@@ -212,8 +219,10 @@ import torch as _mfu_torch
 
 
 class ModelNew(_mfu_torch.nn.Module):
-    """forward(*inputs) = {entry}(*inputs): the function takes Model.forward's inputs. Model's constructor
-    arguments (get_init_inputs()) are accepted and not used - the function hard-codes what they set."""
+    """forward(*inputs) = {entry}(*inputs): the function takes Model.forward's inputs.
+
+    Model's constructor arguments (get_init_inputs()) are accepted and not used: the function hard-codes what
+    they set (prepare.json records them under generated.init_inputs)."""
 
     def __init__(self, *init_args, **init_kwargs):
         super().__init__()
@@ -314,18 +323,19 @@ def discover_layout_c(ref_root, impl_root, rels=None, entry=None):
     for what, d in (("--ref-root", ref_root), ("--impl-root", impl_root)):
         if not d or not os.path.isdir(d):
             raise UserError(f"{what} {d}: directory not found")
+    wanted = None if rels is None else [norm_rel(r) for r in rels]
+    paths = (_walk_py(ref_root, skip_root=impl_root) if wanted is None else   # --id: read only those files
+             [p for p in (os.path.join(ref_root, r + ".py") for r in wanted) if os.path.isfile(p)])
     refs, broken = {}, {}
-    for path in _walk_py(ref_root, skip_root=impl_root):
+    for path in paths:
         info = inspect_py(path)
         rel = norm_rel(os.path.relpath(path, ref_root))
         if info.error:
             broken[rel] = f"not parseable Python ({info.error})"
         elif "Model" in info.classes and "ModelNew" not in info.classes:
             refs[rel] = (path, info)
-    if rels is None:
+    if wanted is None:
         wanted = sorted(set(refs) | set(broken))
-    else:
-        wanted = [norm_rel(r) for r in rels]
     pairs, missing = [], []
     for rel in wanted:
         try:
@@ -349,8 +359,10 @@ def _pair_c(rel, refs, broken, ref_root, impl_root, entry):
     if rel not in refs:
         if rel in broken:
             raise UserError(f"{os.path.join(ref_root, rel + '.py')}: {broken[rel]}")
-        same = [r for r in refs if os.path.basename(r) == os.path.basename(rel)]
-        hint = f" (same name at: {same})" if same else f" ({len(refs)} references under it)"
+        base = os.path.basename(rel)
+        same = sorted(norm_rel(os.path.relpath(p, ref_root)) for p in _walk_py(ref_root, skip_root=impl_root)
+                      if os.path.splitext(os.path.basename(p))[0] == base)
+        hint = f" (a file of that name is at: {same})" if same else ""
         raise UserError(f"--id {rel}: no reference {rel}.py with class Model under --ref-root {ref_root}{hint} - "
                         "give the path relative to --ref-root, e.g. static_shape/<category>/<name>")
     ref, info = refs[rel]
@@ -407,7 +419,7 @@ def sample_reference(ref, seed=0):
             step = f"{fn}()"
             with on_host():
                 raw = getattr(mod, fn)()
-            groups = [list(g) for g in raw] if kind == "dynamic" else [list(raw)]
+            groups = [as_group(g) for g in raw] if kind == "dynamic" else [as_group(raw)]
             step = "get_init_inputs()"
             init = list(mod.get_init_inputs()) if hasattr(mod, "get_init_inputs") else []
             step = f"Model(*get_init_inputs())"
