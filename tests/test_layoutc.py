@@ -292,3 +292,58 @@ def test_a_lone_tensor_from_get_inputs_and_a_generated_flops_draft_that_checks(t
     assert chk.returncode == 0, chk.stdout + chk.stderr
     per_case = json.loads((work / "flops_check.json").read_text())["per_case"][0]
     assert per_case["ratio"] == pytest.approx(1.0) and per_case["tracer"]["total_flops"] == 2 * 96 * 80 * 64
+
+
+def test_layout_b_ids_must_be_numbers(tmp_path):
+    r = run_cli("--bench", os.path.join(ROOT, "examples/ops/bench/zoo"), "--gen",
+                os.path.join(ROOT, "examples/ops/gen/zoo"), "--id", "static_shape/x", "--dst", str(tmp_path / "w"))
+    assert r.returncode == 2 and "layout B ids are numbers" in r.stderr
+
+
+@needs_make
+def test_make_all_runs_the_layout_c_matmul_relu_pair_on_cpu(tmp_path):
+    work = tmp_path / "mr"
+    src = ["REF_ROOT=" + os.path.join(EXAMPLE, "ref"), "IMPL_ROOT=" + os.path.join(EXAMPLE, "impl"),
+           "OP=static_shape/matmul/matmul_relu"]
+    r = make(*src, f"WORK={work}", "BACKEND=cpu", "all", env={"MFU_PEAK_CACHE_DIR": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    info = json.loads((work / "prepare.json").read_text())
+    assert info["layout"] == "C" and info["relative_path"] == "static_shape/matmul/matmul_relu"
+    assert set(info["wrappers"]) == {"model.py", "model_new.py"}
+    assert info["wrappers"]["model_new.py"]["entry"] == "matmul_relu_triton_torch"
+    for name, w in info["wrappers"].items():
+        assert len(w["sha256"]) == 64 and len(w["wraps_sha256"]) == 64, name
+    assert set(info["sources"]) == {"ref", "impl", "flops"}
+    assert json.loads((work / "verify.json").read_text())["summary"] == {"pass": 1}
+    check = json.loads((work / "flops_check.json").read_text())
+    assert check["summary"]["passed"] and check["per_case"][0]["ratio"] == pytest.approx(1.0)
+    assert check["per_case"][0]["tracer"]["total_flops"] == 2 * 96 * 80 * 64
+    dec = json.loads((work / "mfu_decompose.json").read_text())
+    rows = [row for row in dec["reports"][0]["rows"] if row["status"] == "ok"]
+    assert len(rows) == 1 and rows[0]["parts"][0]["part"] == "matmul"
+    again = make(*src, f"WORK={work}", "BACKEND=cpu", "all")
+    assert "Nothing to be done" in again.stdout
+
+
+@needs_make
+def test_make_layout_c_dynamic_list_sources_and_errors(tmp_path):
+    trees = tmp_path / "trees"
+    shutil.copytree(EXAMPLE, trees)
+    work = tmp_path / "sv"
+    src = [f"REF_ROOT={trees / 'ref'}", f"IMPL_ROOT={trees / 'impl'}", "OP=dynamic_shape/softmax/softmax_var.py"]
+    r = make(*src, f"WORK={work}", "BACKEND=cpu", "verify", "flops")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert json.loads((work / "verify.json").read_text())["summary"] == {"pass": 3}
+    assert json.loads((work / "flops_check.json").read_text())["summary"]["n_cases"] == 3
+    # the sources are prerequisites (--list-sources): an edited implementation re-runs step 1
+    impl = trees / "impl" / "dynamic_shape" / "softmax" / "softmax_var.py"
+    later = (work / "prepare.json").stat().st_mtime + 5       # copytree kept the checkout's (older) mtimes
+    os.utime(impl, (later, later))
+    again = make(*src, f"WORK={work}", "BACKEND=cpu", "prepare")
+    assert again.returncode == 0 and "prepared softmax_var" in again.stdout
+    bundled = make("OP=matmul_relu", f"WORK={tmp_path / 'bundled'}", "prepare")      # examples/ops/layoutc
+    assert bundled.returncode == 0, bundled.stderr
+    assert json.loads((tmp_path / "bundled" / "prepare.json").read_text())["relative_path"] == \
+        "static_shape/matmul/matmul_relu"
+    bad = make(f"REF_ROOT={trees / 'ref'}", "OP=x", "prepare")
+    assert bad.returncode != 0 and "REF_ROOT is set but IMPL_ROOT is not" in bad.stderr

@@ -169,8 +169,8 @@ def _mfu_pick_groups(case_path, draws):
         elif sig in sigs:
             groups.append(draws[sigs.index(sig)])
         else:
-            print("warning: %s line %d matches no draw of the original get_inputs(); its inputs are drawn from "
-                  "the line (floats randn, ints in its range, bools 50/50)" % (case_path, n + 1),
+            print("warning: %s line %d matches no draw of the reference's own inputs function; its inputs are "
+                  "drawn from the line (floats randn, ints in its range, bools 50/50)" % (case_path, n + 1),
                   file=_mfu_sys.stderr)
             groups.append(_mfu_draw_case(case, "%s line %d" % (case_path, n + 1)))
     return groups
@@ -190,14 +190,14 @@ REF_WRAPPER = '''
 # Cases: model.json beside this file (written by prepare from one seeded {fn}() call).
 {runtime}
 
-_MFU_DYNAMIC = {dynamic}
 _MFU_ORIGINAL_GET_INIT_INPUTS = globals().get("get_init_inputs")
 
 
 def get_input_groups():
-    """One forward argument list per line of model.json, from the original {fn}() (value domains kept)."""
+    """One forward argument list per line of model.json (beside this file),
+    built by the original {fn}()."""
     with _mfu_on_host():
-        draws = [_mfu_as_group(g) for g in {fn}()] if _MFU_DYNAMIC else [_mfu_as_group({fn}())]
+        draws = {draws}
     case_path = _mfu_os.path.join(_mfu_os.path.dirname(_mfu_os.path.abspath(__file__)), "model.json")
     return _mfu_pick_groups(case_path, draws)
 
@@ -428,8 +428,11 @@ def sample_reference(ref, seed=0):
     except UserError:
         raise
     except Exception as exc:
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith("torch_npu"):
+            raise UserError(f"{ref}: {step} needs torch_npu (an NPU-only reference) - run prepare on the NPU host, "
+                            "where its inputs can be built") from None
         raise UserError(f"{ref}: {step} failed ({type(exc).__name__}: {exc}) - the reference must run on this "
-                        "host to describe its inputs") from None
+                        "host to describe its inputs (no case file in layout C)") from None
     if not groups:
         raise UserError(f"{ref}: {fn}() returned no case")
     params = [n for n, _ in model.named_parameters()] + [n for n, b in model.named_buffers() if b is not None] \
@@ -481,7 +484,9 @@ def build_work_files(pair, seed=0):
     body = dump_case_lines(lines)
     ref_src = read_source(ref)
     ref_text = ref_src.rstrip("\n") + "\n" + REF_WRAPPER.format(
-        mark=WRAPPER_MARK, fn=sample["fn"], runtime=RUNTIME_SRC, dynamic=sample["kind"] == "dynamic")
+        mark=WRAPPER_MARK, fn=sample["fn"], runtime=RUNTIME_SRC,
+        draws=(f"[_mfu_as_group(g) for g in {DYNAMIC_FN}()]" if sample["kind"] == "dynamic"
+               else f"[_mfu_as_group({STATIC_FN}())]"))
     impl_src = read_source(impl)
     if pair["impl_kind"] == "function":
         impl_text = impl_src.rstrip("\n") + "\n" + IMPL_WRAPPER.format(mark=WRAPPER_MARK, entry=pair["entry"])
