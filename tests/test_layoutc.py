@@ -96,7 +96,8 @@ def test_case_file_attrs_and_value_domains_survive_through_the_reference_wrapper
     (case,) = cases.read_case_file(str(dst / "gather_perf_cases.jsonl"))
     by_name = {e["name"]: e for e in case["inputs"]}       # names are Model.forward's parameters
     assert by_name["table"]["shape"] == [7, 16] and by_name["table"]["dtype"] == "float32"
-    assert by_name["index"]["dtype"] == "int64" and 0 <= by_name["index"]["range"][0] <= by_name["index"]["range"][1] <= 6
+    lo, hi = by_name["index"]["range"]
+    assert by_name["index"]["dtype"] == "int64" and 0 <= lo <= hi <= 6
     assert by_name["mask"]["dtype"] == "bool" and "range" not in by_name["mask"]
     assert by_name["scale"] == {"name": "scale", "type": "attr", "required": True, "dtype": "float", "value": 0.5}
     # model.py's get_input_groups() returns exactly what the original get_inputs() draws after the same seed
@@ -260,8 +261,8 @@ def test_all_lists_unpaired_and_broken_references_and_modelnew_impls_are_copied(
 
 
 def test_a_lone_tensor_from_get_inputs_and_a_generated_flops_draft_that_checks(tmp_path):
-    ref = GATHER_REF.replace("def forward(self, table, index, mask, scale):\n            return table[index] * mask[:, None] * scale",
-                             "def forward(self, a):\n            return torch.matmul(a, a.t())")
+    old_forward = "def forward(self, table, index, mask, scale):\n            return table[index] * mask[:, None] * scale"
+    ref = GATHER_REF.replace(old_forward, "def forward(self, a):\n            return torch.matmul(a, a.t())")
     ref = ref.replace("return [table, index, mask, 0.5]", "return table")       # not a list: one argument
     impl = """
         import torch
@@ -278,7 +279,7 @@ def test_a_lone_tensor_from_get_inputs_and_a_generated_flops_draft_that_checks(t
     dst = tmp_path / "w"
     assert run_cli("--ref-root", refs, "--impl-root", impls, "--id", "static_shape/index/gather", "--dst",
                    str(dst)).returncode == 0
-    assert [t.shape for t in OpDir(dst).describe(0).tensors] == [[7, 16]]
+    assert [(t.name, t.shape) for t in OpDir(dst).describe(0).tensors] == [("a", [7, 16])]
     # no flops.py shipped (explicit form): the generator's draft for the wrapped model.py checks against the tracer
     work = tmp_path / "mr"
     r = run_cli("--ref", os.path.join(EXAMPLE, "ref/static_shape/matmul/matmul_relu.py"),
