@@ -4,6 +4,8 @@
 #   make OP=20_FlashAttentionV2 V=<verify dir> all            layout A (one verify directory / op root;
 #                                                              ITER=<n>, VARIANT=baseline pick another copy)
 #   make OP=2_FFN BENCH=<level dir> GEN=<generated dir> all   layout B (paired by the numeric prefix of OP)
+#   make OP=static_shape/matmul/matmul_relu REF_ROOT=<bench> IMPL_ROOT=<impl root> all
+#                                                              layout C (paired by the relative path OP)
 
 SKILL_DIR ?= $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 PY        ?= python3
@@ -11,7 +13,9 @@ OP        ?=
 V         ?=
 BENCH     ?=
 GEN       ?=
-WORK      ?= work/$(OP)
+REF_ROOT  ?=
+IMPL_ROOT ?=
+WORK      ?= work/$(patsubst %.py,%,$(OP))
 BACKEND   ?= auto
 DEVICE_ID ?= 0
 SEED      ?= 0
@@ -43,6 +47,15 @@ else ifneq ($(BENCH),)
   OP_ID := $(firstword $(subst _, ,$(notdir $(OP))))
   PREPARE_SRC := --bench $(BENCH) --gen $(GEN) --id $(OP_ID)
   $(info source: layout B, BENCH=$(BENCH) GEN=$(GEN) id=$(OP_ID))
+else ifneq ($(REF_ROOT)$(IMPL_ROOT),)
+  ifeq ($(REF_ROOT),)
+    $(error IMPL_ROOT is set but REF_ROOT is not: layout C needs both (REF_ROOT=<reference tree root>))
+  endif
+  ifeq ($(IMPL_ROOT),)
+    $(error REF_ROOT is set but IMPL_ROOT is not: layout C needs both (IMPL_ROOT=<implementation tree root>))
+  endif
+  PREPARE_SRC := --ref-root $(REF_ROOT) --impl-root $(IMPL_ROOT) --id $(OP)
+  $(info source: layout C, REF_ROOT=$(REF_ROOT) IMPL_ROOT=$(IMPL_ROOT) path=$(OP))
 else
   PREPARE_SRC := --example $(OP)
 endif
@@ -50,8 +63,8 @@ endif
 need-op = $(if $(OP),,$(error OP is not set: e.g. make OP=5_MHABlock $@ (make examples lists the bundled ones)))
 
 help: ## show this help
-	@echo "triton-mfu-analyzer - usage: make OP=<op> [V=<verify dir> | BENCH=<dir> GEN=<dir>] <target>"
-	@echo "variables: OP V BENCH GEN WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
+	@echo "triton-mfu-analyzer - usage: make OP=<op> [V=<verify dir> | BENCH=<dir> GEN=<dir> | REF_ROOT=<dir> IMPL_ROOT=<dir>] <target>"
+	@echo "variables: OP V BENCH GEN REF_ROOT IMPL_ROOT WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 # torch: a host that already has torch (+ torch_npu) keeps it; a host with an NVIDIA driver gets the default
