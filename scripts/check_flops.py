@@ -155,7 +155,7 @@ def main(argv=None):
     bar.close()
     summary = fchk.summarize(rows, file_level)
     doc.update(summary=summary, file_checks=file_level, per_case=rows)
-    flops_check_json.write_flops_check_json(out_path, doc)
+    flops_check_json.write_flops_check_json(out_path, doc, n_cases=len(od.read_cases()))
     if args.quiet:
         print(f"{'PASSED' if summary['passed'] else 'FAILED'}: {summary['n_cases']} cases {summary['by_status']}")
     else:

@@ -177,11 +177,34 @@ def _mfu_pick_groups(case_path, draws):
 '''
 
 _RT: dict = {}
-exec(compile(RUNTIME_SRC, "<mfulib.layoutc runtime>", "exec"), _RT)  # the same helpers the wrapper carries
-on_host = _RT["_mfu_on_host"]
-case_line = _RT["_mfu_case"]
-case_signature = _RT["_mfu_signature"]
-as_group = _RT["_mfu_as_group"]
+
+
+def _runtime(name: str):
+    """The helper ``name`` of :data:`RUNTIME_SRC` (the same helpers the wrapper carries), executed on first use:
+    it imports torch, which discovery and ``--check`` never need."""
+    if not _RT:
+        exec(compile(RUNTIME_SRC, "<mfulib.layoutc runtime>", "exec"), _RT)
+    return _RT[name]
+
+
+def on_host():
+    """Context manager: while it is open, Tensor.cuda()/.npu() return the tensor itself (built on the host)."""
+    return _runtime("_mfu_on_host")()
+
+
+def case_line(group, names, with_range=True) -> dict:
+    """The case-file line of one forward argument list ``group`` (parameter ``names``)."""
+    return _runtime("_mfu_case")(group, names, with_range)
+
+
+def case_signature(case) -> tuple:
+    """The shapes/dtypes/attrs signature a case line is matched by."""
+    return _runtime("_mfu_signature")(case)
+
+
+def as_group(value) -> list:
+    """A get_inputs() result as one forward argument list."""
+    return _runtime("_mfu_as_group")(value)
 
 REF_WRAPPER = '''
 
