@@ -113,7 +113,7 @@ test: ## run the test suite (CPU-only machines run Triton kernels in the interpr
 examples: ## list the bundled operators usable as OP=<name>
 	@$(PY) $(SCRIPTS)/prepare_op_dir.py --list-examples
 
-status: ## per step of $(WORK): done / stale (why) / failed (its report) / not run
+status: ## per step of the work directory: done / stale (why) / failed (its report) / not run
 	$(need-op)
 	@$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --status
 
@@ -139,7 +139,7 @@ $(WORK)/prepare.json: $(if $(or $(FORCE),$(filter-out ok,$(PREPARE_VERDICT))),_a
 	$(need-op)
 	$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) $(if $(or $(FORCE),$(wildcard $@)),--force)
 
-# ---------------------------------------------------------------------------------------------- steps 2-6
+# ---------------------------------------------------------------------------------------------- verify, steps 3-6
 # $(call step,<name>,<report>,<command>[,<accepted exit status>,<why accepted>]): run a step's script; its stamp
 # $@ is written only when it succeeded. A failing step keeps its report at its name (the one before it is copied to
 # $(ST)/previous/ first), says where it is, and stops make; the next `make` redoes the step.
@@ -165,7 +165,7 @@ COLLECT_CMD = cd $(WORK) && $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.p
 PEAK_CMD = $(PY) $(SCRIPTS)/peak_calib.py -o $(WORK)/peak.json --backend $(BACKEND) --device $(DEVICE_ID)
 DECOMPOSE_CMD = $(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --peak-json $(WORK)/peak.json --plot
 
-verify: $(ST)/verify.ok ## step 2: check ModelNew against Model per case (only cases it passes are timed)
+verify: $(ST)/verify.ok ## check ModelNew against Model per case before anything is timed (only passed cases are)
 
 $(ST)/verify.ok: $(WORK)/prepare.json $(WORK)/model_new.py
 	$(call step,verify,$(WORK)/verify.json,$(VERIFY_CMD),$(if $(ACCEPT_VERIFY_FAILURES),1),$(strip \

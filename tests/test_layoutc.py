@@ -336,12 +336,16 @@ def test_make_layout_c_dynamic_list_sources_and_errors(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert json.loads((work / "verify.json").read_text())["summary"] == {"pass": 3}
     assert json.loads((work / "flops_check.json").read_text())["summary"]["n_cases"] == 3
-    # the sources are prerequisites (--list-sources): an edited implementation re-runs step 1
+    # prepare.json records the sources' sha256: a touch redoes nothing, an edited implementation re-runs step 1
     impl = trees / "impl" / "dynamic_shape" / "softmax" / "softmax_var.py"
     later = (work / "prepare.json").stat().st_mtime + 5       # copytree kept the checkout's (older) mtimes
     os.utime(impl, (later, later))
+    touched = make(*src, f"WORK={work}", "BACKEND=cpu", "prepare")
+    assert touched.returncode == 0 and "Nothing to be done for 'prepare'" in touched.stdout
+    with open(impl, "a") as f:
+        f.write("# edited\n")
     again = make(*src, f"WORK={work}", "BACKEND=cpu", "prepare")
-    assert again.returncode == 0 and "prepared softmax_var" in again.stdout
+    assert again.returncode == 0 and "prepared softmax_var" in again.stdout and "impl content changed" in again.stdout
     bundled = make("OP=matmul_relu", f"WORK={tmp_path / 'bundled'}", "prepare")      # examples/ops/layoutc
     assert bundled.returncode == 0, bundled.stderr
     assert json.loads((tmp_path / "bundled" / "prepare.json").read_text())["relative_path"] == \
