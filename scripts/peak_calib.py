@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
 """Measure the achievable peaks of this device (step 5 of triton-mfu-analyzer) -> peak.json.
 
-Per math mode (bf16, fp16, fp32 with TF32/HF32 off, tf32 = fp32 with TF32 (CUDA) / HF32 (NPU) allowed, int8 where
-torch._int_mm runs) a GEMM sweep - a dozen seed shapes refined by a hill climb on m, n, k - timed per iteration
+Per math mode (bf16, fp16, fp32 with TF32/HF32 off, tf32 = fp32 with TF32 (CUDA) / HF32 (NPU) allowed, int8 via
+torch._int_mm (NPU: torch_npu.npu_quant_matmul) in TOPS, fp8 e4m3 via torch._scaled_mm on CUDA capability >= 8.9;
+"not available" with the reason elsewhere) a GEMM sweep - a dozen seed shapes refined by a hill climb on m, n, k - timed per iteration
 with device events after a cache flush; the best shape's median is the achievable peak (mamf-finder's idea, in
 seconds). Memory bandwidth comes from a large device-to-device copy. peak.json also records the nominal dense
-peaks (with their source), the device identity, clocks where readable, every shape timed and how long it took.
+peaks (with their source), the device identity, the regime (timed bursts at <= 50% duty cycle by default, or
+--regime sustained), the SM clocks and throttle reasons sampled during the run, every shape timed and how long it
+took. The progress lines label sweep figures "sweep" and the reported, re-timed figure "confirmed".
 
 MFU against the nominal fp16 peak makes an fp32 case look ~4x worse than it is (910B2C: fp16/bf16 ~314-320, fp32
 ~85 TFLOP/s); mfu_decompose.py reads this file to judge each case against its own dtype's ceiling.
 
 Results are cached per device model (<cache-dir>/peak-<backend>-<device>.json) and reused while the device,
-software versions, method and requested modes match and the cache is younger than --max-age-days.
+software versions, method, regime and requested modes match, the calibration was trustworthy (confirm spread
+(p90-p10)/median and sweep-vs-confirmed drift within limits; a noisy run is never cached) and the cache is younger
+than --max-age-days.
 
 On the NPU, CANN prints many "tiling struct ... is conflict" warnings while GEMM tilings are looked up; they do not
 affect the measurement and are filtered from the output (counted in peak.json "noise_filtered"); --show-noise
@@ -30,8 +35,12 @@ def build_parser():
     p.add_argument("-o", "--output", default="peak.json", help="where to write the result")
     p.add_argument("--backend", default="auto", help="auto|npu|cuda|cpu")
     p.add_argument("--device", type=int, default=0, help="device index")
-    p.add_argument("--dtypes", default="bf16,fp16,fp32,tf32,int8",
-                   help="math modes to measure: bf16, fp16, fp32 (TF32/HF32 off), tf32 (TF32/HF32 allowed), int8")
+    p.add_argument("--dtypes", default="bf16,fp16,fp32,tf32,int8,fp8",
+                   help="math modes to measure: bf16, fp16, fp32 (TF32/HF32 off), tf32 (TF32/HF32 allowed), int8 "
+                        "(TOPS), fp8 (e4m3; CUDA capability >= 8.9)")
+    p.add_argument("--regime", choices=("burst", "sustained"), default="burst",
+                   help="burst: idle as long as busy after every timed burst (duty cycle <= 50%%, the regime "
+                        "operators are profiled in); sustained: back to back (power-capped steady state)")
     p.add_argument("--budget-s", type=float, default=None,
                    help="time budget for the measurements in seconds (each mode still times at least one shape); "
                         "none = 18 on an accelerator, 4 on CPU")
@@ -61,7 +70,7 @@ def main(argv=None):
                                 budget_s=args.budget_s, bandwidth=not args.no_bandwidth, cache=args.cache,
                                 cache_dir=args.cache_dir, max_age_days=args.max_age_days, progress=progress,
                                 filter_noise=None if not args.show_noise else False,
-                                log=lambda s: print(s, file=sys.stderr))
+                                log=lambda s: print(s, file=sys.stderr), regime=args.regime)
     if progress and sys.stderr.isatty():
         sys.stderr.write("\n")
     from mfulib import report

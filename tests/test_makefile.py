@@ -52,7 +52,7 @@ case "$*" in
   "-c import torch; print(torch.__version__)") echo 2.13.0; exit 0;;
   "-m pip install torch>=2.1") touch "$STATE/torch" "$STATE/triton"; exit 0;;  # the CUDA wheel brings triton
   "-m pip install torch==2.13.0+cpu") touch "$STATE/torch"; exit 0;;
-  "-m pip install triton>=3.2") touch "$STATE/triton"; exit 0;;
+  "-m pip install triton==3.8.0") touch "$STATE/triton"; exit 0;;
   "-m pip install -r "*) exit 0;;
 esac
 echo "fake python: unexpected call: $*" >&2; exit 3
@@ -85,7 +85,7 @@ def test_setup_on_a_cpu_only_host_without_torch_installs_the_cpu_build_never_the
     assert installs[0] == "-m pip install torch==2.13.0+cpu" and "no GPU" in out
     assert not any("torch>=" in c for c in calls)
     assert installs[1].startswith("-m pip install -r ") and installs[1].endswith("requirements.txt")
-    assert installs[2] == "-m pip install triton>=3.2"  # the CPU wheel brings no triton
+    assert installs[2] == "-m pip install triton==3.8.0"  # the CPU wheel brings no triton; 3.8.0 runs block pointers
 
 
 def test_setup_keeps_an_installed_torch_and_triton(tmp_path):
@@ -96,14 +96,14 @@ def test_setup_keeps_an_installed_torch_and_triton(tmp_path):
 
 def test_setup_with_a_gpu_says_triton_came_with_torch_instead_of_kept(tmp_path):
     out, calls = setup_with_fake_python(tmp_path, gpu=True)
-    assert "-m pip install torch>=2.1" in calls and "-m pip install triton>=3.2" not in calls
+    assert "-m pip install torch>=2.1" in calls and "-m pip install triton==3.8.0" not in calls
     assert "triton 3.9.0: installed as a dependency of torch" in out and "already installed: kept" not in out
 
 
 def test_requirements_list_exactly_the_third_party_packages_the_code_imports():
     import ast
     import sys
-    names = {"numpy", "tqdm", "tabulate", "matplotlib", "pytest"}  # pip names = import names here
+    names = {"numpy", "pandas", "tqdm", "tabulate", "matplotlib", "pytest"}  # pip names = import names here
     with open(os.path.join(ROOT, "requirements.txt")) as f:
         listed = {line.split(">")[0].split("=")[0].strip() for line in f if line.strip() and not line.startswith("#")}
     imported = set()

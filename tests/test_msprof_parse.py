@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from mfulib import msprof, peaks
+from mfulib import msprof, msprof_fast, peaks
 from mfulib.errors import UserError
 
 T = "\t"
@@ -242,3 +242,59 @@ def test_info_json_runtime_cores_and_frequency_give_the_msprof_analyze_peak(tmp_
     assert "ai_core_num=25" in src and "8192" in src
     v8, _ = peaks.nominal_peak_tflops(dict(info, backend="npu"), "int8")
     assert v8 == pytest.approx(2 * v)  # 16384 vs 8192 FLOP/cycle
+
+
+# ---- the pandas typed-column fast path (issue 13 item 7): the same rows as the cell-by-cell parser
+
+ODD_ROWS = (  # quirks beyond the real rows: N/A PMU and text cells, 6-decimal half-up ns rounding, a marker row,
+    # a short row, leading spaces, a negative wait, an exponent start cell (handled by the row converter)
+    f"0,4294967295,2,1756,softmax_kernel,softmax,dynamic,AI_VECTOR_CORE,1780676244500000.0005{T},1.9995,"
+    "6958.620500,48,0,NO,N/A,N/A,N/A,N/A,N/A,N/A,0," + ",".join(["N/A"] * 25) + "\n"
+    f"0,4294967295,3,1754,N/A,N/A,N/A,PROFILING_ENABLE,1780676244600000.000{T},0.000,-1.5,0,0,N/A,N/A,N/A,N/A,"
+    "N/A,N/A,N/A,N/A," + ",".join(["N/A"] * 25) + "\n"
+    f"0,4294967295,4,1756, main_kernel ,main_kernel,dynamic,MIX_AIC,1.7806762447e15,5.000\n")
+
+
+@pytest.mark.parametrize("extra", ["", ODD_ROWS])
+def test_the_pandas_fast_path_gives_exactly_the_rows_of_the_cell_parser(tmp_path, extra):
+    path = write(tmp_path / "op_summary_20260605161737.csv", OP_SUMMARY_83 + extra)
+    slow = msprof.parse_kernel_csv(path, fast=False)
+    fast = msprof.parse_kernel_csv(path, fast=True)
+    assert fast == slow and len(fast) == 2 + extra.count("\n")
+    assert fast[1]["start_ns"] == 1780676244407387120 and fast[1]["pmu"]["aiv_total_cycles"] == 6666151685
+    if extra:
+        assert fast[2]["start_ns"] == 1780676244500000001 and fast[2]["wait_ns"] == 6958621  # half up, exact
+        assert fast[2]["pmu"] == {} and fast[2]["input_shapes"] is None and fast[3]["wait_ns"] == -1500
+        assert fast[4]["name"] == "main_kernel" and fast[4]["wait_ns"] is None
+
+
+def test_the_typed_frame_has_exact_int64_ns_and_categorical_text(tmp_path):
+    path = write(tmp_path / "kernel_details.csv", KERNEL_DETAILS_2025)
+    df = msprof.read_kernel_frame(path)
+    assert str(df["start_ns"].dtype) == "Int64" and int(df["start_ns"][0]) == 1736413971558972912
+    assert str(df["name"].dtype) == "category" and df["input_shapes"][0] == "81920,4096;8192,512"
+    assert df["pmu:aic_total_cycles"][0] == 5295467.0 and df["block_dim"][0] == 16.0
+
+
+def test_a_file_the_fast_path_cannot_type_is_parsed_cell_by_cell_with_the_line_named(tmp_path):
+    bad = OP_SUMMARY_83 + f"0,4294967295,9,1756,k,k,dynamic,MIX_AIC,12x.5{T},1.000,0,1,0,NO\n"
+    path = write(tmp_path / "op_summary_1.csv", bad)
+    with pytest.raises(UserError, match=r"op_summary_1.csv:4: column 'Task Start Time\(us\)'"):
+        msprof.parse_kernel_csv(path, fast=True)
+    text_in_pmu = OP_SUMMARY_83.replace(",0.014\n", ",busy\n", 1)  # a text PMU cell: dropped, as the row path does
+    path = write(tmp_path / "op_summary_2.csv", text_in_pmu)
+    assert msprof.parse_kernel_csv(path, fast=True) == msprof.parse_kernel_csv(path, fast=False)
+
+
+def test_large_files_are_split_across_reader_processes_at_line_ends(tmp_path, monkeypatch):
+    body = OP_SUMMARY_83.split("\n", 1)[1]
+    path = write(tmp_path / "op_summary_1.csv", OP_SUMMARY_83 + body * 200)
+    ranges = msprof_fast._byte_ranges(path, 7)
+    with open(path, "rb") as f:
+        data = f.read()
+    assert len(ranges) == 7 and ranges[0][0] == data.index(b"\n") + 1 and ranges[-1][1] == len(data)
+    assert all(data[a - 1:a] == b"\n" for a, _b in ranges) and all(b == a2 for (_a, b), (a2, _b2) in
+                                                                  zip(ranges, ranges[1:]))
+    monkeypatch.setattr(msprof_fast, "_PARALLEL_MIN_BYTES", 0)
+    par = msprof_fast.frame_rows(msprof.read_kernel_frame(path, workers=3), "x")
+    assert par == msprof.parse_kernel_csv(path, source="x", fast=False) and len(par) == 402

@@ -2,13 +2,14 @@
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from mfulib import calib, definitions, device, gemm_search, gemm_timing
+from mfulib import calib, definitions, device, gemm_search, gemm_timing, report
 from mfulib.schemas import peak_json
 from mfulib.errors import UserError
 
@@ -24,9 +25,9 @@ def _run(args, cwd, env_extra=None):
 
 @pytest.fixture(scope="module")
 def cpu_peak(tmp_path_factory):
-    """One quick CPU calibration shared by the tests below (about 5 s on a 2-core CI machine)."""
+    """One quick CPU calibration shared by the tests below (about 6 s on a 2-core CI machine)."""
     d = tmp_path_factory.mktemp("peak")
-    res = _run(["-o", "peak.json", "--backend", "cpu", "--budget-s", "2", "--dtypes", "fp32,bf16",
+    res = _run(["-o", "peak.json", "--backend", "cpu", "--budget-s", "2", "--dtypes", "fp32,bf16,int8,fp8",
                 "--cache-dir", str(d / "cache")], cwd=d)
     assert res.returncode == 0, res.stderr
     return d, res, json.loads((d / "peak.json").read_text())
@@ -38,46 +39,116 @@ def test_cpu_calibration_is_labelled_as_cpu_numbers_with_provenance_and_method(c
     assert peak["backend"] == "cpu" and peak["accelerator"] is False
     assert "not an accelerator" in peak["label"] and "not an accelerator" in peak["device"]["note"]
     assert peak["nominal"]["tflops"] == {}  # no nominal peak on a CPU: absent, never 0
-    assert set(peak["peak_tflops"]) == {"float32", "bfloat16"}
+    assert set(peak["peak_tflops"]) == {"float32", "bfloat16", "int8"}
     for mode, m in peak["measured"].items():
         best = m["best_shape"]
         # the reported peak is 2*m*n*k / median of the confirmation run
         assert m["peak_tflops"] == pytest.approx(2 * best["m"] * best["n"] * best["k"] / m["confirm"]["median_ns"]
                                                  / 1e3)
         assert m["n_shapes"] >= 1 and m["shapes"][0]["tflops"] >= m["shapes"][-1]["tflops"]
+        c = m["confirm"]
+        assert m["spread"] == pytest.approx((c["p90_ns"] - c["p10_ns"]) / c["median_ns"])
+        assert m["sweep_drift"] == pytest.approx((m["sweep_tflops"] - m["peak_tflops"]) / m["peak_tflops"])
     assert peak["bandwidth_gbps"] > 0 and peak["bandwidth"]["bytes_per_iter"] == 2 * peak["bandwidth"]["buffer_bytes"]
     assert "median" in peak["method"]["per_shape_statistic"] and "MiB" in peak["method"]["cache_flush"]
     assert peak["elapsed_s"] < 30
     assert "float32" in res.stdout and "copy bandwidth" in res.stdout and "not an accelerator" in res.stdout
 
 
-def test_a_second_run_reuses_the_per_device_cache_and_refresh_measures_again(cpu_peak):
-    d, _res, first = cpu_peak
-    cache_files = os.listdir(d / "cache")
-    assert cache_files == [f"peak-{first['device']['key']}.json"]
-    res = _run(["-o", "again.json", "--backend", "cpu", "--dtypes", "fp32", "--cache-dir", str(d / "cache")], cwd=d)
-    assert res.returncode == 0, res.stderr
-    again = json.loads((d / "again.json").read_text())
+def test_int8_is_reported_in_tops_with_its_b_layout_and_fp8_is_not_available_on_cpu(cpu_peak):
+    _d, res, peak = cpu_peak
+    m = peak["measured"]["int8"]
+    assert m["unit"] == "TOPS" and m["peak_tops"] == m["peak_tflops"] == peak["peak_tops"]["int8"]
+    probe = m["layout_probe"]
+    assert set(probe["tflops"]) | set(probe["errors"]) == {"row", "col"}  # both layouts tried
+    assert m["b_layout"] == probe["chosen"] == max(probe["tflops"], key=probe["tflops"].get)
+    assert "torch._int_mm" in m["math_mode"]
+    assert "float8_e4m3fn" not in peak["measured"]
+    assert peak["errors"]["float8_e4m3fn"].startswith("not available on cpu") and "int8" in res.stdout
+
+
+def test_peak_json_records_regime_clocks_and_trust(cpu_peak):
+    _d, _res, peak = cpu_peak
+    reg = peak["regime"]
+    assert reg["kind"] == "sustained" and reg["requested"] == "burst"  # CPU: no idle time is inserted
+    assert 0 < reg["duty_cycle_measured"] <= 1.0 and reg["busy_s"] > 0
+    assert peak["clocks"]["n_samples"] == 0  # no vendor clock tool on a CPU: nothing invented
+    trust = peak["trust"]
+    lim = calib.TRUST_LIMITS["cpu"]
+    over = [mode for mode, v in trust["spreads"].items() if v > lim["spread"]] + \
+           [mode for mode, v in trust["drifts"].items() if abs(v) > lim["drift"]]
+    assert trust["trusted"] is (not over)
+    assert peak["cache"]["stored"] is trust["trusted"]
+    assert os.path.exists(_d / "cache" / f"peak-{peak['device']['key']}.json") is trust["trusted"]
+
+
+def test_progress_lines_print_the_confirmed_figure_the_table_reports(cpu_peak):
+    _d, res, peak = cpu_peak
+    for mode, m in peak["measured"].items():
+        line = next(ln for ln in res.stderr.splitlines() if ln.startswith(f"{mode}: confirmed "))
+        assert f"{mode}: confirmed {calib._g(m['peak_tflops'])} {m['unit']}" in line and "reported" in line
+        assert f"sweep figure {calib._g(m['sweep_tflops'])}" in line
+        row = next(ln for ln in res.stdout.splitlines() if ln.startswith(mode + " "))
+        assert row.split()[1] == report._f(m["peak_tflops"])  # the table's "confirmed" column: the same number
+    sweep_lines = [ln for ln in res.stderr.splitlines() if re.match(r"^\w+: sweep \d+ shapes, best ", ln)]
+    assert {ln.split(":")[0] for ln in sweep_lines} == set(peak["measured"])  # every sweep figure says "sweep"
+
+
+def _calibrate(tmp_path, name, limits, monkeypatch, **kw):
+    monkeypatch.setitem(calib.TRUST_LIMITS, "cpu", limits)
+    logged = []
+    out = calib.run_calibration(str(tmp_path / name), backend="cpu", modes=["float32"], budget_s=0.5,
+                                bandwidth=False, cache_dir=str(tmp_path / "cache"), log=logged.append, **kw)
+    return out, logged
+
+
+def test_a_trusted_calibration_is_cached_reused_and_refreshed(tmp_path, monkeypatch):
+    lax = {"spread": float("inf"), "drift": float("inf")}
+    first, _ = _calibrate(tmp_path, "a.json", lax, monkeypatch)
+    assert first["trust"]["trusted"] and first["cache"]["stored"] and first["cache"]["not_stored_why"] is None
+    assert os.listdir(tmp_path / "cache") == [f"peak-{first['device']['key']}.json"]
+    again, logged = _calibrate(tmp_path, "b.json", lax, monkeypatch)
     assert again["cache"]["hit"] is True and again["peak_tflops"] == first["peak_tflops"]
-    assert "reusing" in res.stderr and "--cache refresh" in res.stderr
+    assert any("reusing" in ln and "--cache refresh" in ln for ln in logged)
+    fresh, _ = _calibrate(tmp_path, "c.json", lax, monkeypatch, cache="refresh")
+    assert fresh["cache"]["hit"] is False
+    other, _ = _calibrate(tmp_path, "d.json", lax, monkeypatch, regime="sustained")
+    assert other["cache"]["hit"] is False and "regime" in other["cache"]["reason"]
 
 
-def test_a_stale_or_mismatched_cache_is_not_reused(cpu_peak, tmp_path):
-    d, _res, first = cpu_peak
+def test_a_noisy_calibration_is_written_but_never_cached(tmp_path, monkeypatch):
+    strict = {"spread": 0.0, "drift": -1.0}  # |drift| > -1 always: every run counts as noisy
+    first, logged = _calibrate(tmp_path, "a.json", strict, monkeypatch)
+    assert first["trust"]["trusted"] is False and first["trust"]["untrusted"]
+    assert first["cache"]["stored"] is False and first["cache"]["not_stored_why"].startswith("untrusted: float32")
+    assert json.loads((tmp_path / "a.json").read_text())["peak_tflops"] == first["peak_tflops"]
+    assert not (tmp_path / "cache").exists() or os.listdir(tmp_path / "cache") == []
+    assert any("not caching this calibration" in ln for ln in logged)
+    again, _ = _calibrate(tmp_path, "b.json", strict, monkeypatch)
+    assert again["cache"]["hit"] is False  # measured again, not reused
+
+
+def test_a_stale_mismatched_or_untrusted_cache_is_not_reused(tmp_path, monkeypatch):
+    first, _ = _calibrate(tmp_path, "a.json", {"spread": float("inf"), "drift": float("inf")}, monkeypatch)
     ident = first["device"]
-    cached = json.loads((d / "cache" / f"peak-{ident['key']}.json").read_text())
+    cached = json.loads((tmp_path / "cache" / f"peak-{ident['key']}.json").read_text())
     path = tmp_path / "c.json"
     old = dict(cached, created_at=(dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=30)).isoformat())
     path.write_text(json.dumps(old))
-    got, why = peak_json.load_cached(str(path), ident, ["float32"], True, max_age_days=14)
+    got, why = peak_json.load_cached(str(path), ident, ["float32"], False, max_age_days=14)
     assert got is None and "30.0 days old" in why
     other = dict(cached, software=dict(cached["software"], torch="0.0.1"))
     path.write_text(json.dumps(other))
-    assert peak_json.load_cached(str(path), ident, ["float32"], True, 14)[0] is None
-    assert peak_json.load_cached(str(path.with_name("absent.json")), ident, ["float32"], True, 14)[1] == \
+    assert peak_json.load_cached(str(path), ident, ["float32"], False, 14)[0] is None
+    assert peak_json.load_cached(str(path.with_name("absent.json")), ident, ["float32"], False, 14)[1] == \
         "no cached calibration"
+    noisy = dict(cached, trust=dict(cached["trust"], trusted=False, untrusted=["float32: spread 40.0% > 30%"]))
+    path.write_text(json.dumps(noisy))
+    got, why = peak_json.load_cached(str(path), ident, ["float32"], False, 14)
+    assert got is None and "not trustworthy" in why and "spread 40.0%" in why
     path.write_text(json.dumps(cached))
-    got, why = peak_json.load_cached(str(path), ident, ["float32", "int8"], True, 14)
+    assert peak_json.load_cached(str(path), ident, ["float32"], False, 14)[0] is not None
+    got, why = peak_json.load_cached(str(path), ident, ["float32", "int8"], False, 14)
     assert got is None and "int8" in why
 
 
@@ -108,9 +179,10 @@ def test_shapes_too_large_for_memory_are_not_run():
 
 
 def test_dtype_list_parses_aliases_and_rejects_unknown_names():
-    assert calib.parse_modes("bf16,fp16,FP32,hf32,int8,bf16") == ["bfloat16", "float16", "float32", "tf32", "int8"]
-    with pytest.raises(UserError, match="unknown 'fp8'"):
-        calib.parse_modes("fp8")
+    assert calib.parse_modes("bf16,fp16,FP32,hf32,int8,bf16,fp8") == ["bfloat16", "float16", "float32", "tf32",
+                                                                      "int8", "float8_e4m3fn"]
+    with pytest.raises(UserError, match="unknown 'fp4'"):
+        calib.parse_modes("fp4")
 
 
 def test_fp32_run_with_tf32_reads_the_tf32_peak():

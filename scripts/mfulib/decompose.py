@@ -16,7 +16,9 @@ the sum over all kernels, FLOPs share from ``flops_parts``, and the part's own M
 ``mfu_op = sum_k (t_k / T) * mfu_k`` (reference/peers_and_anchors.md, complaint 8).
 
 Checks: MFU above the measured peak by more than :data:`NOISE_MARGIN` is an **error** (FLOPs in flops.py too high,
-or a peak.json from another device / too low); 100-103% is a warning (DESIGN.md "MFU above 100%").
+or a peak.json from another device / too low); 100-103% is a warning (DESIGN.md "MFU above 100%"). The same
+check runs against the nominal peak of the case's own dtype where one exists (int8 in TOPS, fp8; never against the
+fp16/bf16 figure MFU@nom divides by, which a healthy int8 kernel exceeds ~2x).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from .errors import REJECT_PREFIX, UserError
 from .flops_contract import load_flops
 from .decompose_reading import maxima, reading_aid
 from .kernel_parts import OTHER, check_kernel_parts, match_part
+from .peaks import dtype_nominal_tflops
 from .schemas.peak_json import nominal_half_tflops, read_peak_json
 from .schemas.performance_json import completeness, load_report
 
@@ -191,6 +194,11 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str) -> dict:
     if case.get("output_bytes") is None:
         _flag(row["flags"], "note", "output_bytes missing: MBU counts input bytes only")
     check_utilisation(row["mfu_ach"], f"MFU@ach ({key})", row["flags"], MFU_HINT)
+    # MFU@nom keeps the fp16/bf16 figure (int8 legitimately reaches ~2x it); "impossibly high" is judged against the
+    # dtype's own nominal figure where one exists (peaks.dtype_nominal_tflops)
+    own_nom = dtype_nominal_tflops(peaks.get("nominal_by_mode"), dtype, tf32) if dtype else None
+    check_utilisation(mfu(tflops, own_nom), f"throughput vs the nominal {key} peak ({own_nom:g})" if own_nom else "",
+                      row["flags"], MFU_HINT)
     if row["mbu"] is not None and row["mbu"] > 1.0:
         _flag(row["flags"], "warning", f"MBU {row['mbu']:.1%} is above the measured bandwidth: the data was served "
                                        "from cache (small case) or input/output bytes are over-counted")
@@ -284,7 +292,9 @@ def peaks_for(report: dict, peak: dict) -> dict:
         nom, src = float(ntf), f"performance.json peak ({pblock.get('source', 'collector')})"
     if nom is None:
         nom, src = nominal_half_tflops(peak)
+    by_mode = ntf if isinstance(ntf, dict) and not pblock.get("override") else (peak.get("nominal") or {}).get("tflops")
     return {"nominal_tflops": nom, "nominal_source": src or "none: MFU@nom not computed",
+            "nominal_by_mode": {canonical_mode(k): v for k, v in (by_mode or {}).items()},
             "peak_tflops": dict(peak.get("peak_tflops") or {}), "bandwidth_gbps": finite_or_none(peak.get("bandwidth_gbps"))}
 
 

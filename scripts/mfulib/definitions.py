@@ -12,7 +12,7 @@ msprof-analyze ``operator_mfu``):
   "MFU above 100%");
 * dtype spellings of case files (reference/benchmark_operator_conventions.md §4: older files write ``fp16``,
   ``half``, ``bf16``...) map to torch dtype names (:func:`canonical_dtype`), and the peak.json math modes
-  (``bfloat16 float16 float32 tf32 int8``, :data:`MATH_MODES`) are those names plus ``tf32`` (fp32 inputs with
+  (``bfloat16 float16 float32 tf32 int8 float8_e4m3fn``, :data:`MATH_MODES`) are those names plus ``tf32`` (fp32 inputs with
   TF32 on CUDA / HF32 on the NPU allowed; :func:`peak_key`).
 """
 from __future__ import annotations
@@ -41,9 +41,14 @@ DTYPE_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "floa
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 HALF_DTYPES = ("float16", "bfloat16")  # the dtypes of the nominal dense peak MFU@nom divides by
 
-# peak.json math modes; ``tf32`` also names HF32 (the NPU's TF32-like fp32 matmul mode)
-MATH_MODES = ("bfloat16", "float16", "float32", "tf32", "int8")
-MODE_ALIASES = {"tf32": "tf32", "hf32": "tf32"}
+# peak.json math modes; ``tf32`` also names HF32 (the NPU's TF32-like fp32 matmul mode); ``float8_e4m3fn`` = fp8
+# e4m3 inputs (torch._scaled_mm, CUDA capability >= 8.9)
+MATH_MODES = ("bfloat16", "float16", "float32", "tf32", "int8", "float8_e4m3fn")
+MODE_ALIASES = {"tf32": "tf32", "hf32": "tf32", "fp8": "float8_e4m3fn"}
+# modes whose throughput is integer operations: reported in TOPS (peak.json ``peak_tops``), same 2*m*n*k count
+OPS_MODES = ("int8",)
+# modes whose dense nominal peak is above the fp16/bf16 figure (~2x on Hopper/Ada; int8 2x on the Ascend cube)
+LOW_PRECISION_MODES = ("int8", "float8_e4m3fn")
 
 
 def _key(name) -> str:

@@ -15,8 +15,11 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
+import threading
+import time
 
 from .errors import UserError
 
@@ -41,6 +44,8 @@ def resolve_backend(name: str = "auto"):
     """Return (backend, reason). Raises UserError when an explicit backend cannot run here, with the fix."""
     if name not in BACKENDS:
         raise UserError(f"--backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    if name == "cpu":  # nothing to probe: no torch import in the parent (2-3 s per step)
+        return "cpu", "--backend cpu"
     import torch
     if name == "npu":
         ok, why = npu_ready()
@@ -52,8 +57,6 @@ def resolve_backend(name: str = "auto"):
         if not torch.cuda.is_available():
             raise UserError("--backend cuda: torch sees no CUDA device - use --backend cpu (Triton interpreter)")
         return "cuda", "--backend cuda"
-    if name == "cpu":
-        return "cpu", "--backend cpu"
     ok, why = npu_ready()
     if ok:
         return "npu", "auto: " + why
@@ -153,8 +156,15 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-_SMI_FIELDS = ("clocks.sm", "clocks.max.sm", "clocks.mem", "power.draw", "power.limit", "temperature.gpu",
-               "clocks_throttle_reasons.active")
+_SMI_FIELDS = ("clocks.sm", "clocks.max.sm", "clocks.mem", "power.draw", "power.limit", "temperature.gpu")
+# the active clock-limit reasons bitmask: "clocks_event_reasons.active" on newer drivers, the older name
+# "clocks_throttle_reasons.active" before (nvidia-smi --help-query-gpu); tried in this order
+_SMI_REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+# NVML nvmlClocksEventReasons / nvmlClocksThrottleReasons bits (nvml.h; nvidia-smi -q "Clocks Event Reasons")
+THROTTLE_REASON_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+                        0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
+                        0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+_reason_field = {}  # index -> the reasons field this driver accepts ("" = none)
 
 
 def _nvidia_smi_query(index: int, fields: str) -> dict:
@@ -173,17 +183,51 @@ def _nvidia_smi_query(index: int, fields: str) -> dict:
     return {n: v for n, v in zip(names, vals) if v and "not supported" not in v.lower()}
 
 
+def decode_throttle_reasons(mask) -> list:
+    """Names of the set bits of an nvidia-smi clocks event/throttle reasons mask (``"0x0000000000000004"`` ->
+    ``["sw_power_cap"]``; 0 -> ``[]``; unknown bits -> ``"bit_0x..."``). Raises ValueError for a non-hex text."""
+    value = int(str(mask).strip(), 16) if isinstance(mask, str) else int(mask)
+    names = [name for bit, name in THROTTLE_REASON_BITS.items() if value & bit]
+    rest = value & ~sum(THROTTLE_REASON_BITS)
+    bit = 1
+    while rest:
+        if rest & bit:
+            names.append(f"bit_{bit:#x}")
+            rest &= ~bit
+        bit <<= 1
+    return names
+
+
+def _cuda_clocks(index: int) -> dict:
+    field = _reason_field.get(index)
+    tries = [field] if field is not None else list(_SMI_REASON_FIELDS) + [""]
+    got = {}
+    for f in tries:
+        got = _nvidia_smi_query(index, ",".join(_SMI_FIELDS + ((f,) if f else ())))
+        if got:  # older drivers reject an unknown field for the whole query: fall back to the next name
+            _reason_field[index] = f
+            break
+    out = {}
+    for k, v in got.items():
+        if k in _SMI_REASON_FIELDS:
+            out["clocks_throttle_reasons_active"] = v
+            try:
+                out["throttle_reasons"] = decode_throttle_reasons(v)
+            except ValueError:
+                pass
+            continue
+        out[k.replace(".", "_") + ("_mhz" if k.startswith("clocks.") else "_w" if k.startswith("power")
+                                    else "_c" if k.startswith("temp") else "")] = v
+    return out
+
+
 def read_clocks(backend: str, index: int = 0) -> dict:
-    """Clocks and power as the vendor tool reports them (strings, units in the keys' documentation):
-    nvidia-smi ``clocks.*`` MHz, ``power.*`` W, ``temperature.gpu`` C; npu-smi ``Key : Value`` lines that mention a
-    frequency or power. Returns {} where no tool answers."""
+    """Clocks and power as the vendor tool reports them (strings, units in the keys): nvidia-smi ``clocks_*_mhz``,
+    ``power_*_w``, ``temperature_gpu_c``, ``clocks_throttle_reasons_active`` (the raw hex mask of
+    clocks_event_reasons.active / clocks_throttle_reasons.active) and ``throttle_reasons`` (its decoded names);
+    npu-smi ``Key : Value`` lines that mention a frequency or power. Returns {} where no tool answers."""
     if backend == "cuda":
-        got = _nvidia_smi_query(index, ",".join(_SMI_FIELDS))
-        if not got:  # older drivers reject unknown fields: retry without the throttle reasons
-            got = _nvidia_smi_query(index, ",".join(_SMI_FIELDS[:-1]))
-        return {k.replace(".", "_") + ("_mhz" if k.startswith("clocks.") and "throttle" not in k else
-                                        "_w" if k.startswith("power") else "_c" if k.startswith("temp") else ""): v
-                for k, v in got.items()}
+        return _cuda_clocks(index)
     if backend == "npu":
         exe = shutil.which("npu-smi")
         if not exe:
@@ -201,3 +245,61 @@ def read_clocks(backend: str, index: int = 0) -> dict:
                     res[k] = v
         return res
     return {}
+
+
+class ClockSampler:
+    """Samples :func:`read_clocks` every ``interval_s`` in a thread while active (``with ClockSampler(...) as s``).
+
+    Why: one reading before and one after a calibration miss the clocks under load; the H200 drops its SM clock
+    ~15% at its 700 W cap (throttle reason sw_power_cap). :meth:`summary` gives the SM clock range and every
+    throttle reason seen. On CPU nothing is sampled (no vendor tool); never raises.
+    """
+
+    def __init__(self, backend: str, index: int = 0, interval_s: float = 0.5, reader=None):
+        self.backend, self.index, self.interval_s = backend, index, interval_s
+        self.reader = reader or read_clocks
+        self.samples = []
+        self._stop = threading.Event()
+        self._thread = None
+        self._t0 = None
+
+    def __enter__(self):
+        self._t0 = time.monotonic()
+        if self.backend != "cpu":
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                got = self.reader(self.backend, self.index)
+            except Exception:  # a sampler must never break the measurement
+                got = {}
+            if got:
+                self.samples.append({"t_s": round(time.monotonic() - self._t0, 3), **got})
+            self._stop.wait(self.interval_s)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        return False
+
+    def summary(self) -> dict:
+        """``{n_samples, interval_s, sm_clock_mhz: {min, median, max}, throttle_reasons_seen: {name: n_samples},
+        samples: [...]}`` (clock values as numbers; sm_clock_mhz None when no sample had one)."""
+        sm = []
+        for s in self.samples:
+            try:
+                sm.append(float(s["clocks_sm_mhz"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+        seen = {}
+        for s in self.samples:
+            for r in s.get("throttle_reasons") or []:
+                seen[r] = seen.get(r, 0) + 1
+        return {"n_samples": len(self.samples), "interval_s": self.interval_s,
+                "sm_clock_mhz": ({"min": min(sm), "median": statistics.median(sm), "max": max(sm)} if sm else None),
+                "throttle_reasons_seen": seen, "samples": self.samples}
+

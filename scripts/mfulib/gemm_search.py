@@ -11,7 +11,11 @@ import math
 import time
 
 from .definitions import time_ns_at
-from .gemm_timing import Device, measure_gemm
+from .gemm_timing import DEFAULT_B_LAYOUT, Device, measure_gemm
+
+# bytes per element of A/B and of C per math mode (int8 -> int32 out; fp8 -> bf16 out; NPU int8 -> bf16, fewer)
+_IN_BYTES = {"int8": 1, "float8_e4m3fn": 1, "float32": 4, "tf32": 4}
+_OUT_BYTES = {"int8": 4, "float8_e4m3fn": 2, "float32": 4, "tf32": 4}
 
 
 def neighbours(shape, step: int, lo: int, hi: int):
@@ -34,9 +38,10 @@ class Sweep:
     """
 
     def __init__(self, dev: Device, mode: str, target_ms: float, max_operand_bytes: int, max_flop: float,
-                 deadline: float = math.inf, on_result=None, timer=None):
+                 deadline: float = math.inf, on_result=None, timer=None, b_layout: str = DEFAULT_B_LAYOUT):
         self.dev, self.mode, self.target_ms = dev, mode, target_ms
-        # timer(m, n, k, target_ms=..., **kw) -> result dict; tests pass a synthetic one
+        self.b_layout = b_layout  # B operand layout every shape is timed with (see gemm_timing.b_layouts)
+        # timer(m, n, k, target_ms=..., b_layout=..., **kw) -> result dict; tests pass a synthetic one
         self.timer = timer or (lambda m, n, k, **kw: measure_gemm(dev, mode, m, n, k, **kw))
         self.max_operand_bytes, self.max_flop = max_operand_bytes, max_flop
         self.deadline = deadline
@@ -46,8 +51,7 @@ class Sweep:
 
     def fits(self, shape) -> bool:
         m, n, k = shape
-        item = 1 if self.mode == "int8" else (4 if self.mode in ("float32", "tf32") else 2)
-        out_item = 4 if self.mode in ("int8", "float32", "tf32") else 2
+        item, out_item = _IN_BYTES.get(self.mode, 2), _OUT_BYTES.get(self.mode, 2)
         return ((m * k + k * n) * item + m * n * out_item <= self.max_operand_bytes
                 and 2.0 * m * n * k <= self.max_flop)
 
@@ -66,7 +70,7 @@ class Sweep:
                 return None
             max_ms = left_ms / 2 if math.isfinite(left_ms) else None
         try:
-            r = self.timer(*shape, target_ms=self.target_ms, max_ms=max_ms)
+            r = self.timer(*shape, target_ms=self.target_ms, max_ms=max_ms, b_layout=self.b_layout)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # unsupported mode/shape, OOM: recorded, the sweep goes on
@@ -107,16 +111,59 @@ def hill_climb(sweep: Sweep, seeds, steps, lo: int, hi: int) -> None:
                 break
 
 
-def confirm_best(sweep: Sweep, top: int = 3, target_ms: float = 60.0) -> dict:
-    """Re-time the ``top`` best shapes with more iterations; returns the best confirmed result.
+def probe_layouts(sweep: Sweep, seeds, layouts) -> dict:
+    """Time the first seed that fits once per B layout, keep the fastest as ``sweep.b_layout``; returns
+    ``{"shape": [m, n, k], "tflops": {layout: value}, "errors": {layout: text}, "chosen": layout}``.
 
-    Taking the max of many noisy medians favours a lucky one; the confirmation run sets the reported peak.
+    Why: the int8 path of torch ran 99-129 TOPS with B row-major and 707-979 TOPS with B column-major on the H200
+    (notes/H200_FACTS.md); which layout a library's fast path takes differs per library, so both are timed. The
+    chosen layout's result stays in the sweep (it is not timed again). With one layout nothing is probed.
     """
-    best = None
+    out = {"shape": None, "tflops": {}, "errors": {}, "chosen": sweep.b_layout}
+    if len(layouts) < 2:
+        out["chosen"] = sweep.b_layout = layouts[0] if layouts else sweep.b_layout
+        return out
+    shape = next((tuple(s) for s in seeds if sweep.fits(s)), None)
+    if shape is None:
+        return out
+    out["shape"] = list(shape)
+    kept = {}
+    for lay in layouts:
+        try:
+            r = sweep.timer(*shape, target_ms=sweep.target_ms, b_layout=lay)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # a layout the library rejects
+            out["errors"][lay] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            continue
+        out["tflops"][lay] = r["tflops"]
+        kept[lay] = r
+    if kept:
+        best = max(kept, key=lambda lay: kept[lay]["tflops"])
+        out["chosen"] = sweep.b_layout = best
+        sweep.results[shape] = kept[best]
+        if sweep.on_result:
+            sweep.on_result(sweep, kept[best])
+    return out
+
+
+def confirm_best(sweep: Sweep, top: int = 3, target_ms: float = 60.0) -> dict:
+    """Re-time the ``top`` best shapes with more iterations; returns the best confirmed result, with
+    ``sweep_tflops`` (the shape's sweep figure) and ``candidates`` ([{m, n, k, sweep_tflops, tflops, spread}]).
+
+    Taking the max of many noisy medians favours a lucky one; the confirmation run sets the reported peak, and its
+    iteration spread ((p90 - p10) / median) says how far the number can be trusted.
+    """
+    best, cands = None, []
     for r in sweep.best(top):
         max_ms = max(target_ms, 3 * r["median_ns"] / 1e6)
-        again = sweep.timer(r["m"], r["n"], r["k"], target_ms=target_ms, max_iters=200, max_ms=max_ms)
+        again = sweep.timer(r["m"], r["n"], r["k"], target_ms=target_ms, max_iters=200, max_ms=max_ms,
+                            b_layout=sweep.b_layout)
         again["sweep_tflops"] = r["tflops"]
+        cands.append({"m": r["m"], "n": r["n"], "k": r["k"], "sweep_tflops": r["tflops"],
+                      "tflops": again["tflops"], "spread": again.get("spread")})
         if best is None or again["tflops"] > best["tflops"]:
             best = again
+    if best is not None:
+        best["candidates"] = cands
     return best

@@ -74,17 +74,39 @@ def read_json(path):
 
 
 def versions():
-    """Versions of the packages that change results."""
+    """Versions of the packages that change results.
+
+    A package the process has imported reports its ``__version__``; one it has not is read from the installed
+    distribution's metadata (importlib.metadata) instead of being imported: importing torch only to name its
+    version cost 2-3 s in every step that writes a result file (prepare, decompose; measured with pyinstrument).
+    Only when no distribution metadata is found is the package imported."""
+    import importlib.metadata as md
+    import importlib.util
     out = {"python": platform.python_version()}
-    for name in ("torch", "triton", "torch_npu", "numpy", "pandas"):
+    # distribution names a module may be installed under (triton-ascend / pytorch-triton ship the module triton)
+    dists = {"torch": ("torch",), "triton": ("triton", "triton-ascend", "pytorch-triton", "pytorch-triton-rocm"),
+             "torch_npu": ("torch-npu", "torch_npu"), "numpy": ("numpy",), "pandas": ("pandas",)}
+    for name, candidates in dists.items():
         mod = sys.modules.get(name)
-        if mod is None and name in ("torch", "triton", "numpy", "pandas"):
-            try:
-                mod = __import__(name)
-            except Exception:  # pragma: no cover - depends on the machine
-                mod = None
         if mod is not None:
             out[name] = getattr(mod, "__version__", "unknown")
+            continue
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+        except (ImportError, ValueError):  # pragma: no cover - a broken install
+            continue
+        for dist in candidates:
+            try:
+                out[name] = md.version(dist)
+                break
+            except md.PackageNotFoundError:
+                continue
+        else:
+            try:
+                out[name] = getattr(__import__(name), "__version__", "unknown")
+            except Exception:  # pragma: no cover - depends on the machine
+                pass
     return out
 
 

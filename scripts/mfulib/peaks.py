@@ -4,7 +4,9 @@ Public API (used by the collector, ``check_flops`` and ``peak_calib``):
 
 * :func:`nominal_peak_tflops` ``(device_info, dtype) -> (tflops | None, source)``;
 * :func:`nominal_for_identity` ``(ident) -> {"tflops": {mode: value}, "bandwidth_gbps": value|None, "source": str}``
-  for the math modes of peak.json (``bfloat16 float16 float32 tf32 int8``).
+  for the math modes of peak.json (``bfloat16 float16 float32 tf32 int8 float8_e4m3fn``; int8 in TOPS);
+* :func:`dtype_nominal_tflops` ``(nominal_by_mode, dtype, tf32) -> value | None``: the dtype's own nominal figure
+  (the threshold the >100% check of MFU@nom is judged against; MFU@nom itself keeps the fp16/bf16 figure).
 
 ``device_info`` / ``ident`` is a dict with ``backend`` (``npu|cuda|cpu``) and what is known of the device:
 
@@ -34,7 +36,7 @@ import os
 import platform
 import re
 
-from .definitions import MATH_MODES, canonical_mode
+from .definitions import MATH_MODES, canonical_mode, finite_or_none, peak_key
 
 NPU_OPS_PER_CYCLE = {"float16": 16 * 16 * 16 * 2, "int8": 16 * 32 * 16 * 2}  # msprof-analyze chip_peak_flops.py
 # msprof-analyze DTYPE_MAP: FLOAT, FLOAT16, BF16 -> FLOAT16; INT8 -> INT8
@@ -51,33 +53,36 @@ ASCEND_INI_TABLE = {
 ASCEND_INI_TABLE_SOURCE = "CANN 8.1.RC1 platform_config/<SoC>.ini values (ascend_msprof_facts.md §8.1, S10)"
 
 # NVIDIA datasheets, dense TFLOP/s (sparse headline / 2 for tensor dtypes), and HBM/GDDR bandwidth in GB/s.
-#   H200: https://www.nvidia.com/en-us/data-center/h200/ (SXM: FP32 67, TF32 989*, BF16/FP16 1979*, INT8 3958*,
-#         4.8 TB/s; NVL: FP32 60, TF32 835*, BF16/FP16 1671*, INT8 3341*, 4.8 TB/s; * = with sparsity)
-#   H100: https://www.nvidia.com/en-us/data-center/h100/ (SXM: FP32 67, TF32 989*, BF16 1979*, INT8 3958*, 3.35 TB/s;
-#         PCIe: FP32 51, TF32 756*, BF16 1513*, INT8 3026*, 2 TB/s; NVL: FP32 60, TF32 835*, BF16 1671*, 3.9 TB/s)
+#   H200: https://www.nvidia.com/en-us/data-center/h200/ (SXM: FP32 67, TF32 989*, BF16/FP16 1979*, FP8 3958*,
+#         INT8 3958*, 4.8 TB/s; NVL: FP32 60, TF32 835*, BF16/FP16 1671*, FP8 3341*, INT8 3341*, 4.8 TB/s;
+#         * = with sparsity)
+#   H100: https://www.nvidia.com/en-us/data-center/h100/ (SXM: FP32 67, TF32 989*, BF16 1979*, FP8 3958*, INT8 3958*,
+#         3.35 TB/s; PCIe: FP32 51, TF32 756*, BF16 1513*, FP8 3026*, INT8 3026*, 2 TB/s; NVL: FP32 60, TF32 835*,
+#         BF16 1671*, FP8 3341*, INT8 3341*, 3.9 TB/s)
 #   A100: https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
 #         (FP32 19.5, TF32 156, BF16/FP16 312, INT8 624 dense; 80GB SXM 2039 GB/s, 80GB PCIe 1935, 40GB 1555)
-#   L40S: https://www.nvidia.com/en-us/data-center/l40s/ (FP32 91.6, TF32 183, BF16/FP16 362.05, INT8 733 dense; 864 GB/s)
+#   L40S: https://www.nvidia.com/en-us/data-center/l40s/ (FP32 91.6, TF32 183, BF16/FP16 362.05, FP8 733, INT8 733
+#         dense; 864 GB/s). A100 (sm_80) has no fp8 tensor cores: no fp8 figure.
 # Patterns are matched against torch's device name in order (the more specific first).
 CUDA_SPEC_TABLE = [
-    (r"H200.*NVL", {"bfloat16": 835.5, "float16": 835.5, "tf32": 417.5, "float32": 60.0, "int8": 1670.5},
-     4800.0, "NVIDIA H200 NVL datasheet (nvidia.com/en-us/data-center/h200), sparse tensor figures halved"),
-    (r"H200", {"bfloat16": 989.5, "float16": 989.5, "tf32": 494.5, "float32": 67.0, "int8": 1979.0},
-     4800.0, "NVIDIA H200 SXM datasheet (nvidia.com/en-us/data-center/h200), sparse tensor figures halved"),
-    (r"H100.*NVL", {"bfloat16": 835.5, "float16": 835.5, "tf32": 417.5, "float32": 60.0, "int8": 1670.5},
-     3900.0, "NVIDIA H100 NVL datasheet (nvidia.com/en-us/data-center/h100), sparse tensor figures halved"),
-    (r"H100.*PCIe", {"bfloat16": 756.5, "float16": 756.5, "tf32": 378.0, "float32": 51.0, "int8": 1513.0},
-     2000.0, "NVIDIA H100 PCIe datasheet (nvidia.com/en-us/data-center/h100), sparse tensor figures halved"),
-    (r"H100", {"bfloat16": 989.5, "float16": 989.5, "tf32": 494.5, "float32": 67.0, "int8": 1979.0},
-     3350.0, "NVIDIA H100 SXM datasheet (nvidia.com/en-us/data-center/h100), sparse tensor figures halved"),
+    (r"H200.*NVL", {"bfloat16": 835.5, "float16": 835.5, "tf32": 417.5, "float32": 60.0, "int8": 1670.5,
+      "float8_e4m3fn": 1670.5}, 4800.0, "NVIDIA H200 NVL datasheet (nvidia.com/en-us/data-center/h200), sparse tensor figures halved"),
+    (r"H200", {"bfloat16": 989.5, "float16": 989.5, "tf32": 494.5, "float32": 67.0, "int8": 1979.0,
+      "float8_e4m3fn": 1979.0}, 4800.0, "NVIDIA H200 SXM datasheet (nvidia.com/en-us/data-center/h200), sparse tensor figures halved"),
+    (r"H100.*NVL", {"bfloat16": 835.5, "float16": 835.5, "tf32": 417.5, "float32": 60.0, "int8": 1670.5,
+      "float8_e4m3fn": 1670.5}, 3900.0, "NVIDIA H100 NVL datasheet (nvidia.com/en-us/data-center/h100), sparse tensor figures halved"),
+    (r"H100.*PCIe", {"bfloat16": 756.5, "float16": 756.5, "tf32": 378.0, "float32": 51.0, "int8": 1513.0,
+      "float8_e4m3fn": 1513.0}, 2000.0, "NVIDIA H100 PCIe datasheet (nvidia.com/en-us/data-center/h100), sparse tensor figures halved"),
+    (r"H100", {"bfloat16": 989.5, "float16": 989.5, "tf32": 494.5, "float32": 67.0, "int8": 1979.0,
+      "float8_e4m3fn": 1979.0}, 3350.0, "NVIDIA H100 SXM datasheet (nvidia.com/en-us/data-center/h100), sparse tensor figures halved"),
     (r"A100.*80GB.*PCIe", {"bfloat16": 312.0, "float16": 312.0, "tf32": 156.0, "float32": 19.5, "int8": 624.0},
      1935.0, "NVIDIA A100 datasheet (80GB PCIe), dense figures"),
     (r"A100.*80GB", {"bfloat16": 312.0, "float16": 312.0, "tf32": 156.0, "float32": 19.5, "int8": 624.0},
      2039.0, "NVIDIA A100 datasheet (80GB SXM), dense figures"),
     (r"A100", {"bfloat16": 312.0, "float16": 312.0, "tf32": 156.0, "float32": 19.5, "int8": 624.0},
      1555.0, "NVIDIA A100 datasheet (40GB), dense figures"),
-    (r"L40S", {"bfloat16": 362.05, "float16": 362.05, "tf32": 183.0, "float32": 91.6, "int8": 733.0},
-     864.0, "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s), sparse tensor figures halved"),
+    (r"L40S", {"bfloat16": 362.05, "float16": 362.05, "tf32": 183.0, "float32": 91.6, "int8": 733.0,
+      "float8_e4m3fn": 733.0}, 864.0, "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s), sparse tensor figures halved"),
 ]
 
 # SMs x clock fallback: dense fp16 tensor FLOP per clock per SM, derived from the datasheets above:
@@ -190,6 +195,21 @@ def nominal_peak_tflops(device_info: dict, dtype: str):
     if backend == "cuda":
         return _cuda_peak(device_info, dtype)
     return None, "cpu: no nominal peak (Triton interpreter / CPU numbers are not compared with accelerators)"
+
+
+def dtype_nominal_tflops(nominal_by_mode, dtype, tf32: bool = False):
+    """The nominal peak of ``dtype``'s own math mode from a ``{mode: TFLOP/s (TOPS for int8)}`` table (the
+    ``nominal_tflops`` of performance.json's peak block, or peak.json ``nominal.tflops``), or None.
+
+    MFU@nom divides every dtype by the fp16/bf16 figure (DESIGN.md, msprof-analyze operator_mfu); an int8 kernel is
+    legitimately near 2x that (H200 int8 dense 1979 TOPS vs bf16 989.5 TFLOP/s). Whether a throughput is
+    impossibly high is judged against this figure instead, where the table has one.
+    """
+    if not isinstance(nominal_by_mode, dict) or not dtype:
+        return None
+    key = peak_key(dtype, tf32)
+    v = finite_or_none(nominal_by_mode.get(key))
+    return v if v and v > 0 else None
 
 
 def nominal_for_identity(ident: dict) -> dict:

@@ -916,7 +916,8 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
             fl["flops_tracer"] = tracer.get(cid)
         tf32 = (backends[0] == "cuda" and (fl.get("compute_dtype") or infos[cid].compute_dtype) == "float32"
                 and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee")
-        entry = _perf.case_entry(infos[cid], results[cid], fl, nominal, tf32)
+        entry = _perf.case_entry(infos[cid], results[cid], fl, nominal, tf32,
+                                 nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None)
         entry["from_profile"] = {impl: res.get("from_profile") for impl, res in results[cid].items()}
         per_case.append(entry)
     flags = []

@@ -124,7 +124,11 @@ def _share_weights(ref_model, impl_model):
 # ------------------------------------------------------------------------------------------ isolated runs
 # A forward that segfaults, calls os._exit() or hangs must not take the other cases with it (bad-input policy):
 # the cases run in a child process that appends one JSON line per finished case; the parent watches it with a
-# per-case timeout and restarts a child after the case that killed or hung the last one.
+# per-case timeout and restarts a child after the case that killed or hung the last one. A case that ran out of
+# memory, or raised an error that may have left a sticky device fault, ends its child after its row
+# (RETIRE_STATUSES): the next case starts in a fresh one. Every child shares one Triton compile cache with the
+# collector's workers (mfulib.worker.child_env).
+RETIRE_STATUSES = ("oom", "error")
 
 def child_main(spec_path: str) -> None:
     """Entry point of the child: run the cases of ``spec`` in order, one ``start``/``row`` line each."""
@@ -155,6 +159,8 @@ def child_main(spec_path: str) -> None:
                 row["cpu_adaptations"] = interpreter.adaptations()
             out.write(json.dumps({"row": row}, default=str) + "\n")
             out.flush()
+            if row.get("status") in RETIRE_STATUSES:  # the parent restarts a fresh child for the remaining cases
+                return
             if str(spec["device"]).startswith("cuda"):
                 import torch
                 torch.cuda.empty_cache()
@@ -171,6 +177,8 @@ def verify_isolated(op_dir: str, case_ids: list, device: str, seed: int = 0, cas
     import sys
     import tempfile
     import time
+
+    from .worker import child_env
     scripts = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     rows, remaining = {}, list(case_ids)
     tmp = tempfile.mkdtemp(prefix="mfu_verify_")
@@ -180,15 +188,19 @@ def verify_isolated(op_dir: str, case_ids: list, device: str, seed: int = 0, cas
             spec = os.path.join(tmp, "spec.json")
             with open(spec, "w") as f:
                 json.dump({"op_dir": op_dir, "cases": remaining, "device": device, "seed": seed, "out": out}, f)
-            # TMPDIR: the child's staging dirs live under ``tmp``, so a killed child leaves nothing behind
-            child = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                                      "from mfulib.verify import child_main; child_main(sys.argv[2])", scripts, spec],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env=dict(os.environ, TMPDIR=tmp))
-            current, since, seen = None, time.monotonic(), 0
+            # TMPDIR: the child's staging dirs live under ``tmp``, so a killed child leaves nothing behind; its
+            # stderr goes to a file (a pipe read only at the end would block a chatty child: a false "timeout")
+            err_path = os.path.join(tmp, f"stderr{len(rows)}.log")
+            with open(err_path, "w") as err_file:
+                child = subprocess.Popen([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                                          "from mfulib.verify import child_main; child_main(sys.argv[2])", scripts,
+                                          spec], stdout=subprocess.DEVNULL, stderr=err_file,
+                                         env=dict(child_env(os.environ), TMPDIR=tmp))
+            current, since, seen, retired = None, time.monotonic(), 0, False
             while True:
                 rc = child.poll()
-                lines = open(out).read().splitlines() if os.path.exists(out) else []
+                text = open(out).read() if os.path.exists(out) else ""
+                lines = text.split("\n")[:-1]  # complete lines only: the last one may be half-written
                 for line in lines[seen:]:
                     msg = json.loads(line)
                     if "start" in msg:
@@ -197,20 +209,23 @@ def verify_isolated(op_dir: str, case_ids: list, device: str, seed: int = 0, cas
                         rows[msg["row"]["case"]] = msg["row"]
                         remaining.remove(msg["row"]["case"])
                         current = None
+                        retired = msg["row"].get("status") in RETIRE_STATUSES
+                        since = time.monotonic()  # the next case (or the child's exit) has its own limit
                         if progress:
                             progress(msg["row"])
                 seen = len(lines)
                 if rc is not None:
                     break
-                if current is not None and time.monotonic() - since > case_timeout_s:
+                if time.monotonic() - since > case_timeout_s:  # a case, or the start-up before the first one
                     child.kill()
                     child.wait()
                     rc = "timeout"
                     break
                 time.sleep(0.05)
-            err = (child.stderr.read() or "").strip().splitlines()[-3:] if child.stderr else []
-            if current is None and remaining and rc is not None and rc != "timeout":
-                current = remaining[0]  # died before it could say which case started
+            with open(err_path, errors="replace") as f:
+                err = f.read().strip().splitlines()[-3:]
+            if current is None and remaining and rc is not None and not (retired and rc == 0):
+                current = remaining[0]  # died (or hung) before it could say which case started
             if current is not None and current in remaining:
                 if rc == "timeout":
                     row = {"case": current, "status": "timeout",

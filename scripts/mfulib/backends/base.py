@@ -40,6 +40,7 @@ class Backend:
     timing_method = None
     profile_prime = False  # is the priming call inside the profiled window (it never counts either way)
     markers = False  # launch marker kernels around iterations (backends whose profiler has no ranges)
+    persistent_worker = False  # cases run one after another in a kept worker process (runner.py), not one child each
 
     # ---------------------------------------------------------------- parent side
     def check(self, args=None) -> dict:

@@ -40,7 +40,7 @@ from ..verified_cases import Gate
 from . import select_backend
 from .base import lost_problems
 from .cpu import BF16_REASON
-from .runner import run_child
+from .runner import close_workers, run_child
 
 CPU_DEFAULT_WARMUP, CPU_DEFAULT_REPEATS = 1, 2
 DEFAULT_WARMUP, DEFAULT_REPEATS = 5, 5
@@ -428,6 +428,7 @@ def collect(opts: Options, log=None) -> dict:
         interrupted = True
         log("interrupted: writing what was measured so far")
     finally:
+        close_workers()
         shutil.rmtree(work_root, ignore_errors=True)
     if interrupted and not results:
         log("interrupted before any case was measured: performance.json left as it was")
@@ -454,7 +455,8 @@ def collect(opts: Options, log=None) -> dict:
             continue
         tf32 = (backend.name == "cuda" and (flops[info.case_id].get("compute_dtype") or info.compute_dtype)
                 == "float32" and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee")
-        entry = _perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32)
+        entry = _perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32,
+                                 nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None)
         if gate is not None:
             entry["verify"] = gate.admits(info.case_id)[1]
             if entry["verify"]["forced"]:

@@ -103,6 +103,7 @@ class CpuBackend(Backend):
     name = "cpu"
     timing_method = "triton_interpreter.launch_hook+torch.profiler.cpu"
     profile_prime = True
+    persistent_worker = True  # one worker per operator, replaced after a crash/hang/OOM (runner.py)
 
     def device_string(self, device_id: int) -> str:
         return "cpu"

@@ -105,6 +105,7 @@ def trace_launches(trace_path, events=None):
 class CudaBackend(Backend):
     name = "cuda"
     timing_method = "torch.profiler.cupti.kernel_duration"
+    persistent_worker = True  # one worker per operator, replaced after a crash/hang/OOM (runner.py)
 
     def child_env(self, env):
         env = dict(env)

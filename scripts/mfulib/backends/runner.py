@@ -22,11 +22,24 @@ the operator), output bytes, trace path and wall times of each phase.
 
 Spec keys: ``op_dir, case_id, impl (asc|ref), seed, warmup, repeats, backend, device, markers, profile,
 flush_cache_mib, report_path, trace_path``.
+
+Persistent workers (cpu and cuda, :attr:`Backend.persistent_worker`): instead of one process per case,
+:func:`run_child` hands the spec to a :class:`mfulib.worker.Worker` kept per (backend, device) - this file run with
+``--serve`` - which runs case after case; the attempt directory receives the same ``spec.json``, ``child.log``,
+``report.json`` and trace as before. The isolation stays per case: a crash or a timeout is recorded for that case
+exactly as above and the next case gets a fresh worker; a case that ends ``oom`` or ``error`` (a device fault may
+be sticky) retires its worker after the report. Within one worker the inputs of a case are built once and reused
+by the next spec of the same (work dir, case, seed, device) - ``--impl both`` and retries - as the iterations of
+one spec always reuse them. On npu every case keeps its own child under msprof (one profile per case, DESIGN.md).
+:func:`close_workers` ends the workers (the collector calls it when done; an exiting parent closes the request pipes,
+which ends them too). ``MFU_WORKER=0`` restores one fresh child per case.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import gc
 import os
 import signal
 import subprocess
@@ -68,17 +81,49 @@ def _tail(path, n=4000):
         return ""
 
 
-def run_child(backend, spec: dict, attempt_dir: str, timeout_s: float) -> ChildResult:
-    """Run one case in a child process (see the module docstring); never raises for a failing case."""
-    from ..jsonio import read_json, write_json_atomic
+def _write_spec(spec: dict, attempt_dir: str):
+    from ..jsonio import write_json_atomic
     os.makedirs(attempt_dir, exist_ok=True)
     spec = dict(spec, report_path=os.path.join(attempt_dir, "report.json"),
                 trace_path=os.path.join(attempt_dir, "trace.json"))
     spec_path = os.path.join(attempt_dir, "spec.json")
     write_json_atomic(spec_path, spec)
+    return spec, spec_path
+
+
+def _read_report(path) -> dict:
+    from ..jsonio import read_json
+    if os.path.exists(path):
+        try:
+            return read_json(path)
+        except ValueError:
+            return {}
+    return {}
+
+
+def _timeout_error(timeout_s) -> str:
+    return (f"timeout: no result after {timeout_s:g} s (hang or far too slow) - raise --case-timeout-s or pick "
+            "smaller cases")
+
+
+def _no_report_error(rc, tail) -> str:
+    if rc is not None and rc < 0:
+        sig = signal.Signals(-rc).name if -rc in signal.Signals.__members__.values() else str(-rc)
+        why = " (the host's out-of-memory killer, most likely)" if -rc == signal.SIGKILL else ""
+        return f"crashed: killed by signal {sig}{why}"
+    last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
+    return f"crashed: exit status {rc} without a report ({last})"
+
+
+def run_child(backend, spec: dict, attempt_dir: str, timeout_s: float) -> ChildResult:
+    """Run one case isolated from the others (see the module docstring): in the persistent worker of its
+    backend and device where the backend has one, else in a fresh child process; never raises for a failing case."""
+    from .. import worker
+    if getattr(backend, "persistent_worker", False) and worker.enabled():
+        return _POOL.run(backend, spec, attempt_dir, timeout_s)
+    spec, spec_path = _write_spec(spec, attempt_dir)
     cmd = backend.command([sys.executable, RUNNER_PATH, "--spec", spec_path], attempt_dir, spec)
-    env = backend.child_env(os.environ)
-    env["PYTHONUNBUFFERED"] = "1"
+    env = worker.child_env(backend.child_env(os.environ))
     log_path = os.path.join(attempt_dir, "child.log")
     t0 = time.perf_counter()
     timed_out = False
@@ -97,25 +142,95 @@ def run_child(backend, spec: dict, attempt_dir: str, timeout_s: float) -> ChildR
             rc = proc.wait()
     wall = time.perf_counter() - t0
     tail = _tail(log_path)
-    report = {}
-    if os.path.exists(spec["report_path"]):
-        try:
-            report = read_json(spec["report_path"])
-        except ValueError:
-            report = {}
+    report = _read_report(spec["report_path"])
     if timed_out:
-        report = dict(report, status="timeout",
-                      error=f"timeout: no result after {timeout_s:g} s (hang or far too slow) - raise --case-timeout-s "
-                            "or pick smaller cases")
+        report = dict(report, status="timeout", error=_timeout_error(timeout_s))
     elif not report:
-        if rc is not None and rc < 0:
-            sig = signal.Signals(-rc).name if -rc in signal.Signals.__members__.values() else str(-rc)
-            why = " (the host's out-of-memory killer, most likely)" if -rc == signal.SIGKILL else ""
-            report = {"status": "crashed", "error": f"crashed: killed by signal {sig}{why}"}
-        else:
-            last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
-            report = {"status": "crashed", "error": f"crashed: exit status {rc} without a report ({last})"}
+        report = {"status": "crashed", "error": _no_report_error(rc, tail)}
     return ChildResult(report.get("status", "crashed"), report, rc, tail, wall, attempt_dir, cmd)
+
+
+RETIRE_STATUSES = ("oom", "error")  # the worker may hold fragmented memory or a sticky device fault: replace it
+
+
+class WorkerPool:
+    """Persistent workers (:class:`mfulib.worker.Worker`) by (backend, device): parent side of ``--serve``."""
+
+    def __init__(self):
+        self.workers = {}
+        self.started = 0
+        self._tmp = None
+
+    def _start(self, backend, device):
+        import tempfile
+
+        from .. import worker
+        if self._tmp is None or not os.path.isdir(self._tmp):
+            self._tmp = tempfile.mkdtemp(prefix="mfu_workers_")
+        env = worker.child_env(backend.child_env(os.environ))
+        env["TMPDIR"] = self._tmp  # staging dirs of a killed worker are removed with the pool
+        self.started += 1
+        log = os.path.join(self._tmp, f"worker{self.started}.log")
+        return worker.Worker([sys.executable, RUNNER_PATH, "--serve"], env, log, cwd=self._tmp)
+
+    def run(self, backend, spec: dict, attempt_dir: str, timeout_s: float) -> ChildResult:
+        spec, spec_path = _write_spec(spec, attempt_dir)
+        log_path = os.path.join(attempt_dir, "child.log")
+        open(log_path, "w").close()
+        key = (backend.name, spec["device"])
+        w = self.workers.get(key)
+        if w is not None and not w.alive():
+            self.workers.pop(key).kill()
+            w = None
+        if w is None:
+            try:
+                w = self.workers[key] = self._start(backend, spec["device"])
+            except OSError as exc:
+                return ChildResult("crashed", {"error": f"cannot start {sys.executable}: {exc}"}, None, "", 0.0,
+                                   attempt_dir, [])
+        # a fresh worker's imports count against the first case, as a fresh child's always did
+        reply = w.call({"spec_path": spec_path, "log_path": log_path}, timeout_s=timeout_s,
+                       start_timeout_s=timeout_s)
+        tail = _tail(log_path) or _tail(w.log_path)  # a worker that died starting up wrote to its own log
+        report = _read_report(spec["report_path"])
+        rc = None
+        if reply.outcome == "timeout":
+            self.workers.pop(key, None)
+            report = dict(report, status="timeout", error=_timeout_error(timeout_s))
+        elif reply.outcome == "died":
+            self.workers.pop(key, None)
+            rc = reply.returncode
+            w.kill()
+            if not report:
+                report = {"status": "crashed", "error": _no_report_error(rc, tail)}
+        elif not report:
+            report = {"status": "crashed", "error": _no_report_error(None, tail)}
+        if reply.outcome == "done" and (reply.message or {}).get("retire"):
+            self.workers.pop(key, None)
+            w.close()
+            rc = w.proc.returncode
+        return ChildResult(report.get("status", "crashed"), report, rc, tail, reply.wall_s, attempt_dir, w.argv)
+
+    def close(self) -> None:
+        """End every worker and remove their temp directory."""
+        import shutil
+        for w in self.workers.values():
+            w.close()
+        self.workers.clear()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+_POOL = WorkerPool()
+
+
+def close_workers() -> None:
+    """End the persistent workers :func:`run_child` started (idempotent)."""
+    _POOL.close()
+
+
+atexit.register(close_workers)
 
 
 # ----------------------------------------------------------------------------------------------- child side
@@ -140,14 +255,26 @@ def run_spec(spec: dict, backend, report: dict) -> None:
     from ..opdir import OpDir, in_directory
     from .base import PRIME_RANGE
     backend.setup(spec)
-    try:
-        report["device"] = backend.identity(spec)
-    except Exception as exc:  # identity is descriptive: never fail the case on it
-        report["device"] = {"backend": spec["backend"], "error": f"{type(exc).__name__}: {exc}"}
+    if spec["device"] not in _IDENTITY:  # one process, one device: asked once per worker
+        try:
+            _IDENTITY[spec["device"]] = backend.identity(spec)
+        except Exception as exc:  # identity is descriptive: never fail the case on it
+            _IDENTITY[spec["device"]] = {"backend": spec["backend"], "error": f"{type(exc).__name__}: {exc}"}
+    report["device"] = dict(_IDENTITY[spec["device"]])
     wall["setup"] = time.perf_counter() - t
     t = time.perf_counter()
+    modules_before = set(sys.modules)
+    key = (spec["op_dir"], spec["case_id"], spec["seed"], spec["device"])
+    reuse = _INPUTS.get("key") == key
+    if not reuse:  # drop the previous case's inputs before building the next (one case in memory at a time)
+        _INPUTS.clear()
+        if str(spec["device"]).startswith("cuda"):  # device memory back before a large case is built (0.1-0.3 s)
+            gc.collect()  # tensors held by reference cycles (a traceback, a module) go now, not at a later GC
+            torch.cuda.empty_cache()
     built = OpDir(spec["op_dir"]).build_case(spec["case_id"], impl=spec["impl"], seed=spec["seed"],
-                                             device=spec["device"])
+                                             device=spec["device"], args=_INPUTS.get("args"))
+    _INPUTS.update(key=key, args=built.args)
+    report["inputs_reused"] = reuse
     report["compat"] = {k: v for k, v in compat.REPORT.items() if k != "patched"}
     wall["build"] = time.perf_counter() - t
     harness = None
@@ -190,33 +317,70 @@ def run_spec(spec: dict, backend, report: dict) -> None:
         wall["export"] = time.perf_counter() - t
     finally:
         built.close()
+        for name in [m for m in sys.modules if m.startswith("_mfu_") and m not in modules_before]:
+            del sys.modules[name]  # the operator files are imported afresh for every case (opdir.import_file)
     report["status"] = "ok"
     report["error"] = None
 
 
-def child_main(argv=None) -> int:
+_IDENTITY: dict = {}  # device string -> backend.identity() (asked once per process)
+_INPUTS: dict = {}  # {"key": (op_dir, case_id, seed, device), "args": forward args} of the last case built
+_SERVED = [0]  # specs this process has run
+
+
+def run_and_report(spec: dict) -> dict:
+    """Run one spec (child side) and write its ``report.json`` atomically; returns the report. Never raises for
+    the case's own failure (KeyboardInterrupt excepted)."""
     from .. import interpreter
     from ..failures import classify
-    from ..jsonio import read_json, write_json_atomic
+    from ..jsonio import write_json_atomic
     from . import get_backend
-    ap = argparse.ArgumentParser(description="Run one case of an operator work directory (collector child).")
-    ap.add_argument("--spec", required=True, help="spec.json written by the collector")
-    args = ap.parse_args(argv)
-    spec = read_json(args.spec)
+    t0 = time.perf_counter()
+    first = _SERVED[0] == 0
+    _SERVED[0] += 1
     report = {"status": "error", "case": spec.get("case_id"), "impl": spec.get("impl"), "backend": spec.get("backend"),
-              "pid": os.getpid(), "wall_s": {}}
+              "pid": os.getpid(), "specs_in_process": _SERVED[0], "wall_s": {}}
+    interpreter.reset()
     try:
         run_spec(spec, get_backend(spec["backend"]), report)
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded for this case
         status, msg = classify(exc)
         report.update(status=status, error=msg, traceback=traceback.format_exc(limit=8))
+        _INPUTS.clear()
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
         if spec.get("backend") == "cpu":  # what the interpreter adapted or rejected (mfulib/interpreter.py)
             report["cpu_adaptations"] = interpreter.adaptations()
-        report["wall_s"]["total_in_child"] = time.perf_counter() - _T_START
+        if not first:  # the process start-up was paid by an earlier spec of this worker
+            report["wall_s"]["imports"] = 0.0
+        report["wall_s"]["total_in_child"] = time.perf_counter() - (_T_START if first else t0)
         write_json_atomic(spec["report_path"], report)
+    return report
+
+
+def _serve_request(req: dict) -> dict:
+    """Worker handler (:func:`mfulib.worker.serve`): one spec, run in its attempt directory."""
+    from ..jsonio import read_json
+    spec = read_json(req["spec_path"])
+    os.chdir(os.path.dirname(spec["report_path"]))
+    report = run_and_report(spec)
+    return {"status": report["status"], "retire": report["status"] in RETIRE_STATUSES}
+
+
+def child_main(argv=None) -> int:
+    from ..jsonio import read_json
+    ap = argparse.ArgumentParser(description="Run one case of an operator work directory (collector child), or "
+                                             "serve specs as a persistent worker (--serve).")
+    ap.add_argument("--spec", help="spec.json written by the collector")
+    ap.add_argument("--serve", action="store_true", help="persistent worker: specs come on --request-fd")
+    args, _ = ap.parse_known_args(argv)
+    if args.serve:
+        from ..worker import serve
+        return serve(_serve_request, argv)
+    if not args.spec:
+        ap.error("--spec or --serve is required")
+    report = run_and_report(read_json(args.spec))
     return 0 if report["status"] == "ok" else 3
 
 

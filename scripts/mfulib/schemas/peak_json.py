@@ -1,13 +1,20 @@
 """peak.json: the measured per-dtype peaks of a device (step 5), its reader/validator and the per-device cache.
 
 Written by :func:`mfulib.calib.run_calibration` (provenance + ``backend``, ``device``, ``label``, ``method``,
-``measured`` {mode: {peak_tflops, unit, best_shape, confirm, math_mode, n_shapes, elapsed_s, shapes,
-shape_errors}}, ``peak_tflops`` {mode: TFLOP/s}, ``errors`` {mode: text}, ``bandwidth`` / ``bandwidth_gbps``,
-``nominal`` {tflops, bandwidth_gbps, source}, ``software``, ``noise_filtered``, ``cache``, ``interrupted``...).
+``measured`` {mode: {peak_tflops, unit, best_shape, confirm, sweep_tflops, spread, sweep_drift, b_layout,
+layout_probe, math_mode, n_shapes, elapsed_s, busy_s, duty_cycle, shapes, shape_errors; int8 also peak_tops}},
+``peak_tflops`` {mode: 2*m*n*k / time / 1e12 - TFLOP/s, for int8 tera-operations/s under the same key so every
+reader keeps one lookup}, ``peak_tops`` {int8: TOPS} (the same int8 figure under a name for its unit),
+``errors`` {mode: text, e.g. "not available: ..."}, ``bandwidth`` / ``bandwidth_gbps``, ``nominal`` {tflops
+(int8 in TOPS), bandwidth_gbps, source}, ``regime`` {kind burst|sustained, requested, duty_cycle_max, duty_cycle_measured,
+busy_s, why}, ``clocks`` {n_samples, interval_s, sm_clock_mhz {min, median, max}, throttle_reasons_seen, samples}
+with ``clocks_before`` / ``clocks_after``, ``trust`` {trusted, untrusted, max_spread, max_drift, spreads, drifts,
+...}, ``software``, ``noise_filtered``, ``cache`` {hit, path, reason, stored, not_stored_why}, ``interrupted``...).
 peak.json is a per-device fact any step may read (DESIGN.md "Work directory"); every reader goes through
 :func:`read_peak_json`. Cached per device as ``peak-<device key>.json`` under :func:`default_cache_dir`; a cached
-result is reused only when the device key, software versions, method version and dtype set match and it is younger
-than ``max_age_days`` (:func:`load_cached`).
+result is reused only when the device key, software versions, method version, regime and dtype set match, it was
+trustworthy (``trust.trusted``: small confirm spread and sweep drift) and it is younger than ``max_age_days``
+(:func:`load_cached`).
 """
 from __future__ import annotations
 
@@ -21,7 +28,9 @@ from .common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "peak_calib"
-METHOD_VERSION = 1  # bump when the measurement changes meaning (invalidates caches)
+# bump when the measurement changes meaning (invalidates caches). 2: int8 B layout probed (column-major fast path),
+# fp8, regime/clocks/trust recorded
+METHOD_VERSION = 2
 FILE_NAME = "peak.json"
 
 
@@ -45,8 +54,9 @@ def software(ident: dict) -> dict:
             "threads": ident.get("threads"), "method_version": METHOD_VERSION}
 
 
-def load_cached(path: str, ident: dict, modes, bandwidth: bool, max_age_days: float):
-    """The cached peak.json body at ``path`` if still valid for ``ident``/``modes``, else (None, reason)."""
+def load_cached(path: str, ident: dict, modes, bandwidth: bool, max_age_days: float, regime: str = "burst"):
+    """(cached peak.json body, reason) if the cache at ``path`` is still valid for ``ident``/``modes``/``regime``
+    and was trustworthy, else (None, reason)."""
     if not os.path.exists(path):
         return None, "no cached calibration"
     try:
@@ -65,6 +75,13 @@ def load_cached(path: str, ident: dict, modes, bandwidth: bool, max_age_days: fl
         return None, "cache from another schema or an interrupted run"
     if cached.get("software") != software(ident):
         return None, "device/software/method changed since the cached calibration"
+    trust = cached.get("trust")
+    if not isinstance(trust, dict) or trust.get("trusted") is not True:
+        why = "; ".join(trust.get("untrusted") or []) if isinstance(trust, dict) else "no trust record"
+        return None, f"cached calibration is not trustworthy ({why or 'untrusted'}): measuring again"
+    cached_regime = cached["regime"].get("requested") if isinstance(cached.get("regime"), dict) else None
+    if cached_regime != regime:
+        return None, f"cached calibration is of the {cached_regime!r} regime, {regime!r} asked"
     missing = [m for m in modes if m not in cached.get("measured", {}) and m not in cached.get("errors", {})]
     if missing or (bandwidth and "bandwidth_gbps" not in cached and "bandwidth" not in cached.get("errors", {})):
         return None, f"cache lacks {missing or ['bandwidth']}"
@@ -112,6 +129,10 @@ def check_peak(peak, path: str) -> None:
     if not isinstance(pt, dict):
         raise wrong_type(path, "peak_tflops", pt, "an object {mode: TFLOP/s}", fix)
     fields = {f"peak_tflops.{k}": v for k, v in pt.items()}
+    tops = peak.get("peak_tops", {})
+    if not isinstance(tops, dict):
+        raise wrong_type(path, "peak_tops", tops, "an object {mode: TOPS}", fix)
+    fields.update({f"peak_tops.{k}": v for k, v in tops.items()})
     fields["bandwidth_gbps"] = peak.get("bandwidth_gbps")
     for field, v in fields.items():
         if v is not None and not is_positive(v):

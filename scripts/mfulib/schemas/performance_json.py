@@ -53,9 +53,11 @@ import math
 import os
 import statistics
 
-from ..definitions import NOISE_MARGIN, actual_tflops, is_number, mfu as mfu_of
+from ..definitions import (LOW_PRECISION_MODES, NOISE_MARGIN, OPS_MODES, above_peak, actual_tflops, is_number,
+                           mfu as mfu_of, peak_key)
 from ..errors import UserError
 from ..jsonio import write_json_atomic
+from ..peaks import dtype_nominal_tflops
 from .common import read_work_json, wrong_type
 
 SCHEMA = 1
@@ -90,17 +92,36 @@ def summary_stats(per_case) -> dict:
     return out
 
 
-def mfu_fields(flops, kernel_time_ns, peak_tflops):
+def mfu_fields(flops, kernel_time_ns, peak_tflops, dtype_nominal_tflops=None, dtype_key=None):
     """(actual_tflops, mfu_nom, flags) for one case; None where an input is missing (never 0 ns / infinite MFU).
 
-    ``actual_tflops`` and ``mfu`` as :mod:`mfulib.definitions` defines them (msprof-analyze operator_mfu, DESIGN.md).
+    ``actual_tflops`` and ``mfu`` as :mod:`mfulib.definitions` defines them (msprof-analyze operator_mfu, DESIGN.md):
+    MFU@nom divides by ``peak_tflops`` (the fp16/bf16 figure) for every dtype. Whether the throughput is impossibly
+    high is judged against ``dtype_nominal_tflops`` (the nominal figure of the case's own dtype ``dtype_key``,
+    :func:`mfulib.peaks.dtype_nominal_tflops`) where there is one: a healthy int8 kernel runs near 2x the fp16
+    figure (H200: int8 dense 1979 TOPS, fp16 989.5 TFLOP/s). Without one, MFU@nom > 100% + margin is an error,
+    except for int8/fp8, where it is a warning (above the fp16 figure is legitimate there; no own figure to check).
     """
     flags = []
     if not flops or not kernel_time_ns or kernel_time_ns <= 0:
         return None, None, flags
     tflops = actual_tflops(flops, kernel_time_ns)
     mfu = mfu_of(tflops, peak_tflops)
-    if mfu is not None and mfu > 1.0 + NOISE_MARGIN:
+    own = mfu_of(tflops, dtype_nominal_tflops)
+    if own is not None:
+        level = above_peak(own)
+        text = (f"{tflops:.4g} {'TOPS' if dtype_key in OPS_MODES else 'TFLOP/s'} is {own:.1%} of the nominal "
+                f"{dtype_key} peak {dtype_nominal_tflops:g}" + (f" (MFU@nom {mfu:.1%} against the fp16/bf16 figure)"
+                                                                 if mfu is not None else ""))
+        if level == "error":
+            flags.append(f"error: {text} - flops.py counts too many FLOPs (check it with check_flops.py) or the peak "
+                         "is wrong (--mfu-peak)")
+        elif level == "warning":
+            flags.append(f"warning: {text}, within the {NOISE_MARGIN:.0%} noise margin")
+    elif mfu is not None and mfu > 1.0 + NOISE_MARGIN and dtype_key in LOW_PRECISION_MODES:
+        flags.append(f"warning: MFU@nom {mfu:.1%} is above the fp16/bf16 nominal peak, which {dtype_key} may exceed; "
+                     f"no nominal {dtype_key} figure for this device to judge it against")
+    elif mfu is not None and mfu > 1.0 + NOISE_MARGIN:
         flags.append(f"error: MFU@nom {mfu:.1%} is above 100% of the nominal peak - flops.py counts too many FLOPs "
                      "(check it with check_flops.py) or the peak is wrong (--mfu-peak)")
     elif mfu is not None and mfu > 1.0:
@@ -118,12 +139,13 @@ def impl_entry(result: dict) -> dict:
             "cpu_adaptations": result.get("cpu_adaptations")}
 
 
-def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool) -> dict:
+def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool, nominal_by_mode=None) -> dict:
     """One ``per_case`` entry.
 
     ``info``: :class:`mfulib.cases.CaseInfo`; ``results``: {impl: {status, error, summary (kernels.summarize
     output), flags, attempts, prof_dir, output_bytes, wall_s, pmu}}; ``flops``: {flops, flops_source, flops_parts,
-    compute_dtype}; ``peak_tflops``: the nominal fp16/bf16 peak or None.
+    compute_dtype}; ``peak_tflops``: the nominal fp16/bf16 peak or None; ``nominal_by_mode``: the peak block's
+    ``nominal_tflops`` {mode: value} (the above-peak check uses the case dtype's own figure, see :func:`mfu_fields`).
     """
     e = {"case": info.case_id, "shape": info.shape_str, "dtype": info.dtype_str}
     for impl in ("ref", "asc"):
@@ -143,7 +165,9 @@ def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool) -> dic
                 "kernel_time_mean_ns", "span_ns", "launch_overhead_ns", "iter_kernel_time_ns", "iter_span_ns",
                 "repeat_spread", "pmu"):
         e[key] = s.get(key) if r.get("status") == "ok" else None
-    tflops, mfu, mflags = mfu_fields(e["flops"], e["kernel_time_ns"], peak_tflops)
+    key = peak_key(e["compute_dtype"], tf32) if e["compute_dtype"] else None
+    tflops, mfu, mflags = mfu_fields(e["flops"], e["kernel_time_ns"], peak_tflops,
+                                     dtype_nominal_tflops(nominal_by_mode, e["compute_dtype"], tf32), key)
     e["actual_tflops"], e["mfu_nom"] = tflops, mfu
     e["flags"] = list(r.get("flags", [])) + mflags
     if flops.get("note"):
