@@ -4,6 +4,15 @@
 #   make OP=20_FlashAttentionV2 V=<verify dir> all            layout A (one verify directory / op root;
 #                                                              ITER=<n>, VARIANT=baseline pick another copy)
 #   make OP=2_FFN BENCH=<level dir> GEN=<generated dir> all   layout B (paired by the numeric prefix of OP)
+#   make OP=static_shape/matmul/matmul_relu REF_ROOT=<bench> IMPL_ROOT=<impl root> all
+#                                                              layout C (paired by the relative path OP)
+#   make OP=... status                          per step: done / stale (why) / failed (its report) / not run
+#
+# State: step 1 is redone when the command line's source choice or a source's *content* differs from what
+# $(WORK)/prepare.json records (the old directory is kept as <work>.bak-<time>); a touch changes nothing. Every
+# later step writes the stamp $(WORK)/.state/<step>.ok only when its script succeeded; its report keeps its name
+# whatever happened (a failed or interrupted step's report is evidence; the next `make` redoes the step and keeps
+# the one before in $(WORK)/.state/previous/).
 
 SKILL_DIR ?= $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
 PY        ?= python3
@@ -11,19 +20,28 @@ OP        ?=
 V         ?=
 BENCH     ?=
 GEN       ?=
-WORK      ?= work/$(OP)
+REF_ROOT  ?=
+IMPL_ROOT ?=
+ITER      ?=
+VARIANT   ?=
+# the baseline is its own work directory: the two are two rows, never one replacing the other
+WORK      ?= work/$(patsubst %.py,%,$(OP))$(if $(filter baseline,$(VARIANT)),-baseline)
 BACKEND   ?= auto
 DEVICE_ID ?= 0
 SEED      ?= 0
-ITER      ?=
-VARIANT   ?=
 FORCE     ?=
 PYTEST_ARGS ?=
+VERIFY_ARGS ?=
 COLLECT_ARGS ?=
+# ACCEPT_VERIFY_FAILURES=1: verify's failing cases do not stop the pipeline (the collector never times them)
+# ACCEPT_UNVERIFIED_CASES=1: the collector also times cases verify did not pass (each marked in performance.json)
+ACCEPT_VERIFY_FAILURES ?=
+ACCEPT_UNVERIFIED_CASES ?=
 
 .DEFAULT_GOAL := help
+# deletes a half-made stamp or flops.py; the reports are not targets, so a failing step's report stays
 .DELETE_ON_ERROR:
-.PHONY: help setup test prepare verify flops collect peak decompose all examples clean-work
+.PHONY: help setup test prepare verify flops collect peak decompose all examples clean-work status _always
 
 VALID_BACKENDS := auto npu cuda cpu
 ifeq ($(filter $(BACKEND),$(VALID_BACKENDS)),)
@@ -31,27 +49,39 @@ $(error BACKEND=$(BACKEND) is not one of: $(VALID_BACKENDS))
 endif
 
 SCRIPTS := $(SKILL_DIR)/scripts
+ST       = $(WORK)/.state
+CHOICES := $(if $(ITER),--iter $(ITER)) $(if $(VARIANT),--variant $(VARIANT))
 
-# where step 1 reads the operator from
+# where step 1 reads the operator from (ITER / VARIANT go to every form: prepare refuses them where they do not apply)
 ifneq ($(V),)
-  PREPARE_SRC := --src $(V) $(if $(ITER),--iter $(ITER)) $(if $(VARIANT),--variant $(VARIANT))
+  PREPARE_SRC := --src $(V) $(CHOICES)
   $(info source: layout A, V=$(V))
 else ifneq ($(BENCH),)
   ifeq ($(GEN),)
     $(error BENCH is set but GEN is not: layout B needs both (GEN=<generated-code dir>))
   endif
   OP_ID := $(firstword $(subst _, ,$(notdir $(OP))))
-  PREPARE_SRC := --bench $(BENCH) --gen $(GEN) --id $(OP_ID)
+  PREPARE_SRC := --bench $(BENCH) --gen $(GEN) --id $(OP_ID) $(CHOICES)
   $(info source: layout B, BENCH=$(BENCH) GEN=$(GEN) id=$(OP_ID))
+else ifneq ($(REF_ROOT)$(IMPL_ROOT),)
+  ifeq ($(REF_ROOT),)
+    $(error IMPL_ROOT is set but REF_ROOT is not: layout C needs both (REF_ROOT=<reference tree root>))
+  endif
+  ifeq ($(IMPL_ROOT),)
+    $(error REF_ROOT is set but IMPL_ROOT is not: layout C needs both (IMPL_ROOT=<implementation tree root>))
+  endif
+  PREPARE_SRC := --ref-root $(REF_ROOT) --impl-root $(IMPL_ROOT) --id $(OP) $(CHOICES)
+  $(info source: layout C, REF_ROOT=$(REF_ROOT) IMPL_ROOT=$(IMPL_ROOT) path=$(OP))
 else
-  PREPARE_SRC := --example $(OP)
+  PREPARE_SRC := --example $(OP) $(CHOICES)
 endif
 
 need-op = $(if $(OP),,$(error OP is not set: e.g. make OP=5_MHABlock $@ (make examples lists the bundled ones)))
 
 help: ## show this help
-	@echo "triton-mfu-analyzer - usage: make OP=<op> [V=<verify dir> | BENCH=<dir> GEN=<dir>] <target>"
-	@echo "variables: OP V BENCH GEN WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
+	@echo "triton-mfu-analyzer - usage: make OP=<op> [V=<verify dir> | BENCH=<dir> GEN=<dir> | REF_ROOT=<dir> IMPL_ROOT=<dir>] <target>"
+	@echo "variables: OP V BENCH GEN REF_ROOT IMPL_ROOT ITER VARIANT WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
+	@echo "           VERIFY_ARGS COLLECT_ARGS ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1"
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 # torch: a host that already has torch (+ torch_npu) keeps it; a host with an NVIDIA driver gets the default
@@ -83,48 +113,90 @@ test: ## run the test suite (CPU-only machines run Triton kernels in the interpr
 examples: ## list the bundled operators usable as OP=<name>
 	@$(PY) $(SCRIPTS)/prepare_op_dir.py --list-examples
 
+status: ## per step of the work directory: done / stale (why) / failed (its report) / not run
+	$(need-op)
+	@$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --status
+
+# ---------------------------------------------------------------------------------------------- step 1
+# Is $(WORK) built from this command line's source choice and the sources' current content? Asked once, at parse
+# time, of prepare.json (mfulib/workdir_state.py): "ok" leaves step 1 alone (a touch changes nothing); "redo"
+# (another V/ITER/VARIANT/..., another resolved file, changed content), "new" or "error" (e.g. a V that does not
+# exist) runs prepare, which redoes the directory (old one kept as a backup) or fails with the reason.
+PIPELINE_GOALS := prepare verify flops collect peak decompose all
+ifneq ($(OP),)
+ifneq ($(filter $(PIPELINE_GOALS) $(WORK)/%,$(MAKECMDGOALS)),)
+PREPARE_CHECK := $(shell $(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --check 2>&1)
+PREPARE_VERDICT := $(firstword $(PREPARE_CHECK))
+ifeq ($(PREPARE_VERDICT),redo)
+$(info $(WORK) was built from other sources or choices: $(wordlist 2,$(words $(PREPARE_CHECK)),$(PREPARE_CHECK)) - step 1 is redone (the old directory is kept as $(WORK).bak-<time>))
+endif
+endif
+endif
+
 prepare: $(WORK)/prepare.json ## step 1: adapt the operator into $(WORK) (FORCE=1 redoes it, keeping a backup)
 
-# the sources are prerequisites: an edited reference/implementation/case file redoes step 1 (the old work dir
-# is kept as <work>.bak-<time>) and everything after it
-ifneq ($(OP),)
-PREPARE_SOURCES := $(shell $(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --list-sources 2>/dev/null)
-endif
-.PHONY: _always
-$(WORK)/prepare.json: $(PREPARE_SOURCES) $(if $(FORCE),_always)
+$(WORK)/prepare.json: $(if $(or $(FORCE),$(filter-out ok,$(PREPARE_VERDICT))),_always)
 	$(need-op)
 	$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) $(if $(or $(FORCE),$(wildcard $@)),--force)
 
-verify: $(WORK)/verify.json ## check ModelNew against Model per case before anything is timed (collect needs it)
+# ---------------------------------------------------------------------------------------------- verify, steps 3-6
+# $(call step,<name>,<report>,<command>[,<accepted exit status>,<why accepted>]): run a step's script; its stamp
+# $@ is written only when it succeeded. A failing step keeps its report at its name (the one before it is copied to
+# $(ST)/previous/ first), says where it is, and stops make; the next `make` redoes the step.
+STATUS_HINT = make status OP=$(OP)$(if $(V), V=$(V))$(if $(BENCH), BENCH=$(BENCH) GEN=$(GEN))$(strip \
+  )$(if $(REF_ROOT), REF_ROOT=$(REF_ROOT) IMPL_ROOT=$(IMPL_ROOT))$(if $(ITER), ITER=$(ITER))$(strip \
+  )$(if $(VARIANT), VARIANT=$(VARIANT))$(if $(filter command line,$(origin WORK)), WORK=$(WORK))
+define step
+@mkdir -p $(ST)/previous && if [ -f $(2) ]; then cp -p $(2) $(ST)/previous/; fi
+$(info $(3))@$(3) || { rc=$$?; \
+	  if [ -n "$(4)" ] && [ "$$rc" = "$(4)" ]; then echo "make: step $(1): exit status $$rc accepted ($(5)); report: $(2)" >&2; \
+	  else if [ -f $(2) ]; then echo "make: step $(1) FAILED (exit status $$rc); its report is kept: $(2)" >&2; \
+	       else echo "make: step $(1) FAILED (exit status $$rc) before writing $(2)" >&2; fi; \
+	       echo "make: the next make redoes it; $(STATUS_HINT) shows every step" >&2; exit $$rc; fi; }
+@touch $@
+endef
 
-$(WORK)/verify.json: $(WORK)/prepare.json $(WORK)/model_new.py
-	$(PY) $(SCRIPTS)/verify_op.py --op-dir $(WORK) --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED)
+VERIFY_CMD = $(PY) $(SCRIPTS)/verify_op.py --op-dir $(WORK) --backend $(BACKEND) --device $(DEVICE_ID) \
+  --seed $(SEED) $(VERIFY_ARGS)
+CHECK_FLOPS_CMD = $(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) --backend $(BACKEND) --seed $(SEED) \
+  $(if $(ACCEPT_UNVERIFIED),--accept-unverified)
+COLLECT_CMD = cd $(WORK) && $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc \
+  --output-dir . --keep-prof . --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) \
+  $(if $(ACCEPT_UNVERIFIED_CASES),--unverified-ok) $(COLLECT_ARGS)
+PEAK_CMD = $(PY) $(SCRIPTS)/peak_calib.py -o $(WORK)/peak.json --backend $(BACKEND) --device $(DEVICE_ID)
+DECOMPOSE_CMD = $(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --peak-json $(WORK)/peak.json --plot
 
-flops: $(WORK)/flops_check.json ## step 3: draft flops.py when absent (review it!), then check it against the tracer
+verify: $(ST)/verify.ok ## check ModelNew against Model per case before anything is timed (only passed cases are)
+
+$(ST)/verify.ok: $(WORK)/prepare.json $(WORK)/model_new.py
+	$(call step,verify,$(WORK)/verify.json,$(VERIFY_CMD),$(if $(ACCEPT_VERIFY_FAILURES),1),$(strip \
+	  )ACCEPT_VERIFY_FAILURES=1: the failing cases are never timed)
+
+flops: $(ST)/flops.ok ## step 3: draft flops.py when absent (review it!), then check it against the tracer
 
 # order-only: an existing (reviewed) flops.py is never regenerated
 $(WORK)/flops.py: | $(WORK)/prepare.json
 	@if [ -f $@ ]; then echo "$@: shipped with the operator, kept"; else \
 	  $(PY) $(SCRIPTS)/flops_generator.py --model $(WORK)/model.py --cases $(WORK)/model.json -o $@; fi
 
-$(WORK)/flops_check.json: $(WORK)/flops.py $(WORK)/model.py
-	$(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) --backend $(BACKEND) --seed $(SEED) $(if $(ACCEPT_UNVERIFIED),--accept-unverified)
+$(ST)/flops.ok: $(WORK)/flops.py $(WORK)/model.py
+	$(call step,flops,$(WORK)/flops_check.json,$(CHECK_FLOPS_CMD))
 
-collect: $(WORK)/performance.json ## step 4: kernel times of the top-3 cases by FLOPs (raw profiles kept)
+collect: $(ST)/collect.ok ## step 4: kernel times of the top-3 verified cases by FLOPs (raw profiles kept)
 
-$(WORK)/performance.json: $(WORK)/flops_check.json $(WORK)/verify.json $(WORK)/model_new.py
-	cd $(WORK) && $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc --output-dir . \
-	  --keep-prof . --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(COLLECT_ARGS)
+$(ST)/collect.ok: $(ST)/flops.ok $(ST)/verify.ok $(WORK)/model_new.py
+	$(call step,collect,$(WORK)/performance.json,$(COLLECT_CMD))
 
-peak: $(WORK)/peak.json ## step 5: measured per-dtype GEMM peaks and bandwidth (cached per device)
+peak: $(ST)/peak.ok ## step 5: measured per-dtype GEMM peaks and bandwidth (cached per device)
 
-$(WORK)/peak.json: | $(WORK)/prepare.json
-	$(PY) $(SCRIPTS)/peak_calib.py -o $@ --backend $(BACKEND) --device $(DEVICE_ID)
+$(ST)/peak.ok: | $(WORK)/prepare.json
+	$(call step,peak,$(WORK)/peak.json,$(PEAK_CMD))
 
-decompose: $(WORK)/mfu_decompose.json ## step 6: per-case and per-kernel-part MFU table
+decompose: $(ST)/decompose.ok ## step 6: per-case and per-kernel-part MFU table
 
-$(WORK)/mfu_decompose.json: $(WORK)/performance.json $(WORK)/peak.json
-	$(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --peak-json $(WORK)/peak.json --plot
+# the reports too: a collector or peak_calib.py re-run by hand is decomposed again (an incomplete one is refused)
+$(ST)/decompose.ok: $(ST)/collect.ok $(ST)/peak.ok $(WORK)/performance.json $(WORK)/peak.json
+	$(call step,decompose,$(WORK)/mfu_decompose.json,$(DECOMPOSE_CMD))
 
 all: decompose ## prepare -> verify + flops -> collect -> peak -> decompose
 

@@ -183,7 +183,7 @@ def main(argv=None):
     bar.close()
     summary = fchk.summarize(rows, file_level)
     doc.update(summary=summary, file_checks=file_level, per_case=rows, accept_unverified=bool(args.accept_unverified))
-    flops_check_json.write_flops_check_json(out_path, doc)
+    flops_check_json.write_flops_check_json(out_path, doc, n_cases=len(od.read_cases()))
     if args.quiet:
         print(summary_line(summary))
     else:

@@ -13,8 +13,11 @@ cube/tensor unit is waiting).
 Several reports (baseline and optimized, or an earlier round) are shown side by side as separate rows:
   mfu_decompose.py --op-dir . --peak-json peak.json --report baseline=../base/performance.json
 
+An incomplete collection (performance.json "complete": false, e.g. the collector was interrupted) is refused;
+--allow-incomplete decomposes what was measured and marks the result ("complete": false, "missing").
+
 Exit status: 0; 1 when a case's MFU exceeds the measured peak by more than 3% (an error in flops.py or peak.json,
-never a result: the JSON is still written with the errors listed); 2 on bad input.
+never a result: the JSON is still written with the errors listed); 2 on bad input (an incomplete collection too).
 """
 import os
 import sys
@@ -36,6 +39,8 @@ def build_parser():
     p.add_argument("--no-current", action="store_true",
                    help="leave out <op-dir>/performance.json (decompose only the --report files)")
     p.add_argument("-o", "--output", default=None, help="result JSON; none = <op-dir>/mfu_decompose.json")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="decompose an interrupted collection's measured cases (marked incomplete) instead of refusing")
     p.add_argument("--plot", action="store_true",
                    help="also write a PNG beside the JSON: per case, time share vs FLOPs share per part")
     return p
@@ -62,7 +67,8 @@ def main(argv=None):
         peak_path = os.path.join(op_dir, peak_path)
     cases = cli.parse_case_list(args.cases) if args.cases is not None else None
     reports = [parse_report_arg(r) for r in args.report]
-    body = decompose.decompose(op_dir, peak_path, reports=reports, cases=cases, include_current=not args.no_current)
+    body = decompose.decompose(op_dir, peak_path, reports=reports, cases=cases, include_current=not args.no_current,
+                               allow_incomplete=args.allow_incomplete)
     out_path = args.output or os.path.join(op_dir, decompose_json.FILE_NAME)
     result = {**provenance(decompose_json.TOOL, decompose_json.SCHEMA, device=body.get("peak_device")), **body}
     if args.plot:

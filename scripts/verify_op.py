@@ -6,8 +6,10 @@ implementation refuses the case: `ValueError("case rejected: ...")`) / oom (out 
 dtype are in mfulib/verify.py (fp16 1e-2, bf16 2e-2, fp32 1e-4, or 1e-2 on CUDA where tl.dot uses TF32).
 Each case runs in a child process: a crash or a hang (--case-timeout-s) is recorded for that case and the
 others go on. On cpu each case row lists the Triton-interpreter adaptations it needed (cpu_adaptations: float
-arguments as fp32, autotune's first config, block pointers). Writes <op-dir>/verify.json. Exit status 1 when a case
-fails, errors, runs out of memory, crashes or times out.
+arguments as fp32, autotune's first config, block pointers). Writes <op-dir>/verify.json (with the sha256 of the
+model.py / model_new.py it checked, `failed` = the failing case ids, `complete`/`missing` = case-file ids without a
+row). Exit status 1 when a case fails, errors, runs out of memory, crashes or times out (verify.json is written
+first, naming them).
 """
 import os
 import sys
@@ -40,11 +42,11 @@ def main(argv=None):
     backend, why = dev.resolve_backend(args.backend)
     dev.prepare_process(backend)
     from mfulib import compat, verify
+    from mfulib.verified_cases import default_max_input_mb, skip_reason, skipped_row
     from mfulib.errors import UserError
     from mfulib.jsonio import provenance
     from mfulib.schemas import verify_json
     from mfulib.opdir import OpDir
-    from collections import Counter
 
     from tabulate import tabulate
     from tqdm import tqdm
@@ -54,7 +56,7 @@ def main(argv=None):
     report = compat.install(device)
     infos = od.describe_all()
     ids = cli.parse_case_list(args.cases) if args.cases else [c.case_id for c in infos]
-    cap_mb = args.max_input_mb if args.max_input_mb is not None else (1 if backend == "cpu" else None)
+    cap_mb = args.max_input_mb if args.max_input_mb is not None else default_max_input_mb(backend)
     if not ids:
         raise UserError(f"--cases {args.cases!r} selects no case (ids 0..{len(infos) - 1})")
     if cap_mb is not None and cap_mb <= 0:
@@ -64,29 +66,25 @@ def main(argv=None):
     rows, runnable = [], []
     for i in ids:
         info = od.describe(i)
-        if (backend == "cpu" or args.skip_bf16) and info.compute_dtype == "bfloat16":
-            rows.append({"case": i, "dtype": info.compute_dtype, "shape": info.shape_str, "status": "skipped",
-                         "reason": "bf16 cannot run in the Triton interpreter" if backend == "cpu" else "--skip-bf16"})
-            continue
-        if cap_mb is not None and info.input_bytes > cap_mb * 1e6:
-            rows.append({"case": i, "dtype": info.compute_dtype, "shape": info.shape_str, "status": "skipped",
-                         "reason": f"inputs {info.input_bytes / 1e6:.1f} MB > --max-input-mb {cap_mb:g}"})
-            continue
-        runnable.append(i)
+        skip = skip_reason(info, backend, cap_mb, args.skip_bf16)
+        if skip:
+            rows.append(skipped_row(info, skip))
+        else:
+            runnable.append(i)
     # each case runs in a child process: a crash or a hang is recorded for that case and the others go on
     with tqdm(total=len(runnable), desc=f"verify {od.op_name} on {device}", unit="case", file=sys.stderr) as bar:
         rows += verify.verify_isolated(od.path, runnable, device, seed=args.seed,
                                        case_timeout_s=args.case_timeout_s, progress=lambda _row: bar.update(1))
-    rows.sort(key=lambda r: r["case"])
     out = provenance(verify_json.TOOL, verify_json.SCHEMA, device={"backend": backend, "device": device, "why": why, "compat": report})
     out.update({"op": od.op_name, "work_dir": od.path, "seed": args.seed, "tolerance": verify.TOLERANCE,
-                "tolerance_tf32": verify.TOLERANCE_TF32, "cases": rows})
-    counts = dict(Counter(r["status"] for r in rows).most_common())
-    out["summary"] = counts
+                "tolerance_tf32": verify.TOLERANCE_TF32, "inputs": verify_json.input_digests(od.path), "cases": rows})
+    verify_json.finish(out, len(infos))
+    rows, counts = out["cases"], out["summary"]
     if backend == "cpu":  # what the Triton interpreter adapted, over all cases (each row has its own list)
         from mfulib.interpreter import summary
         out["cpu_adaptations"] = summary(rows)
-    verify_json.write_verify_json(args.output or od.file(verify_json.FILE_NAME), out)
+    out_path = args.output or od.file(verify_json.FILE_NAME)
+    verify_json.write_verify_json(out_path, out)
     # one table renderer (tabulate): missing cells print empty, no NaN and no pandas fill warnings
     cols = [c for c in ("case", "dtype", "status", "max_norm_err", "tol", "shape", "reason") if any(c in r for r in rows)]
     table = [["" if r.get(c) is None else (str(r[c])[:70] if isinstance(r[c], str) else r[c]) for c in cols]
@@ -96,7 +94,10 @@ def main(argv=None):
     if out.get("cpu_adaptations"):
         print("Triton interpreter adaptations (README 'Running Triton-Ascend code'): "
               + "; ".join(out["cpu_adaptations"]))
-    return 1 if any(counts.get(k) for k in verify_json.FAILED) else 0
+    if out["failed"]:
+        print(f"FAILED: case(s) {out['failed']} - see {out_path}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -387,7 +387,7 @@ def test_kept_profile_reparses_to_the_collectors_own_numbers(tmp_path):
     from mfulib.backends.collect import Options, collect
     work = tinyops.make_workdir(tmp_path)
     rep = collect(Options(op_dir=work, output_dir=work, impl="asc", backend="cpu", cases=[1], warmup=1, repeats=2,
-                          keep_prof=work, progress=False))
+                          keep_prof=work, progress=False, unverified_ok=True))
     again = run_from_prof(tmp_path / "re", os.path.join(work, "prof"), op_dir=work)
     a, b = rep["per_case"][0], again["per_case"][0]
     assert b["case"] == 1 and b["from_profile"]["asc"]["format"] == "kept chrome_trace_cpu"

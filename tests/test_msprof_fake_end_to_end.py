@@ -79,7 +79,7 @@ def measured_sums(prof_dir, warmup, repeats):
 
 def run_npu(work, **kw):
     opts = dict(op_dir=work, output_dir=work, impl="asc", warmup=1, repeats=2, backend="npu", cases=[0], mfu=True,
-                keep_prof=work, progress=False)
+                keep_prof=work, progress=False, unverified_ok=True)  # no NPU here to verify on: the timing path only
     opts.update(kw)
     return collect(Options(**opts))
 

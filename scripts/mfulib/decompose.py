@@ -36,7 +36,7 @@ from .decompose_reading import maxima, reading_aid
 from .kernel_parts import OTHER, check_kernel_parts, match_part
 from .peaks import dtype_nominal_tflops
 from .schemas.peak_json import nominal_half_tflops, read_peak_json
-from .schemas.performance_json import load_report
+from .schemas.performance_json import completeness, load_report
 
 PMU_BOUND_THRESHOLD = 0.80  # msprof op / msprof-analyze advisor: a pipe above 80% busy bounds the kernel
 
@@ -341,9 +341,16 @@ def report_label(path: str, taken: set) -> str:
 
 
 def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: str | None,
-                     cases=None) -> dict:
-    """Decompose every (or the selected) measured case of one performance.json."""
+                     cases=None, allow_incomplete: bool = False) -> dict:
+    """Decompose every (or the selected) measured case of one performance.json. An incomplete collection
+    (interrupted: ``complete`` false) raises UserError unless ``allow_incomplete``; then it is marked
+    (``complete``/``missing`` of the report)."""
     rep = load_report(path)
+    complete, missing_runs = completeness(rep)
+    if not complete and not allow_incomplete:
+        raise UserError(f"{path}: incomplete collection ({'; '.join(missing_runs[:4]) or 'interrupted'}) - re-run "
+                        "the collector (make collect), or pass --allow-incomplete to decompose what was measured "
+                        "(marked incomplete)")
     parts, parts_src = find_kernel_parts(rep, path, op_dir)
     notes = check_same_device(rep, peak, path, peak_path)
     if rep.get("backend") == "cpu":
@@ -375,11 +382,14 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
             "device": rep.get("device"), "kernel_parts": parts, "kernel_parts_source": parts_src,
             "nominal_tflops": peaks["nominal_tflops"], "nominal_source": peaks["nominal_source"],
             "warmup": rep.get("warmup"), "repeats": rep.get("repeats"), "timing_method": rep.get("timing_method"),
-            "notes": notes, "rows": rows}
+            "complete": complete, "missing": missing_runs, "notes": notes, "rows": rows}
 
 
-def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, include_current: bool = True) -> dict:
-    """The body of mfu_decompose.json: reports (each with rows), maxima, reading aid, errors/warnings.
+def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, include_current: bool = True,
+              allow_incomplete: bool = False) -> dict:
+    """The body of mfu_decompose.json: reports (each with rows), maxima, reading aid, errors/warnings, and
+    ``complete`` / ``missing`` (false / what was not measured when an incomplete collection was decomposed with
+    ``allow_incomplete``; otherwise an incomplete one raises UserError).
 
     ``reports``: list of ``(label or None, path)`` decomposed after the work directory's own performance.json
     (left out with ``include_current=False``).
@@ -400,7 +410,7 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
         if label:
             taken.add(label)
         out_reports.append(decompose_report(path, label or report_label(path, taken), peak, peak_path, op_dir,
-                                            cases))
+                                            cases, allow_incomplete))
     rows = [r for rep in out_reports for r in rep["rows"]]
     if cases is not None and not rows:
         have = "; ".join(f"{rep['path']}: {rep['measured_cases']}" for rep in out_reports)
@@ -411,12 +421,16 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
         raise UserError(f"{', '.join(rep['path'] for rep in out_reports)}: no case can be decomposed ({why})")
     errors = [f"{r['report']} case {r['case']}: {f['message']}" for r in rows for f in r.get("flags", [])
               if f["level"] == "error"]
-    warnings = [f"{r['report']} case {r['case']}: {f['message']}" for r in rows for f in r.get("flags", [])
-                if f["level"] == "warning"]
+    warnings = [f"INCOMPLETE collection {rep['path']} (decomposed what was measured): {'; '.join(rep['missing'])}"
+                for rep in out_reports if not rep["complete"]]
+    warnings += [f"{r['report']} case {r['case']}: {f['message']}" for r in rows for f in r.get("flags", [])
+                 if f["level"] == "warning"]
     return {"peak_json": os.path.abspath(peak_path), "peak_label": peak.get("label"),
             "peak_backend": peak.get("backend"), "peak_device": peak.get("device"),
             "peak_tflops": peak.get("peak_tflops"), "bandwidth_gbps": peak.get("bandwidth_gbps"),
             "reports": out_reports, "maxima": maxima(rows),
             "reading_aid": reading_aid(rows, peak.get("peak_tflops") or {}),
             "errors": errors, "warnings": warnings,
-            "notes": [n for rep in out_reports for n in rep["notes"]]}
+            "notes": [n for rep in out_reports for n in rep["notes"]],
+            "complete": all(rep["complete"] for rep in out_reports),
+            "missing": [f"{rep['label']}: {m}" for rep in out_reports for m in rep["missing"]]}

@@ -29,6 +29,7 @@ EXCLUDE_PATTERNS = (
     "grid_search.json", "flops_check.json", "peak.json", "mfu_decompose.json", "*_all_case.json", "batch_summary.json",
     "*.bak*",
 )
+KERNEL_DECORATOR = re.compile(r"\b(jit|autotune|heuristics)\b")  # @triton.jit, @triton.autotune(...), @jit
 ITER_DIR = re.compile(r"^iter_(\d+)$")
 ID_PREFIX = re.compile(r"^(\d+)_")
 # implementation preference (spec step 1): *_triton_optimized.py > unique *_triton*.py > *_generated*.py / others
@@ -59,6 +60,9 @@ class PyInfo:
     classes: set = field(default_factory=set)
     functions: set = field(default_factory=set)
     error: str | None = None
+    kernels: set = field(default_factory=set)  # functions decorated with triton.jit / autotune / heuristics
+    # public plain functions (not kernels, no leading "_"): name -> (required positional, positional, *args?)
+    launchers: dict = field(default_factory=dict)
 
     @property
     def kind(self) -> str | None:
@@ -83,6 +87,13 @@ def inspect_py(path) -> PyInfo:
             info.classes.add(node.name)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             info.functions.add(node.name)
+            decorators = [ast.unparse(d) for d in node.decorator_list]
+            if any(KERNEL_DECORATOR.search(d) for d in decorators):
+                info.kernels.add(node.name)
+            elif not node.name.startswith("_"):
+                a = node.args
+                positional = len(a.posonlyargs) + len(a.args)
+                info.launchers[node.name] = (positional - len(a.defaults), positional, a.vararg is not None)
     return info
 
 

@@ -3,7 +3,9 @@
 * ``examples/ops/verify/<Op>/``: layout A op roots (name ``verify/<Op>``, e.g. ``verify/MHABlock``);
 * ``examples/ops/bench/<set>/<N>_<Op>.py`` with implementations in ``examples/ops/gen/<set>/``: layout B (name
   ``<N>_<Op>`` or ``<set>/<N>_<Op>``). For the ``npukernelbench`` sets the case JSON is read from
-  ``../shared/data/npukernelbench/<level>`` (or ``$MFU_SHARED_DATA/npukernelbench/<level>``), never copied.
+  ``../shared/data/npukernelbench/<level>`` (or ``$MFU_SHARED_DATA/npukernelbench/<level>``), never copied;
+* ``examples/ops/layoutc/ref/<rel>.py`` with implementations at ``examples/ops/layoutc/impl/<rel>.py``: layout C
+  (name ``layoutc/<rel>``, e.g. ``layoutc/static_shape/matmul/matmul_relu``).
 
 A name may drop its set (``5_MHABlock``) when that leaves one match; otherwise the error lists the candidates.
 """
@@ -14,6 +16,7 @@ import os
 
 from .discover import op_id
 from .errors import UserError
+from .layoutc import is_layout_c_reference
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(REPO_ROOT, "examples", "ops")
@@ -38,17 +41,27 @@ def list_examples():
         where = " (layout B; its case file is read from $MFU_SHARED_DATA or ../shared/data)" \
             if rel_set.startswith("npukernelbench") else " (layout B)"
         out.append((f"{rel_set}/{stem}", os.path.relpath(ref, REPO_ROOT) + where))
+    c_ref = os.path.join(EXAMPLES, "layoutc", "ref")
+    for ref in sorted(glob.glob(os.path.join(c_ref, "**", "*.py"), recursive=True)):
+        if is_layout_c_reference(ref):
+            rel = os.path.splitext(os.path.relpath(ref, c_ref))[0].replace(os.sep, "/")
+            out.append((f"layoutc/{rel}", os.path.relpath(ref, REPO_ROOT) + " (layout C)"))
     return out
 
 
 def resolve(name: str) -> dict:
-    """How to prepare bundled operator ``name``: {"layout": "A", "src"} or {"layout": "B", "bench", "gen", "id"}."""
+    """How to prepare bundled operator ``name``: {"layout": "A", "src"}, {"layout": "B", "bench", "gen", "id"} or
+    {"layout": "C", "ref_root", "impl_root", "id"}. Raises UserError for an unknown or ambiguous name."""
     names = [n for n, _ in list_examples()]
     matches = [n for n in names if n == name or n.split("/")[-1] == name]
     if not matches:
         raise UserError(f"no bundled operator named {name!r}; bundled: {', '.join(names)}")
     if len(matches) > 1:
         raise UserError(f"{name!r} is ambiguous: {', '.join(matches)} - use the qualified name")
+    if matches[0].startswith("layoutc/"):
+        c_root = os.path.join(EXAMPLES, "layoutc")
+        return {"layout": "C", "ref_root": os.path.join(c_root, "ref"), "impl_root": os.path.join(c_root, "impl"),
+                "id": matches[0][len("layoutc/"):]}
     set_name, stem = matches[0].rsplit("/", 1)
     if set_name == "verify":
         return {"layout": "A", "src": os.path.join(EXAMPLES, "verify", stem)}

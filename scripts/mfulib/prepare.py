@@ -7,6 +7,11 @@ or implementation (``"1_BatchMatmul.json"``) are rewritten to ``model.json``; an
 from its own ``__file__`` gets a ``model_new.json`` alias. Sources are never modified. The directory is built in a
 temp sibling and renamed into place, so a failure leaves nothing half-written; a ``--dst`` that already holds
 files is replaced only with ``force=True``, after being moved to ``<dst>.bak-<timestamp>``.
+
+prepare.json records what the directory was built from: ``request`` (the source form and choices given on the
+command line: layout, --src/--iter/--variant, --bench/--gen/--id, ...), ``sources`` {ref|cases|impl|flops: {path,
+sha256}} (the files they resolved to) and ``choices`` (why each file was picked); :mod:`mfulib.workdir_state`
+compares them with a later command line to decide whether step 1 must be redone.
 """
 from __future__ import annotations
 
@@ -18,10 +23,11 @@ import shutil
 import tempfile
 
 from . import cases as _cases
-from .discover import inspect_py, read_source, sha256
+from .discover import inspect_py, read_source
 from .errors import UserError
 from .jsonio import provenance, write_json_atomic, write_text_atomic
 from .opdir import MODEL_JSON, MODEL_NEW_PY, MODEL_PY, PERF_CASES_SUFFIX, PREPARE_JSON, FLOPS_PY
+from .workdir_state import source_record
 
 SCHEMA = 1
 
@@ -102,8 +108,9 @@ def check_dst(dst, source_dirs, source_files=()):
 
 
 def prepare_explicit(ref, cases, impl, dst, force=False, flops=None, layout="explicit", reasons=None,
-                     extra_source_dirs=(), seed_note=None):
-    """Build the work directory ``dst`` from explicit files. Returns the prepare.json dict.
+                     extra_source_dirs=(), seed_note=None, request=None):
+    """Build the work directory ``dst`` from explicit files. Returns the prepare.json dict (``request``: the
+    command line's source form and choices, recorded as given).
 
     Raises UserError (nothing written) on a missing file, a .py without its class, a bad case line, ``dst`` inside
     a source dir, or ``dst`` holding files without ``force``.
@@ -128,6 +135,29 @@ def prepare_explicit(ref, cases, impl, dst, force=False, flops=None, layout="exp
     _, impl_splitext = _json_literals(impl_src)
     aliases = ["model_new.json"] if impl_splitext else []
 
+    body = "\n".join(lines) + "\n"
+    texts = {MODEL_PY: ref_src, MODEL_NEW_PY: impl_src}
+    texts.update({name: body for name in [op + PERF_CASES_SUFFIX, MODEL_JSON] + aliases})
+    sources = source_record({"ref": ref, "cases": cases, "impl": impl, "flops": flops})
+    info = provenance("prepare_op_dir.py", SCHEMA)
+    info.update({
+        "op": op, "layout": layout, "work_dir": dst, "n_cases": len(case_list), "request": request,
+        "sources": sources,
+        "choices": reasons or {}, "files": {"reference": MODEL_PY, "implementation": MODEL_NEW_PY,
+                                            "cases": op + PERF_CASES_SUFFIX, "reference_cases": MODEL_JSON,
+                                            "flops": FLOPS_PY if flops else None},
+        "case_file_aliases": aliases,
+        "rewrites": {"model.py": ref_changes, "model_new.py": impl_changes},
+    })
+    return write_work_dir(dst, texts, {FLOPS_PY: flops} if flops else {}, info, force)
+
+
+def write_work_dir(dst, texts, copies, info, force=False):
+    """Write the work directory ``dst`` in one step: ``texts`` ({file name: text}), ``copies`` ({file name: source
+    path}) and ``info`` as prepare.json. Built in a temp sibling and renamed into place; an existing non-empty
+    ``dst`` is replaced only with ``force`` after being moved to ``<dst>.bak-<timestamp>`` (recorded in
+    ``info["backup_of_previous"]``). Returns ``info``. Raises UserError when ``dst`` holds files and not ``force``.
+    """
     parent = os.path.dirname(dst)
     os.makedirs(parent, exist_ok=True)
     backup = None
@@ -137,24 +167,10 @@ def prepare_explicit(ref, cases, impl, dst, force=False, flops=None, layout="exp
                             "pass --force to replace it (the old directory is kept as a backup)")
     tmp = tempfile.mkdtemp(prefix=os.path.basename(dst) + ".tmp-", dir=parent)
     try:
-        body = "\n".join(lines) + "\n"
-        write_text_atomic(os.path.join(tmp, MODEL_PY), ref_src)
-        write_text_atomic(os.path.join(tmp, MODEL_NEW_PY), impl_src)
-        for name in [op + PERF_CASES_SUFFIX, MODEL_JSON] + aliases:
-            write_text_atomic(os.path.join(tmp, name), body)
-        if flops:
-            shutil.copyfile(flops, os.path.join(tmp, FLOPS_PY))
-        sources = {k: {"path": os.path.abspath(p), "sha256": sha256(p)}
-                   for k, p in (("ref", ref), ("cases", cases), ("impl", impl), ("flops", flops)) if p}
-        info = provenance("prepare_op_dir.py", SCHEMA)
-        info.update({
-            "op": op, "layout": layout, "work_dir": dst, "n_cases": len(case_list), "sources": sources,
-            "choices": reasons or {}, "files": {"reference": MODEL_PY, "implementation": MODEL_NEW_PY,
-                                                "cases": op + PERF_CASES_SUFFIX, "reference_cases": MODEL_JSON,
-                                                "flops": FLOPS_PY if flops else None},
-            "case_file_aliases": aliases,
-            "rewrites": {"model.py": ref_changes, "model_new.py": impl_changes},
-        })
+        for name, text in texts.items():
+            write_text_atomic(os.path.join(tmp, name), text)
+        for name, src in copies.items():
+            shutil.copyfile(src, os.path.join(tmp, name))
         if os.path.exists(dst):
             if os.listdir(dst):
                 stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -174,3 +190,37 @@ def prepare_explicit(ref, cases, impl, dst, force=False, flops=None, layout="exp
             os.rename(backup, dst)
         raise
     return info
+
+
+def prepare_layout_c(pair, dst, force=False, seed=0, extra_source_dirs=(), layout="C", request=None):
+    """Build the work directory ``dst`` for a layout-C pair (see :mod:`mfulib.layoutc`): the case file from a
+    seeded call of the reference's get_inputs() / get_inputs_dyn_list(), model.py = reference + get_input_groups()
+    wrapper, model_new.py = implementation (+ a ModelNew wrapper around a launcher function), flops.py when a
+    ``<rel>_flops.py`` sits beside the reference. ``pair`` is a dict from :func:`mfulib.layoutc.discover_layout_c`
+    (or the explicit form: ref, impl, impl_kind, entry, name, flops, reasons). Returns the prepare.json dict.
+    Raises UserError (nothing written) as :func:`prepare_explicit` does, and when the reference cannot run or a
+    function implementation cannot stand in for Model.
+    """
+    from . import layoutc
+    ref, impl, flops = pair["ref"], pair["impl"], pair.get("flops")
+    for what, p in (("--ref", ref), ("--impl", impl)):
+        if not p or not os.path.isfile(p):
+            raise UserError(f"{what} {p}: file not found")
+    dst = os.path.abspath(dst)
+    check_dst(dst, list(extra_source_dirs), [ref, impl, flops])
+    texts, part = layoutc.build_work_files(pair, seed)
+    op = pair["name"]
+    sources = source_record({"ref": ref, "impl": impl, "flops": flops})
+    info = provenance("prepare_op_dir.py", SCHEMA)
+    info.update({
+        "op": op, "layout": layout, "work_dir": dst, "n_cases": part["n_cases"], "request": request,
+        "sources": sources,
+        "choices": dict(pair.get("reasons") or {}, cases=f"written from {part['generated']['cases']['from']} "
+                                                          f"(seed {seed}); no case file in layout C"),
+        "files": {"reference": MODEL_PY, "implementation": MODEL_NEW_PY, "cases": op + PERF_CASES_SUFFIX,
+                  "reference_cases": MODEL_JSON, "flops": FLOPS_PY if flops else None},
+        "case_file_aliases": [], "rewrites": {"model.py": [], "model_new.py": []},
+        "relative_path": pair.get("id"), "implementation_kind": pair["impl_kind"], "entry": pair.get("entry"),
+        "wrappers": part["wrappers"], "generated": part["generated"],
+    })
+    return write_work_dir(dst, texts, {FLOPS_PY: flops} if flops else {}, info, force)

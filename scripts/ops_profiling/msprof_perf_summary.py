@@ -7,7 +7,10 @@ Run from the work directory, as the spec does:
       --warmup 5 --repeats 5 --keep-prof .
 
 Without --cases the top-3 cases by theoretical FLOPs (flops.py) are measured (--mfu-top-k N, --max-cases N);
-without flops.py, by input bytes, and no MFU is reported. Each (case, implementation) runs in its own child
+without flops.py, by input bytes, and no MFU is reported. Only cases that verify passed on this backend are timed
+(verify.json): a selected case without a verify row is verified first (and recorded in verify.json); one verify
+skipped, rejected or failed is listed as skipped with the reason and its slot goes to the next case;
+--unverified-ok times them anyway, marked per case. Each (case, implementation) runs in its own child
 process: a crash, hang (--case-timeout-s) or out-of-memory is recorded for that case and the others go on.
 Kernel time per iteration = sum of the kernel durations of that iteration; the per-case figure is the median over
 the --repeats measured iterations (the --warmup ones are dropped; a priming call before them absorbs compilation
@@ -15,6 +18,8 @@ and autotuning). MFU@nom = FLOPs / kernel time / nominal fp16/bf16 dense peak (i
 torch_npu on NPU, a datasheet table on CUDA, none on CPU; --mfu-peak overrides). A repeat spread above 5% is
 flagged. The cpu backend caps work for CI: smallest cases first, bf16 cases skipped, warmup 1 / repeats 2 unless
 given. Only --quick (task-time) collection is implemented; it is also what runs without the flag.
+performance.json records complete/missing: Ctrl-C writes what was measured with complete=false (exit 130).
+Exit status: 0; 1 when no selected case got a kernel time; 2 on bad input; 130 when interrupted.
 
 Kept or foreign profiles are re-parsed without running anything:
   msprof_perf_summary.py --from-prof <PROF_* | *_ascend_pt | trace.json[.gz] | ncu.csv | keep dir> \
@@ -64,6 +69,9 @@ def build_parser():
     p.add_argument("--case-timeout-s", type=float, default=600.0, help="wall-clock limit of one case's child")
     p.add_argument("--flush-cache-mib", type=float, default=0.0,
                    help="write a buffer of this many MiB before each iteration (outside it) for a cold cache; 0 = off")
+    p.add_argument("--unverified-ok", action="store_true",
+                   help="also time cases verify did not pass (skipped, failed, or without a verify row), each marked "
+                        "in performance.json (per_case[].verify.forced)")
     p.add_argument("--quiet", action="store_true", help="no per-case progress lines")
     g = p.add_argument_group("re-parsing kept or foreign profiles (nothing is run)")
     g.add_argument("--from-prof", action="append", default=None, metavar="PATH",
@@ -131,10 +139,15 @@ def main(argv=None):
                    backend=args.backend, cases=cli.parse_case_list(args.cases) if args.cases is not None else None,
                    top_k=args.mfu_top_k, max_cases=args.max_cases, mfu=args.mfu, mfu_peak=args.mfu_peak,
                    keep_prof=args.keep_prof, case_timeout_s=args.case_timeout_s, flush_cache_mib=args.flush_cache_mib,
-                   aic_metrics=args.aic_metrics, msprof=args.msprof, quick=True, progress=not args.quiet)
+                   aic_metrics=args.aic_metrics, msprof=args.msprof, quick=True, progress=not args.quiet,
+                   unverified_ok=args.unverified_ok)
     report = collect(opts)
     print_table(report)
-    print(f"wrote {os.path.join(os.path.abspath(args.output_dir), 'performance.json')}")
+    out = os.path.join(os.path.abspath(args.output_dir), 'performance.json')
+    print(f"wrote {out}")
+    if not report["n_cases_valid"]:
+        print(f"FAILED: no selected case has a kernel time (errors in {out})", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,7 +1,10 @@
 """Step 4, kernel-time collection: select cases, run each (case, implementation) in a child process with bounded
 retries, summarise its kernels, attach FLOPs and the nominal peak, write ``performance.json``.
 
-Case selection (DESIGN.md "Case ids": 0-based lines of the work directory's case file):
+Case selection (DESIGN.md "Case ids": 0-based lines of the work directory's case file); only cases verify passed
+on this backend are timed (:mod:`mfulib.verified_cases`: a case without a verify row is verified first and its row
+merged into verify.json; a case verify skipped or rejected is listed as skipped with verify's reason and hands its
+top-k slot to the next one; ``--unverified-ok`` times such cases anyway, marked per case):
 
 * ``--cases 3,7,9``: exactly those (``--max-cases`` truncates);
 * otherwise the top ``--mfu-top-k`` (3) cases by theoretical FLOPs from ``flops.py`` - ``--max-cases N`` takes the
@@ -9,6 +12,9 @@ Case selection (DESIGN.md "Case ids": 0-based lines of the work directory's case
   MFU is reported;
 * cpu backend: the **smallest** eligible cases first (CI stays fast), bf16 cases skipped with the reason, and
   warmup 1 / repeats 2 unless given.
+
+Completeness: performance.json records ``complete`` and ``missing`` (the selected (case, impl) pairs not run, e.g.
+after Ctrl-C), so make and decompose never take an interrupted collection for a finished one.
 
 Retries (``--retry``, default 2 as upstream): only an *incomplete* profile is retried - lost rows, zero-timestamp
 records, missing iteration markers, no export. A crash, timeout, out-of-memory, rejected case or a call that
@@ -30,6 +36,7 @@ from ..errors import UserError
 from ..jsonio import ensure_writable_dir, provenance
 from ..schemas import performance_json as _perf
 from ..opdir import OpDir
+from ..verified_cases import Gate
 from . import select_backend
 from .base import lost_problems
 from .cpu import BF16_REASON
@@ -64,6 +71,7 @@ class Options:
     msprof: str | None = None
     quick: bool = True
     progress: bool = True
+    unverified_ok: bool = False
     flags: list = field(default_factory=list)
 
 
@@ -136,10 +144,13 @@ def numerator_of(verdicts: dict, case_id: int, ff) -> dict:
 # ------------------------------------------------------------------------------------------------ selection
 
 
-def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str):
-    """(selected CaseInfos, skipped [(CaseInfo, reason)], selection description).
+def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str, gate=None):
+    """(selected CaseInfos, skipped [(CaseInfo, reason, verify mark)], selection description).
 
     Ranking key: flops(case) from flops.py when it needs no forward args, else input bytes (said in ``rule``).
+    With a :class:`mfulib.verified_cases.Gate`, a case it does not admit is skipped (its reason) while slots are
+    being filled and the next case takes its slot; a case without a verify row is selected (the caller verifies
+    it and selects again).
     """
     by_id = {i.case_id: i for i in infos}
     skipped = []
@@ -173,19 +184,25 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str):
         k = opts.max_cases or opts.top_k
         rule = f"{'smallest' if smallest else 'top'}-{k} by {what}" + \
             (" (cpu backend: smallest first, to keep the interpreter fast)" if smallest else "")
-    selected, reserve = [], []
+    selected, reserve, marks = [], [], {}
     for info in order:
         if backend_name == "cpu" and info.compute_dtype == "bfloat16":
-            skipped.append((info, BF16_REASON))
+            skipped.append((info, BF16_REASON, None))
             continue
         empty = [t.name for t in info.tensors if any(int(d) == 0 for d in t.shape)]
         if empty:  # check_flops.py reports these as "no work" too (flops_check.NO_WORK)
-            skipped.append((info, f"no work: nothing to time (empty input tensor(s) {', '.join(empty)})"))
+            skipped.append((info, f"no work: nothing to time (empty input tensor(s) {', '.join(empty)})", None))
             continue
+        if gate is not None and len(selected) < k:
+            admitted, marks[info.case_id] = gate.admits(info.case_id)
+            if not admitted:  # verify skipped/rejected/failed it: never timed, the next case takes the slot
+                skipped.append((info, marks[info.case_id]["reason"], marks[info.case_id]))
+                continue
         (selected if len(selected) < k else reserve).append(info)
     # without --cases, a case the operator rejects hands its slot to the next one of ``reserve``
     return selected, skipped, {"rule": rule, "order": [i.case_id for i in selected],
-                               "skipped": [i.case_id for i, _ in skipped],
+                               "skipped": [i.case_id for i, _, _ in skipped],
+                               "not_verified": [i.case_id for i, _, m in skipped if m is not None],
                                "reserve": [] if opts.cases is not None else [i.case_id for i in reserve]}
 
 
@@ -299,6 +316,22 @@ def _progress_line(k, total, case_id, impl, res):
     return line
 
 
+def next_admitted(reserve: list, gate, skipped: list):
+    """Pop the next case of ``reserve`` (CaseInfos in ranking order) that ``gate`` admits - verifying it first
+    when it has no verify row - or None; the ones it refuses are appended to ``skipped`` (info, reason, mark)."""
+    while reserve:
+        nxt = reserve.pop(0)
+        if gate is None:
+            return nxt
+        if gate.pending([nxt.case_id]):
+            gate.verify([nxt.case_id])
+        admitted, mark = gate.admits(nxt.case_id)
+        if admitted:
+            return nxt
+        skipped.append((nxt, mark["reason"], mark))
+    return None
+
+
 def device_select(opts: Options, backend_name: str):
     """(device_id, source) as upstream: cli (--device), env (ASCEND_DEVICE_ID on npu), else auto (0)."""
     if opts.device_id is not None:
@@ -360,9 +393,24 @@ def collect(opts: Options, log=None) -> dict:
     if ff is None:
         log(f"note: {opdir.flops_py} not found: cases ranked by input bytes and no MFU reported "
             "(write flops.py, step 3)")
-    selected, skipped, selection = select_cases(infos, ff, opdir, opts, backend.name)
+    # ModelNew is timed only on cases verify passed (the reference alone needs no verdict)
+    gate = None if opts.impl == "ref" else Gate(opdir, backend.name, backend.device_string(opts.device_id),
+                                                seed=opts.seed, case_timeout_s=opts.case_timeout_s,
+                                                forced=opts.unverified_ok, log=log)
+    while True:  # each round verifies the selected cases that have no verify row yet, then selects again
+        selected, skipped, selection = select_cases(infos, ff, opdir, opts, backend.name, gate)
+        todo = gate.pending([i.case_id for i in selected]) if gate else []
+        if not todo:
+            break
+        gate.verify(todo)
+    if gate is not None:
+        selection.update(verify_file=gate.path, verified_now=list(gate.verified_now),
+                         unverified_ok=opts.unverified_ok)
+        for info, why, mark in skipped:
+            if mark is not None:
+                log(f"case {info.case_id} not timed: {why}")
     if not selected:  # nothing would be measured: keep an earlier performance.json instead of an empty one
-        why = "; ".join(f"case {i.case_id}: {r}" for i, r in skipped[:4]) or "the case file has no case"
+        why = "; ".join(f"case {i.case_id}: {r}" for i, r, _ in skipped[:4]) or "the case file has no case"
         raise UserError(f"{opdir.cases_path}: no case to measure on {backend.name} ({selection['rule']}: {why}) - "
                         "pick other --cases or another --backend")
     tracer = tracer_flops(opdir)
@@ -394,8 +442,10 @@ def collect(opts: Options, log=None) -> dict:
                 results.setdefault(info.case_id, {})[impl] = res
                 if opts.progress:
                     log(_progress_line(k, total, info.case_id, impl, res))
+            nxt = None
             if reserve and any(r.get("status") == "rejected" for r in results[info.case_id].values()):
-                nxt = reserve.pop(0)
+                nxt = next_admitted(reserve, gate, skipped)
+            if nxt is not None:
                 flops[nxt.case_id] = case_flops(ff, opdir, nxt, opts.seed)
                 flops[nxt.case_id]["flops_tracer"] = tracer.get(nxt.case_id)
                 flops[nxt.case_id].update(numerator_of(verdicts, nxt.case_id, ff))
@@ -427,14 +477,21 @@ def collect(opts: Options, log=None) -> dict:
             device["runtime"] = runtime
     peak = resolve_peak(backend.name, device, runtime, opts.mfu_peak)
     nominal = peak["value_tflops"] if opts.mfu else None
-    per_case = [_perf.skipped_entry(i, why) for i, why in skipped]
+    per_case = [_perf.skipped_entry(i, why, verify=mark) for i, why, mark in skipped]
+    missing = [{"case": i.case_id, "impl": impl, "reason": "not run: the collection was interrupted"}
+               for i in selected for impl in impls if impl not in results.get(i.case_id, {})]
     for info in selected:
         if info.case_id not in results:
             continue
         tf32 = (backend.name == "cuda" and (flops[info.case_id].get("compute_dtype") or info.compute_dtype)
                 == "float32" and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee")
-        per_case.append(_perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32,
-                                         nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None))
+        entry = _perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32,
+                                 nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None)
+        if gate is not None:
+            entry["verify"] = gate.admits(info.case_id)[1]
+            if entry["verify"]["forced"]:
+                entry["flags"].append(entry["verify"]["reason"])
+        per_case.append(entry)
     run = {
         "task": opdir.op_name, "task_dir": opdir.path, "warmup": opts.warmup, "repeats": opts.repeats,
         "seed": opts.seed, "device_id": opts.device_id, "device_select_source": dev_source,
@@ -454,8 +511,11 @@ def collect(opts: Options, log=None) -> dict:
     if opts.mfu and ff is None:
         run["flags"].append("MFU not reported: no flops.py in the work directory")
     header = provenance(_perf.TOOL, _perf.SCHEMA, device=device)
-    report = _perf.build_report(header, run, per_case, impls)
+    report = _perf.build_report(header, run, per_case, impls, missing=missing)
     _perf.write_performance_json(output_dir, report)
+    if missing or not report["n_cases_valid"]:  # make must redo this step (its stamp, if any, no longer holds)
+        from ..workdir_state import invalidate
+        invalidate(opdir.path, "collect")
     if interrupted:
         raise KeyboardInterrupt
     return report

@@ -3,7 +3,9 @@
 Provenance (:func:`mfulib.jsonio.provenance`) + the body :func:`mfulib.decompose.decompose` returns:
 ``peak_json, peak_label, peak_backend, peak_device, peak_tflops, bandwidth_gbps, reports`` [{label, path, backend,
 measured_cases, device, kernel_parts, kernel_parts_source, nominal_tflops, nominal_source, warmup, repeats,
-timing_method, notes, rows}], ``maxima, reading_aid, errors, warnings, notes`` and, with ``--plot``, ``plot``.
+timing_method, complete, missing, notes, rows}], ``maxima, reading_aid, errors, warnings, notes``, ``complete``
+(false when an interrupted collection was decomposed with --allow-incomplete) and ``missing`` (what it lacked) and,
+with ``--plot``, ``plot``.
 """
 from __future__ import annotations
 
@@ -38,3 +40,11 @@ def read_decompose_json(path: str) -> dict:
         if not isinstance(rep, dict) or not isinstance(rep.get("rows"), list):
             raise wrong_type(path, f"reports[{i}]", rep, "an object with a rows list", fix)
     return doc
+
+
+def completeness(doc: dict) -> tuple:
+    """(ok, problems) of an mfu_decompose.json: ok when it records no error and decomposed complete collections."""
+    problems = list(doc.get("errors") or [])
+    if doc.get("complete") is False:
+        problems.append("incomplete collection decomposed: " + "; ".join(doc.get("missing") or []))
+    return not problems, problems

@@ -4,11 +4,13 @@ Provenance (``tool`` = ``check_flops.py``) + ``op_dir, cases_file, tolerance, se
 tracer-only), ``accept_unverified`` (bool: --accept-unverified given), ``flops_py`` {path, sha256, takes_args,
 kernel_parts}, ``peak`` (the peak of the implied-time check: {tflops, source}), ``summary`` {verdict (passed |
 unverified | failed), passed (verdict == passed), n_cases, by_status, n_rejected, rejected_cases, n_no_work,
-n_unverified, unverified_reasons, ratio_min, ratio_max}, ``file_checks`` [{name, status, detail}] and
+n_unverified, unverified_reasons, ratio_min, ratio_max}, ``file_checks`` [{name, status, detail}],
 ``per_case`` [{case, shape, dtype, input_bytes, seed, flops, flops_parts, vector_flops, ratio, tracer {status,
 total_flops, vector_flops, vector_uncosted, ...}, checks, status (pass | warn | rejected | unverified | fail |
-no_work), diagnosis}]. The collector reads the tracer's counts through :func:`tracer_flops` and the numerator's
-verdict through :func:`numerator_verdicts`.
+no_work), diagnosis}], ``complete`` (every case of the case file was checked) and ``missing`` [case ids not
+checked: ``--cases`` / ``--largest`` limited the run]. The collector reads the tracer's counts through
+:func:`tracer_flops` and the numerator's verdict through :func:`numerator_verdicts`; make status judges the file
+through :func:`completeness`.
 """
 from __future__ import annotations
 
@@ -19,9 +21,27 @@ TOOL = "check_flops.py"
 FILE_NAME = "flops_check.json"
 
 
-def write_flops_check_json(path: str, doc: dict) -> None:
-    """Write ``doc`` atomically to ``path``."""
+def write_flops_check_json(path: str, doc: dict, n_cases=None) -> None:
+    """Write ``doc`` atomically to ``path``; with ``n_cases`` (the case file's length) ``complete`` and ``missing``
+    are set from the case ids of ``doc["per_case"]``."""
+    if n_cases is not None:
+        have = {r.get("case") for r in doc.get("per_case") or [] if isinstance(r, dict)}
+        doc["missing"] = [i for i in range(n_cases) if i not in have]
+        doc["complete"] = not doc["missing"]
     write_json_atomic(path, doc)
+
+
+def completeness(doc: dict) -> tuple:
+    """(passed, problems) of a flops_check.json: passed = ``summary.passed``; problems name the failing cases and
+    file-level checks (and the unchecked cases, which do not make it fail)."""
+    summary = doc.get("summary") if isinstance(doc.get("summary"), dict) else {}
+    problems = [f"case {r.get('case')} {r.get('status')}: {r.get('diagnosis')}" for r in doc.get("per_case") or []
+                if isinstance(r, dict) and r.get("status") == "fail"]
+    problems += [f"{c.get('name')}: {c.get('detail')}" for c in doc.get("file_checks") or []
+                 if isinstance(c, dict) and c.get("status") == "fail"]
+    if doc.get("missing"):
+        problems.append(f"cases not checked: {doc['missing']}")
+    return bool(summary.get("passed")), problems
 
 
 def tracer_flops(path: str) -> dict:

@@ -18,14 +18,19 @@ Top level
     (dtype key, always the fp16/bf16 figure: MFU@nom is dtype-agnostic), ``value_tflops``, ``source``,
     ``override``}, ``device`` (identity: name, cores, memory...; npu adds ``runtime`` from info.json.N),
     ``compat`` (core counts the compatibility layer handed to the operator, with their source), ``flops_file``,
-    ``kernel_parts`` (KERNEL_PARTS of flops.py), ``selection`` {rule, order, skipped}, ``retry``,
-    ``flush_cache_mib``, ``aic_metrics`` (npu), ``flags`` (run-level notes), ``wall_s`` (whole run, s).
+    ``kernel_parts`` (KERNEL_PARTS of flops.py), ``selection`` {rule, order, skipped, not_verified (cases the verify
+    gate excluded), reserve, verify_file, verified_now (cases the collector verified before timing them),
+    unverified_ok}, ``retry``, ``flush_cache_mib``, ``aic_metrics`` (npu), ``flags`` (run-level notes), ``wall_s``
+    (whole run, s); ``complete`` (every selected (case, impl) was run: false after Ctrl-C) and ``missing``
+    [{case, impl, reason}] (what was not run) - make and mfu_decompose.py never take an incomplete file for a
+    finished collection (:func:`completeness`).
 
 ``per_case`` entries (one per selected case, in selection order)
     upstream: ``case`` (0-based id), ``shape`` (``"[2, 64];[64, 8]"``), ``dtype``, ``ref_us``, ``asc_us`` (median
     per-iteration kernel time, us; None when not measured or failed - never 0), ``speedup``, ``ref_error``,
     ``asc_error``, ``ref_prof_dir``, ``asc_prof_dir`` (kept raw profile, relative to this file's directory, or None);
-    or ``skipped`` (reason) for a case that was not run;
+    or ``skipped`` (reason) for a case that was not run; ``verify`` {status (verify.json's status of the case, None:
+    no row), reason, forced (timed without a passing verify because of --unverified-ok)} where the verify gate ran;
     per case, for the measured implementation ``measured_impl`` (asc when requested, else ref):
     ``compute_dtype``, ``tf32`` (fp32 tl.dot on CUDA uses TF32 unless TRITON_F32_DEFAULT=ieee), ``flops``,
     ``flops_source``, ``flops_tracer`` (the independent tracer's count from check_flops.py's flops_check.json, None
@@ -182,11 +187,14 @@ def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool, nomina
     return e
 
 
-def skipped_entry(info, reason: str) -> dict:
-    """A ``per_case`` entry for a case that was not run."""
-    return {"case": info.case_id, "shape": info.shape_str, "dtype": info.dtype_str, "skipped": reason,
-            "ref_us": None, "asc_us": None, "speedup": None, "ref_error": None, "asc_error": None,
-            "ref_prof_dir": None, "asc_prof_dir": None}
+def skipped_entry(info, reason: str, verify=None) -> dict:
+    """A ``per_case`` entry for a case that was not run (``verify``: the verify gate's mark when it excluded it)."""
+    e = {"case": info.case_id, "shape": info.shape_str, "dtype": info.dtype_str, "skipped": reason,
+         "ref_us": None, "asc_us": None, "speedup": None, "ref_error": None, "asc_error": None,
+         "ref_prof_dir": None, "asc_prof_dir": None}
+    if verify is not None:
+        e["verify"] = verify
+    return e
 
 
 FILE_NAME = "performance.json"
@@ -200,10 +208,12 @@ def write_performance_json(output_dir: str, report: dict) -> str:
     return path
 
 
-def build_report(header: dict, run: dict, per_case: list, impls) -> dict:
-    """The whole performance.json: ``header`` (provenance), ``run`` (top-level run fields), ``per_case``."""
+def build_report(header: dict, run: dict, per_case: list, impls, missing=None) -> dict:
+    """The whole performance.json: ``header`` (provenance), ``run`` (top-level run fields), ``per_case``;
+    ``missing`` [{case, impl, reason}]: the selected pairs that were not run (``complete`` is false when any)."""
     rep = dict(header)
     rep.update(run)
+    rep.update(complete=not missing, missing=list(missing or []))
     measured = [c for c in per_case if not c.get("skipped")]
     valid = [c for c in measured if all(c.get(f"{i}_us") for i in impls)]
     rep.update(n_cases_total=len(per_case), n_cases_valid=len(valid))
@@ -226,6 +236,17 @@ def load_report(path: str) -> dict:
                         "msprof_perf_summary.py")
     check_report_structure(rep, path)
     return rep
+
+
+def completeness(rep: dict) -> tuple:
+    """(complete, missing texts) of a performance.json. A file without ``complete`` (an older collector) counts as
+    incomplete when its flags say it was interrupted."""
+    if "complete" in rep:
+        missing = [f"case {m.get('case')} {m.get('impl')}: {m.get('reason')}" if isinstance(m, dict) else str(m)
+                   for m in rep.get("missing") or []]
+        return bool(rep["complete"]), missing
+    interrupted = [f for f in rep.get("flags") or [] if isinstance(f, str) and f.startswith("interrupted")]
+    return not interrupted, interrupted
 
 
 REPORT_NUMBERS = ("kernel_time_ns", "span_ns", "flops", "input_bytes", "output_bytes")

@@ -1,10 +1,18 @@
-"""verify.json: step 2's per-case correctness of ModelNew against Model, its writer and reader/validator.
+"""verify.json: step 2's per-case correctness of ModelNew against Model, its builder, writer, merger and reader.
 
 Provenance (``tool`` = ``verify_op.py``, ``device`` {backend, device, why, compat}) + ``op, work_dir, seed,
-tolerance`` {dtype: tol}, ``tolerance_tf32``, ``cases`` [{case, dtype, shape, status: pass | fail | rejected |
-error | crashed | timeout | skipped, reason, max_norm_err, tol, ...}] and ``summary`` {status: count}.
+tolerance`` {dtype: tol}, ``tolerance_tf32``, ``inputs`` {model.py: sha256, model_new.py: sha256} (the files the
+rows were computed from), ``cases`` [{case, dtype, shape, status: pass | fail | rejected | error | oom | crashed |
+timeout | skipped, reason, max_norm_err, tol, ...}], ``summary`` {status: count}, ``failed`` [case ids whose status
+is in :data:`FAILED`], ``complete`` (every case of the case file has a row) and ``missing`` [case ids without a row:
+a verify run limited by ``--cases``, or cases a search appended; the collector verifies such a case before timing
+it and merges its row in with :func:`merge_rows`].
 """
 from __future__ import annotations
+
+import hashlib
+import os
+from collections import Counter
 
 from ..errors import UserError
 from ..jsonio import write_json_atomic
@@ -14,11 +22,66 @@ SCHEMA = 1
 TOOL = "verify_op.py"
 FILE_NAME = "verify.json"
 FAILED = ("fail", "error", "oom", "crashed", "timeout")  # statuses that make verify_op.py exit 1
+INPUT_FILES = ("model.py", "model_new.py")  # the rows are valid only for these files' content
+
+
+def input_digests(op_dir: str) -> dict:
+    """{file name: sha256 hex} of :data:`INPUT_FILES` in the work directory ``op_dir`` (None for a missing file)."""
+    out = {}
+    for name in INPUT_FILES:
+        path = os.path.join(op_dir, name)
+        if not os.path.isfile(path):
+            out[name] = None
+            continue
+        with open(path, "rb") as f:
+            out[name] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def finish(doc: dict, n_cases: int) -> dict:
+    """Sort ``doc["cases"]`` by case id and (re)compute ``summary``, ``failed``, ``complete`` and ``missing`` against
+    a case file of ``n_cases`` cases (ids 0..n_cases-1). Returns ``doc``."""
+    rows = sorted(doc.get("cases") or [], key=lambda r: r["case"])
+    have = {r["case"] for r in rows}
+    doc["cases"] = rows
+    doc["summary"] = dict(Counter(r["status"] for r in rows).most_common())
+    doc["failed"] = [r["case"] for r in rows if r["status"] in FAILED]
+    doc["missing"] = [i for i in range(n_cases) if i not in have]
+    doc["complete"] = not doc["missing"]
+    return doc
 
 
 def write_verify_json(path: str, doc: dict) -> None:
     """Write ``doc`` atomically to ``path``."""
     write_json_atomic(path, doc)
+
+
+def merge_rows(path: str, rows: list, n_cases: int, new_doc=None, updates=None) -> dict:
+    """Add (or replace, by case id) ``rows`` in the verify.json at ``path`` and write it back atomically.
+
+    When ``path`` does not exist, ``new_doc()`` gives the document to start from (provenance + run fields, no
+    cases). ``updates`` ({key: value}) is applied last (e.g. a recomputed ``cpu_adaptations``). ``summary``,
+    ``failed``, ``complete`` and ``missing`` are recomputed (:func:`finish`). Returns the written document.
+    Raises UserError when an existing file is not a verify.json (see :func:`read_verify_json`)."""
+    if os.path.exists(path):
+        doc = read_verify_json(path)
+    elif new_doc is not None:
+        doc = new_doc()
+    else:
+        raise UserError(f"{path}: not found - run verify_op.py (make verify) first")
+    by_case = {r["case"]: r for r in doc.get("cases") or []}
+    by_case.update({r["case"]: r for r in rows})
+    doc["cases"] = list(by_case.values())
+    doc.update(updates or {})
+    finish(doc, n_cases)
+    write_verify_json(path, doc)
+    return doc
+
+
+def backend_of(doc: dict):
+    """The backend name (npu | cuda | cpu) a verify.json was made on, or None when it does not say."""
+    dev = doc.get("device")
+    return dev.get("backend") if isinstance(dev, dict) else None
 
 
 def read_verify_json(path: str) -> dict:
@@ -35,3 +98,14 @@ def read_verify_json(path: str) -> dict:
         if not isinstance(c, dict) or not isinstance(c.get("case"), int) or not isinstance(c.get("status"), str):
             raise wrong_type(path, f"cases[{i}]", c, "an object {case: int, status: str, ...}", fix)
     return doc
+
+
+def completeness(doc: dict) -> tuple:
+    """(done, problems) of a verify.json for the pipeline: done when no case failed (:data:`FAILED`); problems
+    lists the failing cases and the cases without a row (the latter do not make it undone: the collector verifies
+    a selected case that has no row)."""
+    failed = [r for r in doc.get("cases") or [] if r.get("status") in FAILED]
+    problems = [f"case {r['case']} {r['status']}: {r.get('reason')}" for r in failed]
+    if doc.get("missing"):
+        problems.append(f"cases without a row: {doc['missing']}")
+    return not failed, problems

@@ -1,0 +1,194 @@
+"""The state of a work directory's steps, the way the Makefile judges it: step 1 against the source choices it
+was built from, every later step by its stamp and its report.
+
+* Step 1 (prepare): ``prepare.json`` records the ``request`` (the source form and choices given: layout, V / ITER /
+  VARIANT, BENCH / GEN / id, REF_ROOT / IMPL_ROOT / path, example, seed) and the ``sources`` it resolved to (path +
+  sha256). :func:`prepare_verdict` compares them with the current command line and the current file *contents*:
+  another choice, another resolved file (e.g. a new ``iter_<n>``) or changed content means redo (the old work
+  directory is kept as a backup); a touch without a content change means nothing to do. The Makefile asks this at
+  parse time (``prepare_op_dir.py ... --check``), so the sources are not mtime prerequisites.
+* Steps 2-6: make writes ``<work>/.state/<step>.ok`` (:func:`stamp_path`) only after the step's script succeeded;
+  the report keeps its name whatever happened. A step is **done** when its stamp is newer than everything it
+  depends on (:data:`STEPS`, mirroring the Makefile's rules); **stale** when an input changed since; **failed**
+  when it has no stamp and its report records a failure or an incomplete run (kept as evidence; make redoes the
+  step); **not run** otherwise. A script that writes an incomplete report outside make removes the step's stamp
+  (:func:`invalidate`). :func:`step_states` gives the table ``make status`` prints.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .discover import sha256
+from .errors import UserError
+from .jsonio import read_json
+from .opdir import PREPARE_JSON
+
+STATE_DIR = ".state"
+# request keys -> the make variable that sets them (for the "what changed" message)
+MAKE_NAMES = {"form": "source layout", "src": "V", "iter": "ITER", "variant": "VARIANT", "bench": "BENCH",
+              "gen": "GEN", "id": "OP", "ref_root": "REF_ROOT", "impl_root": "IMPL_ROOT", "example": "OP",
+              "entry": "--entry", "seed": "--seed", "ref": "--ref", "cases": "--cases", "impl": "--impl"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pipeline step as the Makefile builds it: its stamp name, its report, the steps and work-dir files its
+    stamp depends on."""
+    name: str
+    report: str
+    needs: tuple = ()
+    files: tuple = ()
+
+
+STEPS = (
+    Step("prepare", PREPARE_JSON),
+    Step("verify", "verify.json", ("prepare",), ("model_new.py",)),
+    Step("flops", "flops_check.json", ("prepare",), ("flops.py", "model.py")),
+    Step("collect", "performance.json", ("verify", "flops"), ("model_new.py",)),
+    Step("peak", "peak.json"),
+    Step("decompose", "mfu_decompose.json", ("collect", "peak"), ("performance.json", "peak.json")),
+)
+
+
+def stamp_path(work: str, step: str) -> str:
+    """``<work>/.state/<step>.ok``: written by make after ``step`` succeeded (step 1's stamp is prepare.json)."""
+    return os.path.join(work, PREPARE_JSON) if step == "prepare" else os.path.join(work, STATE_DIR, f"{step}.ok")
+
+
+def invalidate(work: str, step: str) -> bool:
+    """Remove the stamp of ``step`` (2-6) in ``work``: a script that writes an incomplete or failed report outside
+    make (e.g. the collector interrupted by hand after make's run) calls it, so the next ``make`` redoes the step.
+    Returns whether a stamp was removed."""
+    path = stamp_path(work, step)
+    if step == "prepare" or not os.path.exists(path):
+        return False
+    os.unlink(path)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------ step 1
+
+
+def source_record(sources: dict) -> dict:
+    """{name: {path, sha256}} of the resolved source files ``sources`` ({ref|cases|impl|flops: path or None})."""
+    return {k: {"path": os.path.abspath(p), "sha256": sha256(p)} for k, p in sources.items() if p}
+
+
+def _show(value) -> str:
+    return "(unset)" if value is None else repr(value)
+
+
+def prepare_verdict(work: str, request: dict, sources: dict) -> tuple:
+    """(verdict, reason) of step 1 for the work directory ``work``.
+
+    ``request``: the source form and choices of the current command line (prepare_op_dir.py builds it);
+    ``sources``: {ref|cases|impl|flops: path} they resolve to now. Verdicts: ``new`` (no prepare.json), ``redo``
+    (reason says what changed: a choice, a resolved file, a file's content), ``ok``.
+    """
+    path = os.path.join(work, PREPARE_JSON)
+    if not os.path.exists(path):
+        return "new", f"{path} does not exist yet"
+    try:
+        doc = read_json(path)
+    except (OSError, ValueError) as exc:
+        return "redo", f"{path} is unreadable ({exc})"
+    if not isinstance(doc, dict) or "request" not in doc:
+        return "redo", f"{path} records no source choices (made by an older version)"
+    changes = [f"{MAKE_NAMES.get(k, k)} {_show(doc['request'].get(k))} -> {_show(request.get(k))}"
+               for k in sorted(set(doc["request"]) | set(request)) if doc["request"].get(k) != request.get(k)]
+    recorded, choice_changed = doc.get("sources") or {}, bool(changes)
+    for k in sorted(set(recorded) | {k for k, p in sources.items() if p}):
+        old, new = (recorded.get(k) or {}).get("path"), sources.get(k)
+        new = os.path.abspath(new) if new else None
+        if old != new:
+            if not choice_changed:  # a changed choice explains the other files; otherwise say which file changed
+                changes.append(f"{k} file {old} -> {new}")
+        elif new and os.path.isfile(new) and sha256(new) != recorded[k].get("sha256"):
+            changes.append(f"{k} content changed ({new})")
+    if changes:
+        return "redo", "; ".join(changes)
+    return "ok", "sources and choices unchanged since prepare.json was written"
+
+
+# ------------------------------------------------------------------------------------------------ steps 2-6
+
+
+def report_verdict(step: str, path: str) -> tuple:
+    """(ok, detail) of a step's report: ok False when it records a failure or an incomplete run."""
+    from .schemas import decompose_json, flops_check_json, peak_json, performance_json, verify_json
+    try:
+        if step == "verify":
+            ok, problems = verify_json.completeness(verify_json.read_verify_json(path))
+        elif step == "flops":
+            ok, problems = flops_check_json.completeness(read_json(path))
+        elif step == "collect":
+            rep = performance_json.load_report(path)
+            ok, problems = performance_json.completeness(rep)
+            timed = [c for c in rep["per_case"] if not c.get("skipped")]
+            if ok and not rep.get("n_cases_valid"):
+                ok, problems = False, ["no selected case has a kernel time"] + problems
+            elif ok:
+                problems = [f"{rep['n_cases_valid']} of {len(timed)} timed cases valid, "
+                            f"{len(rep['per_case']) - len(timed)} skipped"] + problems
+        elif step == "peak":
+            peak = peak_json.read_peak_json(path)
+            ok, problems = not peak.get("interrupted"), (["interrupted"] if peak.get("interrupted") else [])
+        elif step == "decompose":
+            ok, problems = decompose_json.completeness(decompose_json.read_decompose_json(path))
+        else:
+            ok, problems = True, []
+    except (UserError, OSError, ValueError) as exc:
+        return False, str(exc)
+    return ok, "; ".join(problems)
+
+
+def _mtime(path):
+    return os.path.getmtime(path) if os.path.exists(path) else None
+
+
+def step_states(work: str, prepare: tuple) -> list:
+    """One row per step of :data:`STEPS`: {step, state (done | stale | failed | not run | error), detail, report}.
+
+    ``prepare``: :func:`prepare_verdict`'s (verdict, reason), or ("error", message) when the sources cannot be
+    resolved."""
+    rows, state = [], {}
+    for step in STEPS:
+        report = os.path.join(work, step.report)
+        if step.name == "prepare":
+            verdict, why = prepare
+            st = {"ok": "done", "redo": "stale", "new": "not run"}.get(verdict, "error")
+            rows.append({"step": "prepare", "state": st, "detail": why, "report": report})
+            state["prepare"] = st
+            continue
+        stamp = stamp_path(work, step.name)
+        upstream = [f"{n} {state[n]}" for n in step.needs if state.get(n) != "done"]
+        deps = [stamp_path(work, n) for n in step.needs] + [os.path.join(work, f) for f in step.files]
+        have_report = os.path.exists(report)
+        ok, detail = report_verdict(step.name, report) if have_report else (None, "")
+        if os.path.exists(stamp):
+            newer = [os.path.relpath(d, work) for d in deps if (_mtime(d) or 0) > _mtime(stamp)]
+            if upstream or newer:
+                st, detail = "stale", "; ".join(upstream + [f"{n} changed since this step ran" for n in newer])
+            elif not have_report:
+                st, detail = "stale", f"its report {report} is gone"
+            else:  # make's view: the stamp stands (a failure it accepted, e.g. ACCEPT_VERIFY_FAILURES=1, is listed)
+                st, detail = "done", (detail if ok else f"accepted: {detail}")
+        elif not have_report:
+            st, detail = "not run", "; ".join(upstream)
+        elif not ok:
+            st = "failed"
+        else:
+            st, detail = "not done", ("report present but make recorded no success (interrupted, or run outside "
+                                      "make): make redoes it" + (f"; {detail}" if detail else ""))
+        state[step.name] = st
+        rows.append({"step": step.name, "state": st, "detail": detail, "report": report if have_report else ""})
+    return rows
+
+
+def status_table(work: str, prepare: tuple) -> str:
+    """The ``make status`` table (tabulate) of :func:`step_states` for ``work``."""
+    from tabulate import tabulate
+    rows = step_states(work, prepare)
+    body = [[r["step"], r["state"], (r["detail"] or "")[:110], r["report"]] for r in rows]
+    return f"work directory {work}\n" + tabulate(body, headers=["step", "state", "detail", "report"])

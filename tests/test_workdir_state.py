@@ -1,0 +1,264 @@
+"""The work directory's state is the truth (issue 10), driven through make on CPU with copies of the bundled
+layout-A 2_Softmax (output/iter_1, iter_2, optimized + baseline kernels; 11 cases, the 4 small ones run on CPU):
+
+* step 1 is redone for another ITER / VARIANT / V or a source whose content changed, never for a touch; a V that
+  does not exist is an error even though the work directory exists; VARIANT=baseline has its own work directory;
+* only cases verify passed are timed: a case verify skipped or failed is listed as skipped with the reason and
+  its slot goes to the next one; a selected case without a verify row is verified first and recorded;
+* a failing verify keeps verify.json (naming the case) and stops make; an interrupted collect is redone by the
+  next `make all`; decompose refuses an incomplete collection; `make status` says which step is what.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+from mfulib import workdir_state
+from mfulib.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOFTMAX = os.path.join(ROOT, "examples", "ops", "verify", "2_Softmax")
+IMPL2 = os.path.join("output", "iter_2", "verify", "2_Softmax_triton_optimized.py")
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+
+
+def make(*args, env=None, timeout=900):
+    return subprocess.run(["make", "-C", ROOT, *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture()
+def softmax_src(tmp_path):
+    src = tmp_path / "src" / "2_Softmax"
+    shutil.copytree(SOFTMAX, src)
+    return src
+
+
+def pipeline(src, work, peak_cache, *extra):
+    return ["OP=2_Softmax", f"V={src}", f"WORK={work}", "BACKEND=cpu", f"MFU_PEAK_CACHE_DIR={peak_cache}", *extra]
+
+
+# ------------------------------------------------------------------------------------------------ step 1
+
+
+def test_another_iter_variant_or_content_redoes_step_1_a_touch_does_not_and_a_missing_v_fails(softmax_src, tmp_path):
+    work = tmp_path / "w"
+    args = ["OP=2_Softmax", f"V={softmax_src}", f"WORK={work}"]
+    r = make(*args, "prepare")
+    assert r.returncode == 0, r.stderr
+    pj = read(work / "prepare.json")
+    assert pj["request"] == {"form": "A", "src": str(softmax_src), "iter": None, "variant": "optimized"}
+    assert pj["sources"]["impl"]["path"].endswith(IMPL2)
+
+    mtime = os.path.getmtime(work / "prepare.json")
+    os.utime(softmax_src / IMPL2)  # touch: same content
+    again = make(*args, "prepare")
+    assert "Nothing to be done for 'prepare'" in again.stdout and os.path.getmtime(work / "prepare.json") == mtime
+
+    it1 = make(*args, "ITER=1", "prepare")
+    assert it1.returncode == 0, it1.stderr
+    assert "ITER (unset) -> 1" in it1.stdout and "step 1 is redone" in it1.stdout
+    assert "iter_1" in read(work / "prepare.json")["sources"]["impl"]["path"]
+    assert [p for p in os.listdir(tmp_path) if p.startswith("w.bak-")]  # the old directory is kept
+    assert "Nothing to be done" in make(*args, "ITER=1", "prepare").stdout
+
+    base = make(*args, "ITER=1", "VARIANT=baseline", "prepare")
+    assert base.returncode == 0 and "VARIANT 'optimized' -> 'baseline'" in base.stdout
+    impl = read(work / "prepare.json")["sources"]["impl"]["path"]
+    assert impl.endswith(os.path.join("iter_1", "verify", "2_Softmax_triton_baseline.py"))
+
+    with open(impl, "a") as f:
+        f.write("# edited\n")
+    edited = make(*args, "ITER=1", "VARIANT=baseline", "prepare")
+    assert edited.returncode == 0 and f"impl content changed ({impl})" in edited.stdout
+
+    missing = make("OP=2_Softmax", f"V={tmp_path / 'nope'}", f"WORK={work}", "prepare")
+    assert missing.returncode != 0 and "--src directory not found" in missing.stderr
+    assert (work / "prepare.json").exists()  # the failed attempt left the work directory alone
+
+    bench, gen = os.path.join(ROOT, "examples/ops/bench/zoo"), os.path.join(ROOT, "examples/ops/gen/zoo")
+    no_iter = make("OP=2_Softmax", f"BENCH={bench}", f"GEN={gen}", "ITER=1", f"WORK={tmp_path / 'b'}", "prepare")
+    assert no_iter.returncode != 0 and "only layout A has output/iter_<n>/verify" in no_iter.stderr
+    assert "WORK=work/2_Softmax-baseline " in make("OP=2_Softmax", "VARIANT=baseline", "help").stdout
+    assert "WORK=work/2_Softmax " in make("OP=2_Softmax", "help").stdout
+
+
+# ------------------------------------------------------------------------------------------------ verify gate
+
+
+def status_of(stdout: str) -> dict:
+    """{step: (state, detail...)} from `make status` output."""
+    out = {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if words and words[0] in {s.name for s in workdir_state.STEPS}:
+            state = " ".join(words[1:3]) if words[1:3] == ["not", "run"] or words[1:3] == ["not", "done"] \
+                else words[1]
+            out[words[0]] = (state, line)
+    return out
+
+
+def test_only_verified_cases_are_timed_and_a_failing_verify_keeps_its_report_naming_the_case(softmax_src, tmp_path):
+    impl = softmax_src / IMPL2
+    text = impl.read_text()
+    broken = text.replace("    def forward(self, x, dim=-1):\n",
+                          "    def forward(self, x, dim=-1):\n"
+                          "        if tuple(x.shape) == (8, 1000):\n"
+                          "            return torch.zeros_like(x)  # wrong on purpose: case 1\n", 1)
+    assert broken != text
+    impl.write_text(broken)
+    work = tmp_path / "w"
+    # verify leaves case 0 out (no row), fails case 1, passes 2 and 3, skips 4.. (inputs over 0.1 MB; 6 is bf16)
+    args = pipeline(softmax_src, work, tmp_path / "cache", "VERIFY_ARGS=--cases 1-10 --max-input-mb 0.1")
+    r = make(*args, "verify")
+    assert r.returncode != 0
+    v = read(work / "verify.json")
+    assert v["failed"] == [1] and {c["case"]: c["status"] for c in v["cases"]}[1] == "fail"
+    assert v["complete"] is False and v["missing"] == [0]
+    assert f"step verify FAILED (exit status 1); its report is kept: {work}/verify.json" in r.stderr
+    assert not (work / ".state" / "verify.ok").exists()
+    st = status_of(make(*args, "status").stdout)
+    assert st["verify"][0] == "failed" and "case 1 fail" in st["verify"][1]
+    assert st["collect"][0] == "not run" and "verify failed" in st["collect"][1]
+
+    # accepted: make goes on; the collector verifies case 0 first (no row), never times the failed case 1 (its
+    # slot goes to case 2) nor the verify-skipped 4, 5, 7.. (the selection runs out of verified cases)
+    r = make(*args, "ACCEPT_VERIFY_FAILURES=1", "COLLECT_ARGS=--max-cases 4", "collect")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "exit status 1 accepted (ACCEPT_VERIFY_FAILURES=1" in r.stderr
+    assert "verifying case(s) [0] first" in r.stderr and "case 1 not timed: not verified: verify fail" in r.stderr
+    perf = read(work / "performance.json")
+    timed = [c["case"] for c in perf["per_case"] if not c.get("skipped")]
+    assert timed == perf["selection"]["order"] == [0, 3, 2] and perf["complete"] is True
+    assert perf["selection"]["verified_now"] == [0]
+    skipped = {c["case"]: c for c in perf["per_case"] if c.get("skipped")}
+    assert skipped[1]["skipped"].startswith("not verified: verify fail") and skipped[1]["asc_us"] is None
+    assert skipped[4]["skipped"].startswith("not verified: verify skipped (inputs 33.6 MB > --max-input-mb 0.1)")
+    assert skipped[1]["verify"] == {"status": "fail", "reason": skipped[1]["verify"]["reason"], "forced": False}
+    assert {1, 4, 5, 7} <= set(perf["selection"]["not_verified"])
+    assert all(c["verify"] == {"status": "pass", "reason": None, "forced": False} for c in perf["per_case"]
+               if c["case"] in timed)
+    assert sorted(os.listdir(work / "prof")) == ["case0_asc", "case2_asc", "case3_asc"]
+    v = read(work / "verify.json")  # the collector's own verification is recorded
+    assert {c["case"]: c["status"] for c in v["cases"]}[0] == "pass" and v["complete"] and v["failed"] == [1]
+
+
+# ------------------------------------------------------------------------------------------------ interrupt
+
+
+def run_until_interrupted(args, marker):
+    """Start make, send SIGINT to its process group (as Ctrl-C does) once ``marker`` is printed; return output."""
+    proc = subprocess.Popen(["make", "-C", ROOT, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith(marker):
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+    rest, _ = proc.communicate(timeout=300)
+    return proc.returncode, "".join(out) + rest
+
+
+def test_an_interrupted_collect_is_incomplete_refused_by_decompose_and_redone_by_the_next_make_all(softmax_src,
+                                                                                                    tmp_path):
+    work = tmp_path / "w"
+    args = pipeline(softmax_src, work, tmp_path / "cache", "COLLECT_ARGS=--cases 0,3")
+    rc, out = run_until_interrupted(args + ["all"], "[1/2] case 0")
+    assert rc != 0, out[-2000:]
+    perf = read(work / "performance.json")
+    assert perf["complete"] is False and perf["missing"] == [
+        {"case": 3, "impl": "asc", "reason": "not run: the collection was interrupted"}]
+    assert not (work / ".state" / "collect.ok").exists() and not (work / "mfu_decompose.json").exists()
+    st = status_of(make(*args, "status").stdout)
+    assert st["collect"][0] == "failed" and "case 3 asc: not run" in st["collect"][1]
+    assert st["decompose"][0] == "not run" and st["verify"][0] == "done"
+
+    again = make(*args, "all")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "verify_op.py" not in again.stdout and "check_flops.py" not in again.stdout  # done steps stay done
+    perf = read(work / "performance.json")
+    assert perf["complete"] is True and perf["missing"] == [] and perf["n_cases_valid"] == 2
+    assert read(work / ".state" / "previous" / "performance.json")["complete"] is False  # the evidence is kept
+    assert read(work / "mfu_decompose.json")["complete"] is True
+
+    # decompose refuses an incomplete collection unless told, and then marks its result
+    from mfulib import decompose
+    with open(work / "performance.json") as f:
+        doc = json.load(f)
+    doc.update(complete=False, missing=[{"case": 3, "impl": "asc", "reason": "not run: interrupted"}])
+    (tmp_path / "partial").mkdir()
+    with open(tmp_path / "partial" / "performance.json", "w") as f:
+        json.dump(doc, f)
+    with pytest.raises(UserError, match="incomplete collection .case 3 asc: not run: interrupted. - re-run"):
+        decompose.decompose(str(work), str(work / "peak.json"), reports=[("partial", str(tmp_path / "partial" /
+                                                                                        "performance.json"))])
+    marked = decompose.decompose(str(work), str(work / "peak.json"), allow_incomplete=True,
+                                 reports=[("partial", str(tmp_path / "partial" / "performance.json"))])
+    assert marked["complete"] is False and marked["missing"] == ["partial: case 3 asc: not run: interrupted"]
+    assert marked["warnings"][0].startswith("INCOMPLETE collection")
+
+    # a content-identical touch of a source rebuilds nothing; status says every step is done
+    os.utime(softmax_src / IMPL2)
+    assert "Nothing to be done for 'all'" in make(*args, "all").stdout
+    assert {k: v[0] for k, v in status_of(make(*args, "status").stdout).items()} == {
+        s: "done" for s in ("prepare", "verify", "flops", "collect", "peak", "decompose")}
+
+
+# ------------------------------------------------------------------------------------------------ units
+
+
+def test_prepare_verdict_names_the_choice_and_the_file_that_changed(tmp_path):
+    src = tmp_path / "impl.py"
+    src.write_text("x = 1\n")
+    work = tmp_path / "w"
+    work.mkdir()
+    assert workdir_state.prepare_verdict(str(work), {"form": "A"}, {"impl": str(src)})[0] == "new"
+    record = {"request": {"form": "A", "iter": None}, "sources": workdir_state.source_record({"impl": str(src)})}
+    (work / "prepare.json").write_text(json.dumps(record))
+    assert workdir_state.prepare_verdict(str(work), {"form": "A", "iter": None}, {"impl": str(src)})[0] == "ok"
+    assert workdir_state.prepare_verdict(str(work), {"form": "A", "iter": 2}, {"impl": str(src)}) == \
+        ("redo", "ITER (unset) -> 2")
+    other = tmp_path / "other.py"
+    other.write_text("x = 1\n")
+    assert workdir_state.prepare_verdict(str(work), {"form": "A", "iter": None}, {"impl": str(other)}) == \
+        ("redo", f"impl file {src} -> {other}")
+    src.write_text("x = 2\n")
+    assert workdir_state.prepare_verdict(str(work), {"form": "A", "iter": None}, {"impl": str(src)}) == \
+        ("redo", f"impl content changed ({src})")
+    (work / "prepare.json").write_text(json.dumps({"sources": {}}))
+    assert "records no source choices" in workdir_state.prepare_verdict(str(work), {}, {})[1]
+
+
+def test_the_gate_refuses_a_verify_json_of_another_backend_or_of_other_model_files(tmp_path):
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_msprof"))
+    import tinyops
+    from mfulib.opdir import OpDir
+    from mfulib.schemas import verify_json
+    from mfulib.verified_cases import Gate
+    od = OpDir(tinyops.make_workdir(tmp_path))
+    doc = {"tool": verify_json.TOOL, "device": {"backend": "cuda"}, "inputs": verify_json.input_digests(od.path),
+           "cases": [{"case": 0, "status": "pass"}, {"case": 1, "status": "skipped", "reason": "too big"}]}
+    verify_json.write_verify_json(od.file("verify.json"), doc)
+    with pytest.raises(UserError, match="verified on cuda, this run is on cpu - re-run verify"):
+        Gate(od, "cpu", "cpu")
+    forced = Gate(od, "cpu", "cpu", forced=True)  # --unverified-ok: the rows are ignored, every case is marked
+    ok, mark = forced.admits(0)
+    assert ok and mark["forced"] and "verified on cuda" in mark["reason"]
+    gate = Gate(od, "cuda", "cuda:0")
+    assert gate.admits(0) == (True, {"status": "pass", "reason": None, "forced": False})
+    assert gate.admits(1)[0] is False and "verify skipped (too big)" in gate.admits(1)[1]["reason"]
+    assert gate.pending([0, 1, 2]) == [2]
+    with open(od.model_new_py, "a") as f:
+        f.write("# edited after verify\n")
+    with pytest.raises(UserError, match="made for another model_new.py"):
+        Gate(od, "cuda", "cuda:0")
