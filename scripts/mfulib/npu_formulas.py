@@ -16,9 +16,9 @@ the MindSpore ops of the same name document the same arguments). Matrix FLOPs, 2
   ``2 * D`` (Q K^T) + 2 (the weighted head sum) over the pairs ``sparse_mode`` keeps (3: bottom-right causal,
   0: all). The numeric stand-in computes the real top-k indices on CPU tensors, so a reference that feeds them to
   npu_sparse_flash_attention goes on with real values.
-* ``npu_lstm(input, weight, bias, seq_mask, h, c, has_biases, num_layers, dropout, train, bidirectional,
-  batch_first, flag_seq, direction)``: the four gate GEMMs of every time step (PyTorch nn.LSTM equations:
-  [i f g o] = W_ih x_t + W_hh h_{t-1}): ``2 * T * B * 4H * (I + H)``, doubled when bidirectional.
+* ``npu_lstm(x, weight, bias, seqMask, h, c, has_biases, num_layers, dropout, train, bidirectional,
+  batch_first, flag_seq, direction)`` (op-plugin docs/context/(beta)torch_npu-npu_lstm.md): the four gate GEMMs
+  of every time step: ``2 * T * B * 4H * (I + H)``, one direction (bidirectional is documented as unsupported).
 * vector-only (0 matrix FLOPs; their vector work is the element-cost table's, :mod:`mfulib.vector_costs`):
   ``npu_rms_norm(x, gamma, epsilon=1e-6) -> (y, rstd)``, ``npu_rotary_mul(x, r1, r2, rotary_mode="half")``,
   ``npu_swiglu(x, dim=-1)``, ``npu_group_norm_swish(input, num_groups, weight, bias, eps=1e-5, swish_scale=1.0)
@@ -76,13 +76,24 @@ def lightning_indexer_flops(values, query, key, weights, *args, layout_query="BS
     return Count(2 * (b or 1) * n1 * pairs * (d + 1))
 
 
-@REGISTRY.register("npu::npu_lstm", "PyTorch nn.LSTM equations: gates = W_ih x_t + W_hh h_(t-1), 4 gates per step",
-                   python="torch_npu.npu_lstm")
+_LSTM_SOURCE = ("torch_npu.npu_lstm docs (op-plugin docs/context/(beta)torch_npu-npu_lstm.md): DynamicRNN, "
+                "one layer, bidirectional/batch_first not supported; op-plugin LstmKernelNpu: steps = x.size(0), "
+                "batch = x.size(1), hidden = bias.size(0) / 4; gates [i j f o] = [x_t, h_(t-1)] @ W")
+
+
+@REGISTRY.register("npu::npu_lstm", _LSTM_SOURCE, python="torch_npu.npu_lstm")
 def lstm_flops(values, input, weight, bias, seq_mask, h, c, *args, **kwargs):
+    """``2 * T * B * 4H * (I + H)``: the four gate GEMMs of each of the T steps, one direction (the documented
+    op is single-layer and unidirectional: ``bidirectional`` is "not supported", ``direction`` only picks the
+    direction). x [T, B, I]; weight [I + H, 4H]; bias [4H] (H = bias.size(0) / 4, else h's last dim).
+    Source: :data:`_LSTM_SOURCE`."""
     t, b, i = shape_of(input)[:3]
-    hidden = shape_of(h)[-1]
-    bidirectional = bool(args[3]) if len(args) > 3 else bool(kwargs.get("bidirectional", False))
-    return Count(2 * t * b * 4 * hidden * (i + hidden) * (2 if bidirectional else 1))
+    hidden = shape_of(bias)[0] // 4 if bias is not None and shape_of(bias) else shape_of(h)[-1]
+    notes = ()
+    w = shape_of(weight)
+    if math.prod(w) != 4 * hidden * (i + hidden):
+        notes = (f"npu_lstm: weight {w} is not [I + H, 4H] = [{i + hidden}, {4 * hidden}]: counted from x and bias",)
+    return Count(2 * t * b * 4 * hidden * (i + hidden), notes)
 
 
 def _vector_only(name, source):
