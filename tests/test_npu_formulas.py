@@ -144,3 +144,15 @@ def test_the_vector_only_standins_count_no_matrix_work_and_compute_the_documente
     torch.testing.assert_close(out["rot"], x)
     y = F.group_norm(x.reshape(4, 8, 8), 2)
     torch.testing.assert_close(out["gns"], y * torch.sigmoid(y))
+
+
+def test_sparse_flash_attention_query_heads_share_their_kv_heads_index_list():
+    """query [1, 4, 4, 16] (N1 4), kv [1, 8, 2, 16] (N2 2), indices [1, 4, 2, 3] all valid: each query token's 4
+    heads read 3 keys each (heads 0-1 the list of KV head 0, heads 2-3 that of KV head 1):
+    2 * 4 heads * (4 tokens * 3 keys) * (16 + 16) = 3072 (not 2 * 4 * 24 * 32, which double-counts the lists)."""
+    def ref(q, kv, idx):
+        import torch_npu
+        return torch_npu.npu_sparse_flash_attention(q, kv, kv, idx, 1.0)[0]
+    idx = torch.zeros(1, 4, 2, 3, dtype=torch.int32)
+    r = trace(ref, [torch.randn(1, 4, 4, 16), torch.randn(1, 8, 2, 16), idx])
+    assert r.total_flops == 3072 and not r.needs_values

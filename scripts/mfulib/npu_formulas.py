@@ -9,7 +9,8 @@ the MindSpore ops of the same name document the same arguments). Matrix FLOPs, 2
   sparse_block_size=1, layout_query="BSND", layout_kv="BSND", sparse_mode=3, ...)``: softmax(Q K~^T) V~ over the
   keys ``sparse_indices`` selects per query token (index -1 ends the list; each index a block of
   ``sparse_block_size`` keys): ``2 * N1 * selected_keys * (D + D_rope + D_v)`` per query token. The selected count
-  needs the indices' values; without them every slot counts (``needs_values``).
+  needs the indices' values; without them every slot counts (``needs_values``). Indices [B, S1, N2, K]: the
+  N1 / N2 query heads of a KV head share its list, so the count is ``2 * N1 * (selected / N2) * (...)``.
 * ``npu_lightning_indexer(query, key, weights, *, actual_seq_lengths_query=None, actual_seq_lengths_key=None,
   block_table=None, layout_query="BSND", layout_key="BSND", sparse_count=2048, sparse_mode=3, ...)``:
   Top-k{ 1_g @ [(W 1_Sk) * ReLU(Q_index K_index^T)] } (DeepSeek DSA): per (query token, key) pair and query head
@@ -50,16 +51,20 @@ def sparse_flash_attention_flops(values, query, key, value, sparse_indices, scal
     d_v = shape_of(value)[-1]
     idx = values(sparse_indices)
     slots = shape_of(sparse_indices)
+    # sparse_indices [B, S1, N2, K] (BSND) / [T, N2, K] (TND): query heads share their KV head's (N2) index list,
+    # so a query token's N1 heads read sum(selected) / N2 keys each
+    n2 = slots[-2] if len(slots) >= 3 else 1
     if idx is None:
         selected = math.prod(slots) * int(sparse_block_size)
-        return Count(2 * n1 * selected * (d + d_rope + d_v), ("sparse_indices without values: every slot counted",),
-                     True)
+        return Count(2 * n1 * selected * (d + d_rope + d_v) // max(n2, 1),
+                     ("sparse_indices without values: every slot counted",), True)
     import torch
     valid = idx >= 0
     # a -1 ends a token's list: count the slots before the first -1
     ends = torch.cumprod(valid.to(torch.int64), dim=-1)
     selected = int(ends.sum().item()) * int(sparse_block_size)
-    return Count(2 * n1 * selected * (d + d_rope + d_v), (f"sparse attention: {selected} selected keys",))
+    return Count(2 * n1 * selected * (d + d_rope + d_v) // max(n2, 1),
+                 (f"sparse attention: {selected} selected keys",))
 
 
 @REGISTRY.register("npu::npu_lightning_indexer", f"{_DOC}: Top-k(1_g @ ((W 1_Sk) * ReLU(Q K^T))), DeepSeek DSA",
