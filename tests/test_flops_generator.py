@@ -317,3 +317,133 @@ def test_elementwise_drafts_say_no_matrix_work_and_mark_the_vector_count_for_rev
 
 def status_vector(row):
     return next(c for c in row["checks"] if c["name"] == "vector_flops")["status"]
+
+
+FIA_REF = '''
+class Model(nn.Module):
+    def forward(self, query, key, value, num_heads, num_key_value_heads, input_layout, sparse_mode,
+                actual_seq_lengths=None, actual_seq_lengths_kv=None):
+        import torch_npu
+        mask = torch.ones(2048, 2048, dtype=torch.bool).triu(1) if sparse_mode in (2, 3) else None
+        return torch_npu.npu_fused_infer_attention_score(
+            query, key, value, atten_mask=mask, actual_seq_lengths=actual_seq_lengths,
+            actual_seq_lengths_kv=actual_seq_lengths_kv, num_heads=num_heads,
+            num_key_value_heads=num_key_value_heads, input_layout=input_layout, sparse_mode=sparse_mode)[0]
+'''
+
+
+@pytest.mark.skipif(__import__("mfulib.npu_standins").npu_standins.real_torch_npu() is not None,
+                    reason="a real torch_npu is installed: its ops run instead of the stand-ins")
+def test_a_fused_infer_attention_draft_equals_the_hand_values_on_bnsd_bsh_and_bsnd(tmp_path):
+    """npu_fused_infer_attention_score, FLOPs 2 * N_q * (D + D_v) per unmasked (query, key) pair (Ascend docs):
+    1. BNSD, GQA 8 query / 2 KV heads, D = D_v = 16, sparse_mode 0, actual_seq_lengths [4, 2], _kv [20, 32]:
+       pairs 4 * 20 + 2 * 32 = 144 -> 2 * 8 * 32 * 144 = 73728 (the padded shapes, 4 x 32 per batch, would say
+       2 * 8 * 32 * 256 = 131072);
+    2. BSH [1, 8, 4 * 16], one KV head (k, v [1, 8, 16]), sparse_mode 3, S_q = S_kv = 8: pairs 8 * 9 / 2 = 36 ->
+       2 * 4 * 32 * 36 = 9216;
+    3. BSND decode q [2, 1, 4, 16], k/v [2, 32, 2, 16], sparse_mode 0, actual_seq_lengths [1, 1],
+       actual_seq_lengths_kv [10, 32]: pairs 10 + 32 = 42 -> 2 * 4 * 32 * 42 = 10752.
+    The draft needs no REVIEW on its FLOPs and passes check_flops against the tracer's stand-in."""
+    from test_flops_tracer import LOADER, attr_, tensor, write_workdir
+
+    def case(q, k, v, heads, kv, layout, mode, lens=None, lens_kv=None):
+        ins = [tensor("query", q), tensor("key", k), tensor("value", v), attr_("num_heads", heads),
+               attr_("num_key_value_heads", kv), attr_("input_layout", layout, "str"), attr_("sparse_mode", mode)]
+        if lens is not None:
+            ins.append(attr_("actual_seq_lengths", lens, "list"))
+        if lens_kv is not None:
+            ins.append(attr_("actual_seq_lengths_kv", lens_kv, "list"))
+        return {"inputs": ins}
+    cases = [case([2, 8, 4, 16], [2, 2, 32, 16], [2, 2, 32, 16], 8, 2, "BNSD", 0, [4, 2], [20, 32]),
+             case([1, 8, 64], [1, 8, 16], [1, 8, 16], 4, 1, "BSH", 3),
+             case([2, 1, 4, 16], [2, 32, 2, 16], [2, 32, 2, 16], 4, 2, "BSND", 0, [1, 1], [10, 32])]
+    od = write_workdir(tmp_path, LOADER + textwrap.dedent(FIA_REF), cases)
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "npu_fused_infer_attention"
+    assert [t for _, t in draft["review_lines"] if "kernel" not in t.lower()] == []
+    ff, rows, _ = check_all(od)
+    assert [r["flops"] for r in rows] == [73728.0, 9216.0, 10752.0]
+    assert [r["tracer"]["total_flops"] for r in rows] == [73728, 9216, 10752]
+    assert [r["status"] for r in rows] == ["pass"] * 3, [r["diagnosis"] for r in rows]
+
+
+DSA_REF = '''
+class Model(nn.Module):
+    def forward(self, index_q, index_k, weights, query, kv, sparse_count, sparse_mode):
+        import torch_npu
+        idx, _ = torch_npu.npu_lightning_indexer(index_q, index_k, weights, sparse_count=sparse_count,
+                                                 sparse_mode=sparse_mode)
+        return torch_npu.npu_sparse_flash_attention(query, kv, kv, idx, 1.0, sparse_block_size=1)[0]
+'''
+INDEXER_REF = '''
+class Model(nn.Module):
+    def forward(self, query, key, weights, sparse_count, sparse_mode):
+        import torch_npu
+        return torch_npu.npu_lightning_indexer(query, key, weights, sparse_count=sparse_count,
+                                               sparse_mode=sparse_mode)[1]
+'''
+TOPK_BLOCKS_REF = '''
+class Model(nn.Module):
+    def forward(self, q, k, v, block_size, topk):
+        b, h, s, d = q.shape
+        kb = k.reshape(b, h, s // block_size, block_size, d)
+        scores = torch.einsum("bhsd,bhnd->bhsn", q, kb.mean(3))               # query x key-block summary
+        sel = scores.topk(topk, dim=-1).indices                                # top-k key blocks per query
+        idx = (sel[..., None] * block_size + torch.arange(block_size)).flatten(-2)
+        ks = torch.gather(k[:, :, None].expand(b, h, s, s, d), 3, idx[..., None].expand(-1, -1, -1, -1, d))
+        vs = torch.gather(v[:, :, None].expand(b, h, s, s, d), 3, idx[..., None].expand(-1, -1, -1, -1, d))
+        p = torch.softmax(torch.einsum("bhsd,bhskd->bhsk", q, ks) / d ** 0.5, dim=-1)
+        return torch.einsum("bhsk,bhskd->bhsd", p, vs)
+'''
+
+
+@pytest.mark.skipif(__import__("mfulib.npu_standins").npu_standins.real_torch_npu() is not None,
+                    reason="a real torch_npu is installed: its ops run instead of the stand-ins")
+def test_sparse_attention_and_lightning_indexer_drafts_are_marked_for_review_and_never_undercount(tmp_path):
+    """DeepSeek DSA: indexer (index_q [1, 16, 4, 8], index_k [1, 16, 1, 8], sparse_count 8, sparse_mode 3) feeds
+    npu_sparse_flash_attention (query [1, 16, 4, 32], kv [1, 16, 1, 32]). Hand values (as in test_npu_formulas):
+    indexer 2 * 4 * 136 * (8 + 1) = 9792; SFA really selects 100 keys -> 2 * 4 * 100 * 64 = 51200; total 60992.
+    The draft counts every index slot, 16 * 8 = 128 keys -> 2 * 4 * 128 * 64 = 65536 (an upper bound, never an
+    undercount) + 9792 = 75328, with REVIEW lines naming the -1 / causal selection and the indexer's head sum:
+    the verdict is unverified (or failed on the upper bound), never pass. Indexer alone: the draft equals 9792 and
+    is unverified for its REVIEW line. A torch reference gathering top-k key blocks (q/k/v [1, 2, 16, 8], blocks
+    of 4 keys, top-2 blocks per query): attention over 2 * 4 = 8 keys, 2 * 2 heads * 16 * 8 * (8 + 8) = 8192, plus
+    the block scores (query x 16 / 4 = 4 block means) 2 * 2 * 16 * 4 * 8 = 2048: 10240 = the tracer's einsums;
+    the draft says 10240 with REVIEW lines on the selection, so it is unverified until reviewed."""
+    from test_flops_tracer import LOADER, attr_, tensor, write_workdir
+    dsa = [tensor("index_q", [1, 16, 4, 8]), tensor("index_k", [1, 16, 1, 8]), tensor("weights", [1, 16, 4]),
+           tensor("query", [1, 16, 4, 32]), tensor("kv", [1, 16, 1, 32]), attr_("sparse_count", 8),
+           attr_("sparse_mode", 3)]
+    od = write_workdir(tmp_path, LOADER + textwrap.dedent(DSA_REF), [{"inputs": dsa}], name="DSA")
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "sparse_flash_attention"
+    texts = " ".join(t for _, t in draft["review_lines"])
+    assert "-1 ends a token's list" in texts and "weighted head sum" in texts
+    ff, rows, file_level = check_all(od)
+    assert rows[0]["flops_parts"] == {"attn": 65536, "indexer": 9792}
+    assert rows[0]["flops"] == 75328.0 >= rows[0]["tracer"]["total_flops"] == 60992
+    assert fchk.summarize(rows, file_level)["verdict"] in ("unverified", "failed")
+
+    ix = [tensor("query", [1, 16, 4, 8]), tensor("key", [1, 16, 1, 8]), tensor("weights", [1, 16, 4]),
+          attr_("sparse_count", 8), attr_("sparse_mode", 3)]
+    od = write_workdir(tmp_path, LOADER + textwrap.dedent(INDEXER_REF), [{"inputs": ix}], name="LI")
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "lightning_indexer"
+    ff, rows, file_level = check_all(od)
+    assert rows[0]["flops"] == 9792.0 == rows[0]["tracer"]["total_flops"]
+    assert fchk.summarize(rows, file_level)["verdict"] == "unverified"
+
+    tk = [tensor("q", [1, 2, 16, 8]), tensor("k", [1, 2, 16, 8]), tensor("v", [1, 2, 16, 8]),
+          attr_("block_size", 4), attr_("topk", 2)]
+    od = write_workdir(tmp_path, LOADER + textwrap.dedent(TOPK_BLOCKS_REF), [{"inputs": tk}], name="TopK")
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "sparse_attention"
+    assert any("top-k block selection" in t for _, t in draft["review_lines"])
+    assert any("selection scores" in t for _, t in draft["review_lines"])
+    ff, rows, file_level = check_all(od)
+    assert rows[0]["flops"] == 10240.0 == rows[0]["tracer"]["total_flops"]
+    assert fchk.summarize(rows, file_level)["verdict"] == "unverified"

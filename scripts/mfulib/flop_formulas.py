@@ -347,36 +347,55 @@ def npu_fusion_attention_flops(values, query, key, value, head_num, input_layout
                                 atten_mask, pre_tockens, next_tockens, prefix)
 
 
-@REGISTRY.register("npu::npu_fused_infer_attention_score",
-                   "torch_npu.npu_fused_infer_attention_score docs: num_heads, num_key_value_heads (GQA), "
-                   "actual_seq_lengths[_kv], block_table/block_size (paged KV), sparse_mode as FlashAttentionScore",
+_FIA_SOURCE = ("torch_npu.npu_fused_infer_attention_score docs (hiascend.com PyTorch 6.0.0/7.0.0 API list, "
+               "ptaoplist_000837 / ptaoplist_001232): input_layout BSH/BSND/BNSD/TND (+ _NBSD/_BNSD output suffix), "
+               "num_heads, num_key_value_heads (0 = num_heads; num_heads a multiple of it), actual_seq_lengths[_kv] "
+               "(per batch; cumulative for TND), block_table/block_size (paged KV), query_rope/key_rope (MLA), "
+               "sparse_mode 0-4 as FlashAttentionScore")
+
+
+@REGISTRY.register("npu::npu_fused_infer_attention_score", _FIA_SOURCE,
                    python="torch_npu.npu_fused_infer_attention_score")
 def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_mask=None, actual_seq_lengths=None,
                                           actual_seq_lengths_kv=None, num_heads=1, pre_tokens=2147483647,
                                           next_tokens=2147483647, input_layout="BSH", num_key_value_heads=0,
-                                          sparse_mode=0, block_table=None, block_size=0, **_):
+                                          sparse_mode=0, block_table=None, block_size=0, query_rope=None, **_):
+    """``2 * N_q * (D + D_rope + D_v)`` per unmasked (query, key) pair, summed over the batch's sequences
+    (source: :data:`_FIA_SOURCE`). GQA shares K/V heads but every query head does its own QK^T and PV, so the
+    count is per query head. Shapes: BSH q [B, S, N_q*D], k/v [B, S_kv, N_kv*D(_v)]; BSND [B, S, N, D];
+    BNSD [B, N, S, D]; TND [T, N, D]; paged KV: k/v [blocks, block_size, H], s_kv from ``actual_seq_lengths_kv``
+    (else the block table's capacity, noted). Raises ValueError for an unknown layout, or N_q not a multiple of
+    N_kv, or a hidden size not divisible by num_heads."""
     if isinstance(key, (list, tuple)):
         key, value = key[0], value[0]
     lay = str(input_layout).upper().split("_")[0]
-    q = shape_of(query)
+    q, k, v = shape_of(query), shape_of(key), shape_of(value)
     n_q = int(num_heads)
     n_kv = int(num_key_value_heads) or n_q
+    if n_q <= 0 or n_q % n_kv:
+        raise ValueError(f"npu_fused_infer_attention_score: num_heads {n_q} is not a multiple of "
+                         f"num_key_value_heads {n_kv}")
+    paged = block_table is not None
     if lay in ("BSH", "SBH"):
         b, s_q = (q[0], q[1]) if lay == "BSH" else (q[1], q[0])
+        if q[2] % n_q:
+            raise ValueError(f"npu_fused_infer_attention_score: hidden {q[2]} not divisible by num_heads {n_q}")
         d = q[2] // n_q
+        d_v = v[-1] // n_kv if (paged or len(v) == 3) else v[-1]
     elif lay == "BSND":
-        b, s_q, d = q[0], q[1], q[3]
+        b, s_q, d, d_v = q[0], q[1], q[3], v[-1]
     elif lay == "BNSD":
-        b, s_q, d = q[0], q[2], q[3]
+        b, s_q, d, d_v = q[0], q[2], q[3], v[-1]
     elif lay == "TND":
-        b, s_q, d = None, q[0], q[2]
+        b, s_q, d, d_v = None, q[0], q[2], v[-1]
     else:
         raise ValueError(f"unknown input_layout {input_layout!r}")
+    if paged and len(v) == 3 and lay != "BSH":
+        d_v = v[-1] // n_kv  # paged BBH cache [blocks, block_size, N_kv * D]
+    d_rope = shape_of(query_rope)[-1] if query_rope is not None else 0
     notes = []
-    k = shape_of(key)
-    if block_table is not None:
-        max_blocks = shape_of(block_table)[-1]
-        s_k = max_blocks * int(block_size)
+    if paged:
+        s_k = shape_of(block_table)[-1] * int(block_size)
         if actual_seq_lengths_kv is None:
             notes.append("paged KV without actual_seq_lengths_kv: every sequence counted at the block table's "
                          f"capacity {s_k}")
@@ -384,6 +403,8 @@ def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_ma
         s_k = {"BSH": k[1] if len(k) > 1 else 0, "SBH": k[0], "BSND": k[1] if len(k) > 1 else 0,
                "BNSD": k[2] if len(k) > 2 else 0, "TND": k[0]}[lay]
     cumulative = lay == "TND"
+    if lay == "TND" and actual_seq_lengths is None:
+        raise ValueError("npu_fused_infer_attention_score: TND layout needs actual_seq_lengths (cumulative)")
     s_q_list = _lengths(actual_seq_lengths, cumulative) if actual_seq_lengths is not None else [s_q] * b
     if actual_seq_lengths_kv is not None:
         s_k_list = _lengths(actual_seq_lengths_kv, cumulative)
@@ -393,22 +414,40 @@ def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_ma
         s_q_list = s_q_list * b
     if len(s_k_list) == 1 and len(s_q_list) > 1:
         s_k_list = s_k_list * len(s_q_list)
-    c = _npu_attention_count(values, "npu_fused_infer_attention_score", len(s_q_list), n_q, s_q_list, s_k_list, d, d,
-                             sparse_mode, atten_mask, pre_tokens, next_tokens,
+    c = _npu_attention_count(values, "npu_fused_infer_attention_score", len(s_q_list), n_q, s_q_list, s_k_list,
+                             d + d_rope, d_v, sparse_mode, atten_mask, pre_tokens, next_tokens,
                              varlen=actual_seq_lengths is not None or actual_seq_lengths_kv is not None)
-    del n_kv  # GQA: FLOPs are per query head; the KV head count does not change them
     return Count(c.flops, c.notes + tuple(notes), c.needs_values)
 
 
-@REGISTRY.register("npu::npu_ffn", "torch_npu.npu_ffn docs: y = act(x @ W1 [+b1]) @ W2 [+b2]; GLU activations "
-                   "split x @ W1 in halves; experts: weights [E, K, N], each token through one expert",
-                   python="torch_npu.npu_ffn")
-def npu_ffn_flops(values, x, weight1, weight2, activation, *args, **kwargs):
+_FFN_SOURCE = ("torch_npu.npu_ffn docs (hiascend.com PyTorch 6.0.0 API list, ptaoplist_000849): "
+               "y = act(x @ W1 + b1) @ W2 + b2; x [M, K1] (2-8 dims); W1 [K1, N1] / experts [E, K1, N1]; "
+               "W2 [K2, N2] / [E, K2, N2]; expert_tokens = tokens per expert, expert_tokens_index = their "
+               "cumulative form; GLU activations (geglu/swiglu/reglu) halve N1 into K2")
+
+
+@REGISTRY.register("npu::npu_ffn", _FFN_SOURCE, python="torch_npu.npu_ffn")
+def npu_ffn_flops(values, x, weight1, weight2, activation, *args, expert_tokens=None, expert_tokens_index=None,
+                  **kwargs):
+    """``2 * M * K1 * N1 + 2 * M * K2 * N2``: each of the M tokens goes through one matmul pair (its expert's when
+    weights are [E, K, N]); M = sum(expert_tokens) (or the last of expert_tokens_index) when given, else the rows
+    of x. The GLU split is already in the shapes (N1 = 2 * K2). Biases and the activation are vector work.
+    Source: :data:`_FFN_SOURCE`. Raises ValueError when x's last dim is not K1."""
     xs, w1, w2 = shape_of(x), shape_of(weight1), shape_of(weight2)
-    m = math.prod(xs[:-1])
     k1, n1 = w1[-2], w1[-1]
     k2, n2 = w2[-2], w2[-1]
-    return Count(2 * m * k1 * n1 + 2 * m * k2 * n2)
+    if xs[-1] != k1:
+        raise ValueError(f"npu_ffn: x last dim {xs[-1]} != weight1 K1 {k1}")
+    m = math.prod(xs[:-1])
+    notes = ()
+    if expert_tokens is not None:
+        m = sum(_lengths(expert_tokens, cumulative=False))
+        notes = (f"npu_ffn: {m} tokens over {len(_lengths(expert_tokens, False))} experts (expert_tokens)",)
+    elif expert_tokens_index is not None:
+        idx = _lengths(expert_tokens_index, cumulative=False)
+        m = idx[-1] if idx else 0
+        notes = (f"npu_ffn: {m} tokens (last of expert_tokens_index)",)
+    return Count(2 * m * k1 * n1 + 2 * m * k2 * n2, notes)
 
 
 @REGISTRY.register("aten::mkldnn_rnn_layer", "PyTorch nn.LSTM/GRU equations: per time step gates = W_ih x_t + "

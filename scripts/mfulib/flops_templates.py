@@ -2,6 +2,9 @@
 
 Classes, tried in this order (the first whose evidence is present wins; :func:`classify` returns the reasons):
 
+    npu_fused_infer_attention  torch_npu.npu_fused_infer_attention_score (inference FA: layouts, GQA, actual lengths)
+    sparse_flash_attention torch_npu.npu_sparse_flash_attention (+ npu_lightning_indexer): REVIEW-marked draft
+    lightning_indexer      torch_npu.npu_lightning_indexer alone: REVIEW-marked draft
     npu_fusion_attention   torch_npu.npu_fusion_attention, or q/k/v + input_layout + sparse_mode inputs
     paged_attention        block_table / kv cache / paged names beside attention
     sparse_attention       top-k / indices / actual_seq_lengths / cu_seqlens (variable length) beside attention
@@ -21,7 +24,8 @@ Classes, tried in this order (the first whose evidence is present wins; :func:`c
 Each draft reads inputs by the names of the case file, defines ``flops_parts`` and ``KERNEL_PARTS`` (patterns from
 the Triton kernels ``model_new.py`` launches, when it is there) and marks with ``REVIEW`` every line whose
 semantics the generator guessed (causal alignment, masks, variable lengths, rope, dropout, layouts).
-check_flops.py lists the remaining REVIEW lines; matmul, FFN and MHA-block drafts need none.
+check_flops.py lists the remaining REVIEW lines; matmul, FFN and MHA-block drafts need none. The attention
+templates (and the torch_npu inference/sparse attention drafts) live in :mod:`mfulib.flops_templates_attention`.
 """
 from __future__ import annotations
 
@@ -34,8 +38,10 @@ from dataclasses import dataclass, field
 from . import cases as _cases
 from .definitions import FLOAT_DTYPES
 from .flops_contract import REVIEW_MARK
+from .flops_templates_attention import (BODY_DENSE, BODY_PAGED, BODY_SPARSE, BODY_TOPK_BLOCKS, BODY_VARLEN,
+                                        T_ATTENTION, T_MHA, T_NPU_FA, render_npu_attention)
 
-CLASSES = ("npu_fusion_attention", "paged_attention", "sparse_attention", "window_attention", "gqa_attention",
+CLASSES = ("npu_fused_infer_attention", "sparse_flash_attention", "lightning_indexer", "npu_fusion_attention", "paged_attention", "sparse_attention", "window_attention", "gqa_attention",
            "attention_proj", "attention", "ffn", "grouped_matmul", "matmul", "conv", "norm", "softmax",
            "elementwise", "unknown")
 GATED_ACTIVATIONS = ("swiglu", "geglu", "reglu", "glu")
@@ -212,12 +218,20 @@ def classify(f: ModelFeatures, cv: CaseView) -> tuple:
     softmax_mm = f.called("softmax", "_softmax") and _n_matmuls(f) >= 2
     attention = bool(attn_call) or (qkv and (softmax_mm or f.called("softmax"))) or \
         (softmax_mm and f.has_token(r"^(q|k|v|query|key|value|scores?|attn\w*)$"))
+    if f.called("npu_fused_infer_attention_score"):
+        return "npu_fused_infer_attention", ["npu_fused_infer_attention_score call"]
+    if f.called("npu_sparse_flash_attention"):
+        return "sparse_flash_attention", ["npu_sparse_flash_attention call (keys chosen by sparse_indices)"]
+    if f.called("npu_lightning_indexer"):
+        return "lightning_indexer", ["npu_lightning_indexer call (scores and top-k key selection)"]
     if f.called("npu_fusion_attention") or (qkv and cv.attr(r"input_layout") and cv.attr(r"sparse_mode")):
         return "npu_fusion_attention", ["npu_fusion_attention call" if f.called("npu_fusion_attention") else
                                         "q/k/v with input_layout and sparse_mode inputs"]
     if attention:
         why = [f"attention: {', '.join(attn_call) or 'softmax between matmuls'}"]
-        if f.has_token(r"block_table|kv_cache|paged|page_table|block_size") or cv.attr(r"block_table"):
+        topk = f.has_token(r"topk|top_k|sparse_ind|indices") or f.called("topk")
+        if f.has_token(r"block_table|kv_cache|paged|page_table") or cv.attr(r"block_table") or \
+                (f.has_token(r"block_size") and not topk):
             return "paged_attention", why + ["block table / paged KV names"]
         if f.has_token(r"topk|top_k|sparse_ind|indices|actual_seq|cu_seqlens|seq_lens|varlen") or \
                 cv.attr(r"actual_seq|seq_len|cu_seq") or cv.tensor(r".*(indices|topk).*", floating=False):
@@ -316,81 +330,6 @@ def flops_parts(case):
     act = str(attr(case, "$act", "")).lower()
     # up: [m, k] @ [k, n1]; down: [m, n1 or n1/2] @ [.., n2]; m = every leading dim of x; activation not counted
     return ffn_parts(shape(case, "$x"), shape(case, "$w1"), shape(case, "$w2"), act in GATED, WEIGHTS_AS_LINEAR)
-
-
-def flops(case):
-    return float(sum(flops_parts(case).values()))
-'''
-
-T_MHA = '''
-NUM_PROJECTIONS = $n_proj   # q, k, v and the output projection, each [hidden, hidden] (a fused qkv counts the same)
-
-
-def flops_parts(case):
-    b, s, hidden = shape(case, "$x")                  # x [b, s, hidden]
-$heads_check    causal = $causal_expr
-    pairs = attention_pairs(s, s, causal=causal)      # self-attention: s_q == s_k, top-left causal
-    return {
-        "proj": NUM_PROJECTIONS * matmul_flops(b * s, hidden, hidden),
-        "attn": attention_flops(pairs, 1, hidden, hidden, batch=b),   # heads x head_dim = hidden
-    }
-
-
-def flops(case):
-    return float(sum(flops_parts(case).values()))
-'''
-
-T_ATTENTION = '''
-LAYOUT = "$layout"$layout_note
-ALIGN = "$align"$align_note
-
-
-def _pairs(case, s_q, s_k):
-    causal = $causal_expr
-$window_line    return attention_pairs(s_q, s_k, causal=causal, align=ALIGN, window_left=window_left)
-
-
-def flops_parts(case):
-    dims = attention_dims(case, "$q", "$k", "$v", $layout_expr$head_arg)
-    hq, d, d_v = dims["hq"], dims["d"], dims["d_v"]
-$body    return {"attn": total}
-
-
-def flops(case):
-    return float(sum(flops_parts(case).values()))
-'''
-
-BODY_DENSE = '''    total = attention_flops(_pairs(case, dims["s_q"], dims["s_k"]), hq, d, d_v, batch=dims["b"])
-'''
-
-BODY_VARLEN = '''    lengths = attr(case, "$lengths")                  # REVIEW: per-sequence lengths (not cumulative), keys = queries?
-    total = 0
-    for n in lengths:                                # count each sequence at its real length, never the padded one
-        total += attention_flops(_pairs(case, n, n), hq, d, d_v)
-'''
-
-BODY_SPARSE = '''    # REVIEW: sparse attention - count only the keys each query really reads (e.g. s_q * topk), not s_q * s_k
-    total = attention_flops(_pairs(case, dims["s_q"], dims["s_k"]), hq, d, d_v, batch=dims["b"])
-'''
-
-BODY_PAGED = '''    # REVIEW: paged KV - s_k must be each sequence's cached length (actual_seq_lengths_kv), not the block-table capacity
-    total = attention_flops(_pairs(case, dims["s_q"], dims["s_k"]), hq, d, d_v, batch=dims["b"])
-'''
-
-T_NPU_FA = '''
-UNSUPPORTED = {1: "allMask needs the atten_mask values", 5: "prefix needs the prefix list",
-               6: "prefix (compressed) needs prefix and the compressed mask", 7: "varlen needs TND + actual_seq_qlen",
-               8: "varlen needs TND + actual_seq_qlen"}   # REVIEW: modes the reference rejects in this case file
-
-
-def flops_parts(case):
-    mode = int(attr(case, "$mode", 0))
-    if mode in UNSUPPORTED:
-        raise ValueError(f"case rejected: sparse_mode {mode}: {UNSUPPORTED[mode]}")
-    dims = attention_dims(case, "$q", "$k", "$v", attr(case, "$layout"), int(attr(case, "$heads")))
-    pairs = npu_sparse_pairs(mode, dims["s_q"], dims["s_k"], attr(case, "$pre", 2147483647),
-                             attr(case, "$next", 2147483647), atten_mask=$has_mask)   # dropout: no FLOPs
-    return {"attn": attention_flops(pairs, dims["hq"], dims["d"], dims["d_v"], batch=dims["b"])}
 
 
 def flops(case):
@@ -621,6 +560,9 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         imports += ["attention_dims", "attention_flops", "npu_sparse_pairs"]
         part_names = ["attn"]
         extra_import = ""
+    elif cls in ("npu_fused_infer_attention", "sparse_flash_attention", "lightning_indexer"):
+        body, imports, part_names = render_npu_attention(cls, f, cv, tensors)
+        extra_import = "import math\n" if cls == "sparse_flash_attention" else ""
     elif cls in ("attention", "gqa_attention", "window_attention", "sparse_attention", "paged_attention"):
         q = cv.tensor(r"q|query|xq") or tensors[0]
         k = cv.tensor(r"k|key|xk") or tensors[1]
@@ -646,8 +588,12 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         window_line = (f'    window_left = attr(case, "{window}", -1)   # REVIEW: keys i - window_left .. i; -1 = unlimited\n'
                        if window else "    window_left = None\n")
         lengths = cv.attr(r"actual_seq|seq_len|seqlen")
+        topk_attr, block_attr = cv.attr(r"^topk$|^top_k$|n_select|num_selected"), cv.attr(r"block_size|blk")
         if cls == "sparse_attention" and lengths:
             body_t = string.Template(BODY_VARLEN).substitute(lengths=lengths)
+        elif cls == "sparse_attention" and topk_attr:
+            body_t = string.Template(BODY_TOPK_BLOCKS).substitute(
+                topk=topk_attr, block=f'int(attr(case, "{block_attr}", 1))' if block_attr else "1")
         else:
             body_t = {"sparse_attention": BODY_SPARSE, "paged_attention": BODY_PAGED}.get(cls, BODY_DENSE)
         body = string.Template(T_ATTENTION).substitute(
@@ -739,7 +685,10 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
     head = string.Template(HEADER).substitute(fill)
     if extra_import:
         head = head.replace("from mfulib.flops_contract", extra_import + "\nfrom mfulib.flops_contract", 1)
-    reminders = review_reminders(cls, f, masks_handled=cls != "npu_fusion_attention" and bool(cv.attr(r"causal")))
+    if cls == "npu_fused_infer_attention":  # the draft reads sparse_mode, the mask flag, actual_seq_lengths[_kv]
+        reminders = ""                      # and query_rope; the op has no dropout
+    else:
+        reminders = review_reminders(cls, f, masks_handled=cls != "npu_fusion_attention" and bool(cv.attr(r"causal")))
     return head + reminders + body
 
 

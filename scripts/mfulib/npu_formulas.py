@@ -9,16 +9,17 @@ the MindSpore ops of the same name document the same arguments). Matrix FLOPs, 2
   sparse_block_size=1, layout_query="BSND", layout_kv="BSND", sparse_mode=3, ...)``: softmax(Q K~^T) V~ over the
   keys ``sparse_indices`` selects per query token (index -1 ends the list; each index a block of
   ``sparse_block_size`` keys): ``2 * N1 * selected_keys * (D + D_rope + D_v)`` per query token. The selected count
-  needs the indices' values; without them every slot counts (``needs_values``).
+  needs the indices' values; without them every slot counts (``needs_values``). Indices [B, S1, N2, K]: the
+  N1 / N2 query heads of a KV head share its list, so the count is ``2 * N1 * (selected / N2) * (...)``.
 * ``npu_lightning_indexer(query, key, weights, *, actual_seq_lengths_query=None, actual_seq_lengths_key=None,
   block_table=None, layout_query="BSND", layout_key="BSND", sparse_count=2048, sparse_mode=3, ...)``:
   Top-k{ 1_g @ [(W 1_Sk) * ReLU(Q_index K_index^T)] } (DeepSeek DSA): per (query token, key) pair and query head
   ``2 * D`` (Q K^T) + 2 (the weighted head sum) over the pairs ``sparse_mode`` keeps (3: bottom-right causal,
   0: all). The numeric stand-in computes the real top-k indices on CPU tensors, so a reference that feeds them to
   npu_sparse_flash_attention goes on with real values.
-* ``npu_lstm(input, weight, bias, seq_mask, h, c, has_biases, num_layers, dropout, train, bidirectional,
-  batch_first, flag_seq, direction)``: the four gate GEMMs of every time step (PyTorch nn.LSTM equations:
-  [i f g o] = W_ih x_t + W_hh h_{t-1}): ``2 * T * B * 4H * (I + H)``, doubled when bidirectional.
+* ``npu_lstm(x, weight, bias, seqMask, h, c, has_biases, num_layers, dropout, train, bidirectional,
+  batch_first, flag_seq, direction)`` (op-plugin docs/context/(beta)torch_npu-npu_lstm.md): the four gate GEMMs
+  of every time step: ``2 * T * B * 4H * (I + H)``, one direction (bidirectional is documented as unsupported).
 * vector-only (0 matrix FLOPs; their vector work is the element-cost table's, :mod:`mfulib.vector_costs`):
   ``npu_rms_norm(x, gamma, epsilon=1e-6) -> (y, rstd)``, ``npu_rotary_mul(x, r1, r2, rotary_mode="half")``,
   ``npu_swiglu(x, dim=-1)``, ``npu_group_norm_swish(input, num_groups, weight, bias, eps=1e-5, swish_scale=1.0)
@@ -50,16 +51,20 @@ def sparse_flash_attention_flops(values, query, key, value, sparse_indices, scal
     d_v = shape_of(value)[-1]
     idx = values(sparse_indices)
     slots = shape_of(sparse_indices)
+    # sparse_indices [B, S1, N2, K] (BSND) / [T, N2, K] (TND): query heads share their KV head's (N2) index list,
+    # so a query token's N1 heads read sum(selected) / N2 keys each
+    n2 = slots[-2] if len(slots) >= 3 else 1
     if idx is None:
         selected = math.prod(slots) * int(sparse_block_size)
-        return Count(2 * n1 * selected * (d + d_rope + d_v), ("sparse_indices without values: every slot counted",),
-                     True)
+        return Count(2 * n1 * selected * (d + d_rope + d_v) // max(n2, 1),
+                     ("sparse_indices without values: every slot counted",), True)
     import torch
     valid = idx >= 0
     # a -1 ends a token's list: count the slots before the first -1
     ends = torch.cumprod(valid.to(torch.int64), dim=-1)
     selected = int(ends.sum().item()) * int(sparse_block_size)
-    return Count(2 * n1 * selected * (d + d_rope + d_v), (f"sparse attention: {selected} selected keys",))
+    return Count(2 * n1 * selected * (d + d_rope + d_v) // max(n2, 1),
+                 (f"sparse attention: {selected} selected keys",))
 
 
 @REGISTRY.register("npu::npu_lightning_indexer", f"{_DOC}: Top-k(1_g @ ((W 1_Sk) * ReLU(Q K^T))), DeepSeek DSA",
@@ -76,13 +81,24 @@ def lightning_indexer_flops(values, query, key, weights, *args, layout_query="BS
     return Count(2 * (b or 1) * n1 * pairs * (d + 1))
 
 
-@REGISTRY.register("npu::npu_lstm", "PyTorch nn.LSTM equations: gates = W_ih x_t + W_hh h_(t-1), 4 gates per step",
-                   python="torch_npu.npu_lstm")
+_LSTM_SOURCE = ("torch_npu.npu_lstm docs (op-plugin docs/context/(beta)torch_npu-npu_lstm.md): DynamicRNN, "
+                "one layer, bidirectional/batch_first not supported; op-plugin LstmKernelNpu: steps = x.size(0), "
+                "batch = x.size(1), hidden = bias.size(0) / 4; gates [i j f o] = [x_t, h_(t-1)] @ W")
+
+
+@REGISTRY.register("npu::npu_lstm", _LSTM_SOURCE, python="torch_npu.npu_lstm")
 def lstm_flops(values, input, weight, bias, seq_mask, h, c, *args, **kwargs):
+    """``2 * T * B * 4H * (I + H)``: the four gate GEMMs of each of the T steps, one direction (the documented
+    op is single-layer and unidirectional: ``bidirectional`` is "not supported", ``direction`` only picks the
+    direction). x [T, B, I]; weight [I + H, 4H]; bias [4H] (H = bias.size(0) / 4, else h's last dim).
+    Source: :data:`_LSTM_SOURCE`."""
     t, b, i = shape_of(input)[:3]
-    hidden = shape_of(h)[-1]
-    bidirectional = bool(args[3]) if len(args) > 3 else bool(kwargs.get("bidirectional", False))
-    return Count(2 * t * b * 4 * hidden * (i + hidden) * (2 if bidirectional else 1))
+    hidden = shape_of(bias)[0] // 4 if bias is not None and shape_of(bias) else shape_of(h)[-1]
+    notes = ()
+    w = shape_of(weight)
+    if math.prod(w) != 4 * hidden * (i + hidden):
+        notes = (f"npu_lstm: weight {w} is not [I + H, 4H] = [{i + hidden}, {4 * hidden}]: counted from x and bias",)
+    return Count(2 * t * b * 4 * hidden * (i + hidden), notes)
 
 
 def _vector_only(name, source):

@@ -34,9 +34,28 @@ def _standin_npu_fusion_attention(query, key, value, head_num, input_layout, *ar
     return out, smax, smax.clone(), torch.zeros(0, dtype=query.dtype, device=query.device), 0, 0, 0
 
 
-def _standin_npu_fused_infer_attention_score(query, key, value, *args, **kwargs):
+def _standin_npu_fused_infer_attention_score(query, key, value, *args, num_heads=1, num_key_value_heads=0,
+                                             input_layout="BSH", block_table=None, softmax_lse_flag=False,
+                                             **kwargs):
+    """(attention_out, softmax_lse) zeros of the documented shapes: the query's layout with D replaced by D_v
+    (BSH: N_q * D_v); softmax_lse [B, N, S, 1] float32 when softmax_lse_flag, else a 1-element tensor
+    (torch_npu.npu_fused_infer_attention_score docs, hiascend.com PyTorch 7.0.0 API list)."""
     import torch
-    return torch.zeros_like(query), torch.zeros(0, dtype=torch.float32, device=query.device)
+    if isinstance(value, (list, tuple)):
+        value = value[0]
+    q, v = shape_of(query), shape_of(value)
+    n_kv = int(num_key_value_heads) or int(num_heads)
+    lay = str(input_layout).upper().split("_")[0]
+    if lay in ("BSH", "SBH") or (block_table is not None and len(v) == 3):
+        d_v = v[-1] // n_kv
+    else:
+        d_v = v[-1]
+    out_shape = q[:2] + [int(num_heads) * d_v] if lay in ("BSH", "SBH") else q[:-1] + [d_v]
+    out = torch.zeros(out_shape, dtype=query.dtype, device=query.device)
+    if softmax_lse_flag and lay in ("BSH", "BSND", "BNSD"):
+        b, s = (q[0], q[2]) if lay == "BNSD" else (q[0], q[1])
+        return out, torch.zeros(b, int(num_heads), s, 1, dtype=torch.float32, device=query.device)
+    return out, torch.zeros(1, dtype=torch.float32, device=query.device)
 
 
 def _standin_npu_ffn(x, weight1, weight2, activation, *args, **kwargs):
