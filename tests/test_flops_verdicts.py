@@ -69,7 +69,7 @@ def test_rejected_and_empty_cases_are_counted_and_shown_apart(tmp_path):
     opts = collect.Options(op_dir=str(od.path))
     selected, skipped, _ = collect.select_cases(infos, ff, od, opts, "cuda")
     assert 2 not in [i.case_id for i in selected]
-    assert any(i.case_id == 2 and r.startswith("no work: nothing to time") for i, r in skipped)
+    assert any(i.case_id == 2 and r.startswith("no work: nothing to time") for i, r, _ in skipped)
 
 
 def test_a_draft_with_review_markers_is_unverified_with_exit_3_unless_accepted(tmp_path):
