@@ -9,7 +9,8 @@ Run from the work directory, as the spec does:
 Without --cases the top-3 cases by theoretical FLOPs (flops.py) are measured (--mfu-top-k N, --max-cases N);
 without flops.py, by input bytes, and no MFU is reported. Only cases that verify passed on this backend are timed
 (verify.json): a selected case without a verify row is verified first (and recorded in verify.json); one verify
-skipped, rejected or failed is listed as skipped with the reason and its slot goes to the next case;
+skipped, rejected or failed is never timed (listed under selection.not_verified with the reason) and its slot
+goes to the next case;
 --unverified-ok times them anyway, marked per case. Each (case, implementation) runs in its own child
 process: a crash, hang (--case-timeout-s) or out-of-memory is recorded for that case and the others go on.
 Kernel time per iteration = sum of the kernel durations of that iteration; the per-case figure is the median over

@@ -3,7 +3,8 @@ retries, summarise its kernels, attach FLOPs and the nominal peak, write ``perfo
 
 Case selection (DESIGN.md "Case ids": 0-based lines of the work directory's case file); only cases verify passed
 on this backend are timed (:mod:`mfulib.verified_cases`: a case without a verify row is verified first and its row
-merged into verify.json; a case verify skipped or rejected is listed as skipped with verify's reason and hands its
+merged into verify.json; a case verify skipped or rejected is never a per_case row: it is listed under selection.not_verified
+with verify's reason and hands its
 top-k slot to the next one; ``--unverified-ok`` times such cases anyway, marked per case):
 
 * ``--cases 3,7,9``: exactly those (``--max-cases`` truncates);
@@ -477,7 +478,11 @@ def collect(opts: Options, log=None) -> dict:
             device["runtime"] = runtime
     peak = resolve_peak(backend.name, device, runtime, opts.mfu_peak)
     nominal = peak["value_tflops"] if opts.mfu else None
-    per_case = [_perf.skipped_entry(i, why, verify=mark) for i, why, mark in skipped]
+    # a case the verify gate refused is never timed and never a per_case row (no MFU row, no plot point): it is
+    # listed, with verify's reason, under selection.not_verified only
+    selection["not_verified"] = [{"case": i.case_id, "reason": why, "verify": mark}
+                                 for i, why, mark in skipped if mark is not None]
+    per_case = [_perf.skipped_entry(i, why, verify=mark) for i, why, mark in skipped if mark is None]
     missing = [{"case": i.case_id, "impl": impl, "reason": "not run: the collection was interrupted"}
                for i in selected for impl in impls if impl not in results.get(i.case_id, {})]
     for info in selected:

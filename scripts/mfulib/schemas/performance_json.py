@@ -18,8 +18,8 @@ Top level
     (dtype key, always the fp16/bf16 figure: MFU@nom is dtype-agnostic), ``value_tflops``, ``source``,
     ``override``}, ``device`` (identity: name, cores, memory...; npu adds ``runtime`` from info.json.N),
     ``compat`` (core counts the compatibility layer handed to the operator, with their source), ``flops_file``,
-    ``kernel_parts`` (KERNEL_PARTS of flops.py), ``selection`` {rule, order, skipped, not_verified (cases the verify
-    gate excluded), reserve, verify_file, verified_now (cases the collector verified before timing them),
+    ``kernel_parts`` (KERNEL_PARTS of flops.py), ``selection`` {rule, order, skipped, not_verified [{case, reason, verify}]
+    (cases the verify gate excluded: never timed, never a ``per_case`` row), reserve, verify_file, verified_now (cases the collector verified before timing them),
     unverified_ok}, ``retry``, ``flush_cache_mib``, ``aic_metrics`` (npu), ``flags`` (run-level notes), ``wall_s``
     (whole run, s); ``complete`` (every selected (case, impl) was run: false after Ctrl-C) and ``missing``
     [{case, impl, reason}] (what was not run) - make and mfu_decompose.py never take an incomplete file for a
