@@ -536,3 +536,75 @@ def test_sparse_attention_and_lightning_indexer_drafts_are_marked_for_review_and
     ff, rows, file_level = check_all(od)
     assert rows[0]["flops"] == 10240.0 == rows[0]["tracer"]["total_flops"]
     assert fchk.summarize(rows, file_level)["verdict"] == "unverified"
+
+
+PAGED_FIA_REF = '''
+class Model(nn.Module):
+    def forward(self, query, key, value, num_heads, num_key_value_heads, input_layout, sparse_mode, block_table,
+                block_size, actual_seq_lengths_kv=None):
+        import torch_npu
+        return torch_npu.npu_fused_infer_attention_score(
+            query, key, value, block_table=torch.tensor(block_table, dtype=torch.int32), block_size=block_size,
+            actual_seq_lengths_kv=actual_seq_lengths_kv, num_heads=num_heads,
+            num_key_value_heads=num_key_value_heads, input_layout=input_layout, sparse_mode=sparse_mode)[0]
+'''
+
+
+@pytest.mark.skipif(__import__("mfulib.npu_standins").npu_standins.real_torch_npu() is not None,
+                    reason="a real torch_npu is installed: its ops run instead of the stand-ins")
+def test_fused_infer_attention_drafts_count_the_tnd_and_paged_kv_branches_by_hand(tmp_path):
+    """npu_fused_infer_attention_score (Ascend/op-plugin docs/context/torch_npu-npu_fused_infer_attention_score.md),
+    2 * N_q * (D + D_v) per unmasked (query, key) pair; N_q 4, N_kv 2, D = D_v = 16 -> 256 FLOPs per pair.
+    TND (both length lists required, cumulative, their count = batch), q [10, 4, 16], k/v [24, 2, 16]:
+    1. actual_seq_lengths [3, 10] -> s_q 3, 7; actual_seq_lengths_kv [8, 24] -> s_kv 8, 16; sparse_mode 0:
+       3 * 8 + 7 * 16 = 136 pairs -> 34816 (the cumulative values read as lengths would say 3*8 + 10*24 = 264);
+    2. the same with sparse_mode 3 (rightDownCausal): query i of batch 1 sees i + 6 keys (6 + 7 + 8 = 21), of
+       batch 2 i + 10 (10 + ... + 16 = 91): 112 pairs -> 28672;
+    3. no actual_seq_lengths_kv: rejected (the docs require both for TND).
+    Page attention (block_table given: the KV caches are [blocknum, blocksize, H] or [blocknum, N_kv, blocksize, D]
+    whatever input_layout says; actual_seq_lengths_kv required = the real KV length per batch):
+    4. BSH q [2, 4, 64], cache [6, 16, 32], block_table [[0, 1, 2], [3, 4, 5]], block_size 16, lengths_kv [20, 40]:
+       4 * 20 + 4 * 40 = 240 pairs -> 61440 (the table's capacity 3 * 16 = 48 would say 384 pairs, 98304);
+    5. BNSD decode q [2, 4, 1, 16], cache [6, 2, 16, 16], lengths_kv [33, 7]: 40 pairs -> 10240;
+    6. no actual_seq_lengths_kv: rejected (the docs require it for page attention).
+    The drafts carry no REVIEW on their FLOPs and equal the tracer's stand-in formula on every case."""
+    from test_flops_tracer import LOADER, attr_, tensor, write_workdir
+
+    def common(heads, kv, layout, mode):
+        return [attr_("num_heads", heads), attr_("num_key_value_heads", kv), attr_("input_layout", layout, "str"),
+                attr_("sparse_mode", mode)]
+    tnd = [tensor("query", [10, 4, 16]), tensor("key", [24, 2, 16]), tensor("value", [24, 2, 16])]
+    lens = [attr_("actual_seq_lengths", [3, 10], "list"), attr_("actual_seq_lengths_kv", [8, 24], "list")]
+    tnd_cases = [{"inputs": tnd + common(4, 2, "TND", 0) + lens}, {"inputs": tnd + common(4, 2, "TND", 3) + lens},
+                 {"inputs": tnd + common(4, 2, "TND", 0) + lens[:1]}]
+    od = write_workdir(tmp_path, LOADER + textwrap.dedent(FIA_REF), tnd_cases, name="TND")
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "npu_fused_infer_attention"
+    assert [t for _, t in draft["review_lines"] if "kernel" not in t.lower()] == []
+    _, rows, _ = check_all(od)
+    assert [r["flops"] for r in rows[:2]] == [34816.0, 28672.0]
+    assert [r["tracer"]["total_flops"] for r in rows[:2]] == [34816, 28672]
+    assert [r["status"] for r in rows[:2]] == ["pass", "pass"], [r["diagnosis"] for r in rows]
+    assert rows[2]["flops_status"] == "rejected" and rows[2]["tracer"]["status"] == "rejected", rows[2]
+
+    table = attr_("block_table", [[0, 1, 2], [3, 4, 5]], "list")
+    paged = [{"inputs": [tensor("query", [2, 4, 64]), tensor("key", [6, 16, 32]), tensor("value", [6, 16, 32])]
+              + common(4, 2, "BSH", 0) + [table, attr_("block_size", 16), attr_("actual_seq_lengths_kv", [20, 40],
+                                                                                  "list")]},
+             {"inputs": [tensor("query", [2, 4, 1, 16]), tensor("key", [6, 2, 16, 16]),
+                         tensor("value", [6, 2, 16, 16])]
+              + common(4, 2, "BNSD", 0) + [table, attr_("block_size", 16), attr_("actual_seq_lengths_kv", [33, 7],
+                                                                                   "list")]},
+             {"inputs": [tensor("query", [2, 4, 64]), tensor("key", [6, 16, 32]), tensor("value", [6, 16, 32])]
+              + common(4, 2, "BSH", 0) + [table, attr_("block_size", 16)]}]
+    od = write_workdir(tmp_path, LOADER + textwrap.dedent(PAGED_FIA_REF), paged, name="Paged")
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "npu_fused_infer_attention"
+    assert [t for _, t in draft["review_lines"] if "kernel" not in t.lower()] == []
+    _, rows, _ = check_all(od)
+    assert [r["flops"] for r in rows[:2]] == [61440.0, 10240.0]
+    assert [r["tracer"]["total_flops"] for r in rows[:2]] == [61440, 10240]
+    assert [r["status"] for r in rows[:2]] == ["pass", "pass"], [r["diagnosis"] for r in rows]
+    assert rows[2]["flops_status"] == "rejected" and rows[2]["tracer"]["status"] == "rejected", rows[2]

@@ -351,7 +351,10 @@ _FIA_SOURCE = ("torch_npu.npu_fused_infer_attention_score docs (hiascend.com PyT
                "ptaoplist_000837 / ptaoplist_001232): input_layout BSH/BSND/BNSD/TND (+ _NBSD/_BNSD output suffix), "
                "num_heads, num_key_value_heads (0 = num_heads; num_heads a multiple of it), actual_seq_lengths[_kv] "
                "(per batch; cumulative for TND), block_table/block_size (paged KV), query_rope/key_rope (MLA), "
-               "sparse_mode 0-4 as FlashAttentionScore")
+               "sparse_mode 0-4 as FlashAttentionScore; Ascend/op-plugin docs/context/"
+               "torch_npu-npu_fused_infer_attention_score.md: TND needs both length lists, cumulative, their count "
+               "= batch; page attention: k/v caches [blocknum, blocksize, H] or [blocknum, N_kv, blocksize, D], "
+               "block_table [B, maxBlockNumPerSeq], actual_seq_lengths_kv required = the real KV length per batch")
 
 
 @REGISTRY.register("npu::npu_fused_infer_attention_score", _FIA_SOURCE,
@@ -363,9 +366,10 @@ def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_ma
     """``2 * N_q * (D + D_rope + D_v)`` per unmasked (query, key) pair, summed over the batch's sequences
     (source: :data:`_FIA_SOURCE`). GQA shares K/V heads but every query head does its own QK^T and PV, so the
     count is per query head. Shapes: BSH q [B, S, N_q*D], k/v [B, S_kv, N_kv*D(_v)]; BSND [B, S, N, D];
-    BNSD [B, N, S, D]; TND [T, N, D]; paged KV: k/v [blocks, block_size, H], s_kv from ``actual_seq_lengths_kv``
-    (else the block table's capacity, noted). Raises ValueError for an unknown layout, or N_q not a multiple of
-    N_kv, or a hidden size not divisible by num_heads."""
+    BNSD [B, N, S, D]; TND [T, N, D] with cumulative ``actual_seq_lengths[_kv]``; paged KV: k/v [blocks,
+    block_size, H] or [blocks, N_kv, block_size, D], s_kv from ``actual_seq_lengths_kv``. Raises ValueError for an
+    unknown layout, N_q not a multiple of N_kv, a hidden size not divisible by num_heads, or the length lists the
+    docs require (TND: both; paged: actual_seq_lengths_kv) missing."""
     if isinstance(key, (list, tuple)):
         key, value = key[0], value[0]
     lay = str(input_layout).upper().split("_")[0]
@@ -396,15 +400,16 @@ def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_ma
     notes = []
     if paged:
         s_k = shape_of(block_table)[-1] * int(block_size)
-        if actual_seq_lengths_kv is None:
-            notes.append("paged KV without actual_seq_lengths_kv: every sequence counted at the block table's "
-                         f"capacity {s_k}")
+        if actual_seq_lengths_kv is None:  # the docs: page attention needs actual_seq_lengths_kv
+            raise ValueError("case rejected: npu_fused_infer_attention_score: page attention (block_table) needs "
+                             "actual_seq_lengths_kv, the real KV length of each batch")
     else:
         s_k = {"BSH": k[1] if len(k) > 1 else 0, "SBH": k[0], "BSND": k[1] if len(k) > 1 else 0,
                "BNSD": k[2] if len(k) > 2 else 0, "TND": k[0]}[lay]
     cumulative = lay == "TND"
-    if lay == "TND" and actual_seq_lengths is None:
-        raise ValueError("npu_fused_infer_attention_score: TND layout needs actual_seq_lengths (cumulative)")
+    if lay == "TND" and (actual_seq_lengths is None or actual_seq_lengths_kv is None):
+        raise ValueError("case rejected: npu_fused_infer_attention_score: TND layout needs actual_seq_lengths and "
+                         "actual_seq_lengths_kv (cumulative, one entry per batch)")
     s_q_list = _lengths(actual_seq_lengths, cumulative) if actual_seq_lengths is not None else [s_q] * b
     if actual_seq_lengths_kv is not None:
         s_k_list = _lengths(actual_seq_lengths_kv, cumulative)
@@ -433,20 +438,21 @@ def ffn_expert_counts(m: int, n_experts, expert_tokens=None, expert_tokens_index
     (counts) or ``expert_tokens_index`` (cumulative end indices: counts = differences, the first from 0), list or
     int tensor, at most 256 entries (:data:`_FFN_SOURCE`). ``m``: rows of x; ``n_experts``: E of the [E, K, N]
     weights (None for 2-D weights). Raises ValueError (the op's own constraints) for both given, more entries
-    than experts, a negative count / decreasing index, or tokens that do not add up to M."""
+    than experts, a negative count / decreasing index, or tokens that do not add up to M - "case rejected: ..."
+    messages, since the op itself refuses such a call."""
     if expert_tokens is not None and expert_tokens_index is not None:
-        raise ValueError("npu_ffn: expert_tokens and expert_tokens_index cannot both be given")
+        raise ValueError("case rejected: npu_ffn: expert_tokens and expert_tokens_index cannot both be given")
     given = expert_tokens if expert_tokens is not None else expert_tokens_index
     if given is None:
         return None
     counts = _lengths(given, cumulative=expert_tokens is None)
     what = "expert_tokens" if expert_tokens is not None else "expert_tokens_index"
     if len(counts) > 256 or (n_experts is not None and len(counts) > n_experts):
-        raise ValueError(f"npu_ffn: {what} has {len(counts)} entries for {n_experts} experts (at most 256)")
+        raise ValueError(f"case rejected: npu_ffn: {what} has {len(counts)} entries for {n_experts} experts (at most 256)")
     if any(c < 0 for c in counts):
-        raise ValueError(f"npu_ffn: {what} {list(given)[:8]}: negative count or decreasing index")
+        raise ValueError(f"case rejected: npu_ffn: {what} {list(given)[:8]}: negative count or decreasing index")
     if sum(counts) != m:
-        raise ValueError(f"npu_ffn: {what} covers {sum(counts)} tokens, x has M = {m} rows (they must match)")
+        raise ValueError(f"case rejected: npu_ffn: {what} covers {sum(counts)} tokens, x has M = {m} rows (they must match)")
     return counts
 
 
