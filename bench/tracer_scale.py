@@ -5,7 +5,9 @@ additive -inf bias from tril, and SDPA is_causal), and the largest case of every
 
 Correct FLOPs of the layer: projections 4 * 2 * 8192 * 4096 * 4096 = 1.0995e12 plus causal attention
 2 * 32 * (8192 * 8193 / 2) * (128 + 128) = 5.4984e11 -> 1.6493e12 (dense would be 2.1990e12).
-Each measurement runs in its own process (peak RSS = ru_maxrss of that child). CPU only; no accelerator needed.
+Each measurement runs in its own process: peak RSS = ru_maxrss of that child, baseline = its peak after importing
+torch and mfulib (before the trace), tracer_rss_mib = the difference; cpu_s = user + system CPU time of the trace
+(less sensitive to a loaded machine than wall_s). CPU only; no accelerator needed.
 Usage: python3 bench/tracer_scale.py [--out results.json]
 """
 import argparse
@@ -74,12 +76,19 @@ def child(kind, arg):
     else:
         od = OpDir(arg.split("@")[0])
         case_id = int(arg.split("@")[1])
+    import torch  # noqa: F401 - imported before the baseline so the baseline holds torch itself
+    base_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     r = flopcount.trace_case(od, case_id)
     wall = time.perf_counter() - t0
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    rss_mib = ru1.ru_maxrss / 1024
+    cpu_s = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
     print(json.dumps({"status": r.status, "device": r.device, "total_flops": r.total_flops, "wall_s": wall,
-                      "peak_rss_mib": rss_mib, "needs_values": r.needs_values, "reason": r.reason,
+                      "cpu_s": cpu_s,
+                      "peak_rss_mib": rss_mib, "baseline_rss_mib": base_mib, "tracer_rss_mib": rss_mib - base_mib,
+                      "inputs_drawn": r.inputs_drawn, "needs_values": r.needs_values, "reason": r.reason,
                       "notes": r.notes[:3]}))
 
 

@@ -290,29 +290,118 @@ def test_an_lstm_draft_counts_the_gate_gemms_of_every_step_and_layer(tmp_path):
     assert [r["status"] for r in rows] == ["pass", "pass"], [r["diagnosis"] for r in rows]
 
 
-@pytest.mark.parametrize("body, ops", [("return a + b", 1), ("return a * b + a", 2),
-                                       ("return torch.logaddexp(a, b)", 4)])
-def test_elementwise_drafts_say_no_matrix_work_and_mark_the_vector_count_for_review(tmp_path, body, ops):
-    """Elementwise with Python operators or binary math on a, b [8, 16] (128 elements): hand value flops 0 (no
-    matrix work) - the draft says so and the tracer agrees; the vector count is a guess (one FLOP per op per
-    element) carrying a REVIEW marker, so the verdict is unverified until a person checks it. The tracer's
-    element costs: 128 per add/mul, 4 * 128 for logaddexp -> ops * 128."""
-    from test_flops_tracer import LOADER, tensor, write_workdir
-    ref = LOADER + textwrap.dedent(f'''
-    class Model(nn.Module):
-        def forward(self, a, b):
-            {body}
-    ''')
-    od = write_workdir(tmp_path, ref, [{"inputs": [tensor("a", [8, 16]), tensor("b", [8, 16])]}])
-    generate_into(od)
-    draft = ft.generate(od.model_py, od.cases_path)
-    assert draft["class"] == "elementwise"
+TRITON_IMPL = '''
+import torch, triton, triton.language as tl
+
+
+@triton.jit
+def vec_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x, *rest):
+        y = torch.empty_like(x)
+        vec_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+        return y
+'''
+
+
+def vector_workdir(tmp_path, args, body, inputs, name="Op"):
+    """A work dir whose reference is ``forward(self, <args>): <body>`` and whose model_new.py launches one Triton
+    kernel (so KERNEL_PARTS needs no review either)."""
+    from test_flops_tracer import LOADER, write_workdir
+    ref = LOADER + "\nclass Model(nn.Module):\n    def forward(self, " + args + "):\n" + \
+        textwrap.indent(textwrap.dedent(body).strip(), " " * 8) + "\n"
+    od = write_workdir(tmp_path, ref, [{"inputs": ins} for ins in inputs], name=name)
+    with open(os.path.join(od.path, "model_new.py"), "w") as f:
+        f.write(TRITON_IMPL)
+    return od
+
+
+def assert_checked(od, cls, want_vector):
+    """The draft of ``od`` has class ``cls``, no REVIEW line, flops 0 and vector_flops == ``want_vector`` (per
+    case), the tracer agrees and check_flops' verdict is passed with the vector count checked."""
+    out = generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path, os.path.join(od.path, "model_new.py"))
+    assert draft["class"] == cls, draft["reasons"]
+    assert draft["review_lines"] == [] and "no line needs review" in out, draft["review_lines"]
     ff, rows, file_level = check_all(od)
-    assert rows[0]["flops"] == 0.0 and rows[0]["tracer"]["total_flops"] == 0.0
-    assert rows[0]["tracer"]["vector_flops"] == ops * 128
-    assert any("one FLOP per pointwise op" in t for _, t in draft["review_lines"])
-    assert fchk.summarize(rows, file_level)["verdict"] in ("unverified", "failed")
-    assert rows[0]["status"] != "fail" or status_vector(rows[0]) == "fail"
+    assert [r["flops"] for r in rows] == [0.0] * len(rows)
+    assert [r["vector_flops"] for r in rows] == want_vector
+    assert [r["tracer"]["vector_flops"] for r in rows] == want_vector
+    assert all("vector_flops checked" in r["diagnosis"] for r in rows), [r["diagnosis"] for r in rows]
+    assert fchk.summarize(rows, file_level)["verdict"] == "passed", [r["diagnosis"] for r in rows]
+
+
+@pytest.mark.parametrize("body, shapes, want", [
+    # a, b [8, 16]: one add per element -> 128
+    ("return a + b", ([8, 16], [8, 16]), 128),
+    # a [8, 16] * b [16] broadcasts to [8, 16] (128 muls), + b again (128 adds) -> 256
+    ("return a * b + b", ([8, 16], [16]), 256),
+    # logaddexp = max-shifted exp of both, add, log: 4 per element (vector_costs table) on [8, 16] -> 512
+    ("return torch.logaddexp(a, b)", ([8, 16], [8, 16]), 512),
+    # hypot 3 per element on the broadcast [8, 16] (384) + the Python "- 1.0" (sub, 128) -> 512
+    ("return torch.hypot(a, b) - 1.0", ([8, 16], [1, 16]), 512),
+    # gelu(a) 128 + sigmoid(b) 128 + their product 128; y += a 128; -y 128; a > 0 and where cost 0 -> 640
+    ("y = F.gelu(a) * torch.sigmoid(b)\ny += a\nreturn torch.where(a > 0, y, -y)", ([8, 16], [8, 16]), 640),
+])
+def test_elementwise_and_binary_math_drafts_derive_the_vector_count_exactly(tmp_path, body, shapes, want):
+    """Elementwise written with Python operators (a + b, a * b + b) and binary math (torch.logaddexp, hypot):
+    matrix FLOPs 0 by hand (no matrix work); vector FLOPs by hand per the tracer's per-op table
+    (mfulib/vector_costs.py: add/sub/mul/neg/gelu/sigmoid 1, hypot 3, logaddexp 4 per output element, compare and
+    where 0), worked per case in the parameter comments. The draft re-plays forward() on the case's shapes (with
+    broadcasting), carries no REVIEW marker and check_flops passes it with the vector count checked."""
+    od = vector_workdir(tmp_path, "a, b", body, [[tensor_(n, s) for n, s in zip("ab", shapes)]])
+    assert_checked(od, "elementwise", [want])
+
+
+@pytest.mark.parametrize("body, extra, want", [
+    # x [4, 8, 16] = 512 elements; sum over axis 1: 1 per input element -> 512
+    ("return x.sum(dim)", [("dim", 1)], 512),
+    # mean over the last axis, kept: 512; then * 2 on the [4, 8, 1] result: 32 -> 544
+    ("return torch.mean(x, -1, keepdim=True) * 2", [], 544),
+    # amax over axes (0, 2): 1 per input element -> 512
+    ("return torch.amax(x, dim=(0, 2))", [], 512),
+    # var over the last axis: mean, centre, square, sum = 4 per input element -> 2048
+    ("return torch.var(x, dim=-1, unbiased=False)", [], 2048),
+    # x - mean over axis 1 (kept [4, 1, 16]): mean 512 + sub on the broadcast [4, 8, 16] 512 -> 1024
+    ("return x - x.mean(1, keepdim=keepdim)", [("keepdim", True)], 1024),
+])
+def test_reduction_drafts_equal_the_hand_value_with_zero_matrix_flops(tmp_path, body, extra, want):
+    """Reductions (sum / mean / amax / var over an axis) of x [4, 8, 16] (512 elements): matrix FLOPs 0 by hand;
+    vector FLOPs per the tracer's table (sum, mean, amax 1 and var 4 per input element; a following elementwise
+    op 1 per output element), worked in the parameter comments. The draft (class "reduction") has no REVIEW
+    marker and check_flops passes it with the vector count checked; the axis may come from the case."""
+    from test_flops_tracer import attr_
+    args = ", ".join(["x"] + [n for n, _ in extra])
+    ins = [tensor_("x", [4, 8, 16])] + [attr_(n, v, "bool" if isinstance(v, bool) else "int") for n, v in extra]
+    od = vector_workdir(tmp_path, args, body, [ins])
+    assert_checked(od, "reduction", [want])
+
+
+def test_an_elementwise_reference_the_generator_cannot_follow_keeps_its_review_marker(tmp_path):
+    """forward() with a branch (if a.shape[0] > 4) is not straight-line code, so the count is not derived: the
+    draft keeps the old guess - one FLOP per pointwise op written in forward() per element of the first input,
+    3 ops (*, +, +) * 128 = 384 - marked REVIEW with the reason. The tracer runs the branch taken on a [8, 16]:
+    a * b + a = 2 * 128 = 256, so check_flops fails the guess; it never passes unreviewed."""
+    od = vector_workdir(tmp_path, "a, b", "if a.shape[0] > 4:\n    return a * b + a\nreturn a + b",
+                        [[tensor_("a", [8, 16]), tensor_("b", [8, 16])]])
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path, os.path.join(od.path, "model_new.py"))
+    assert draft["class"] == "elementwise"
+    texts = [t for _, t in draft["review_lines"]]
+    assert any("one FLOP per pointwise op" in t and "If statement" in t for t in texts), texts
+    ff, rows, file_level = check_all(od)
+    assert rows[0]["flops"] == 0.0 and rows[0]["vector_flops"] == 384 and rows[0]["tracer"]["vector_flops"] == 256
+    assert status_vector(rows[0]) == "fail"
+    assert fchk.summarize(rows, file_level)["verdict"] == "failed"
+    assert next(c for c in file_level if c["name"] == "review_markers")["status"] == "unverified"
+
+
+def tensor_(name, shape, dtype="float32"):
+    return {"name": name, "type": "tensor", "required": True, "dtype": dtype, "shape": shape}
 
 
 def status_vector(row):
@@ -447,3 +536,75 @@ def test_sparse_attention_and_lightning_indexer_drafts_are_marked_for_review_and
     ff, rows, file_level = check_all(od)
     assert rows[0]["flops"] == 10240.0 == rows[0]["tracer"]["total_flops"]
     assert fchk.summarize(rows, file_level)["verdict"] == "unverified"
+
+
+PAGED_FIA_REF = '''
+class Model(nn.Module):
+    def forward(self, query, key, value, num_heads, num_key_value_heads, input_layout, sparse_mode, block_table,
+                block_size, actual_seq_lengths_kv=None):
+        import torch_npu
+        return torch_npu.npu_fused_infer_attention_score(
+            query, key, value, block_table=torch.tensor(block_table, dtype=torch.int32), block_size=block_size,
+            actual_seq_lengths_kv=actual_seq_lengths_kv, num_heads=num_heads,
+            num_key_value_heads=num_key_value_heads, input_layout=input_layout, sparse_mode=sparse_mode)[0]
+'''
+
+
+@pytest.mark.skipif(__import__("mfulib.npu_standins").npu_standins.real_torch_npu() is not None,
+                    reason="a real torch_npu is installed: its ops run instead of the stand-ins")
+def test_fused_infer_attention_drafts_count_the_tnd_and_paged_kv_branches_by_hand(tmp_path):
+    """npu_fused_infer_attention_score (Ascend/op-plugin docs/context/torch_npu-npu_fused_infer_attention_score.md),
+    2 * N_q * (D + D_v) per unmasked (query, key) pair; N_q 4, N_kv 2, D = D_v = 16 -> 256 FLOPs per pair.
+    TND (both length lists required, cumulative, their count = batch), q [10, 4, 16], k/v [24, 2, 16]:
+    1. actual_seq_lengths [3, 10] -> s_q 3, 7; actual_seq_lengths_kv [8, 24] -> s_kv 8, 16; sparse_mode 0:
+       3 * 8 + 7 * 16 = 136 pairs -> 34816 (the cumulative values read as lengths would say 3*8 + 10*24 = 264);
+    2. the same with sparse_mode 3 (rightDownCausal): query i of batch 1 sees i + 6 keys (6 + 7 + 8 = 21), of
+       batch 2 i + 10 (10 + ... + 16 = 91): 112 pairs -> 28672;
+    3. no actual_seq_lengths_kv: rejected (the docs require both for TND).
+    Page attention (block_table given: the KV caches are [blocknum, blocksize, H] or [blocknum, N_kv, blocksize, D]
+    whatever input_layout says; actual_seq_lengths_kv required = the real KV length per batch):
+    4. BSH q [2, 4, 64], cache [6, 16, 32], block_table [[0, 1, 2], [3, 4, 5]], block_size 16, lengths_kv [20, 40]:
+       4 * 20 + 4 * 40 = 240 pairs -> 61440 (the table's capacity 3 * 16 = 48 would say 384 pairs, 98304);
+    5. BNSD decode q [2, 4, 1, 16], cache [6, 2, 16, 16], lengths_kv [33, 7]: 40 pairs -> 10240;
+    6. no actual_seq_lengths_kv: rejected (the docs require it for page attention).
+    The drafts carry no REVIEW on their FLOPs and equal the tracer's stand-in formula on every case."""
+    from test_flops_tracer import LOADER, attr_, tensor, write_workdir
+
+    def common(heads, kv, layout, mode):
+        return [attr_("num_heads", heads), attr_("num_key_value_heads", kv), attr_("input_layout", layout, "str"),
+                attr_("sparse_mode", mode)]
+    tnd = [tensor("query", [10, 4, 16]), tensor("key", [24, 2, 16]), tensor("value", [24, 2, 16])]
+    lens = [attr_("actual_seq_lengths", [3, 10], "list"), attr_("actual_seq_lengths_kv", [8, 24], "list")]
+    tnd_cases = [{"inputs": tnd + common(4, 2, "TND", 0) + lens}, {"inputs": tnd + common(4, 2, "TND", 3) + lens},
+                 {"inputs": tnd + common(4, 2, "TND", 0) + lens[:1]}]
+    od = write_workdir(tmp_path, LOADER + textwrap.dedent(FIA_REF), tnd_cases, name="TND")
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "npu_fused_infer_attention"
+    assert [t for _, t in draft["review_lines"] if "kernel" not in t.lower()] == []
+    _, rows, _ = check_all(od)
+    assert [r["flops"] for r in rows[:2]] == [34816.0, 28672.0]
+    assert [r["tracer"]["total_flops"] for r in rows[:2]] == [34816, 28672]
+    assert [r["status"] for r in rows[:2]] == ["pass", "pass"], [r["diagnosis"] for r in rows]
+    assert rows[2]["flops_status"] == "rejected" and rows[2]["tracer"]["status"] == "rejected", rows[2]
+
+    table = attr_("block_table", [[0, 1, 2], [3, 4, 5]], "list")
+    paged = [{"inputs": [tensor("query", [2, 4, 64]), tensor("key", [6, 16, 32]), tensor("value", [6, 16, 32])]
+              + common(4, 2, "BSH", 0) + [table, attr_("block_size", 16), attr_("actual_seq_lengths_kv", [20, 40],
+                                                                                  "list")]},
+             {"inputs": [tensor("query", [2, 4, 1, 16]), tensor("key", [6, 2, 16, 16]),
+                         tensor("value", [6, 2, 16, 16])]
+              + common(4, 2, "BNSD", 0) + [table, attr_("block_size", 16), attr_("actual_seq_lengths_kv", [33, 7],
+                                                                                   "list")]},
+             {"inputs": [tensor("query", [2, 4, 64]), tensor("key", [6, 16, 32]), tensor("value", [6, 16, 32])]
+              + common(4, 2, "BSH", 0) + [table, attr_("block_size", 16)]}]
+    od = write_workdir(tmp_path, LOADER + textwrap.dedent(PAGED_FIA_REF), paged, name="Paged")
+    generate_into(od)
+    draft = ft.generate(od.model_py, od.cases_path)
+    assert draft["class"] == "npu_fused_infer_attention"
+    assert [t for _, t in draft["review_lines"] if "kernel" not in t.lower()] == []
+    _, rows, _ = check_all(od)
+    assert [r["flops"] for r in rows[:2]] == [61440.0, 10240.0]
+    assert [r["tracer"]["total_flops"] for r in rows[:2]] == [61440, 10240]
+    assert [r["status"] for r in rows[:2]] == ["pass", "pass"], [r["diagnosis"] for r in rows]
+    assert rows[2]["flops_status"] == "rejected" and rows[2]["tracer"]["status"] == "rejected", rows[2]

@@ -5,6 +5,9 @@ The reference draws a big q first and then random per-sequence lengths (as publi
 tool seeds torch before get_input_groups()). A meta build skips the big draw, so the lengths it sees are other
 lengths than the timed child's - the issue saw a 2.1x MFU error with check_flops passing at ratio 1.0.
 """
+import math
+
+import pytest
 import torch
 
 from mfulib import flopcount as fc
@@ -56,10 +59,10 @@ def test_flops_py_and_the_tracer_see_the_timed_lengths_and_they_are_recorded(tmp
     od = write_dir(tmp_path, REF.replace("\n", "\n", 1), [CASE], FLOPS)
     lens = timed_lengths()
     want = sum(2 * n * n * 128 for n in lens)
-    with fc._build_mode_class()():  # the old meta draw: other lengths (the failure this guards against)
+    with fc._build_mode_class()() as mode:  # the meta build: q on meta, its draw replayed -> the same lengths
         torch.manual_seed(0)
-        torch.randn(4, 4096, 64)
-        assert torch.randint(1, 4097, (4,)).tolist() != lens
+        q = torch.randn(4, 4096, 64)
+        assert q.device.type == "meta" and torch.randint(1, 4097, (4,)).tolist() == lens and mode.lost == []
     ff = fcon.load_flops(od.flops_py)
     row = fchk.check_case(ff, od, 0)
     assert row["flops"] == want and row["tracer"]["total_flops"] == want and row["status"] == "pass"
@@ -75,3 +78,84 @@ def test_a_mask_density_is_recorded(tmp_path):
     m.view(-1)[:20] = True
     assert fc.data_values([torch.ones(3), m, [3, 5], 7]) == {"1": {"density": 0.3125, "shape": [8, 8]},
                                                               "2": [3, 5]}
+
+
+@pytest.mark.parametrize("draw", ["randn", "randn_fp16", "randn_bf16", "rand", "randint", "normal_", "uniform_",
+                                  "bernoulli_"])
+def test_a_chunked_replay_consumes_the_generator_exactly_as_one_draw(monkeypatch, draw):
+    """The replay behind "timed-ints": a draw of n elements replayed as chunks of at most 64 (tails kept >= 16)
+    leaves the CPU generator where the single draw leaves it - the next randint(0, 1000, (5,)) is the same - for
+    sizes around the 16-element blocks the CPU kernels use (17, 64, 65, 79, 1001) and a 2-D shape."""
+    from mfulib import meta_build
+    ops = {"randn": lambda s: torch.randn(s), "randn_fp16": lambda s: torch.randn(s, dtype=torch.float16),
+           "randn_bf16": lambda s: torch.randn(s, dtype=torch.bfloat16), "rand": lambda s: torch.rand(s),
+           "randint": lambda s: torch.randint(0, 7, s), "normal_": lambda s: torch.empty(s).normal_(1.0, 2.0),
+           "uniform_": lambda s: torch.empty(s, dtype=torch.float16).uniform_(-1, 1),
+           "bernoulli_": lambda s: torch.empty(s).bernoulli_(0.3)}
+    f = ops[draw]
+    for shape in ([17], [64], [65], [79], [1001], [13, 77]):
+        n = math.prod(shape)
+        torch.manual_seed(0)
+        f(shape)
+        want = torch.randint(0, 1000, (5,))
+        torch.manual_seed(0)
+        sizes = meta_build._chunk_sizes(n, 64)
+        assert sum(sizes) == n and all(16 <= k <= 64 for k in sizes[:-1] + ([sizes[-1]] if n >= 16 else []))
+        for k in sizes:
+            f([k])
+        assert torch.equal(torch.randint(0, 1000, (5,)), want), (draw, shape)
+
+
+def test_a_case_above_the_real_draw_cap_still_gets_the_timed_lengths(tmp_path, monkeypatch):
+    """With the real-draw cap below the case (1 byte), q [4, 4096, 64] is built on meta: the lengths drawn after it
+    are still the timed ones (q's draw is replayed), so flops.py, the tracer and the collector count
+    sum_b 2 * n_b^2 * 128 over the timed lengths, recorded as inputs_drawn "timed-ints" with the lengths."""
+    monkeypatch.setattr(fc, "REAL_DRAW_MAX_BYTES", 1)
+    od = write_dir(tmp_path, REF, [CASE], FLOPS)
+    lens = timed_lengths()
+    want = sum(2 * n * n * 128 for n in lens)
+    ff = fcon.load_flops(od.flops_py)
+    row = fchk.check_case(ff, od, 0)
+    assert row["inputs_drawn"] == "timed-ints" and row["data_values"] == {"1": lens}
+    assert row["flops"] == want and row["tracer"]["total_flops"] == want and row["status"] == "pass"
+    # the tracer: lens.tolist() cannot run on meta, so it traces on the CPU (a real, timed draw) and agrees
+    assert row["tracer"]["data_values"]["1"] == lens and row["tracer"]["device"] == "cpu"
+    # the build itself (what flops(case, args) and a meta trace get): q on meta, the timed lengths
+    built, how = fc._build_as_timed(od, 0, 0)
+    assert how == "timed-ints" and built.args[0].device.type == "meta" and built.args[1].tolist() == lens
+    built.close()
+    ent = collect.case_flops(ff, od, od.describe(0), 0)
+    assert ent["flops"] == want and ent["inputs_drawn"] == "timed-ints"
+
+
+def test_the_meta_build_says_meta_when_the_timed_values_cannot_be_kept():
+    """Honest record: a re-seed between the big draw and the lengths drops the queued replay (the lengths are
+    those of seed 5, as timed); an integer tensor of 2^24 elements built on meta has no values, and a random op
+    on a meta view cannot be replayed - both leave a reason in ``lost`` (recorded as "meta")."""
+    torch.manual_seed(5)
+    want = torch.randint(1, 100, (3,)).tolist()
+    with fc._build_mode_class()() as mode:
+        torch.manual_seed(0)
+        torch.randn(2048, 1024)
+        torch.manual_seed(5)
+        assert torch.randint(1, 100, (3,)).tolist() == want and mode.lost == [] and mode.pending == []
+    with fc._build_mode_class()() as mode:
+        big = torch.randint(0, 10, (1 << 24,))
+        assert big.device.type == "meta" and any("integer/bool" in r for r in mode.lost)
+    with fc._build_mode_class()() as mode:
+        x = torch.empty(2048, 1024)
+        x[:, :10].normal_()
+        assert any("cannot replay" in r for r in mode.lost)
+
+
+def test_a_meta_trace_above_the_cap_records_timed_ints_and_says_so(tmp_path, monkeypatch):
+    """A reference that runs on meta (q @ q^T per batch, lengths unused in the count): above the cap the tracer
+    builds on meta, records inputs_drawn "timed-ints" with the timed lengths, and notes how it drew them.
+    Hand value: 2 * 4 * 4096 * 4096 * 64 = 8589934592."""
+    monkeypatch.setattr(fc, "REAL_DRAW_MAX_BYTES", 1)
+    ref = REF.replace("        out = torch.zeros_like(q)\n", "        return q @ q.transpose(-1, -2)\n", 1)
+    od = write_dir(tmp_path, ref, [CASE], FLOPS)
+    r = fc.trace_case(od, 0)
+    assert r.device == "meta" and r.total_flops == 2 * 4 * 4096 * 4096 * 64
+    assert r.inputs_drawn == "timed-ints" and r.data_values == {"1": timed_lengths()}
+    assert any("integer/bool inputs as timed" in n for n in r.notes)

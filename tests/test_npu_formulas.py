@@ -101,27 +101,53 @@ def test_fused_infer_attention_bsh_with_a_different_value_dim_and_causal_mode():
 
 def test_npu_ffn_with_and_without_expert_tokens():
     """No experts: x [6, 32], W1 [32, 64], W2 [64, 32]: 2 * 6 * 32 * 64 * 2 = 49152.
-    Experts (E 4, weights [4, 32, 64] / [4, 64, 32]), x [10, 32], expert_tokens [3, 0, 4, 1] (8 of the 10 rows):
-    each token through one expert: 2 * 8 * 32 * 64 * 2 = 65536; the same with expert_tokens_index [3, 3, 7, 8].
+    Experts (E 4, weights [4, 32, 64] / [4, 64, 32]), x [8, 32], expert_tokens [3, 0, 4, 1] = counts per expert
+    (Ascend docs: 各专家的token数; they must add up to M = 8): each token through one expert:
+    2 * 8 * 32 * 64 * 2 = 65536; the same as expert_tokens_index [3, 3, 7, 8] = cumulative end indices (MindSpeed
+    docs/ops/ffn.md: counts [64] * 8 <-> index [64, 128, ..., 512]). That example by hand: M 512, K1 256,
+    N1 = K2 1024, N2 256: 2 * 512 * 256 * 1024 * 2 = 536870912.
     swiglu (GLU): W1 [32, 128] -> halves of 64, W2 [64, 32]: 2 * 6 * 32 * 128 + 2 * 6 * 64 * 32 = 73728.
-    x last dim 30 against K1 32 is rejected."""
+    Rejected as the op rejects them: x last dim 30 against K1 32; counts [3, 0, 4, 1] against 10 rows; index
+    [3, 2, 7, 8] (decreasing); both given."""
     from mfulib.flop_formulas import npu_ffn_flops
     nov = lambda t: None  # noqa: E731
-    x6, x10 = torch.empty(6, 32, device="meta"), torch.empty(10, 32, device="meta")
+    x6, x8 = torch.empty(6, 32, device="meta"), torch.empty(8, 32, device="meta")
     w1, w2 = torch.empty(32, 64, device="meta"), torch.empty(64, 32, device="meta")
     e1, e2 = torch.empty(4, 32, 64, device="meta"), torch.empty(4, 64, 32, device="meta")
     assert npu_ffn_flops(nov, x6, w1, w2, "relu").flops == 49152
-    assert npu_ffn_flops(nov, x10, e1, e2, "gelu", expert_tokens=[3, 0, 4, 1]).flops == 65536
-    assert npu_ffn_flops(nov, x10, e1, e2, "gelu", expert_tokens_index=[3, 3, 7, 8]).flops == 65536
+    assert npu_ffn_flops(nov, x8, e1, e2, "gelu", expert_tokens=[3, 0, 4, 1]).flops == 65536
+    assert npu_ffn_flops(nov, x8, e1, e2, "gelu", expert_tokens_index=torch.tensor([3, 3, 7, 8])).flops == 65536
+    big = [torch.empty(s, device="meta") for s in ([512, 256], [8, 256, 1024], [8, 1024, 256])]
+    assert npu_ffn_flops(nov, *big, "relu", expert_tokens_index=list(range(64, 513, 64))).flops == 536870912
+    assert npu_ffn_flops(nov, *big, "relu", expert_tokens=[64] * 8).flops == 536870912
     assert npu_ffn_flops(nov, x6, torch.empty(32, 128, device="meta"), w2, "swiglu").flops == 73728
     with pytest.raises(ValueError, match="K1"):
         npu_ffn_flops(nov, torch.empty(6, 30, device="meta"), w1, w2, "relu")
+    for kw, msg in ((dict(expert_tokens=[3, 0, 4, 1]), "M = 10"), (dict(expert_tokens_index=[3, 2, 7, 10]),
+                    "decreasing"), (dict(expert_tokens=[5, 5], expert_tokens_index=[5, 10]), "both")):
+        with pytest.raises(ValueError, match=msg):
+            npu_ffn_flops(nov, torch.empty(10, 32, device="meta"), e1, e2, "gelu", **kw)
 
     def ref(x, w1, w2):
         import torch_npu
         return torch_npu.npu_ffn(x, w1, w2, "fastgelu", expert_tokens=[3, 0, 4, 1])
-    r = trace(ref, [torch.randn(10, 32), torch.randn(4, 32, 64), torch.randn(4, 64, 32)])
+    r = trace(ref, [torch.randn(8, 32), torch.randn(4, 32, 64), torch.randn(4, 64, 32)])
     assert r.total_flops == 65536
+
+
+def test_the_npu_ffn_standin_computes_each_experts_rows_with_its_own_weights():
+    """The stand-in's values: rows 0-2 through expert 0, none through expert 1, rows 3-6 through expert 2, row 7
+    through expert 3 (counts [3, 0, 4, 1] = index [3, 3, 7, 8]); relu(x @ W1[e] + b1[e]) @ W2[e] + b2[e]."""
+    from mfulib.npu_standins import STANDINS
+    g = torch.Generator().manual_seed(0)
+    x, w1, w2 = (torch.randn(s, generator=g) for s in ([8, 32], [4, 32, 64], [4, 64, 32]))
+    b1, b2 = torch.randn(4, 64, generator=g), torch.randn(4, 32, generator=g)
+    ffn = STANDINS["torch_npu.npu_ffn"]
+    got = ffn(x, w1, w2, "relu", expert_tokens_index=[3, 3, 7, 8], bias1=b1, bias2=b2)
+    rows = [(0, 3, 0), (3, 7, 2), (7, 8, 3)]
+    want = torch.cat([torch.relu(x[a:b] @ w1[e] + b1[e]) @ w2[e] + b2[e] for a, b, e in rows])
+    assert torch.allclose(got, want, atol=1e-5)
+    assert torch.allclose(ffn(x, w1, w2, "relu", expert_tokens=[3, 0, 4, 1], bias1=b1, bias2=b2), want, atol=1e-5)
 
 
 def test_the_vector_only_standins_count_no_matrix_work_and_compute_the_documented_values():

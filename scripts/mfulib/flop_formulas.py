@@ -351,7 +351,10 @@ _FIA_SOURCE = ("torch_npu.npu_fused_infer_attention_score docs (hiascend.com PyT
                "ptaoplist_000837 / ptaoplist_001232): input_layout BSH/BSND/BNSD/TND (+ _NBSD/_BNSD output suffix), "
                "num_heads, num_key_value_heads (0 = num_heads; num_heads a multiple of it), actual_seq_lengths[_kv] "
                "(per batch; cumulative for TND), block_table/block_size (paged KV), query_rope/key_rope (MLA), "
-               "sparse_mode 0-4 as FlashAttentionScore")
+               "sparse_mode 0-4 as FlashAttentionScore; Ascend/op-plugin docs/context/"
+               "torch_npu-npu_fused_infer_attention_score.md: TND needs both length lists, cumulative, their count "
+               "= batch; page attention: k/v caches [blocknum, blocksize, H] or [blocknum, N_kv, blocksize, D], "
+               "block_table [B, maxBlockNumPerSeq], actual_seq_lengths_kv required = the real KV length per batch")
 
 
 @REGISTRY.register("npu::npu_fused_infer_attention_score", _FIA_SOURCE,
@@ -363,9 +366,10 @@ def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_ma
     """``2 * N_q * (D + D_rope + D_v)`` per unmasked (query, key) pair, summed over the batch's sequences
     (source: :data:`_FIA_SOURCE`). GQA shares K/V heads but every query head does its own QK^T and PV, so the
     count is per query head. Shapes: BSH q [B, S, N_q*D], k/v [B, S_kv, N_kv*D(_v)]; BSND [B, S, N, D];
-    BNSD [B, N, S, D]; TND [T, N, D]; paged KV: k/v [blocks, block_size, H], s_kv from ``actual_seq_lengths_kv``
-    (else the block table's capacity, noted). Raises ValueError for an unknown layout, or N_q not a multiple of
-    N_kv, or a hidden size not divisible by num_heads."""
+    BNSD [B, N, S, D]; TND [T, N, D] with cumulative ``actual_seq_lengths[_kv]``; paged KV: k/v [blocks,
+    block_size, H] or [blocks, N_kv, block_size, D], s_kv from ``actual_seq_lengths_kv``. Raises ValueError for an
+    unknown layout, N_q not a multiple of N_kv, a hidden size not divisible by num_heads, or the length lists the
+    docs require (TND: both; paged: actual_seq_lengths_kv) missing."""
     if isinstance(key, (list, tuple)):
         key, value = key[0], value[0]
     lay = str(input_layout).upper().split("_")[0]
@@ -396,15 +400,16 @@ def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_ma
     notes = []
     if paged:
         s_k = shape_of(block_table)[-1] * int(block_size)
-        if actual_seq_lengths_kv is None:
-            notes.append("paged KV without actual_seq_lengths_kv: every sequence counted at the block table's "
-                         f"capacity {s_k}")
+        if actual_seq_lengths_kv is None:  # the docs: page attention needs actual_seq_lengths_kv
+            raise ValueError("case rejected: npu_fused_infer_attention_score: page attention (block_table) needs "
+                             "actual_seq_lengths_kv, the real KV length of each batch")
     else:
         s_k = {"BSH": k[1] if len(k) > 1 else 0, "SBH": k[0], "BSND": k[1] if len(k) > 1 else 0,
                "BNSD": k[2] if len(k) > 2 else 0, "TND": k[0]}[lay]
     cumulative = lay == "TND"
-    if lay == "TND" and actual_seq_lengths is None:
-        raise ValueError("npu_fused_infer_attention_score: TND layout needs actual_seq_lengths (cumulative)")
+    if lay == "TND" and (actual_seq_lengths is None or actual_seq_lengths_kv is None):
+        raise ValueError("case rejected: npu_fused_infer_attention_score: TND layout needs actual_seq_lengths and "
+                         "actual_seq_lengths_kv (cumulative, one entry per batch)")
     s_q_list = _lengths(actual_seq_lengths, cumulative) if actual_seq_lengths is not None else [s_q] * b
     if actual_seq_lengths_kv is not None:
         s_k_list = _lengths(actual_seq_lengths_kv, cumulative)
@@ -420,33 +425,52 @@ def npu_fused_infer_attention_score_flops(values, query, key, value, *, atten_ma
     return Count(c.flops, c.notes + tuple(notes), c.needs_values)
 
 
-_FFN_SOURCE = ("torch_npu.npu_ffn docs (hiascend.com PyTorch 6.0.0 API list, ptaoplist_000849): "
-               "y = act(x @ W1 + b1) @ W2 + b2; x [M, K1] (2-8 dims); W1 [K1, N1] / experts [E, K1, N1]; "
-               "W2 [K2, N2] / [E, K2, N2]; expert_tokens = tokens per expert, expert_tokens_index = their "
-               "cumulative form; GLU activations (geglu/swiglu/reglu) halve N1 into K2")
+_FFN_SOURCE = ("torch_npu.npu_ffn docs (hiascend.com PyTorch 6.0.0 API list, ptaoplist_000849; Ascend/MindSpeed "
+               "docs/ops/ffn.md): y = act(x @ W1 + b1) @ W2 + b2; x [M, K1] (2-8 dims); W1 [K1, N1] / experts "
+               "[E, K1, N1]; W2 [K2, N2] / [E, K2, N2]; expert_tokens = tokens per expert (counts), "
+               "expert_tokens_index = their cumulative end indices (the MindSpeed example: M 512, E 8, counts "
+               "[64] * 8 = index [64, 128, ..., 512]); not both; with experts the tokens must add up to M; "
+               "GLU activations (geglu/swiglu/reglu) halve N1 into K2")
+
+
+def ffn_expert_counts(m: int, n_experts, expert_tokens=None, expert_tokens_index=None):
+    """Tokens per expert of ``npu_ffn`` ([count per expert], or None without experts) from ``expert_tokens``
+    (counts) or ``expert_tokens_index`` (cumulative end indices: counts = differences, the first from 0), list or
+    int tensor, at most 256 entries (:data:`_FFN_SOURCE`). ``m``: rows of x; ``n_experts``: E of the [E, K, N]
+    weights (None for 2-D weights). Raises ValueError (the op's own constraints) for both given, more entries
+    than experts, a negative count / decreasing index, or tokens that do not add up to M - "case rejected: ..."
+    messages, since the op itself refuses such a call."""
+    if expert_tokens is not None and expert_tokens_index is not None:
+        raise ValueError("case rejected: npu_ffn: expert_tokens and expert_tokens_index cannot both be given")
+    given = expert_tokens if expert_tokens is not None else expert_tokens_index
+    if given is None:
+        return None
+    counts = _lengths(given, cumulative=expert_tokens is None)
+    what = "expert_tokens" if expert_tokens is not None else "expert_tokens_index"
+    if len(counts) > 256 or (n_experts is not None and len(counts) > n_experts):
+        raise ValueError(f"case rejected: npu_ffn: {what} has {len(counts)} entries for {n_experts} experts (at most 256)")
+    if any(c < 0 for c in counts):
+        raise ValueError(f"case rejected: npu_ffn: {what} {list(given)[:8]}: negative count or decreasing index")
+    if sum(counts) != m:
+        raise ValueError(f"case rejected: npu_ffn: {what} covers {sum(counts)} tokens, x has M = {m} rows (they must match)")
+    return counts
 
 
 @REGISTRY.register("npu::npu_ffn", _FFN_SOURCE, python="torch_npu.npu_ffn")
 def npu_ffn_flops(values, x, weight1, weight2, activation, *args, expert_tokens=None, expert_tokens_index=None,
                   **kwargs):
     """``2 * M * K1 * N1 + 2 * M * K2 * N2``: each of the M tokens goes through one matmul pair (its expert's when
-    weights are [E, K, N]); M = sum(expert_tokens) (or the last of expert_tokens_index) when given, else the rows
+    weights are [E, K, N]); the per-expert token counts (:func:`ffn_expert_counts`) must add up to the M rows
     of x. The GLU split is already in the shapes (N1 = 2 * K2). Biases and the activation are vector work.
-    Source: :data:`_FFN_SOURCE`. Raises ValueError when x's last dim is not K1."""
+    Source: :data:`_FFN_SOURCE`. Raises ValueError when x's last dim is not K1 or the token counts are invalid."""
     xs, w1, w2 = shape_of(x), shape_of(weight1), shape_of(weight2)
     k1, n1 = w1[-2], w1[-1]
     k2, n2 = w2[-2], w2[-1]
     if xs[-1] != k1:
         raise ValueError(f"npu_ffn: x last dim {xs[-1]} != weight1 K1 {k1}")
     m = math.prod(xs[:-1])
-    notes = ()
-    if expert_tokens is not None:
-        m = sum(_lengths(expert_tokens, cumulative=False))
-        notes = (f"npu_ffn: {m} tokens over {len(_lengths(expert_tokens, False))} experts (expert_tokens)",)
-    elif expert_tokens_index is not None:
-        idx = _lengths(expert_tokens_index, cumulative=False)
-        m = idx[-1] if idx else 0
-        notes = (f"npu_ffn: {m} tokens (last of expert_tokens_index)",)
+    counts = ffn_expert_counts(m, w1[0] if len(w1) == 3 else None, expert_tokens, expert_tokens_index)
+    notes = () if counts is None else (f"npu_ffn: {m} tokens over {len(counts)} experts {counts[:8]}",)
     return Count(2 * m * k1 * n1 + 2 * m * k2 * n2, notes)
 
 

@@ -34,7 +34,9 @@ Where it runs: on **meta** tensors by default (no big allocation while counting)
 as the timed child draws them (``get_input_groups()`` on the CPU after seeding: the same random stream, so random
 sequence lengths, masks and routing are the timed ones; recorded as ``inputs_drawn`` = "timed" with the
 data-dependent values in ``data_values``), then moved to meta; above :data:`REAL_DRAW_MAX_BYTES` of inputs the case
-is built in a meta build mode instead (big floating tensors created on meta; ``inputs_drawn`` = "meta", noted).
+is built in a meta build mode instead: big floating tensors are created on meta and their random draws replayed on
+the CPU in chunks (values dropped), so integer/bool inputs drawn later still get the timed values
+(``inputs_drawn`` = "timed-ints"; "meta" where that cannot hold, noted).
 Small tensors (index math, masks, lengths) keep real values in a side table ("shadows") so masks built on the fly
 and ``.item()`` still work; big masks are described by their construction (:mod:`mfulib.lazy_masks`: triu/tril/
 ones/arange comparisons, at any size). A reference that needs the values of big tensors fails on meta;
@@ -48,18 +50,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import sys
 from dataclasses import dataclass, field
 
 from .errors import rejection_reason
 from .flop_dispatch import SHADOW_MAX_NUMEL, TraceState, trace_mode_class, tree_map
 from .flop_formulas import REGISTRY, FormulaRegistry
+from .meta_build import build_mode_class as _build_mode_class
 from .npu_standins import npu_standins
 
 _STATE_STACK: list = []  # the active tracer state, for the Python-level wrappers (formulas get values explicitly)
-META_BUILD_MIN_NUMEL = 1 << 20      # while building a case, floating tensors this big are created on meta
-META_BUILD_INT_MIN_NUMEL = 1 << 24  # integer/bool tensors stay real (indices, lengths) unless this big
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ class TraceResult:
     reason: str | None = None
     seed: int | None = None
     attempts: list = field(default_factory=list)
-    inputs_drawn: str | None = None         # timed (the timed child's draw) | meta (shapes only, other values)
+    inputs_drawn: str | None = None         # timed | timed-ints (big floats meta, ints/bools as timed) | meta
     data_values: dict = field(default_factory=dict)  # data-dependent inputs that entered the count (data_values())
 
     def to_dict(self) -> dict:
@@ -231,48 +231,6 @@ def _result(state: TraceState, counter) -> TraceResult:
 # Trace one case of a work directory
 # ----------------------------------------------------------------------------------------------------------------
 
-def _make_build_mode_class():
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class _MetaBuildMode(TorchDispatchMode):
-        """While get_input_groups()/Model() run: big floating tensors are created on meta, and moving a meta
-        tensor to the CPU keeps it on meta, so building a huge case allocates nothing."""
-
-        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
-            kwargs = dict(kwargs or {})
-            names = [a.name for a in func._schema.arguments]
-            if "size" in names and "device" in names:
-                i = names.index("size")
-                size = args[i] if i < len(args) else kwargs.get("size")
-                dtype = kwargs.get("dtype")
-                if dtype is None and "dtype" in names and names.index("dtype") < len(args):
-                    dtype = args[names.index("dtype")]
-                is_float = dtype is None and func._overloadpacket.__name__ not in ("randint", "full") \
-                    or (dtype is not None and dtype.is_floating_point)
-                try:
-                    numel = math.prod(int(s) for s in size)
-                except TypeError:
-                    numel = 0
-                if numel >= (META_BUILD_MIN_NUMEL if is_float else META_BUILD_INT_MIN_NUMEL):
-                    kwargs["device"] = torch.device("meta")
-                    kwargs.pop("pin_memory", None)
-            if func._overloadpacket.__name__ == "_to_copy" and args and isinstance(args[0], torch.Tensor) \
-                    and args[0].device.type == "meta" and kwargs.get("device") is not None:
-                kwargs["device"] = torch.device("meta")
-            if func._overloadpacket.__name__ == "copy_" and len(args) >= 2 and args[1].device.type == "meta" \
-                    and args[0].device.type != "meta":
-                return args[0]  # values are not needed; the destination keeps its (CPU) storage
-            return func(*args, **kwargs)
-
-    return _MetaBuildMode
-
-
-@functools.lru_cache(maxsize=1)
-def _build_mode_class():
-    return _make_build_mode_class()
-
-
 def _to_meta_with_shadows(args, model):
     """Move args and the model to meta; small real tensors (and module buffers) keep their values as shadows."""
     import torch
@@ -343,13 +301,17 @@ REAL_DRAW_MAX_BYTES = 1 << 28  # cases up to 256 MiB of inputs are drawn for rea
 def _build_as_timed(opdir, case_id, seed, real_draw_max_bytes=None):
     """(BuiltCase, how): the case's inputs drawn the way the timed child draws them (get_input_groups() on the CPU
     after seeding with ``seed``: the same random stream, so data-dependent values - random sequence lengths, masks,
-    top-k routing - are the ones timed), or, above ``real_draw_max_bytes`` of inputs, in the meta build mode (big
-    floating tensors on meta: shapes only, and a random stream that differs from the timed one - said in ``how``)."""
+    top-k routing - are the ones timed): ``how`` "timed". Above ``real_draw_max_bytes`` of inputs the case is
+    built in the meta build mode: big floating tensors on meta (shapes only) while their random draws are replayed
+    so the integer/bool inputs still get the timed values - ``how`` "timed-ints"; "meta" when that could not be
+    kept (an integer/bool input on meta, a random op not replayable: the random stream differs from the timed one)."""
     limit = REAL_DRAW_MAX_BYTES if real_draw_max_bytes is None else real_draw_max_bytes
     if opdir.describe(case_id).input_bytes <= limit:
         return opdir.build_case(case_id, impl="ref", seed=seed, device="cpu"), "timed"
-    with _build_mode_class()():
-        return opdir.build_case(case_id, impl="ref", seed=seed, device="cpu"), "meta"
+    mode = _build_mode_class()()
+    with mode:
+        built = opdir.build_case(case_id, impl="ref", seed=seed, device="cpu")
+    return built, ("meta" if mode.lost else "timed-ints")
 
 
 DATA_VALUES_MAX = 4096  # integer inputs up to this many elements are recorded with their values
@@ -391,9 +353,10 @@ def _trace_once(opdir, case_id, seed, device_kind) -> TraceResult:
                 with in_directory(built.staging):
                     res = trace_callable(built.model, args, device_kind, module=built.module, shadows=shadows)
                 res.inputs_drawn, res.data_values = how, values
-                if how == "meta":
-                    res.notes.append("inputs drawn in the meta build mode (case above the real-draw cap): random "
-                                     "values other than the timed draw")
+                if how != "timed":
+                    res.notes.append("inputs above the real-draw cap: floats as shapes (meta); " + (
+                        "integer/bool inputs as timed (random stream replayed)" if how == "timed-ints" else
+                        "random values other than the timed draw"))
             except Exception as exc:
                 reason = rejection_reason(exc)
                 if reason is not None:
@@ -411,7 +374,7 @@ def build_reference_args(opdir, case_id: int, seed: int = 0, with_draw: bool = F
     """Forward arguments of the reference for ``case_id`` as ``get_input_groups()`` builds them after seeding
     with ``seed`` - the timed child's draw (:func:`_build_as_timed`); above the real-draw cap large floating
     tensors come back as meta tensors (shapes only) and small ones with their values. ``with_draw``: return
-    (args, how: "timed" | "meta"). Exceptions from the operator files propagate."""
+    (args, how: "timed" | "timed-ints" | "meta"). Exceptions from the operator files propagate."""
     with npu_standins(_counting):
         built, how = _build_as_timed(opdir, case_id, seed)
     built.close()

@@ -37,7 +37,8 @@ def sequence_length_problems(case: dict, case_id: int = 0) -> list:
     Per-batch lists need one non-negative length per batch entry, each at most the sequence axis; cumulative
     lists (``cu_seqlens*``, ``actual_seq_qlen/kvlen``, layout TND) must be non-decreasing and end at most at T.
     Axes follow ``input_layout`` when the case has one (BSH/BSND: [B, S, ...], SBH: [S, B, ...], BNSD:
-    [B, N, S, D], TND: [T, N, D]); else [B, S, ...].
+    [B, N, S, D], TND: [T, N, D]); else [B, S, ...]. With page attention (a ``block_table`` input) the KV lengths
+    are checked against the table instead: one per row, each at most its columns x ``block_size``.
     """
     info = _cases.describe_case(case, case_id)
     tensors = [t for t in info.tensors if t.dtype in FLOAT_DTYPES]
@@ -54,6 +55,13 @@ def sequence_length_problems(case: dict, case_id: int = 0) -> list:
             continue
         ref = tensors[1] if ("kv" in name.lower() and len(tensors) > 1) else tensors[0]
         shp = ref.shape
+        table = _block_table_shape(info)
+        if table and "kv" in name.lower() and isinstance(value, list):   # page attention: the table bounds KV
+            cap = table[-1] * int(info.attrs.get("block_size") or 0)
+            if len(vals) != table[0] or max(vals, default=0) > cap:
+                problems.append(f"{name} = {vals}: page attention needs one length per block_table row "
+                                f"({table[0]}), each at most block_table columns x block_size = {cap}")
+            continue
         cumulative = "cu_" in name.lower() or name.lower().endswith(("qlen", "kvlen")) or layout == "TND"
         if any(v < 0 for v in vals):
             problems.append(f"{name} = {vals}: negative length")
@@ -76,6 +84,18 @@ def sequence_length_problems(case: dict, case_id: int = 0) -> list:
             problems.append(f"{name} = {vals}: a length exceeds the sequence axis {shp[s_axis]} of {ref.name} {shp} "
                             f"(layout {layout})")
     return problems
+
+
+def _block_table_shape(info):
+    """Shape [B, maxBlockNumPerSeq] of a case's block_table (a tensor input or a nested-list attribute), or None:
+    with page attention the KV cache is [blocknum, blocksize, H] and the lengths are bounded by the table."""
+    for t in info.tensors:
+        if t.name.lower() in ("block_table", "block_tables"):
+            return list(t.shape)
+    v = info.attrs.get("block_table", info.attrs.get("block_tables"))
+    if isinstance(v, list) and v and all(isinstance(r, list) for r in v):
+        return [len(v), max(len(r) for r in v)]
+    return None
 
 
 def padded_lengths(case: dict, case_id: int = 0):

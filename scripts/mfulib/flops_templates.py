@@ -16,9 +16,12 @@ Classes, tried in this order (the first whose evidence is present wins; :func:`c
     grouped_matmul         grouped_mm / npu_grouped_matmul / group_list
     matmul                 matmul / bmm / mm / linear / einsum / @
     conv                   conv1d/2d/3d / nn.ConvNd
-    norm                   layer_norm / rms / group_norm / batch_norm
+    rnn                    LSTM / npu_lstm: the gate GEMMs of every time step, layer and direction
+    pooling                avg / max / adaptive pooling, 1-3D: 0 matrix FLOPs
+    reduction              sort / top-k / arg-reductions, or value reductions (sum, mean, amax, var ...) over axes
+    norm                   layer_norm / rms / group_norm / batch_norm (optional weight / bias per case, residual add)
     softmax                softmax / log_softmax without matrix work
-    elementwise            pointwise / reduction ops only
+    elementwise            pointwise ops only (Python operators a + b, binary math torch.logaddexp / hypot ...)
     unknown                none of the above: the draft's flops() raises until a human writes it
 
 Each draft reads inputs by the names of the case file, defines ``flops_parts`` and ``KERNEL_PARTS`` (patterns from
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field
 from . import cases as _cases
 from .definitions import FLOAT_DTYPES
 from .flops_contract import REVIEW_MARK
+from .flops_templates_vector import vector_program
 from .flops_templates_attention import (BODY_DENSE, BODY_PAGED, BODY_SPARSE, BODY_TOPK_BLOCKS, BODY_VARLEN,
                                         T_ATTENTION, T_MHA, T_NPU_FA, render_npu_attention)
 
@@ -262,12 +266,16 @@ def classify(f: ModelFeatures, cv: CaseView) -> tuple:
         return "norm", ["normalisation"]
     if f.called("softmax", "log_softmax", "_softmax"):
         return "softmax", ["softmax without matrix work"]
+    value_reductions = [n for n in _VALUE_REDUCTIONS if f.called(n)]
+    if value_reductions:
+        return "reduction", [f"value reduction(s) {', '.join(value_reductions)} (no matrix work)"]
     elementwise = [n for n in f.calls if n in _POINTWISE]
     if elementwise:
         return "elementwise", [f"pointwise/reduction ops: {', '.join(sorted(elementwise)[:6])}"]
     return "unknown", ["no recognised compute call in the reference"]
 
 
+_VALUE_REDUCTIONS = ("sum", "mean", "amax", "amin", "var", "std", "prod", "nansum", "logsumexp")
 _POINTWISE = {"add", "sub", "mul", "div", "exp", "log", "sigmoid", "tanh", "relu", "gelu", "silu", "sum", "mean",
               "max", "min", "pow", "sqrt", "abs", "clamp", "where", "neg", "cumsum", "prod", "amax", "argmax",
               "erf", "sin", "cos", "square", "reciprocal", "norm", "var", "std", "logsumexp", "logaddexp",
@@ -391,6 +399,24 @@ def flops(case):
 def vector_flops(case):
 $vector_body
 '''
+
+T_VECTOR_EXACT = '''
+# No matrix work (DESIGN.md "FLOPs"): flops(case) is 0 - no MFU, MBU is the headline figure. vector_flops(case)
+# re-plays forward() of model.py op by op on the case's shapes; each op's FLOPs per element are the tracer's
+# (mfulib/vector_costs.py), so the count is derived from the code, not guessed.
+
+
+def flops_parts(case):
+    return {"$part": 0.0}
+
+
+def flops(case):
+    return float(sum(flops_parts(case).values()))
+
+
+def vector_flops(case):
+$vector_body
+$helpers'''
 
 T_RNN = '''
 
@@ -517,6 +543,7 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
     fill = {"op": op, "cls": cls, "why": "; ".join(why)}
     imports = ["shape", "attr"]
     tensors = [t.name for t in cv.info.tensors]
+    exact = vector_program(f.source, cv) if cls in ("elementwise", "reduction") else (None, "")
     linear = f.called("linear", "Linear") and not (f.matmul_ops or f.called("matmul", "bmm", "mm"))
     if cls == "matmul" and len(tensors) >= 2:
         body = string.Template(T_MATMUL).substitute(a=tensors[0], b=tensors[1], linear_first=str(linear))
@@ -630,14 +657,20 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         imports = ["shape", "attr", "matmul_flops"]
         part_names = ["lstm"]
         extra_import = ""
-    elif cls in ("pooling", "reduction"):
+    elif cls in ("elementwise", "reduction") and exact[0] is not None:
+        body = string.Template(T_VECTOR_EXACT).substitute(part=cls, vector_body="\n".join(exact[0]),
+                                                          helpers=exact[1])
+        imports = ["shape", "attr"]
+        part_names = [cls]
+        extra_import = "import math\n"
+    elif cls == "pooling" or (cls == "reduction" and f.called(*_ORDER_CALLS)):
         x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
         what = "pooling: sums/maxima over windows" if cls == "pooling" else "comparisons and selection"
         body = string.Template(T_NOMATRIX).substitute(what=what, part=cls, x=x)
         imports = ["numel"]
         part_names = [cls]
         extra_import = ""
-    elif cls in ("norm", "softmax", "elementwise"):
+    elif cls in ("norm", "softmax", "elementwise", "reduction"):
         extra_vector_import = ""
         x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
         vbody = f'    return float(OPS_PER_ELEMENT * numel(case, "{x}"))'
@@ -664,7 +697,8 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
             ops, note = 5, "max, subtract, exp, sum, divide per element: softmax convention"
         else:
             n = sum(len(f.calls.get(p, [])) for p in _POINTWISE)
-            ops, note = max(n, 1), "REVIEW: one FLOP per pointwise op per element; count the ops of forward()"
+            ops, note = max(n, 1), ("REVIEW: one FLOP per pointwise op per element; count the ops of forward() "
+                                    f"(not derived: {exact[1]})")
         if residual:  # fused residual + norm: x + residual is one more add per element (vector work)
             ops, note = ops + 1, note + f"; + 1 for the residual add ({x} + {residual[0]})"
         body = string.Template(T_VECTOR).substitute(ops=ops, ops_note=note, part=cls, x=x, vector_body=vbody)

@@ -100,7 +100,7 @@ def flops(case):
 
 T_NPU_FIA = '''
 HAS_MASK = $has_mask   # sparse_mode 0 with an atten_mask keeps the pre/next-token band; without one every pair
-
+$paged_note
 
 def _lengths(case, name, n, default, cumulative):
     # actual_seq_lengths[_kv]: one length per batch (cumulative for TND, as the Ascend docs say); absent: the shape
@@ -113,17 +113,33 @@ def _lengths(case, name, n, default, cumulative):
     return vals * n if len(vals) == 1 and n > 1 else vals
 
 
+def _paged_dims(case, layout, heads, n_kv):
+    # page attention (Ascend docs): the KV caches are [blocknum, blocksize, H] or [blocknum, N_kv, blocksize, D]
+    # whatever input_layout says; block_table [B, maxBlockNumPerSeq]; the query keeps its layout
+    q, v = shape(case, "$q"), shape(case, "$v")
+    b, s_q, d = {"BSH": (q[0], q[1], q[-1] // heads), "BSND": (q[0], q[1], q[-1]), "BNSD": (q[0], q[2], q[-1]),
+                 "TND": (None, q[0], q[-1])}[layout]
+    d_v = v[-1] // n_kv if len(v) == 3 else v[-1]
+    return {"b": b, "hq": heads, "hkv": n_kv, "s_q": s_q, "s_k": 0, "d": d, "d_v": d_v}
+
+
 def flops_parts(case):
     # torch_npu.npu_fused_infer_attention_score (Ascend docs): 2 * N_q * (D + D_rope + D_v) per unmasked
     # (query, key) pair of every sequence; GQA shares K/V heads, each query head still does QK^T and PV
     layout = str(attr(case, "$layout", "BSH")).upper().split("_")[0]     # BSH is the op's default layout
-    dims = attention_dims(case, "$q", "$k", "$v", layout, int(attr(case, "$heads", 1)))
-    n_kv = int(attr(case, "$kv_heads", 0)) or dims["hq"]                # 0 = num_heads (no GQA)
-    if n_kv != dims["hkv"]:
-        raise ValueError(f"case rejected: num_key_value_heads {n_kv} but the key has {dims['hkv']} heads")
+    heads = int(attr(case, "$heads", 1))
+    n_kv = int(attr(case, "$kv_heads", 0)) or heads                      # 0 = num_heads (no GQA)
+    if $paged_test:
+        if attr(case, "$seq_kv", None) is None:
+            raise ValueError("case rejected: page attention needs actual_seq_lengths_kv (Ascend docs)")
+        dims = _paged_dims(case, layout, heads, n_kv)
+    else:
+        dims = attention_dims(case, "$q", "$k", "$v", layout, heads)
+        if n_kv != dims["hkv"]:
+            raise ValueError(f"case rejected: num_key_value_heads {n_kv} but the key has {dims['hkv']} heads")
     tnd = layout == "TND"
-    if tnd and attr(case, "$seq", None) is None:
-        raise ValueError("case rejected: TND needs actual_seq_lengths (cumulative)")
+    if tnd and (attr(case, "$seq", None) is None or attr(case, "$seq_kv", None) is None):
+        raise ValueError("case rejected: TND needs actual_seq_lengths and actual_seq_lengths_kv (cumulative)")
     n = len(attr(case, "$seq")) if tnd else dims["b"]
     s_q = _lengths(case, "$seq", n, dims["s_q"], tnd)
     s_k = _lengths(case, "$seq_kv", len(s_q), dims["s_k"], tnd)
@@ -195,6 +211,11 @@ def render_npu_attention(cls, f, cv, tensors) -> tuple:
     def a(rx, dflt):
         return cv.attr(rx) or dflt
     if cls == "npu_fused_infer_attention":
+        table = cv.tensor(r"block_tables?", floating=False) or cv.attr(r"^block_tables?$")
+        paged_note = ("# page attention when the case gives block_table: s_kv = actual_seq_lengths_kv per batch"
+                      if table else "# REVIEW: model.py names block_table but no case input does: page attention "
+                      "counts s_kv = actual_seq_lengths_kv, not the key's shape" if f.has_token(r"block_table")
+                      else "")
         body = string.Template(T_NPU_FIA).substitute(
             q=t(r"q|query", 0), k=t(r"k|key", 1), v=t(r"v|value", 2),
             layout=a(r"input_layout|^layout$", "input_layout"), heads=a(r"^num_heads$|head_num|n_heads", "num_heads"),
@@ -203,7 +224,8 @@ def render_npu_attention(cls, f, cv, tensors) -> tuple:
             seq_kv=a(r"actual_seq_lengths_kv|actual_seq_kv", "actual_seq_lengths_kv"),
             mode=a(r"sparse_mode", "sparse_mode"), pre=a(r"pre_tok", "pre_tokens"), next=a(r"next_tok", "next_tokens"),
             rope=cv.tensor(r"query_rope|q_rope") or "query_rope",
-            has_mask=str(bool(cv.tensor(r"atten_mask|attn_mask|mask", floating=False))))
+            has_mask=str(bool(cv.tensor(r"atten_mask|attn_mask|mask", floating=False))),
+            paged_test=f'has(case, "{table}")' if table else "False", paged_note=paged_note)
         return body, ["shape", "attr", "has", "attention_dims", "attention_flops", "npu_sparse_pairs"], ["attn"]
     with_indexer = f.called("npu_lightning_indexer")
     indexer_fn = string.Template(T_INDEXER_FN).substitute(

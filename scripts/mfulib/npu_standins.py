@@ -58,9 +58,50 @@ def _standin_npu_fused_infer_attention_score(query, key, value, *args, num_heads
     return out, torch.zeros(1, dtype=torch.float32, device=query.device)
 
 
-def _standin_npu_ffn(x, weight1, weight2, activation, *args, **kwargs):
+_FFN_ACTS = {"relu": "relu", "gelu": "gelu", "fastgelu": "fastgelu", "silu": "silu", "geglu": "gelu",
+             "swiglu": "silu", "reglu": "relu"}
+
+
+def _standin_npu_ffn(x, weight1, weight2, activation, *args, expert_tokens=None, expert_tokens_index=None,
+                     bias1=None, bias2=None, **kwargs):
+    """y = act(x @ W1 + b1) @ W2 + b2 in plain torch (FLOPs: flop_formulas.npu_ffn_flops); with [E, K, N] weights
+    the rows of x go to the experts in order, expert e taking counts[e] rows (flop_formulas.ffn_expert_counts:
+    counts or cumulative index, checked as the op checks them). GLU activations: act(a) * b, (a, b) = the halves
+    of x @ W1 (as npu_swiglu). fastgelu = x * sigmoid(1.702 x). Meta inputs give a meta output of that shape."""
     import torch
-    return torch.zeros(shape_of(x)[:-1] + [shape_of(weight2)[-1]], dtype=x.dtype, device=x.device)
+    import torch.nn.functional as F
+    from .flop_formulas import ffn_expert_counts
+    act = str(activation).lower()
+    if act not in _FFN_ACTS:
+        raise ValueError(f"npu_ffn: activation {activation!r} not one of {sorted(_FFN_ACTS)}")
+    xs, w1 = shape_of(x), shape_of(weight1)
+    m = 1
+    for d in xs[:-1]:
+        m *= d
+    counts = ffn_expert_counts(m, w1[0] if len(w1) == 3 else None, expert_tokens, expert_tokens_index)
+    out_shape = xs[:-1] + [shape_of(weight2)[-1]]
+    if x.device.type == "meta":
+        return torch.empty(out_shape, dtype=x.dtype, device="meta")
+
+    def one(rows, w1_e, w2_e, b1_e, b2_e):
+        h = rows @ w1_e + (b1_e if b1_e is not None else 0)
+        fn = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+              "fastgelu": lambda t: t * torch.sigmoid(1.702 * t)}[_FFN_ACTS[act]]
+        if act in ("geglu", "swiglu", "reglu"):
+            a, b = h.chunk(2, dim=-1)
+            h = fn(a) * b
+        else:
+            h = fn(h)
+        return h @ w2_e + (b2_e if b2_e is not None else 0)
+    flat = x.reshape(m, xs[-1])
+    if counts is None:
+        return one(flat, weight1, weight2, bias1, bias2).reshape(out_shape)
+    outs, start = [], 0
+    for e, c in enumerate(counts):
+        outs.append(one(flat[start:start + c], weight1[e], weight2[e], None if bias1 is None else bias1[e],
+                        None if bias2 is None else bias2[e]))
+        start += c
+    return torch.cat(outs).reshape(out_shape)
 
 
 STANDINS = {

@@ -61,6 +61,20 @@ _FREE = {"eq", "ne", "lt", "le", "gt", "ge", "where", "masked_fill", "topk", "so
          "view_as_complex", "_reshape_alias", "max_pool2d_with_indices", "max_pool3d_with_indices"}
 
 
+def element_cost(name: str):
+    """(FLOPs per element, basis) of aten op ``name`` per the table above, basis "out" (output elements), "in"
+    (elements of the first tensor input) or "free" (cost 0); None for an op the table does not cost (norms are
+    costed by :func:`vector_cost` from their arguments, so they are None here too). The flops.py generator
+    (:mod:`mfulib.flops_templates_vector`) writes these figures into drafts, so draft and tracer share one table."""
+    if name in _FREE:
+        return 0, "free"
+    if name in _PER_OUT:
+        return _PER_OUT[name], "out"
+    if name in _PER_IN:
+        return _PER_IN[name], "in"
+    return None
+
+
 def _numel(t) -> int:
     return int(math.prod(int(d) for d in t.shape))
 

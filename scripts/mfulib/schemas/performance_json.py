@@ -37,7 +37,9 @@ Top level
     when absent), ``flops_parts`` {part: FLOPs}, ``vector_flops`` (flops.py's vector arithmetic or None),
     ``numerator`` (check_flops.py's verdict on this case's flops: checked | unverified | failed | unchecked | None
     without flops.py) and ``numerator_reason``; ``flops_inputs_drawn`` ("timed": flops(case, args) got the timed
-    child's seeded draw; "meta": shapes only, other random values; None when flops.py takes no args) and
+    child's seeded draw; "timed-ints": above the real-draw cap, big floats as shapes (meta) but every integer/bool
+    input as timed (the random stream replayed, mfulib.meta_build); "meta": shapes only, other random values; None
+    when flops.py takes no args) and
     ``flops_data_values`` (the data-dependent inputs that entered the count: integer lists such as realised
     actual_seq_lengths, {"density"} of bool masks); ``flops`` 0 means no matrix work (no MFU, MBU is the figure),
     ``input_bytes``, ``output_bytes`` (MBU inputs, bytes), ``launches_per_iter``, ``sequence`` (kernel names of one
