@@ -150,7 +150,8 @@ def select(jobs, ops: str | None):
     for want in [o.strip() for o in ops.split(",") if o.strip()]:
         hit = [j for j in jobs if j["name"] == want or j["name"].split("/")[-1] == want]
         if not hit:
-            raise UserError(f"OPS: no operator {want!r} in this batch - operators: {', '.join(j['name'] for j in jobs)}")
+            raise UserError(f"OPS: no operator {want!r} in this batch - operators: "
+                            f"{', '.join(j['name'] for j in jobs)}")
         out += [j for j in hit if j not in out]
     return out
 
