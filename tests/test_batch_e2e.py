@@ -1,0 +1,118 @@
+"""make batch over real bundled operators on CPU, in two layouts (B: BENCH+GEN with a planted failure; A: a ROOT of
+op_<Op>_<time> dirs), and the same layout-A batch with RUNNER=ray on a local Ray instance.
+
+Kept to three full pipeline runs of the cheapest bundled operator (zoo/3_RMSNorm) plus one planted failure: the
+batches run once per module and every test reads their results.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BATCH = os.path.join(ROOT, "scripts", "mfu_batch.py")
+ZOO_BENCH, ZOO_GEN = (os.path.join(ROOT, "examples", "ops", d, "zoo") for d in ("bench", "gen"))
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+
+PLANTED = '''import torch
+
+
+class ModelNew(torch.nn.Module):
+    """Planted failure for tests/test_batch_e2e.py: every forward raises."""
+
+    def forward(self, *inputs):
+        raise RuntimeError("planted failure")
+'''
+
+
+def batch(out, *args, env=None):
+    r = subprocess.run([sys.executable, BATCH, "--out", str(out), "--backend", "cpu", "--no-progress", *args],
+                       capture_output=True, text=True, timeout=900, env=dict(os.environ, **(env or {})))
+    path = out / "batch_summary.json"
+    return r, (json.loads(path.read_text()) if path.exists() else None)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("batch")
+    env = {"MFU_PEAK_CACHE_DIR": str(tmp / "cache")}
+    gen = tmp / "gen"
+    gen.mkdir()
+    shutil.copy(os.path.join(ZOO_GEN, "3_RMSNorm_generated_code.py"), gen)
+    (gen / "1_BatchMatmul_generated.py").write_text(PLANTED)
+    root = tmp / "root"  # layout A: the RMSNorm reference, cases, flops.py and kernel in one dir, two timestamps
+    for ts in ("20261101_0800", "20261201_0800"):
+        d = root / f"op_RMSNorm_{ts}"
+        d.mkdir(parents=True)
+        for f in ("3_RMSNorm.py", "3_RMSNorm.json", "3_RMSNorm_flops.py"):
+            shutil.copy(os.path.join(ZOO_BENCH, f), d)
+        shutil.copy(os.path.join(ZOO_GEN, "3_RMSNorm_generated_code.py"), d)
+    out = {"B": batch(tmp / "outB", "--bench", ZOO_BENCH, "--gen", str(gen), env=env),
+           "A": batch(tmp / "outA", "--root", str(root), "--keep-prof", "0", env=env)}
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        out["ray"] = None
+    else:
+        out["ray"] = batch(tmp / "outRay", "--root", str(root), "--runner", "ray", "--keep-prof", "0", env=env)
+    return out
+
+
+def test_layout_b_planted_failure_is_recorded_and_the_others_finish(runs):
+    r, s = runs["B"]
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]  # 1: one operator failed, the batch finished
+    rows = {x["name"]: x for x in s["rows"]}
+    ok, bad = rows["3_RMSNorm"], rows["1_BatchMatmul"]
+    assert ok["status"] == "ok" and ok["headline"] == "MBU" and ok["mbu"] > 0 and ok["mfu_ach"] is None
+    assert ok["numerator"] == "checked" and ok["dtype"] and ok["bound"] is None
+    assert bad["status"] == "failed" and bad["reason"].startswith("step ") and "failed (exit status" in bad["reason"]
+    c = s["counts"]
+    assert (c["operators"], c["succeeded"], c["failed"], c["skipped"]) == (2, 1, 1, 5)  # 5 ids have no kernel
+    assert sum(c["failed_why"].values()) == 1 and list(c["skipped_why"]) == ["no implementation"]
+    log = open(bad["log"]).read()
+    assert "planted failure" in log
+
+
+def test_summary_files_csv_markdown_and_html_index_link_each_operator(runs):
+    _, s = runs["B"]
+    out = s["out_dir"]
+    csv = pd.read_csv(os.path.join(out, "batch_summary.csv"))
+    assert list(csv["name"]) == [x["name"] for x in s["rows"]] and list(csv["status"]) == ["ok", "failed"]
+    md = open(os.path.join(out, "batch_summary.md")).read()
+    assert "| 3_RMSNorm" in md and "failed 1" in md and "no implementation" in md
+    page = open(os.path.join(out, "index.html")).read()
+    for row in s["rows"]:
+        assert f'href="{os.path.relpath(row["log"], out)}"' in page
+    assert 'href="ops/3_RMSNorm/mfu_decompose.json"' in page
+
+
+def test_layout_a_root_measures_the_newest_copy_and_prunes_profiles(runs):
+    r, s = runs["A"]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (row,) = s["rows"]
+    assert row["name"] == "RMSNorm" and row["status"] == "ok" and row["older"] == "op_RMSNorm_20261101_0800"
+    assert s["skipped"][0]["why"].startswith("older copy of RMSNorm")
+    job = json.load(open(os.path.join(s["out_dir"], "jobs", "RMSNorm.json")))
+    assert job["pruned_prof"] and not os.path.exists(os.path.join(row["work"], "prof"))
+    assert os.path.exists(os.path.join(row["work"], "performance.json"))
+
+
+def test_runner_ray_on_a_local_instance_gives_the_same_summary(runs):
+    if runs["ray"] is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("ray is not importable in CI: .ci/run installs requirements-ray.txt")
+        pytest.skip("ray is not installed (pip install -r requirements-ray.txt)")
+    r, s = runs["ray"]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    _, local = runs["A"]
+    same = ("name", "layout", "status", "reason", "headline", "numerator", "bound", "older", "errors")
+    assert [{k: x[k] for k in same} for x in s["rows"]] == [{k: x[k] for k in same} for x in local["rows"]]
+    assert s["counts"] == local["counts"] and s["skipped"] == local["skipped"]
+    # the figures are measured again (CPU-interpreter timings differ run to run); both runs have them
+    assert all(x["mbu"] > 0 for x in s["rows"]) and s["runner"] == "ray"
+    job = json.load(open(os.path.join(s["out_dir"], "jobs", "RMSNorm.json")))
+    assert job["runner"] == "ray"
