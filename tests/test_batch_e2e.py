@@ -68,7 +68,11 @@ def test_layout_b_planted_failure_is_recorded_and_the_others_finish(runs):
     rows = {x["name"]: x for x in s["rows"]}
     ok, bad = rows["3_RMSNorm"], rows["1_BatchMatmul"]
     assert ok["status"] == "ok" and ok["headline"] == "MBU" and ok["mbu"] > 0 and ok["mfu_ach"] is None
-    assert ok["numerator"] == "checked" and ok["dtype"] and ok["bound"] is None
+    assert ok["numerator"] == "checked" and ok["dtype"]
+    dec = json.load(open(ok["decompose_json"]))  # the row's figures are the decomposition's headline case's
+    (best,) = [x for rep in dec["reports"] for x in rep["rows"] if x["case"] == ok["case"] and x["status"] == "ok"]
+    assert best["mbu"] == ok["mbu"] and best["dtype"] == ok["dtype"] and dec["maxima"]["mbu"]["case"] == ok["case"]
+    assert ok["bound"] == (best["bound"]["label"] if isinstance(best.get("bound"), dict) else None)
     assert bad["status"] == "failed" and bad["reason"].startswith("step ") and "failed (exit status" in bad["reason"]
     c = s["counts"]
     assert (c["operators"], c["succeeded"], c["failed"], c["skipped"]) == (2, 1, 1, 5)  # 5 ids have no kernel

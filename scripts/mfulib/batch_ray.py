@@ -6,7 +6,9 @@ Ray is optional (``requirements-ray.txt``) and imported only here, only when thi
 ``GPU`` resource; ``resources={"NPU": 1}`` when it has ``NPU`` (Ray's resource name for Huawei Ascend, also the one
 the ``ray-ascend`` plugin's examples request); else ``num_cpus=1``. Ray sets ``CUDA_VISIBLE_DEVICES`` /
 ``ASCEND_RT_VISIBLE_DEVICES`` of a task holding a GPU/NPU itself, so the job does not restrict visibility again and
-records the id ``ray.get_runtime_context().get_accelerator_ids()`` reports.
+records the id ``ray.get_runtime_context().get_accelerator_ids()`` reports. Ray also sets ``OMP_NUM_THREADS`` to
+the task's CPU count in its workers; the task puts back the driver's value (or none), so the pipeline runs as it
+would under the local pool.
 
 Files in and out go through the filesystem: every node must see the skill directory, the sources and the batch
 output directory at the same paths (a shared filesystem). Where to connect: ``RAY_ADDRESS`` (``ray.init``'s own
@@ -38,6 +40,11 @@ def _import_ray():
 def ray_task(job: dict, opts: dict) -> dict:
     """Body of one Ray task: run the job on the accelerator Ray gave this task (module docstring)."""
     import ray
+    # Ray sets OMP_NUM_THREADS=<num_cpus> (1) in its workers: give the child the driver's setting, as locally
+    if opts.get("driver_omp_threads") is None:
+        os.environ.pop("OMP_NUM_THREADS", None)
+    else:
+        os.environ["OMP_NUM_THREADS"] = opts["driver_omp_threads"]
     ids = ray.get_runtime_context().get_accelerator_ids()
     dev = next((v[0] for k in ("GPU", "NPU") for v in [ids.get(k) or []] if v), None)
     return run_job(job, dict(opts, runner="ray"), dev, restrict=False)
@@ -65,7 +72,8 @@ def run_ray(jobs, workers: int, opts, on_done) -> bool:
         ray.init(**init)
     try:
         remote = ray.remote(ray_task).options(**task_options(ray.cluster_resources()), max_retries=0)
-        refs = {remote.remote(job, opts): job for job in jobs}
+        task_opts = dict(opts, driver_omp_threads=os.environ.get("OMP_NUM_THREADS"))
+        refs = {remote.remote(job, task_opts): job for job in jobs}
         try:
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
