@@ -120,7 +120,7 @@ def _discover_examples(sets, out_dir):
     wanted = [s.strip().strip("/") for s in sets.split(",") if s.strip()]
     chosen = names if "all" in wanted else [n for n in names if any(n.startswith(s + "/") for s in wanted)]
     if not chosen:
-        sets_known = sorted({n.rsplit("/", 1)[0] for n in names})
+        sets_known = sorted({n.split("/")[0] for n in names} | {n.rsplit("/", 1)[0] for n in names})
         raise UserError(f"EXAMPLES={sets}: no bundled operator in that set - sets: {', '.join(sets_known)} (or all)")
     jobs, broken = [], []
     for n in chosen:

@@ -15,7 +15,8 @@ the job record (:mod:`mfulib.schemas.batch_json`) before it returns:
 
 Device visibility: given a device id ``d`` and ``restrict=True`` (the local pool), the child gets
 ``CUDA_VISIBLE_DEVICES=d`` / ``ASCEND_RT_VISIBLE_DEVICES=d`` (the variables in ``visibility_vars``) and
-``DEVICE_ID=0``, so inside the child the device is always index 0; Ray sets these variables itself for a task that
+``DEVICE_ID=0``, so inside the child the device is always index 0 (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` unless
+set, so that id N is the GPU ``nvidia-smi`` numbers N); Ray sets these variables itself for a task that
 holds a GPU/NPU resource, so there ``restrict=False``. ``MAKEFLAGS`` & co. of an enclosing ``make batch`` are removed
 so the child make sees only its own variables. With a ``report`` target in the Makefile (``make report`` ->
 ``$(WORK)/report.html``) it runs after ``all`` succeeded; its failure is recorded in ``reason`` without failing the
@@ -50,6 +51,8 @@ def child_env(device, restrict: bool, visibility_vars) -> dict:
     if restrict and device is not None:
         for var in visibility_vars:
             env[var] = str(device)
+        if "CUDA_VISIBLE_DEVICES" in visibility_vars:  # id N = nvidia-smi's GPU N (CUDA's default is fastest first)
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return env
 
 
