@@ -42,7 +42,8 @@ def compare(one: dict, many: dict) -> list:
              f"* measured speed-up {w1 / wn:.2f}x; ideal {n}-worker makespan from the one-worker per-operator times "
              f"(longest first) {ideal:.1f} s of {serial:.1f} s serial = ideal speed-up {serial / ideal:.2f}x; "
              f"reached {(w1 / wn) / (serial / ideal):.0%} of it", "",
-             "| operator | device (1) | wall s (1) | device (N) | wall s (N) | headline (1) | headline (N) | rel. diff |",
+             "| operator | device (1) | wall s (1) | device (N) | wall s (N) | headline (1) | headline (N) "
+             "| rel. diff |",
              "|---|---|---|---|---|---|---|---|"]
     for k in both:
         a, b = headline(r1[k]), headline(rn[k])

@@ -76,7 +76,7 @@ def discover_jobs(source: dict, out_dir: str):
         mv = {"REF_ROOT": source["ref_root"], "IMPL_ROOT": source["impl_root"]}
         jobs = [_job(out_dir, p["id"], p["id"], "C", mv) for p in pairs if "error" not in p]
         broken = [(p["id"], p["error"]) for p in pairs if "error" in p]
-        return jobs, [(rel, f"no implementation {rel}.py under IMPL_ROOT") for rel in missing], broken
+        return jobs, [(rel, f"no implementation of {rel}.py under IMPL_ROOT") for rel in missing], broken
     if kind == "A":
         return _discover_root(source["root"], out_dir)
     if kind == "examples":
@@ -122,12 +122,12 @@ def _discover_examples(sets, out_dir):
     if not chosen:
         sets_known = sorted({n.split("/")[0] for n in names} | {n.rsplit("/", 1)[0] for n in names})
         raise UserError(f"EXAMPLES={sets}: no bundled operator in that set - sets: {', '.join(sets_known)} (or all)")
-    jobs, broken = [], []
+    jobs, skipped = [], []
     for n in chosen:
         try:
             how = resolve(n)
-        except UserError as exc:  # e.g. npukernelbench without its shared case data
-            broken.append((n, str(exc)))
+        except UserError as exc:  # npukernelbench without its shared case data: nothing to measure here
+            skipped.append((n, f"case data absent: {exc}"))
             continue
         cases = None
         try:
@@ -139,7 +139,7 @@ def _discover_examples(sets, out_dir):
         except UserError:
             cases = None  # the pipeline's prepare step reports it
         jobs.append(_job(out_dir, n, n, how["layout"], {}, cases))
-    return jobs, [], broken
+    return jobs, skipped, []
 
 
 def select(jobs, ops: str | None):
