@@ -225,3 +225,31 @@ def test_an_interrupted_batch_writes_its_summary_and_a_rerun_redoes_nothing_fini
     assert stub_records(stub)[done[0]]["start"] == finished_at  # not run again
     assert {x["name"]: x["resumed"] for x in s2["rows"]} == {n: n == done[0] for n in by}
     assert all(x["status"] == "ok" for x in s2["rows"]) and s2["interrupted"] is False
+
+
+def test_summary_row_reads_the_headline_case_its_dragging_part_bound_and_the_search_choice(tmp_path):
+    from mfulib.batch_summary import operator_row
+    work = tmp_path / "ops" / "attn"
+    work.mkdir(parents=True)
+    parts = [{"part": "attn", "time_share": 0.7, "flops_share": 0.25, "mfu_ach": 0.1},  # 70% of time, 25% of work
+             {"part": "proj", "time_share": 0.3, "flops_share": 0.75, "mfu_ach": 0.6}]
+    rows = [{"report": "attn", "case": 0, "status": "ok", "dtype": "float16", "mfu_nom": 0.20, "mfu_ach": 0.22,
+             "mbu": 0.05, "numerator": "checked", "parts": parts,
+             "bound": {"label": "memory-bound", "source": "pmu:ncu", "evidence": {}, "note": None}},
+            {"report": "attn", "case": 3, "status": "ok", "dtype": "float16", "mfu_nom": 0.30, "mfu_ach": 0.33,
+             "mbu": 0.04, "numerator": "unverified", "parts": parts[1:]}]
+    dec = {"tool": "mfu_decompose", "schema": 1, "reports": [{"label": "attn", "rows": rows}], "errors": [],
+           "warnings": [], "maxima": {"mfu_ach": {"value": 0.22, "report": "attn", "case": 0}}}
+    (work / "mfu_decompose.json").write_text(json.dumps(dec))
+    (work / "grid_search.json").write_text(json.dumps({"best": {"case": 12, "scale": 4}}))
+    job = {"name": "attn", "layout": "B", "work": str(work), "log": str(tmp_path / "attn.log"), "older": []}
+    rec = {"status": "ok", "reason": None, "wall_s": 12.5, "device": "1", "report_html": None}
+    row = operator_row(job, rec)
+    assert (row["mfu_ach"], row["mfu_nom"], row["headline"], row["numerator"]) == (0.22, 0.20, "MFU@ach", "checked")
+    assert row["dragging_part"] == "attn" and row["bound"] == "memory-bound"
+    assert (row["case"], row["scale"], row["device"], row["wall_s"]) == (12, 4, "1", 12.5)
+    rows[0].pop("bound")
+    rows[0]["parts"] = parts[1:]  # no part takes 2x its FLOPs share: nothing drags; no bound label: None ("—")
+    (work / "mfu_decompose.json").write_text(json.dumps(dec))
+    row = operator_row(job, rec)
+    assert row["dragging_part"] is None and row["bound"] is None
