@@ -253,3 +253,23 @@ def test_summary_row_reads_the_headline_case_its_dragging_part_bound_and_the_sea
     (work / "mfu_decompose.json").write_text(json.dumps(dec))
     row = operator_row(job, rec)
     assert row["dragging_part"] is None and row["bound"] is None
+
+
+def test_bench_batch_speedup_compares_a_one_and_a_two_worker_run(tmp_path):
+    from mfulib.schemas.batch_json import write_summary
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import batch_speedup
+
+    def summary(d, workers, wall, rows):
+        os.makedirs(d)
+        write_summary(str(d), {"workers": workers, "devices": [str(i) for i in range(workers)], "wall_s": wall,
+                               "rows": [{"name": n, "status": "ok", "wall_s": w, "device": dev, "mfu_ach": m,
+                                         "mbu": None} for n, w, dev, m in rows]})
+        return batch_speedup.read_summary(str(d / "batch_summary.json"))
+    one = summary(tmp_path / "one", 1, 100.0, [("a", 50.0, "0", 0.5), ("b", 30.0, "0", 0.4), ("c", 20.0, "0", 0.3)])
+    two = summary(tmp_path / "two", 2, 55.0, [("a", 50.0, "0", 0.51), ("b", 31.0, "1", 0.4), ("c", 21.0, "1", 0.3)])
+    text = "\n".join(batch_speedup.compare(one, two))
+    # LPT of 50, 30, 20 on two workers: 50 | 30+20 -> 50 s; ideal speed-up 100/50 = 2.00x; measured 100/55 = 1.82x
+    assert "measured speed-up 1.82x" in text and "makespan from the one-worker per-operator times (longest " \
+        "first) 50.0 s of 100.0 s serial = ideal speed-up 2.00x; reached 91% of it" in text
+    assert "| a | 0 | 50.0 | 0 | 50.0 | 50.00% | 51.00% | +2.0% |" in text
