@@ -66,6 +66,20 @@ def run_batch(stub, out, *args, plan=None, env=None):
     return r, summary
 
 
+def gone(pid, wait_s=5.0):
+    """True once ``pid`` has exited (absent, or a zombie its new parent has not reaped yet)."""
+    t_end = time.monotonic() + wait_s
+    while time.monotonic() < t_end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def stub_records(stub):
     return {json.loads(p.read_text())["op"]: json.loads(p.read_text()) for p in stub[1].glob("*.json")}
 
@@ -113,8 +127,7 @@ def test_a_failure_and_a_timeout_are_recorded_the_tree_killed_and_the_others_fin
     assert s["counts"]["failed"] == 1 and s["counts"]["timeout"] == 1 and s["counts"]["succeeded"] == 1
     assert s["counts"]["failed_why"] == {"step verify failed (exit status 2)": 1, "timeout (OP_TIMEOUT_S)": 1}
     grandchild = stub_records(stub)["zoo/3_RMSNorm"]["grandchild"]
-    with pytest.raises(ProcessLookupError):  # killed although it ran in a session of its own
-        os.kill(grandchild, 0)
+    assert gone(grandchild)  # killed although it ran in a session of its own
     job = json.loads((tmp_path / "out" / "jobs" / "zoo__2_Softmax.json").read_text())
     assert job["failed_step"] == "verify" and job["rc"] == 2 and job["tool"] == "mfu_batch_job"
 

@@ -88,7 +88,7 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
         rows.append(operator_row(j, rec))
     for name, why in broken:
         row = operator_row(_pseudo(out_dir, name, source), None)
-        row.update(status="failed", reason=f"cannot be paired: {why}", errors=f"cannot be paired: {why}")
+        row.update(status="failed", reason=f"cannot be paired: {why}")
         rows.append(row)
     times = [r["wall_s"] for r in rows if r["status"] == "ok" and r["wall_s"]]
     summary = {"source": source, "out_dir": out_dir, "runner": runner, "devices": ids, "devices_from": dev_from,

@@ -4,7 +4,8 @@ Per operator (:func:`operator_row`, keys :data:`mfulib.schemas.batch_json.ROW_KE
 reason, and from ``mfu_decompose.json`` (read through :mod:`mfulib.schemas.decompose_json`) its headline case -
 the case :func:`mfulib.decompose_reading.maxima` names, by MFU@ach, else MFU@nom, else MBU (operators without
 matrix work) - with that case's dtype, MFU@nom, MFU@ach, MBU, numerator status (``checked`` / ``unverified``, as
-the decomposition marks it), bound class (the row's ``bound.label`` where the decomposition has one, else "—") and
+the decomposition marks it), errors (the decomposition's; why a job failed is its ``reason``), bound class (the
+row's ``bound.label`` where the decomposition has one, else "—") and
 dragging part: the part with the largest time share among those holding >= ``DRAG_MIN_TIME_SHARE`` of the time and
 >= ``DRAG_RATIO`` x their FLOPs share (or unmatched "other" time) - the rule of the decomposition's reading aid
 (:mod:`mfulib.decompose_reading`). With the search (``SEARCH=1``) the chosen case and scale are grid_search.json's
@@ -93,9 +94,7 @@ def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
             best = {}
         if best.get("case") is not None:
             row["case"], row["scale"] = best.get("case"), best.get("scale")
-    if row["status"] != "ok" and row["reason"]:
-        errors.insert(0, row["reason"])
-    row["errors"] = "; ".join(errors) or None
+    row["errors"] = "; ".join(errors) or None  # the decomposition's errors; why a job failed is its reason
     return row
 
 
