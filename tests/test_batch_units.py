@@ -286,3 +286,29 @@ def test_bench_batch_speedup_compares_a_one_and_a_two_worker_run(tmp_path):
     assert "measured speed-up 1.82x" in text and "makespan from the one-worker per-operator times (longest " \
         "first) 50.0 s of 100.0 s serial = ideal speed-up 2.00x; reached 91% of it" in text
     assert "| a | 0 | 50.0 | 0 | 50.0 | 50.00% | 51.00% | +2.0% |" in text
+
+
+def test_ctrl_c_under_runner_ray_kills_the_running_operators_and_records_them(tmp_path, stub):
+    import signal
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("ray is not importable in CI: .ci/run installs requirements-ray.txt")
+        pytest.skip("ray is not installed (pip install -r requirements-ray.txt)")
+    out = tmp_path / "out"
+    env = dict(os.environ, STUB_DIR=str(stub[1]), STUB_PLAN=json.dumps({"zoo/2_Softmax": "hang",
+                                                                      "zoo/3_RMSNorm": "hang"}))
+    proc = subprocess.Popen([sys.executable, BATCH, "--out", str(out), "--make", stub[0], "--no-progress",
+                             "--examples", "zoo", "--ops", "2_Softmax,3_RMSNorm", "--runner", "ray",
+                             "--devices", "0,1", "--backend", "cpu"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(stub[1].glob("*.json"))) < 2:  # both tasks running
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    text, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, text
+    s = json.loads((out / "batch_summary.json").read_text())
+    assert [r["status"] for r in s["rows"]] == ["interrupted", "interrupted"] and s["runner"] == "ray"
+    assert all(gone(rec["grandchild"]) for rec in stub_records(stub).values())
