@@ -2,7 +2,8 @@
 
 :func:`run_job` is what both runners call (the local pool in a thread per device, Ray in a task): it starts
 ``make -C <skill dir> OP=<op> WORK=<batch out>/ops/<op> BACKEND=.. DEVICE_ID=.. [SEARCH=1] [FORCE=1] all`` in a
-new session (its own process group), output to ``<batch out>/logs/<op>.log``, and waits. The outcome is written to
+new session (its own process group), output to ``<batch out>/logs/<op>.log`` (the log of the run before, if any,
+moved to ``logs/previous/``), and waits. The outcome is written to
 the job record (:mod:`mfulib.schemas.batch_json`) before it returns:
 
 * ``ok`` - make exited 0 (every step's stamp was written, DESIGN.md "Work directory");
@@ -181,6 +182,9 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
            "started_unix": time.time(), "ended_unix": None, "work": job["work"], "log": job["log"],
            "command": cmd, "report_html": None, "pruned_prof": []}
     write_job_record(job["record"], rec)
+    if os.path.exists(job["log"]):  # the log of the run before (a failure being retried) stays as evidence
+        os.makedirs(os.path.join(os.path.dirname(job["log"]), "previous"), exist_ok=True)
+        os.replace(job["log"], os.path.join(os.path.dirname(job["log"]), "previous", os.path.basename(job["log"])))
     t0 = time.perf_counter()
     with open(job["log"], "w", encoding="utf-8") as log:
         log.write(f"# mfu_batch: {job['name']} on device {device} ({shown_env}) at {rec['started_at']}\n"
