@@ -203,3 +203,28 @@ all: decompose ## prepare -> verify + flops -> collect -> peak -> decompose
 clean-work: ## remove $(WORK)
 	$(need-op)
 	rm -rf $(WORK)
+
+# ---------------------------------------------------------------------------------------------- batch
+# make batch BENCH=<level dir> GEN=<generated dir> | ROOT=<dir of op_<Op>_<time> dirs> | REF_ROOT=.. IMPL_ROOT=..
+#            | EXAMPLES=zoo   -> every operator's `make ... all` in $(BATCH_OUT)/ops/<op>, summary in $(BATCH_OUT)
+# (scripts/mfu_batch.py; README "Batch"). OPS=a,b subset; FORCE=1 redo finished ones; SEARCH=1; KEEP_PROF=0;
+# OP_TIMEOUT_S=<s>; DEVICES=0,1 (default: the visible devices); RUNNER=local|ray; COSTS_FROM=<batch_summary.json>
+.PHONY: batch
+BATCH_OUT    ?= work/batch
+ROOT         ?=
+EXAMPLES     ?=
+OPS          ?=
+KEEP_PROF    ?= 1
+OP_TIMEOUT_S ?=
+DEVICES      ?=
+RUNNER       ?= local
+COSTS_FROM   ?=
+BATCH_ARGS   ?=
+BATCH_MAKE   := $(MAKE)
+BATCH_SRC = $(if $(BENCH),--bench $(BENCH) --gen $(GEN))$(if $(ROOT), --root $(ROOT))$(strip \
+  )$(if $(REF_ROOT), --ref-root $(REF_ROOT) --impl-root $(IMPL_ROOT))$(if $(EXAMPLES), --examples $(EXAMPLES))
+batch: ## every operator of BENCH+GEN | ROOT | REF_ROOT+IMPL_ROOT | EXAMPLES=zoo, one worker per device -> $(BATCH_OUT)
+	$(PY) $(SCRIPTS)/mfu_batch.py --out $(BATCH_OUT) $(BATCH_SRC) --backend $(BACKEND) --runner $(RUNNER) \
+	  --make "$(BATCH_MAKE)" --keep-prof $(KEEP_PROF) $(if $(OPS),--ops $(OPS)) $(if $(FORCE),--force) \
+	  $(if $(SEARCH),--search) $(if $(OP_TIMEOUT_S),--op-timeout-s $(OP_TIMEOUT_S)) \
+	  $(if $(DEVICES),--devices $(DEVICES)) $(if $(COSTS_FROM),--costs-from $(COSTS_FROM)) $(BATCH_ARGS)

@@ -354,6 +354,14 @@ def run_calibration(output: str, backend: str = "auto", index: int = 0, modes=DE
     cpath = cache_path(cache_dir, ident)
     if regime not in REGIMES:
         raise UserError(f"--regime {regime!r}: choose one of {', '.join(REGIMES)}")
+    with peak_json.cache_lock(cpath, enabled=cache != "off"):  # batch workers on same-model devices: one measures
+        return _reuse_or_measure(output, be, why, ident, index, cpath, modes, budget_s, bandwidth, cache, max_age_days,
+                                 progress, filter_noise, log, regime)
+
+
+def _reuse_or_measure(output, be, why, ident, index, cpath, modes, budget_s, bandwidth, cache, max_age_days, progress,
+                      filter_noise, log, regime):
+    """run_calibration's body under the cache lock: reuse the valid cached result, else measure (and store)."""
     cached, reason = (None, "cache off") if cache != "use" else load_cached(cpath, ident, modes, bandwidth,
                                                                            max_age_days, regime)
     head = provenance(TOOL, SCHEMA, device=ident)

@@ -14,10 +14,13 @@ peak.json is a per-device fact any step may read (DESIGN.md "Work directory"); e
 :func:`read_peak_json`. Cached per device as ``peak-<device key>.json`` under :func:`default_cache_dir`; a cached
 result is reused only when the device key, software versions, method version, regime and dtype set match, it was
 trustworthy (``trust.trusted``: small confirm spread and sweep drift) and it is younger than ``max_age_days``
-(:func:`load_cached`).
+(:func:`load_cached`). Devices of the same model share one entry (the key is ``<backend>-<model>``); workers of a
+batch calibrating at once take :func:`cache_lock` (an ``fcntl.flock`` on the cache directory) around the whole
+read - measure - write, so the second waits and then reuses the first one's result.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 
@@ -44,6 +47,31 @@ def default_cache_dir() -> str:
 
 def cache_path(cache_dir: str, ident: dict) -> str:
     return os.path.join(cache_dir, f"peak-{ident['key']}.json")
+
+
+@contextlib.contextmanager
+def cache_lock(path: str, enabled: bool = True):
+    """Hold an exclusive ``fcntl.flock`` on the cache directory of ``path`` (blocking) while the block runs: one
+    calibration at a time per cache dir, so a second batch worker waits and then reuses the first one's result. The
+    lock is released when the block ends or the process dies (closing the descriptor); no lock file is left. A
+    cache dir that cannot be created or opened (or a platform without fcntl) runs unlocked."""
+    fd = None
+    if enabled:
+        try:
+            import fcntl
+            folder = os.path.dirname(os.path.abspath(path))
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(folder, os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            if fd is not None:
+                os.close(fd)
+            fd = None
+    try:
+        yield fd is not None
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def software(ident: dict) -> dict:

@@ -1,0 +1,87 @@
+"""The batch's files: one job record per operator (``jobs/<name>.json``) and the summary (``batch_summary.json``).
+
+Both live in the batch output directory (``make batch``'s ``BATCH_OUT``), never in an operator's work directory.
+
+**Job record** (written by :func:`mfulib.batch_run.run_job`, atomically: first with status ``running``, then with
+the outcome): provenance + ``name``, ``layout``, ``status`` (one of :data:`JOB_STATUSES`), ``rc`` (the pipeline's
+exit status; None when it never ran to an end), ``reason`` (why it failed: the step that failed and its last error
+line, the timeout, the interrupt; None when ok), ``failed_step``, ``wall_s`` (seconds, the ``make all`` wall time),
+``device`` (the device id the job ran on, as the visibility variable takes it; None on CPU), ``device_env``
+(the variables the child got: ``DEVICE_ID`` and ``CUDA_VISIBLE_DEVICES`` / ``ASCEND_RT_VISIBLE_DEVICES``),
+``runner`` (local|ray), ``started_at`` / ``ended_at`` (ISO times, UTC), ``started_unix`` / ``ended_unix``
+(seconds since the epoch, for overlap checks), ``work``, ``log``, ``command``, ``report_html``
+(path or None), ``pruned_prof`` (profile dirs removed by ``KEEP_PROF=0``).
+
+**Summary** (:func:`write_summary`): provenance + ``source`` {layout, what was given}, ``out_dir``, ``runner``,
+``devices``, ``workers``, ``wall_s``, ``interrupted``, ``counts`` {operators, succeeded, reused, failed, timeout,
+interrupted, not_run, skipped, failed_why {reason: n}, skipped_why {reason: n}}, ``sum_op_wall_s``,
+``ideal_makespan_s`` (longest-first list schedule of the measured per-operator times on ``workers`` workers,
+Graham's LPT rule), ``rows`` (one per operator, keys :data:`ROW_KEYS`) and ``skipped`` [{name, why}].
+"""
+from __future__ import annotations
+
+import os
+
+from ..errors import UserError
+from ..jsonio import provenance, write_json_atomic
+from .common import read_work_json, wrong_type
+
+SCHEMA = 1
+TOOL = "mfu_batch"
+JOB_TOOL = "mfu_batch_job"
+SUMMARY_NAME = "batch_summary.json"
+# running: started, no outcome yet (a batch killed hard leaves it; the next run redoes the operator)
+JOB_STATUSES = ("running", "ok", "failed", "timeout", "interrupted")
+# one summary row per operator (CSV / markdown / HTML columns, in this order)
+ROW_KEYS = ("name", "layout", "status", "reason", "case", "scale", "dtype", "mfu_nom", "mfu_ach", "mbu",
+            "headline", "dragging_part", "bound", "numerator", "errors", "wall_s", "device", "resumed", "older",
+            "work", "log", "report_html", "decompose_json")
+
+
+def job_record_path(out_dir: str, name: str) -> str:
+    """``<out_dir>/jobs/<name with / as __>.json``."""
+    return os.path.join(out_dir, "jobs", safe_name(name) + ".json")
+
+
+def safe_name(name: str) -> str:
+    """An operator name as one file-name component (layout C ids hold ``/``)."""
+    return name.replace(os.sep, "__").replace("/", "__")
+
+
+def write_job_record(path: str, record: dict) -> None:
+    """Write a job record (provenance added) atomically; raises UserError for a status outside JOB_STATUSES."""
+    if record.get("status") not in JOB_STATUSES:
+        raise UserError(f"{path}: job status {record.get('status')!r} is not one of {JOB_STATUSES}")
+    write_json_atomic(path, {**provenance(JOB_TOOL, SCHEMA), **record})
+
+
+def read_job_record(path: str):
+    """The job record at ``path``, or None when absent. Raises UserError for a file that is not a job record."""
+    if not os.path.exists(path):
+        return None
+    fix = "delete it (the operator is then run again)"
+    doc = read_work_json(path, "", fix)
+    if not isinstance(doc, dict) or doc.get("tool") != JOB_TOOL:
+        raise UserError(f"{path}: not an mfu_batch job record (tool={JOB_TOOL}) - {fix}")
+    if doc.get("status") not in JOB_STATUSES:
+        raise wrong_type(path, "status", doc.get("status"), f"one of {JOB_STATUSES}", fix)
+    if doc.get("wall_s") is not None and not isinstance(doc["wall_s"], (int, float)):
+        raise wrong_type(path, "wall_s", doc["wall_s"], "seconds (a number) or null", fix)
+    return doc
+
+
+def write_summary(out_dir: str, summary: dict) -> str:
+    """Write ``<out_dir>/batch_summary.json`` (provenance added) atomically; returns its path."""
+    path = os.path.join(out_dir, SUMMARY_NAME)
+    write_json_atomic(path, {**provenance(TOOL, SCHEMA), **summary})
+    return path
+
+
+def read_summary(path: str) -> dict:
+    """Read a batch_summary.json (e.g. ``COSTS_FROM=``); UserError naming the file when it is not one."""
+    doc = read_work_json(path, "run make batch first (it writes batch_summary.json into BATCH_OUT)",
+                         "run make batch again")
+    if not isinstance(doc, dict) or doc.get("tool") != TOOL or not isinstance(doc.get("rows"), list):
+        raise UserError(f"{path}: not an mfu_batch summary (tool={TOOL} with rows) - pass the batch_summary.json "
+                        "make batch wrote")
+    return doc

@@ -1,0 +1,314 @@
+"""make batch without running the pipeline: device assignment, isolation (failure, timeout with the process tree
+killed), discovery of layout A roots, order, the peak-cache lock and the optional-requirements rule.
+
+The pipeline is replaced by a labelled test double of make (STUB_MAKE below, passed as --make): it records the
+arguments and environment each operator's child got and when it ran, then succeeds, fails or hangs as planned.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+from mfulib import batch  # noqa: E402
+from mfulib.schemas import peak_json  # noqa: E402
+
+BATCH = os.path.join(ROOT, "scripts", "mfu_batch.py")
+
+# test double of `make OP=.. WORK=.. ... all`: records what it got; STUB_PLAN {op: ok|fail|hang}
+STUB_MAKE = r'''#!/usr/bin/env python3
+import json, os, subprocess, sys, time
+args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+if sys.argv[-1] != "all":
+    sys.exit(0)
+op, start = args["OP"], time.time()
+action = json.loads(os.environ.get("STUB_PLAN", "{}")).get(op, "ok")
+rec = {"op": op, "args": args, "start": start, "env": {k: os.environ.get(k) for k in
+       ("DEVICE_ID", "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "MAKEFLAGS")}}
+out = os.path.join(os.environ["STUB_DIR"], op.replace("/", "__") + ".json")
+if action == "hang":  # a grandchild in a session of its own, as the collector's case runners are
+    p = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    rec["grandchild"] = p.pid
+    json.dump(rec, open(out, "w"))
+    time.sleep(120)
+if action == "fail":
+    print("error: planted failure in the stub", flush=True)
+    print("make: step verify FAILED (exit status 1); its report is kept: x/verify.json", flush=True)
+    sys.exit(2)
+time.sleep(float(os.environ.get("STUB_SLEEP", "1.5")))
+rec["end"] = time.time()
+json.dump(rec, open(out, "w"))
+'''
+
+
+@pytest.fixture
+def stub(tmp_path):
+    path = tmp_path / "stub_make"
+    path.write_text(STUB_MAKE)
+    path.chmod(0o755)
+    rec_dir = tmp_path / "stub"
+    rec_dir.mkdir()
+    return str(path), rec_dir
+
+
+def run_batch(stub, out, *args, plan=None, env=None):
+    e = dict(os.environ, STUB_DIR=str(stub[1]), STUB_PLAN=json.dumps(plan or {}), MAKEFLAGS="-j9 WORK=/nowhere",
+             **(env or {}))
+    r = subprocess.run([sys.executable, BATCH, "--out", str(out), "--make", stub[0], "--no-progress", *args],
+                       capture_output=True, text=True, timeout=120, env=e)
+    summary = json.loads((out / "batch_summary.json").read_text()) if (out / "batch_summary.json").exists() else None
+    return r, summary
+
+
+def gone(pid, wait_s=5.0):
+    """True once ``pid`` has exited (absent, or a zombie its new parent has not reaped yet)."""
+    t_end = time.monotonic() + wait_s
+    while time.monotonic() < t_end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def stub_records(stub):
+    return {json.loads(p.read_text())["op"]: json.loads(p.read_text()) for p in stub[1].glob("*.json")}
+
+
+def test_two_fake_device_ids_get_one_worker_each_running_in_parallel_longest_first(tmp_path, stub):
+    ops = "zoo/1_BatchMatmul,zoo/2_Softmax,zoo/3_RMSNorm,zoo/4_FFN"
+    r, s = run_batch(stub, tmp_path / "out", "--examples", "zoo", "--ops", ops, "--devices", "0,1",
+                     "--backend", "cuda")
+    assert r.returncode == 0, r.stdout + r.stderr
+    recs = stub_records(stub)
+    assert set(recs) == set(ops.split(","))
+    rows = {row["name"]: row for row in s["rows"]}
+    for op, rec in recs.items():
+        dev = rows[op]["device"]
+        assert dev in ("0", "1")
+        # the child sees only its device, as index 0; the enclosing make's MAKEFLAGS never reach it
+        assert rec["env"]["CUDA_VISIBLE_DEVICES"] == dev and rec["env"]["DEVICE_ID"] == "0"
+        assert rec["args"]["DEVICE_ID"] == "0" and rec["env"]["MAKEFLAGS"] is None
+        assert rec["args"]["WORK"] == str(tmp_path / "out" / "ops" / op) and rec["args"]["BACKEND"] == "cuda"
+    by_dev = {d: sorted((recs[o]["start"], recs[o]["end"]) for o in recs if rows[o]["device"] == d) for d in "01"}
+    assert all(len(v) == 2 for v in by_dev.values())  # 4 jobs of equal length: two per worker
+    for spans in by_dev.values():  # one worker runs one operator at a time
+        assert spans[0][1] <= spans[1][0]
+    a, b = by_dev["0"][0], by_dev["1"][0]
+    assert a[0] < b[1] and b[0] < a[1]  # the two workers ran at the same time
+    # longest first: the two largest by input bytes started first
+    est = s["estimates"]
+    first_two = sorted(recs, key=lambda o: recs[o]["start"])[:2]
+    assert sorted(first_two) == sorted(sorted(est, key=lambda o: -est[o]["input_bytes"])[:2])
+    assert s["workers"] == 2 and s["devices"] == ["0", "1"] and s["devices_from"] == "DEVICES="
+    assert s["lpt_makespan_s"]["2"] < s["lpt_makespan_s"]["1"] == pytest.approx(s["sum_op_wall_s"])
+
+
+def test_a_failure_and_a_timeout_are_recorded_the_tree_killed_and_the_others_finish(tmp_path, stub):
+    plan = {"zoo/2_Softmax": "fail", "zoo/3_RMSNorm": "hang"}
+    r, s = run_batch(stub, tmp_path / "out", "--examples", "zoo", "--ops", "1_BatchMatmul,2_Softmax,3_RMSNorm",
+                     "--op-timeout-s", "4", plan=plan, env={"STUB_SLEEP": "0.2"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = {row["name"]: row for row in s["rows"]}
+    assert rows["zoo/1_BatchMatmul"]["status"] == "ok"
+    failed = rows["zoo/2_Softmax"]
+    assert failed["status"] == "failed" and failed["reason"].startswith("step verify failed (exit status 2)")
+    assert "planted failure" in failed["reason"]
+    assert rows["zoo/3_RMSNorm"]["status"] == "timeout" and "OP_TIMEOUT_S" in rows["zoo/3_RMSNorm"]["reason"]
+    assert s["counts"]["failed"] == 1 and s["counts"]["timeout"] == 1 and s["counts"]["succeeded"] == 1
+    assert s["counts"]["failed_why"] == {"step verify failed (exit status 2)": 1, "timeout (OP_TIMEOUT_S)": 1}
+    grandchild = stub_records(stub)["zoo/3_RMSNorm"]["grandchild"]
+    assert gone(grandchild)  # killed although it ran in a session of its own
+    job = json.loads((tmp_path / "out" / "jobs" / "zoo__2_Softmax.json").read_text())
+    assert job["failed_step"] == "verify" and job["rc"] == 2 and job["tool"] == "mfu_batch_job"
+
+
+def test_finished_operators_are_skipped_on_a_rerun_unless_forced(tmp_path, stub):
+    out = tmp_path / "out"
+    run_batch(stub, out, "--examples", "zoo", "--ops", "2_Softmax", env={"STUB_SLEEP": "0"})
+    first = stub_records(stub)["zoo/2_Softmax"]["start"]
+    r, s = run_batch(stub, out, "--examples", "zoo", "--ops", "2_Softmax")
+    assert r.returncode == 0 and stub_records(stub)["zoo/2_Softmax"]["start"] == first
+    assert s["rows"][0]["resumed"] is True and s["counts"]["reused"] == 1
+    # the earlier wall time now orders the batch
+    assert s["estimates"]["zoo/2_Softmax"]["source"] == "measured wall time of an earlier run"
+    r, s = run_batch(stub, out, "--examples", "zoo", "--ops", "2_Softmax", "--force", env={"STUB_SLEEP": "0"})
+    rec = stub_records(stub)["zoo/2_Softmax"]
+    assert rec["start"] > first and rec["args"]["FORCE"] == "1" and s["rows"][0]["resumed"] is False
+
+
+def test_layout_a_root_runs_the_newest_copy_per_operator_and_lists_the_others(tmp_path):
+    root = tmp_path / "root"
+    src = os.path.join(ROOT, "examples", "ops", "verify", "2_Softmax")
+    for ts in ("20260101_0900", "20261201_0900"):
+        shutil.copytree(src, root / f"op_2_Softmax_{ts}")
+    shutil.copytree(src, root / "MyOp")
+    (root / "notes").mkdir()
+    jobs, skipped, broken = batch.discover_jobs({"kind": "A", "root": str(root)}, str(tmp_path / "out"))
+    assert {j["name"]: j["make_vars"]["V"] for j in jobs} == {"2_Softmax": str(root / "op_2_Softmax_20261201_0900"),
+                                                              "MyOp": str(root / "MyOp")}
+    why = dict(skipped)
+    assert why["op_2_Softmax_20260101_0900"].startswith("older copy of 2_Softmax")
+    assert why["notes"].startswith("not a layout A operator dir") and broken == []
+
+
+def test_device_ids_come_from_devices_then_the_visibility_variables():
+    env = {"CUDA_VISIBLE_DEVICES": "2,3", "ASCEND_RT_VISIBLE_DEVICES": "4,5"}
+    assert batch.resolve_devices(None, "auto", env)[:2] == (["4", "5"], "ASCEND_RT_VISIBLE_DEVICES")
+    assert batch.resolve_devices(None, "cuda", env) == (["2", "3"], "CUDA_VISIBLE_DEVICES", ("CUDA_VISIBLE_DEVICES",))
+    assert batch.resolve_devices("0,1", "npu", env) == (["0", "1"], "DEVICES=", ("ASCEND_RT_VISIBLE_DEVICES",))
+    assert batch.resolve_devices(None, "cpu", env)[0] == [None]
+    with pytest.raises(batch.UserError, match="distinct"):
+        batch.resolve_devices("0,0", "cuda", env)
+
+
+def test_lpt_makespan():
+    assert batch.lpt_makespan([5, 4, 3, 3, 3], 2) == 10  # 5+3+3 | 4+3 -> LPT gives 10 (optimum 9)
+    assert batch.lpt_makespan([5, 4, 3], 1) == 12 and batch.lpt_makespan([], 2) == 0
+
+
+def test_the_peak_cache_lock_makes_a_second_calibration_wait(tmp_path):
+    path = str(tmp_path / "cache" / "peak-cuda-h200.json")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from mfulib.schemas import peak_json\n"
+        "with peak_json.cache_lock(sys.argv[2]):\n    print('held', flush=True); time.sleep(1.5)"),
+        os.path.join(ROOT, "scripts"), path], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    t0 = time.monotonic()
+    with peak_json.cache_lock(path) as locked:
+        waited = time.monotonic() - t0
+    holder.wait()
+    assert locked and waited > 0.8
+
+
+def test_ray_is_an_optional_requirement_imported_only_lazily():
+    import ast
+    with open(os.path.join(ROOT, "requirements-ray.txt")) as f:
+        optional = {ln.split(">")[0].split("=")[0].split("[")[0].strip() for ln in f if ln.strip()
+                    and not ln.startswith("#")}
+    with open(os.path.join(ROOT, "requirements.txt")) as f:
+        assert "ray" not in f.read().split()
+    assert optional == {"ray"}
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        assert "requirements-ray.txt" in f.read()
+    for dirpath, _d, files in os.walk(os.path.join(ROOT, "scripts")):
+        for fn in files:
+            if fn.endswith(".py"):
+                tree = ast.parse(open(os.path.join(dirpath, fn), encoding="utf-8").read())
+                top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+                names = {a.name.split(".")[0] for n in top if isinstance(n, ast.Import) for a in n.names}
+                names |= {n.module.split(".")[0] for n in top if isinstance(n, ast.ImportFrom) and n.module}
+                assert "ray" not in names, f"{fn}: ray must be imported inside the RUNNER=ray code path only"
+
+
+def test_an_interrupted_batch_writes_its_summary_and_a_rerun_redoes_nothing_finished(tmp_path, stub):
+    import signal
+    out = tmp_path / "out"
+    cmd = [sys.executable, BATCH, "--out", str(out), "--make", stub[0], "--no-progress", "--examples", "zoo",
+           "--ops", "1_BatchMatmul,2_Softmax,3_RMSNorm"]
+    env = dict(os.environ, STUB_DIR=str(stub[1]), STUB_SLEEP="2")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+            json.loads(p.read_text()).get("status") == "ok" for p in (out / "jobs").glob("*.json")
+            if p.stat().st_size):
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does (the children run in sessions of their own)
+    text, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, text
+    s = json.loads((out / "batch_summary.json").read_text())
+    by = {r["name"]: r["status"] for r in s["rows"]}
+    done = [n for n, st in by.items() if st == "ok"]
+    assert s["interrupted"] is True and len(done) == 1
+    assert sorted(st for st in by.values() if st != "ok") == ["interrupted", "not_run"]
+    finished_at = stub_records(stub)[done[0]]["start"]
+    r, s2 = run_batch(stub, out, "--examples", "zoo", "--ops", "1_BatchMatmul,2_Softmax,3_RMSNorm",
+                      env={"STUB_SLEEP": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert stub_records(stub)[done[0]]["start"] == finished_at  # not run again
+    assert {x["name"]: x["resumed"] for x in s2["rows"]} == {n: n == done[0] for n in by}
+    assert all(x["status"] == "ok" for x in s2["rows"]) and s2["interrupted"] is False
+
+
+def test_summary_row_reads_the_headline_case_its_dragging_part_bound_and_the_search_choice(tmp_path):
+    from mfulib.batch_summary import operator_row
+    work = tmp_path / "ops" / "attn"
+    work.mkdir(parents=True)
+    parts = [{"part": "attn", "time_share": 0.7, "flops_share": 0.25, "mfu_ach": 0.1},  # 70% of time, 25% of work
+             {"part": "proj", "time_share": 0.3, "flops_share": 0.75, "mfu_ach": 0.6}]
+    rows = [{"report": "attn", "case": 0, "status": "ok", "dtype": "float16", "mfu_nom": 0.20, "mfu_ach": 0.22,
+             "mbu": 0.05, "numerator": "checked", "parts": parts,
+             "bound": {"label": "memory-bound", "source": "pmu:ncu", "evidence": {}, "note": None}},
+            {"report": "attn", "case": 3, "status": "ok", "dtype": "float16", "mfu_nom": 0.30, "mfu_ach": 0.33,
+             "mbu": 0.04, "numerator": "unverified", "parts": parts[1:]}]
+    dec = {"tool": "mfu_decompose", "schema": 1, "reports": [{"label": "attn", "rows": rows}], "errors": [],
+           "warnings": [], "maxima": {"mfu_ach": {"value": 0.22, "report": "attn", "case": 0}}}
+    (work / "mfu_decompose.json").write_text(json.dumps(dec))
+    (work / "grid_search.json").write_text(json.dumps({"best": {"case": 12, "scale": 4}}))
+    job = {"name": "attn", "layout": "B", "work": str(work), "log": str(tmp_path / "attn.log"), "older": []}
+    rec = {"status": "ok", "reason": None, "wall_s": 12.5, "device": "1", "report_html": None}
+    row = operator_row(job, rec)
+    assert (row["mfu_ach"], row["mfu_nom"], row["headline"], row["numerator"]) == (0.22, 0.20, "MFU@ach", "checked")
+    assert row["dragging_part"] == "attn" and row["bound"] == "memory-bound"
+    assert (row["case"], row["scale"], row["device"], row["wall_s"]) == (12, 4, "1", 12.5)
+    rows[0].pop("bound")
+    rows[0]["parts"] = parts[1:]  # no part takes 2x its FLOPs share: nothing drags; no bound label: None ("—")
+    (work / "mfu_decompose.json").write_text(json.dumps(dec))
+    row = operator_row(job, rec)
+    assert row["dragging_part"] is None and row["bound"] is None
+
+
+def test_bench_batch_speedup_compares_a_one_and_a_two_worker_run(tmp_path):
+    from mfulib.schemas.batch_json import write_summary
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import batch_speedup
+
+    def summary(d, workers, wall, rows):
+        os.makedirs(d)
+        write_summary(str(d), {"workers": workers, "devices": [str(i) for i in range(workers)], "wall_s": wall,
+                               "rows": [{"name": n, "status": "ok", "wall_s": w, "device": dev, "mfu_ach": m,
+                                         "mbu": None} for n, w, dev, m in rows]})
+        return batch_speedup.read_summary(str(d / "batch_summary.json"))
+    one = summary(tmp_path / "one", 1, 100.0, [("a", 50.0, "0", 0.5), ("b", 30.0, "0", 0.4), ("c", 20.0, "0", 0.3)])
+    two = summary(tmp_path / "two", 2, 55.0, [("a", 50.0, "0", 0.51), ("b", 31.0, "1", 0.4), ("c", 21.0, "1", 0.3)])
+    text = "\n".join(batch_speedup.compare(one, two))
+    # LPT of 50, 30, 20 on two workers: 50 | 30+20 -> 50 s; ideal speed-up 100/50 = 2.00x; measured 100/55 = 1.82x
+    assert "measured speed-up 1.82x" in text and "makespan from the one-worker per-operator times (longest " \
+        "first) 50.0 s of 100.0 s serial = ideal speed-up 2.00x; reached 91% of it" in text
+    assert "| a | 0 | 50.0 | 0 | 50.0 | 50.00% | 51.00% | +2.0% |" in text
+
+
+def test_ctrl_c_under_runner_ray_kills_the_running_operators_and_records_them(tmp_path, stub):
+    import signal
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("ray is not importable in CI: .ci/run installs requirements-ray.txt")
+        pytest.skip("ray is not installed (pip install -r requirements-ray.txt)")
+    out = tmp_path / "out"
+    env = dict(os.environ, STUB_DIR=str(stub[1]), STUB_PLAN=json.dumps({"zoo/2_Softmax": "hang",
+                                                                      "zoo/3_RMSNorm": "hang"}))
+    proc = subprocess.Popen([sys.executable, BATCH, "--out", str(out), "--make", stub[0], "--no-progress",
+                             "--examples", "zoo", "--ops", "2_Softmax,3_RMSNorm", "--runner", "ray",
+                             "--devices", "0,1", "--backend", "cpu"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(stub[1].glob("*.json"))) < 2:  # both tasks running
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    text, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, text
+    s = json.loads((out / "batch_summary.json").read_text())
+    assert [r["status"] for r in s["rows"]] == ["interrupted", "interrupted"] and s["runner"] == "ray"
+    assert all(gone(rec["grandchild"]) for rec in stub_records(stub).values())
