@@ -205,10 +205,14 @@ def test_cases_option_selects_cases_and_two_reports_become_side_by_side_rows(tmp
     assert [[r["case"] for r in rep["rows"]] for rep in out["reports"]] == [[46], [46]]
     assert out["reports"][1]["rows"][0]["mfu_ach"] == pytest.approx(0.18513 / 2, rel=1e-4)
     head = next(line for line in res.stdout.splitlines() if line.startswith("report"))
-    assert head.split()[:10] == ["report", "case", "dtype", "total", "us", "TFLOPS", "MFU@nom", "MFU@ach", "MBU",
-                                 "attn"]
+    assert head.split()[:13] == ["report", "case", "dtype", "total", "us", "TFLOP/s", "MFU@nom", "MFU@ach", "MBU",
+                                 "bound", "headroom", "speed-up", "attn"]
     assert "attn MFU" in head and "proj us" in head
-    assert any(line.split()[:3] == ["round1", "46", "float16"] for line in res.stdout.splitlines())
+    # speed-up against the first report (none is labelled baseline): 271800 / 543600 ns = 0.50x for round1
+    r1 = next(line.split() for line in res.stdout.splitlines() if line.split()[:3] == ["round1", "46", "float16"])
+    assert r1[10:12] == ["-", "0.50x"] or "0.50x" in r1
+    assert out["reports"][1]["rows"][0]["speedup"] == {"baseline": "op", "value": pytest.approx(0.5)}
+    assert "speedup" not in out["reports"][0]["rows"][0]
 
 
 def test_table_prints_the_spec_columns_with_percentages(tmp_path):
@@ -283,7 +287,7 @@ def test_pmu_counters_recorded_by_the_collector_become_bound_labels_per_kernel_a
     assert parts["attn"]["bound"]["source"] == "pmu:msprof"
     assert parts["attn"]["bound"]["evidence"]["aiv_mte2_ratio"] == pytest.approx(0.86)
     assert parts["proj"]["bound"]["label"] == "cube-bound"
-    line = next(s for s in res["reading_aid"] if s.startswith("4. bound per part"))
+    line = next(s for s in res["reading_aid"] if s.startswith("4. bound per part from PMU"))
     assert "case 46 attn: memory-bound (aiv_mte2_ratio = 86% >= 80% (GM -> UB (mte2)))" in line
     # the fp32 case 48 has no counters: its parts fall back to fp32-vs-fp16, and neither part is called
     # compute-bound: attn's cube unit waits, proj's MFU@ach 45.1% is below the 60% compute-roof minimum

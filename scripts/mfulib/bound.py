@@ -13,7 +13,9 @@ Thresholds are fixed from their sources (never tuned to a measurement):
   :data:`NCU_LATENCY_PCT` (60) is a "Latency Issue" ("Small Grid" when ``launch__waves_per_multiprocessor`` <
   :data:`NCU_WAVES_MIN` (1)); in between, a gap >= :data:`NCU_BALANCED_GAP_PCT` (10) points to the higher unit,
   else "Balanced Throughput". A compute-side bound is tensor-bound when the tensor pipe is itself high
-  (``tensor_pipe_pct`` >= :data:`NCU_LATENCY_PCT`), else vector-bound (the FMA/ALU/LSU pipes, issue).
+  (``tensor_pipe_pct`` >= :data:`NCU_LATENCY_PCT`), else vector-bound (the FMA/ALU/LSU pipes, issue). Memory
+  throughput must be ncu's ``gpu__compute_memory_throughput`` (busiest of L1, L2, DRAM): DRAM throughput alone is
+  enough only to call a kernel memory-bound (>= 80%), never latency-bound (the kernel may be L1-bound).
 * NPU - msprof-analyze advisor (``OperatorBoundChecker``: "none of mte, cube, vector, scalar ratio is more than
   80%" = no bound; ``Mte2BoundChecker``: "mte2 ratio is more than 80%"): a PipeUtilization ratio >=
   :data:`MSPROF_BOUND_RATIO` (0.8) bounds the kernel: ``aic_mac_ratio`` -> cube-bound; ``aic_mte2_ratio``,
@@ -72,11 +74,20 @@ def classify_ncu(c: dict) -> dict:
     ev = {k: c.get(k) for k in _NCU_EVIDENCE if c.get(k) is not None}
     sm = finite_or_none(c.get("sm_throughput_pct"))
     mem = finite_or_none(c.get("memory_throughput_pct"))
-    if mem is None:
-        mem = finite_or_none(c.get("dram_throughput_pct"))
+    dram = finite_or_none(c.get("dram_throughput_pct"))
+    if mem is None and dram is not None and dram >= NCU_HIGH_PCT:
+        mem = dram  # DRAM alone is high: memory-bound whatever L1/L2 do
     if sm is None or mem is None:
-        return _bound("unknown", "pmu:ncu", ev, "ncu gave no SM or memory throughput for this kernel")
+        # DRAM alone cannot rule out an on-chip bound: the recorded H200 bmm_tile_kernel runs at DRAM 8%, SM 16%
+        # and memory (L1) 85% - latency-bound by DRAM, memory-bound by ncu's own rule
+        return _bound("unknown", "pmu:ncu", ev, "ncu gave no " + ("SM throughput" if sm is None else
+                      "gpu__compute_memory_throughput (L1/L2/DRAM): DRAM throughput alone cannot rule out an "
+                      "on-chip memory bound") + " for this kernel")
     tensor = finite_or_none(c.get("tensor_pipe_pct"))
+    if mem > sm and dram is not None and dram < NCU_LATENCY_PCT <= mem:
+        where = f"; on-chip memory (L1/L2), DRAM only {dram:.0f}%"
+    else:
+        where = ""
 
     def compute_side(why):
         if tensor is not None and tensor >= NCU_LATENCY_PCT:
@@ -87,7 +98,7 @@ def classify_ncu(c: dict) -> dict:
 
     if max(sm, mem) >= NCU_HIGH_PCT:
         why = f"high throughput: SM {sm:.0f}%, memory {mem:.0f}% (>= {NCU_HIGH_PCT:.0f}%)"
-        return _bound("memory-bound", "pmu:ncu", ev, why) if mem > sm else compute_side(why)
+        return _bound("memory-bound", "pmu:ncu", ev, why + where) if mem > sm else compute_side(why)
     if max(sm, mem) < NCU_LATENCY_PCT:
         waves = finite_or_none(c.get("waves_per_sm"))
         small = waves is not None and waves < NCU_WAVES_MIN
@@ -100,7 +111,7 @@ def classify_ncu(c: dict) -> dict:
     why = (f"SM {sm:.0f}% vs memory {mem:.0f}%: " + (f"gap >= {NCU_BALANCED_GAP_PCT:.0f} points" if
                                                      gap >= NCU_BALANCED_GAP_PCT else "balanced (gap < 10 points), "
                                                      "the higher one named"))
-    return _bound("memory-bound", "pmu:ncu", ev, why) if mem > sm else compute_side(why)
+    return _bound("memory-bound", "pmu:ncu", ev, why + where) if mem > sm else compute_side(why)
 
 
 def classify_msprof(c: dict) -> dict:

@@ -35,7 +35,7 @@ from .definitions import (HALF_DTYPES, NOISE_MARGIN, above_peak, actual_tflops, 
 from .device import slug
 from .errors import REJECT_PREFIX, UserError
 from .flops_contract import load_flops
-from .decompose_reading import apply_fallback_bounds, maxima, reading_aid, regime
+from .decompose_reading import apply_fallback_bounds, maxima, reading_aid, regime, speedups
 from .kernel_parts import OTHER, check_kernel_parts, match_part
 from .peaks import dtype_nominal_tflops
 from .schemas.peak_json import nominal_half_tflops, read_peak_json
@@ -456,6 +456,7 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
         why = "; ".join(sorted({f"{r['status']}: {r.get('reason')}" for r in rows})) or "no cases"
         raise UserError(f"{', '.join(rep['path'] for rep in out_reports)}: no case can be decomposed ({why})")
     apply_fallback_bounds(rows, peak.get("peak_tflops") or {})
+    speedups(out_reports)
     errors = [f"{r['report']} case {r['case']}: {f['message']}" for r in rows for f in r.get("flags", [])
               if f["level"] == "error"]
     warnings = [f"INCOMPLETE collection {rep['path']} (decomposed what was measured): {'; '.join(rep['missing'])}"

@@ -85,9 +85,9 @@ def reading_aid(rows: list, peak_tflops: dict) -> list:
     # 4. bounds (PMU or fallback) and payoff, accelerator rows only
     if not cpu:
         bl = [f"case {r['case']}{_rep(r, rows)} {p['part']}: {p['bound']['label']} ({p['bound']['note']})"
-              for r in ok for p in r.get("parts") or [] if (p.get("bound") or {}).get("source")]
+              for r in ok for p in r.get("parts") or [] if str((p.get("bound") or {}).get("source")).startswith("pmu")]
         if bl:
-            lines.append("4. bound per part (sources and thresholds: kb mfu_pmu_guide.md): " + "; ".join(bl[:8]) +
+            lines.append("4. bound per part from PMU counters (thresholds and sources: kb mfu_pmu_guide.md): " + "; ".join(bl[:8]) +
                          ("; ..." if len(bl) > 8 else "") + ".")
         pay = []
         for r in ok:
@@ -171,6 +171,30 @@ def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
 
 
 FLUSH_TEXT = re.compile(r"(\d+(?:\.\d+)?)\s*MiB")
+
+
+def speedups(reports: list) -> None:
+    """Side-by-side reports: add ``speedup`` {``baseline``, ``value``} to every ok row (and part) of every report
+    but the baseline - the report labelled ``baseline`` if any, else the first - for the same case id (and part):
+    ``value = baseline kernel time / this kernel time`` (> 1: faster than the baseline). In place; one report: no-op.
+    """
+    if len(reports) < 2:
+        return
+    base = next((r for r in reports if r.get("label") == "baseline"), reports[0])
+    ref = {r["case"]: r for r in base["rows"] if r.get("status") == "ok"}
+    for rep in reports:
+        if rep is base:
+            continue
+        for r in rep["rows"]:
+            b = ref.get(r.get("case"))
+            if r.get("status") != "ok" or b is None or not r.get("kernel_time_ns"):
+                continue
+            r["speedup"] = {"baseline": base["label"], "value": b["kernel_time_ns"] / r["kernel_time_ns"]}
+            bparts = {p["part"]: p for p in b.get("parts") or []}
+            for p in r.get("parts") or []:
+                bp = bparts.get(p["part"])
+                if bp and bp.get("time_ns") and p.get("time_ns"):
+                    p["speedup"] = {"baseline": base["label"], "value": bp["time_ns"] / p["time_ns"]}
 
 
 def peak_flush_mib(peak: dict):

@@ -16,8 +16,10 @@ CUDA (Nsight Compute; metric names as ncu spells them for Hopper/sm_90, :data:`N
   instructions), ``tensor_inst_executed_gmma``, ``achieved_occupancy_pct`` (``sm__warps_active.avg.pct_of_peak_
   sustained_active``), ``dram_bytes`` (``dram__bytes.sum``, converted from its unit to bytes), ``l2_hit_rate_pct``
   (``lts__t_sector_hit_rate.pct``), ``grid_size`` / ``block_size`` (``launch__grid_size`` / ``launch__block_size``:
-  blocks and threads), ``waves_per_sm`` (``launch__waves_per_multiprocessor``), ``launches`` (profiled launches
-  averaged).
+  blocks and threads), ``waves_per_sm`` (``launch__waves_per_multiprocessor``), ``sm_count`` (``launch__sm_count``),
+  ``launches`` (profiled launches averaged). The real H200 output in tests/fixtures/profiles/cuda (ncu 2025.3.1)
+  spells DRAM throughput ``dram__throughput...``; ``gpu__dram_throughput...`` and the SpeedOfLight section's display
+  names ("Memory Throughput", "Compute (SM) Throughput", ...) are read as aliases.
 
 NPU (msprof op_summary PMU columns, reference/ascend_msprof_facts.md §3.1-3.2; read by column name, ``N/A`` stays
 None): ``aic_mac_ratio, aic_mte1_ratio, aic_mte2_ratio, aic_fixpipe_ratio, aic_scalar_ratio, aiv_vec_ratio,
@@ -37,7 +39,7 @@ from .definitions import finite_or_none
 
 NCU_COUNTERS = ("duration_ns", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "tensor_pipe_pct",
                 "tensor_inst_executed", "tensor_inst_executed_gmma", "achieved_occupancy_pct", "dram_bytes",
-                "l2_hit_rate_pct", "grid_size", "block_size", "waves_per_sm", "launches")
+                "l2_hit_rate_pct", "grid_size", "block_size", "waves_per_sm", "sm_count", "launches")
 MSPROF_RATIOS = ("aic_mac_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio", "aic_scalar_ratio",
                  "aiv_vec_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio", "aiv_scalar_ratio")
 MSPROF_COUNTERS = MSPROF_RATIOS + ("aic_cube_fops", "aiv_vector_fops", "block_dim", "main_mem_bw_gbps")
@@ -46,27 +48,30 @@ MAIN_MEM_BW = ("aic_main_mem_read_bw_gbps", "aic_main_mem_write_bw_gbps", "aiv_m
 
 # ncu metric per canonical counter (Hopper names; verified against public ncu command lines and ncu's own
 # SpeedOfLight section / SOLBottleneck rule, which reads sm__throughput and gpu__compute_memory_throughput)
-NCU_METRIC_OF = {
-    "duration_ns": ("gpu__time_duration.sum",),
-    "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed",),
-    "memory_throughput_pct": ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",),
-    "dram_throughput_pct": ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
-                            "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+NCU_METRIC_OF = {  # first name: the metric passed to --metrics; later names: aliases read when present (the
+    # spelling of another ncu version, or the SpeedOfLight section's display name on the details page)
+    "duration_ns": ("gpu__time_duration.sum", "Duration"),
+    "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "Compute (SM) Throughput"),
+    "memory_throughput_pct": ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", "Memory Throughput"),
+    "dram_throughput_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "DRAM Throughput"),
     "tensor_pipe_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
                         "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"),
     "tensor_inst_executed": ("sm__inst_executed_pipe_tensor_op_hmma.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum"),
-    "achieved_occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
+    "achieved_occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active", "Achieved Occupancy"),
     "dram_bytes": ("dram__bytes.sum",),
-    "l2_hit_rate_pct": ("lts__t_sector_hit_rate.pct",),
-    "grid_size": ("launch__grid_size",),
-    "block_size": ("launch__block_size",),
-    "waves_per_sm": ("launch__waves_per_multiprocessor",),
+    "l2_hit_rate_pct": ("lts__t_sector_hit_rate.pct", "L2 Hit Rate"),
+    "grid_size": ("launch__grid_size", "Grid Size"),
+    "block_size": ("launch__block_size", "Block Size"),
+    "waves_per_sm": ("launch__waves_per_multiprocessor", "Waves Per SM"),
+    "sm_count": ("launch__sm_count", "# SMs"),
 }
+SUMMED = ("tensor_pipe_pct", "tensor_inst_executed")  # every name is a metric of its own (max / sum), no aliases
 GMMA_METRICS = ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
                 "sm__inst_executed_pipe_tensor_op_gmma.sum")  # warpgroup MMA exists from sm_90 (Hopper) on
 # what the collector passes to ``ncu --metrics`` (comma-joined); first spelling of each counter
-NCU_METRICS = tuple(dict.fromkeys(m for names in NCU_METRIC_OF.values() for m in names
-                                  if m != "dram__throughput.avg.pct_of_peak_sustained_elapsed"))
+NCU_METRICS = tuple(dict.fromkeys(m for key, names in NCU_METRIC_OF.items()
+                                  for m in (names if key in SUMMED else names[:1])))
 
 # FLOPs of one warp-level mma.sync instruction per shape (2 * m * n * k; PTX ISA "Warp-level matrix multiply-
 # accumulate instructions", mma.sync.aligned.m16n8k16 / m16n8k8 / m16n8k32 (int8)). A warpgroup MMA (wgmma,

@@ -11,7 +11,8 @@ Definitions (Williams, Waterman & Patterson, "Roofline: an insightful visual per
 * ``headroom = attainable_tflops / achieved_tflops`` (>= 1: how many times faster the roofline allows);
 * per part, ``mfu_if_fixed``: the operator's MFU@ach if that part alone ran at its target throughput - its own
   attainable where its bytes are known (PMU dram_bytes), else the best throughput a sibling part of the same case
-  reaches (``target_source`` says which) - with the other parts' times unchanged:
+  reaches when that is higher than its own, else the compute roof (the measured peak; ``target_source`` says
+  which) - with the other parts' times unchanged:
   ``T' = T - t_k + flops_k / target_k``, ``mfu_if_fixed = flops / T' / peak``; ``payoff = mfu_if_fixed - mfu_ach``
   ranks the parts (:func:`rank_by_payoff`);
 * official vs PMU view (skill spec "与 PMU 口径的分工"): official MFU = semantic FLOPs / time / peak of all cores;
@@ -72,13 +73,15 @@ def part_rooflines(parts: list, case_flops, case_time_ns, peak_tflops, bandwidth
         ai = pf / dram if pf and dram else None
         att = attainable_tflops(ai, peak, bandwidth_gbps) if ai else None
         siblings = [v for k, v in tput.items() if k != p["part"]]
+        ach = p.get("tflops")
         if att is not None:
             target, src = att, "own attainable (PMU dram_bytes)"
-        elif siblings and pf:
+        elif pf and siblings and ach and max(siblings) > ach:
             target, src = max(siblings), "best sibling part"
+        elif pf and peak:
+            target, src = peak, "compute roof"
         else:
             target, src = None, None
-        ach = p.get("tflops")
         fixed = None
         if flops and total and t is not None and peak:
             if not pf:  # no counted FLOPs (e.g. 'other'): fixing = removing its time
