@@ -203,3 +203,28 @@ def test_aic_metrics_lists_run_one_msprof_child_per_group_and_merge_counters_by_
              {"name": "mm", "iteration": None, "pmu": {"aic_cube_fops": 100.0}}]  # priming call: not counted
     assert merge_group_counters(rows, extra) == 1
     assert rows[0]["pmu"] == {"aic_mac_ratio": 0.9, "aic_cube_fops": 5.0} and rows[1]["pmu"] == {}
+
+
+def test_the_msprof_double_writes_test_values_per_group_and_the_collector_merges_them(tmp_path, monkeypatch):
+    """End to end through the msprof TEST DOUBLE: the values below are test inputs (FAKE_MSPROF_PMU_VALUES), the
+    time columns the double derives from the measured CPU launch; nothing here is hardware output."""
+    import json
+    from test_msprof_fake_end_to_end import _apply, make_fake_cann, run_npu
+    import tinyops
+    _apply(monkeypatch, make_fake_cann(tmp_path))
+    monkeypatch.setenv("FAKE_MSPROF_PMU", "derived")
+    monkeypatch.setenv("FAKE_MSPROF_PMU_VALUES", json.dumps({
+        "scale_kernel": {"aiv_vec_ratio": 0.85, "aiv_vector_fops": 4096},
+        "add_one_kernel": {"aiv_mte2_ratio": 0.9, "aiv_vector_fops": 1024}}))
+    work = tinyops.make_workdir(tmp_path)
+    rep = run_npu(work, aic_metrics="PipeUtilization,ArithmeticUtilization")
+    (c,) = rep["per_case"]
+    assert c["asc_error"] is None and rep["aic_metrics"] == "PipeUtilization,ArithmeticUtilization"
+    assert c["pmu_source"] == "msprof:PipeUtilization+ArithmeticUtilization" and c["pmu_unavailable"] is None
+    scale, add = c["pmu"]["scale_kernel"], c["pmu"]["add_one_kernel"]
+    assert scale["aiv_vec_ratio"] == 0.85 and scale["aiv_vector_fops"] == 4096  # from the second group's run
+    assert add["aiv_mte2_ratio"] == 0.9 and add["aiv_vector_fops"] == 1024
+    k = {x["name"]: x for x in c["kernels"]}
+    assert scale["aiv_time_us"] * 1e3 == pytest.approx(k["scale_kernel"]["mean_ns"], rel=0.02)  # derived from it
+    assert bound.classify(scale, c["pmu_source"])["label"] == "vector-bound"
+    assert bound.classify(add, c["pmu_source"])["label"] == "memory-bound"

@@ -65,7 +65,9 @@ def build_parser():
                    help="device index (default: ASCEND_DEVICE_ID on npu, else 0)")
     p.add_argument("--backend", choices=("auto", "npu", "cuda", "cpu"), default="auto",
                    help="auto = npu if torch_npu + CANN are set up, else cuda, else cpu")
-    p.add_argument("--aic-metrics", default="PipeUtilization", help="msprof --aic-metrics group (npu)")
+    p.add_argument("--aic-metrics", default="PipeUtilization",
+                   help="msprof --aic-metrics group(s) (npu); a comma-separated list runs msprof once per group, "
+                        "the first run timing the kernels, e.g. PipeUtilization,ArithmeticUtilization,Memory")
     p.add_argument("--msprof", default=None, metavar="PATH", help="msprof executable (default: the one on PATH)")
     p.add_argument("--case-timeout-s", type=float, default=600.0, help="wall-clock limit of one case's child")
     p.add_argument("--flush-cache-mib", type=float, default=0.0,

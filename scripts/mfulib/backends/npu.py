@@ -206,7 +206,8 @@ class NpuBackend(Backend):
         return tagged, info
 
     def launches(self, attempt_dir, report, n_iters):
-        rows, meta = self._load(self.prof_root(attempt_dir))
+        root = self.prof_root(attempt_dir)
+        rows, meta = self._load(root)
         tagged, info = self._tag(rows, n_iters)
         for g in self.groups[1:]:
             try:
