@@ -138,3 +138,26 @@ def test_single_part_operators_plot_mbu_and_mfu_not_a_100_percent_bar(tmp_path, 
     monkeypatch.setattr(report, "_plot_utilisation", lambda *a: called.append(a) or real(*a))
     png = report.plot_decompose(result, str(tmp_path / "p.png"))
     assert called and png and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_collector_table_lists_measured_cases_only_and_wraps_flags(capsys):
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "ops_profiling",
+                        "msprof_perf_summary.py")
+    spec = importlib.util.spec_from_file_location("msprof_perf_summary_t", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    flag = "sequence_mismatch: iterations [3] launch a different kernel sequence " + "x" * 80 + " TAIL"
+    per_case = [{"case": 0, "dtype": "float16", "shape": "[4, 1024]", "measured_impl": "asc", "launches_per_iter": 2,
+                 "kernel_time_ns": 45000.0, "span_ns": 53000.0, "actual_tflops": 1.5, "mfu_nom": 0.01,
+                 "repeat_spread": 0.02, "flags": [flag]}]
+    per_case += [{"case": i, "dtype": "bfloat16", "shape": "[4, 1024]", "skipped": "bf16 cannot run on the cpu"}
+                 for i in (1, 2, 3)]
+    mod.print_table({"per_case": per_case, "backend": "cpu", "device": {"name": "cpu"}, "n_cases_valid": 1,
+                     "n_cases_total": 4, "peak": {}})
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if "bfloat16" in ln]
+    assert rows == []  # never-measured cases are no rows
+    assert "3 case(s) not measured (never selected): 1, 2, 3 - bf16 cannot run on the cpu" in out
+    assert "valid cases 1/1 measured" in out and "TAIL" in out  # wrapped, not cut at 60 characters

@@ -120,7 +120,7 @@ def print_table(report):
         headers[-1:-1] = ["ref us", "speedup"]
         widths[-1:-1] = [None, None]
     if rows:
-        print(tabulate(rows, headers=headers, maxcolwidths=widths, disable_numparse=True))
+        print(tabulate(rows, headers=headers, maxcolwidths=widths))
     if skipped:
         why = sorted({str(c["skipped"]) for c in skipped})
         print(f"{len(skipped)} case(s) not measured (never selected): {', '.join(str(c['case']) for c in skipped)}"
