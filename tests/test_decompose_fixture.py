@@ -155,7 +155,7 @@ def test_reading_aid_names_the_dragging_part_and_the_waiting_cube(tmp_path):
     attn = next(s for s in res["reading_aid"] if s.startswith("3. attn"))
     assert "= 0.84" in attn and "waiting" in attn
     proj = next(s for s in res["reading_aid"] if s.startswith("3. proj"))
-    assert "= 0.27" in proj and "compute-bound" in proj
+    assert "= 0.27" in proj and "far below the compute roof" in proj and "not compute-bound" in proj
     assert res["maxima"]["mfu_ach"]["case"] == 48 and res["maxima"]["mfu_nom"]["case"] == 46
 
 
