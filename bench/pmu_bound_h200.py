@@ -20,6 +20,7 @@ ncu's lines about metrics it rejected. Nothing here is typed by hand: every numb
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -88,17 +89,23 @@ def main():
             child = os.path.join(tmp, "child.py")
             with open(child, "w") as f:
                 f.write(CHILD)
-            cmd = [args.ncu, "--csv", "--page", "details", "--print-units", "base", "--clock-control", "none",
-                   "--metrics", ",".join(metrics), sys.executable, child]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=540)
-        text = proc.stdout + proc.stderr
+            for attempt in range(2):  # a second run without the metrics this ncu rejected (said in the result)
+                cmd = [args.ncu, "--csv", "--page", "details", "--print-units", "base", "--clock-control", "none",
+                       "--metrics", ",".join(metrics), sys.executable, child]
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=270)
+                text = proc.stdout + proc.stderr
+                # ncu: "==ERROR== Failed to find metric regex:^<name>\.(...)$" for a metric it does not know
+                bad = [ln.strip() for ln in text.splitlines() if "Failed to find metric" in ln]
+                result.setdefault("rejected_metrics", []).extend(bad)
+                bases = [m.group(1) for m in (re.search(r"regex:\^([A-Za-z0-9_]+)", ln) for ln in bad) if m]
+                if not bad or attempt:
+                    break
+                metrics = [m for m in metrics if not any(m.startswith(b) for b in bases)]
         with open(os.path.join(args.out, "ncu_details.csv"), "w") as f:
             f.write(text)
-        result.update(command=cmd, returncode=proc.returncode)
+        result.update(command=cmd, returncode=proc.returncode, metrics_used=metrics)
         if "ERR_NVGPUCTRPERM" in text:
             result["pmu_unavailable"] = "ncu: ERR_NVGPUCTRPERM"
-        # ncu: "==ERROR== Failed to find metric regex:^<name>..." for a metric this ncu/GPU does not know
-        result["rejected_metrics"] = [ln.strip() for ln in text.splitlines() if "Failed to find metric" in ln]
         last = {}
         for rec in ncu.parse_ncu_csv(proc.stdout):
             last[rec["kernel_name"]] = rec  # the last launch of each kernel (after the warm-up)
