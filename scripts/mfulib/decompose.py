@@ -227,7 +227,8 @@ def attach_bounds_and_roofline(row: dict, case: dict, peaks: dict) -> None:
              "no PMU counters for this case (fp32-vs-fp16 fallback where both dtypes were measured)"}
     for p in row.get("parts") or []:
         kc = [(ktime.get(n) or 0.0, counters[n]) for n in p["kernels"] if n in counters]
-        p["bound"] = _bound.classify(_bound.part_counters(kc), kind) if kc else dict(empty)
+        p["bound"] = _bound.classify(_bound.part_counters(kc), kind) if kc else dict(
+            empty, note=empty["note"] if not counters else "no PMU counters for this part's kernels")
         known = [dram.get(n) for n in p["kernels"]]
         p["dram_bytes"] = float(sum(known)) if known and all(v is not None for v in known) else None
     allk = [(ktime.get(n) or 0.0, c) for n, c in counters.items()]
