@@ -93,6 +93,7 @@ def test_the_recorded_h200_ncu_details_page_is_memory_bound_on_chip_as_ncu_itsel
     # recorded: Compute (SM) Throughput 15.65 %, Memory Throughput 84.91 % (L1/TEX 88.69 %), DRAM 8.21 %
     assert (bmm["sm_throughput_pct"], bmm["memory_throughput_pct"], bmm["dram_throughput_pct"]) == (15.65, 84.91, 8.21)
     assert bmm["duration_ns"] == 226944.0
+    assert (bmm["grid_size"], bmm["block_size"]) == (512.0, 256.0)  # from the "(64, 8, 1)" / "(256, 1, 1)" columns
     b = bound.classify(bmm, "ncu")
     assert b["label"] == "memory-bound"
     assert b["note"] == "high throughput: SM 16%, memory 85% (>= 80%); on-chip memory (L1/L2), DRAM only 8%"

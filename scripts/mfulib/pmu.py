@@ -9,7 +9,7 @@ CUDA (Nsight Compute; metric names as ncu spells them for Hopper/sm_90, :data:`N
 
 * ``duration_ns`` (``gpu__time_duration.sum``), ``sm_throughput_pct`` (``sm__throughput.avg.pct_of_peak_sustained_
   elapsed``, ncu's "Compute (SM) Throughput"), ``memory_throughput_pct`` (``gpu__compute_memory_throughput...``,
-  ncu's "Memory Throughput": the busiest of DRAM, L2, L1), ``dram_throughput_pct`` (``gpu__dram_throughput...``),
+  ncu's "Memory Throughput": the busiest of DRAM, L2, L1), ``dram_throughput_pct`` (``dram__throughput...``),
   ``tensor_pipe_pct`` (max of ``sm__pipe_tensor_op_hmma_cycles_active`` (mma.sync) and
   ``sm__pipe_tensor_op_gmma_cycles_active`` (Hopper warpgroup MMA), ``.avg.pct_of_peak_sustained_active``),
   ``tensor_inst_executed`` (``sm__inst_executed_pipe_tensor_op_hmma.sum`` + ``..._gmma.sum``: warp-level
@@ -163,7 +163,9 @@ def from_ncu_record(rec: dict) -> dict:
 
     ``duration_ns`` through :func:`mfulib.ncu.to_ns` and ``dram_bytes`` through :func:`mfulib.ncu.to_bytes` (from
     their unit column); ``tensor_pipe_pct`` = max of the hmma and gmma pipe metrics present; ``tensor_inst_executed``
-    = sum of the hmma and gmma instruction counts present. A metric absent from the record gives None.
+    = sum of the hmma and gmma instruction counts present; ``grid_size`` / ``block_size`` from the launch metrics,
+    else from the row's ``Grid Size`` / ``Block Size`` columns (``(64, 8, 1)`` -> 512). A metric absent from the
+    record gives None.
     """
     from .ncu import to_bytes, to_ns
     units = rec.get("units") or {}
@@ -185,6 +187,10 @@ def from_ncu_record(rec: dict) -> dict:
             out["tensor_inst_executed_gmma"] = gm[0] if gm else None
         else:
             out[key] = vals[0][1]
+    for key, col in (("grid_size", "grid"), ("block_size", "block")):  # "(64, 8, 1)" columns of every ncu row
+        dims = re.findall(r"\d+", str(rec.get(col) or ""))
+        if out[key] is None and len(dims) == 3:
+            out[key] = float(int(dims[0]) * int(dims[1]) * int(dims[2]))
     out["launches"] = 1
     return out
 
