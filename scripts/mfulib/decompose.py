@@ -297,7 +297,8 @@ def _parts(case, parts, flops, peak_ach, nom, flags, where):
 
 
 def _bound_hint(row: dict) -> str:
-    """Which roof the case is nearer (no PMU): compute if MFU@ach >= MBU, else memory; both low -> latency."""
+    """Which roof the case is nearer, from MFU@ach and MBU alone (no counters; the ``bound`` field is the
+    classification): both below 30% -> neither roof is near."""
     mfu, mbu = row.get("mfu_ach"), row.get("mbu")
     if mfu is None and mbu is None:
         return "unknown (no measured peak or bandwidth)"
@@ -306,7 +307,7 @@ def _bound_hint(row: dict) -> str:
     if vals[near] < 0.3:
         return (f"neither roof is near (MFU@ach {vals['compute']:.0%}, MBU {vals['memory']:.0%}): launch overhead, "
                 "latency or too little parallelism")
-    return f"{near}-bound side (MFU@ach {vals['compute']:.0%}, MBU {vals['memory']:.0%})"
+    return f"nearer the {near} roof (MFU@ach {vals['compute']:.0%}, MBU {vals['memory']:.0%}); see bound"
 
 
 # --------------------------------------------------------------------------------------------------------------
