@@ -128,7 +128,8 @@ def normalise(counters: dict) -> dict:
     out = {}
     if raw_ncu:
         conv = from_ncu_record({"metrics": raw_ncu, "units": {}})
-        out.update({k: v for k, v in conv.items() if v is not None and k != "launches"})
+        out.update({k: v for k, v in conv.items()
+                    if v is not None and k not in ("launches", "duration_ns", "dram_bytes")})  # units unknown here
     for k, v in c.items():
         if k in ncu_names:
             continue
@@ -162,7 +163,7 @@ def from_ncu_record(rec: dict) -> dict:
     """Canonical counters of one launch parsed by :func:`mfulib.ncu.parse_ncu_csv` (``{"metrics", "units", ...}``).
 
     ``duration_ns`` through :func:`mfulib.ncu.to_ns` and ``dram_bytes`` through :func:`mfulib.ncu.to_bytes` (from
-    their unit column); ``tensor_pipe_pct`` = max of the hmma and gmma pipe metrics present; ``tensor_inst_executed``
+    their unit column; without one, as ``--print-units base`` writes them: ns, bytes); ``tensor_pipe_pct`` = max of the hmma and gmma pipe metrics present; ``tensor_inst_executed``
     = sum of the hmma and gmma instruction counts present; ``grid_size`` / ``block_size`` from the launch metrics,
     else from the row's ``Grid Size`` / ``Block Size`` columns (``(64, 8, 1)`` -> 512). A metric absent from the
     record gives None.
@@ -175,10 +176,11 @@ def from_ncu_record(rec: dict) -> dict:
         vals = [(n, v) for n, v in vals if v is not None]
         if not vals:
             continue
-        if key == "duration_ns":
-            out[key] = to_ns(vals[0][1], units.get(vals[0][0]))
+        unit = units.get(vals[0][0])
+        if key == "duration_ns":  # no unit column: ncu --print-units base (ns, bytes)
+            out[key] = to_ns(vals[0][1], unit) if unit else vals[0][1]
         elif key == "dram_bytes":
-            out[key] = to_bytes(vals[0][1], units.get(vals[0][0]))
+            out[key] = to_bytes(vals[0][1], unit) if unit else vals[0][1]
         elif key == "tensor_pipe_pct":
             out[key] = max(v for _, v in vals)
         elif key == "tensor_inst_executed":
