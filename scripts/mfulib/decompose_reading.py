@@ -34,7 +34,9 @@ def maxima(rows: list) -> dict:
 
 
 def reading_aid(rows: list, peak_tflops: dict) -> list:
-    """The three reading steps of the skill spec ("输出怎么读"), made concrete for these rows. Returns lines."""
+    """The reading steps of the skill spec ("输出怎么读"), made concrete for these rows: 1 dtype, 2 the part that
+    drags, 3 fp32 vs fp16 (fallback), then 4 the PMU bound per part and 5 the largest payoff (accelerator rows
+    only; CPU-interpreter rows get no optimisation advice). Returns lines."""
     ok = [r for r in rows if r.get("status") == "ok"]
     lines = []
     # 1. dtypes: only MFU@ach compares across dtypes
