@@ -33,6 +33,9 @@ FORCE     ?=
 PYTEST_ARGS ?=
 VERIFY_ARGS ?=
 COLLECT_ARGS ?=
+# L2 flush before every timed iteration of the operator, MiB (0 = warm cache, as the operator runs in a model);
+# peak.json is always measured flushed: mfu_decompose.py says in its "cache regime" line which regime both share
+FLUSH_CACHE_MIB ?= 0
 # ACCEPT_VERIFY_FAILURES=1: verify's failing cases do not stop the pipeline (the collector never times them)
 # ACCEPT_UNVERIFIED_CASES=1: the collector also times cases verify did not pass (each marked in performance.json)
 ACCEPT_VERIFY_FAILURES ?=
@@ -81,7 +84,7 @@ need-op = $(if $(OP),,$(error OP is not set: e.g. make OP=5_MHABlock $@ (make ex
 help: ## show this help
 	@echo "triton-mfu-analyzer - usage: make OP=<op> [V=<verify dir> | BENCH=<dir> GEN=<dir> | REF_ROOT=<dir> IMPL_ROOT=<dir>] <target>"
 	@echo "variables: OP V BENCH GEN REF_ROOT IMPL_ROOT ITER VARIANT WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
-	@echo "           VERIFY_ARGS COLLECT_ARGS ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1"
+	@echo "           VERIFY_ARGS COLLECT_ARGS FLUSH_CACHE_MIB=$(FLUSH_CACHE_MIB) ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1"
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 # torch: a host that already has torch (+ torch_npu) keeps it; a host with an NVIDIA driver gets the default
@@ -162,7 +165,7 @@ CHECK_FLOPS_CMD = $(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) --backend $(B
   $(if $(ACCEPT_UNVERIFIED),--accept-unverified)
 COLLECT_CMD = cd $(WORK) && $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc \
   --output-dir . --keep-prof . --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) \
-  $(if $(ACCEPT_UNVERIFIED_CASES),--unverified-ok) $(COLLECT_ARGS)
+  --flush-cache-mib $(FLUSH_CACHE_MIB) $(if $(ACCEPT_UNVERIFIED_CASES),--unverified-ok) $(COLLECT_ARGS)
 PEAK_CMD = $(PY) $(SCRIPTS)/peak_calib.py -o $(WORK)/peak.json --backend $(BACKEND) --device $(DEVICE_ID)
 DECOMPOSE_CMD = $(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --peak-json $(WORK)/peak.json --plot
 

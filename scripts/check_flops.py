@@ -90,14 +90,16 @@ def print_table(rows, file_level, summary, out_path):
     for r in rows:
         tr = r["tracer"]
         who = fchk.rejected_by(r)
-        table.append([r["case"], r["shape"][:34], r["dtype"].split(";")[0],
+        table.append([r["case"], r["shape"], r["dtype"].split(";")[0],
                       _g(r.get("flops")) if r.get("flops_status") != "rejected" else "rejected",
                       _g(tr.get("total_flops")) if tr.get("status") == "ok" else tr.get("status"),
                       f"{r['ratio']:.4f}" if r.get("ratio") is not None else "-",
                       r["status"] + (f" ({who})" if who and r["status"] == "rejected" else ""),
-                      (r.get("diagnosis") or "")[:70]])
+                      r.get("diagnosis") or ""])
     cols = ["case", "shape", "dtype", "flops.py", "tracer", "ratio", "status", "diagnosis"]
-    print(tabulate(table, headers=cols, tablefmt="plain", disable_numparse=True))
+    # long shapes and diagnoses wrap inside their column (never cut off)
+    print(tabulate(table, headers=cols, tablefmt="plain", disable_numparse=True,
+                   maxcolwidths=[None, 34, None, None, None, None, None, 70]))
     for c in file_level:
         print(f"{c['status']:>5}  {c['name']}: {c['detail']}")
     for r in rows:
@@ -106,7 +108,7 @@ def print_table(rows, file_level, summary, out_path):
                 print(f" fail  case {r['case']} {c['name']}: {c['detail']}")
     for why in summary.get("unverified_reasons") or []:
         if why.startswith("case "):  # the file-level ones are printed above
-            print(f" unverified  {why[:200]}")
+            print(f" unverified  {why}")
     print(f"{summary_line(summary)}; ratio {_g(summary.get('ratio_min'))}..{_g(summary.get('ratio_max'))} "
           f"-> {out_path}")
 

@@ -6,11 +6,14 @@ and peak.json (peak_calib.py). Per case: dtype, total kernel time (us), TFLOP/s,
 fp16/bf16 dense peak, comparable within one dtype only), MFU@ach (against the measured peak of the case's own
 dtype; tf32 for fp32 run with TF32/HF32), MBU (input+output bytes / kernel time / measured copy bandwidth). Per part
 of KERNEL_PARTS (flops.py: part -> kernel-name patterns; unmatched kernels form "other"): time, FLOPs share vs
-time share and the part's MFU. The table is followed by the maximum and a reading aid (compare dtypes on MFU@ach;
-the part whose time share far exceeds its FLOPs share drags; fp32 vs fp16 throughput of one part tells whether the
-cube/tensor unit is waiting).
+time share and the part's MFU. Each case and part also gets a bound label (tensor/cube, memory, vector or
+latency-bound from the PMU counters the collector recorded: Nsight Compute's SOL rule, msprof-analyze's 80% rule;
+without counters the fp32-vs-fp16 fallback, never "compute-bound" below 60% MFU@ach), its roofline (attainable
+TFLOP/s at its arithmetic intensity, headroom) and what fixing each part buys the case (parts ranked by payoff).
+The table is followed by the maximum, the cache regime the operator and the peak share, and a reading aid.
 
-Several reports (baseline and optimized, or an earlier round) are shown side by side as separate rows:
+Several reports (baseline and optimized, or an earlier round) are shown side by side as separate rows, with a
+speed-up column per case and per part against the report labelled "baseline" (else the first):
   mfu_decompose.py --op-dir . --peak-json peak.json --report baseline=../base/performance.json
 
 An incomplete collection (performance.json "complete": false, e.g. the collector was interrupted) is refused;

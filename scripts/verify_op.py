@@ -87,9 +87,10 @@ def main(argv=None):
     verify_json.write_verify_json(out_path, out)
     # one table renderer (tabulate): missing cells print empty, no NaN and no pandas fill warnings
     cols = [c for c in ("case", "dtype", "status", "max_norm_err", "tol", "shape", "reason") if any(c in r for r in rows)]
-    table = [["" if r.get(c) is None else (str(r[c])[:70] if isinstance(r[c], str) else r[c]) for c in cols]
-             for r in rows]
-    print(tabulate(table, headers=cols, tablefmt="plain"))
+    table = [["" if r.get(c) is None else r[c] for c in cols] for r in rows]
+    # long shapes and reasons wrap inside their column (never cut off)
+    print(tabulate(table, headers=cols, tablefmt="plain", maxcolwidths=[70 if c in ("shape", "reason") else None
+                                                                        for c in cols]))
     print(f"{od.op_name} on {device}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
     if out.get("cpu_adaptations"):
         print("Triton interpreter adaptations (README 'Running Triton-Ascend code'): "

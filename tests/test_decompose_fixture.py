@@ -155,7 +155,7 @@ def test_reading_aid_names_the_dragging_part_and_the_waiting_cube(tmp_path):
     attn = next(s for s in res["reading_aid"] if s.startswith("3. attn"))
     assert "= 0.84" in attn and "waiting" in attn
     proj = next(s for s in res["reading_aid"] if s.startswith("3. proj"))
-    assert "= 0.27" in proj and "compute-bound" in proj
+    assert "= 0.27" in proj and "far below the compute roof" in proj and "not compute-bound" in proj
     assert res["maxima"]["mfu_ach"]["case"] == 48 and res["maxima"]["mfu_nom"]["case"] == 46
 
 
@@ -205,10 +205,14 @@ def test_cases_option_selects_cases_and_two_reports_become_side_by_side_rows(tmp
     assert [[r["case"] for r in rep["rows"]] for rep in out["reports"]] == [[46], [46]]
     assert out["reports"][1]["rows"][0]["mfu_ach"] == pytest.approx(0.18513 / 2, rel=1e-4)
     head = next(line for line in res.stdout.splitlines() if line.startswith("report"))
-    assert head.split()[:10] == ["report", "case", "dtype", "total", "us", "TFLOPS", "MFU@nom", "MFU@ach", "MBU",
-                                 "attn"]
+    assert head.split()[:13] == ["report", "case", "dtype", "total", "us", "TFLOP/s", "MFU@nom", "MFU@ach", "MBU",
+                                 "bound", "headroom", "speed-up", "attn"]
     assert "attn MFU" in head and "proj us" in head
-    assert any(line.split()[:3] == ["round1", "46", "float16"] for line in res.stdout.splitlines())
+    # speed-up against the first report (none is labelled baseline): 271800 / 543600 ns = 0.50x for round1
+    r1 = next(line.split() for line in res.stdout.splitlines() if line.split()[:3] == ["round1", "46", "float16"])
+    assert r1[head.split().index("speed-up") - 1] == "0.50x"  # "total us" is two header words, one cell
+    assert out["reports"][1]["rows"][0]["speedup"] == {"baseline": "op", "value": pytest.approx(0.5)}
+    assert "speedup" not in out["reports"][0]["rows"][0]
 
 
 def test_table_prints_the_spec_columns_with_percentages(tmp_path):
@@ -268,30 +272,28 @@ def test_plot_is_written_beside_the_json_and_labelled_with_the_device(tmp_path):
     assert json.loads((d / "mfu_decompose.json").read_text())["plot"] == str(png)
 
 
-def test_pmu_ratios_give_a_bound_label_with_the_supporting_ratio():
-    assert decompose.classify_pmu({"aic_mac_ratio": 0.91, "aic_mte2_ratio": 0.4})["bound"] == "cube/tensor-bound"
-    assert decompose.classify_pmu({"aic_mac_ratio": 0.2, "aiv_mte2_ratio": 0.85})["bound"] == "memory-bound"
-    lat = decompose.classify_pmu({"aic_mac_ratio": 0.3, "aiv_vec_ratio": 0.5})
-    assert lat["bound"] == "latency-bound" and "aiv_vec_ratio = 50%" in lat["why"]
-    # ncu reports percent: 88 (%) of the DRAM peak; times and cycles are not utilisation counters
-    assert decompose.classify_pmu({"dram__throughput.avg.pct_of_peak_sustained_elapsed": 88.0,
-                                   "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": 30.0}
-                                  )["bound"] == "memory-bound"
-    assert decompose.classify_pmu({"aic_mac_time(us)": 95.0, "aic_total_cycles": 1e6})["bound"] is None
-
-
-def test_pmu_counters_recorded_by_the_collector_become_bound_labels_in_the_reading_aid(tmp_path):
+def test_pmu_counters_recorded_by_the_collector_become_bound_labels_per_kernel_and_part(tmp_path):
     perf = copy.deepcopy(PERF)
     perf["per_case"][0]["pmu"] = {"_attn_fwd_kernel": {"aic_mac_ratio": 0.12, "aiv_vec_ratio": 0.41,
                                                        "aiv_mte2_ratio": 0.86, "aicore_time(us)": 160.2},
                                   "matmul_kernel": {"aic_mac_ratio": 0.83, "aic_mte2_ratio": 0.35}}
+    perf["per_case"][0]["pmu_source"] = "msprof:PipeUtilization"
     d = _write_op(tmp_path, perf=perf)
     res = decompose.decompose(str(d), str(d / "peak.json"))
     r = _rows(res)[46]
-    assert r["pmu_bounds"]["_attn_fwd_kernel"]["bound"] == "memory-bound"
-    assert r["pmu_bounds"]["matmul_kernel"]["bound"] == "cube/tensor-bound"
-    line = next(s for s in res["reading_aid"] if s.startswith("4. PMU"))
-    assert "case 46 _attn_fwd_kernel: memory-bound (aiv_mte2_ratio = 86% >= 80%)" in line
+    assert r["kernel_bounds"]["_attn_fwd_kernel"]["label"] == "memory-bound"
+    assert r["kernel_bounds"]["matmul_kernel"]["label"] == "cube-bound"
+    parts = {p["part"]: p for p in r["parts"]}
+    assert parts["attn"]["bound"]["source"] == "pmu:msprof"
+    assert parts["attn"]["bound"]["evidence"]["aiv_mte2_ratio"] == pytest.approx(0.86)
+    assert parts["proj"]["bound"]["label"] == "cube-bound"
+    line = next(s for s in res["reading_aid"] if s.startswith("4. bound per part from PMU"))
+    assert "case 46 attn: memory-bound (aiv_mte2_ratio = 86% >= 80% (GM -> UB (mte2)))" in line
+    # the fp32 case 48 has no counters: its parts fall back to fp32-vs-fp16, and neither part is called
+    # compute-bound: attn's cube unit waits, proj's MFU@ach 45.1% is below the 60% compute-roof minimum
+    r48 = {p["part"]: p for p in _rows(res)[48]["parts"]}
+    assert r48["attn"]["bound"]["source"] == "fallback:fp32-vs-fp16" and r48["attn"]["bound"]["label"] == "unknown"
+    assert r48["proj"]["bound"]["label"] == "unknown" and "far below the compute roof" in r48["proj"]["bound"]["note"]
 
 
 def _mutated(doc, path, value):

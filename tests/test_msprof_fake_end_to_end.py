@@ -98,6 +98,9 @@ def test_the_npu_path_runs_end_to_end_through_the_msprof_double(npu_collected):
     assert c["iter_kernel_time_ns"] == measured_sums(prof, 1, 2)  # exact: ns survive the CSV round trip
     assert c["mfu_nom"] == pytest.approx(c["flops"] / c["kernel_time_ns"] / 1e3 / rep["peak"]["value_tflops"])
     assert c["harness_launches_dropped"] == 4  # 3 iteration-start markers + the end marker
+    # the double writes N/A PMU cells by default (a CPU has no AI-core PMU): no counters, and the reason is said
+    assert c["pmu"] == {} and c["pmu_source"] is None
+    assert c["pmu_unavailable"] == "msprof: every PMU cell is N/A (no --ai-core data in this export)"
 
 
 def reexport(npu_collected, tmp_path, env):

@@ -27,7 +27,9 @@ PATHS = {
     "performance.json": ["", "peak", "selection", "per_case[]", "per_case[].kernels[]", "per_case[].impls.*",
                          "per_case[].iteration_launches[]"],
     "peak.json": ["", "measured.*", "cache", "method", "nominal", "bandwidth", "noise_filtered"],
-    "mfu_decompose.json": ["", "reports[]", "reports[].rows[]", "reports[].rows[].parts[]", "maxima.*"],
+    "mfu_decompose.json": ["", "reports[]", "reports[].rows[]", "reports[].rows[].parts[]", "maxima.*", "regime",
+                           "reports[].rows[].bound", "reports[].rows[].roofline", "reports[].rows[].pmu_view",
+                           "reports[].rows[].parts[].bound", "reports[].rows[].parts[].roofline"],
 }
 
 

@@ -27,18 +27,19 @@ from __future__ import annotations
 
 import os
 
+from . import bound as _bound
+from . import pmu as _pmu
+from . import roofline as _roofline
 from .definitions import (HALF_DTYPES, NOISE_MARGIN, above_peak, actual_tflops, canonical_dtype, canonical_mode,
                           finite_or_none, mbu, measured_peak_tflops, mfu)
 from .device import slug
 from .errors import REJECT_PREFIX, UserError
 from .flops_contract import load_flops
-from .decompose_reading import maxima, reading_aid
+from .decompose_reading import apply_fallback_bounds, maxima, reading_aid, regime, speedups
 from .kernel_parts import OTHER, check_kernel_parts, match_part
 from .peaks import dtype_nominal_tflops
 from .schemas.peak_json import nominal_half_tflops, read_peak_json
 from .schemas.performance_json import completeness, load_report
-
-PMU_BOUND_THRESHOLD = 0.80  # msprof op / msprof-analyze advisor: a pipe above 80% busy bounds the kernel
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -105,40 +106,6 @@ def check_utilisation(value, what: str, flags: list, error_hint: str) -> None:
 
 MFU_HINT = ("the FLOPs in flops.py are too high (run check_flops.py; causal or sparse work counted dense?) or "
             "peak.json is too low / from another device (re-run peak_calib.py here)")
-
-
-def classify_pmu(ratios: dict) -> dict:
-    """Bound label for one kernel from its PMU pipe counters.
-
-    Only utilisation counters are read: names with ``ratio`` (msprof PipeUtilization / ArithmeticUtilization,
-    fractions 0-1) or ``pct`` / ``(%)`` (ncu ``*.pct_of_peak_*``, msprof ``cube_utilization(%)``: percent); times,
-    cycles, bandwidths and bank-conflict ratios are ignored. Category by name: ``mac``/``cube``/``tensor`` ->
-    cube/tensor-bound; ``mte2``/``mte3``/``dram`` -> memory-bound; ``vec`` -> vector-bound; ``scalar`` ->
-    scalar-bound. The busiest pipe at or above 80% bounds the kernel; below that the kernel is latency-bound
-    (msprof op's roofline rule; msprof-analyze advisor ``operator_bound_checker``: every ratio < 0.8 = no pipe bound).
-    """
-    cats = (("cube/tensor-bound", ("mac", "cube", "tensor", "gmma", "hmma")),
-            ("memory-bound", ("mte2", "mte3", "dram")),
-            ("vector-bound", ("vec",)), ("scalar-bound", ("scalar",)))
-    best = None
-    for name, v in (ratios or {}).items():
-        v, low = finite_or_none(v), name.lower()
-        percent = "pct" in low or "%" in low
-        if v is None or not (percent or "ratio" in low) or "cflt" in low:
-            continue
-        frac = v / 100.0 if percent else v
-        cat = next((c for c, keys in cats if any(k in low for k in keys)), None)
-        if cat is None:
-            continue
-        if best is None or frac > best[2]:
-            best = (cat, name, frac)
-    if best is None:
-        return {"bound": None, "why": "no pipe utilisation counter recognised"}
-    cat, name, frac = best
-    if frac >= PMU_BOUND_THRESHOLD:
-        return {"bound": cat, "why": f"{name} = {frac:.0%} >= {PMU_BOUND_THRESHOLD:.0%}", "busiest": name}
-    return {"bound": "latency-bound", "why": f"busiest pipe {name} = {frac:.0%} < {PMU_BOUND_THRESHOLD:.0%}",
-            "busiest": name}
 
 
 def decompose_case(case: dict, parts: dict, peaks: dict, where: str) -> dict:
@@ -219,9 +186,67 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str) -> dict:
                                        "from cache (small case) or input/output bytes are over-counted")
     row["parts"] = _parts(case, parts, flops, peak_ach, nom, row["flags"], where)
     row["bound_hint"] = _bound_hint(row)
-    if case.get("pmu"):
-        row["pmu_bounds"] = {name: classify_pmu(r) for name, r in case["pmu"].items()}
+    attach_bounds_and_roofline(row, case, peaks)
     return row
+
+
+def _kernel_dram_bytes(counters: dict, time_ns):
+    """DRAM bytes of one kernel per iteration: ncu ``dram_bytes`` (per launch; scaled by the caller), or msprof
+    main-memory GB/s x its time (GB/s = bytes per ns); None when neither is counted."""
+    if counters.get("dram_bytes") is not None:
+        return counters["dram_bytes"]
+    bw = counters.get("main_mem_bw_gbps")
+    return bw * time_ns if bw is not None and time_ns else None
+
+
+def attach_bounds_and_roofline(row: dict, case: dict, peaks: dict) -> None:
+    """Add ``bound``, ``roofline``, ``kernel_bounds``, ``payoff_order`` and ``pmu_view`` to a decomposed row and
+    ``bound`` / ``roofline`` / ``dram_bytes`` to its parts (in place; :mod:`mfulib.bound`, :mod:`mfulib.roofline`).
+    ``bound`` stays ``unknown`` (source None) without counters; the fp32-vs-fp16 fallback is applied across rows
+    later (:func:`mfulib.decompose_reading.apply_fallback_bounds`)."""
+    counters = {k: _pmu.normalise(c) for k, c in (case.get("pmu") or {}).items() if isinstance(c, dict)}
+    source = case.get("pmu_source") or _pmu.source_of(counters)
+    kind = (source or "").split(":")[0]
+    kinfo = {str(k.get("name")): k for k in case.get("kernels") or []}
+    ktime = {n: kernel_time_per_iter_ns(k) for n, k in kinfo.items()}
+    row["pmu_source"], row["pmu_unavailable"] = source, case.get("pmu_unavailable")
+    row["kernel_bounds"] = {n: _bound.classify(c, kind) for n, c in counters.items()}
+    dram, executed, active = {}, {}, []
+    cores = peaks.get("cores")
+    for n, c in counters.items():
+        per_launch = c.get("dram_bytes") is not None
+        b = _kernel_dram_bytes(c, ktime.get(n))
+        launches = finite_or_none((kinfo.get(n) or {}).get("launches_per_iter")) or 1.0
+        dram[n] = b * launches if b is not None and per_launch else b
+        ex, how = _pmu.executed_flops(c, peaks.get("mma_shape"))
+        executed[n] = (ex * launches if ex is not None else None, how)
+        used = c.get("block_dim") if kind == "msprof" else c.get("grid_size")
+        if cores and used and ktime.get(n):
+            active.append((ktime[n], min(float(used), cores) / cores))
+    empty = {"label": "unknown", "source": None, "evidence": {}, "note": row.get("pmu_unavailable") or
+             "no PMU counters for this case (fp32-vs-fp16 fallback where both dtypes were measured)"}
+    for p in row.get("parts") or []:
+        kc = [(ktime.get(n) or 0.0, counters[n]) for n in p["kernels"] if n in counters]
+        p["bound"] = _bound.classify(_bound.part_counters(kc), kind) if kc else dict(
+            empty, note=empty["note"] if not counters else "no PMU counters for this part's kernels")
+        known = [dram.get(n) for n in p["kernels"]]
+        p["dram_bytes"] = float(sum(known)) if known and all(v is not None for v in known) else None
+    allk = [(ktime.get(n) or 0.0, c) for n, c in counters.items()]
+    row["bound"] = _bound.classify(_bound.part_counters(allk), kind) if allk else dict(empty)
+    case_dram = [dram.get(n) for n in kinfo]
+    flops = row.get("flops") if row.get("matrix_work") else None
+    row["roofline"] = _roofline.roofline(flops, row.get("bytes"), row.get("kernel_time_ns"),
+                                         row.get("measured_peak_tflops"), row.get("bandwidth_gbps"),
+                                         sum(case_dram) if case_dram and all(v is not None for v in case_dram) else None)
+    if flops:
+        _roofline.part_rooflines(row.get("parts") or [], flops, row.get("kernel_time_ns"),
+                                 row.get("measured_peak_tflops"), row.get("bandwidth_gbps"))
+        row["payoff_order"] = _roofline.rank_by_payoff(row.get("parts") or [])
+    ex = [v for v, _ in executed.values()]
+    frac = (sum(t * f for t, f in active) / sum(t for t, _ in active)) if active else None
+    row["pmu_view"] = _roofline.pmu_view(flops, sum(ex) if ex and all(v is not None for v in ex) else None,
+                                         row.get("kernel_time_ns"), row.get("measured_peak_tflops"), frac)
+    row["pmu_view"]["executed_how"] = sorted({how for _, how in executed.values()}) or None
 
 
 def _parts(case, parts, flops, peak_ach, nom, flags, where):
@@ -272,7 +297,8 @@ def _parts(case, parts, flops, peak_ach, nom, flags, where):
 
 
 def _bound_hint(row: dict) -> str:
-    """Which roof the case is nearer (no PMU): compute if MFU@ach >= MBU, else memory; both low -> latency."""
+    """Which roof the case is nearer, from MFU@ach and MBU alone (no counters; the ``bound`` field is the
+    classification): both below 30% -> neither roof is near."""
     mfu, mbu = row.get("mfu_ach"), row.get("mbu")
     if mfu is None and mbu is None:
         return "unknown (no measured peak or bandwidth)"
@@ -281,7 +307,7 @@ def _bound_hint(row: dict) -> str:
     if vals[near] < 0.3:
         return (f"neither roof is near (MFU@ach {vals['compute']:.0%}, MBU {vals['memory']:.0%}): launch overhead, "
                 "latency or too little parallelism")
-    return f"{near}-bound side (MFU@ach {vals['compute']:.0%}, MBU {vals['memory']:.0%})"
+    return f"nearer the {near} roof (MFU@ach {vals['compute']:.0%}, MBU {vals['memory']:.0%}); see bound"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -311,6 +337,16 @@ def peaks_for(report: dict, peak: dict) -> dict:
     return {"nominal_tflops": nom, "nominal_source": src or "none: MFU@nom not computed",
             "nominal_by_mode": {canonical_mode(k): v for k, v in (by_mode or {}).items()},
             "peak_tflops": dict(peak.get("peak_tflops") or {}), "bandwidth_gbps": finite_or_none(peak.get("bandwidth_gbps"))}
+
+
+def device_cores(device) -> float | None:
+    """Cores the peak spans (for the PMU view's active-core fraction): the runtime AI-core count of an NPU
+    (msprof info.json), else its cube cores, else a GPU's SM count; None when the device block says none."""
+    d = device if isinstance(device, dict) else {}
+    for v in ((d.get("runtime") or {}).get("ai_core_num"), d.get("cube_core_num"), d.get("multiprocessor_count")):
+        if finite_or_none(v):
+            return float(v)
+    return None
 
 
 def check_same_device(report: dict, peak: dict, where: str, peak_path: str) -> list:
@@ -357,6 +393,7 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
         notes.append(f"{path}: CPU-interpreter numbers (Triton interpreter, torch CPU GEMM peak) - they validate the "
                      "pipeline and are never compared with accelerator numbers")
     peaks = peaks_for(rep, peak)
+    peaks["cores"] = device_cores(rep.get("device"))
     rows = []
     for c in rep["per_case"]:
         if cases is not None and c.get("case") not in cases:
@@ -382,6 +419,7 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
             "device": rep.get("device"), "kernel_parts": parts, "kernel_parts_source": parts_src,
             "nominal_tflops": peaks["nominal_tflops"], "nominal_source": peaks["nominal_source"],
             "warmup": rep.get("warmup"), "repeats": rep.get("repeats"), "timing_method": rep.get("timing_method"),
+            "flush_cache_mib": rep.get("flush_cache_mib"),
             "complete": complete, "missing": missing_runs, "notes": notes, "rows": rows}
 
 
@@ -419,6 +457,8 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
     if not any(r["status"] == "ok" for r in rows):
         why = "; ".join(sorted({f"{r['status']}: {r.get('reason')}" for r in rows})) or "no cases"
         raise UserError(f"{', '.join(rep['path'] for rep in out_reports)}: no case can be decomposed ({why})")
+    apply_fallback_bounds(rows, peak.get("peak_tflops") or {})
+    speedups(out_reports)
     errors = [f"{r['report']} case {r['case']}: {f['message']}" for r in rows for f in r.get("flags", [])
               if f["level"] == "error"]
     warnings = [f"INCOMPLETE collection {rep['path']} (decomposed what was measured): {'; '.join(rep['missing'])}"
@@ -429,6 +469,7 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
             "peak_backend": peak.get("backend"), "peak_device": peak.get("device"),
             "peak_tflops": peak.get("peak_tflops"), "bandwidth_gbps": peak.get("bandwidth_gbps"),
             "reports": out_reports, "maxima": maxima(rows),
+            "regime": regime(out_reports, peak),
             "reading_aid": reading_aid(rows, peak.get("peak_tflops") or {}),
             "errors": errors, "warnings": warnings,
             "notes": [n for rep in out_reports for n in rep["notes"]],

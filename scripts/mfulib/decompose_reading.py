@@ -2,12 +2,18 @@
 
 The spec's "输出怎么读" (how to read the output): 1. compare dtypes only on MFU@ach; 2. find the part that drags
 (time share >= :data:`DRAG_MIN_TIME_SHARE` and >= :data:`DRAG_RATIO` x its FLOPs share); 3. fp32 vs fp16/bf16
-throughput of the same part against the measured peak ratio (is the cube/tensor unit waiting?); 4. PMU bound labels.
-Input: the rows :func:`mfulib.decompose.decompose_case` builds.
+throughput of the same part against the measured peak ratio (is the cube/tensor unit waiting?); 4. the bound of
+each part (PMU counters, :mod:`mfulib.bound`) and the parts ranked by what fixing them buys (:mod:`mfulib.roofline`).
+CPU-interpreter rows get no optimisation advice (their times validate the pipeline only). Also the cache regime
+the operator and the peak were measured in (:func:`regime`) and the fp32-vs-fp16 fallback bound
+(:func:`apply_fallback_bounds`). Input: the rows :func:`mfulib.decompose.decompose_case` builds.
 """
 from __future__ import annotations
 
-from .definitions import HALF_DTYPES
+import re
+
+from .bound import fallback_bound
+from .definitions import HALF_DTYPES, finite_or_none
 from .kernel_parts import OTHER
 
 DRAG_MIN_TIME_SHARE = 0.20  # a part "drags" when it holds >= 20% of the time ...
@@ -28,7 +34,9 @@ def maxima(rows: list) -> dict:
 
 
 def reading_aid(rows: list, peak_tflops: dict) -> list:
-    """The three reading steps of the skill spec ("输出怎么读"), made concrete for these rows. Returns lines."""
+    """The reading steps of the skill spec ("输出怎么读"), made concrete for these rows: 1 dtype, 2 the part that
+    drags, 3 fp32 vs fp16 (fallback), then 4 the PMU bound per part and 5 the largest payoff (accelerator rows
+    only; CPU-interpreter rows get no optimisation advice). Returns lines."""
     ok = [r for r in rows if r.get("status") == "ok"]
     lines = []
     # 1. dtypes: only MFU@ach compares across dtypes
@@ -60,26 +68,38 @@ def reading_aid(rows: list, peak_tflops: dict) -> list:
                 mfu = f", MFU@ach {p['mfu_ach']:.1%}" if p.get("mfu_ach") is not None else ""
                 drags.append(f"case {r['case']}{_rep(r, rows)}: {p['part']} takes {ts:.0%} of the time for "
                              f"{fs:.1%} of the FLOPs{mfu}")
+    cpu = any(r.get("backend") == "cpu" for r in rows)
     if drags:
         lines.append("2. the part that drags (time share far above FLOPs share): " + "; ".join(drags[:6]) +
-                     " - optimise it first.")
+                     (" - CPU-interpreter times: a pipeline check, no optimisation advice." if cpu else
+                      " - optimise it first."))
     elif any(r.get("parts") and any(p.get("flops_share") is not None for p in r["parts"]) for r in ok):
         lines.append("2. no part takes >= 2x its FLOPs share of the time: time follows the work.")
     else:
         lines.append("2. no per-part FLOPs (flops_parts/KERNEL_PARTS absent): add them to flops.py to see which "
                      "part drags.")
     # 3. fp32 vs fp16/bf16 throughput of the same part: is the cube/tensor unit waiting?
-    if any(r.get("backend") == "cpu" for r in rows):
+    if cpu:
         lines.append("3. skipped: CPU-interpreter kernel times against torch CPU GEMM peaks say nothing about a "
                      "cube/tensor unit; run on the NPU or GPU for this step.")
     else:
         lines.extend(_dtype_throughput_lines(ok, peak_tflops, multi=len({r.get("report") for r in rows}) > 1))
-    # 4. PMU bound labels, where the collector recorded pipe counters
-    pmu = [f"case {r['case']}{_rep(r, rows)} {k}: {b['bound']} ({b['why']})" for r in ok
-           for k, b in (r.get("pmu_bounds") or {}).items() if b.get("bound")]
-    if pmu:
-        lines.append("4. PMU bound per kernel (pipe >= 80% busy bounds it; below, latency-bound): " +
-                     "; ".join(pmu[:8]) + ("; ..." if len(pmu) > 8 else "") + ".")
+    # 4. bounds (PMU or fallback) and payoff, accelerator rows only
+    if not cpu:
+        bl = [f"case {r['case']}{_rep(r, rows)} {p['part']}: {p['bound']['label']} ({p['bound']['note']})"
+              for r in ok for p in r.get("parts") or [] if str((p.get("bound") or {}).get("source")).startswith("pmu")]
+        if bl:
+            lines.append("4. bound per part from PMU counters (thresholds and sources: kb mfu_pmu_guide.md): " + "; ".join(bl[:8]) +
+                         ("; ..." if len(bl) > 8 else "") + ".")
+        pay = []
+        for r in ok:
+            top = next((p for p in r.get("parts") or [] if p["part"] == (r.get("payoff_order") or [None])[0]), None)
+            rf = (top or {}).get("roofline") or {}
+            if top and rf.get("payoff") and rf["payoff"] > 0:
+                pay.append(f"case {r['case']}{_rep(r, rows)}: fixing {top['part']} (to {rf['target_source']}) "
+                           f"raises MFU@ach {r['mfu_ach']:.1%} -> {rf['mfu_if_fixed']:.1%}")
+        if pay:
+            lines.append("5. largest payoff: " + "; ".join(pay[:6]) + ".")
     return lines
 
 
@@ -87,9 +107,10 @@ def _rep(r, rows):
     return f" [{r['report']}]" if len({x.get("report") for x in rows}) > 1 else ""
 
 
-def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
-    out = []
-    by = {}
+def fp32_fp16_pairs(ok: list, peak_tflops: dict) -> list:
+    """Per (report, part) measured in fp32 and in fp16/bf16: the best of each and their throughput ratio against
+    the expected (measured peak) ratio. Returns [{report, part, r32, p32, r16, p16, ratio, expect, src}]."""
+    by, out = {}, []
     for r in ok:
         for p in r.get("parts") or []:
             if p.get("tflops"):
@@ -101,25 +122,119 @@ def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
             continue
         r32, p32 = max(f32, key=lambda rp: rp[1]["tflops"])
         r16, p16 = max(f16, key=lambda rp: rp[1]["tflops"])
-        ratio = p32["tflops"] / p16["tflops"]
         k32, k16 = r32["peak_key"], r16["peak_key"]
         if peak_tflops.get(k32) and peak_tflops.get(k16):
             expect, src = peak_tflops[k32] / peak_tflops[k16], f"measured {k32}/{k16} peak ratio"
         else:
             expect, src = 0.25, "the ~1/4 fp32:fp16 cube ratio (skill spec)"
+        out.append({"report": rep, "part": part, "r32": r32, "p32": p32, "r16": r16, "p16": p16,
+                    "ratio": p32["tflops"] / p16["tflops"], "expect": expect, "src": src})
+    return out
+
+
+def apply_fallback_bounds(rows: list, peak_tflops: dict) -> None:
+    """Give parts without PMU counters (``bound.source`` None) the fp32-vs-fp16 fallback bound of
+    :func:`mfulib.bound.fallback_bound` where the part ran in both dtypes (in place; accelerator rows only: CPU
+    interpreter times say nothing about a cube/tensor unit). Each part is judged with its own MFU@ach. A row
+    without counters takes the bound of its longest part."""
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("backend") != "cpu"]
+    for pair in fp32_fp16_pairs(ok, peak_tflops):
+        word = "cube" if pair["r16"].get("backend") == "npu" else "tensor"
+        for r, p in ((pair["r32"], pair["p32"]), (pair["r16"], pair["p16"])):
+            for q in r.get("parts") or []:
+                if q["part"] == pair["part"] and not (q.get("bound") or {}).get("source"):
+                    q["bound"] = fallback_bound(pair["ratio"], pair["expect"], q.get("mfu_ach"), word)
+    for r in ok:
+        if (r.get("bound") or {}).get("source") is None and r.get("parts"):
+            longest = max(r["parts"], key=lambda q: q.get("time_ns") or 0.0)
+            if (longest.get("bound") or {}).get("source"):
+                r["bound"] = dict(longest["bound"], note=f"part {longest['part']}: {longest['bound']['note']}")
+
+
+def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
+    out = []
+    for x in fp32_fp16_pairs(ok, peak_tflops):
+        r32, p32, r16, p16, ratio, expect = x["r32"], x["p32"], x["r16"], x["p16"], x["ratio"], x["expect"]
         same = r32.get("shape") == r16.get("shape")
-        if ratio > 2 * expect:
-            verdict = ("fp32 did not drop with the peak: the cube/tensor unit is waiting (memory, vector or scalar "
-                       "work bounds it), so raising cube utilisation will not help")
-        elif ratio < expect / 2:
-            verdict = ("fp32 dropped much further than the peak: the fp32 path of this part is less efficient than "
-                       "its half-precision path (tiling, TF32/HF32 off, or the shapes differ) - look there first")
+        verdict = fallback_bound(ratio, expect, p16.get("mfu_ach"))
+        if verdict["label"] == "tensor-bound":
+            text = "this part is compute-bound (fallback without counters)"
         else:
-            verdict = "fp32 dropped about as far as the peak: this part is compute-bound"
-        out.append(f"3. {part}{f' [{rep}]' if multi else ''}: {p32['tflops']:.3g} TFLOP/s in fp32 (case "
-                   f"{r32['case']}) vs {p16['tflops']:.3g} in {r16['dtype']} (case {r16['case']}) = {ratio:.2f}, "
-                   f"expected ~{expect:.2f} ({src}){'' if same else ' [different shapes]'} - {verdict}.")
+            text = verdict["note"]
+        rep = f" [{x['report']}]" if multi else ""
+        out.append(f"3. {x['part']}{rep}: "
+                   f"{p32['tflops']:.3g} TFLOP/s in fp32 (case {r32['case']}) vs {p16['tflops']:.3g} in "
+                   f"{r16['dtype']} (case {r16['case']}) = {ratio:.2f}, expected ~{expect:.2f} ({x['src']})"
+                   f"{'' if same else ' [different shapes]'} - {text}.")
     if not out:
         out.append("3. fp32 vs fp16: no part ran in both fp32 and fp16/bf16 here; measure a case in each dtype to "
                    "tell whether the cube/tensor unit is waiting.")
     return out
+
+
+FLUSH_TEXT = re.compile(r"(\d+(?:\.\d+)?)\s*MiB")
+
+
+def speedups(reports: list) -> None:
+    """Side-by-side reports: add ``speedup`` {``baseline``, ``value``} to every ok row (and part) of every report
+    but the baseline - the report labelled ``baseline`` if any, else the first - for the same case id (and part):
+    ``value = baseline kernel time / this kernel time`` (> 1: faster than the baseline). In place; one report: no-op.
+    """
+    if len(reports) < 2:
+        return
+    base = next((r for r in reports if r.get("label") == "baseline"), reports[0])
+    ref = {r["case"]: r for r in base["rows"] if r.get("status") == "ok"}
+    for rep in reports:
+        if rep is base:
+            continue
+        for r in rep["rows"]:
+            b = ref.get(r.get("case"))
+            if r.get("status") != "ok" or b is None or not r.get("kernel_time_ns"):
+                continue
+            r["speedup"] = {"baseline": base["label"], "value": b["kernel_time_ns"] / r["kernel_time_ns"]}
+            bparts = {p["part"]: p for p in b.get("parts") or []}
+            for p in r.get("parts") or []:
+                bp = bparts.get(p["part"])
+                if bp and bp.get("time_ns") and p.get("time_ns"):
+                    p["speedup"] = {"baseline": base["label"], "value": bp["time_ns"] / p["time_ns"]}
+
+
+def peak_flush_mib(peak: dict):
+    """The L2 flush of peak.json's timing in MiB: ``method.flush_cache_mib`` where written, else the MiB figure in
+    ``method.cache_flush`` (calib: "zero a <N> MiB buffer before every timed iteration"); 0 when that text says
+    no flush; None when peak.json says nothing."""
+    m = peak.get("method") or {}
+    if finite_or_none(m.get("flush_cache_mib")) is not None:
+        return float(m["flush_cache_mib"])
+    text = m.get("cache_flush")
+    if not isinstance(text, str):
+        return None
+    hit = FLUSH_TEXT.search(text)
+    if hit:
+        return float(hit.group(1))
+    return 0.0 if re.search(r"\b(no|none|off)\b", text, re.I) else None
+
+
+def regime(reports: list, peak: dict) -> dict:
+    """The top-level ``regime`` of mfu_decompose.json: ``flush_cache_mib_collect`` (performance.json's
+    ``flush_cache_mib``, the first report's; reports that differ are named in the note), ``flush_cache_mib_peak``
+    (:func:`peak_flush_mib`) and ``note``: which cache regime the operator time and the peak share."""
+    col = [(rep.get("label"), finite_or_none(rep.get("flush_cache_mib"))) for rep in reports]
+    c = col[0][1] if col else None
+    pk = peak_flush_mib(peak)
+    if c is None or pk is None:
+        note = ("regime unknown: " + ("performance.json records no flush_cache_mib" if c is None else
+                                      "peak.json does not say how it flushed the cache"))
+    elif c > 0 and pk > 0:
+        note = f"both cold: L2 flushed before every iteration (operator {c:g} MiB, peak {pk:g} MiB)"
+    elif c == 0 and pk == 0:
+        note = "both warm: no cache flush in the operator's iterations nor in the peak's"
+    elif c == 0:
+        note = (f"operator warm (no flush), peak cold ({pk:g} MiB flushed per iteration): small cases may read from "
+                f"L2 and look better than the peak's regime - collect with --flush-cache-mib {pk:g} to share it")
+    else:
+        note = f"operator cold ({c:g} MiB flush), peak warm: MFU@ach is pessimistic against this peak"
+    differ = [lab for lab, v in col[1:] if v != c]
+    if differ:
+        note += f"; reports {differ} were collected with another flush_cache_mib than {col[0][0]}"
+    return {"flush_cache_mib_collect": c, "flush_cache_mib_peak": pk, "note": note}

@@ -12,8 +12,10 @@ Definitions (DESIGN.md "Precise definitions"):
 * ``repeat_spread`` = (max - min) / median of the measured per-iteration kernel times; above
   :data:`SPREAD_LIMIT` (5%) it is flagged;
 * per kernel name: launches per iteration (from the data, never assumed 1), mean / median / min / max / std
-  (population, ddof=0) of single-launch durations over the measured iterations, and ``time_per_iter_ns`` = median
-  over measured iterations of that name's per-iteration sum.
+  (population, ddof=0) of single-launch durations over the measured iterations, and ``time_per_iter_ns`` = that
+  name's per-iteration sum **in the median iteration itself** (``median_iterations``: the measured iteration whose
+  kernel time is the median, or the mean over the two middle ones for an even count), so the kernels of a case add
+  up to its ``kernel_time_ns`` exactly (separate per-kernel medians need not: 52 vs 40 ns on synthetic data).
 
 Harness launches (names starting with :data:`HARNESS_PREFIX`: the iteration marker and cache-flush kernels the
 collector itself launches) are never operator time: they are dropped here and counted.
@@ -123,7 +125,7 @@ def summarize(rows, warmup: int, repeats: int, extra_problems=(), spread_limit: 
     ``sequence`` (kernel names of one iteration), ``kernels`` (per name, first-launch order),
     ``iteration_launches`` (per position in the iteration: median/min/max ns), ``iter_kernel_time_ns``,
     ``iter_span_ns``, ``kernel_time_ns``, ``kernel_time_mean_ns``, ``span_ns``, ``launch_overhead_ns``,
-    ``repeat_spread``, ``pmu`` ({kernel: {counter: mean}}), ``harness_launches_dropped``,
+    ``repeat_spread``, ``pmu`` ({kernel: {counter: mean}}), ``median_iterations``, ``harness_launches_dropped``,
     ``launches_outside_iterations``.
     """
     n = warmup + repeats
@@ -182,6 +184,9 @@ def summarize(rows, warmup: int, repeats: int, extra_problems=(), spread_limit: 
     iter_span = [float(max(r["start_ns"] + r["duration_ns"] for r in by_iter[i]) - min(r["start_ns"] for r in by_iter[i]))
                  for i in measured]
     order = list(dict.fromkeys(ref))
+    ranked = sorted(range(len(iter_kt)), key=lambda j: iter_kt[j])  # stable: ties keep iteration order
+    half = len(ranked) // 2
+    mid = ranked[half - 1:half + 1] if len(ranked) % 2 == 0 else ranked[half:half + 1]
     kernels = []
     pmu = {}
     for name in order:
@@ -189,7 +194,7 @@ def summarize(rows, warmup: int, repeats: int, extra_problems=(), spread_limit: 
         per_iter = [sum(r["duration_ns"] for r in by_iter[i] if r.get("name") == name) for i in measured]
         k = {"name": name, "launches_per_iter": ref.count(name)}
         k.update(_stats(durs))
-        k["time_per_iter_ns"] = float(np.median(per_iter))
+        k["time_per_iter_ns"] = float(np.mean([per_iter[j] for j in mid]))
         kernels.append(k)
         counters = {}
         for i in measured:
@@ -215,5 +220,5 @@ def summarize(rows, warmup: int, repeats: int, extra_problems=(), spread_limit: 
     out.update(launches_per_iter=len(ref), sequence=list(ref), kernels=kernels, iteration_launches=positions,
                iter_kernel_time_ns=iter_kt, iter_span_ns=iter_span, kernel_time_ns=kt,
                kernel_time_mean_ns=float(np.mean(iter_kt)), span_ns=span, launch_overhead_ns=max(span - kt, 0.0),
-               repeat_spread=spread, pmu=pmu)
+               repeat_spread=spread, pmu=pmu, median_iterations=[measured[j] for j in mid])
     return out

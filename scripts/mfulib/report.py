@@ -1,14 +1,18 @@
 """Human-readable forms of peak.json and mfu_decompose.json: terminal tables (tabulate) and a PNG plot.
 
 Stored JSON keeps full precision; only these views round. The decomposition table follows the skill spec's form
-(``case dtype total us TFLOPS MFU@nom MFU@ach <part> us <part> MFU ...``), with MBU added and a ``report`` column
-when several reports are shown side by side. A case without matrix work shows "—" for TFLOPS and MFU and its MBU
-starred (the headline); a case whose numerator check_flops.py did not confirm is marked ``[unverified]`` (or
-``[failed]``, ``[unchecked]``) with the reason below the table.
+(``case dtype total us TFLOP/s MFU@nom MFU@ach <part> us <part> MFU ...``), with MBU, the case's bound and its
+roofline headroom added, a ``report`` column and a ``speed-up`` column (against the baseline report) when several
+reports are shown side by side. A second table lists every part: time, TFLOP/s, MFU@ach, bound (with its source),
+headroom, the MFU@ach if that part were fixed, ranked by that payoff. A case without matrix work shows "—" for
+TFLOP/s and MFU and its MBU starred (the headline); a case whose numerator check_flops.py did not confirm is
+marked ``[unverified]`` (or ``[failed]``, ``[unchecked]``) with the reason below the table. Cases never measured
+(skipped by the selection) are counted in one line, not listed; long text is wrapped, never cut off.
 """
 from __future__ import annotations
 
 import os
+import textwrap
 
 from tabulate import tabulate
 
@@ -16,6 +20,15 @@ from .kernel_parts import OTHER
 
 
 NO_MFU = "—"  # an operator without matrix work has no MFU (DESIGN.md "FLOPs")
+WRAP = 116  # terminal text width of notes below the tables
+
+
+def _wrap(text: str, indent: str = "  ") -> str:
+    return textwrap.fill(str(text), width=WRAP, subsequent_indent=indent + "  ", initial_indent="")
+
+
+def _x(v):
+    return "-" if v is None else f"{v:.2f}x"
 
 
 def _pct(x, nd=2):
@@ -93,13 +106,17 @@ def decompose_table(result: dict) -> str:
     reports = result["reports"]
     multi = len(reports) > 1
     parts = _part_names(reports)
-    head = (["report"] if multi else []) + ["case", "dtype", "total us", "TFLOPS", "MFU@nom", "MFU@ach", "MBU"]
+    head = (["report"] if multi else []) + ["case", "dtype", "total us", "TFLOP/s", "MFU@nom", "MFU@ach", "MBU",
+                                            "bound", "headroom"] + (["speed-up"] if multi else [])
     for p in parts:
         head += [f"{p} us"] + ([f"{p} MFU"] if p != OTHER else [])  # 'other' does no counted FLOPs
-    rows, not_ok, no_matrix, marked = [], [], [], []
+    rows, not_ok, no_matrix, marked, skipped = [], [], [], [], []
     for rep in reports:
         for r in rep["rows"]:
             lead = [rep["label"]] if multi else []
+            if r["status"] == "skipped":  # never selected/measured: counted below, not a row
+                skipped.append((rep["label"], r))
+                continue
             if r["status"] != "ok":
                 rows.append(lead + [r["case"], r["status"]] + ["-"] * (len(head) - len(lead) - 2))
                 not_ok.append(f"{rep['label'] + ' ' if multi else ''}case {r['case']} {r['status']}: "
@@ -111,23 +128,42 @@ def decompose_table(result: dict) -> str:
             else:  # no matrix work: no MFU, MBU is the headline (DESIGN.md "FLOPs")
                 mfus = [NO_MFU, NO_MFU, NO_MFU]
             mark = "" if r.get("numerator") in (None, "checked") else f" [{r['numerator']}]"
+            bd = (r.get("bound") or {})
+            label = bd.get("label") or "-"
+            label += " (fallback)" if str(bd.get("source") or "").startswith("fallback") else ""
             row = lead + [f"{r['case']}{mark}", dt, _f(r["kernel_time_us"])] + mfus + \
-                [_pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else "")]
+                [_pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
+                 _x((r.get("roofline") or {}).get("headroom"))] + \
+                ([_x((r.get("speedup") or {}).get("value"))] if multi else [])
             if not r.get("matrix_work", True):
                 no_matrix.append(r)
             if mark:
                 marked.append(f"{rep['label'] + ' ' if multi else ''}case {r['case']}: numerator: {r['numerator']}"
-                              f" - {(r.get('numerator_reason') or 'see flops_check.json')[:160]}")
+                              f" - {r.get('numerator_reason') or 'see flops_check.json'}")
             by = {p["part"]: p for p in r.get("parts") or []}
             for p in parts:
                 d = by.get(p)
                 cells = ["-", "-"] if d is None else [_f(d["time_us"]), _pct(d.get("mfu_ach"), 1)]
                 row += cells[:1] if p == OTHER else cells
             rows.append(row)
-    lines = [f"peak: {result.get('peak_label')}  ({result['peak_json']})",
-             tabulate(rows, head, tablefmt="plain", disable_numparse=True)]
-    lines.extend(not_ok)
-    lines.extend(marked)
+    lines = [f"peak: {result.get('peak_label')}  ({result['peak_json']})"]
+    reg = result.get("regime") or {}
+    if reg.get("note"):
+        lines.append(_wrap(f"cache regime: {reg['note']}"))
+    lines.append(tabulate(rows, head, tablefmt="plain", disable_numparse=True))
+    if skipped:
+        ids = ", ".join(f"{lab + ' ' if multi else ''}{r['case']}" for lab, r in skipped)
+        why = sorted({str(r.get("reason")) for _, r in skipped})
+        lines.append(_wrap(f"{len(skipped)} case(s) never measured (skipped by the selection, no rows): {ids} - "
+                           + "; ".join(why[:3]) + ("; ..." if len(why) > 3 else "")))
+    lines.extend(_wrap(t) for t in not_ok)
+    lines.extend(_wrap(t) for t in marked)
+    ptab = parts_table(result)
+    if ptab:
+        lines.extend(["", ptab])
+    vtab = pmu_view_table(result)
+    if vtab:
+        lines.extend(["", vtab])
     if no_matrix:
         vec = "; ".join(f"case {r['case']} {_f(r['vector_tflops'], 3)} vector TFLOP/s" for r in no_matrix
                         if r.get("vector_tflops"))
@@ -149,20 +185,70 @@ def decompose_table(result: dict) -> str:
                                                    "are not a utilisation" if cpu else ""))
     lines.append("")
     lines.append("how to read it:")
-    lines.extend("  " + s for s in result.get("reading_aid") or [])
+    lines.extend(_wrap("  " + s, "    ") for s in result.get("reading_aid") or [])
     for n in result.get("notes") or []:
-        lines.append(f"note: {n}")
+        lines.append(_wrap(f"note: {n}"))
     for w in result.get("warnings") or []:
-        lines.append(f"warning: {w}")
+        lines.append(_wrap(f"warning: {w}"))
     for e in result.get("errors") or []:
-        lines.append(f"error: {e}")
+        lines.append(_wrap(f"error: {e}"))
     return "\n".join(lines)
+
+
+def parts_table(result: dict) -> str:
+    """One row per part of every ok case with FLOPs, ranked per case by payoff (:func:`mfulib.roofline.
+    rank_by_payoff`): time, TFLOP/s, MFU@ach, bound (source), headroom, the case MFU@ach if that part were fixed
+    (and its target), speed-up against the baseline report when several are shown. Empty when no case has parts."""
+    from tabulate import tabulate
+    multi = len(result["reports"]) > 1
+    rows = []
+    for rep in result["reports"]:
+        for r in rep["rows"]:
+            if r.get("status") != "ok" or not r.get("parts") or not r.get("matrix_work", True):
+                continue
+            order = r.get("payoff_order") or [p["part"] for p in r["parts"]]
+            by = {p["part"]: p for p in r["parts"]}
+            for name in order:
+                p = by[name]
+                rf, bd = p.get("roofline") or {}, p.get("bound") or {}
+                src = str(bd.get("source") or "-").replace("fallback:fp32-vs-fp16", "fallback")
+                rows.append(([rep["label"]] if multi else []) + [
+                    r["case"], name, _f(p.get("time_us")), _pct(p.get("time_share"), 0), _f(p.get("tflops")),
+                    _pct(p.get("mfu_ach"), 1), f"{bd.get('label', '-')} [{src}]", _x(rf.get("headroom")),
+                    _pct(rf.get("mfu_if_fixed"), 1) + (f" ({rf['target_source']})" if rf.get("target_source") else "")]
+                    + ([_x((p.get("speedup") or {}).get("value"))] if multi else []))
+    if not rows:
+        return ""
+    head = (["report"] if multi else []) + ["case", "part", "us", "time", "TFLOP/s", "MFU@ach", "bound [source]",
+                                            "headroom", "case MFU@ach if fixed"] + (["speed-up"] if multi else [])
+    return ("parts, by payoff (what fixing each part alone buys the case):\n"
+            + tabulate(rows, head, tablefmt="plain", disable_numparse=True))
+
+
+def pmu_view_table(result: dict) -> str:
+    """Official MFU beside the PMU view (executed FLOPs over the active cores) and their ratio (redundancy), for
+    the cases whose counters give executed work; empty otherwise."""
+    from tabulate import tabulate
+    rows = []
+    for rep in result["reports"]:
+        for r in rep["rows"]:
+            v = r.get("pmu_view") or {}
+            if r.get("status") == "ok" and v.get("executed_flops"):
+                rows.append([rep["label"], r["case"], _pct(v.get("official_mfu"), 1), _pct(v.get("pmu_mfu"), 1),
+                             _pct(v.get("active_core_fraction"), 0), _x(v.get("redundancy"))])
+    if not rows:
+        return ""
+    return ("official MFU (semantic FLOPs, all cores) vs PMU view (executed FLOPs, active cores):\n"
+            + tabulate(rows, ["report", "case", "official MFU", "PMU MFU", "active cores", "executed/semantic"],
+                       tablefmt="plain", disable_numparse=True))
 
 
 def plot_decompose(result: dict, path: str) -> str | None:
     """Per case, two stacked bars (time share, FLOPs share) split by part; PNG at ``path``, titled with the device.
+    Cases of one part only are left out of that plot (their bars would be 100% by construction); when no case has
+    two parts, the plot shows MBU and MFU@ach per case instead (:func:`_plot_utilisation`).
 
-    Returns the path, or None when no case has parts. Draws on a bare :class:`matplotlib.figure.Figure` with the
+    Returns the path, or None when no case was decomposed. Draws on a bare :class:`matplotlib.figure.Figure` with the
     Agg canvas (no display needed): pyplot is never imported, which took about half of mfu_decompose.py's wall time
     (pyinstrument).
     """
@@ -170,10 +256,10 @@ def plot_decompose(result: dict, path: str) -> str | None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    rows = [(rep["label"], r) for rep in result["reports"] for r in rep["rows"]
-            if r.get("status") == "ok" and r.get("parts")]
-    if not rows:
-        return None
+    ok = [(rep["label"], r) for rep in result["reports"] for r in rep["rows"] if r.get("status") == "ok"]
+    rows = [(lab, r) for lab, r in ok if len(r.get("parts") or []) > 1]
+    if not rows:  # single-part operators: a share bar is 100% by construction - plot what matters (MBU, MFU@ach)
+        return _plot_utilisation(result, ok, path) if ok else None
     parts = _part_names(result["reports"])
     multi = len(result["reports"]) > 1
     labels, time_sh, flop_sh = [], [], []
@@ -217,3 +303,40 @@ def plot_decompose(result: dict, path: str) -> str | None:
     fig.savefig(tmp, dpi=110)
     os.replace(tmp, path)
     return path
+
+
+def _save(fig, path):
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+    return path
+
+
+def _plot_utilisation(result: dict, ok: list, path: str) -> str:
+    """Horizontal bars of MBU and MFU@ach per case (single-part operators); PNG at ``path``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    multi = len(result["reports"]) > 1
+    fig = Figure(figsize=(9, 1.6 + 0.6 * len(ok)))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    height = 0.38
+    for i, (lab, r) in enumerate(ok):
+        for off, key, name, color in ((-height / 2, "mbu", "MBU", "tab:blue"), (height / 2, "mfu_ach", "MFU@ach",
+                                                                                   "tab:orange")):
+            v = r.get(key)
+            if v is None:
+                continue
+            ax.barh(i + off, v, height=height * 0.95, color=color, label=name if i == 0 else None)
+            ax.text(v, i + off, f" {v:.1%}", va="center", fontsize=7)
+    ax.set_yticks(range(len(ok)))
+    ax.set_yticklabels([(f"{lab}: " if multi else "") + f"case {r['case']} {r.get('dtype')}" for lab, r in ok],
+                       fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("fraction of the measured peak (bandwidth for MBU, dtype's compute peak for MFU@ach)")
+    ax.set_title(f"one kernel part per case: MBU and MFU@ach - {result.get('peak_label') or '?'}", fontsize=10)
+    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    return _save(fig, path)

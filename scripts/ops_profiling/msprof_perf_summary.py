@@ -65,7 +65,9 @@ def build_parser():
                    help="device index (default: ASCEND_DEVICE_ID on npu, else 0)")
     p.add_argument("--backend", choices=("auto", "npu", "cuda", "cpu"), default="auto",
                    help="auto = npu if torch_npu + CANN are set up, else cuda, else cpu")
-    p.add_argument("--aic-metrics", default="PipeUtilization", help="msprof --aic-metrics group (npu)")
+    p.add_argument("--aic-metrics", default="PipeUtilization",
+                   help="msprof --aic-metrics group(s) (npu); a comma-separated list runs msprof once per group, "
+                        "the first run timing the kernels, e.g. PipeUtilization,ArithmeticUtilization,Memory")
     p.add_argument("--msprof", default=None, metavar="PATH", help="msprof executable (default: the one on PATH)")
     p.add_argument("--case-timeout-s", type=float, default=600.0, help="wall-clock limit of one case's child")
     p.add_argument("--flush-cache-mib", type=float, default=0.0,
@@ -87,16 +89,19 @@ def build_parser():
 
 
 def print_table(report):
+    """The collector's terminal table: one row per measured case (cases never measured - skipped by the
+    selection, e.g. bf16 cases on the CPU - are counted in one line, not listed); flag and error text is wrapped
+    (``maxcolwidths``), never cut off."""
     from tabulate import tabulate
-    rows = []
+    rows, skipped = [], []
     for c in report["per_case"]:
         if c.get("skipped"):
-            rows.append([c["case"], "-", c["dtype"], c["shape"][:28], "", "", "", "", "", "", "skipped: " + c["skipped"][:50]])
+            skipped.append(c)
             continue
         err = c.get("asc_error") or c.get("ref_error")
         spread = c.get("repeat_spread")
-        note = err[:60] if err else "; ".join(f[:60] for f in c.get("flags") or [])
-        rows.append([c["case"], c.get("measured_impl"), c.get("compute_dtype"), c["shape"][:28],
+        note = err if err else "; ".join(c.get("flags") or [])
+        rows.append([c["case"], c.get("measured_impl"), c.get("compute_dtype"), c["shape"],
                      c.get("launches_per_iter"),
                      f"{c['kernel_time_ns'] / 1e3:.2f}" if c.get("kernel_time_ns") else "-",
                      f"{c['span_ns'] / 1e3:.2f}" if c.get("span_ns") else "-",
@@ -105,6 +110,7 @@ def print_table(report):
                      f"{spread:.1%}" if spread is not None else "-", note])
     headers = ["case", "impl", "dtype", "shape", "launch/it", "kernel us", "span us", "TFLOP/s", "MFU@nom", "spread",
                "flags / error"]
+    widths = [None, None, None, 28, None, None, None, None, None, None, 60]
     if any(c.get("ref_us") for c in report["per_case"]):  # --impl both: the reference and the speedup too
         by_case = {c["case"]: c for c in report["per_case"]}
         for r in rows:
@@ -112,11 +118,18 @@ def print_table(report):
             r[-1:-1] = [f"{c['ref_us']:.2f}" if c.get("ref_us") else "-",
                         f"{c['speedup']:.3g}x" if c.get("speedup") else "-"]
         headers[-1:-1] = ["ref us", "speedup"]
-    print(tabulate(rows, headers=headers))
+        widths[-1:-1] = [None, None]
+    if rows:
+        print(tabulate(rows, headers=headers, maxcolwidths=widths))
+    if skipped:
+        why = sorted({str(c["skipped"]) for c in skipped})
+        print(f"{len(skipped)} case(s) not measured (never selected): {', '.join(str(c['case']) for c in skipped)}"
+              f" - {'; '.join(why[:3])}" + ("; ..." if len(why) > 3 else ""))
     peak = report.get("peak") or {}
+    measured = len(report["per_case"]) - len(skipped)
     print(f"backend {report['backend']} ({report['device'].get('name', '?')}); peak for MFU@nom: "
           f"{peak.get('value_tflops')} TFLOP/s ({peak.get('source')}); valid cases {report['n_cases_valid']}/"
-          f"{report['n_cases_total']}")
+          f"{measured} measured")
     for f in report.get("flags") or []:
         print(f"note: {f}")
 

@@ -245,6 +245,7 @@ def run_case_impl(backend, opdir: OpDir, case_id: int, impl: str, opts: Options,
         res["runtime"] = info.get("runtime")
         res["timing_method"] = info.get("timing_method") or backend.timing_method
         res["prof"] = info.get("prof")
+        res["pmu_source"], res["pmu_unavailable"] = info.get("pmu_source"), info.get("pmu_unavailable")
         problems = list(info.get("problems", [])) + lost_problems(info, opts.warmup, n)
         summary = _kernels.summarize(rows, opts.warmup, opts.repeats, extra_problems=problems)
         res["summary"] = summary

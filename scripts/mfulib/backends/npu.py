@@ -7,6 +7,13 @@ CANN version), each failure with the exact fix. The child command becomes::
     msprof --output=<attempt>/msprof --task-time=on --ai-core=on --aic-metrics=<M> --ascendcl=on \\
            python3 runner.py --spec <spec.json>
 
+msprof collects ONE ``--aic-metrics`` group per run (facts §1.1), so a list of groups (``--aic-metrics
+PipeUtilization,ArithmeticUtilization,Memory``) runs the child once per group, one after the other in one
+``sh -c`` chain (stopping at the first failure): the first group's run, under ``<attempt>/msprof``, gives the
+kernel times; each further group's run, under ``<attempt>/msprof_<Group>``, adds its counters to the kernels of the
+same name (mean over that run's measured launches, :func:`merge_group_counters`). Counters are renamed to the
+canonical names of :mod:`mfulib.pmu` (``N/A`` stays None); ``pmu_source`` = ``msprof:<G1>+<G2>...``.
+
 Rows: :func:`mfulib.msprof.load_kernel_rows` (op_summary, task_time fallback, slices, old layout, torch_npu
 ``kernel_details.csv``, marker rows filtered). msprof's CSVs carry no iteration ranges, so the child launches a
 tiny Triton marker kernel (``mfu_harness_marker_kernel``: Triton-Ascend reports ``Op Name`` = the kernel function
@@ -25,11 +32,13 @@ import contextlib
 import glob
 import os
 import re
+import shlex
 import shutil
 import subprocess
 
 from .. import kernels as _kernels
 from .. import msprof as _msprof
+from .. import pmu as _pmu
 from ..device import cann_version
 from ..errors import UserError
 from .base import Backend
@@ -39,6 +48,38 @@ SET_ENV_CANDIDATES = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local
 DEFAULT_AIC_METRICS = "PipeUtilization"
 AIC_METRICS = ("PipeUtilization", "ArithmeticUtilization", "Memory", "MemoryL0", "MemoryUB", "ResourceConflictRatio",
                "L2Cache", "MemoryAccess")
+
+
+def parse_groups(aic_metrics) -> tuple:
+    """``"A,B"`` / ``["A", "B"]`` -> ("A", "B") of known msprof metric groups (duplicates dropped, order kept);
+    UserError naming the unknown one and the choices."""
+    items = aic_metrics.split(",") if isinstance(aic_metrics, str) else list(aic_metrics or ())
+    groups = tuple(dict.fromkeys(g.strip() for g in items if g and g.strip()))
+    if not groups:
+        raise UserError(f"--aic-metrics {aic_metrics!r}: give one or more of {', '.join(AIC_METRICS)} (comma-separated)")
+    bad = [g for g in groups if g not in AIC_METRICS]
+    if bad:
+        raise UserError(f"--aic-metrics {bad[0]!r}: choose from {', '.join(AIC_METRICS)} (a list is comma-separated, "
+                        "e.g. PipeUtilization,ArithmeticUtilization,Memory)")
+    return groups
+
+
+def merge_group_counters(rows: list, extra_rows: list) -> int:
+    """Add the counters of another metric group's run to ``rows`` (in place): per kernel name, the mean of each
+    canonical counter over ``extra_rows`` inside iterations; a counter ``rows`` already has is kept. Returns the
+    number of kernel names that got counters."""
+    by_name = {}
+    for r in extra_rows:
+        if r.get("iteration") is None:
+            continue
+        for k, v in (r.get("pmu") or {}).items():
+            if v is not None:
+                by_name.setdefault(r.get("name"), {}).setdefault(k, []).append(float(v))
+    means = {n: {k: sum(v) / len(v) for k, v in c.items()} for n, c in by_name.items()}
+    for r in rows:
+        if r.get("name") in means:
+            r["pmu"] = _pmu.merge_counters(r.get("pmu"), means[r["name"]])
+    return len(means)
 
 
 def _under(path, root) -> bool:
@@ -108,9 +149,8 @@ class NpuBackend(Backend):
     markers = True
 
     def __init__(self, aic_metrics=DEFAULT_AIC_METRICS, msprof_path=None):
-        if aic_metrics not in AIC_METRICS:
-            raise UserError(f"--aic-metrics {aic_metrics!r}: choose one of {', '.join(AIC_METRICS)}")
-        self.aic_metrics = aic_metrics
+        self.groups = parse_groups(aic_metrics)
+        self.aic_metrics = self.groups[0]
         self.msprof_path = msprof_path
         self.cann = None
 
@@ -120,13 +160,21 @@ class NpuBackend(Backend):
 
     def command(self, child_cmd, attempt_dir, opts):
         exe = (self.cann or {}).get("msprof") or self.msprof_path or "msprof"
-        out = os.path.join(attempt_dir, "msprof")
-        os.makedirs(out, exist_ok=True)
-        return [exe, f"--output={out}", "--task-time=on", "--ai-core=on", f"--aic-metrics={self.aic_metrics}",
-                "--ascendcl=on"] + list(child_cmd)
+        argvs = []
+        for g in self.groups:
+            out = self.prof_root(attempt_dir, g)
+            os.makedirs(out, exist_ok=True)
+            argvs.append([exe, f"--output={out}", "--task-time=on", "--ai-core=on", f"--aic-metrics={g}",
+                          "--ascendcl=on"] + list(child_cmd))
+        if len(argvs) == 1:
+            return argvs[0]
+        return ["sh", "-c", " && ".join(shlex.join(a) for a in argvs)]
 
-    def prof_root(self, attempt_dir):
-        return os.path.join(attempt_dir, "msprof")
+    def prof_root(self, attempt_dir, group=None):
+        """The PROF output root of the run of ``group`` (the first group's: ``<attempt>/msprof``)."""
+        if group is None or group == self.groups[0]:
+            return os.path.join(attempt_dir, "msprof")
+        return os.path.join(attempt_dir, f"msprof_{group}")
 
     def _export(self, root):
         """Run ``msprof --export=on`` on PROF dirs that have raw data but no CSV export (once)."""
@@ -137,8 +185,7 @@ class NpuBackend(Backend):
             if not glob.glob(os.path.join(prof, "mindstudio_profiler_output", "*.csv")):
                 subprocess.run([exe, "--export=on", f"--output={prof}"], capture_output=True, timeout=600)
 
-    def launches(self, attempt_dir, report, n_iters):
-        root = self.prof_root(attempt_dir)
+    def _load(self, root):
         try:
             rows, meta = _msprof.load_kernel_rows(root)
         except UserError:
@@ -146,12 +193,36 @@ class NpuBackend(Backend):
                 raise
             self._export(root)
             rows, meta = _msprof.load_kernel_rows(root)
+        for r in rows:
+            r["pmu"] = _pmu.from_msprof(r.get("pmu"), r.get("block_dim"))
+        return rows, meta
+
+    def _tag(self, rows, n_iters):
         if any(r.get("name") == _kernels.MARKER_KERNEL for r in rows):
-            tagged, info = _kernels.assign_by_markers(rows, n_iters)
-        else:
-            tagged, info = _kernels.assign_by_period(rows, n_iters)
-            info["flags"].append("no iteration marker kernel in the profile (marker launch failed?): "
-                                 "iterations delimited by periodicity")
+            return _kernels.assign_by_markers(rows, n_iters)
+        tagged, info = _kernels.assign_by_period(rows, n_iters)
+        info["flags"].append("no iteration marker kernel in the profile (marker launch failed?): "
+                             "iterations delimited by periodicity")
+        return tagged, info
+
+    def launches(self, attempt_dir, report, n_iters):
+        root = self.prof_root(attempt_dir)
+        rows, meta = self._load(root)
+        tagged, info = self._tag(rows, n_iters)
+        for g in self.groups[1:]:
+            try:
+                extra, _meta = self._load(self.prof_root(attempt_dir, g))
+                extra_tagged, _info = self._tag(extra, n_iters)
+            except UserError as exc:
+                info["flags"].append(f"msprof --aic-metrics={g} run gave no usable export ({exc}): its counters "
+                                     "are missing")
+                continue
+            merge_group_counters(tagged, extra_tagged)
+        info["pmu_source"] = "msprof:" + "+".join(self.groups)
+        measured = [r for r in tagged if r.get("iteration") is not None and not _kernels.is_harness(r.get("name"))]
+        if measured and not any(v is not None for r in measured for k, v in (r.get("pmu") or {}).items()
+                                if k != "block_dim"):
+            info["pmu_unavailable"] = "msprof: every PMU cell is N/A (no --ai-core data in this export)"
         info["lost_by_iter"] = {}
         info["prof"] = {k: meta[k] for k in ("kind", "files", "prof_dir", "ignored", "marker_rows_dropped",
                                              "reordered", "timing_column")}

@@ -3,9 +3,19 @@
 Provenance (:func:`mfulib.jsonio.provenance`) + the body :func:`mfulib.decompose.decompose` returns:
 ``peak_json, peak_label, peak_backend, peak_device, peak_tflops, bandwidth_gbps, reports`` [{label, path, backend,
 measured_cases, device, kernel_parts, kernel_parts_source, nominal_tflops, nominal_source, warmup, repeats,
-timing_method, complete, missing, notes, rows}], ``maxima, reading_aid, errors, warnings, notes``, ``complete``
-(false when an interrupted collection was decomposed with --allow-incomplete) and ``missing`` (what it lacked) and,
-with ``--plot``, ``plot``.
+timing_method, flush_cache_mib, complete, missing, notes, rows}], ``maxima, reading_aid, errors, warnings, notes``,
+``regime`` {flush_cache_mib_collect, flush_cache_mib_peak, note} (:func:`mfulib.decompose_reading.regime`),
+``complete`` (false when an interrupted collection was decomposed with --allow-incomplete) and ``missing`` (what it
+lacked) and, with ``--plot``, ``plot``.
+
+Rows and their parts carry (:func:`mfulib.decompose.attach_bounds_and_roofline`): ``bound`` {label (one of
+:data:`mfulib.bound.LABELS`), source ("pmu:ncu" | "pmu:msprof" | "fallback:fp32-vs-fp16" | None), evidence
+{counter: value}, note}; ``roofline`` {ai_flop_per_byte, compulsory_bytes, dram_bytes, attainable_tflops,
+achieved_tflops, headroom, mfu_if_fixed (+ rows: dram_ai_flop_per_byte, roof; + parts: target_tflops,
+target_source, payoff)} (:mod:`mfulib.roofline`); parts also ``dram_bytes``. Rows also: ``kernel_bounds``
+{kernel: bound}, ``payoff_order`` [part names], ``pmu_view`` {official_mfu, pmu_mfu, executed_flops,
+semantic_flops, redundancy, active_core_fraction, executed_how}, ``pmu_source``, ``pmu_unavailable`` and, when
+several reports are shown side by side, ``speedup`` {baseline, value} (rows and parts of the non-baseline reports).
 """
 from __future__ import annotations
 

@@ -49,7 +49,9 @@ Top level
     ``kernel_time_mean_ns``, ``span_ns``, ``launch_overhead_ns``, ``iter_kernel_time_ns`` [...], ``iter_span_ns``
     [...], ``actual_tflops`` (= flops / kernel_time_ns / 1e3), ``mfu_nom`` (ratio, not %; None when no peak or no
     FLOPs - never 0 or infinite), ``repeat_spread`` ((max - min) / median), ``flags`` [text], ``pmu``
-    {kernel: {counter: mean}} (msprof PMU columns), ``attempts`` (profiling attempts used),
+    {kernel: {counter: mean}} (canonical counter names of :mod:`mfulib.pmu`), ``pmu_source`` ("ncu" |
+    "msprof:<Group>[+<Group>]" | None), ``pmu_unavailable`` (None or why no counters), ``median_iterations``
+    (the measured iteration(s) whose kernel time is the median: the kernels' ``time_per_iter_ns``), ``attempts`` (profiling attempts used),
     ``harness_launches_dropped`` (the collector's marker/flush launches removed), ``launches_outside_iterations``
     (priming call and anything between iterations, not counted), ``impls``
     {impl: {status, error, kernel_time_ns, span_ns, kernels, flags, attempts, prof_dir, wall_s}}.
@@ -173,8 +175,11 @@ def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool, nomina
              input_bytes=info.input_bytes, output_bytes=r.get("output_bytes"))
     for key in ("launches_per_iter", "sequence", "kernels", "iteration_launches", "kernel_time_ns",
                 "kernel_time_mean_ns", "span_ns", "launch_overhead_ns", "iter_kernel_time_ns", "iter_span_ns",
-                "repeat_spread", "pmu"):
+                "repeat_spread", "pmu", "median_iterations"):
         e[key] = s.get(key) if r.get("status") == "ok" else None
+    # where the counters of ``pmu`` came from ("ncu" | "msprof:<Group>[+<Group>]") or why there are none
+    e["pmu_source"] = r.get("pmu_source") if e.get("pmu") else None
+    e["pmu_unavailable"] = r.get("pmu_unavailable")
     key = peak_key(e["compute_dtype"], tf32) if e["compute_dtype"] else None
     tflops, mfu, mflags = mfu_fields(e["flops"], e["kernel_time_ns"], peak_tflops,
                                      dtype_nominal_tflops(nominal_by_mode, e["compute_dtype"], tf32), key)

@@ -1,0 +1,163 @@
+"""Roofline, headroom, payoff, the official-vs-PMU view, the cache regime, median-iteration parts and the terminal
+table rules - on the HAND-MADE fixture of test_decompose_fixture.py (numbers worked out by hand below).
+
+Fixture case 46 (float16, 910B2 peak 314 TFLOP/s, 1600 GB/s): 15.8e9 FLOPs in 271800 ns (attn 166900 ns for
+0.8e9 FLOPs = 4.7933 TFLOP/s, proj 104900 ns for 15e9 = 142.993 TFLOP/s), 60e6 compulsory bytes.
+  ai = 15.8e9 / 60e6 = 263.33 FLOP/B; memory roof 263.33 x 1600 / 1e3 = 421.3 > 314 -> attainable 314 (compute)
+  achieved 58.131 TFLOP/s -> headroom 314 / 58.131 = 5.4016
+  attn fixed to proj's 142.993: T' = 104900 + 0.8e9 / 142.993 / 1e3 = 104900 + 5594.6 = 110494.6 ns
+    -> 15.8e9 / 110494.6 / 1e3 / 314 = 45.540 %   (payoff 45.540 - 18.513 = 27.03 points)
+  proj (already the best part) fixed to the compute roof 314: T' = 166900 + 15e9 / 314 / 1e3 = 214670.7 ns
+    -> 15.8e9 / 214670.7 / 1e3 / 314 = 23.440 %
+"""
+import copy
+import json
+
+import pytest
+
+from mfulib import decompose, kernels, report, roofline
+from test_decompose_fixture import PEAK, PERF, _rows, _write_op
+
+
+def test_the_case_roofline_follows_the_hand_derived_numbers():
+    r = roofline.roofline(2e9, 1e7, 100_000, 100.0, 1000.0)  # the docstring example of roofline.roofline
+    assert r["ai_flop_per_byte"] == 200.0 and r["attainable_tflops"] == 100.0 and r["roof"] == "compute"
+    assert r["achieved_tflops"] == pytest.approx(20.0) and r["headroom"] == pytest.approx(5.0)
+    assert r["mfu_if_fixed"] == 1.0
+    m = roofline.roofline(2e9, 1e8, 100_000, 100.0, 1000.0)  # ai 20 -> memory roof 20 x 1000 / 1e3 = 20 TFLOP/s
+    assert m["roof"] == "memory" and m["attainable_tflops"] == pytest.approx(20.0) and m["headroom"] == pytest.approx(1.0)
+    assert roofline.roofline(2e9, 1e8, 100_000, 100.0, 1000.0, dram_bytes=4e8)["dram_ai_flop_per_byte"] == 5.0
+
+
+def test_parts_are_ranked_by_what_fixing_them_buys_the_case(tmp_path):
+    d = _write_op(tmp_path)
+    r = _rows(decompose.decompose(str(d), str(d / "peak.json")))[46]
+    assert r["roofline"]["ai_flop_per_byte"] == pytest.approx(263.333, rel=1e-5)
+    assert r["roofline"]["attainable_tflops"] == 314.0 and r["roofline"]["headroom"] == pytest.approx(5.4016, rel=1e-4)
+    parts = {p["part"]: p["roofline"] for p in r["parts"]}
+    assert parts["attn"]["target_source"] == "best sibling part"
+    assert parts["attn"]["mfu_if_fixed"] == pytest.approx(0.45540, rel=1e-4)
+    assert parts["attn"]["payoff"] == pytest.approx(0.45540 - 0.18513, rel=1e-3)
+    assert parts["proj"]["target_source"] == "compute roof"
+    assert parts["proj"]["mfu_if_fixed"] == pytest.approx(0.23440, rel=1e-4)
+    assert r["payoff_order"] == ["attn", "proj"]
+
+
+def test_official_mfu_beside_the_pmu_view_gives_the_redundancy(tmp_path):
+    perf = copy.deepcopy(PERF)
+    perf["device"] = {"name": "Ascend910B2", "runtime": {"ai_core_num": 24}}
+    perf["per_case"][0]["pmu_source"] = "msprof:ArithmeticUtilization"
+    perf["per_case"][0]["pmu"] = {"_attn_fwd_kernel": {"aic_cube_fops": 1.0e9, "block_dim": 24},
+                                  "matmul_kernel": {"aic_cube_fops": 4.0e9, "block_dim": 12}}  # per launch, 4/iter
+    d = _write_op(tmp_path, perf=perf)
+    res = decompose.decompose(str(d), str(d / "peak.json"))
+    v = _rows(res)[46]["pmu_view"]
+    # executed 1e9 + 4 x 4e9 = 17e9 per iteration; active cores (166900 x 24/24 + 104900 x 12/24) / 271800
+    assert v["executed_flops"] == 17e9 and v["redundancy"] == pytest.approx(17 / 15.8)
+    frac = (166900 * 1.0 + 104900 * 0.5) / 271800
+    assert v["active_core_fraction"] == pytest.approx(frac)
+    assert v["official_mfu"] == pytest.approx(0.18513, rel=1e-4)
+    assert v["pmu_mfu"] == pytest.approx(17e9 / 271800 / 1e3 / (314 * frac))
+    assert "official MFU (semantic FLOPs, all cores) vs PMU view" in report.decompose_table(res)
+
+
+def test_the_regime_says_the_operator_ran_warm_against_a_flushed_peak(tmp_path):
+    perf, peak = copy.deepcopy(PERF), copy.deepcopy(PEAK)
+    perf["flush_cache_mib"] = 0.0
+    peak["method"] = {"cache_flush": "zero a 256 MiB buffer before every timed iteration (untimed)"}
+    d = _write_op(tmp_path, perf=perf, peak=peak)
+    res = decompose.decompose(str(d), str(d / "peak.json"))
+    reg = res["regime"]
+    assert reg["flush_cache_mib_collect"] == 0.0 and reg["flush_cache_mib_peak"] == 256.0
+    assert reg["note"].startswith("operator warm (no flush), peak cold (256 MiB flushed per iteration)")
+    assert "--flush-cache-mib 256" in reg["note"]
+    assert "cache regime: operator warm" in report.decompose_table(res)
+    perf["flush_cache_mib"] = 256
+    (d / "performance.json").write_text(json.dumps(perf))
+    assert decompose.decompose(str(d), str(d / "peak.json"))["regime"]["note"].startswith("both cold")
+
+
+def _iters(per_iter):
+    """Launch rows of kernels A and B, one iteration each entry of ``per_iter`` [(a_ns, b_ns)]; SYNTHETIC."""
+    rows, t = [], 1_000_000
+    for i, (a, b) in enumerate(per_iter):
+        for name, dur in (("A", a), ("B", b)):
+            rows.append({"name": name, "start_ns": t, "duration_ns": dur, "iteration": i})
+            t += dur + 100
+    return rows
+
+
+def test_parts_come_from_the_median_iteration_so_they_add_up_to_the_total():
+    # iteration sums 40, 40, 52 ns -> median 40 (the second 40: iteration 1, A 30 + B 10); separate per-kernel
+    # medians would give A median(10, 30, 22) = 22 + B median(30, 10, 30) = 30 = 52 ns, not 40
+    s = kernels.summarize(_iters([(10, 30), (30, 10), (22, 30)]), 0, 3)
+    assert s["kernel_time_ns"] == 40.0 and s["median_iterations"] == [1]
+    by = {k["name"]: k["time_per_iter_ns"] for k in s["kernels"]}
+    assert by == {"A": 30.0, "B": 10.0} and sum(by.values()) == s["kernel_time_ns"]
+    # even count: the mean of the two middle iterations (sums 40, 44, 50, 60 -> 44 and 50)
+    s = kernels.summarize(_iters([(30, 30), (20, 20), (24, 20), (25, 25)]), 0, 4)
+    assert s["kernel_time_ns"] == 47.0 and s["median_iterations"] == [2, 3]
+    by = {k["name"]: k["time_per_iter_ns"] for k in s["kernels"]}
+    assert by == {"A": 24.5, "B": 22.5} and sum(by.values()) == s["kernel_time_ns"]
+
+
+def test_the_table_counts_never_measured_cases_in_one_line_and_wraps_long_text(tmp_path):
+    perf = copy.deepcopy(PERF)
+    perf["per_case"][0]["numerator"] = "unverified"
+    perf["per_case"][0]["numerator_reason"] = "the tracer saw an op it cannot cost: " + "aten.weird_op " * 20 + "END"
+    d = _write_op(tmp_path, perf=perf)
+    text = report.decompose_table(decompose.decompose(str(d), str(d / "peak.json")))
+    lines = text.splitlines()
+    assert not any(ln.split()[:1] == ["50"] for ln in lines)  # the skipped case is no row
+    assert "1 case(s) never measured (skipped by the selection, no rows): 50 - bf16 cannot run in the interpreter" in text
+    note = [ln for ln in lines if "numerator: unverified" in ln or "aten.weird_op" in ln]
+    assert len(note) > 1 and all(len(ln) <= report.WRAP for ln in note)
+    assert "END" in " ".join(note)  # wrapped, never cut off
+    head = next(ln for ln in lines if ln.startswith("case "))
+    assert "TFLOPS" not in text and head.split()[:5] == ["case", "dtype", "total", "us", "TFLOP/s"]
+
+
+def test_cpu_interpreter_numbers_get_no_optimisation_advice(tmp_path):
+    perf, peak = copy.deepcopy(PERF), copy.deepcopy(PEAK)
+    perf["backend"] = peak["backend"] = "cpu"
+    peak["device"] = {"backend": "cpu", "name": "cpu"}
+    perf["device"] = {"name": "cpu"}
+    d = _write_op(tmp_path, perf=perf, peak=peak)
+    aid = decompose.decompose(str(d), str(d / "peak.json"))["reading_aid"]
+    text = "\n".join(aid)
+    assert "optimise it first" not in text and "no optimisation advice" in text
+    assert not any(s.startswith(("4.", "5.")) for s in aid)  # no bound or payoff lines from interpreter times
+
+
+def test_single_part_operators_plot_mbu_and_mfu_not_a_100_percent_bar(tmp_path, monkeypatch):
+    one = {"status": "ok", "case": 1, "dtype": "float16", "mbu": 0.42, "mfu_ach": None,
+           "parts": [{"part": "other", "time_share": 1.0, "flops_share": None}]}
+    result = {"reports": [{"label": "op", "kernel_parts": {}, "rows": [one]}], "peak_label": "fixture"}
+    called = []
+    real = report._plot_utilisation
+    monkeypatch.setattr(report, "_plot_utilisation", lambda *a: called.append(a) or real(*a))
+    png = report.plot_decompose(result, str(tmp_path / "p.png"))
+    assert called and png and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_collector_table_lists_measured_cases_only_and_wraps_flags(capsys):
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "ops_profiling",
+                        "msprof_perf_summary.py")
+    spec = importlib.util.spec_from_file_location("msprof_perf_summary_t", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    flag = "sequence_mismatch: iterations [3] launch a different kernel sequence " + "x" * 80 + " TAIL"
+    per_case = [{"case": 0, "dtype": "float16", "shape": "[4, 1024]", "measured_impl": "asc", "launches_per_iter": 2,
+                 "kernel_time_ns": 45000.0, "span_ns": 53000.0, "actual_tflops": 1.5, "mfu_nom": 0.01,
+                 "repeat_spread": 0.02, "flags": [flag]}]
+    per_case += [{"case": i, "dtype": "bfloat16", "shape": "[4, 1024]", "skipped": "bf16 cannot run on the cpu"}
+                 for i in (1, 2, 3)]
+    mod.print_table({"per_case": per_case, "backend": "cpu", "device": {"name": "cpu"}, "n_cases_valid": 1,
+                     "n_cases_total": 4, "peak": {}})
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if "bfloat16" in ln]
+    assert rows == []  # never-measured cases are no rows
+    assert "3 case(s) not measured (never selected): 1, 2, 3 - bf16 cannot run on the cpu" in out
+    assert "valid cases 1/1 measured" in out and "TAIL" in out  # wrapped, not cut at 60 characters
