@@ -82,6 +82,7 @@ def main(argv=None):
     from mfulib.jsonio import provenance
     from mfulib.opdir import OpDir
     from mfulib.schemas import probe_json as pj
+    from mfulib.schemas import verify_json
     from mfulib.verified_cases import skip_reason
 
     od = OpDir(args.dir)
@@ -98,8 +99,8 @@ def main(argv=None):
         raise UserError("--max-scale must be >= 2 and --max-bytes, --max-ms, --top > 0")
     if not os.path.isfile(args.flops_tool):
         raise UserError(f"--flops-tool {args.flops_tool}: not found - pass scripts/check_flops.py")
-    if old and old.get("backup"):  # an interrupted run: the case files are re-derived from what it recorded
-        probe.rewrite_case_files(od, old)
+    if old:
+        probe.check_resumable(od, old)
     n_orig = old["backup"]["n_cases"] if old and old.get("backup") else len(od.read_cases())
     infos = od.describe_all()[:n_orig]
     groups = symbols.analyse(infos)
@@ -146,8 +147,12 @@ def main(argv=None):
         for i, r in skipped.items():
             print(f"case {i} skipped: {r}")
         return 0
+    if old and old.get("backup"):  # an interrupted run: the case files are re-derived from what it recorded
+        probe.rewrite_case_files(od, old)
     bw = probe.bandwidth_limit(od.path, backend, args.device, args.peak_json)
     limits.update(bandwidth_gbps=bw["bandwidth_gbps"], bandwidth_source=bw["source"], l2_bytes=bw["l2_bytes"])
+    run_key = {"backend": backend, "seed": args.seed, "max_bytes": args.max_bytes, "max_ms": args.max_ms,
+               "scale_dims": scale_dims, "peak": bw}
     doc = provenance(pj.TOOL, pj.SCHEMA, device={"backend": backend, "device": device, "why": why})
     doc.update(op_dir=od.path, limits=limits, groups=[{"key": g.key, "layout": g.layout, "cases": g.cases,
                                                        "notes": g.notes} for g in groups],
@@ -155,11 +160,13 @@ def main(argv=None):
                scale_dims=[{"symbol": n, "why": w} for n, w in chosen], sources=sources,
                skipped_sources={str(k): v for k, v in skipped.items()}, traced_flops={str(k): v for k, v in traced.items()},
                candidates=(old or {}).get("candidates", []), appended=(old or {}).get("appended", {}),
-               backup=(old or {}).get("backup"), resumed=[], complete=False, interrupted="running")
+               backup=(old or {}).get("backup"), resumed=[], complete=False, interrupted="running",
+               inputs=verify_json.input_digests(od.path), run_key=run_key)
     save = lambda: pj.write_probe_json(path, doc)  # noqa: E731
     save()
     opts = {"flops_tool": os.path.abspath(args.flops_tool), "seed": args.seed, "timeout_s": args.timeout_s,
-            "max_ms": args.max_ms, "device": device, "backend": backend, "budget_s": args.budget_s}
+            "max_ms": args.max_ms, "device": device, "backend": backend, "budget_s": args.budget_s,
+            "reuse_verdicts": bool(old) and old.get("run_key") == json.loads(json.dumps(run_key))}
     bar = tqdm(total=len(sources) * len(probe.ladder(args.max_scale)), desc=f"probe {od.op_name}", unit="cand",
                file=sys.stderr, disable=not sys.stderr.isatty())
     pr = probe.Probe(od, doc, groups, opts, limits, bw, log=lambda m: (bar.write(m) if not bar.disable else print(m)))

@@ -102,8 +102,9 @@ def test_gate4_refuses_a_run_slower_than_max_ms(tmp_path):
 
 
 def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):
-    # A [1, 512, 256] fp32 (512 KiB); a stated bandwidth of 1 GB/s and L2 of 64 KiB (test-double peak.json)
-    line = probe_ops.case_line(1, 512, 256, 8)
+    # A [1, 32768, 256] fp32 (32 MiB, 64 MiB at x2); a stated bandwidth of 1 GB/s and L2 of 64 KiB (test-double
+    # peak.json): the lazy run would have to take > 50 ms to pass, the honest one sleeps its bytes at 0.5 GB/s
+    line = probe_ops.case_line(1, 32768, 256, 8)
     results = {}
     for mode in ("membound", "lazy"):
         work = probe_ops.make_workdir(tmp_path / mode, lines=[line], peak_gbps=1.0)

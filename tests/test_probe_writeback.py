@@ -39,6 +39,13 @@ def test_write_back_appends_to_both_copies_and_restore_puts_the_originals_back(t
     ver = json.load(open(os.path.join(work, "verify.json")))
     assert [(c["case"], c["status"]) for c in ver["cases"]] == [(2, "pass")] and ver["missing"] == [0, 1]
     assert not any(n.startswith("flops_check") for n in os.listdir(work))  # tool outputs stay in temp dirs
+    impl = os.path.join(work, "model_new.py")
+    with open(impl, "a") as f:
+        f.write("# edited\n")
+    r, _ = run_probe(work, "--cases", "0", "--max-scale", "2")
+    assert r.returncode == 2 and "changed since probe.json" in r.stderr  # no verdict reuse for other code
+    with open(impl, "wb") as f:
+        f.write(before["model_new.py"])
     r, doc = run_probe(work, "--restore")
     assert r.returncode == 0, r.stderr
     restored = probe_ops.snapshot(work)

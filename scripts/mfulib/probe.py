@@ -275,6 +275,26 @@ def backup(od, doc: dict) -> dict:
     return doc["backup"]
 
 
+def check_resumable(od, doc: dict) -> None:
+    """Refuse to resume from a probe.json whose backup or operator files no longer match the work directory
+    (re-prepared cases, edited model.py / model_new.py): resuming would overwrite new case files with old ones or
+    reuse verdicts about other code. UserError naming the fix (``--restore``, or delete probe.json and
+    BACKUP_DIR)."""
+    from .schemas import verify_json as vj
+    b = doc.get("backup")
+    fix = f"run --restore first, or delete {pj.FILE_NAME} and {BACKUP_DIR}/ if the work dir was re-prepared"
+    if b:
+        for name in b["files"]:
+            with open(os.path.join(b["dir"], name), "rb") as f:
+                orig = f.read()
+            cur = open(od.file(name), "rb").read() if os.path.exists(od.file(name)) else b""
+            if not cur.startswith(orig.rstrip(b"\n")):
+                raise UserError(f"{od.file(name)}: does not start with the original lines backed up in "
+                                f"{b['dir']} - the case file changed since the last probe; {fix}")
+    if doc.get("inputs") and doc["inputs"] != vj.input_digests(od.path):
+        raise UserError(f"{od.path}: model.py / model_new.py changed since {pj.FILE_NAME} was written; {fix}")
+
+
 def rewrite_case_files(od, doc: dict) -> None:
     """Every case copy := its original (from the backup, byte for byte) + the appended lines in id order."""
     b = doc["backup"]
@@ -378,7 +398,8 @@ class Probe:
     def __init__(self, od, doc, groups, opts, limits, bw, log=print):
         self.od, self.doc, self.opts, self.limits, self.bw, self.log = od, doc, opts, limits, bw, log
         self.group_of = {cid: g for g in groups for cid in g.cases}
-        self.done = {c["candidate_id"]: c for c in doc["candidates"] if c.get("verdict")}
+        reuse = opts.get("reuse_verdicts", True)  # False: the previous run had other limits (its run_key)
+        self.done = {c["candidate_id"]: c for c in doc["candidates"] if c.get("verdict") and reuse}
         self.t0 = time.monotonic()
         self.out_of_budget = False
 
@@ -427,7 +448,10 @@ class Probe:
             cand["verdict"], cand["failed_gate"] = "fail", len(gates) + 1
         self.doc["candidates"] = [c for c in self.doc["candidates"] if c["candidate_id"] != cand["candidate_id"]]
         self.doc["candidates"].append(cand)
-        if cand["verdict"] == "pass":
+        again = [k for k, a in self.doc["appended"].items() if a["candidate_id"] == cand["candidate_id"]]
+        if cand["verdict"] == "pass" and again:  # re-evaluated under other limits: already in the case files
+            cand["new_case_id"] = int(again[0])
+        elif cand["verdict"] == "pass":
             backup(self.od, self.doc)
             new_id = self.doc["backup"]["n_cases"] + len(self.doc["appended"])
             cand["new_case_id"] = new_id

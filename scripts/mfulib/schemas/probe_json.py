@@ -8,8 +8,12 @@ axis]...] (an attribute: [name, null]), followers [[input, axis | list index | n
 [{candidate_id, source_case, scale, factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
 | null (null: not checked, with the reason in detail), detail, value, limit}], verdict: pass | fail, failed_gate:
 int | null, new_case_id: int | null (its id in the case files once appended), time_ms, flops}],
-``appended`` {"<new_case_id>": {source_case, factors, scale, candidate_id}}, ``complete`` (every planned
-candidate has a verdict), ``interrupted`` (a reason, or null), ``backup`` {dir, files {name: sha256}, n_cases}
+``appended`` {"<new_case_id>": {source_case, factors, scale, candidate_id, line (the case line as appended)}},
+``complete`` (every planned candidate has a verdict), ``interrupted`` ("running" while a run is in progress - left
+so by a killed run -, the reason a run stopped early, or null), ``resumed`` [candidate ids whose verdict was reused
+from the previous run], ``inputs`` {model.py, model_new.py: sha256} and ``run_key`` {backend, seed, max_bytes,
+max_ms, scale_dims, peak} (a re-run reuses verdicts only for the same files and run key), ``sources``,
+``skipped_sources``, ``traced_flops`` {case: tracer FLOPs}, ``backup`` {dir, files {name: sha256}, n_cases}
 (the originals of the case files, put back by --restore).
 """
 from __future__ import annotations
