@@ -46,7 +46,9 @@ def build_parser():
                    "batch kinds: batch,seq_q,seq_k,seq)")
     p.add_argument("--max-scale", type=int, default=64, help="largest scale factor per symbol")
     p.add_argument("--cases", help="source case ids, e.g. 0,3-5 (default: the --top cases by traced FLOPs)")
-    p.add_argument("--top", type=int, default=8, help="source cases when --cases is not given")
+    p.add_argument("--top", type=int, default=8, help="source cases when --cases is not given: the N with the most "
+                   "traced FLOPs (input bytes for operators without matrix work, and in --dry-run) that the backend "
+                   "can run")
     p.add_argument("--refine-steps", type=int, default=3, help="bisection steps after the ladder")
     p.add_argument("--seed", type=int, default=0, help="seed of every draw (tracer, verify, timing)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="per-subprocess limit of one candidate")
@@ -58,7 +60,7 @@ def build_parser():
 
 
 def rank_sources(od, args, infos):
-    """Top --top case ids by traced FLOPs (one --flops-tool run over all cases, output in a temp dir)."""
+    """Case ids by traced FLOPs, most first (one --flops-tool run over all cases, output in a temp dir)."""
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory(prefix="mfu_probe_rank_") as tmp:
@@ -68,7 +70,7 @@ def rank_sources(od, args, infos):
         rows = json.load(open(out)).get("per_case", []) if os.path.exists(out) else []
     flops = {r["case"]: (r.get("tracer") or {}).get("total_flops") or 0.0 for r in rows}
     key = (lambda i: flops.get(i, 0.0)) if any(flops.values()) else (lambda i: infos[i].input_bytes)
-    return sorted(range(len(infos)), key=lambda i: -key(i))[: args.top], flops
+    return sorted(range(len(infos)), key=lambda i: -key(i)), flops
 
 
 def main(argv=None):
@@ -117,6 +119,7 @@ def main(argv=None):
         for s in g.symbols:
             print(f"   {'*' if s.scaled else ' '} {s.name:<22} {s.kind:<8} {s.positions} values "
                   f"{sorted(set(s.values))[:6]} - {s.evidence[0]}")
+    print("scaling: " + ", ".join(n for n, _w in chosen) + f" ({chosen[0][1]})")
     backend, why = dev.resolve_backend(args.backend)
     device = dev.device_string(backend, args.device)
     host, host_src = probe.host_free_bytes()
@@ -129,11 +132,16 @@ def main(argv=None):
         if bad:
             raise UserError(f"--cases {args.cases}: no original case {bad} (ids 0..{n_orig - 1})")
     elif args.dry_run:
-        sources, traced = sorted(range(n_orig), key=lambda i: -infos[i].input_bytes)[: args.top], {}
+        sources, traced = sorted(range(n_orig), key=lambda i: -infos[i].input_bytes), {}
     else:
         sources, traced = rank_sources(od, args, infos)
-    skipped = {i: skip_reason(infos[i], backend) for i in sources if skip_reason(infos[i], backend)}
-    sources = [i for i in sources if i not in skipped]
+    order = sources
+    skipped = {i: skip_reason(infos[i], backend) for i in order if skip_reason(infos[i], backend)}
+    sources = [i for i in order if i not in skipped]
+    if not args.cases:  # the top ones among the cases this backend can run; report the skipped ones ranked above
+        sources = sources[: args.top]
+        last = order.index(sources[-1]) if sources else len(order)
+        skipped = {i: r for i, r in skipped.items() if order.index(i) < last}
     if args.dry_run:
         pr = probe.Probe(od, {"candidates": [], "appended": {}}, groups, {}, limits, {})
         rows = []

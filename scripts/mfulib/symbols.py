@@ -263,7 +263,7 @@ def choose(groups: list, scale_dims=None) -> list:
             base = s.name.split("@")[0]
             if scale_dims is None:
                 s.scaled = s.kind in DEFAULT_SCALE_KINDS and s.positions[0][1] is not None
-                why = f"default: {s.kind} (sequence and batch scale; never all dims proportionally)"
+                why = "default: the sequence and batch kinds scale, never all dims proportionally"
             else:
                 s.scaled = s.kind in scale_dims or s.name in scale_dims or base in scale_dims
                 why = "--scale-dims " + ",".join(scale_dims)
