@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Find the largest legal scaled shapes of a work directory's cases (step 2 of triton-mfu-analyzer).
+
+Symbol analysis first (mfulib/symbols.py): (tensor, axis) positions equal in every case form one symbol, each
+tensor's last axis excluded, per layout group (BSH/SBH/BSND/BNSD...); symbols are classified batch / seq_q / seq_k /
+seq / heads / head_dim / hidden with the evidence, and sequence + batch scale by default (--scale-dims). Per source
+case, factors s = 2, 4, 8, ... <= --max-scale go to every chosen symbol, each candidate through five gates in cost
+order (mfulib/probe.py): 1 input bytes (from the case description, before anything is allocated) <= --max-bytes,
+host and free device memory; 2 the reference accepts the shape (--flops-tool --tracer-only as a subprocess: FLOPs
+> 0, same seed as the timed run); 3 ModelNew matches Model within verify's tolerance (an OOM is recorded, not
+fatal); 4 one run <= --max-ms; 5 effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of
+peak.json. Bisection between the last passing and the first failing factor.
+
+Writes <dir>/probe.json (every candidate with each gate's numbers; appended cases keyed by their new case id with
+source case and factors) and appends passing candidates to every case copy (<Op>_perf_cases.jsonl, model.json)
+after backing up the originals (--restore puts them back); their verify rows go into verify.json. Artifacts
+(verify_result*.json, perf_result*.json) and tool outputs are never written. Interrupted: the originals are intact,
+probe.json is valid, and a re-run resumes.
+
+Examples:
+  python3 max_shape_probe.py --dir work/4_FFN --flops-tool scripts/check_flops.py --max-bytes 10e9 --max-ms 4000
+  python3 max_shape_probe.py --dir work/4_FFN --dry-run            (candidates and their gate-1 bytes only)
+  python3 max_shape_probe.py --dir work/4_FFN --restore            (original case files back)
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mfulib import cli  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def build_parser():
+    p = cli.parser(__doc__, prog="max_shape_probe.py")
+    p.add_argument("--dir", required=True, help="work directory made by prepare_op_dir.py")
+    p.add_argument("--flops-tool", default=os.path.join(HERE, "check_flops.py"),
+                   help="FLOPs tool run as a subprocess with --tracer-only (default: this checkout's check_flops.py)")
+    p.add_argument("--max-bytes", type=float, default=10e9, help="gate 1: largest total input bytes")
+    p.add_argument("--max-ms", type=float, default=4000.0, help="gate 4: longest single run in ms")
+    p.add_argument("--backend", default="auto", help="auto|npu|cuda|cpu")
+    p.add_argument("--device", type=int, default=0, help="device index")
+    p.add_argument("--scale-dims", help="comma-separated symbol kinds or names to scale (default: sequence and "
+                   "batch kinds: batch,seq_q,seq_k,seq)")
+    p.add_argument("--max-scale", type=int, default=64, help="largest scale factor per symbol")
+    p.add_argument("--cases", help="source case ids, e.g. 0,3-5 (default: the --top cases by traced FLOPs)")
+    p.add_argument("--top", type=int, default=8, help="source cases when --cases is not given: the N with the most "
+                   "traced FLOPs (input bytes for operators without matrix work, and in --dry-run) that the backend "
+                   "can run")
+    p.add_argument("--refine-steps", type=int, default=3, help="bisection steps after the ladder")
+    p.add_argument("--seed", type=int, default=0, help="seed of every draw (tracer, verify, timing)")
+    p.add_argument("--timeout-s", type=float, default=600.0, help="per-subprocess limit of one candidate")
+    p.add_argument("--budget-s", type=float, help="stop starting candidates after this many seconds in all")
+    p.add_argument("--peak-json", help="peak.json with bandwidth_gbps (default: <dir>/peak.json)")
+    p.add_argument("--dry-run", action="store_true", help="list the ladder candidates and gate-1 bytes; run nothing")
+    p.add_argument("--restore", action="store_true", help="put the original case files back and exit")
+    return p
+
+
+def rank_sources(od, args, infos):
+    """Case ids by traced FLOPs, most first (one --flops-tool run over all cases, output in a temp dir)."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="mfu_probe_rank_") as tmp:
+        out = os.path.join(tmp, "flops_check.json")
+        subprocess.run([sys.executable, args.flops_tool, "--op-dir", od.path, "--tracer-only", "--seed",
+                        str(args.seed), "--quiet", "-o", out], capture_output=True, text=True, timeout=args.timeout_s)
+        rows = json.load(open(out)).get("per_case", []) if os.path.exists(out) else []
+    flops = {r["case"]: (r.get("tracer") or {}).get("total_flops") or 0.0 for r in rows}
+    key = (lambda i: flops.get(i, 0.0)) if any(flops.values()) else (lambda i: infos[i].input_bytes)
+    return sorted(range(len(infos)), key=lambda i: -key(i)), flops
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from tabulate import tabulate
+    from tqdm import tqdm
+
+    from mfulib import device as dev
+    from mfulib import probe, symbols
+    from mfulib.errors import UserError
+    from mfulib.jsonio import provenance
+    from mfulib.opdir import OpDir
+    from mfulib.schemas import probe_json as pj
+    from mfulib.schemas import verify_json
+    from mfulib.verified_cases import skip_reason
+
+    od = OpDir(args.dir)
+    path = od.file(pj.FILE_NAME)
+    old = pj.read_probe_json(path) if os.path.exists(path) else None
+    if args.restore:
+        if old is None:
+            raise UserError(f"{path}: not found - nothing was appended, nothing to restore")
+        names = probe.restore(od, old)
+        pj.write_probe_json(path, old)
+        print(f"restored the original {', '.join(names)} in {od.path}")
+        return 0
+    if args.max_scale < 2 or args.max_bytes <= 0 or args.max_ms <= 0 or args.top < 1:
+        raise UserError("--max-scale must be >= 2 and --max-bytes, --max-ms, --top > 0")
+    if not os.path.isfile(args.flops_tool):
+        raise UserError(f"--flops-tool {args.flops_tool}: not found - pass scripts/check_flops.py")
+    if old:
+        probe.check_resumable(od, old)
+    n_orig = old["backup"]["n_cases"] if old and old.get("backup") else len(od.read_cases())
+    infos = od.describe_all()[:n_orig]
+    groups = symbols.analyse(infos)
+    symbols.unique_names(groups)
+    scale_dims = [s.strip() for s in args.scale_dims.split(",") if s.strip()] if args.scale_dims else None
+    chosen = symbols.choose(groups, scale_dims)
+    if not chosen:
+        raise UserError(f"--scale-dims {args.scale_dims!r} selects no symbol; symbols are "
+                        f"{sorted({s.name for g in groups for s in g.symbols})}")
+    print("symbols (scaled marked *):")
+    for g in groups:
+        print(f"  group {g.key}: cases {g.cases[:10]}{'...' if len(g.cases) > 10 else ''}" +
+              (f" - {'; '.join(g.notes)}" if g.notes else ""))
+        for s in g.symbols:
+            print(f"   {'*' if s.scaled else ' '} {s.name:<22} {s.kind:<8} {s.positions} values "
+                  f"{sorted(set(s.values))[:6]} - {s.evidence[0]}")
+    print("scaling: " + ", ".join(n for n, _w in chosen) + f" ({chosen[0][1]})")
+    backend, why = dev.resolve_backend(args.backend)
+    device = dev.device_string(backend, args.device)
+    host, host_src = probe.host_free_bytes()
+    limits = {"max_bytes": args.max_bytes, "max_ms": args.max_ms, "max_scale": args.max_scale,
+              "host_bytes": host, "host_source": host_src,
+              "device_free_bytes": None if args.dry_run else probe.device_free_bytes(backend, args.device)}
+    if args.cases:
+        sources, traced = cli.parse_case_list(args.cases), {}
+        bad = [i for i in sources if i >= n_orig]
+        if bad:
+            raise UserError(f"--cases {args.cases}: no original case {bad} (ids 0..{n_orig - 1})")
+    elif args.dry_run:
+        sources, traced = sorted(range(n_orig), key=lambda i: -infos[i].input_bytes), {}
+    else:
+        sources, traced = rank_sources(od, args, infos)
+    order = sources
+    skipped = {i: skip_reason(infos[i], backend) for i in order if skip_reason(infos[i], backend)}
+    sources = [i for i in order if i not in skipped]
+    if not args.cases:  # the top ones among the cases this backend can run; report the skipped ones ranked above
+        sources = sources[: args.top]
+        last = order.index(sources[-1]) if sources else len(order)
+        skipped = {i: r for i, r in skipped.items() if order.index(i) < last}
+    if args.dry_run:
+        pr = probe.Probe(od, {"candidates": [], "appended": {}}, groups, {}, limits, {})
+        rows = []
+        for i in sources:
+            for s in probe.ladder(args.max_scale):
+                cand, _case, info, refusals = pr.plan(i, s)
+                g1 = probe.gate1(info, limits)
+                rows.append([i, s, ",".join(f"{k}x{v}" for k, v in cand["factors"].items()), info.input_bytes,
+                             "ok" if g1["ok"] else "FAIL: " + g1["detail"][:60], "; ".join(refusals)[:40]])
+        print(tabulate(rows, headers=["case", "scale", "factors", "input_bytes", "gate 1", "refusal"], tablefmt="plain"))
+        for i, r in skipped.items():
+            print(f"case {i} skipped: {r}")
+        return 0
+    if old and old.get("backup"):  # an interrupted run: the case files are re-derived from what it recorded
+        probe.rewrite_case_files(od, old)
+    bw = probe.bandwidth_limit(od.path, backend, args.device, args.peak_json)
+    limits.update(bandwidth_gbps=bw["bandwidth_gbps"], bandwidth_source=bw["source"], l2_bytes=bw["l2_bytes"])
+    run_key = {"backend": backend, "seed": args.seed, "max_bytes": args.max_bytes, "max_ms": args.max_ms,
+               "scale_dims": scale_dims, "peak": bw}
+    doc = provenance(pj.TOOL, pj.SCHEMA, device={"backend": backend, "device": device, "why": why})
+    doc.update(op_dir=od.path, limits=limits, groups=[{"key": g.key, "layout": g.layout, "cases": g.cases,
+                                                       "notes": g.notes} for g in groups],
+               symbols=[s.to_dict() for g in groups for s in g.symbols],
+               scale_dims=[{"symbol": n, "why": w} for n, w in chosen], sources=sources,
+               skipped_sources={str(k): v for k, v in skipped.items()}, traced_flops={str(k): v for k, v in traced.items()},
+               candidates=(old or {}).get("candidates", []), appended=(old or {}).get("appended", {}),
+               backup=(old or {}).get("backup"), resumed=[], complete=False, interrupted="running",
+               inputs=verify_json.input_digests(od.path), run_key=run_key)
+    save = lambda: pj.write_probe_json(path, doc)  # noqa: E731
+    save()
+    opts = {"flops_tool": os.path.abspath(args.flops_tool), "seed": args.seed, "timeout_s": args.timeout_s,
+            "max_ms": args.max_ms, "device": device, "backend": backend, "budget_s": args.budget_s,
+            "reuse_verdicts": bool(old) and old.get("run_key") == json.loads(json.dumps(run_key))}
+    bar = tqdm(total=len(sources) * len(probe.ladder(args.max_scale)), desc=f"probe {od.op_name}", unit="cand",
+               file=sys.stderr, disable=not sys.stderr.isatty())
+    pr = probe.Probe(od, doc, groups, opts, limits, bw, log=lambda m: (bar.write(m) if not bar.disable else print(m)))
+    try:
+        for i in sources:
+            no_matrix = bool(traced) and not traced.get(i)
+            probe.search_factor(lambda s: (bar.update(1), pr.evaluate(i, s, no_matrix, save))[1], args.max_scale,
+                                args.refine_steps)
+            if pr.out_of_budget:
+                break
+    except KeyboardInterrupt:
+        doc["interrupted"] = "KeyboardInterrupt"
+        save()
+        raise
+    finally:
+        bar.close()
+    doc["interrupted"] = f"--budget-s {args.budget_s:g} s reached" if pr.out_of_budget else None
+    doc["complete"] = not pr.out_of_budget
+    save()
+    table = [[c["source_case"], c["scale"], c["input_bytes"], c["verdict"], c["failed_gate"] or "",
+              c["new_case_id"] if c["new_case_id"] is not None else "",
+              (next((g["detail"] for g in c["gates"] if g["gate"] == c["failed_gate"]), "") or "")[:70]]
+             for c in doc["candidates"]]
+    print(tabulate(table, headers=["case", "scale", "input_bytes", "verdict", "gate", "new id", "why"],
+                   tablefmt="plain"))
+    print(f"{len(doc['appended'])} case(s) appended to {', '.join(od.case_file_names())}; {path}"
+          + (f"; {doc['interrupted']}" if doc["interrupted"] else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

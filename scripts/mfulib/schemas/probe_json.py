@@ -1,0 +1,74 @@
+"""probe.json: what max_shape_probe.py (spec step 2) tried and appended - its builder, writer and reader.
+
+Provenance (``tool`` = ``max_shape_probe``, ``schema``, ``device``, ``command_line``, ...) +
+``op_dir``, ``limits`` {max_bytes, max_ms, max_scale, bandwidth_gbps, bandwidth_source, l2_bytes, host_bytes,
+device_free_bytes}, ``groups`` [{key, layout, cases, notes}], ``symbols`` [{name, kind, group, positions [[tensor,
+axis]...] (an attribute: [name, null]), followers [[input, axis | list index | null]...], values (per case of
+``cases``), cases, evidence [str], scaled: bool}], ``scale_dims`` [{symbol, why}], ``candidates``
+[{candidate_id, source_case, scale, factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
+| null (null: not checked, with the reason in detail), detail, value, limit}], verdict: pass | fail, failed_gate:
+int | null, new_case_id: int | null (its id in the case files once appended), time_ms, flops}],
+``appended`` {"<new_case_id>": {source_case, factors, scale, candidate_id, line (the case line as appended)}},
+``complete`` (every planned candidate has a verdict), ``interrupted`` ("running" while a run is in progress - left
+so by a killed run -, the reason a run stopped early, or null), ``resumed`` [candidate ids whose verdict was reused
+from the previous run], ``inputs`` {model.py, model_new.py: sha256} and ``run_key`` {backend, seed, max_bytes,
+max_ms, scale_dims, peak} (a re-run reuses verdicts only for the same files and run key), ``sources``,
+``skipped_sources``, ``traced_flops`` {case: tracer FLOPs}, ``backup`` {dir, files {name: sha256}, n_cases}
+(the originals of the case files, put back by --restore).
+"""
+from __future__ import annotations
+
+from ..errors import UserError
+from ..jsonio import write_json_atomic
+from .common import read_work_json, wrong_type
+
+SCHEMA = 1
+TOOL = "max_shape_probe"
+FILE_NAME = "probe.json"
+BACKUP_DIR = ".probe_backup"
+GATES = {1: "input bytes", 2: "reference accepts", 3: "ModelNew matches", 4: "one run time", 5: "effective bandwidth"}
+VERDICTS = ("pass", "fail")
+
+
+def gate(number: int, ok, detail: str, value=None, limit=None) -> dict:
+    """One gate result: ``ok`` True/False (None: not checked, ``detail`` says why)."""
+    return {"gate": number, "name": GATES[number], "ok": ok, "detail": detail, "value": value, "limit": limit}
+
+
+def verdict_of(gates: list) -> tuple:
+    """(verdict, failed_gate): the first gate with ok False fails the candidate."""
+    for g in gates:
+        if g["ok"] is False:
+            return "fail", g["gate"]
+    return "pass", None
+
+
+def write_probe_json(path: str, doc: dict) -> None:
+    """Write ``doc`` atomically (a reader never sees half a probe.json; an interrupted probe leaves a valid one)."""
+    write_json_atomic(path, doc)
+
+
+def read_probe_json(path: str) -> dict:
+    """Read and check a probe.json; UserError naming the file, the field and the fix."""
+    fix = "re-run max_shape_probe.py (make probe)"
+    doc = read_work_json(path, fix, fix)
+    if not isinstance(doc, dict) or doc.get("tool") != TOOL:
+        raise UserError(f"{path}: not a max_shape_probe result (no tool={TOOL}) - {fix}")
+    if doc.get("schema", 0) > SCHEMA:
+        raise UserError(f"{path}: schema {doc.get('schema')} is newer than this tool ({SCHEMA}) - update the tool")
+    for key, typ in (("symbols", list), ("candidates", list), ("appended", dict)):
+        if not isinstance(doc.get(key), typ):
+            raise wrong_type(path, key, doc.get(key), f"a JSON {typ.__name__}", fix)
+    for i, c in enumerate(doc["candidates"]):
+        if not isinstance(c, dict) or not isinstance(c.get("candidate_id"), str) \
+                or not isinstance(c.get("source_case"), int) or not isinstance(c.get("factors"), dict):
+            raise wrong_type(path, f"candidates[{i}]", c, "an object {candidate_id: str, source_case: int, "
+                             "factors: {symbol: factor}, ...}", fix)
+        if c.get("verdict") is not None and c["verdict"] not in VERDICTS:
+            raise wrong_type(path, f"candidates[{i}].verdict", c["verdict"], "pass or fail", fix)
+    return doc
+
+
+def passing(doc: dict) -> list:
+    """The candidates with verdict pass (the legal scaled variants), in the order they were tried."""
+    return [c for c in doc.get("candidates") or [] if c.get("verdict") == "pass"]

@@ -1,0 +1,325 @@
+"""Symbol analysis of a case file: which (tensor, axis) positions are one dimension, what each means, what scales.
+
+Rule (spec step 2, issue 15 item 1): positions whose values are equal in **every** case of a group are one
+symbol. Each tensor's last axis is excluded from forming symbols (usually head_dim or hidden, whose range is often
+wider than the sequence's); a last axis, an integer attribute or an element of a list attribute whose values equal
+a symbol's in every case is a *follower*: it is scaled with the symbol so the case stays consistent (the k of
+A[b, m, k] @ B[b, k, n], ``head_num`` = the N axis of BNSD, ``normalized_shape`` elements).
+
+Groups: cases are grouped by their layout attribute (``input_layout``/``layout``: BSH, SBH, BSND, BNSD, TND, ...,
+whose letters give each axis its meaning) and by the ranks of their tensors; symbols are formed per group.
+
+Kinds (:data:`KINDS`), each with its evidence string:
+
+* layout letters: B batch, S seq_q (on the first tensor, the query) / seq_k (key, value), N heads, D head_dim,
+  H hidden (= heads x head_dim: it follows ``heads`` when that is scaled), T seq (packed tokens);
+* matmul-like tensors (A's last axis equals B's axis -2 in every case, same rank): A's leading axes batch, A's axis
+  -2 ``seq`` (the row axis m: scaling only the batch of a [b, 128, 256] batched matmul leaves it launch-bound);
+  the contraction axis k hidden;
+* an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
+  0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``.
+
+Constant values (equal in every case because they never vary) are weak evidence: they still form a symbol, but a
+last axis or an integer attribute follows a constant symbol only where the layout letters agree (list-attribute
+elements, which copy shapes, always follow).
+
+Default scale dims (:data:`DEFAULT_SCALE_KINDS`): sequence and batch, never all dims proportionally (a 4-D tensor
+scaled by 2 on every axis is 16x the memory). Sequence-length list attributes (``actual_seq_lengths``,
+``actual_seq_qlen``/``kvlen``) follow a scaled sequence (each length x factor) and a scaled batch (tiled, when the
+list has one length per batch); a dependent that cannot follow makes the scaled case carry a refusal, which the
+probe's gate 2 reports.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+
+KINDS = ("batch", "seq_q", "seq_k", "seq", "heads", "head_dim", "hidden", "other")
+DEFAULT_SCALE_KINDS = ("batch", "seq_q", "seq_k", "seq")
+LAYOUT_ATTRS = ("input_layout", "layout")
+LAYOUT_KIND = {"B": "batch", "S": "seq", "N": "heads", "D": "head_dim", "H": "hidden", "T": "seq"}
+HEADS_ATTR = re.compile(r"^(head_num|num_heads|n_heads|heads|num_head|headnum)$", re.I)
+SEQLEN_ATTR = re.compile(r"seq.?len|seqlen|actual_seq", re.I)
+
+
+@dataclass
+class Symbol:
+    """One dimension of a group: ``positions`` [(tensor, axis)] that form it, ``followers`` [(input name, axis or
+    list index or None)] scaled with it, ``values`` per case of the group (ids in ``cases``)."""
+    name: str
+    kind: str
+    positions: list
+    values: list
+    cases: list
+    group: str
+    evidence: list = field(default_factory=list)
+    followers: list = field(default_factory=list)
+    scaled: bool = False
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "group": self.group,
+                "positions": [list(p) for p in self.positions], "followers": [list(p) for p in self.followers],
+                "values": self.values, "cases": self.cases, "evidence": self.evidence, "scaled": self.scaled}
+
+
+@dataclass
+class SymbolGroup:
+    """Cases sharing a layout and tensor ranks; ``layout`` None when the operator has no layout attribute."""
+    key: str
+    layout: str | None
+    cases: list
+    symbols: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    def symbol(self, name):
+        return next(s for s in self.symbols if s.name == name)
+
+
+def _layout(info):
+    for a in LAYOUT_ATTRS:
+        v = info.attrs.get(a)
+        if isinstance(v, str) and v.isalpha():
+            return a, v.upper()
+    return None, None
+
+
+def _signature(info):
+    return tuple((t.name, len(t.shape)) for t in info.tensors if t.shapes is None)
+
+
+def group_cases(infos: list) -> list:
+    """[(key, layout, [CaseInfo])]: cases grouped by layout attribute value and tensor ranks, in first-seen order."""
+    groups = {}
+    for info in infos:
+        _, lay = _layout(info)
+        sig = _signature(info)
+        key = (lay or "") + ("" if lay else "ranks " + ",".join(f"{n}:{r}" for n, r in sig))
+        groups.setdefault((key, sig), (key, lay, []))[2].append(info)
+    out, seen = [], {}
+    for (key, _sig), (k, lay, members) in groups.items():
+        seen[k] = seen.get(k, 0) + 1  # same layout, other ranks: a second group with its own key
+        out.append((k if seen[k] == 1 else f"{k}#{seen[k]}", lay, members))
+    return out
+
+
+def _tensor_letters(lay, rank):
+    return lay if lay and len(lay) == rank else None
+
+
+def _kind_for(tensor_index, name, axis, rank, lay, matmul):
+    """(kind, evidence) of a symbol-forming position."""
+    letters = _tensor_letters(lay, rank)
+    if letters:
+        letter = letters[axis]
+        kind = LAYOUT_KIND.get(letter, "other")
+        if letter == "S":
+            kind = "seq_q" if tensor_index == 0 else "seq_k"
+        return kind, f"input_layout={lay}: axis {axis} of {name} is {letter}"
+    if (name, axis) in matmul:
+        return matmul[(name, axis)]
+    if tensor_index != 0:
+        return "other", f"axis {axis} of {name}: no layout or matmul rule, and not the first (activation) tensor"
+    if rank >= 3 and axis == 0:
+        return "batch", f"axis 0 of the rank-{rank} tensor {name} (leading axis)"
+    if rank == 3 and axis == 1:
+        return "seq", f"axis 1 of the rank-3 tensor {name} ([batch, seq, hidden] position)"
+    if rank == 2 and axis == 0:
+        return "seq", f"axis 0 of the rank-2 tensor {name} (rows / tokens)"
+    return "other", f"axis {axis} of {name}: no layout, matmul or position rule gives it a meaning"
+
+
+def _matmul_roles(members):
+    """{(tensor, axis): (kind, evidence)} for tensor pairs that multiply (A's last == B's axis -2 everywhere)."""
+    roles = {}
+    tensors = [t for t in members[0].tensors if t.shapes is None and len(t.shape) >= 2]
+    for ia, a in enumerate(tensors):
+        for b in tensors[ia + 1:]:
+            ra, rb = len(a.shape), len(b.shape)
+            if ra != rb and not (ra == 2 and rb == 2):
+                continue
+            if not all(c.tensor(a.name).shape[-1] == c.tensor(b.name).shape[-2] for c in members):
+                continue
+            why = f"{a.name}[..., m, k] @ {b.name}[..., k, n]: {a.name}'s last axis equals {b.name}'s axis -2 in every case"
+            roles.setdefault((a.name, ra - 2), ("seq", f"row axis m of {why} (sequence-like: it scales)"))
+            roles.setdefault((b.name, rb - 2), ("hidden", f"contraction axis k of {why}"))
+            for ax in range(ra - 2):
+                roles.setdefault((a.name, ax), ("batch", f"leading axis {ax} of {why}"))
+                roles.setdefault((b.name, ax), ("batch", f"leading axis {ax} of {why}"))
+    return roles
+
+
+def _int_attr_positions(members):
+    """[(name, index or None, values)] of integer attributes and of the elements of fixed-length int lists."""
+    out = []
+    first = members[0]
+    for name, v in first.attrs.items():
+        vals = [c.attrs.get(name) for c in members]
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in vals):
+            out.append((name, None, vals))
+        elif all(isinstance(x, list) and len(x) == len(v) and all(isinstance(e, int) and not isinstance(e, bool)
+                                                                   for e in x) for x in vals) and isinstance(v, list):
+            if SEQLEN_ATTR.search(name):
+                continue  # per-batch lengths: handled by the sequence rule, not by equality
+            for j in range(len(v)):
+                out.append((name, j, [x[j] for x in vals]))
+    return out
+
+
+def analyse_group(key, lay, members) -> SymbolGroup:
+    """Symbols of one group of cases (see the module docstring)."""
+    grp = SymbolGroup(key=key, layout=lay, cases=[c.case_id for c in members])
+    matmul = {} if lay else _matmul_roles(members)
+    tensors = [t for t in members[0].tensors if t.shapes is None]
+    classes, lasts = {}, []
+    for ti, t in enumerate(tensors):
+        rank = len(t.shape)
+        for ax in range(rank):
+            vals = tuple(c.tensor(t.name).shape[ax] for c in members)
+            if ax == rank - 1:
+                lasts.append(((t.name, ax), vals, _tensor_letters(lay, rank)))
+                continue
+            kind, why = _kind_for(ti, t.name, ax, rank, lay, matmul)
+            letters = _tensor_letters(lay, rank)
+            # with a layout, equal values never merge positions of different letters
+            ck = (vals, letters[ax] if letters else None)
+            cls = classes.setdefault(ck, {"positions": [], "kinds": [], "evidence": []})
+            cls["positions"].append((t.name, ax))
+            cls["kinds"].append(kind)
+            cls["evidence"].append(why)
+    attr_pos = _int_attr_positions(members)
+    names = {}
+    for (vals, letter), cls in classes.items():
+        kinds = cls["kinds"]
+        kind = "seq_q" if "seq_q" in kinds else max(set(kinds), key=lambda k: (kinds.count(k), -KINDS.index(k)))
+        ev = list(dict.fromkeys(cls["evidence"]))
+        if len(cls["positions"]) > 1:
+            ev.append("equal in every case: " + ", ".join(f"{n}.{a}" for n, a in cls["positions"]))
+            if kind == "seq_q" and "seq_k" in kinds:
+                ev.append("seq_k equals seq_q in every case (self-attention): one symbol")
+        if len(set(vals)) == 1:
+            ev.append(f"constant {vals[0]} in every case: equality with other positions is weak evidence")
+        followers = []
+        for pos, lvals, lletters in lasts:
+            same_letter = lletters is None or letter is None or lletters[pos[1]] == letter
+            if lvals == vals and same_letter and (len(set(vals)) > 1 or letter is not None):
+                followers.append(pos)
+                ev.append(f"last axis {pos[0]}.{pos[1]} equals it in every case: scaled with it")
+        for name, idx, avals in attr_pos:
+            if tuple(avals) != vals:
+                continue
+            named_heads = HEADS_ATTR.match(name) and kind == "heads"
+            if len(set(vals)) > 1 or named_heads or idx is not None:  # list elements copy shapes (normalized_shape)
+                followers.append((name, idx))
+                ev.append(f"{name}{'' if idx is None else f'[{idx}]'} equals it in every case: scaled with it")
+        n = names.get(kind, 0)
+        names[kind] = n + 1
+        grp.symbols.append(Symbol(name=kind if n == 0 else f"{kind}{n + 1}", kind=kind, positions=cls["positions"],
+                                  values=list(vals), cases=grp.cases, group=key, evidence=ev, followers=followers))
+    # integer attributes such as head_num that no axis equals (BSH/SBH): a heads symbol of their own
+    taken = {f[0] for s in grp.symbols for f in s.followers}
+    for name, idx, avals in attr_pos:
+        if idx is None and HEADS_ATTR.match(name) and name not in taken:
+            ev = [f"attribute {name} (heads by name)"]
+            fol = []
+            if lay and "H" in lay:
+                fol = [(t.name, lay.index("H")) for t in tensors if len(t.shape) == len(lay)]
+                ev.append(f"input_layout={lay}: hidden H = heads x head_dim, so the H axes follow heads")
+            grp.symbols.append(Symbol(name="heads" if "heads" not in names else "heads_attr", kind="heads",
+                                      positions=[(name, None)], values=list(avals), cases=grp.cases, group=key,
+                                      evidence=ev, followers=fol))
+    seqlen = [n for n in members[0].attrs if SEQLEN_ATTR.search(n) and isinstance(members[0].attrs[n], list)]
+    if seqlen:
+        grp.notes.append(f"sequence-length attributes {seqlen}: scaled with a scaled sequence (x factor) and tiled "
+                         "with a scaled batch (one length per batch), otherwise the scaled case is refused")
+    if lay:
+        grp.notes.append(f"input_layout={lay}: axis meanings from the layout letters")
+    return grp
+
+
+def analyse(infos: list) -> list:
+    """[SymbolGroup] of a case file described by :func:`mfulib.cases.describe_case` (``infos``: CaseInfo list)."""
+    return [analyse_group(k, lay, members) for k, lay, members in group_cases(infos)]
+
+
+def unique_names(groups: list) -> None:
+    """With several groups, make symbol names unique across them: ``<name>@<group key>``."""
+    if len(groups) > 1:
+        for g in groups:
+            for s in g.symbols:
+                if "@" not in s.name:
+                    s.name = f"{s.name}@{g.key}"
+
+
+def choose(groups: list, scale_dims=None) -> list:
+    """Mark the symbols that scale (``scaled``) and return [(symbol name, why)].
+
+    ``scale_dims``: None for the default (kinds in :data:`DEFAULT_SCALE_KINDS`), else a list of kinds or symbol
+    names (a name without ``@group`` matches that name in every group). A symbol made only of constant-1 axes is
+    still chosen when it is batch (batch 1 -> b is the usual lever)."""
+    chosen = []
+    for g in groups:
+        for s in g.symbols:
+            base = s.name.split("@")[0]
+            if scale_dims is None:
+                s.scaled = s.kind in DEFAULT_SCALE_KINDS and s.positions[0][1] is not None
+                why = "default: the sequence and batch kinds scale, never all dims proportionally"
+            else:
+                s.scaled = s.kind in scale_dims or s.name in scale_dims or base in scale_dims
+                why = "--scale-dims " + ",".join(scale_dims)
+            if s.scaled:
+                chosen.append((s.name, why))
+    return chosen
+
+
+def _scale_seqlens(case, info, factors_by_kind, refusals):
+    for ent in case["inputs"]:
+        name = ent.get("name", "")
+        if ent.get("type") != "attr" or not SEQLEN_ATTR.search(name) or not isinstance(ent.get("value"), list):
+            continue
+        vals = list(ent["value"])
+        fseq = max([f for k, f in factors_by_kind.items() if k.startswith("seq")] or [1])
+        if fseq != 1:
+            vals = [int(v) * fseq for v in vals]
+        fb = factors_by_kind.get("batch", 1)
+        if fb != 1:
+            batch = [s for s in factors_by_kind.get("_batch_values", [])]
+            if batch and len(vals) == batch[0]:
+                vals = vals * fb
+            else:
+                refusals.append(f"{name} has {len(vals)} lengths, not one per batch ({batch[:1]}): it cannot "
+                                "follow a scaled batch")
+        ent["value"] = vals
+
+
+def scale_case(case: dict, info, group: SymbolGroup, factors: dict) -> tuple:
+    """The case line ``case`` with symbols scaled: ``factors`` {symbol name: int factor >= 1}.
+
+    Returns (new case dict, refusals [str]): a refusal names a dependent that cannot follow (a tensor with exact
+    ``data`` values, a sequence-length list that is not one length per batch); the probe's gate 2 refuses such a
+    candidate. The input order, names, dtypes and every other field stay exactly as in ``case``."""
+    new = copy.deepcopy(case)
+    by_name = {e.get("name", f"input{i}"): e for i, e in enumerate(new["inputs"])}
+    refusals, by_kind = [], {}
+    for sname, f in factors.items():
+        if f == 1:
+            continue
+        s = group.symbol(sname)
+        by_kind[s.kind] = max(by_kind.get(s.kind, 1), f)
+        if s.kind == "batch":
+            by_kind["_batch_values"] = [s.values[group.cases.index(info.case_id)]]
+        for name, ax in list(s.positions) + list(s.followers):
+            ent = by_name[name]
+            if ent.get("type", "tensor") == "attr":
+                if ax is None:
+                    ent["value"] = int(ent["value"]) * f
+                else:
+                    ent["value"] = list(ent["value"])
+                    ent["value"][ax] = int(ent["value"][ax]) * f
+                continue
+            if "data" in ent:
+                refusals.append(f"{name} carries exact data values: its axis {ax} cannot be scaled")
+            ent["shape"] = list(ent["shape"])
+            ent["shape"][ax] = int(ent["shape"][ax]) * f
+    _scale_seqlens(new, info, by_kind, refusals)
+    return new, refusals

@@ -1,0 +1,123 @@
+"""max_shape_probe.py: each of the five gates rejects a crafted candidate; binary refinement; the gates' order."""
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import probe_ops  # noqa: E402
+
+from mfulib import probe  # noqa: E402
+from mfulib.schemas import probe_json as pj  # noqa: E402
+
+PROBE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "max_shape_probe.py")
+
+
+def run_probe(work, *extra, env=None, preexec=None, timeout=300):
+    r = subprocess.run([sys.executable, PROBE, "--dir", work, "--backend", "cpu", *extra], capture_output=True,
+                       text=True, timeout=timeout, env=dict(os.environ, **(env or {})), preexec_fn=preexec)
+    doc = pj.read_probe_json(os.path.join(work, "probe.json")) if os.path.exists(os.path.join(work, "probe.json")) \
+        else None
+    return r, doc
+
+
+def _gate(cand, n):
+    return next(g for g in cand["gates"] if g["gate"] == n)
+
+
+def test_binary_refinement_finds_the_largest_passing_factor():
+    tried = probe.search_factor(lambda s: s <= 11, 64, refine_steps=3)
+    assert tried == [(2, True), (4, True), (8, True), (16, False), (12, False), (10, True), (11, True)]
+    tried = probe.search_factor(lambda s: s <= 37, 64, refine_steps=10)
+    assert max(s for s, ok in tried if ok) == 37 and (38, False) in tried
+    assert probe.search_factor(lambda s: False, 64) == [(2, False)]  # nothing passes: the original stays s = 1
+    assert probe.ladder(48) == [2, 4, 8, 16, 32, 48]
+
+
+def test_gate1_refuses_by_max_bytes_without_running_anything(tmp_path):
+    work = probe_ops.make_workdir(tmp_path)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    r, doc = run_probe(work, "--cases", "0", "--max-bytes", "4000", "--max-scale", "2",
+                       env={"PROBE_OP_MARKS": str(marks)})
+    assert r.returncode == 0, r.stderr
+    (cand,) = doc["candidates"]
+    assert cand["failed_gate"] == 1 and len(cand["gates"]) == 1
+    assert _gate(cand, 1)["value"] == cand["input_bytes"] > 4000
+    assert list(marks.iterdir()) == []  # get_input_groups() never ran
+
+
+def test_gate1_refuses_a_case_whose_host_build_exceeds_host_memory(tmp_path):
+    # 64 GiB of fp32 inputs described; the probe runs under a 6 GiB address-space limit
+    work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(64, 65536, 4096, 1)])
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    limit = 6 << 30
+    r, doc = run_probe(work, "--cases", "0", "--max-bytes", "1e15", "--max-scale", "2",
+                       env={"PROBE_OP_MARKS": str(marks)},
+                       preexec=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert r.returncode == 0, r.stderr
+    (cand,) = doc["candidates"]
+    g1 = _gate(cand, 1)
+    assert cand["failed_gate"] == 1 and "host memory" in g1["detail"] and "RLIMIT_AS" in g1["detail"]
+    assert g1["limit"] <= limit < g1["value"]
+    assert doc["limits"]["host_bytes"] <= limit
+    assert list(marks.iterdir()) == []  # nothing was built: the reference was never called
+    assert doc["appended"] == {}
+
+
+def test_gate2_reference_rejection_and_refinement_end_to_end(tmp_path):
+    work = probe_ops.make_workdir(tmp_path)
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "4", env={"PROBE_OP_MODE": "reject_m",
+                                                                        "PROBE_OP_LIMIT": "40"})
+    assert r.returncode == 0, r.stderr
+    scales = [(c["scale"], c["verdict"], c["failed_gate"]) for c in doc["candidates"]]
+    assert scales == [(2, "pass", None), (4, "fail", 2), (3, "fail", 2)]  # m 32 ok, 64 and 48 > 40
+    assert "m 64 > 40" in _gate(doc["candidates"][1], 2)["detail"]
+    assert _gate(doc["candidates"][0], 2)["value"] == 2 * 2 * 32 * 32 * 8  # traced bmm FLOPs of [2,32,32]@[2,32,8]
+
+
+@pytest.mark.parametrize("mode,extra,status", [("wrong", [], "fail"), ("oom", [], "oom")])
+def test_gate3_modelnew_mismatch_and_oom_are_recorded_not_fatal(tmp_path, mode, extra, status):
+    work = probe_ops.make_workdir(tmp_path)
+    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "2", *extra,
+                       env={"PROBE_OP_MODE": mode, "PROBE_OP_LIMIT": "16"})
+    assert r.returncode == 0, r.stderr
+    c0, c1 = doc["candidates"]  # case 0: m 16 -> 32 > 16 misbehaves; case 1: m 8 -> 16 is fine
+    assert c0["failed_gate"] == 3 and _gate(c0, 3)["detail"].startswith(f"verify {status}")
+    assert c1["verdict"] == "pass"  # the probe went on after the failure
+
+
+def test_gate4_refuses_a_run_slower_than_max_ms(tmp_path):
+    work = probe_ops.make_workdir(tmp_path)
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100",
+                       env={"PROBE_OP_MODE": "slow", "PROBE_OP_LIMIT": "16"})
+    assert r.returncode == 0, r.stderr
+    (cand,) = doc["candidates"]
+    g4 = _gate(cand, 4)
+    assert cand["failed_gate"] == 4 and g4["value"] >= 300 > g4["limit"] == 100
+
+
+def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):
+    # A [1, 32768, 256] fp32 (32 MiB, 64 MiB at x2); a stated bandwidth of 1 GB/s and L2 of 64 KiB (test-double
+    # peak.json): the lazy run would have to take > 50 ms to pass, the honest one sleeps its bytes at 0.5 GB/s
+    line = probe_ops.case_line(1, 32768, 256, 8)
+    results = {}
+    for mode in ("membound", "lazy"):
+        work = probe_ops.make_workdir(tmp_path / mode, lines=[line], peak_gbps=1.0)
+        peak = json.load(open(os.path.join(work, "peak.json")))
+        peak["device"] = {"l2_cache_bytes": 65536}
+        json.dump(peak, open(os.path.join(work, "peak.json"), "w"))
+        r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq",
+                           env={"PROBE_OP_MODE": mode})
+        assert r.returncode == 0, r.stderr
+        (results[mode],) = doc["candidates"]
+    honest, lazy = results["membound"], results["lazy"]
+    assert honest["verdict"] == "pass" and _gate(honest, 5)["ok"] is True
+    assert _gate(honest, 5)["value"] < 1.3  # ~0.5 GB/s: what a memory-bound kernel at that speed gives
+    assert lazy["failed_gate"] == 5 and _gate(lazy, 5)["value"] > _gate(lazy, 5)["limit"] == pytest.approx(1.3)
+    assert all(_gate(lazy, n)["ok"] for n in (1, 2, 3, 4))  # only the bandwidth gate sees it
+    assert "did nothing" in _gate(lazy, 5)["detail"]
