@@ -49,6 +49,7 @@ PERF = {"schema": 1, "tool": "msprof_perf_summary", "backend": "cuda", "device":
              "flops_parts": {}, "input_bytes": 16e6, "output_bytes": 16e6, "numerator": "unchecked",
              "kernels": [_k("layernorm_kernel", 10000)], "kernel_time_ns": 10000, "pmu": None,
              "pmu_source": None, "pmu_unavailable": "ncu: ERR_NVGPUCTRPERM - fixture"},
+            {"case": 2, "shape": "[8, 64]", "dtype": "bfloat16", "skipped": "fixture: not selected"},
         ]}
 FLOPS_PY = 'KERNEL_PARTS = {"attn": ["*attn*"], "proj": ["*matmul*"]}\n\ndef flops(case):\n    return 0.0\n'
 
@@ -84,6 +85,9 @@ def test_report_holds_tables_plots_bounds_and_provenance_and_nothing_external(tm
     assert "tensor-bound" in text and "tensor_pipe_pct=71.5" in text and "memory-bound" in text
     assert "MBU " in text  # case 1 has no matrix work: its headline is MBU
     assert "ERR_NVGPUCTRPERM" in text  # why case 1 has no counters
+    # a case that was not measured is no table row, only a line under the table with its reason
+    assert "not measured (no row above)" in text and "fixture: not selected" in text
+    assert "<td class=\"l\">2</td>" not in text
     assert "NVIDIA H200" in text and "bfloat16" in text and "flush before iterations" in text
     # payoff ranks the parts: attn (70% if fixed) before proj (45%)
     assert text.index("<code>_attn_fwd</code>") < text.index("<code>matmul_kernel</code>")

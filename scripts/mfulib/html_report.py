@@ -57,6 +57,14 @@ def fmt_num(x, nd=3):
     return DASH if v is None else f"{v:.{nd}g}"
 
 
+def fmt_us(x):
+    """A time in us: thousands separated from 1000 us up, else 4 significant digits; "—" when missing."""
+    v = finite_or_none(x)
+    if v is None:
+        return DASH
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
 def fmt_counter(key, v):
     """A PMU counter value: percentages with one decimal, counts and bytes in engineering notation."""
     n = finite_or_none(v)
@@ -161,14 +169,16 @@ def plot_roofline(doc: dict, peak_doc: dict | None) -> tuple:
     import numpy as np
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
     colors = colormaps["tab10"]
+    roof_color = {}
     for i, (dt, pk) in enumerate(sorted(peaks.items(), key=lambda kv: -kv[1])):
         y = np.minimum(pk, x * bw / 1e3) if bw else np.full_like(x, pk)
-        ax.plot(x, y, color=colors(i % 10), lw=1.6, label=f"{dt} roof {pk:.4g} TFLOP/s")
+        roof_color[dt] = colors(i % 10)
+        ax.plot(x, y, color=roof_color[dt], lw=1.6, label=f"{dt} roof {pk:.4g} TFLOP/s")
     if bw:
         ax.plot(x, x * bw / 1e3, color="grey", lw=0.8, ls=":", label=f"bandwidth {bw:.4g} GB/s")
-    for label, kind, ai, tf, _dt in pts:
+    for label, kind, ai, tf, dt in pts:  # filled in the colour of the roof of the point's own dtype
         ax.scatter([ai], [tf], marker="o" if kind == "case" else "s", s=46 if kind == "case" else 30,
-                   color="black" if kind == "case" else "#d1495b", zorder=5)
+                   color=roof_color.get(dt, "black"), edgecolors="black", linewidths=0.8, zorder=5)
         ax.annotate(label, (ai, tf), textcoords="offset points", xytext=(5, 4), fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -183,7 +193,8 @@ def plot_roofline(doc: dict, peak_doc: dict | None) -> tuple:
     fig.tight_layout()
     left_out = sum(1 for rep in doc.get("reports") or [] for r in rep.get("rows") or []
                    if r.get("status") == "ok" and r.get("matrix_work") is False)
-    cap = ("circles: cases; squares: parts with a roofline AI. Roof = min(peak, AI x bandwidth)."
+    cap = ("circles: cases; squares: parts with a roofline AI, filled in the colour of their dtype's roof. "
+           "Roof = min(peak, AI x bandwidth)."
            + (f" {left_out} case(s) without matrix work are read by MBU and not drawn." if left_out else "")
            + ("" if bw else " No measured bandwidth in peak.json: compute roofs only."))
     return _png_b64(fig), cap
@@ -215,20 +226,23 @@ def case_table(doc: dict) -> str:
     multi = len(doc.get("reports") or []) > 1
     head = (["report"] if multi else []) + ["case", "dtype", "kernel time (us)", "TFLOP/s", "MFU@nom",
                                             "MFU@ach / MBU", "numerator", "bound", "headroom"]
-    rows = []
+    rows, not_run = [], []
     for rep in doc.get("reports") or []:
         for r in rep.get("rows") or []:
             lead = [esc(rep.get("label"))] if multi else []
-            if r.get("status") != "ok":
-                rows.append(lead + [esc(r.get("case")), esc(r.get("status")), esc(r.get("reason"))] + [DASH] * 6)
+            if r.get("status") != "ok":  # never a table row: listed under the table with the reason
+                not_run.append(f"{rep.get('label') + ': ' if multi else ''}case {r.get('case')} {r.get('status')}: "
+                               f"{r.get('reason')}")
                 continue
             dt = f"{r.get('dtype')}{' (tf32)' if r.get('tf32') else ''}"
-            rows.append(lead + [esc(r.get("case")), esc(dt), fmt_num(r.get("kernel_time_us"), 4),
+            rows.append(lead + [esc(r.get("case")), esc(dt), fmt_us(r.get("kernel_time_us")),
                                 fmt_num(r.get("actual_tflops")), fmt_pct(r.get("mfu_nom"), 2), esc(headline(r)),
                                 esc(r.get("numerator")), bound_cell(r.get("bound")),
                                 fmt_num(_roof(r, "headroom"))])
     left = {0, 1, 2} if multi else {0, 1}
-    return _table(head, rows, left=left | {len(head) - 3, len(head) - 2})
+    foot = "".join(f"<li>{esc(t)}</li>" for t in dict.fromkeys(not_run))
+    return _table(head, rows, left=left | {len(head) - 3, len(head) - 2}) + \
+        (f"<p class=\"sub\">not measured (no row above):</p><ul class=\"sub\">{foot}</ul>" if foot else "")
 
 
 def part_tables(doc: dict) -> str:
@@ -243,7 +257,7 @@ def part_tables(doc: dict) -> str:
             parts = sorted(r["parts"], key=lambda p: -(finite_or_none(_roof(p, "mfu_if_fixed")) or -1.0))
             for p in parts:
                 ks = ", ".join(p.get("kernels") or [])
-                rows.append([esc(p.get("part")), f"<code>{esc(ks[:160])}</code>", fmt_num(p.get("time_us"), 4),
+                rows.append([esc(p.get("part")), f"<code>{esc(ks[:160])}</code>", fmt_us(p.get("time_us")),
                              fmt_pct(p.get("time_share")), fmt_pct(p.get("flops_share")), fmt_pct(p.get("mfu_ach")),
                              bound_cell(p.get("bound")), fmt_num(_roof(p, "headroom")),
                              fmt_pct(_roof(p, "mfu_if_fixed"))])

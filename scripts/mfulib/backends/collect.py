@@ -232,7 +232,8 @@ def run_pmu(pmu, backend, opdir: OpDir, case_id: int, impl: str, opts: Options, 
     measurement itself failed. Never raises for the case."""
     s = res.get("summary") or {}
     if res.get("status") != "ok" or not res.get("attempt_dir"):
-        return {}
+        why = pmu.probe()["reason"] or f"no PMU pass: the case has no kernel time ({res.get('status')})"
+        return {"pmu": None, "pmu_source": None, "pmu_unavailable": why, "flags": []}
     from ..worker import child_env
     try:
         return pmu.collect_case(case_spec(backend, opdir, case_id, impl, opts), s.get("sequence") or [],

@@ -148,7 +148,10 @@ class CudaBackend(Backend):
             return rng
         import torch
         stack = contextlib.ExitStack()
-        stack.enter_context(torch.cuda.nvtx.range(name))
+        try:
+            stack.enter_context(torch.cuda.nvtx.range(name))
+        except Exception:  # noqa: BLE001 - a torch without NVTX: ncu's name filter takes over (NcuPmu)
+            pass
         stack.enter_context(rng)
         return stack
 
@@ -203,7 +206,7 @@ PMU_BACKENDS = ("cuda",)
 CACHE_CONTROLS = ("all", "none")
 PROBE_CODE = ("import torch; x = torch.ones(4096, device='cuda'); y = (x * 2.0).sum(); torch.cuda.synchronize(); "
               "print('probe', float(y))")
-NCU_CANDIDATES = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/ncu")
+NCU_CANDIDATES = ("/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu")
 RUNNER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner.py")
 PERM_FIX = ("the GPU's performance counters are restricted to admin users: run as root, or load the driver with "
             "NVreg_RestrictProfilingToAdminUsers=0 (NVIDIA's ERR_NVGPUCTRPERM page); kernel times are unaffected")
@@ -216,10 +219,12 @@ def ncu_metric_names(metrics=None) -> list:
 
 def find_ncu(path=None):
     """The ncu executable: ``path`` when given (None when it does not exist), else ``ncu`` on PATH, else the CUDA
-    toolkit's usual places (:data:`NCU_CANDIDATES`); None when none is found."""
+    toolkit's usual places (:data:`NCU_CANDIDATES`, glob patterns; the newest version first); None when none."""
+    import glob
     if path:
         return shutil.which(path) or (path if os.path.isfile(path) and os.access(path, os.X_OK) else None)
-    return shutil.which("ncu") or next((p for p in NCU_CANDIDATES if os.access(p, os.X_OK)), None)
+    found = [p for pat in NCU_CANDIDATES for p in sorted(glob.glob(pat), reverse=True) if os.access(p, os.X_OK)]
+    return shutil.which("ncu") or (found[0] if found else None)
 
 
 def _metric_value(rec, metric):
@@ -459,15 +464,18 @@ class NoPmu:
 
     source = None
 
-    def __init__(self, reason, requested="none"):
+    def __init__(self, reason, requested="none", tool=None):
         self.reason = reason
         self.requested = requested
+        self.tool = tool
 
     def probe(self) -> dict:
         return {"available": False, "reason": self.reason}
 
     def run_record(self) -> dict:
-        return {"requested": self.requested, "tool": None, "available": False, "reason": self.reason}
+        """``pmu_collection``: nothing collected by this pass (``tool`` names the backend's own profiler, if any)."""
+        return {"requested": self.requested, "tool": self.tool, "available": None if self.tool else False,
+                "reason": self.reason}
 
     def collect_case(self, spec, sequence, names, out_dir, env) -> dict:
         return {"pmu": None, "pmu_source": None, "pmu_unavailable": self.reason, "pmu_launches": 0, "pmu_csv": None,
@@ -495,8 +503,8 @@ def pmu_plan(backend_name: str, mode: str, ncu=None, cache_control="auto", flush
         if mode == "ncu":
             raise UserError(f"--pmu ncu: Nsight Compute profiles CUDA kernels, the backend is {backend_name} - use "
                             "--backend cuda, or --pmu auto/none")
-        why = {"cpu": "cpu backend: no hardware counters (Triton interpreter)"}.get(
-            backend_name, f"{backend_name} backend: counters come from its own profiler")
-        return NoPmu(why, mode)
+        if backend_name == "npu":
+            return NoPmu("npu: counters are msprof's own --aic-metrics columns (per_case pmu_source)", mode, "msprof")
+        return NoPmu(f"{backend_name} backend: no hardware counters (Triton interpreter)", mode)
     cc = cache_control if cache_control != "auto" else ("all" if flush_cache_mib and flush_cache_mib > 0 else "none")
     return NcuPmu(ncu, cc, iterations, timeout_s, requested=mode, log=log)
