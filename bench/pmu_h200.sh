@@ -5,14 +5,14 @@
 # Writes $OUT/pmu_h200.tgz holding pmu_h200/: performance.json, mfu_decompose.json, mfu_decompose.png, report.html,
 # peak.json, the raw ncu CSVs of every measured case (case<N>_<impl>_ncu.csv = ncu's stdout, --page raw), the ncu
 # probe verdict (ncu_probe.json), gpu.txt (nvidia-smi, torch/triton, ncu --version) and the make logs.
-# Knobs: OP (default zoo/5_MHABlock), PMU_ARGS (collector flags, default "--pmu ncu"), LIMIT_ALL_S (default 450),
+# Knobs: OP (default zoo/5_MHABlock), PMU_ARGS (collector flags, default "--pmu ncu"), LIMIT_ALL_S (default 420),
 # BACKEND (default cuda; BACKEND=cpu PMU_ARGS="--pmu auto" dry-runs the script on a CPU machine), WORK.
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
 export PYTHONUNBUFFERED=1
 OP=${OP:-zoo/5_MHABlock}
 PMU_ARGS=${PMU_ARGS:---pmu ncu}
-LIMIT_ALL_S=${LIMIT_ALL_S:-450}
+LIMIT_ALL_S=${LIMIT_ALL_S:-420}
 R="$OUT/pmu_h200"; mkdir -p "$R"
 WORK="${WORK:-/tmp/mfu_pmu_h200/work/$OP}"
 export MFU_PEAK_CACHE_DIR="$R/peak_cache"
@@ -25,13 +25,13 @@ log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$R/steps.log"; }
   ncu --version 2>&1 | tail -2
 } > "$R/gpu.txt"
 log "ncu probe"
-( cd scripts && timeout 200 python3 -c "import json; from mfulib.backends.cuda import NcuPmu; p = NcuPmu(); \
+( cd scripts && timeout 90 python3 -c "import json; from mfulib.backends.cuda import NcuPmu; p = NcuPmu(); \
 v = p.probe(); print(json.dumps(dict(v, metrics=p.metrics, dropped=p.dropped), indent=1))" ) > "$R/ncu_probe.json" 2>&1
 log "probe: $(tr -d '\n' < "$R/ncu_probe.json" | head -c 300)"
 log "make all ($OP, COLLECT_ARGS=$PMU_ARGS, limit ${LIMIT_ALL_S}s)"
 timeout "$LIMIT_ALL_S" make OP="$OP" BACKEND="${BACKEND:-cuda}" WORK="$WORK" COLLECT_ARGS="$PMU_ARGS" all > "$R/make_all.log" 2>&1
 log "make all rc=$?"
-timeout 120 make OP="$OP" BACKEND="${BACKEND:-cuda}" WORK="$WORK" report > "$R/make_report.log" 2>&1
+timeout 60 make OP="$OP" BACKEND="${BACKEND:-cuda}" WORK="$WORK" report > "$R/make_report.log" 2>&1
 log "make report rc=$?"
 for f in performance.json mfu_decompose.json mfu_decompose.png report.html peak.json verify.json flops_check.json; do
   [ -f "$WORK/$f" ] && cp "$WORK/$f" "$R/"
@@ -56,4 +56,4 @@ if os.path.exists(p):
 PY
 rm -rf "$R/peak_cache"
 tar czf "$OUT/pmu_h200.tgz" -C "$OUT" pmu_h200 && log "wrote $OUT/pmu_h200.tgz"
-cat "$R/steps.log"
+true

@@ -23,7 +23,7 @@ import io
 import os
 import tempfile
 
-from .definitions import finite_or_none
+from .definitions import OPS_MODES, canonical_mode, finite_or_none
 from .jsonio import write_text_atomic
 
 DASH = "\u2014"
@@ -173,7 +173,8 @@ def plot_roofline(doc: dict, peak_doc: dict | None) -> tuple:
     for i, (dt, pk) in enumerate(sorted(peaks.items(), key=lambda kv: -kv[1])):
         y = np.minimum(pk, x * bw / 1e3) if bw else np.full_like(x, pk)
         roof_color[dt] = colors(i % 10)
-        ax.plot(x, y, color=roof_color[dt], lw=1.6, label=f"{dt} roof {pk:.4g} TFLOP/s")
+        unit = "TOPS" if canonical_mode(dt) in OPS_MODES else "TFLOP/s"  # int8: tera-ops (peak_json docstring)
+        ax.plot(x, y, color=roof_color[dt], lw=1.6, label=f"{dt} roof {pk:.4g} {unit}")
     if bw:
         ax.plot(x, x * bw / 1e3, color="grey", lw=0.8, ls=":", label=f"bandwidth {bw:.4g} GB/s")
     for label, kind, ai, tf, dt in pts:  # filled in the colour of the roof of the point's own dtype
