@@ -4,15 +4,16 @@
 #   bash bench/pmu_h200.sh
 # Writes $OUT/pmu_h200.tgz holding pmu_h200/: performance.json, mfu_decompose.json, mfu_decompose.png, report.html,
 # peak.json, the raw ncu CSVs of every measured case (case<N>_<impl>_ncu.csv = ncu's stdout, --page raw), the ncu
-# probe verdict (ncu_probe.json), gpu.txt (nvidia-smi, torch/triton, ncu --version) and the make logs.
-# Knobs: OP (default zoo/5_MHABlock), PMU_ARGS (collector flags, default "--pmu ncu"), LIMIT_ALL_S (default 420),
+# probe verdict (ncu_probe.json), the GPU tests of tests/test_ncu_pmu.py (test_ncu_pmu.log: the real ncu pass on a
+# tiny operator), gpu.txt (nvidia-smi, torch/triton, ncu --version) and the make logs.
+# Knobs: OP (default zoo/5_MHABlock), PMU_ARGS (collector flags, default "--pmu ncu"), LIMIT_ALL_S (default 360),
 # BACKEND (default cuda; BACKEND=cpu PMU_ARGS="--pmu auto" dry-runs the script on a CPU machine), WORK.
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
 export PYTHONUNBUFFERED=1
 OP=${OP:-zoo/5_MHABlock}
 PMU_ARGS=${PMU_ARGS:---pmu ncu}
-LIMIT_ALL_S=${LIMIT_ALL_S:-420}
+LIMIT_ALL_S=${LIMIT_ALL_S:-360}
 R="$OUT/pmu_h200"; mkdir -p "$R"
 WORK="${WORK:-/tmp/mfu_pmu_h200/work/$OP}"
 export MFU_PEAK_CACHE_DIR="$R/peak_cache"
@@ -28,6 +29,9 @@ log "ncu probe"
 ( cd scripts && timeout 90 python3 -c "import json; from mfulib.backends.cuda import NcuPmu; p = NcuPmu(); \
 v = p.probe(); print(json.dumps(dict(v, metrics=p.metrics, dropped=p.dropped), indent=1))" ) > "$R/ncu_probe.json" 2>&1
 log "probe: $(tr -d '\n' < "$R/ncu_probe.json" | head -c 300)"
+log "tests/test_ncu_pmu.py on the GPU (the real ncu pass on a tiny operator)"
+timeout 100 python3 -m pytest -q -rs -k real tests/test_ncu_pmu.py > "$R/test_ncu_pmu.log" 2>&1
+log "test_ncu_pmu rc=$? ($(tail -1 "$R/test_ncu_pmu.log"))"
 log "make all ($OP, COLLECT_ARGS=$PMU_ARGS, limit ${LIMIT_ALL_S}s)"
 timeout "$LIMIT_ALL_S" make OP="$OP" BACKEND="${BACKEND:-cuda}" WORK="$WORK" COLLECT_ARGS="$PMU_ARGS" all > "$R/make_all.log" 2>&1
 log "make all rc=$?"

@@ -183,3 +183,20 @@ def test_real_ncu_probe_on_the_gpu():
     v = cuda.NcuPmu().probe()
     # either counters are readable, or the reason names the cause (permission / library), never an empty verdict
     assert v["available"] or v["reason"].startswith("ncu")
+
+
+@pytest.mark.skipif(not _gpu() or cuda.find_ncu() is None, reason="needs a CUDA GPU and Nsight Compute (ncu)")
+def test_real_ncu_pass_on_the_gpu_counts_the_iterations_launches(tmp_path):
+    work = tinyops.make_workdir(tmp_path)
+    rep = collect(Options(op_dir=work, output_dir=work, impl="asc", backend="cuda", cases=[2], warmup=1, repeats=3,
+                          progress=False, unverified_ok=True, pmu="ncu", keep_prof=work))
+    (c,) = rep["per_case"]
+    assert c["asc_us"] and c["sequence"] == ["scale_kernel", "add_one_kernel"]
+    if not rep["pmu_collection"]["available"]:  # a GPU without counter permission: the reason, and the times
+        assert c["pmu_unavailable"].startswith("ncu") and c["pmu"] is None
+        return
+    assert c["pmu_source"] == "ncu" and c["pmu_unavailable"] is None
+    for name in c["sequence"]:  # 2 profiled iterations x one launch each; the priming call stays out
+        k = c["pmu"][name]
+        assert k["launches"] == 2 and k["duration_ns"] > 0 and k["grid_size"] >= 1
+        assert k["sm_throughput_pct"] is not None and 0 <= k["sm_throughput_pct"] <= 100
