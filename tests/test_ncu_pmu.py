@@ -64,6 +64,14 @@ def test_average_by_kernel_matches_cupti_names_and_counts_launches():
     assert unmatched == []
 
 
+def test_name_fallback_keeps_the_last_iterations_only_when_they_repeat_the_sequence():
+    recs = [{"kernel_name": n} for n in ["a", "a", "b", "a", "b", "a", "b"]]  # priming/autotune launches first
+    tail, why = cuda.last_iterations(recs, ["a", "b"], 2)
+    assert why is None and [r["kernel_name"] for r in tail] == ["a", "b", "a", "b"]
+    assert cuda.last_iterations(recs[:3], ["a", "b"], 2)[1].startswith("profiled 3 launch(es)")
+    assert "do not repeat" in cuda.last_iterations(recs + [{"kernel_name": "c"}], ["a", "b"], 2)[1]
+
+
 def test_failure_reasons_name_the_cause():
     assert cuda.ncu_failure("==PROF== x\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", 1) \
         .startswith("ncu: ERR_NVGPUCTRPERM - the GPU's performance counters are restricted")

@@ -283,6 +283,21 @@ def average_by_kernel(recs, names, metrics=None) -> tuple:
     return pmu, sorted(set(map(str, unmatched)))
 
 
+def last_iterations(recs, sequence, iterations: int) -> tuple:
+    """(records, None) of the last ``iterations`` x len(``sequence``) launches when their function names repeat the
+    CUPTI ``sequence`` position by position, else ([], why)."""
+    from ..ncu import short_kernel_name
+    n = iterations * len(sequence)
+    if len(recs) < n:
+        return [], f"profiled {len(recs)} launch(es) by name, fewer than {iterations} iteration(s) x {len(sequence)}"
+    tail = recs[len(recs) - n:]
+    want = [short_kernel_name(x) for x in sequence]
+    got = [short_kernel_name(r.get("kernel_name")) for r in tail]
+    if any(g != want[j % len(want)] for j, g in enumerate(got)):
+        return [], f"the last launches {got[-len(want):]} do not repeat the CUPTI sequence {want}"
+    return tail, None
+
+
 def ncu_failure(text: str, rc) -> str:
     """Why an ncu run gave no counters, from its output: ERR_NVGPUCTRPERM (with the fix), ncu's first
     ``==ERROR==`` line (e.g. a profiler library that does not load), or the exit status and last line."""
@@ -434,8 +449,12 @@ class NcuPmu:
             rc, text = _run(self.base_command() + ["--kernel-name-base", "function", "--kernel-name", regex] + child,
                             out_dir, env, self.timeout_s, csv_path)
             recs = parse_ncu_csv(text) if rc is not None else []
-            if len(recs) >= n:
-                recs = recs[len(recs) - n:]
+            if recs:
+                recs, why = last_iterations(recs, sequence, self.iterations)
+                if why:
+                    out["pmu_unavailable"] = f"ncu: {why}"
+                    out["pmu_csv"] = csv_path
+                    return out
                 out["flags"].append("ncu: the NVTX filter profiled no launch; the last launches by kernel name were "
                                     "used")
         out["pmu_csv"] = csv_path
