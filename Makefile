@@ -44,7 +44,7 @@ ACCEPT_UNVERIFIED_CASES ?=
 .DEFAULT_GOAL := help
 # deletes a half-made stamp or flops.py; the reports are not targets, so a failing step's report stays
 .DELETE_ON_ERROR:
-.PHONY: help setup test prepare verify flops collect peak decompose all examples clean-work status _always
+.PHONY: help setup test prepare verify flops collect peak decompose report all examples clean-work status _always
 
 VALID_BACKENDS := auto npu cuda cpu
 ifeq ($(filter $(BACKEND),$(VALID_BACKENDS)),)
@@ -125,7 +125,7 @@ status: ## per step of the work directory: done / stale (why) / failed (its repo
 # time, of prepare.json (mfulib/workdir_state.py): "ok" leaves step 1 alone (a touch changes nothing); "redo"
 # (another V/ITER/VARIANT/..., another resolved file, changed content), "new" or "error" (e.g. a V that does not
 # exist) runs prepare, which redoes the directory (old one kept as a backup) or fails with the reason.
-PIPELINE_GOALS := prepare verify flops collect peak decompose all
+PIPELINE_GOALS := prepare verify flops collect peak decompose report all
 ifneq ($(OP),)
 ifneq ($(filter $(PIPELINE_GOALS) $(WORK)/%,$(MAKECMDGOALS)),)
 PREPARE_CHECK := $(shell $(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --check 2>&1)
@@ -200,6 +200,12 @@ decompose: $(ST)/decompose.ok ## step 6: per-case and per-kernel-part MFU table
 # the reports too: a collector or peak_calib.py re-run by hand is decomposed again (an incomplete one is refused)
 $(ST)/decompose.ok: $(ST)/collect.ok $(ST)/peak.ok $(WORK)/performance.json $(WORK)/peak.json
 	$(call step,decompose,$(WORK)/mfu_decompose.json,$(DECOMPOSE_CMD))
+
+# the decomposition again (same inputs, same mfu_decompose.json) with its HTML report beside it
+REPORT_CMD = $(DECOMPOSE_CMD) --html $(WORK)/report.html
+
+report: $(ST)/decompose.ok ## one self-contained HTML report of the decomposition -> $(WORK)/report.html
+	$(REPORT_CMD)
 
 all: decompose ## prepare -> verify + flops -> collect -> peak -> decompose
 

@@ -46,6 +46,8 @@ def build_parser():
                    help="decompose an interrupted collection's measured cases (marked incomplete) instead of refusing")
     p.add_argument("--plot", action="store_true",
                    help="also write a PNG beside the JSON: per case, time share vs FLOPs share per part")
+    p.add_argument("--html", default=None, metavar="PATH",
+                   help="also write one self-contained HTML report (roofline, part shares, tables, provenance)")
     return p
 
 
@@ -78,6 +80,12 @@ def main(argv=None):
         png = report.plot_decompose(result, os.path.splitext(out_path)[0] + ".png")
         result["plot"] = png
     decompose_json.write_decompose_json(out_path, result)
+    if args.html:
+        from mfulib.html_report import write_html
+        from mfulib.schemas.peak_json import read_peak_json
+        from mfulib.schemas.performance_json import load_report
+        perf = {rep["label"]: load_report(rep["path"]) for rep in result["reports"]}
+        print(f"wrote {write_html(result, args.html, perf_docs=perf, peak_doc=read_peak_json(result['peak_json']))}")
     print(report.decompose_table(result))
     print(f"wrote {out_path}" + (f" and {result['plot']}" if result.get("plot") else ""))
     return 1 if result["errors"] else 0

@@ -20,6 +20,10 @@ torch_npu on NPU, a datasheet table on CUDA, none on CPU; --mfu-peak overrides).
 flagged. The cpu backend caps work for CI: smallest cases first, bf16 cases skipped, warmup 1 / repeats 2 unless
 given. Only --quick (task-time) collection is implemented; it is also what runs without the flag.
 performance.json records complete/missing: Ctrl-C writes what was measured with complete=false (exit 130).
+PMU counters per kernel on cuda (--pmu auto|ncu|none): each measured case's child runs once more under Nsight Compute
+(ncu --csv --page raw --clock-control none --cache-control all|none, only the launches of --pmu-iterations
+iterations); per_case "pmu" gets {kernel: {counter: mean}}, "pmu_source" "ncu", or "pmu_unavailable" the reason
+(ERR_NVGPUCTRPERM, ncu not found, ...) and the run goes on. Kernel times always come from CUPTI.
 Exit status: 0; 1 when no selected case got a kernel time; 2 on bad input; 130 when interrupted.
 
 Kept or foreign profiles are re-parsed without running anything:
@@ -75,6 +79,15 @@ def build_parser():
     p.add_argument("--unverified-ok", action="store_true",
                    help="also time cases verify did not pass (skipped, failed, or without a verify row), each marked "
                         "in performance.json (per_case[].verify.forced)")
+    p.add_argument("--pmu", choices=("auto", "ncu", "none"), default="auto",
+                   help="per-kernel PMU counters on cuda: ncu = run each measured case once more under Nsight Compute; "
+                        "auto = ncu when it is found and counters are permitted (probed once); none = no counters")
+    p.add_argument("--ncu", default=None, metavar="PATH", help="ncu executable (default: the one on PATH)")
+    p.add_argument("--ncu-cache-control", choices=("auto", "all", "none"), default="auto",
+                   help="ncu --cache-control: all = caches flushed before each profiled launch, none = warm; auto = "
+                        "all when --flush-cache-mib > 0, else none (the regime the kernel times were measured in)")
+    p.add_argument("--pmu-iterations", type=int, default=2,
+                   help="iterations profiled under ncu per case (counters are averaged per kernel)")
     p.add_argument("--quiet", action="store_true", help="no per-case progress lines")
     g = p.add_argument_group("re-parsing kept or foreign profiles (nothing is run)")
     g.add_argument("--from-prof", action="append", default=None, metavar="PATH",
@@ -154,7 +167,8 @@ def main(argv=None):
                    top_k=args.mfu_top_k, max_cases=args.max_cases, mfu=args.mfu, mfu_peak=args.mfu_peak,
                    keep_prof=args.keep_prof, case_timeout_s=args.case_timeout_s, flush_cache_mib=args.flush_cache_mib,
                    aic_metrics=args.aic_metrics, msprof=args.msprof, quick=True, progress=not args.quiet,
-                   unverified_ok=args.unverified_ok)
+                   unverified_ok=args.unverified_ok, pmu=args.pmu, ncu=args.ncu,
+                   ncu_cache_control=args.ncu_cache_control, pmu_iterations=args.pmu_iterations)
     report = collect(opts)
     print_table(report)
     out = os.path.join(os.path.abspath(args.output_dir), 'performance.json')

@@ -17,6 +17,11 @@ top-k slot to the next one; ``--unverified-ok`` times such cases anyway, marked 
 Completeness: performance.json records ``complete`` and ``missing`` (the selected (case, impl) pairs not run, e.g.
 after Ctrl-C), so make and decompose never take an interrupted collection for a finished one.
 
+PMU counters (``--pmu auto|ncu|none``, default auto): on cuda each measured case's child runs once more under
+Nsight Compute (:class:`mfulib.backends.cuda.NcuPmu`, probed once per run) and per_case ``pmu`` {kernel:
+{canonical counter: mean}}, ``pmu_source`` ("ncu") and ``pmu_unavailable`` (None, or why not: ERR_NVGPUCTRPERM,
+ncu not found, ...) are filled; kernel times stay CUPTI's. The run's ``pmu_collection`` records the verdict.
+
 Retries (``--retry``, default 2 as upstream): only an *incomplete* profile is retried - lost rows, zero-timestamp
 records, missing iteration markers, no export. A crash, timeout, out-of-memory, rejected case or a call that
 launched no kernel is recorded for that case at once and the run goes on.
@@ -41,6 +46,7 @@ from ..verified_cases import Gate
 from . import select_backend
 from .base import lost_problems
 from .cpu import BF16_REASON
+from .cuda import pmu_plan
 from .runner import close_workers, run_child
 
 CPU_DEFAULT_WARMUP, CPU_DEFAULT_REPEATS = 1, 2
@@ -73,6 +79,10 @@ class Options:
     quick: bool = True
     progress: bool = True
     unverified_ok: bool = False
+    pmu: str = "auto"
+    ncu: str | None = None
+    ncu_cache_control: str = "auto"
+    pmu_iterations: int = 2
     flags: list = field(default_factory=list)
 
 
@@ -210,14 +220,36 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str, gate
 # ------------------------------------------------------------------------------------------------ one run
 
 
+def case_spec(backend, opdir: OpDir, case_id: int, impl: str, opts: Options) -> dict:
+    """The child's spec of one (case, impl) (keys: :mod:`mfulib.backends.runner`)."""
+    return {"op_dir": opdir.path, "case_id": case_id, "impl": impl, "seed": opts.seed, "warmup": opts.warmup,
+            "repeats": opts.repeats, "backend": backend.name, "device": backend.device_string(opts.device_id),
+            "markers": backend.markers, "profile": True, "flush_cache_mib": opts.flush_cache_mib}
+
+
+def run_pmu(pmu, backend, opdir: OpDir, case_id: int, impl: str, opts: Options, res: dict) -> dict:
+    """PMU counters of a measured (case, impl) (``pmu.collect_case`` in ``<attempt dir>/ncu``); {} when the
+    measurement itself failed. Never raises for the case."""
+    s = res.get("summary") or {}
+    if res.get("status") != "ok" or not res.get("attempt_dir"):
+        why = pmu.probe()["reason"] or f"no PMU pass: the case has no kernel time ({res.get('status')})"
+        return {"pmu": None, "pmu_source": None, "pmu_unavailable": why, "flags": []}
+    from ..worker import child_env
+    try:
+        return pmu.collect_case(case_spec(backend, opdir, case_id, impl, opts), s.get("sequence") or [],
+                                [k["name"] for k in s.get("kernels") or []], os.path.join(res["attempt_dir"], "ncu"),
+                                child_env(backend.child_env(os.environ)))
+    except Exception as exc:  # noqa: BLE001 - counters are optional: the kernel time stands without them
+        return {"pmu": None, "pmu_source": None, "pmu_unavailable": f"PMU pass failed ({type(exc).__name__}: {exc})",
+                "flags": []}
+
+
 def run_case_impl(backend, opdir: OpDir, case_id: int, impl: str, opts: Options, work_root: str) -> dict:
     """Measure one (case, impl) with up to ``opts.retry`` retries of an incomplete profile; never raises for the
     case's own failures. Returns {status, error, summary, flags, attempts, attempt_dir, output_bytes, wall_s,
     device, compat, runtime, timing_method}."""
     n = opts.warmup + opts.repeats
-    spec = {"op_dir": opdir.path, "case_id": case_id, "impl": impl, "seed": opts.seed, "warmup": opts.warmup,
-            "repeats": opts.repeats, "backend": backend.name, "device": backend.device_string(opts.device_id),
-            "markers": backend.markers, "profile": True, "flush_cache_mib": opts.flush_cache_mib}
+    spec = case_spec(backend, opdir, case_id, impl, opts)
     problems_seen = []
     res = {}
     for attempt in range(opts.retry + 1):
@@ -362,6 +394,11 @@ def check_options(opts: Options) -> None:
                         "(default 600)")
     if finite_or_none(opts.flush_cache_mib) is None or opts.flush_cache_mib < 0:
         raise UserError(f"--flush-cache-mib {opts.flush_cache_mib}: must be a finite number >= 0 (0 = off)")
+    if opts.pmu not in ("auto", "ncu", "none") or opts.ncu_cache_control not in ("auto", "all", "none"):
+        raise UserError(f"--pmu {opts.pmu} / --ncu-cache-control {opts.ncu_cache_control}: choose --pmu auto, ncu "
+                        "or none and --ncu-cache-control auto, all or none")
+    if not isinstance(opts.pmu_iterations, int) or opts.pmu_iterations < 1:
+        raise UserError(f"--pmu-iterations {opts.pmu_iterations}: must be an integer >= 1 (default 2)")
     if opts.mfu_peak is not None and not is_positive(opts.mfu_peak):
         raise UserError(f"--mfu-peak {opts.mfu_peak}: must be a finite TFLOP/s figure > 0 (or leave it out to use "
                         "the device's nominal peak)")
@@ -391,6 +428,12 @@ def collect(opts: Options, log=None) -> dict:
     if opts.warmup < 0 or opts.repeats < 1:
         raise UserError(f"--warmup {opts.warmup} / --repeats {opts.repeats}: warmup must be >= 0 and repeats >= 1")
     log(f"backend: {backend.name} ({reason}); warmup {opts.warmup}, repeats {opts.repeats}")
+    pmu = pmu_plan(backend.name, opts.pmu, opts.ncu, opts.ncu_cache_control, opts.flush_cache_mib,
+                   opts.pmu_iterations, opts.case_timeout_s, log=log if opts.progress else None)
+    if backend.name != "npu":  # probed first thing: a device run says at once whether counters can be read
+        verdict = pmu.probe()
+        log(f"PMU: {pmu.source} (--cache-control {pmu.cache_control})" if verdict["available"] else
+            f"PMU: none - {verdict['reason']}")
     ff = load_flops(opdir)
     if ff is None:
         log(f"note: {opdir.flops_py} not found: cases ranked by input bytes and no MFU reported "
@@ -440,6 +483,8 @@ def collect(opts: Options, log=None) -> dict:
             for impl in impls:
                 k += 1
                 res = run_case_impl(backend, opdir, info.case_id, impl, opts, work_root)
+                if impl == impls[-1]:  # the measured implementation (asc when requested): its counters
+                    res["pmu_run"] = run_pmu(pmu, backend, opdir, info.case_id, impl, opts, res)
                 res["prof_dir"] = keep_profile(res, keep_root, info.case_id, impl, output_dir) if keep_root else None
                 results.setdefault(info.case_id, {})[impl] = res
                 if opts.progress:
@@ -493,6 +538,12 @@ def collect(opts: Options, log=None) -> dict:
                 == "float32" and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee")
         entry = _perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32,
                                  nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None)
+        if backend.name != "npu":  # npu counters come from msprof's own columns
+            got = results[info.case_id][impls[-1]].get("pmu_run") or {}
+            entry.update(pmu=got.get("pmu") if got.get("pmu") is not None else entry.get("pmu") or None,
+                         pmu_source=got.get("pmu_source"),
+                         pmu_unavailable=got.get("pmu_unavailable", pmu.probe()["reason"]))
+            entry["flags"] += got.get("flags") or []
         if gate is not None:
             entry["verify"] = gate.admits(info.case_id)[1]
             if entry["verify"]["forced"]:
@@ -508,7 +559,7 @@ def collect(opts: Options, log=None) -> dict:
                                           if r.get("compat")), None),
         "impl": opts.impl, "mfu": opts.mfu, "peak": peak, "flops_file": opdir.flops_py if ff else None,
         "kernel_parts": ff.kernel_parts if ff else None, "selection": selection, "retry": opts.retry,
-        "flush_cache_mib": opts.flush_cache_mib, "aic_metrics": opts.aic_metrics if backend.name == "npu" else None,
+        "flush_cache_mib": opts.flush_cache_mib, "pmu_collection": pmu.run_record(), "aic_metrics": opts.aic_metrics if backend.name == "npu" else None,
         "flags": (["interrupted: not every selected case was measured"] if interrupted else []) + list(opts.flags),
         "wall_s": time.perf_counter() - t_start,
     }

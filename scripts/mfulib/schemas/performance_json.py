@@ -20,7 +20,10 @@ Top level
     ``compat`` (core counts the compatibility layer handed to the operator, with their source), ``flops_file``,
     ``kernel_parts`` (KERNEL_PARTS of flops.py), ``selection`` {rule, order, skipped, not_verified [{case, reason, verify}]
     (cases the verify gate excluded: never timed, never a ``per_case`` row), reserve, verify_file, verified_now (cases the collector verified before timing them),
-    unverified_ok}, ``retry``, ``flush_cache_mib``, ``aic_metrics`` (npu), ``flags`` (run-level notes), ``wall_s``
+    unverified_ok}, ``retry``, ``flush_cache_mib``, ``pmu_collection`` {requested (auto | ncu | none), tool ("ncu" or
+    None), available (the probe's verdict, asked once per run), reason; with ncu also ncu, ncu_version,
+    cache_control (all | none), clock_control ("none"), iterations (profiled per case), metrics {counter: [ncu
+    metrics]}, metrics_dropped (unknown to this ncu)}, ``aic_metrics`` (npu), ``flags`` (run-level notes), ``wall_s``
     (whole run, s); ``complete`` (every selected (case, impl) was run: false after Ctrl-C) and ``missing``
     [{case, impl, reason}] (what was not run) - make and mfu_decompose.py never take an incomplete file for a
     finished collection (:func:`completeness`).
@@ -49,9 +52,14 @@ Top level
     ``kernel_time_mean_ns``, ``span_ns``, ``launch_overhead_ns``, ``iter_kernel_time_ns`` [...], ``iter_span_ns``
     [...], ``actual_tflops`` (= flops / kernel_time_ns / 1e3), ``mfu_nom`` (ratio, not %; None when no peak or no
     FLOPs - never 0 or infinite), ``repeat_spread`` ((max - min) / median), ``flags`` [text], ``pmu``
-    {kernel: {counter: mean}} (canonical counter names of :mod:`mfulib.pmu`), ``pmu_source`` ("ncu" |
-    "msprof:<Group>[+<Group>]" | None), ``pmu_unavailable`` (None or why no counters), ``median_iterations``
-    (the measured iteration(s) whose kernel time is the median: the kernels' ``time_per_iter_ns``), ``attempts`` (profiling attempts used),
+    {kernel: {counter: mean}} (canonical counter names of :mod:`mfulib.pmu`: msprof PMU columns on npu; on cuda
+    the ncu counters - duration_ns, sm_throughput_pct, dram_throughput_pct, tensor_pipe_pct, tensor_inst_executed,
+    achieved_occupancy_pct, dram_bytes, l2_hit_rate_pct, grid_size, block_size - averaged over ``launches``
+    profiled launches; a counter not measured is None, never 0), ``pmu_source`` ("ncu" |
+    "msprof:<Group>[+<Group>...]" | None), ``pmu_unavailable`` (None, or why there are no counters:
+    "ncu: ERR_NVGPUCTRPERM - ...", "ncu not found ...", "cpu backend: no hardware counters ..."),
+    ``median_iterations`` (the measured iteration(s) whose kernel time is the median: the kernels'
+    ``time_per_iter_ns``), ``attempts`` (profiling attempts used),
     ``harness_launches_dropped`` (the collector's marker/flush launches removed), ``launches_outside_iterations``
     (priming call and anything between iterations, not counted), ``impls``
     {impl: {status, error, kernel_time_ns, span_ns, kernels, flags, attempts, prof_dir, wall_s}}.
