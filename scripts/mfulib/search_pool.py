@@ -127,7 +127,7 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
         why = f"original #{rank + 1} by {'FLOPs' if metric == 'mfu' else 'bytes'}, scale 1"
         if rank < ALWAYS_TOP:
             why += " (the original top 3 are always in the pool)"
-        pool.append(_pool_entry(info, info.case_id, {}, rank, why))
+        pool.append(pool_entry(info, info.case_id, {}, rank, why))
     top_ids = {i.case_id: r for r, i in enumerate(top)}
     for cid in sorted(appended):
         origin = appended[cid]
@@ -138,7 +138,7 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
         elif src not in top_ids:
             excluded.append({"case": cid, "reason": f"variant of case {src}, which is not among the top {top_n}"})
         else:
-            pool.append(_pool_entry(by_id[cid], src, origin["factors"], top_ids[src],
+            pool.append(pool_entry(by_id[cid], src, origin["factors"], top_ids[src],
                                     f"scaled variant of case {src} (probe.json)"))
     rule = (f"top {len(top)} of {len(originals)} original cases by "
             f"{'FLOPs' if metric == 'mfu' else 'input bytes (no matrix work: MBU)'} at scale 1 + "
@@ -147,7 +147,9 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
     return pool, excluded, rule
 
 
-def _pool_entry(info, source_case, factors, rank, why) -> dict:
+def pool_entry(info, source_case, factors, rank, why) -> dict:
+    """One ``pool`` entry of grid_search.json for case ``info`` (:class:`mfulib.cases.CaseInfo`): ``factors``
+    {symbol: factor} ({} = the original at scale 1, ``scale`` = their product), ``rank`` of its source case."""
     return {"case": info.case_id, "source_case": source_case, "factors": dict(factors),
             "scale": float(math.prod(factors.values())) if factors else 1.0, "original": not factors,
             "flops_rank": rank, "flops_traced": None, "flops_py": None, "input_bytes": info.input_bytes,

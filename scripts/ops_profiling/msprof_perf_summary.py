@@ -6,8 +6,9 @@ Run from the work directory, as the spec does:
   python3 $SKILL_DIR/scripts/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc --output-dir . \\
       --warmup 5 --repeats 5 --keep-prof .
 
---search-json grid_search.json measures the cases the (case, scale) search chose (mfu_grid_search.py), each marked
-with its origin. Without --cases the top-3 cases by theoretical FLOPs (flops.py) are measured (--mfu-top-k N, --max-cases N);
+--search-json grid_search.json measures the cases the (case, scale) search chose (mfu_grid_search.py), each
+marked with its origin (per_case[].search_origin). Without --cases the top-3 cases by theoretical FLOPs (flops.py)
+are measured (--mfu-top-k N, --max-cases N);
 without flops.py, by input bytes, and no MFU is reported. Only cases that verify passed on this backend are timed
 (verify.json): a selected case without a verify row is verified first (and recorded in verify.json); one verify
 skipped, rejected or failed is never timed (listed under selection.not_verified with the reason) and its slot
