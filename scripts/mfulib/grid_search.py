@@ -229,13 +229,14 @@ def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts
 
 
 def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchOptions, peaks: dict, metric: str,
-           log, cost: dict):
+           log, cost: dict, out_name: str = "stage2"):
     """(stage-2 rows, performance.json path): the collector's precise kernel time of the ``top`` case ids and each
-    one's numerator (min(traced, executed)) and MFU / MBU."""
+    one's numerator (min(traced, executed)) and MFU / MBU. The collector writes to ``<work>/search/<out_name>/``
+    (bench/bench_search_h200.py measures the whole pool the same way under another name)."""
     from .peaks import nominal_for_identity
     from .schemas import performance_json as _perf
     t0 = time.perf_counter()
-    out_dir = os.path.join(opdir.path, SCRATCH, "stage2")
+    out_dir = os.path.join(opdir.path, SCRATCH, out_name)
     try:
         perf_path = run_collector(opdir, top, out_dir, backend_name, opts, log)
     finally:
