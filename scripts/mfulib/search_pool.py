@@ -27,8 +27,9 @@ ALWAYS_TOP = 3  # the original top 3 are always in the pool (different cases tak
 
 def read_probe(path: str) -> dict | None:
     """The parts of probe.json (COMMON.md contract, written by max_shape_probe.py) the search reads, or None when
-    ``path`` does not exist: {"appended": {case id: {source_case, factors}}, "verdicts": {case id: verdict of the
-    candidate that made it}, "complete": bool}. Raises UserError naming the file for a malformed one.
+    ``path`` does not exist: {"appended": {case id: {source_case, factors, scale (None when not recorded)}},
+    "verdicts": {case id: verdict of the candidate that made it}, "complete": bool}. Raises UserError naming the
+    file for a malformed one.
 
     The reader is small on purpose: it can be swapped for the probe's own schema module."""
     if not path or not os.path.exists(path):
@@ -50,7 +51,8 @@ def read_probe(path: str) -> dict | None:
                 not isinstance(origin.get("factors", {}), dict):
             raise UserError(f"{path}: appended[{key}] is not {{source_case: int, factors: {{symbol: factor}}}} - "
                             "re-run make probe")
-        out[cid] = {"source_case": origin["source_case"], "factors": dict(origin.get("factors") or {})}
+        out[cid] = {"source_case": origin["source_case"], "factors": dict(origin.get("factors") or {}),
+                    "scale": origin.get("scale") if is_number(origin.get("scale")) else None}
     verdicts = {c.get("new_case_id"): c.get("verdict") for c in doc.get("candidates") or []
                 if isinstance(c, dict) and c.get("new_case_id") is not None}
     return {"appended": out, "verdicts": verdicts, "complete": bool(doc.get("complete"))}
@@ -138,8 +140,11 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
         elif src not in top_ids:
             excluded.append({"case": cid, "reason": f"variant of case {src}, which is not among the top {top_n}"})
         else:
-            pool.append(pool_entry(by_id[cid], src, origin["factors"], top_ids[src],
-                                    f"scaled variant of case {src} (probe.json)"))
+            entry = pool_entry(by_id[cid], src, origin["factors"], top_ids[src],
+                               f"scaled variant of case {src} (probe.json)")
+            if origin.get("scale") is not None:  # the probe's own figure, where it records one
+                entry["scale"] = float(origin["scale"])
+            pool.append(entry)
     rule = (f"top {len(top)} of {len(originals)} original cases by "
             f"{'FLOPs' if metric == 'mfu' else 'input bytes (no matrix work: MBU)'} at scale 1 + "
             f"{len(pool) - len(top)} scaled variant(s) from probe.json" + ("" if probe else " (no probe.json: run "
@@ -149,7 +154,8 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
 
 def pool_entry(info, source_case, factors, rank, why) -> dict:
     """One ``pool`` entry of grid_search.json for case ``info`` (:class:`mfulib.cases.CaseInfo`): ``factors``
-    {symbol: factor} ({} = the original at scale 1, ``scale`` = their product), ``rank`` of its source case."""
+    {symbol: factor} ({} = the original at scale 1, ``scale`` = their product unless probe.json records the
+    candidate's scale), ``rank`` of its source case."""
     return {"case": info.case_id, "source_case": source_case, "factors": dict(factors),
             "scale": float(math.prod(factors.values())) if factors else 1.0, "original": not factors,
             "flops_rank": rank, "flops_traced": None, "flops_py": None, "input_bytes": info.input_bytes,

@@ -4,7 +4,8 @@ readers. The collector reads the chosen cases (and each one's origin) through :f
 Provenance (:func:`mfulib.jsonio.provenance`) + ``op_dir``, ``cases_file``, ``backend``, ``metric`` (``mfu``: the
 operator does matrix work; ``mbu``: it does none, bytes moved rank it), ``probe_json`` (path read, None when
 absent), ``rule`` (how the pool was built), ``notes`` [text],
-``pool`` [{case, source_case, factors {symbol: factor}, scale (product of the factors; 1 for an original case),
+``pool`` [{case, source_case, factors {symbol: factor}, scale (probe.json's scale of the candidate, else the
+product of the factors; 1 for an original case),
 original (bool), flops_rank (0-based rank of its source case among the originals by FLOPs - by bytes for mbu),
 flops_traced (the tracer's matrix FLOPs, None: not traced), flops_py (flops.py's value or None), input_bytes,
 compute_dtype, why (why it is in the pool)}],
