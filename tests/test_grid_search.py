@@ -82,6 +82,14 @@ def test_a_probe_json_naming_cases_the_case_file_lacks_is_refused_with_the_fix(t
         search_pool.build_pool(infos, probe, flops, "mfu")
 
 
+def test_the_collector_marks_probe_cases_with_their_origin_without_a_search(tmp_path):
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(probe_doc({5: (2, {"seq": 4})})))
+    assert search_pool.probe_origins(str(path)) == {5: {"source_case": 2, "factors": {"seq": 4}, "scale": None,
+                                                        "grid_search_json": None, "probe_json": str(path)}}
+    assert search_pool.probe_origins(str(tmp_path / "none.json")) == {}
+
+
 def test_a_malformed_probe_json_is_refused_naming_the_file(tmp_path):
     bad = tmp_path / "probe.json"
     bad.write_text(json.dumps({"appended": {"x": {"source_case": 0}}}))
@@ -108,9 +116,12 @@ def entry(pmu, kernels, **extra):
 
 
 def test_npu_executed_flops_are_the_cube_fops_of_every_launch_and_the_smaller_count_wins():
-    e = entry({"mm": {"aic_cube_fops": 3.0e6}, "act": {"aic_cube_fops": 0.0}}, [("mm", 2), ("act", 1)])
+    e = entry({"mm": {"aic_cube_fops": 3.0e6}, "act": {"aic_cube_fops": 0.0}, "norm": {"aiv_vector_fops": 9.0}},
+              [("mm", 2), ("act", 1), ("norm", 1)])  # norm: a vector-only task, its cube column N/A (dropped)
     executed, src, why = sn.executed_flops(e, "npu")
     assert executed == 6.0e6 and src == "hardware:aic_cube_fops" and why is None
+    cuda = entry({"k": {"tensor_inst_executed": 1.0}, "v": {"dram_bytes": 9.0}}, [("k", 1), ("v", 1)])
+    assert sn.executed_flops(cuda, "cuda", "8.0", "float16")[0] is None  # on ncu an absent counter is unmeasured
     tile_padded = sn.numerator(5.0e6, executed, src, why)  # the kernel pads tiles: executes more than the model
     assert tile_padded["numerator"] == 5.0e6 and tile_padded["num_src"] == "tracer"
     sparse = sn.numerator(8.0e6, executed, src, why)  # a dense reference over a sparse kernel: the hardware is smaller
@@ -240,7 +251,8 @@ def test_grid_search_json_is_checked_and_its_chosen_cases_carry_their_origin(tmp
     gsj.write_grid_search_json(str(path), good_doc())
     ids, origins = gsj.chosen_cases(str(path))
     assert ids == [4, 0]
-    assert origins[4] == {"source_case": 0, "factors": {"batch": 4}, "scale": 4.0, "grid_search_json": str(path)}
+    assert origins[4] == {"source_case": 0, "factors": {"batch": 4}, "scale": 4.0, "grid_search_json": str(path),
+                          "probe_json": None}
     for change, match in [({"tool": "x"}, "not an mfu_grid_search.py result"), ({"chosen_cases": [9]},
                           "chosen case 9 is not in the pool"), ({"pool": [{"case": "0"}]}, r"pool\[0\]"),
                           ({"cost_s": {"stage1": "fast"}}, "cost_s"), ({"chosen_cases": []}, "chose no case")]:

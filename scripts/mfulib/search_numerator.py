@@ -36,8 +36,12 @@ NPU_COUNTER = "aic_cube_fops"
 CUDA_COUNTER = "tensor_inst_executed"
 
 
-def _counter_sum(entry: dict, counter: str, factor: float = 1.0):
-    """(sum over the iteration's kernels of counter x launches x factor, None) or (None, why)."""
+def _counter_sum(entry: dict, counter: str, factor: float = 1.0, absent_is_zero: bool = False):
+    """(sum over the iteration's kernels of counter x launches x factor, None) or (None, why).
+
+    A kernel without any counter, or with the counter None, was not measured: no sum. ``absent_is_zero``: a kernel
+    whose counters were read but lack this column counts 0 (msprof writes N/A in the cube columns of a vector-only
+    task, which the parser drops)."""
     pmu = entry.get("pmu") or {}
     kernels = entry.get("kernels") or []
     if not pmu:
@@ -46,7 +50,10 @@ def _counter_sum(entry: dict, counter: str, factor: float = 1.0):
         return None, "the collection lists no kernels for this case"
     total = 0.0
     for k in kernels:
-        v = (pmu.get(k.get("name")) or {}).get(counter)
+        counters = pmu.get(k.get("name"))
+        v = (counters or {}).get(counter)
+        if v is None and absent_is_zero and counters and counter not in counters:
+            v = 0.0
         if v is None:
             return None, f"{counter} was not measured for kernel {k.get('name')!r}"
         total += float(v) * float(k.get("launches_per_iter") or 1) * factor
@@ -62,7 +69,7 @@ def executed_flops(entry: dict, backend: str, capability=None, mode=None):
     if entry.get("pmu_unavailable"):
         return None, None, f"counters unavailable: {entry['pmu_unavailable']}"
     if backend == "npu":
-        v, why = _counter_sum(entry, NPU_COUNTER)
+        v, why = _counter_sum(entry, NPU_COUNTER, absent_is_zero=True)
         if v is None:
             why += " - collect with --aic-metrics ArithmeticUtilization"
         return v, f"hardware:{NPU_COUNTER}" if v is not None else None, why

@@ -58,6 +58,15 @@ def read_probe(path: str) -> dict | None:
     return {"appended": out, "verdicts": verdicts, "complete": bool(doc.get("complete"))}
 
 
+def probe_origins(path: str) -> dict:
+    """{appended case id: search_origin {source_case, factors, scale, grid_search_json: None, probe_json}} of the
+    probe.json at ``path`` ({} when absent): the collector marks a scaled case it measures without a search."""
+    probe = read_probe(path)
+    return {cid: {"source_case": o["source_case"], "factors": o["factors"], "scale": o["scale"],
+                  "grid_search_json": None, "probe_json": os.path.abspath(path)}
+            for cid, o in ((probe or {}).get("appended") or {}).items()}
+
+
 # ------------------------------------------------------------------------------------------------ FLOPs
 
 

@@ -147,6 +147,9 @@ def main(argv=None):
         if args.cases is not None:
             raise UserError("--cases and --search-json both choose the cases - give one of them")
         cases, origins = chosen_cases(os.path.abspath(args.search_json))
+    else:  # cases the shape probe appended are marked with their origin even when no search chose them
+        from mfulib.search_pool import probe_origins
+        origins = probe_origins(os.path.join(args.op_dir or args.output_dir, "probe.json"))
     opts = Options(op_dir=args.op_dir or args.output_dir, output_dir=args.output_dir, impl=args.impl,
                    warmup=args.warmup, repeats=args.repeats, seed=args.seed, retry=args.retry, device_id=args.device,
                    backend=args.backend, cases=cases, search_json=args.search_json, search_origins=origins,

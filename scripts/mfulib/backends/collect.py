@@ -74,7 +74,7 @@ class Options:
     progress: bool = True
     unverified_ok: bool = False
     search_json: str | None = None  # grid_search.json whose chosen_cases are ``cases`` (recorded in selection)
-    search_origins: dict = field(default_factory=dict)  # case id -> {source_case, factors, scale, grid_search_json}
+    search_origins: dict = field(default_factory=dict)  # case id -> search_origin (a search's or probe's case)
     flags: list = field(default_factory=list)
 
 

@@ -79,13 +79,14 @@ def _is_id(v) -> bool:
 
 def chosen_cases(path: str) -> tuple:
     """(case ids, {case id: origin}) the collector measures after a search: ``chosen_cases`` of the grid_search.json
-    at ``path`` (best first) and each one's ``search_origin`` {source_case, factors, scale, grid_search_json} for
-    performance.json. Raises UserError (via :func:`read_grid_search_json`) for a bad file or an empty choice."""
+    at ``path`` (best first) and each one's ``search_origin`` {source_case, factors, scale, grid_search_json,
+    probe_json} for performance.json. Raises UserError (via :func:`read_grid_search_json`) for a bad file or an empty choice."""
     doc = read_grid_search_json(path)
     if not doc["chosen_cases"]:
         raise UserError(f"{path}: the search chose no case (stage 2 measured nothing) - see its stage1/stage2 "
                         "errors, fix them and re-run the search, or collect without --search-json")
     by_id = {p["case"]: p for p in doc["pool"]}
     origins = {c: {"source_case": by_id[c].get("source_case"), "factors": dict(by_id[c].get("factors") or {}),
-                   "scale": by_id[c].get("scale"), "grid_search_json": path} for c in doc["chosen_cases"]}
+                   "scale": by_id[c].get("scale"), "grid_search_json": path, "probe_json": doc.get("probe_json")}
+               for c in doc["chosen_cases"]}
     return list(doc["chosen_cases"]), origins

@@ -20,7 +20,7 @@ Top level
     ``compat`` (core counts the compatibility layer handed to the operator, with their source), ``flops_file``,
     ``kernel_parts`` (KERNEL_PARTS of flops.py), ``selection`` {rule, order, skipped, not_verified [{case, reason, verify}]
     (cases the verify gate excluded: never timed, never a ``per_case`` row), reserve, verify_file, verified_now (cases the collector verified before timing them),
-    unverified_ok}, ``retry``, ``flush_cache_mib``, ``aic_metrics`` (npu), ``flags`` (run-level notes), ``wall_s``
+    unverified_ok, search_json (the grid_search.json whose chosen cases were measured, --search-json; None)}, ``retry``, ``flush_cache_mib``, ``aic_metrics`` (npu), ``flags`` (run-level notes), ``wall_s``
     (whole run, s); ``complete`` (every selected (case, impl) was run: false after Ctrl-C) and ``missing``
     [{case, impl, reason}] (what was not run) - make and mfu_decompose.py never take an incomplete file for a
     finished collection (:func:`completeness`).
@@ -50,7 +50,9 @@ Top level
     {kernel: {counter: mean}} (msprof PMU columns), ``attempts`` (profiling attempts used),
     ``harness_launches_dropped`` (the collector's marker/flush launches removed), ``launches_outside_iterations``
     (priming call and anything between iterations, not counted), ``impls``
-    {impl: {status, error, kernel_time_ns, span_ns, kernels, flags, attempts, prof_dir, wall_s}}.
+    {impl: {status, error, kernel_time_ns, span_ns, kernels, flags, attempts, prof_dir, wall_s}};
+    ``search_origin`` {source_case, factors {symbol: factor}, scale, grid_search_json, probe_json} for a case the
+    (case, scale) search chose or the shape probe appended, None for the others (the decomposition marks them).
 """
 from __future__ import annotations
 
