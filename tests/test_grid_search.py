@@ -82,6 +82,17 @@ def test_a_probe_json_naming_cases_the_case_file_lacks_is_refused_with_the_fix(t
         search_pool.build_pool(infos, probe, flops, "mfu")
 
 
+def test_the_probes_tracer_counts_are_reused_with_its_seed(tmp_path):
+    doc = probe_doc({5: (2, {"seq": 4}), 6: (1, {"seq": 2})}, verdicts={6: "fail"})
+    doc["candidates"][0]["flops"], doc["candidates"][1]["flops"] = 4.0e9, 1.0e9
+    doc.update(traced_flops={"1": 2.5e8, "2": 1.0e9}, run_key={"seed": 7})
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(doc))
+    probe = search_pool.read_probe(str(path))
+    assert probe["seed"] == 7
+    assert {c: t["flops"] for c, t in probe["traced"].items()} == {1: 2.5e8, 2: 1.0e9, 5: 4.0e9}  # 6 failed
+
+
 def test_the_collector_marks_probe_cases_with_their_origin_without_a_search(tmp_path):
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(probe_doc({5: (2, {"seq": 4})})))

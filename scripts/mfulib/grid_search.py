@@ -335,7 +335,11 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     originals = [i.case_id for i in infos if i.case_id not in ((probe or {}).get("appended") or {})]
     fpy = flops_py_values(opdir, [i.case_id for i in infos])
     traced_path = opdir.file(os.path.join(SCRATCH, "tracer_flops.json"))
-    traced = {} if fpy else trace_flops(opdir, originals, opts.seed, opts.flops_tool, traced_path, log)
+    # the probe traced the same reference with the same draw: its counts are reused (seed checked), the rest traced
+    traced = dict((probe or {}).get("traced") or {}) if (probe or {}).get("seed") == opts.seed else {}
+    if not fpy:
+        traced.update(trace_flops(opdir, [c for c in originals if c not in traced], opts.seed, opts.flops_tool,
+                                  traced_path, log))
     first = {c: (fpy.get(c) if fpy else (traced.get(c) or {}).get("flops")) for c in originals}
     metric = "mfu" if any(v for v in first.values()) else "mbu"
     by_id = {i.case_id: i for i in infos}

@@ -28,8 +28,10 @@ ALWAYS_TOP = 3  # the original top 3 are always in the pool (different cases tak
 def read_probe(path: str) -> dict | None:
     """The parts of probe.json (COMMON.md contract, written by max_shape_probe.py) the search reads, or None when
     ``path`` does not exist: {"appended": {case id: {source_case, factors, scale (None when not recorded)}},
-    "verdicts": {case id: verdict of the candidate that made it}, "complete": bool}. Raises UserError naming the
-    file for a malformed one.
+    "verdicts": {case id: verdict of the candidate that made it}, "complete": bool, "traced": {case id: {flops,
+    status, reason, from}} (the probe's tracer counts: ``traced_flops`` of the originals, ``flops`` of passed
+    candidates), "seed": the probe's seed (``run_key.seed``), whose draw those counts come from}. Raises UserError
+    naming the file for a malformed one.
 
     The reader is small on purpose: it can be swapped for the probe's own schema module."""
     if not path or not os.path.exists(path):
@@ -53,9 +55,19 @@ def read_probe(path: str) -> dict | None:
                             "re-run make probe")
         out[cid] = {"source_case": origin["source_case"], "factors": dict(origin.get("factors") or {}),
                     "scale": origin.get("scale") if is_number(origin.get("scale")) else None}
-    verdicts = {c.get("new_case_id"): c.get("verdict") for c in doc.get("candidates") or []
-                if isinstance(c, dict) and c.get("new_case_id") is not None}
-    return {"appended": out, "verdicts": verdicts, "complete": bool(doc.get("complete"))}
+    cands = [c for c in doc.get("candidates") or [] if isinstance(c, dict) and c.get("new_case_id") is not None]
+    verdicts = {c["new_case_id"]: c.get("verdict") for c in cands}
+    traced = {}  # the probe's tracer counts (gate 2 of a candidate; the ranking of the originals)
+    for key, v in (doc.get("traced_flops") or {}).items():
+        if str(key).isdigit() and is_number(v):
+            traced[int(key)] = {"flops": float(v), "status": "pass", "reason": None, "from": "probe.json"}
+    for c in cands:
+        if c.get("verdict") == "pass" and is_number(c.get("flops")):
+            traced[c["new_case_id"]] = {"flops": float(c["flops"]), "status": "pass", "reason": None,
+                                        "from": "probe.json"}
+    seed = (doc.get("run_key") or {}).get("seed") if isinstance(doc.get("run_key"), dict) else None
+    return {"appended": out, "verdicts": verdicts, "complete": bool(doc.get("complete")), "traced": traced,
+            "seed": seed}
 
 
 def probe_origins(path: str) -> dict:

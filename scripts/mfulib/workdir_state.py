@@ -44,8 +44,6 @@ class Step:
 STEPS = (
     Step("prepare", PREPARE_JSON),
     Step("verify", "verify.json", ("prepare",), ("model_new.py",)),
-    Step("probe", "probe.json", ("verify",), ("model.py", "model_new.py")),  # step 2, make probe / SEARCH=1
-    Step("search", "grid_search.json", ("probe",), ("model_new.py",)),
     Step("flops", "flops_check.json", ("prepare",), ("flops.py", "model.py")),
     Step("collect", "performance.json", ("verify", "flops"), ("model_new.py",)),
     Step("peak", "peak.json"),
@@ -136,15 +134,6 @@ def report_verdict(step: str, path: str) -> tuple:
         elif step == "peak":
             peak = peak_json.read_peak_json(path)
             ok, problems = not peak.get("interrupted"), (["interrupted"] if peak.get("interrupted") else [])
-        elif step == "probe":
-            doc = read_json(path)
-            ok = isinstance(doc, dict) and doc.get("complete") is True
-            problems = [] if ok else ["incomplete: not every planned candidate has a verdict (a re-run resumes)"]
-        elif step == "search":
-            from .schemas import grid_search_json
-            doc = grid_search_json.read_grid_search_json(path)
-            ok = bool(doc.get("complete") and doc["chosen_cases"])
-            problems = [f"chosen cases {doc['chosen_cases']}"] if ok else ["incomplete or no case measured in stage 2"]
         elif step == "decompose":
             ok, problems = decompose_json.completeness(decompose_json.read_decompose_json(path))
         else:
