@@ -209,7 +209,7 @@ PROBE_ARGS  ?=
 SEARCH_ARGS ?=
 .PHONY: probe search
 PROBE_CMD = $(PY) $(SCRIPTS)/max_shape_probe.py --dir $(WORK) --flops-tool $(SCRIPTS)/check_flops.py \
-  --max-bytes 10e9 --max-ms 4000 --backend $(BACKEND) --device $(DEVICE_ID) $(PROBE_ARGS)
+  --max-bytes 10e9 --max-ms 4000 --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(PROBE_ARGS)
 SEARCH_CMD = $(PY) $(SCRIPTS)/mfu_grid_search.py --dir $(WORK) --flops-tool $(SCRIPTS)/check_flops.py \
   --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(SEARCH_ARGS)
 # run-time test, not parse time: with SEARCH=1 the search runs in the same make as the collection

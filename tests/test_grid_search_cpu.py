@@ -107,7 +107,7 @@ def test_make_search_1_runs_probe_before_flops_and_search_before_collect(tmp_pat
         < order.index("msprof_perf_summary")
     probe = next(ln for ln in lines if "max_shape_probe" in ln)
     assert "--flops-tool" in probe and "--max-bytes 10e9 --max-ms 4000" in probe and "--max-scale 8" in probe
-    assert "--backend cpu --device 0" in probe
+    assert "--backend cpu --device 0 --seed 0" in probe  # the search reuses its tracer counts of that draw
     collect = next(ln for ln in lines if "msprof_perf_summary" in ln)
     assert "test -f .state/search.ok && test -f grid_search.json && echo --search-json grid_search.json" in collect
     plain = make("OP=zoo/1_BatchMatmul", f"WORK={tmp_path / 'w'}", "BACKEND=cpu", "-n", "collect")
