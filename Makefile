@@ -85,6 +85,7 @@ help: ## show this help
 	@echo "triton-mfu-analyzer - usage: make OP=<op> [V=<verify dir> | BENCH=<dir> GEN=<dir> | REF_ROOT=<dir> IMPL_ROOT=<dir>] <target>"
 	@echo "variables: OP V BENCH GEN REF_ROOT IMPL_ROOT ITER VARIANT WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
 	@echo "           VERIFY_ARGS COLLECT_ARGS FLUSH_CACHE_MIB=$(FLUSH_CACHE_MIB) ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1"
+	@echo "           SEARCH=1 (probe + search before collect) PROBE_ARGS SEARCH_ARGS"
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 # torch: a host that already has torch (+ torch_npu) keeps it; a host with an NVIDIA driver gets the default
@@ -125,7 +126,7 @@ status: ## per step of the work directory: done / stale (why) / failed (its repo
 # time, of prepare.json (mfulib/workdir_state.py): "ok" leaves step 1 alone (a touch changes nothing); "redo"
 # (another V/ITER/VARIANT/..., another resolved file, changed content), "new" or "error" (e.g. a V that does not
 # exist) runs prepare, which redoes the directory (old one kept as a backup) or fails with the reason.
-PIPELINE_GOALS := prepare verify flops collect peak decompose report all
+PIPELINE_GOALS := prepare verify flops collect peak decompose report all probe search
 ifneq ($(OP),)
 ifneq ($(filter $(PIPELINE_GOALS) $(WORK)/%,$(MAKECMDGOALS)),)
 PREPARE_CHECK := $(shell $(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --check 2>&1)
@@ -207,7 +208,39 @@ REPORT_CMD = $(DECOMPOSE_CMD) --html $(WORK)/report.html
 report: $(ST)/decompose.ok ## one self-contained HTML report of the decomposition -> $(WORK)/report.html
 	$(REPORT_CMD)
 
-all: decompose ## prepare -> verify + flops -> collect -> peak -> decompose
+
+# ---------------------------------------------------------------------------------------------- step 2: limit-MFU search
+# probe: scale the cases under five gates and append the legal ones to both case copies (probe.json); search: rank
+# the pool of (case, scale) points by wall clock, measure the top 3 with the collector (grid_search.json). With
+# SEARCH=1, collect waits for the search; after a successful search (its stamp), collect measures the chosen cases
+# (--search-json), each marked with its origin in performance.json.
+SEARCH      ?=
+PROBE_ARGS  ?=
+SEARCH_ARGS ?=
+.PHONY: probe search
+PROBE_CMD = $(PY) $(SCRIPTS)/max_shape_probe.py --dir $(WORK) --flops-tool $(SCRIPTS)/check_flops.py \
+  --max-bytes 10e9 --max-ms 4000 --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(PROBE_ARGS)
+SEARCH_CMD = $(PY) $(SCRIPTS)/mfu_grid_search.py --dir $(WORK) --flops-tool $(SCRIPTS)/check_flops.py \
+  --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(SEARCH_ARGS)
+# run-time test, not parse time: with SEARCH=1 the search runs in the same make as the collection
+COLLECT_CMD += $$(test -f .state/search.ok && test -f grid_search.json && echo --search-json grid_search.json)
+
+probe: $(ST)/probe.ok ## step 2a: scale the cases under five gates, append the legal ones (probe.json; PROBE_ARGS)
+
+$(ST)/probe.ok: $(ST)/verify.ok $(WORK)/model.py $(WORK)/model_new.py
+	$(call step,probe,$(WORK)/probe.json,$(PROBE_CMD))
+
+search: $(ST)/search.ok ## step 2b: (case, scale) search for the limit MFU (grid_search.json; SEARCH_ARGS)
+
+$(ST)/search.ok: $(ST)/probe.ok $(WORK)/model_new.py
+	$(call step,search,$(WORK)/grid_search.json,$(SEARCH_CMD))
+
+# a new search re-collects; SEARCH=1 makes the collection wait for it
+$(ST)/collect.ok: $(if $(SEARCH),$(ST)/search.ok) $(wildcard $(ST)/search.ok)
+# the probe appends cases: check flops.py on them too before they are collected
+$(ST)/flops.ok: $(if $(SEARCH),$(ST)/probe.ok) $(wildcard $(ST)/probe.ok)
+
+all: decompose ## prepare -> verify + flops -> collect -> peak -> decompose; SEARCH=1: probe + search before collect
 
 clean-work: ## remove $(WORK)
 	$(need-op)

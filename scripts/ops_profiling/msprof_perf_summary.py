@@ -6,7 +6,9 @@ Run from the work directory, as the spec does:
   python3 $SKILL_DIR/scripts/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc --output-dir . \\
       --warmup 5 --repeats 5 --keep-prof .
 
-Without --cases the top-3 cases by theoretical FLOPs (flops.py) are measured (--mfu-top-k N, --max-cases N);
+--search-json grid_search.json measures the cases the (case, scale) search chose (mfu_grid_search.py), each
+marked with its origin (per_case[].search_origin). Without --cases the top-3 cases by theoretical FLOPs (flops.py)
+are measured (--mfu-top-k N, --max-cases N);
 without flops.py, by input bytes, and no MFU is reported. Only cases that verify passed on this backend are timed
 (verify.json): a selected case without a verify row is verified first (and recorded in verify.json); one verify
 skipped, rejected or failed is never timed (listed under selection.not_verified with the reason) and its slot
@@ -59,6 +61,9 @@ def build_parser():
                    help="keep raw profiles under DIR/prof/case<N>_<impl>/ (PROF_* dirs or chrome traces)")
     p.add_argument("--mfu-top-k", type=int, default=3, help="without --cases: how many cases, largest FLOPs first")
     p.add_argument("--cases", default=None, help="explicit 0-based case ids, e.g. 3,7,9 or 0-4")
+    p.add_argument("--search-json", default=None, metavar="GRID_SEARCH_JSON",
+                   help="measure the cases a search chose (grid_search.json chosen_cases, best first) instead of "
+                        "the top-k; each is marked with its origin (per_case[].search_origin)")
     p.add_argument("--max-cases", type=int, default=None,
                    help="take the top N cases instead of --mfu-top-k (N >= number of cases: all)")
     p.add_argument("--mfu-peak", type=float, default=None, metavar="TFLOPS",
@@ -161,9 +166,19 @@ def main(argv=None):
         print_table(report)
         print(f"wrote {os.path.join(os.path.abspath(args.output_dir), 'performance.json')}")
         return 0
+    cases, origins = cli.parse_case_list(args.cases) if args.cases is not None else None, {}
+    if args.search_json:
+        from mfulib.errors import UserError
+        from mfulib.schemas.grid_search_json import chosen_cases
+        if args.cases is not None:
+            raise UserError("--cases and --search-json both choose the cases - give one of them")
+        cases, origins = chosen_cases(os.path.abspath(args.search_json))
+    else:  # cases the shape probe appended are marked with their origin even when no search chose them
+        from mfulib.search_pool import probe_origins
+        origins = probe_origins(os.path.join(args.op_dir or args.output_dir, "probe.json"))
     opts = Options(op_dir=args.op_dir or args.output_dir, output_dir=args.output_dir, impl=args.impl,
                    warmup=args.warmup, repeats=args.repeats, seed=args.seed, retry=args.retry, device_id=args.device,
-                   backend=args.backend, cases=cli.parse_case_list(args.cases) if args.cases is not None else None,
+                   backend=args.backend, cases=cases, search_json=args.search_json, search_origins=origins,
                    top_k=args.mfu_top_k, max_cases=args.max_cases, mfu=args.mfu, mfu_peak=args.mfu_peak,
                    keep_prof=args.keep_prof, case_timeout_s=args.case_timeout_s, flush_cache_mib=args.flush_cache_mib,
                    aic_metrics=args.aic_metrics, msprof=args.msprof, quick=True, progress=not args.quiet,

@@ -83,6 +83,8 @@ class Options:
     ncu: str | None = None
     ncu_cache_control: str = "auto"
     pmu_iterations: int = 2
+    search_json: str | None = None  # grid_search.json whose chosen_cases are ``cases`` (recorded in selection)
+    search_origins: dict = field(default_factory=dict)  # case id -> search_origin (a search's or probe's case)
     flags: list = field(default_factory=list)
 
 
@@ -171,7 +173,8 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str, gate
         if bad:
             raise UserError(f"--cases: no case {bad} (the case file has {len(infos)} cases, ids 0..{len(infos) - 1})")
         order = [by_id[c] for c in opts.cases]
-        rule = f"--cases {','.join(map(str, opts.cases))}"
+        rule = (f"chosen by the search ({opts.search_json})" if opts.search_json else "--cases") + \
+            f" {','.join(map(str, opts.cases))}"
         k = opts.max_cases or len(order)
     else:
         key, what = None, "input bytes (no flops.py: no MFU reported)"
@@ -528,6 +531,7 @@ def collect(opts: Options, log=None) -> dict:
     # listed, with verify's reason, under selection.not_verified only
     selection["not_verified"] = [{"case": i.case_id, "reason": why, "verify": mark}
                                  for i, why, mark in skipped if mark is not None]
+    selection["search_json"] = opts.search_json
     per_case = [_perf.skipped_entry(i, why, verify=mark) for i, why, mark in skipped if mark is None]
     missing = [{"case": i.case_id, "impl": impl, "reason": "not run: the collection was interrupted"}
                for i in selected for impl in impls if impl not in results.get(i.case_id, {})]
@@ -549,6 +553,8 @@ def collect(opts: Options, log=None) -> dict:
             if entry["verify"]["forced"]:
                 entry["flags"].append(entry["verify"]["reason"])
         per_case.append(entry)
+    for e in per_case:  # the case the (case, scale) search chose, with its origin; None otherwise
+        e["search_origin"] = opts.search_origins.get(e["case"])
     run = {
         "task": opdir.op_name, "task_dir": opdir.path, "warmup": opts.warmup, "repeats": opts.repeats,
         "seed": opts.seed, "device_id": opts.device_id, "device_select_source": dev_source,

@@ -18,7 +18,9 @@ with the compatibility layer of :mod:`mfulib.compat` installed first), then::
     profiler session ends -> trace file (cpu/cuda; msprof writes its own PROF dir)
 
 and writes ``report.json`` atomically: status, error, device identity, compatibility report (core counts handed to
-the operator), output bytes, trace path and wall times of each phase.
+the operator), output bytes, trace path, wall times of each phase and ``iter_wall_ns`` (host wall clock of each of
+the warmup + repeats iterations, ns, the device synchronised at its end: the shape search's profiler-free timing,
+spec ``"profile": false``).
 
 Spec keys: ``op_dir, case_id, impl (asc|ref), seed, warmup, repeats, backend, device, markers, profile,
 flush_cache_mib, report_path, trace_path``.
@@ -298,15 +300,18 @@ def run_spec(spec: dict, backend, report: dict) -> None:
             if profile and not backend.profile_prime:
                 session = stack.enter_context(backend.session(spec))
             t = time.perf_counter()
+            iter_wall_ns = report["iter_wall_ns"] = []  # host wall clock of each iteration, device synchronised
             for i in range(n):
                 if harness is not None and harness.flush_buf is not None:
                     harness.flush()
                     backend.sync()
+                t_iter = time.perf_counter_ns()
                 with backend.iteration(i):
                     if spec.get("markers"):
                         harness.marker()
                     built.model(*built.args)
                     backend.sync()
+                iter_wall_ns.append(time.perf_counter_ns() - t_iter)
             if spec.get("markers"):
                 harness.marker()
                 backend.sync()

@@ -20,7 +20,8 @@ Top level
     ``compat`` (core counts the compatibility layer handed to the operator, with their source), ``flops_file``,
     ``kernel_parts`` (KERNEL_PARTS of flops.py), ``selection`` {rule, order, skipped, not_verified [{case, reason, verify}]
     (cases the verify gate excluded: never timed, never a ``per_case`` row), reserve, verify_file, verified_now (cases the collector verified before timing them),
-    unverified_ok}, ``retry``, ``flush_cache_mib``, ``pmu_collection`` {requested (auto | ncu | none), tool ("ncu" or
+    unverified_ok, search_json (the grid_search.json whose chosen cases were measured, --search-json; None)},
+    ``retry``, ``flush_cache_mib``, ``pmu_collection`` {requested (auto | ncu | none), tool ("ncu" or
     None), available (the probe's verdict, asked once per run), reason; with ncu also ncu, ncu_version,
     cache_control (all | none), clock_control ("none"), iterations (profiled per case), metrics {counter: [ncu
     metrics]}, metrics_dropped (unknown to this ncu)}, ``aic_metrics`` (npu), ``flags`` (run-level notes), ``wall_s``
@@ -62,7 +63,9 @@ Top level
     ``time_per_iter_ns``), ``attempts`` (profiling attempts used),
     ``harness_launches_dropped`` (the collector's marker/flush launches removed), ``launches_outside_iterations``
     (priming call and anything between iterations, not counted), ``impls``
-    {impl: {status, error, kernel_time_ns, span_ns, kernels, flags, attempts, prof_dir, wall_s}}.
+    {impl: {status, error, kernel_time_ns, span_ns, kernels, flags, attempts, prof_dir, wall_s}};
+    ``search_origin`` {source_case, factors {symbol: factor}, scale, grid_search_json, probe_json} for a case the
+    (case, scale) search chose or the shape probe appended, None for the others (the decomposition marks them).
 """
 from __future__ import annotations
 

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Search the (case, scale) point of maximum MFU of an operator work directory (step 2 of triton-mfu-analyzer,
+after max_shape_probe.py) -> grid_search.json.
+
+  python3 $SKILL_DIR/scripts/mfu_grid_search.py --dir <work dir> [--backend auto] [--device 0]
+
+Pool: the top --top-n (8) original cases by FLOPs (flops.py when present, else the reference's tracer via
+--flops-tool --tracer-only) at scale 1, plus the scaled variants probe.json appended for them; the original top 3
+are always in it. Stage 1 ranks the pool by device-synchronised wall clock, without the profiler, in one persistent
+worker (--warmup/--repeats; median per iteration); stage 2 measures the top --stage2-k (3) with the collector
+(msprof_perf_summary.py --cases; precise kernel time, PMU where the backend has it). The result is the maximum
+MFU (MFU@ach with peak.json, else MFU@nom) of the precise kernel time; an operator without matrix work gets MBU
+(bytes moved = inputs + outputs). Numerator = min(traced, executed) where hardware counts exist (NPU aic_cube_fops;
+CUDA tensor instructions), else the tracer's, with num_src and why.
+grid_search.json records the pool, both stages, the cost of each in seconds and chosen_cases, which the collector
+then measures (msprof_perf_summary.py --search-json grid_search.json; make collect does it after make search).
+Scratch files go to <work dir>/search/. Exit status: 0; 1 when stage 2 measured no case; 2 on bad input; 130
+interrupted (grid_search.json then records complete=false).
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mfulib import cli  # noqa: E402
+
+
+def build_parser():
+    from mfulib.grid_search import CHECK_FLOPS
+    p = cli.parser(__doc__, prog="mfu_grid_search.py")
+    p.add_argument("--dir", required=True, help="operator work directory (prepared; probe.json from the probe)")
+    p.add_argument("--backend", choices=("auto", "npu", "cuda", "cpu"), default="auto",
+                   help="auto = npu if torch_npu + CANN are set up, else cuda, else cpu")
+    p.add_argument("--device", type=int, default=0, metavar="N", help="device index")
+    p.add_argument("--seed", type=int, default=0, help="seed for inputs and weights (the tracer gets the same)")
+    p.add_argument("--top-n", type=int, default=8, help="original cases in the pool, most FLOPs first (>= 3)")
+    p.add_argument("--stage2-k", type=int, default=3, help="stage-1 leaders measured by the collector")
+    p.add_argument("--warmup", type=int, default=None, help="stage-1 warmup iterations (default 5; cpu 1)")
+    p.add_argument("--repeats", type=int, default=None, help="stage-1 timed iterations (default 10; cpu 2)")
+    p.add_argument("--stage2-warmup", type=int, default=None, help="collector --warmup (its default otherwise)")
+    p.add_argument("--stage2-repeats", type=int, default=None, help="collector --repeats (its default otherwise)")
+    p.add_argument("--case-timeout-s", type=float, default=600.0, help="wall-clock limit of one case")
+    p.add_argument("--flops-tool", default=CHECK_FLOPS, help="FLOPs tool run with --tracer-only (check_flops.py)")
+    p.add_argument("--probe-json", default=None, help="probe result (default: <dir>/probe.json; absent: scale 1)")
+    p.add_argument("--peak-json", default=None, help="measured peaks for MFU@ach (default: <dir>/peak.json if any)")
+    p.add_argument("-o", "--output", default=None, help="result file (default: <dir>/grid_search.json)")
+    p.add_argument("--collect-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for the stage-2 collector, repeatable (e.g. --collect-arg=--flush-cache-mib "
+                        "--collect-arg=256)")
+    p.add_argument("--unverified-ok", action="store_true", help="also time cases verify did not pass (marked)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or log lines")
+    return p
+
+
+def print_summary(doc):
+    from tabulate import tabulate
+    pool = {p["case"]: p for p in doc["pool"]}
+    rows = []
+    for r in doc["stage1"]:
+        p = pool[r["case"]]
+        rows.append([r["rank"] or "-", r["case"], p["source_case"], _factors(p), r["status"],
+                     f"{r['wall_median_ns'] / 1e3:.2f}" if r["wall_median_ns"] else "-",
+                     f"{r['rank_value']:.4g}" if r["rank_value"] is not None else "-", (r["error"] or "")[:50]])
+    print(tabulate(rows, headers=["rank", "case", "from", "scale", "status", "wall us", "stage-1 key", "error"]))
+    fig = "MFU" if doc["metric"] == "mfu" else "MBU"
+    rows = []
+    for r in doc["stage2"]:
+        p = pool[r["case"]]
+        rows.append([r["case"], p["source_case"], _factors(p), r["status"],
+                     f"{r['kernel_time_ns'] / 1e3:.2f}" if r["kernel_time_ns"] else "-", _pct(r.get("mfu_nom")),
+                     _pct(r.get("mfu_ach")), _pct(r.get("mbu")), r.get("num_src") or "-", (r.get("error") or "")[:40]])
+    print(tabulate(rows, headers=["case", "from", "scale", "status", "kernel us", "MFU@nom", "MFU@ach", "MBU",
+                                  "num_src", "error"]))
+    best, cost = doc["best"], doc["cost_s"]
+    if best:
+        value = best["mfu"] if doc["metric"] == "mfu" else best["mbu"]
+        s2 = next(r for r in doc["stage2"] if r["case"] == best["case"])
+        shown = _pct(value) if value is not None else (  # no peak (cpu): the throughput itself
+            f"- (no peak; {s2['actual_tflops']:.4g} TFLOP/s)" if s2.get("actual_tflops") is not None else
+            f"- (no bandwidth; {s2['achieved_gbps']:.4g} GB/s)" if s2.get("achieved_gbps") is not None else "-")
+        print(f"limit {fig}: {shown}{' (' + best['mfu_kind'] + ')' if best.get('mfu_kind') else ''} at case "
+              f"{best['case']} (case {best['source_case']} x {_factors(pool[best['case']])}); numerator "
+              f"{best['num_src']}: {best['num_src_why']}")
+    print(f"cost: flops {cost['flops']:.1f} s, verify {cost['verify']:.1f} s, stage 1 {cost['stage1']:.1f} s, "
+          f"stage 2 {cost['stage2']:.1f} s; chosen cases {doc['chosen_cases']}")
+    for n in doc.get("notes") or []:
+        print(f"note: {n}")
+
+
+def _factors(p):
+    return "1" if not p["factors"] else ",".join(f"{k}x{v:g}" for k, v in p["factors"].items())
+
+
+def _pct(v):
+    return "-" if v is None else f"{v:.2%}"
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from mfulib.grid_search import SearchOptions, run_search
+    opts = SearchOptions(op_dir=args.dir, backend=args.backend, device_id=args.device, seed=args.seed,
+                         top_n=args.top_n, stage2_k=args.stage2_k, warmup=args.warmup, repeats=args.repeats,
+                         stage2_warmup=args.stage2_warmup, stage2_repeats=args.stage2_repeats,
+                         case_timeout_s=args.case_timeout_s, flops_tool=args.flops_tool, probe_json=args.probe_json,
+                         peak_json=args.peak_json, output=args.output, collect_args=args.collect_arg,
+                         unverified_ok=args.unverified_ok, progress=not args.quiet)
+    doc = run_search(opts, log=(lambda m: None) if args.quiet else None)
+    print_summary(doc)
+    out = args.output or os.path.join(os.path.abspath(args.dir), "grid_search.json")
+    print(f"wrote {out}")
+    if not doc["chosen_cases"]:
+        print("FAILED: stage 2 measured no case (see the stage2 errors above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

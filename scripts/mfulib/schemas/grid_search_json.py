@@ -1,0 +1,92 @@
+"""grid_search.json: step 2's (case, scale) search for the limit MFU (scripts/mfu_grid_search.py), its writer and
+readers. The collector reads the chosen cases (and each one's origin) through :func:`chosen_cases`.
+
+Provenance (:func:`mfulib.jsonio.provenance`) + ``op_dir``, ``cases_file``, ``backend``, ``metric`` (``mfu``: the
+operator does matrix work; ``mbu``: it does none, bytes moved rank it), ``probe_json`` (path read, None when
+absent), ``rule`` (how the pool was built), ``notes`` [text],
+``pool`` [{case, source_case, factors {symbol: factor}, scale (probe.json's scale of the candidate, else the
+product of the factors; 1 for an original case),
+original (bool), flops_rank (0-based rank of its source case among the originals by FLOPs - by bytes for mbu),
+flops_traced (the tracer's matrix FLOPs, None: not traced), flops_py (flops.py's value or None), input_bytes,
+compute_dtype, why (why it is in the pool)}],
+``excluded`` [{case, reason}] (probe variants left out of the pool, pool cases verify refused),
+``stage1`` [{case, rank (1 = best), status (ok | not_verified | rejected | oom | error | timeout | crashed | no_flops),
+error, wall_iter_ns [per measured iteration], wall_median_ns, wall_spread ((max - min) / median), wall_tflops
+(traced FLOPs / median wall time), wall_gbps (bytes moved / median wall time), rank_value (wall_tflops over the
+dtype's peak, or wall_tflops / wall_gbps when no peak is known), output_bytes}],
+``stage2`` [{case, status, error, kernel_time_ns, repeat_spread, numerator_traced, numerator_executed, numerator,
+num_src ("tracer" | "hardware:<counter>" | None), num_src_why, pmu_source, actual_tflops, mfu_nom, mfu_ach,
+peak_nom_tflops, peak_ach_tflops, bytes_moved, achieved_gbps, mbu, bandwidth_gbps, metric_value}],
+``stage2_performance_json`` (the collector's report of stage 2),
+``best`` {case, source_case, factors, scale, metric, mfu, mfu_kind (ach | nom | None), mbu, num_src, num_src_why,
+numerator_traced, numerator_executed, numerator, kernel_time_ns} (None when stage 2 measured nothing),
+``cost_s`` {flops, verify, stage1, stage2, total} (wall seconds of each part), ``chosen_cases`` [case ids the
+collector measures after the search, best first], ``complete`` (both stages ran to the end).
+"""
+from __future__ import annotations
+
+from ..definitions import is_number
+from ..errors import UserError
+from ..jsonio import write_json_atomic
+from .common import read_work_json, wrong_type
+
+SCHEMA = 1
+TOOL = "mfu_grid_search"
+FILE_NAME = "grid_search.json"
+REQUIRED = ("pool", "stage1", "stage2", "best", "cost_s", "chosen_cases")
+TOP_KEYS = ("op_dir", "cases_file", "backend", "metric", "probe_json", "rule", "notes", "pool", "excluded", "stage1",
+            "stage2", "stage2_performance_json", "best", "cost_s", "chosen_cases", "complete")
+BEST_KEYS = ("case", "source_case", "factors", "scale", "metric", "mfu", "mfu_kind", "mbu", "num_src", "num_src_why",
+             "numerator_traced", "numerator_executed", "numerator", "kernel_time_ns")
+
+
+def write_grid_search_json(path: str, doc: dict) -> None:
+    """Write ``doc`` (provenance + the body of :func:`mfulib.grid_search.run_search`) atomically to ``path``."""
+    write_json_atomic(path, doc)
+
+
+def read_grid_search_json(path: str) -> dict:
+    """Read and check a grid_search.json: an object of this tool with the :data:`REQUIRED` keys, ``pool`` a list
+    of {case: int, ...}, ``chosen_cases`` a list of case ids found in the pool. Raises UserError naming the file, the
+    field and the fix."""
+    fix = "re-run the search (make search, or scripts/mfu_grid_search.py --dir <work dir>)"
+    doc = read_work_json(path, f"run the search first: {fix}", fix)
+    if not isinstance(doc, dict) or doc.get("tool") != TOOL:
+        raise UserError(f"{path}: not an mfu_grid_search.py result (no tool={TOOL}) - pass the file it wrote")
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise UserError(f"{path}: lacks {missing} - {fix}")
+    for key in ("pool", "stage1", "stage2", "chosen_cases"):
+        if not isinstance(doc[key], list):
+            raise wrong_type(path, key, doc[key], "a list", fix)
+    for i, p in enumerate(doc["pool"]):
+        if not isinstance(p, dict) or not _is_id(p.get("case")):
+            raise wrong_type(path, f"pool[{i}]", p, "an object {case: int, source_case, factors, ...}", fix)
+    pool_ids = {p["case"] for p in doc["pool"]}
+    for i, c in enumerate(doc["chosen_cases"]):
+        if not _is_id(c):
+            raise wrong_type(path, f"chosen_cases[{i}]", c, "a case id (integer >= 0)", fix)
+        if c not in pool_ids:
+            raise UserError(f"{path}: chosen case {c} is not in the pool {sorted(pool_ids)} - {fix}")
+    if not isinstance(doc["cost_s"], dict) or not all(v is None or is_number(v) for v in doc["cost_s"].values()):
+        raise wrong_type(path, "cost_s", doc["cost_s"], "an object {stage: seconds}", fix)
+    return doc
+
+
+def _is_id(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def chosen_cases(path: str) -> tuple:
+    """(case ids, {case id: origin}) the collector measures after a search: ``chosen_cases`` of the grid_search.json
+    at ``path`` (best first) and each one's ``search_origin`` {source_case, factors, scale, grid_search_json,
+    probe_json} for performance.json. Raises UserError (via :func:`read_grid_search_json`) for a bad file or an empty choice."""
+    doc = read_grid_search_json(path)
+    if not doc["chosen_cases"]:
+        raise UserError(f"{path}: the search chose no case (stage 2 measured nothing) - see its stage1/stage2 "
+                        "errors, fix them and re-run the search, or collect without --search-json")
+    by_id = {p["case"]: p for p in doc["pool"]}
+    origins = {c: {"source_case": by_id[c].get("source_case"), "factors": dict(by_id[c].get("factors") or {}),
+                   "scale": by_id[c].get("scale"), "grid_search_json": path, "probe_json": doc.get("probe_json")}
+               for c in doc["chosen_cases"]}
+    return list(doc["chosen_cases"]), origins

@@ -1,0 +1,183 @@
+"""The search pool of step 2b (mfulib/grid_search.py): probe.json's appended cases, the FLOPs that rank the
+original cases, and the pool itself.
+
+* :func:`read_probe`: the parts of probe.json (COMMON.md contract; written by max_shape_probe.py) the search needs;
+* :func:`trace_flops`: the reference's matrix FLOPs per case from ``check_flops.py --tracer-only`` (a subprocess,
+  the spec's ``--flops-tool``), :func:`flops_py_values`: flops.py's, when it needs no forward args;
+* :func:`build_pool`: the top-N original cases by FLOPs (bytes for an operator without matrix work) at scale 1
+  plus the probe's legal variants of them; the original top 3 are always in the pool (the spec, step 2: different
+  cases take different code paths - one public operator's case ran a single kernel at 8x the MFU).
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+from .definitions import is_number
+from .errors import UserError
+from .jsonio import read_json
+from .opdir import OpDir
+
+CHECK_FLOPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "check_flops.py")
+ALWAYS_TOP = 3  # the original top 3 are always in the pool (different cases take different code paths)
+
+
+
+def read_probe(path: str) -> dict | None:
+    """The parts of probe.json (COMMON.md contract, written by max_shape_probe.py) the search reads, or None when
+    ``path`` does not exist: {"appended": {case id: {source_case, factors, scale (None when not recorded)}},
+    "verdicts": {case id: verdict of the candidate that made it}, "complete": bool, "traced": {case id: {flops,
+    status, reason, from}} (the probe's tracer counts: ``traced_flops`` of the originals, ``flops`` of passed
+    candidates), "seed": the probe's seed (``run_key.seed``), whose draw those counts come from}. Raises UserError
+    naming the file for a malformed one.
+
+    The reader is small on purpose: it can be swapped for the probe's own schema module."""
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        doc = read_json(path)
+    except ValueError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}) - re-run the probe (make probe)") from None
+    appended = doc.get("appended") if isinstance(doc, dict) else None
+    if not isinstance(appended, dict):
+        raise UserError(f"{path}: no \"appended\" object - not a max_shape_probe.py result; re-run make probe")
+    out = {}
+    for key, origin in appended.items():
+        try:
+            cid = int(key)
+        except (TypeError, ValueError):
+            raise UserError(f"{path}: appended key {key!r} is not a case id - re-run make probe") from None
+        if not isinstance(origin, dict) or not isinstance(origin.get("source_case"), int) or \
+                not isinstance(origin.get("factors", {}), dict):
+            raise UserError(f"{path}: appended[{key}] is not {{source_case: int, factors: {{symbol: factor}}}} - "
+                            "re-run make probe")
+        out[cid] = {"source_case": origin["source_case"], "factors": dict(origin.get("factors") or {}),
+                    "scale": origin.get("scale") if is_number(origin.get("scale")) else None}
+    cands = [c for c in doc.get("candidates") or [] if isinstance(c, dict) and c.get("new_case_id") is not None]
+    verdicts = {c["new_case_id"]: c.get("verdict") for c in cands}
+    traced = {}  # the probe's tracer counts (gate 2 of a candidate; the ranking of the originals)
+    for key, v in (doc.get("traced_flops") or {}).items():
+        if str(key).isdigit() and is_number(v):
+            traced[int(key)] = {"flops": float(v), "status": "pass", "reason": None, "from": "probe.json"}
+    for c in cands:
+        if c.get("verdict") == "pass" and is_number(c.get("flops")):
+            traced[c["new_case_id"]] = {"flops": float(c["flops"]), "status": "pass", "reason": None,
+                                        "from": "probe.json"}
+    seed = (doc.get("run_key") or {}).get("seed") if isinstance(doc.get("run_key"), dict) else None
+    return {"appended": out, "verdicts": verdicts, "complete": bool(doc.get("complete")), "traced": traced,
+            "seed": seed}
+
+
+def probe_origins(path: str) -> dict:
+    """{appended case id: search_origin {source_case, factors, scale, grid_search_json: None, probe_json}} of the
+    probe.json at ``path`` ({} when absent): the collector marks a scaled case it measures without a search."""
+    probe = read_probe(path)
+    return {cid: {"source_case": o["source_case"], "factors": o["factors"], "scale": o["scale"],
+                  "grid_search_json": None, "probe_json": os.path.abspath(path)}
+            for cid, o in ((probe or {}).get("appended") or {}).items()}
+
+
+# ------------------------------------------------------------------------------------------------ FLOPs
+
+
+def trace_flops(opdir: OpDir, ids: list, seed: int, flops_tool: str, out_path: str, log) -> dict:
+    """{case id: tracer row} for ``ids`` from ``<flops_tool> --op-dir <work> --tracer-only --cases ... -o out_path``
+    (a subprocess: the tracer's imports and any crash stay out of this process). A row is {flops (matrix FLOPs,
+    None unless the tracer counted the case: status ok), status, reason}. Raises UserError when the tool wrote
+    nothing."""
+    if not ids:
+        return {}
+    cmd = [sys.executable, flops_tool, "--op-dir", opdir.path, "--tracer-only", "--cases", ",".join(map(str, ids)),
+           "--seed", str(seed), "-o", out_path, "--quiet"]
+    if os.path.exists(out_path):
+        os.unlink(out_path)
+    log(f"tracing the reference's FLOPs of {len(ids)} case(s): {' '.join(cmd[1:])}")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if not os.path.exists(out_path):
+        raise UserError(f"{flops_tool} --tracer-only wrote no {out_path} (exit status {r.returncode}): "
+                        f"{(r.stderr or r.stdout).strip()[-600:]} - fix the reference (model.py) or the tool")
+    out = {}
+    for row in read_json(out_path).get("per_case") or []:
+        tr = row.get("tracer") or {}
+        ok = tr.get("status") == "ok" and is_number(tr.get("total_flops"))
+        out[row["case"]] = {"flops": float(tr["total_flops"]) if ok else None, "status": row.get("status"),
+                            "reason": None if ok else (row.get("diagnosis") or tr.get("reason") or tr.get("status"))}
+    return out
+
+
+def flops_py_values(opdir: OpDir, ids: list) -> dict:
+    """{case id: flops.py FLOPs or None} when the work dir has a flops.py that needs no forward args, else {}."""
+    if not os.path.exists(opdir.flops_py):
+        return {}
+    from .flops_contract import evaluate_case, load_flops
+    ff = load_flops(opdir.flops_py)
+    if ff.takes_args:
+        return {}
+    cases = opdir.read_cases()
+    out = {}
+    for i in ids:
+        row = evaluate_case(ff, cases[i], case_id=i)
+        out[i] = float(row["flops"]) if row["status"] == "ok" and is_number(row["flops"]) else None
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ pool
+
+
+def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, top_n: int = 8):
+    """(pool, excluded, rule): the search pool (module docstring) from the case descriptions ``infos``
+    (:class:`mfulib.cases.CaseInfo`, all cases of the case file), the probe's appended cases and ``rank_values``
+    {original case id: FLOPs (mfu) or bytes (mbu), None when unknown}. Pure: runs nothing.
+
+    Raises UserError when probe.json names a case the case file lacks (the two are out of step)."""
+    if top_n < ALWAYS_TOP:
+        raise UserError(f"--top-n {top_n}: the pool must hold at least the original top {ALWAYS_TOP}")
+    appended = (probe or {}).get("appended") or {}
+    n = len(infos)
+    bad = sorted(c for c in appended if c >= n or appended[c]["source_case"] >= n)
+    if bad:
+        raise UserError(f"probe.json names case(s) {bad} but the case file has {n} cases - the case file was "
+                        "replaced after the probe: re-run make probe (or --restore it first)")
+    originals = [i for i in infos if i.case_id not in appended]
+    key = lambda i: rank_values.get(i.case_id)  # noqa: E731
+    ranked = sorted(originals, key=lambda i: (-(key(i) if key(i) is not None else -math.inf), i.case_id))
+    by_id = {i.case_id: i for i in infos}
+    top = ranked[:top_n]
+    pool, excluded = [], []
+    for rank, info in enumerate(top):
+        why = f"original #{rank + 1} by {'FLOPs' if metric == 'mfu' else 'bytes'}, scale 1"
+        if rank < ALWAYS_TOP:
+            why += " (the original top 3 are always in the pool)"
+        pool.append(pool_entry(info, info.case_id, {}, rank, why))
+    top_ids = {i.case_id: r for r, i in enumerate(top)}
+    for cid in sorted(appended):
+        origin = appended[cid]
+        src = origin["source_case"]
+        verdict = ((probe or {}).get("verdicts") or {}).get(cid)
+        if verdict not in (None, "pass"):
+            excluded.append({"case": cid, "reason": f"its probe candidate's verdict is {verdict!r}, not pass"})
+        elif src not in top_ids:
+            excluded.append({"case": cid, "reason": f"variant of case {src}, which is not among the top {top_n}"})
+        else:
+            entry = pool_entry(by_id[cid], src, origin["factors"], top_ids[src],
+                               f"scaled variant of case {src} (probe.json)")
+            if origin.get("scale") is not None:  # the probe's own figure, where it records one
+                entry["scale"] = float(origin["scale"])
+            pool.append(entry)
+    rule = (f"top {len(top)} of {len(originals)} original cases by "
+            f"{'FLOPs' if metric == 'mfu' else 'input bytes (no matrix work: MBU)'} at scale 1 + "
+            f"{len(pool) - len(top)} scaled variant(s) from probe.json" + ("" if probe else " (no probe.json: run "
+                                                                                     "make probe for scaled cases)"))
+    return pool, excluded, rule
+
+
+def pool_entry(info, source_case, factors, rank, why) -> dict:
+    """One ``pool`` entry of grid_search.json for case ``info`` (:class:`mfulib.cases.CaseInfo`): ``factors``
+    {symbol: factor} ({} = the original at scale 1, ``scale`` = their product unless probe.json records the
+    candidate's scale), ``rank`` of its source case."""
+    return {"case": info.case_id, "source_case": source_case, "factors": dict(factors),
+            "scale": float(math.prod(factors.values())) if factors else 1.0, "original": not factors,
+            "flops_rank": rank, "flops_traced": None, "flops_py": None, "input_bytes": info.input_bytes,
+            "compute_dtype": info.compute_dtype, "why": why}

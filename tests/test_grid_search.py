@@ -1,0 +1,286 @@
+"""The (case, scale) search's parts, without running an operator: the pool, the numerator rule min(traced, executed)
+with and without hardware counters, MBU operators, the stage-2 reading of the collector's report, grid_search.json.
+
+probe.json fixtures follow the COMMON.md contract (written here, not by max_shape_probe.py, so these tests do not
+depend on the probe's code)."""
+import json
+
+import pytest
+
+from mfulib import cases, grid_search, search_numerator as sn, search_pool
+from mfulib.errors import UserError
+from mfulib.schemas import grid_search_json as gsj
+
+
+def bmm_line(b, m, k, n, dtype="float16"):
+    return {"inputs": [{"name": "A", "type": "tensor", "dtype": dtype, "shape": [b, m, k]},
+                       {"name": "B", "type": "tensor", "dtype": dtype, "shape": [b, k, n]}]}
+
+
+def probe_doc(appended, verdicts=None):
+    """A probe.json as COMMON.md fixes it: {new id: (source case, factors)}; verdicts {new id: verdict}."""
+    verdicts = verdicts or {}
+    cands = [{"candidate_id": k, "source_case": src, "factors": f, "input_bytes": 0, "gates": [],
+              "verdict": verdicts.get(cid, "pass"), "failed_gate": None, "new_case_id": cid}
+             for k, (cid, (src, f)) in enumerate(sorted(appended.items()))]
+    return {"schema": 1, "tool": "max_shape_probe", "op_dir": "w", "symbols": [], "scale_dims": ["batch"],
+            "candidates": cands,
+            "appended": {str(c): {"source_case": s, "factors": f} for c, (s, f) in appended.items()},
+            "complete": True, "backup": {}}
+
+
+def infos_of(lines):
+    return [cases.describe_case(c, i) for i, c in enumerate(lines)]
+
+
+# ------------------------------------------------------------------------------------------------ pool
+
+
+@pytest.fixture
+def twelve():
+    """12 originals (case i: m = 16 (i + 1), so FLOPs grow with the id) + 4 probe variants (one failed its gates)."""
+    lines = [bmm_line(1, 16 * (i + 1), 16, 16) for i in range(12)]
+    lines += [bmm_line(2, 16 * 12, 16, 16), bmm_line(1, 32 * 12, 16, 16), bmm_line(2, 16, 16, 16),
+              bmm_line(4, 16 * 11, 16, 16)]
+    flops = {i: 2.0 * 16 * (i + 1) * 16 * 16 for i in range(12)}
+    probe = probe_doc({12: (11, {"batch": 2}), 13: (11, {"m": 2}), 14: (0, {"batch": 2}), 15: (10, {"batch": 4})},
+                      verdicts={15: "fail"})
+    return infos_of(lines), flops, probe
+
+
+def test_pool_holds_the_top_8_originals_at_scale_1_and_the_legal_variants_of_only_those(twelve, tmp_path):
+    infos, flops, doc = twelve
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(doc))
+    probe = search_pool.read_probe(str(path))
+    pool, excluded, rule = search_pool.build_pool(infos, probe, flops, "mfu", top_n=8)
+    originals = [p for p in pool if p["original"]]
+    assert [p["case"] for p in originals] == [11, 10, 9, 8, 7, 6, 5, 4]  # most FLOPs first
+    assert all(p["scale"] == 1.0 and p["factors"] == {} for p in originals)
+    variants = {p["case"]: p for p in pool if not p["original"]}
+    assert set(variants) == {12, 13}  # case 14 scales case 0 (not in the top 8), case 15 failed its gates
+    assert variants[12]["source_case"] == 11 and variants[12]["factors"] == {"batch": 2}
+    assert variants[12]["scale"] == 2.0 and variants[12]["flops_rank"] == 0
+    reasons = {e["case"]: e["reason"] for e in excluded}
+    assert "not among the top 8" in reasons[14] and "'fail'" in reasons[15]
+    assert "top 8 of 12 original cases" in rule and "2 scaled variant(s)" in rule
+
+
+def test_the_original_top_3_stay_in_the_smallest_pool_and_a_smaller_pool_is_refused(twelve):
+    infos, flops, _doc = twelve
+    pool, _excluded, rule = search_pool.build_pool(infos, None, flops, "mfu", top_n=3)
+    assert [p["case"] for p in pool] == [11, 10, 9] and all("top 3 are always" in p["why"] for p in pool)
+    assert "no probe.json" in rule
+    with pytest.raises(UserError, match="at least the original top 3"):
+        search_pool.build_pool(infos, None, flops, "mfu", top_n=2)
+
+
+def test_a_probe_json_naming_cases_the_case_file_lacks_is_refused_with_the_fix(twelve):
+    infos, flops, _doc = twelve
+    probe = {"appended": {40: {"source_case": 1, "factors": {"batch": 2}}}, "verdicts": {}}
+    with pytest.raises(UserError, match=r"names case\(s\) \[40\].*re-run make probe"):
+        search_pool.build_pool(infos, probe, flops, "mfu")
+
+
+def test_the_probes_tracer_counts_are_reused_with_its_seed(tmp_path):
+    doc = probe_doc({5: (2, {"seq": 4}), 6: (1, {"seq": 2})}, verdicts={6: "fail"})
+    doc["candidates"][0]["flops"], doc["candidates"][1]["flops"] = 4.0e9, 1.0e9
+    doc.update(traced_flops={"1": 2.5e8, "2": 1.0e9}, run_key={"seed": 7})
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(doc))
+    probe = search_pool.read_probe(str(path))
+    assert probe["seed"] == 7
+    assert {c: t["flops"] for c, t in probe["traced"].items()} == {1: 2.5e8, 2: 1.0e9, 5: 4.0e9}  # 6 failed
+
+
+def test_the_collector_marks_probe_cases_with_their_origin_without_a_search(tmp_path):
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(probe_doc({5: (2, {"seq": 4})})))
+    assert search_pool.probe_origins(str(path)) == {5: {"source_case": 2, "factors": {"seq": 4}, "scale": None,
+                                                        "grid_search_json": None, "probe_json": str(path)}}
+    assert search_pool.probe_origins(str(tmp_path / "none.json")) == {}
+
+
+def test_a_malformed_probe_json_is_refused_naming_the_file(tmp_path):
+    bad = tmp_path / "probe.json"
+    bad.write_text(json.dumps({"appended": {"x": {"source_case": 0}}}))
+    with pytest.raises(UserError, match="probe.json: appended key 'x'"):
+        search_pool.read_probe(str(bad))
+    bad.write_text(json.dumps({"candidates": []}))
+    with pytest.raises(UserError, match="no \"appended\" object"):
+        search_pool.read_probe(str(bad))
+    assert search_pool.read_probe(str(tmp_path / "absent.json")) is None
+
+
+def test_an_operator_without_matrix_work_ranks_its_pool_by_bytes(twelve):
+    infos, _flops, _doc = twelve
+    by_bytes = {i.case_id: float(i.input_bytes) for i in infos[:12]}
+    pool, _e, rule = search_pool.build_pool(infos, None, by_bytes, "mbu", top_n=3)
+    assert [p["case"] for p in pool] == [11, 10, 9] and "no matrix work: MBU" in rule
+
+
+# ------------------------------------------------------------------------------------------------ numerator
+
+
+def entry(pmu, kernels, **extra):
+    return dict({"pmu": pmu, "kernels": [{"name": n, "launches_per_iter": k} for n, k in kernels]}, **extra)
+
+
+def test_npu_executed_flops_are_the_cube_fops_of_every_launch_and_the_smaller_count_wins():
+    e = entry({"mm": {"aic_cube_fops": 3.0e6}, "act": {"aic_cube_fops": 0.0}, "norm": {"aiv_vector_fops": 9.0}},
+              [("mm", 2), ("act", 1), ("norm", 1)])  # norm: a vector-only task, its cube column N/A (dropped)
+    executed, src, why = sn.executed_flops(e, "npu")
+    assert executed == 6.0e6 and src == "hardware:aic_cube_fops" and why is None
+    cuda = entry({"k": {"tensor_inst_executed": 1.0}, "v": {"dram_bytes": 9.0}}, [("k", 1), ("v", 1)])
+    assert sn.executed_flops(cuda, "cuda", "8.0", "float16")[0] is None  # on ncu an absent counter is unmeasured
+    tile_padded = sn.numerator(5.0e6, executed, src, why)  # the kernel pads tiles: executes more than the model
+    assert tile_padded["numerator"] == 5.0e6 and tile_padded["num_src"] == "tracer"
+    sparse = sn.numerator(8.0e6, executed, src, why)  # a dense reference over a sparse kernel: the hardware is smaller
+    assert sparse["numerator"] == 6.0e6 and sparse["num_src"] == "hardware:aic_cube_fops"
+    assert sparse["numerator_traced"] == 8.0e6 and sparse["numerator_executed"] == 6.0e6
+    assert "min(traced 8e+06, executed 6e+06)" in sparse["num_src_why"]
+
+
+def test_without_counters_the_numerator_is_the_tracers_and_says_why():
+    for e, backend, expect in [
+            (entry({}, [("mm", 1)]), "cpu", "backend cpu: no hardware FLOP counter"),
+            (entry({}, [("mm", 1)]), "npu", "no PMU counters"),
+            (entry({"mm": {"aic_cube_fops": None}}, [("mm", 1)]), "npu", "aic_cube_fops was not measured for "
+                                                                          "kernel 'mm'"),
+            (entry({}, [("mm", 1)], pmu_unavailable="ncu: ERR_NVGPUCTRPERM"), "cuda", "ERR_NVGPUCTRPERM")]:
+        executed, src, why = sn.executed_flops(e, backend, "8.0", "float16")
+        assert executed is None and src is None and expect in why
+        n = sn.numerator(4.0e6, executed, src, why)
+        assert n["numerator"] == 4.0e6 and n["num_src"] == "tracer" and expect in n["num_src_why"]
+    none = sn.numerator(None, None, None, "backend cpu: no hardware FLOP counter")
+    assert none["numerator"] is None and none["num_src"] is None
+
+
+def test_cuda_tensor_instructions_count_on_mma_sync_devices_and_are_refused_on_hopper():
+    e = entry({"k": {"tensor_inst_executed": 1000.0}}, [("k", 1)])
+    executed, src, _why = sn.executed_flops(e, "cuda", "8.0", "float16")
+    assert executed == 1000.0 * 2 * 16 * 8 * 16 and src == "hardware:tensor_inst_executed"
+    assert sn.executed_flops(e, "cuda", "8.6", "tf32")[0] == 1000.0 * 2 * 16 * 8 * 8
+    executed, src, why = sn.executed_flops(e, "cuda", "9.0", "float16")
+    assert executed is None and "wgmma" in why
+    assert sn.executed_flops(e, "cuda", "8.0", "float64")[0] is None
+
+
+def test_point_figures_follow_the_definitions_and_the_common_figure_never_mixes_kinds():
+    f = sn.point_figures(2.0e12, 4.0e9, 1.0e9, peak_nom=4.0, peak_ach=2.0, bandwidth_gbps=8.0)
+    assert f["actual_tflops"] == pytest.approx(2.0) and f["mfu_nom"] == pytest.approx(0.5)
+    assert f["mfu_ach"] == pytest.approx(1.0) and f["achieved_gbps"] == pytest.approx(4.0)
+    assert f["mbu"] == pytest.approx(0.5)
+    rows = [{"status": "ok", "mfu_ach": 0.5, "mfu_nom": 0.3}, {"status": "ok", "mfu_ach": None, "mfu_nom": 0.4}]
+    assert sn.common_figure(rows, "mfu") == ("mfu_nom", "nom")  # one row lacks a measured peak: nominal for all
+    assert sn.common_figure([{"status": "ok", "mbu": None, "achieved_gbps": 3.0}], "mbu") == ("achieved_gbps", None)
+
+
+# ------------------------------------------------------------------------------------------------ stage 2
+
+
+def perf_doc(per_case, backend="npu", device=None):
+    return {"schema": 1, "tool": "msprof_perf_summary", "backend": backend, "device": device or {"name": "x"},
+            "peak": {"value_tflops": 100.0, "nominal_tflops": {"float16": 100.0}}, "per_case": per_case,
+            "complete": True, "missing": []}
+
+
+def perf_case(case, kt_ns, pmu=None, kernels=(("mm", 1),), out_bytes=1000, **extra):
+    return dict({"case": case, "kernel_time_ns": kt_ns, "compute_dtype": "float16", "tf32": False,
+                 "input_bytes": 3000, "output_bytes": out_bytes, "repeat_spread": 0.01, "asc_error": None,
+                 "pmu": pmu, "kernels": [{"name": n, "launches_per_iter": k} for n, k in kernels]}, **extra)
+
+
+def test_stage2_reads_the_collectors_kernel_times_applies_min_traced_executed_and_picks_the_best(tmp_path,
+                                                                                                  monkeypatch):
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "model.json").write_text("\n".join(json.dumps(bmm_line(1, 16, 16, 16)) for _ in range(3)) + "\n")
+    pool = [search_pool.pool_entry(i, i.case_id, {} if i.case_id == 0 else {"batch": 2}, 0, "t")
+            for i in infos_of([bmm_line(1, 16, 16, 16)] * 3)]
+    for p, fl in zip(pool, (1.0e9, 2.0e9, 4.0e9)):
+        p["flops_traced"] = fl
+    rep = perf_doc([perf_case(0, 1.0e4, {"mm": {"aic_cube_fops": 0.5e9}}),  # executed < traced: hardware wins
+                    perf_case(1, 1.0e4, {"mm": {"aic_cube_fops": 3.0e9}}),  # traced smaller: 2e9 / 10 us
+                    perf_case(2, None, None, asc_error="oom: out of memory")])
+    seen = {}
+
+    def fake_collector(opdir, ids, out_dir, backend_name, opts, log):
+        seen.update(ids=ids, backend=backend_name)
+        path = tmp_path / "performance.json"
+        path.write_text(json.dumps(rep))
+        return str(path)
+
+    monkeypatch.setattr(grid_search, "run_collector", fake_collector)
+    from mfulib.opdir import OpDir
+    cost = {}
+    rows, _perf = grid_search.stage2(OpDir(str(work)), [1, 0, 2], pool, "npu", grid_search.SearchOptions(),
+                                     {"peak_tflops": {"float16": 50.0}}, "mfu", lambda m: None, cost)
+    assert seen == {"ids": [1, 0, 2], "backend": "npu"} and cost["stage2"] >= 0
+    by = {r["case"]: r for r in rows}
+    assert by[0]["numerator"] == 0.5e9 and by[0]["num_src"] == "hardware:aic_cube_fops"
+    assert by[1]["numerator"] == 2.0e9 and by[1]["num_src"] == "tracer"
+    assert by[1]["actual_tflops"] == pytest.approx(200.0) and by[1]["mfu_nom"] == pytest.approx(2.0)
+    assert by[1]["mfu_ach"] == pytest.approx(4.0)  # a toy peak: the arithmetic is what is checked
+    assert by[2]["status"] == "error" and by[2]["metric_value"] is None and "oom" in by[2]["error"]
+    assert [r["case"] for r in rows] == [1, 0, 2]  # best first, the failed one last
+    best = grid_search.best_of(rows, pool, "mfu")
+    assert best["case"] == 1 and best["mfu_kind"] == "ach" and best["mfu"] == pytest.approx(4.0)
+    assert best["factors"] == {"batch": 2} and best["numerator_executed"] == 3.0e9
+
+
+def test_stage2_of_an_operator_without_matrix_work_reports_mbu_from_bytes_moved(tmp_path, monkeypatch):
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "model.json").write_text(json.dumps(bmm_line(1, 16, 16, 16)) + "\n")
+    pool = [search_pool.pool_entry(infos_of([bmm_line(1, 16, 16, 16)])[0], 0, {}, 0, "t")]
+    path = tmp_path / "performance.json"
+    path.write_text(json.dumps(perf_doc([perf_case(0, 1000.0, out_bytes=1000)], backend="cpu")))
+    monkeypatch.setattr(grid_search, "run_collector", lambda *a: str(path))
+    from mfulib.opdir import OpDir
+    rows, _ = grid_search.stage2(OpDir(str(work)), [0], pool, "cpu", grid_search.SearchOptions(),
+                                 {"bandwidth_gbps": 8.0}, "mbu", lambda m: None, {})
+    r = rows[0]
+    assert r["bytes_moved"] == 4000 and r["achieved_gbps"] == pytest.approx(4.0) and r["mbu"] == pytest.approx(0.5)
+    assert r["num_src"] == "bytes:input+output" and r["actual_tflops"] is None
+    best = grid_search.best_of(rows, pool, "mbu")
+    assert best["mbu"] == pytest.approx(0.5) and best["mfu"] is None and best["metric"] == "mbu"
+
+
+# ------------------------------------------------------------------------------------------------ grid_search.json
+
+
+def good_doc():
+    return {"schema": 1, "tool": "mfu_grid_search", "pool": [{"case": 0, "source_case": 0, "factors": {}, "scale": 1.0},
+                                                            {"case": 4, "source_case": 0, "factors": {"batch": 4},
+                                                             "scale": 4.0}],
+            "stage1": [], "stage2": [], "best": None, "cost_s": {"stage1": 1.5, "stage2": 3.0}, "chosen_cases": [4, 0]}
+
+
+def test_grid_search_json_is_checked_and_its_chosen_cases_carry_their_origin(tmp_path):
+    path = tmp_path / "grid_search.json"
+    gsj.write_grid_search_json(str(path), good_doc())
+    ids, origins = gsj.chosen_cases(str(path))
+    assert ids == [4, 0]
+    assert origins[4] == {"source_case": 0, "factors": {"batch": 4}, "scale": 4.0, "grid_search_json": str(path),
+                          "probe_json": None}
+    for change, match in [({"tool": "x"}, "not an mfu_grid_search.py result"), ({"chosen_cases": [9]},
+                          "chosen case 9 is not in the pool"), ({"pool": [{"case": "0"}]}, r"pool\[0\]"),
+                          ({"cost_s": {"stage1": "fast"}}, "cost_s"), ({"chosen_cases": []}, "chose no case")]:
+        gsj.write_grid_search_json(str(path), dict(good_doc(), **change))
+        with pytest.raises(UserError, match=match):
+            gsj.chosen_cases(str(path))
+    doc = good_doc()
+    del doc["stage2"]
+    gsj.write_grid_search_json(str(path), doc)
+    with pytest.raises(UserError, match=r"lacks \['stage2'\]"):
+        gsj.read_grid_search_json(str(path))
+
+
+def test_search_options_that_would_search_nothing_are_refused():
+    base = dict(warmup=1, repeats=1)
+    for change, match in [({"top_n": 2}, "--top-n 2"), ({"stage2_k": 0}, "--stage2-k 0"),
+                          ({"repeats": 0}, "--repeats 0"), ({"case_timeout_s": 0}, "--case-timeout-s"),
+                          ({"flops_tool": "/nonexistent/check_flops.py"}, "--flops-tool")]:
+        with pytest.raises(UserError, match=match):
+            grid_search.check_options(grid_search.SearchOptions(**dict(base, **change)))
