@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from .. import pmu as pmu_names
 
 from .base import Backend, iteration_ranges, launches_from_trace, load_trace_events, range_of
 
@@ -182,25 +183,9 @@ class CudaBackend(Backend):
 
 # ------------------------------------------------------------------------------------------- Nsight Compute PMU
 
-# canonical counter -> the ncu metrics it is read from (several: combined by NCU_COMBINE). PROVISIONAL copy: the
-# canonical names and this list are owned by mfulib/pmu.py (helper h14a); when merged, import pmu.NCU_METRICS here.
-# Metric names: Nsight Compute metrics reference (sm__throughput / dram__throughput "Speed of Light" breakdowns,
-# sm__pipe_tensor_op_hmma* for mma.sync, sm__pipe_tensor_op_gmma* for Hopper warpgroup MMA, which hmma reads near 0
-# for - reference/environment_notes.md "GPU machine"), launch__* launch attributes.
-NCU_METRICS = {
-    "duration_ns": ("gpu__time_duration.sum",),
-    "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed",),
-    "dram_throughput_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed",),
-    "tensor_pipe_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-                        "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"),
-    "tensor_inst_executed": ("sm__inst_executed_pipe_tensor_op_hmma.sum", "sm__inst_executed_pipe_tensor_op_gmma.sum"),
-    "achieved_occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
-    "dram_bytes": ("dram__bytes.sum",),
-    "l2_hit_rate_pct": ("lts__t_sector_hit_rate.pct",),
-    "grid_size": ("launch__grid_size",),
-    "block_size": ("launch__block_size",),
-}
-NCU_COMBINE = {"tensor_pipe_pct": max, "tensor_inst_executed": sum}  # the busier MMA pipe; all MMA instructions
+# canonical counter -> the ncu metrics passed to --metrics for it (several: combined as mfulib.pmu says, max of the
+# MMA pipes, sum of their instructions); the names, aliases and sources are owned by mfulib/pmu.py (NCU_METRIC_OF)
+NCU_METRICS = {key: (names if key in pmu_names.SUMMED else names[:1]) for key, names in pmu_names.NCU_METRIC_OF.items()}
 PMU_NVTX_RANGE = "mfu_pmu_iter"
 PMU_BACKENDS = ("cuda",)
 CACHE_CONTROLS = ("all", "none")
@@ -227,26 +212,11 @@ def find_ncu(path=None):
     return shutil.which("ncu") or (found[0] if found else None)
 
 
-def _metric_value(rec, metric):
-    from ..ncu import to_bytes, to_ns
-    v, unit = rec["metrics"].get(metric), rec["units"].get(metric)
-    if not isinstance(v, float):
-        return None
-    if metric.startswith("gpu__time_duration"):
-        return to_ns(v, unit) if unit else v  # --print-units base: ns
-    if metric.startswith("dram__bytes"):
-        return to_bytes(v, unit) if unit else v
-    return v
-
-
 def ncu_counters(rec, metrics=None) -> dict:
-    """{canonical counter: value or None} of one ncu launch record (:func:`mfulib.ncu.parse_ncu_csv`); a counter
-    whose metrics are all absent or ``n/a`` is None (never 0). Units: ns, bytes, % as ncu reports them."""
-    out = {}
-    for key, names in (metrics or NCU_METRICS).items():
-        vals = [v for v in (_metric_value(rec, m) for m in names) if v is not None]
-        out[key] = (NCU_COMBINE.get(key, max)(vals) if len(vals) > 1 else vals[0]) if vals else None
-    return out
+    """{canonical counter: value or None} of one ncu launch record (:func:`mfulib.ncu.parse_ncu_csv`), through
+    :func:`mfulib.pmu.from_ncu_record`; a counter whose metrics are all absent or ``n/a`` is None (never 0).
+    ``metrics`` (the probe's surviving list) is accepted for symmetry: dropped metrics are simply absent."""
+    return pmu_names.from_ncu_record(rec)
 
 
 def match_kernel(ncu_name: str, names) -> str | None:
@@ -264,7 +234,6 @@ def average_by_kernel(recs, names, metrics=None) -> tuple:
     """(pmu, unmatched): ``pmu`` {CUPTI kernel name: {canonical counter: mean over its profiled launches, or None;
     ``launches``: how many were averaged}} for every name of ``names`` (launches 0 and every counter None for a
     kernel ncu did not profile); ``unmatched``: ncu kernel names that match no CUPTI name."""
-    import numpy as np
     per, unmatched = {n: [] for n in names}, []
     for rec in recs:
         name = match_kernel(str(rec.get("kernel_name") or ""), names)
@@ -274,11 +243,9 @@ def average_by_kernel(recs, names, metrics=None) -> tuple:
         per[name].append(ncu_counters(rec, metrics))
     pmu = {}
     for name, rows in per.items():
-        ent = {}
-        for key in (metrics or NCU_METRICS):
-            vals = [r[key] for r in rows if r[key] is not None]
-            ent[key] = float(np.mean(vals)) if vals else None
-        ent["launches"] = len(rows)
+        ent = pmu_names.average_launches(rows)
+        for key in pmu_names.NCU_COUNTERS:  # a kernel ncu did not profile: every counter None, launches 0
+            ent.setdefault(key, None)
         pmu[name] = ent
     return pmu, sorted(set(map(str, unmatched)))
 
