@@ -27,7 +27,9 @@ What is checked (issue 16; markers per /work/notes COMMON.md "Doc-test markers")
   does not exist yet (a step another issue builds) is exempt and listed in the skip reason, nothing else.
 * **Field tables.** A table under ``<!-- fields: <file> [<path>] -->`` lists backticked key names in its first
   column. Key source: tests/golden/work_dir_keys.json (the keys the real pipeline writes through the schema
-  modules, pinned by tests/test_work_dir_schemas.py) for the files it pins; for a file it does not pin yet
+  modules, pinned by tests/test_work_dir_schemas.py) for the files it pins, plus :data:`PENDING_KEYS` (COMMON.md
+  contract keys other issues are adding to pinned files; delete them once the golden file has them); for a file it
+  does not pin yet
   (grid_search.json, probe.json, whose writers another issue builds) the COMMON.md contract keys in
   :data:`CONTRACT_KEYS` - the golden file wins as soon as it has the file. Each documented key must exist (at
   ``<path>`` when given, dotted names ``a.b`` resolved below it); kb/ops/triton/guides/tooling/
