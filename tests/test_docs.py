@@ -586,3 +586,23 @@ def checkout_state():
                        capture_output=True, text=True)
     return sorted(ln for ln in r.stdout.splitlines() if ln[:2] in ("??", "!!")
                   and "__pycache__" not in ln and ".pytest_cache" not in ln)
+
+
+def test_hints_in_messages_work_outside_the_checkout(tmp_path):
+    """Issue 16: a WORK with a trailing slash gives no `work//prepare.json`, and the missing-file hints name the
+    scripts by a path that exists from any directory (not `python3 scripts/...`)."""
+    if shutil.which("make") is None:
+        pytest.skip("GNU make is not installed")
+    r = subprocess.run(["make", "-n", "-C", ROOT, "OP=5_MHABlock", f"WORK={tmp_path}/w/", "prepare"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"--dst {tmp_path}/w " in r.stdout + " " and "//" not in r.stdout.replace("://", "")
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from mfulib.errors import UserError
+    from mfulib.schemas.peak_json import read_peak_json
+    from mfulib.schemas.performance_json import load_report
+    for reader, name in ((read_peak_json, "peak.json"), (load_report, "performance.json")):
+        with pytest.raises(UserError) as e:
+            reader(str(tmp_path / name))
+        hinted = re.findall(r"python3 (\S+\.py)", str(e.value))
+        assert hinted and all(os.path.isabs(p) and os.path.exists(p) for p in hinted), str(e.value)
