@@ -26,6 +26,10 @@ ITER      ?=
 VARIANT   ?=
 # the baseline is its own work directory: the two are two rows, never one replacing the other
 WORK      ?= work/$(patsubst %.py,%,$(OP))$(if $(filter baseline,$(VARIANT)),-baseline)
+# WORK=work/ (a trailing slash) would make targets and messages say work//prepare.json: drop it (and remember where
+# WORK came from, for the hints that repeat a command-line WORK)
+WORK_ORIGIN := $(origin WORK)
+override WORK := $(patsubst %/,%,$(patsubst %/,%,$(strip $(WORK))))
 BACKEND   ?= auto
 DEVICE_ID ?= 0
 SEED      ?= 0
@@ -149,7 +153,7 @@ $(WORK)/prepare.json: $(if $(or $(FORCE),$(filter-out ok,$(PREPARE_VERDICT))),_a
 # $(ST)/previous/ first), says where it is, and stops make; the next `make` redoes the step.
 STATUS_HINT = make status OP=$(OP)$(if $(V), V=$(V))$(if $(BENCH), BENCH=$(BENCH) GEN=$(GEN))$(strip \
   )$(if $(REF_ROOT), REF_ROOT=$(REF_ROOT) IMPL_ROOT=$(IMPL_ROOT))$(if $(ITER), ITER=$(ITER))$(strip \
-  )$(if $(VARIANT), VARIANT=$(VARIANT))$(if $(filter command line,$(origin WORK)), WORK=$(WORK))
+  )$(if $(VARIANT), VARIANT=$(VARIANT))$(if $(filter command line,$(WORK_ORIGIN)), WORK=$(WORK))
 define step
 @mkdir -p $(ST)/previous && if [ -f $(2) ]; then cp -p $(2) $(ST)/previous/; fi
 $(info $(3))@$(3) || { rc=$$?; \

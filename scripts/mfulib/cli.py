@@ -1,10 +1,21 @@
 """Small helpers shared by the CLIs: exit-status policy and common arguments."""
 import argparse
+import os
+import shlex
 import sys
 
 from .errors import UserError
 
 EXIT_USER_ERROR = 2
+SCRIPTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def script_command(name: str) -> str:
+    """``python3 <absolute path of scripts/<name>>`` for hints in messages: it runs from any directory, where a
+    checkout-relative ``python3 scripts/<name>`` works only from the checkout root (issue 16).
+
+    ``name``: a path below scripts/, e.g. ``"peak_calib.py"`` or ``"ops_profiling/msprof_perf_summary.py"``."""
+    return "python3 " + shlex.quote(os.path.join(SCRIPTS_DIR, name))
 
 
 def run_main(main, argv=None):

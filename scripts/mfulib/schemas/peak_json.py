@@ -25,6 +25,7 @@ import datetime as _dt
 import os
 
 from ..definitions import HALF_DTYPES, finite_or_none, is_positive
+from ..cli import script_command
 from ..errors import UserError
 from ..jsonio import read_json, versions, write_json_atomic
 from .common import read_work_json, wrong_type
@@ -133,7 +134,8 @@ def read_peak_json(path: str) -> dict:
 
     Checked: a JSON object from peak_calib (``tool``, ``peak_tflops``); ``peak_tflops`` {mode: TFLOP/s > 0 or
     null}; ``bandwidth_gbps`` > 0 or null; ``nominal`` {tflops: {mode: number or null}, ...} where given."""
-    peak = read_work_json(path, f"run `python3 scripts/peak_calib.py -o {path}` on this device first",
+    peak = read_work_json(path, f"run `{script_command('peak_calib.py')} -o {path}` on this device first "
+                          "(or `make OP=<op> peak`)",
                           "re-run peak_calib.py")
     check_peak(peak, path)
     return peak

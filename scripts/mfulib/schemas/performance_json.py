@@ -75,6 +75,7 @@ import statistics
 
 from ..definitions import (LOW_PRECISION_MODES, NOISE_MARGIN, OPS_MODES, above_peak, actual_tflops, is_number,
                            mfu as mfu_of, peak_key)
+from ..cli import script_command
 from ..errors import UserError
 from ..jsonio import write_json_atomic
 from ..peaks import dtype_nominal_tflops
@@ -247,8 +248,9 @@ def build_report(header: dict, run: dict, per_case: list, impls, missing=None) -
 def load_report(path: str) -> dict:
     """Read a performance.json; raises UserError (file + fix) when missing, not a collector result, or when a
     field the decomposition reads has the wrong type (see :func:`check_report_structure`)."""
-    rep = read_work_json(path, "run the collector first: python3 scripts/ops_profiling/msprof_perf_summary.py "
-                         "--quick --mfu --impl asc --output-dir . --keep-prof .", "re-run the collector")
+    rep = read_work_json(path, "run the collector first, in the work directory: "
+                         f"{script_command('ops_profiling/msprof_perf_summary.py')} --quick --mfu --impl asc "
+                         "--output-dir . --keep-prof . (or `make OP=<op> collect`)", "re-run the collector")
     if not isinstance(rep, dict) or not isinstance(rep.get("per_case"), list):
         raise UserError(f"{path}: no \"per_case\" list - this is not a performance.json written by "
                         "msprof_perf_summary.py")
