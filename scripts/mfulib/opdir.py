@@ -5,10 +5,38 @@ A work directory holds ``model.py`` (class Model + get_input_groups), ``model_ne
 loader), plus the results of later steps. :meth:`OpDir.build_case` builds exactly one case: it stages the directory
 in a temp dir whose case files hold only that case's line, so ``get_input_groups()`` allocates one case, not fifty,
 and imports the operator files there with the cwd and ``sys.path`` they expect.
+
+Where the inputs are drawn (:func:`input_draw`, issue 13): ``get_input_groups()`` runs under a dispatch mode that
+keeps every *large floating-point* draw (at least :data:`DEVICE_DRAW_MIN_NUMEL` elements, no explicit generator) off
+the global host random stream:
+
+* on an accelerator (cuda, npu) a large floating tensor created by a factory (``randn``, ``rand``, ``empty`` then
+  ``uniform_``/``normal_``, ``zeros``...) is created **on the target device**, so its random values come from the
+  device's own generator (Philox on CUDA), seeded by :func:`seed_everything` - GB/s instead of the host's ~0.1 G
+  elements/s per core: 16x4096x4096 fp16 inputs cost ~35 s of host ``randn`` per step on the H200 host
+  (bench/results/h200-2026-12-01/tool_overhead.md) and nothing measurable on the device;
+* on the CPU (and for a large CPU tensor filled in place on any backend) the same draw uses a private CPU
+  generator seeded with ``seed``, so the global stream is untouched there too;
+* everything else - integer and bool tensors (lengths, indices, routing, masks), small floats, Python ``random``/
+  numpy - is drawn on the host from the global stream seeded with ``seed``, exactly as before.
+
+Why this split: the values that enter a FLOP count (DESIGN.md, "FLOPs": realised lengths, mask density, routing
+indices) are integers/bools or small tensors, and their host stream is now **the same on every backend and in the
+FLOPs step** (which builds on the CPU, or with big floats on meta - :mod:`mfulib.flopcount`'s meta build mode
+uses the same threshold and also leaves the global stream alone), because no large float draw consumes it
+anywhere. The large float values are reproducible per device (same seed, same device model -> same values: CUDA's
+Philox output depends on the launch configuration, i.e. the SM count) and are the ones verify and collect both use.
+Consequences, by design: on the CPU a case whose first draws are large floats gets the same values as before (the
+private stream starts at ``seed`` like the global one did), but an integer drawn *after* a large float now comes
+from the global stream at an earlier position; on an accelerator large floats differ from a host draw. A reference
+that cannot run with device tensors (it mixes them with host tensors, calls ``.numpy()``) is drawn again on the
+host (private stream for large floats, same integer stream); :attr:`BuiltCase.inputs_drawn` says which happened
+and why.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import importlib.util
 import os
@@ -40,6 +68,130 @@ def seed_everything(seed: int) -> None:
         np.random.seed(seed % (2 ** 32))
     except ImportError:  # pragma: no cover
         pass
+
+
+DEVICE_DRAW_MIN_NUMEL = 1 << 20  # floating tensors this big are drawn off the host stream (= flopcount's meta threshold)
+HOST_DRAW_ENV = "MFU_HOST_DRAW"  # "1": draw every input on the host (the pre-issue-13 behaviour, for comparisons)
+DEVICE_DRAW_TYPES = ("cuda", "npu", "meta")  # meta: tests and tracing (shapes only)
+
+
+def _numel(size) -> int:
+    try:
+        n = 1
+        for d in size:
+            n *= int(d)
+        return n
+    except TypeError:
+        return 0
+
+
+def _draw_target(func, args, kwargs):
+    """(numel, floating?, is_factory) of the tensor a dispatched op creates or fills (factories: ``size`` and
+    ``dtype``; in-place and ``*_like`` ops: their ``self``); (0, False, False) when it creates none."""
+    import torch
+    names = [a.name for a in func._schema.arguments]
+    if "size" in names and "device" in names:
+        i = names.index("size")
+        size = args[i] if i < len(args) else kwargs.get("size")
+        dtype = kwargs.get("dtype")
+        if dtype is None:
+            op = func._overloadpacket.__name__
+            if op in ("randint", "randperm"):
+                floating = False
+            elif op == "full":
+                fill = args[names.index("fill_value")] if len(args) > names.index("fill_value") else \
+                    kwargs.get("fill_value")
+                floating = isinstance(fill, (float, complex)) or (isinstance(fill, torch.Tensor)
+                                                                   and fill.is_floating_point())
+            else:
+                floating = torch.get_default_dtype().is_floating_point
+        else:
+            floating = dtype.is_floating_point or dtype.is_complex
+        return _numel(size), floating, True
+    if args and isinstance(args[0], torch.Tensor):
+        dtype = kwargs.get("dtype") or args[0].dtype
+        return args[0].numel(), dtype.is_floating_point or dtype.is_complex, False
+    return 0, False, False
+
+
+@functools.lru_cache(maxsize=1)
+def _draw_mode_class():
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _InputDrawMode(TorchDispatchMode):
+        """While get_input_groups() runs (module docstring): large floating factories go to ``target``; a large
+        random fill of a CPU tensor draws from a private generator seeded with ``seed``."""
+
+        def __init__(self, target, seed):
+            super().__init__()
+            self.target = torch.device(target)
+            self.private = torch.Generator().manual_seed(seed)
+            self.on_device = 0
+            self.private_draws = 0
+
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            numel, floating, factory = _draw_target(func, args, kwargs)
+            if not (floating and numel >= DEVICE_DRAW_MIN_NUMEL) or kwargs.get("generator") is not None:
+                return func(*args, **kwargs)
+            if factory and self.target.type != "cpu":
+                dev = kwargs.get("device")
+                if dev is None or torch.device(dev).type == "cpu":
+                    kwargs["device"] = self.target
+                    kwargs.pop("pin_memory", None)
+                    self.on_device += 1
+                    return func(*args, **kwargs)
+            on_cpu = torch.device(kwargs.get("device") or "cpu").type == "cpu" if factory else \
+                args[0].device.type == "cpu"
+            if not (on_cpu and torch.Tag.nondeterministic_seeded in func.tags):
+                return func(*args, **kwargs)
+            # the private stream stands in for the global one during this call (generator kwarg or not)
+            self.private_draws += 1
+            saved = torch.default_generator.get_state()
+            torch.default_generator.set_state(self.private.get_state())
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.private.set_state(torch.default_generator.get_state())
+                torch.default_generator.set_state(saved)
+
+    return _InputDrawMode
+
+
+def draw_device_for(device) -> str:
+    """Where large floating inputs are drawn for a case run on ``device``: the device itself for cuda/npu (and meta),
+    else (cpu, or ``MFU_HOST_DRAW=1``) "cpu" (the private host stream)."""
+    import torch
+    dev = torch.device(device)
+    if os.environ.get(HOST_DRAW_ENV) == "1" or dev.type not in DEVICE_DRAW_TYPES:
+        return "cpu"
+    return str(dev)
+
+
+def input_draw(ref_mod, seed: int, device: str = "cpu"):
+    """``(groups, how)``: ``ref_mod.get_input_groups()`` after :func:`seed_everything` with the draw split of the
+    module docstring (large floats on :func:`draw_device_for` ``(device)``). ``how`` is "device:<dev>",
+    "host" or "host (device draw failed: <error>)". A rejection (``ValueError("case rejected: ...")``) propagates
+    at once; any other error under the device draw is retried on the host, whose errors propagate."""
+    from .errors import rejection_reason
+    target = draw_device_for(device)
+    seed_everything(seed)
+    mode = _draw_mode_class()(target, seed)
+    if target == "cpu":
+        with mode:
+            return list(ref_mod.get_input_groups()), "host"
+    try:
+        with mode:
+            groups = list(ref_mod.get_input_groups())
+        return groups, f"device:{target}" if mode.on_device else "host"
+    except Exception as exc:  # noqa: BLE001 - any failure under the device draw: the host draw decides
+        if rejection_reason(exc) is not None:
+            raise
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+    seed_everything(seed)
+    with _draw_mode_class()("cpu", seed):
+        return list(ref_mod.get_input_groups()), f"host (device draw failed: {why})"
 
 
 def clone_tensors(obj):
@@ -127,6 +279,7 @@ class BuiltCase:
     init_args: list = field(default_factory=list)
     staging: str | None = None
     module: object = None
+    inputs_drawn: str | None = None  # input_draw()'s ``how``; None when the caller passed ``args``
 
     def run(self):
         """One forward call (cwd = the staging dir, as the operator files expect)."""
@@ -241,7 +394,8 @@ class OpDir:
 
         Inputs always come from the reference's get_input_groups() (seeded with ``seed`` first); the model is
         constructed after re-seeding with ``seed`` so Model and ModelNew draw identical weights when built the same
-        way. Tensors are moved to ``device``. Exceptions from the operator files propagate (callers classify them
+        way. The inputs are drawn by :func:`input_draw` (large floats on ``device`` when it is an accelerator;
+        recorded in ``inputs_drawn``), then every tensor is moved to ``device``. Exceptions from the operator files propagate (callers classify them
         with :func:`mfulib.errors.rejection_reason`). ``args`` given: use these inputs (already on ``device``)
         instead of calling get_input_groups() again - building a 1 GB case on the host twice costs seconds.
         """
@@ -256,9 +410,9 @@ class OpDir:
                 ref_mod = import_file(os.path.join(staging, MODEL_PY), "model")
                 if not hasattr(ref_mod, "get_input_groups"):
                     raise UserError(f"{self.model_py}: no get_input_groups() - the reference must define it")
+                how = None
                 if args is None:
-                    seed_everything(seed)
-                    groups = list(ref_mod.get_input_groups())
+                    groups, how = input_draw(ref_mod, seed, device)
                     if not groups:
                         raise UserError(f"{self.model_py}: get_input_groups() returned no case for case {case_id}")
                     args = to_device(normalize_group(groups[0]), device)
@@ -278,4 +432,4 @@ class OpDir:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return BuiltCase(case_id, impl, model, args, seed, init, staging, mod)
+        return BuiltCase(case_id, impl, model, args, seed, init, staging, mod, how)
