@@ -81,7 +81,7 @@ need-op = $(if $(OP),,$(error OP is not set: e.g. make OP=5_MHABlock $@ (make ex
 help: ## show this help
 	@echo "triton-mfu-analyzer - usage: make OP=<op> [V=<verify dir> | BENCH=<dir> GEN=<dir> | REF_ROOT=<dir> IMPL_ROOT=<dir>] <target>"
 	@echo "variables: OP V BENCH GEN REF_ROOT IMPL_ROOT ITER VARIANT WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
-	@echo "           VERIFY_ARGS COLLECT_ARGS ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1"
+	@echo "           VERIFY_ARGS COLLECT_ARGS ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1 ALL_JOBS=$(ALL_JOBS)"
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 # torch: a host that already has torch (+ torch_npu) keeps it; a host with an NVIDIA driver gets the default
@@ -156,15 +156,28 @@ $(info $(3))@$(3) || { rc=$$?; \
 @touch $@
 endef
 
-VERIFY_CMD = $(PY) $(SCRIPTS)/verify_op.py --op-dir $(WORK) --backend $(BACKEND) --device $(DEVICE_ID) \
+# One device, one step at a time: verify, collect and peak run under an exclusive lock per device index (flock(1)),
+# so under `make -j` (and in `all`, which runs its steps with -j$(ALL_JOBS)) peak never times GEMMs while a case runs,
+# even from another make. flops (a host-only tracer) overlaps them on cuda/npu; on cpu (and auto) the CPU is the
+# device, so flops takes the lock too. Without flock the steps still run, and `all` runs them one at a time.
+DEVICE_LOCK ?= $(or $(TMPDIR),/tmp)/triton-mfu-analyzer-device$(DEVICE_ID).lock
+HAVE_FLOCK  := $(shell command -v flock 2>/dev/null)
+DEVICE_RUN   = $(if $(HAVE_FLOCK),flock $(DEVICE_LOCK))
+FLOPS_RUN    = $(if $(filter cuda npu,$(BACKEND)),,$(DEVICE_RUN))
+ALL_JOBS    ?= $(if $(HAVE_FLOCK),3,1)
+
+VERIFY_CMD = $(DEVICE_RUN) $(PY) $(SCRIPTS)/verify_op.py --op-dir $(WORK) --backend $(BACKEND) --device $(DEVICE_ID) \
   --seed $(SEED) $(VERIFY_ARGS)
-CHECK_FLOPS_CMD = $(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) --backend $(BACKEND) --seed $(SEED) \
+CHECK_FLOPS_CMD = $(FLOPS_RUN) $(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) --backend $(BACKEND) --seed $(SEED) \
   $(if $(ACCEPT_UNVERIFIED),--accept-unverified)
-COLLECT_CMD = cd $(WORK) && $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc \
+COLLECT_CMD = cd $(WORK) && $(DEVICE_RUN) $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc \
   --output-dir . --keep-prof . --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) \
   $(if $(ACCEPT_UNVERIFIED_CASES),--unverified-ok) $(COLLECT_ARGS)
-PEAK_CMD = $(PY) $(SCRIPTS)/peak_calib.py -o $(WORK)/peak.json --backend $(BACKEND) --device $(DEVICE_ID)
+PEAK_CMD = $(DEVICE_RUN) $(PY) $(SCRIPTS)/peak_calib.py -o $(WORK)/peak.json --backend $(BACKEND) --device $(DEVICE_ID)
 DECOMPOSE_CMD = $(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --peak-json $(WORK)/peak.json --plot
+
+# written by step 1: named here so that `make -j` (and `all`) orders them after prepare instead of failing early
+$(WORK)/model.py $(WORK)/model_new.py: | $(WORK)/prepare.json
 
 verify: $(ST)/verify.ok ## check ModelNew against Model per case before anything is timed (only passed cases are)
 
@@ -194,11 +207,18 @@ $(ST)/peak.ok: | $(WORK)/prepare.json
 
 decompose: $(ST)/decompose.ok ## step 6: per-case and per-kernel-part MFU table
 
-# the reports too: a collector or peak_calib.py re-run by hand is decomposed again (an incomplete one is refused)
+# the reports too: a collector or peak_calib.py re-run by hand is decomposed again (an incomplete one is refused);
+# each report is written by its step, which `make -j` therefore runs first
+$(WORK)/performance.json: | $(ST)/collect.ok
+$(WORK)/peak.json: | $(ST)/peak.ok
 $(ST)/decompose.ok: $(ST)/collect.ok $(ST)/peak.ok $(WORK)/performance.json $(WORK)/peak.json
 	$(call step,decompose,$(WORK)/mfu_decompose.json,$(DECOMPOSE_CMD))
 
-all: decompose ## prepare -> verify + flops -> collect -> peak -> decompose
+# the steps in parallel where the graph and the device lock allow (verify | flops | peak, then collect, decompose);
+# ALL_JOBS=1: one at a time. A -j given to this make is kept (its job server), never overridden.
+all: ## prepare -> verify + flops (+ peak) -> collect -> decompose; ALL_JOBS=1 runs them one at a time
+	+@$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(ALL_JOBS)) \
+	  $(if $(filter-out 1,$(ALL_JOBS)),-Otarget) decompose
 
 clean-work: ## remove $(WORK)
 	$(need-op)
