@@ -75,32 +75,66 @@ HOST_DRAW_ENV = "MFU_HOST_DRAW"  # "1": draw every input on the host (the pre-is
 DEVICE_DRAW_TYPES = ("cuda", "npu", "meta")  # meta: tests and tracing (shapes only)
 
 
+# torch functions that create a tensor from a size (float by default unless listed in _INT_FACTORIES), and the
+# random functions/methods that fill or derive one from their first tensor argument
+_FACTORIES = ("randn", "rand", "empty", "zeros", "ones", "full", "empty_strided", "normal", "randint", "randperm")
+_INT_FACTORIES = ("randint", "randperm")
+_RANDOM_FROM_TENSOR = ("uniform_", "normal_", "bernoulli_", "exponential_", "cauchy_", "log_normal_", "geometric_",
+                       "random_", "bernoulli", "normal", "rand_like", "randn_like", "multinomial", "poisson")
+
+
 def _numel(size) -> int:
     try:
         n = 1
         for d in size:
             n *= int(d)
         return n
-    except TypeError:
+    except (TypeError, ValueError):
         return 0
 
 
-def _draw_target(func, args, kwargs):
-    """(numel, floating?, is_factory) of the tensor a dispatched op creates or fills (factories: ``size`` and
-    ``dtype``; in-place and ``*_like`` ops: their ``self``); (0, False, False) when it creates none."""
+def _factory_size(name, args, kwargs):
+    """The size a factory call asks for: ``f(2, 3)``, ``f((2, 3))``, ``f(size=...)``; randint's is its last
+    positional sequence; ``normal(mean, std, size)`` only with floats for mean/std."""
     import torch
-    names = [a.name for a in func._schema.arguments]
-    if "size" in names and "device" in names:
-        i = names.index("size")
-        size = args[i] if i < len(args) else kwargs.get("size")
+    if "size" in kwargs:
+        return kwargs["size"]
+    if name == "randint":
+        seqs = [a for a in args if isinstance(a, (list, tuple, torch.Size))]
+        return seqs[-1] if seqs else None
+    if name == "normal":
+        return args[2] if len(args) >= 3 and not isinstance(args[0], torch.Tensor) else None
+    if not args:
+        return None
+    if isinstance(args[0], (list, tuple, torch.Size)):
+        return args[0]
+    if name in ("full", "empty_strided", "randperm"):
+        return args[0] if name != "randperm" else (args[0],)
+    ints = []
+    for a in args:
+        if isinstance(a, int) and not isinstance(a, bool):
+            ints.append(a)
+        else:
+            break
+    return ints or None
+
+
+def _draw_target(func, args, kwargs):
+    """(numel, floating?, is_factory) of the tensor a torch call creates from a size or fills/derives from its first
+    tensor argument (random calls only); (0, False, False) for anything else."""
+    import torch
+    name = getattr(func, "__name__", "")
+    first = args[0] if args else None
+    if name in _FACTORIES and not isinstance(first, torch.Tensor):
+        size = _factory_size(name, args, kwargs)
+        if size is None:
+            return 0, False, False
         dtype = kwargs.get("dtype")
         if dtype is None:
-            op = func._overloadpacket.__name__
-            if op in ("randint", "randperm"):
+            if name in _INT_FACTORIES:
                 floating = False
-            elif op == "full":
-                fill = args[names.index("fill_value")] if len(args) > names.index("fill_value") else \
-                    kwargs.get("fill_value")
+            elif name == "full":
+                fill = args[1] if len(args) > 1 else kwargs.get("fill_value")
                 floating = isinstance(fill, (float, complex)) or (isinstance(fill, torch.Tensor)
                                                                    and fill.is_floating_point())
             else:
@@ -108,20 +142,20 @@ def _draw_target(func, args, kwargs):
         else:
             floating = dtype.is_floating_point or dtype.is_complex
         return _numel(size), floating, True
-    if args and isinstance(args[0], torch.Tensor):
-        dtype = kwargs.get("dtype") or args[0].dtype
-        return args[0].numel(), dtype.is_floating_point or dtype.is_complex, False
+    if name in _RANDOM_FROM_TENSOR and isinstance(first, torch.Tensor):
+        dtype = kwargs.get("dtype") or first.dtype
+        return first.numel(), dtype.is_floating_point or dtype.is_complex, False
     return 0, False, False
 
 
 @functools.lru_cache(maxsize=1)
 def _draw_mode_class():
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.overrides import TorchFunctionMode  # a function mode: entering it imports no torch._dynamo
 
-    class _InputDrawMode(TorchDispatchMode):
+    class _InputDrawMode(TorchFunctionMode):
         """While get_input_groups() runs (module docstring): large floating factories go to ``target``; a large
-        random fill of a CPU tensor draws from a private generator seeded with ``seed``."""
+        random draw on a CPU tensor uses a private generator seeded with ``seed``."""
 
         def __init__(self, target, seed):
             super().__init__()
@@ -130,23 +164,22 @@ def _draw_mode_class():
             self.on_device = 0
             self.private_draws = 0
 
-        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        def __torch_function__(self, func, types_, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
             numel, floating, factory = _draw_target(func, args, kwargs)
             if not (floating and numel >= DEVICE_DRAW_MIN_NUMEL) or kwargs.get("generator") is not None:
                 return func(*args, **kwargs)
-            if factory and self.target.type != "cpu":
-                dev = kwargs.get("device")
-                if dev is None or torch.device(dev).type == "cpu":
-                    kwargs["device"] = self.target
-                    kwargs.pop("pin_memory", None)
-                    self.on_device += 1
-                    return func(*args, **kwargs)
-            on_cpu = torch.device(kwargs.get("device") or "cpu").type == "cpu" if factory else \
-                args[0].device.type == "cpu"
-            if not (on_cpu and torch.Tag.nondeterministic_seeded in func.tags):
+            dev = kwargs.get("device")
+            on_cpu = (dev is None or torch.device(dev).type == "cpu") if factory else args[0].device.type == "cpu"
+            if factory and on_cpu and self.target.type != "cpu":
+                kwargs["device"] = self.target
+                kwargs.pop("pin_memory", None)
+                self.on_device += 1
                 return func(*args, **kwargs)
-            # the private stream stands in for the global one during this call (generator kwarg or not)
+            name = getattr(func, "__name__", "")
+            if not on_cpu or (factory and name not in ("randn", "rand", "normal")):
+                return func(*args, **kwargs)  # a device tensor draws from its device; empty/zeros draw nothing
+            # the private stream stands in for the global one during this call
             self.private_draws += 1
             saved = torch.default_generator.get_state()
             torch.default_generator.set_state(self.private.get_state())
