@@ -6,15 +6,16 @@ loader), plus the results of later steps. :meth:`OpDir.build_case` builds exactl
 in a temp dir whose case files hold only that case's line, so ``get_input_groups()`` allocates one case, not fifty,
 and imports the operator files there with the cwd and ``sys.path`` they expect.
 
-Where the inputs are drawn (:func:`input_draw`, issue 13): ``get_input_groups()`` runs under a dispatch mode that
+Where the inputs are drawn (:func:`input_draw`, issue 13): ``get_input_groups()`` runs under a torch function mode that
 keeps every *large floating-point* draw (at least :data:`DEVICE_DRAW_MIN_NUMEL` elements, no explicit generator) off
 the global host random stream:
 
-* on an accelerator (cuda, npu) a large floating tensor created by a factory (``randn``, ``rand``, ``empty`` then
+* on a CUDA device a large floating tensor created by a factory (``randn``, ``rand``, ``empty`` then
   ``uniform_``/``normal_``, ``zeros``...) is created **on the target device**, so its random values come from the
-  device's own generator (Philox on CUDA), seeded by :func:`seed_everything` - GB/s instead of the host's ~0.1 G
-  elements/s per core: 16x4096x4096 fp16 inputs cost ~35 s of host ``randn`` per step on the H200 host
-  (bench/results/h200-2026-12-01/tool_overhead.md) and nothing measurable on the device;
+  device's own generator (Philox on CUDA), seeded by :func:`seed_everything` - hundreds of GB/s instead of
+  torch's single-threaded host ``randn`` (~0.16 G elements/s measured on this project's CI host): zoo/1_BatchMatmul
+  draws ~1.4 G input elements over its 13 cases, and its verify and collect steps took 45 and 44 s on the H200 for
+  under 0.1 s of kernel time each (bench/results/h200-2026-12-01/tool_overhead.md);
 * on the CPU (and for a large CPU tensor filled in place on any backend) the same draw uses a private CPU
   generator seeded with ``seed``, so the global stream is untouched there too;
 * everything else - integer and bool tensors (lengths, indices, routing, masks), small floats, Python ``random``/
@@ -28,10 +29,12 @@ anywhere. The large float values are reproducible per device (same seed, same de
 Philox output depends on the launch configuration, i.e. the SM count) and are the ones verify and collect both use.
 Consequences, by design: on the CPU a case whose first draws are large floats gets the same values as before (the
 private stream starts at ``seed`` like the global one did), but an integer drawn *after* a large float now comes
-from the global stream at an earlier position; on an accelerator large floats differ from a host draw. A reference
+from the global stream at an earlier position; on CUDA large floats differ from a host draw. A reference
 that cannot run with device tensors (it mixes them with host tensors, calls ``.numpy()``) is drawn again on the
 host (private stream for large floats, same integer stream); :attr:`BuiltCase.inputs_drawn` says which happened
-and why.
+and why. Limitation: a bool/integer input *derived* from a large float draw (``torch.rand(n) < p`` with n >= 2^20)
+takes the device's values on CUDA, which a host-side FLOP count cannot reproduce (nor could it before: matmul
+rounding differs between host and device).
 """
 from __future__ import annotations
 
@@ -71,8 +74,10 @@ def seed_everything(seed: int) -> None:
 
 
 DEVICE_DRAW_MIN_NUMEL = 1 << 20  # floating tensors this big are drawn off the host stream (= flopcount's meta threshold)
-HOST_DRAW_ENV = "MFU_HOST_DRAW"  # "1": draw every input on the host (the pre-issue-13 behaviour, for comparisons)
-DEVICE_DRAW_TYPES = ("cuda", "npu", "meta")  # meta: tests and tracing (shapes only)
+HOST_DRAW_ENV = "MFU_HOST_DRAW"  # "1": every input on the host (large floats: private stream) - the old cost, to compare
+# meta: tests and tracing (shapes only). npu is left out until checked on hardware: there the collector's child runs
+# under msprof, which would also profile the draw's kernels ahead of the first iteration marker
+DEVICE_DRAW_TYPES = ("cuda", "meta")
 
 
 # torch functions that create a tensor from a size (float by default unless listed in _INT_FACTORIES), and the
@@ -193,8 +198,8 @@ def _draw_mode_class():
 
 
 def draw_device_for(device) -> str:
-    """Where large floating inputs are drawn for a case run on ``device``: the device itself for cuda/npu (and meta),
-    else (cpu, or ``MFU_HOST_DRAW=1``) "cpu" (the private host stream)."""
+    """Where large floating inputs are drawn for a case run on ``device``: the device itself for cuda (and meta),
+    else (cpu, npu, or ``MFU_HOST_DRAW=1``) "cpu" (the private host stream)."""
     import torch
     dev = torch.device(device)
     if os.environ.get(HOST_DRAW_ENV) == "1" or dev.type not in DEVICE_DRAW_TYPES:
