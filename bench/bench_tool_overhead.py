@@ -252,6 +252,26 @@ def main(argv=None):
     triton_cache = args.triton_cache_dir or os.environ.get("TRITON_CACHE_DIR") or \
         os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
     runs = []
+    commit = subprocess.run(["git", "-C", args.skill_dir, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or None
+
+    def write_results() -> str:
+        """The JSON and the Markdown table of the runs so far (after every run: a killed bench keeps its rows)."""
+        from tabulate import tabulate
+        headers = ["op", "triton cache", "step", "wall s", "host CPU s", "device-busy s", "wall/busy", "rc"]
+        text = tabulate(table(runs), headers=headers, tablefmt="github")
+        result = {"bench": "tool_overhead", "skill_dir": os.path.abspath(args.skill_dir), "git_commit": commit,
+                  "backend": args.backend, "modes": modes, "all_runs": all_modes, "steps": steps,
+                  "host_draw": os.environ.get("MFU_HOST_DRAW", "0"), "mfu_worker": os.environ.get("MFU_WORKER", "1"),
+                  "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
+                  "elapsed_s": round(time.perf_counter() - t_start, 1), "method": __doc__.split("\n\n")[1]}
+        with open(out + ".tmp", "w") as f:
+            json.dump(result, f, indent=2)
+        os.replace(out + ".tmp", out)
+        with open(os.path.splitext(out)[0] + ".md", "w") as f:
+            f.write(text + "\n")
+        return text
+
     try:
         for op in [o for o in args.ops.split(",") if o]:
             for mode in modes:
@@ -273,6 +293,7 @@ def main(argv=None):
                 run["total_wall_s"] = round(time.perf_counter() - t0, 2)
                 run["triton_cache_dir"] = cache
                 run.update(extra)
+                write_results()
             for mode in all_modes:
                 run = {"op": op, "mode": mode}
                 runs.append(run)
@@ -287,26 +308,12 @@ def main(argv=None):
                                      os.path.join(work_root, op.replace("/", "_") + "_all_" + mode), env,
                                      args.step_timeout_s * len(STEPS), log)
                 run["triton_cache_dir"] = cache
+                write_results()
     finally:
         if not args.work:
             shutil.rmtree(tmp, ignore_errors=True)
-    from tabulate import tabulate
-    headers = ["op", "triton cache", "step", "wall s", "host CPU s", "device-busy s", "wall/busy", "rc"]
-    rows = table(runs)
-    text = tabulate(rows, headers=headers, tablefmt="github")
+    text = write_results()
     print(text)
-    commit = subprocess.run(["git", "-C", args.skill_dir, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or None
-    result = {"bench": "tool_overhead", "skill_dir": os.path.abspath(args.skill_dir), "git_commit": commit,
-              "backend": args.backend, "modes": modes, "all_runs": all_modes, "steps": steps,
-              "host_draw": os.environ.get("MFU_HOST_DRAW", "0"), "mfu_worker": os.environ.get("MFU_WORKER", "1"),
-              "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
-              "elapsed_s": round(time.perf_counter() - t_start, 1), "method": __doc__.split("\n\n")[1]}
-    with open(out + ".tmp", "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(out + ".tmp", out)
-    with open(os.path.splitext(out)[0] + ".md", "w") as f:
-        f.write(text + "\n")
     log(f"wrote {out}")
     failed = [r for run in runs for r in (run.get("steps") or []) + ([run["all"]] if run.get("all") else [])
               if r["rc"] != 0]
