@@ -124,7 +124,9 @@ status: ## per step of the work directory: done / stale (why) / failed (its repo
 # exist) runs prepare, which redoes the directory (old one kept as a backup) or fails with the reason.
 PIPELINE_GOALS := prepare verify flops collect peak decompose all
 ifneq ($(OP),)
-ifneq ($(filter $(PIPELINE_GOALS) $(WORK)/%,$(MAKECMDGOALS)),)
+# (`all` asks in its sub-make only: the outer make just starts it)
+CHECK_GOALS := $(if $(ALL_INNER),$(PIPELINE_GOALS),$(filter-out all,$(PIPELINE_GOALS)))
+ifneq ($(filter $(CHECK_GOALS) $(WORK)/%,$(MAKECMDGOALS)),)
 PREPARE_CHECK := $(shell $(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --check 2>&1)
 PREPARE_VERDICT := $(firstword $(PREPARE_CHECK))
 ifeq ($(PREPARE_VERDICT),redo)
@@ -214,11 +216,16 @@ $(WORK)/peak.json: | $(ST)/peak.ok
 $(ST)/decompose.ok: $(ST)/collect.ok $(ST)/peak.ok $(WORK)/performance.json $(WORK)/peak.json
 	$(call step,decompose,$(WORK)/mfu_decompose.json,$(DECOMPOSE_CMD))
 
-# the steps in parallel where the graph and the device lock allow (verify | flops | peak, then collect, decompose);
-# ALL_JOBS=1: one at a time. A -j given to this make is kept (its job server), never overridden.
+# the steps in parallel where the graph and the device lock allow (verify | flops | peak, then collect, decompose):
+# `all` runs itself again as a sub-make with -j$(ALL_JOBS) (output synchronised per line); ALL_JOBS=1: one step at a
+# time. A -j given to this make is kept (its job server), never overridden.
+ifeq ($(ALL_INNER),)
 all: ## prepare -> verify + flops (+ peak) -> collect -> decompose; ALL_JOBS=1 runs them one at a time
-	+@$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(ALL_JOBS)) \
-	  $(if $(filter-out 1,$(ALL_JOBS)),-Otarget) decompose
+	+@$(MAKE) --no-print-directory ALL_INNER=1 $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(ALL_JOBS)) \
+	  $(if $(filter-out 1,$(ALL_JOBS)),-Oline) all
+else
+all: decompose
+endif
 
 clean-work: ## remove $(WORK)
 	$(need-op)
