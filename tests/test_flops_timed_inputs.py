@@ -45,7 +45,7 @@ def flops(case, args):
 
 def timed_lengths(seed=0):
     """The timed child's draw, reproduced by hand: seed, then lens = randint(1, 4097, (4,)) - q (1M floats) is drawn
-    off the host stream (mfulib/opdir.py input_draw, issue 13: on the device, or from a private CPU generator), so
+    off the host stream (mfulib/input_draw.py, issue 13: on the device, or from a private CPU generator), so
     on every backend the lengths are the host stream's first draw."""
     torch.manual_seed(seed)
     return torch.randint(1, 4097, (4,)).tolist()

@@ -1,4 +1,4 @@
-"""Where a case's inputs are drawn (mfulib/opdir.py, input_draw; issue 13): large floats off the global host
+"""Where a case's inputs are drawn (mfulib/input_draw.py; issue 13): large floats off the global host
 stream, integers on it - so the integer values a FLOP count sees are the same on every backend and in check_flops.
 
 No accelerator here: the "device" is meta (the same code path as cuda/npu: factories redirected to the target),
@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from mfulib import flopcount, opdir
-from mfulib.opdir import DEVICE_DRAW_MIN_NUMEL, OpDir
+from mfulib import input_draw as draw
+from mfulib.input_draw import DEVICE_DRAW_MIN_NUMEL
+from mfulib.opdir import OpDir
 
 BIG = DEVICE_DRAW_MIN_NUMEL  # elements: exactly at the threshold
 
@@ -94,7 +96,7 @@ def test_on_a_device_large_floats_are_created_there_and_integers_match_the_cpu_d
         assert dev.args[0].device.type == "meta" and dev.args[1].device.type == "meta"
         assert dev.args[0].dtype == torch.float16 and tuple(dev.args[1].shape) == (2, BIG // 2)
         # what crossed to the device afterwards (to_device) has the host stream's values: the same as on the CPU
-        groups, how = opdir.input_draw(opdir.import_file(od.model_py, "m"), 2, "meta")
+        groups, how = draw.input_draw(opdir.import_file(od.model_py, "m"), 2, "meta")
         lens_dev = groups[0][2]
         assert lens_dev.device.type == "cpu" and torch.equal(lens_dev, cpu.args[2])
         assert torch.equal(groups[0][3], cpu.args[3])
@@ -108,7 +110,7 @@ def test_the_flops_steps_meta_build_sees_the_timed_integers(tmp_path):
     are the timed ones because no large float draw consumes the host stream anywhere."""
     assert flopcount.META_BUILD_MIN_NUMEL == DEVICE_DRAW_MIN_NUMEL  # one threshold for both splits
     od = _op(tmp_path, BIG // 2)
-    timed, _ = opdir.input_draw(opdir.import_file(od.model_py, "m"), 9, "meta")  # as on cuda, before to_device
+    timed, _ = draw.input_draw(opdir.import_file(od.model_py, "m"), 9, "meta")  # as on cuda, before to_device
     with flopcount._build_mode_class()():
         traced = od.build_case(0, seed=9, device="cpu")
     traced.close()
@@ -134,7 +136,7 @@ def test_a_reference_that_needs_host_tensors_is_drawn_on_the_host_with_the_reaso
     (d / "model.json").write_text(json.dumps({"inputs": [{"name": "x", "type": "tensor", "dtype": "float32",
                                                           "shape": [BIG]}]}) + "\n")
     mod = opdir.import_file(str(d / "model.py"), "mix")
-    groups, how = opdir.input_draw(mod, 0, "meta")
+    groups, how = draw.input_draw(mod, 0, "meta")
     assert how.startswith("host (device draw failed: ") and groups[0][0].shape == (BIG,)
 
 
@@ -149,12 +151,12 @@ def test_a_rejection_under_the_device_draw_is_not_retried(tmp_path):
         '''))
     mod = opdir.import_file(str(d / "model.py"), "rej")
     with pytest.raises(ValueError, match="case rejected"):
-        opdir.input_draw(mod, 0, "meta")
+        draw.input_draw(mod, 0, "meta")
     assert mod.CALLS == [1]
 
 
 def test_host_draw_env_turns_the_device_draw_off(monkeypatch):
-    monkeypatch.setenv(opdir.HOST_DRAW_ENV, "1")
-    assert opdir.draw_device_for("meta") == "cpu"
-    monkeypatch.delenv(opdir.HOST_DRAW_ENV)
-    assert opdir.draw_device_for("meta") == "meta" and opdir.draw_device_for("cpu") == "cpu"
+    monkeypatch.setenv(draw.HOST_DRAW_ENV, "1")
+    assert draw.draw_device_for("meta") == "cpu"
+    monkeypatch.delenv(draw.HOST_DRAW_ENV)
+    assert draw.draw_device_for("meta") == "meta" and draw.draw_device_for("cpu") == "cpu"

@@ -1,4 +1,4 @@
-"""GPU check of the device draw (mfulib/opdir.py input_draw, issue 13): on CUDA large float inputs are created on the
+"""GPU check of the device draw (mfulib/input_draw.py, issue 13): on CUDA large float inputs are created on the
 device from its seeded generator - reproducible, fast - while integer inputs keep the host stream's values.
 
 Run on the GPU machine from the repository root: python3 -m pytest -q tests/gpu/test_input_draw_cuda.py
@@ -13,7 +13,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 from test_input_draw import BIG, _op  # noqa: E402
 
-from mfulib import opdir  # noqa: E402
+from mfulib import input_draw as draw  # noqa: E402
 from mfulib.opdir import OpDir  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -55,10 +55,10 @@ def test_the_largest_batch_matmul_case_is_drawn_in_well_under_a_second(tmp_path)
         assert dt < 1.0, dt
     finally:
         built.close()
-    os.environ[opdir.HOST_DRAW_ENV] = "1"
+    os.environ[draw.HOST_DRAW_ENV] = "1"
     try:
         host = od.build_case(4, device="cuda")  # 8 x 1024 x 1024: above the threshold, yet on the host
         assert host.inputs_drawn == "host" and host.args[0].device.type == "cuda"
         host.close()
     finally:
-        os.environ.pop(opdir.HOST_DRAW_ENV)
+        os.environ.pop(draw.HOST_DRAW_ENV)

@@ -277,7 +277,7 @@ def run_spec(spec: dict, backend, report: dict) -> None:
     report["inputs_reused"] = reuse
     if built.inputs_drawn is not None:
         _INPUTS["drawn"] = built.inputs_drawn
-    report["inputs_drawn"] = _INPUTS.get("drawn")  # where they were drawn (opdir.input_draw), reused or not
+    report["inputs_drawn"] = _INPUTS.get("drawn")  # where they were drawn (mfulib.input_draw), reused or not
     report["compat"] = {k: v for k, v in compat.REPORT.items() if k != "patched"}
     wall["build"] = time.perf_counter() - t
     harness = None
