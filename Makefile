@@ -217,12 +217,12 @@ $(ST)/decompose.ok: $(ST)/collect.ok $(ST)/peak.ok $(WORK)/performance.json $(WO
 	$(call step,decompose,$(WORK)/mfu_decompose.json,$(DECOMPOSE_CMD))
 
 # the steps in parallel where the graph and the device lock allow (verify | flops | peak, then collect, decompose):
-# `all` runs itself again as a sub-make with -j$(ALL_JOBS) (output synchronised per line); ALL_JOBS=1: one step at a
-# time. A -j given to this make is kept (its job server), never overridden.
+# `all` runs itself again as a sub-make with -j$(ALL_JOBS); ALL_JOBS=1: one step at a time. Output is not
+# synchronised (make's -O holds a step's whole output until it ends: no progress lines), so lines of the steps that
+# overlap (flops beside verify or peak) interleave. A -j given to this make is kept (its job server).
 ifeq ($(ALL_INNER),)
 all: ## prepare -> verify + flops (+ peak) -> collect -> decompose; ALL_JOBS=1 runs them one at a time
-	+@$(MAKE) --no-print-directory ALL_INNER=1 $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(ALL_JOBS)) \
-	  $(if $(filter-out 1,$(ALL_JOBS)),-Oline) all
+	+@$(MAKE) --no-print-directory ALL_INNER=1 $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(ALL_JOBS)) all
 else
 all: decompose
 endif
