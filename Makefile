@@ -88,7 +88,7 @@ need-op = $(if $(OP),,$(error OP is not set: e.g. make OP=5_MHABlock $@ (make ex
 help: ## show this help
 	@echo "triton-mfu-analyzer - usage: make OP=<op> [V=<verify dir> | BENCH=<dir> GEN=<dir> | REF_ROOT=<dir> IMPL_ROOT=<dir>] <target>"
 	@echo "variables: OP V BENCH GEN REF_ROOT IMPL_ROOT ITER VARIANT WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
-	@echo "           VERIFY_ARGS COLLECT_ARGS FLUSH_CACHE_MIB=$(FLUSH_CACHE_MIB) ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1"
+	@echo "           VERIFY_ARGS COLLECT_ARGS FLUSH_CACHE_MIB=$(FLUSH_CACHE_MIB) ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1 ALL_JOBS=$(ALL_JOBS)"
 	@echo "           SEARCH=1 (probe + search before collect) PROBE_ARGS SEARCH_ARGS"
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
@@ -132,7 +132,9 @@ status: ## per step of the work directory: done / stale (why) / failed (its repo
 # exist) runs prepare, which redoes the directory (old one kept as a backup) or fails with the reason.
 PIPELINE_GOALS := prepare verify flops collect peak decompose report all probe search
 ifneq ($(OP),)
-ifneq ($(filter $(PIPELINE_GOALS) $(WORK)/%,$(MAKECMDGOALS)),)
+# (`all` asks in its sub-make only: the outer make just starts it)
+CHECK_GOALS := $(if $(ALL_INNER),$(PIPELINE_GOALS),$(filter-out all,$(PIPELINE_GOALS)))
+ifneq ($(filter $(CHECK_GOALS) $(WORK)/%,$(MAKECMDGOALS)),)
 PREPARE_CHECK := $(shell $(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --check 2>&1)
 PREPARE_VERDICT := $(firstword $(PREPARE_CHECK))
 ifeq ($(PREPARE_VERDICT),redo)
@@ -164,15 +166,28 @@ $(info $(3))@$(3) || { rc=$$?; \
 @touch $@
 endef
 
-VERIFY_CMD = $(PY) $(SCRIPTS)/verify_op.py --op-dir $(WORK) --backend $(BACKEND) --device $(DEVICE_ID) \
+# One device, one step at a time: verify, collect and peak run under an exclusive lock per device index (flock(1)),
+# so under `make -j` (and in `all`, which runs its steps with -j$(ALL_JOBS)) peak never times GEMMs while a case runs,
+# even from another make. flops (a host-only tracer) overlaps them on cuda/npu; on cpu (and auto) the CPU is the
+# device, so flops takes the lock too. Without flock the steps still run, and `all` runs them one at a time.
+DEVICE_LOCK ?= $(or $(TMPDIR),/tmp)/triton-mfu-analyzer-device$(DEVICE_ID).lock
+HAVE_FLOCK  := $(shell command -v flock 2>/dev/null)
+DEVICE_RUN   = $(if $(HAVE_FLOCK),flock $(DEVICE_LOCK))
+FLOPS_RUN    = $(if $(filter cuda npu,$(BACKEND)),,$(DEVICE_RUN))
+ALL_JOBS    ?= $(if $(HAVE_FLOCK),3,1)
+
+VERIFY_CMD = $(DEVICE_RUN) $(PY) $(SCRIPTS)/verify_op.py --op-dir $(WORK) --backend $(BACKEND) --device $(DEVICE_ID) \
   --seed $(SEED) $(VERIFY_ARGS)
-CHECK_FLOPS_CMD = $(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) --backend $(BACKEND) --seed $(SEED) \
+CHECK_FLOPS_CMD = $(FLOPS_RUN) $(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) --backend $(BACKEND) --seed $(SEED) \
   $(if $(ACCEPT_UNVERIFIED),--accept-unverified)
-COLLECT_CMD = cd $(WORK) && $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc \
+COLLECT_CMD = cd $(WORK) && $(DEVICE_RUN) $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc \
   --output-dir . --keep-prof . --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) \
   --flush-cache-mib $(FLUSH_CACHE_MIB) $(if $(ACCEPT_UNVERIFIED_CASES),--unverified-ok) $(COLLECT_ARGS)
-PEAK_CMD = $(PY) $(SCRIPTS)/peak_calib.py -o $(WORK)/peak.json --backend $(BACKEND) --device $(DEVICE_ID)
+PEAK_CMD = $(DEVICE_RUN) $(PY) $(SCRIPTS)/peak_calib.py -o $(WORK)/peak.json --backend $(BACKEND) --device $(DEVICE_ID)
 DECOMPOSE_CMD = $(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --peak-json $(WORK)/peak.json --plot
+
+# written by step 1: named here so that `make -j` (and `all`) orders them after prepare instead of failing early
+$(WORK)/model.py $(WORK)/model_new.py: | $(WORK)/prepare.json
 
 verify: $(ST)/verify.ok ## check ModelNew against Model per case before anything is timed (only passed cases are)
 
@@ -202,7 +217,10 @@ $(ST)/peak.ok: | $(WORK)/prepare.json
 
 decompose: $(ST)/decompose.ok ## step 6: per-case and per-kernel-part MFU table
 
-# the reports too: a collector or peak_calib.py re-run by hand is decomposed again (an incomplete one is refused)
+# the reports too: a collector or peak_calib.py re-run by hand is decomposed again (an incomplete one is refused);
+# each report is written by its step, which `make -j` therefore runs first
+$(WORK)/performance.json: | $(ST)/collect.ok
+$(WORK)/peak.json: | $(ST)/peak.ok
 $(ST)/decompose.ok: $(ST)/collect.ok $(ST)/peak.ok $(WORK)/performance.json $(WORK)/peak.json
 	$(call step,decompose,$(WORK)/mfu_decompose.json,$(DECOMPOSE_CMD))
 
@@ -222,9 +240,9 @@ SEARCH      ?=
 PROBE_ARGS  ?=
 SEARCH_ARGS ?=
 .PHONY: probe search
-PROBE_CMD = $(PY) $(SCRIPTS)/max_shape_probe.py --dir $(WORK) --flops-tool $(SCRIPTS)/check_flops.py \
+PROBE_CMD = $(DEVICE_RUN) $(PY) $(SCRIPTS)/max_shape_probe.py --dir $(WORK) --flops-tool $(SCRIPTS)/check_flops.py \
   --max-bytes 10e9 --max-ms 4000 --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(PROBE_ARGS)
-SEARCH_CMD = $(PY) $(SCRIPTS)/mfu_grid_search.py --dir $(WORK) --flops-tool $(SCRIPTS)/check_flops.py \
+SEARCH_CMD = $(DEVICE_RUN) $(PY) $(SCRIPTS)/mfu_grid_search.py --dir $(WORK) --flops-tool $(SCRIPTS)/check_flops.py \
   --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(SEARCH_ARGS)
 # run-time test, not parse time: with SEARCH=1 the search runs in the same make as the collection
 COLLECT_CMD += $$(test -f .state/search.ok && test -f grid_search.json && echo --search-json grid_search.json)
@@ -244,7 +262,16 @@ $(ST)/collect.ok: $(if $(SEARCH),$(ST)/search.ok) $(wildcard $(ST)/search.ok)
 # the probe appends cases: check flops.py on them too before they are collected
 $(ST)/flops.ok: $(if $(SEARCH),$(ST)/probe.ok) $(wildcard $(ST)/probe.ok)
 
-all: decompose ## prepare -> verify + flops -> collect -> peak -> decompose; SEARCH=1: probe + search before collect
+# the steps in parallel where the graph and the device lock allow (verify | flops | peak, then collect, decompose):
+# `all` runs itself again as a sub-make with -j$(ALL_JOBS); ALL_JOBS=1: one step at a time. Output is not
+# synchronised (make's -O holds a step's whole output until it ends: no progress lines), so lines of the steps that
+# overlap (flops beside verify or peak) interleave. A -j given to this make is kept (its job server).
+ifeq ($(ALL_INNER),)
+all: ## prepare -> verify + flops (+ peak) -> collect -> decompose; SEARCH=1: probe + search before collect; ALL_JOBS=1: one step at a time
+	+@$(MAKE) --no-print-directory ALL_INNER=1 $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(ALL_JOBS)) all
+else
+all: decompose
+endif
 
 clean-work: ## remove $(WORK)
 	$(need-op)

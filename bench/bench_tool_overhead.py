@@ -23,11 +23,18 @@ compiled. On cpu the interpreter compiles nothing, so only ``warm`` runs by defa
 checkout (e.g. the state before a change) with the same method; ``MFU_WORKER=0`` in the environment measures this one
 with one process per case.
 
+``--all-runs MODES`` (default ``warm``; ``none`` to skip) adds, per operator and mode, the figure the issue's target
+is stated in: ``make OP=<op> all`` from an empty work directory with a cold peak cache, as one make call (the
+Makefile's own parallelism: verify | flops | peak under its device lock, then collect, decompose). Its row
+``ALL (make all)`` has the wall and host CPU time of that call, the device-busy time from its results, and
+``step_end_s``: when each step's stamp was written, seconds after the start (shows the overlap).
+
 Writes JSON to ``--out`` (default ``$OUT/tool_overhead.json``) and the table as Markdown beside it (``.md``); prints
 the table. Stops starting new runs once ``--budget-s`` has passed (recorded as skipped), so one call fits a time limit.
 
   python3 bench/bench_tool_overhead.py --backend cpu --out /tmp/tool_overhead.json          # CPU (smoke)
   python3 bench/bench_tool_overhead.py --backend cuda --modes cold,warm --out $OUT/tool_overhead.json   # H200
+  MFU_HOST_DRAW=1 python3 bench/bench_tool_overhead.py ...    # inputs drawn on the host, as before issue 13
 """
 import argparse
 import json
@@ -152,12 +159,52 @@ def run_pipeline(skill_dir, op, backend, work, env, steps, step_timeout_s, log):
     return records, extra
 
 
+def run_all(skill_dir, op, backend, work, env, timeout_s, log):
+    """One ``make all`` into the empty ``work``: its record (wall, host CPU, device-busy, per-step stamp times)."""
+    if os.path.exists(work):
+        shutil.rmtree(work)
+    os.makedirs(os.path.dirname(work), exist_ok=True)
+    cmd = ["make", "-s", "-C", skill_dir, f"OP={op}", f"WORK={work}", f"BACKEND={backend}", "all"]
+    t_wall0 = time.time()
+    t0, ru0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+        rc, tail = r.returncode, (r.stdout + r.stderr)[-1500:]
+    except subprocess.TimeoutExpired as exc:
+        rc, tail = "timeout", str(exc)[-500:]
+    wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    ends = {}
+    for step in STEPS[1:]:
+        stamp = os.path.join(work, ".state", f"{step}.ok")
+        if os.path.exists(stamp):
+            ends[step] = round(os.path.getmtime(stamp) - t_wall0, 2)
+    perf = _load(os.path.join(work, "performance.json")) or {}
+    peak = _load(os.path.join(work, "peak.json")) or {}
+    busy = (collect_busy_ns(perf)[0] if perf else 0) + (verify_busy_ns(perf)[0] if perf else 0) + \
+        (peak_busy_ns(peak)[0] if peak else 0)
+    rec = {"step": "ALL (make all)", "wall_s": round(wall, 2), "host_cpu_s": round(cpu, 2), "rc": rc,
+           "device_busy_s": round(busy / 1e9, 4), "step_end_s": ends,
+           "wall_per_busy": round(wall / (busy / 1e9), 1) if busy else None,
+           "device_busy_note": "collect + verify (lower bound) + peak, as in the per-step rows"}
+    if rc != 0:
+        rec["log_tail"] = tail
+    log(f"  {op} make all: {wall:.1f} s (rc {rc}); stamps at {ends}")
+    return rec
+
+
 def table(runs) -> list:
     rows = []
     for run in runs:
         for rec in run.get("steps") or []:
             rows.append([run["op"], run["mode"], rec["step"], rec["wall_s"], rec.get("host_cpu_s"),
                          rec.get("device_busy_s"), rec.get("wall_per_busy"), rec["rc"]])
+        if run.get("all"):
+            rec = run["all"]
+            rows.append([run["op"], run["mode"], rec["step"], rec["wall_s"], rec.get("host_cpu_s"),
+                         rec.get("device_busy_s"), rec.get("wall_per_busy"), rec["rc"]])
+            continue
         if run.get("steps"):
             busy = [r.get("device_busy_s") or 0 for r in run["steps"]]
             cpu = sum(r.get("host_cpu_s") or 0 for r in run["steps"])
@@ -179,6 +226,8 @@ def main(argv=None):
     p.add_argument("--skill-dir", default=ROOT, help="checkout whose Makefile runs (default: this one)")
     p.add_argument("--work", default=None, help="work root (default: a temp dir, removed afterwards)")
     p.add_argument("--triton-cache-dir", default=None, help="warm mode's cache (default: the cold run's)")
+    p.add_argument("--all-runs", default="warm", help="Triton-cache modes of the extra `make all` run per operator "
+                                                      "(cold,warm; 'none' = no such run)")
     p.add_argument("--step-timeout-s", type=float, default=300.0)
     p.add_argument("--budget-s", type=float, default=520.0, help="start no new run after this many seconds")
     args = p.parse_args(argv)
@@ -192,6 +241,9 @@ def main(argv=None):
     modes = [m for m in (args.modes or ("warm" if args.backend == "cpu" else "cold,warm")).split(",") if m]
     if any(m not in ("cold", "warm") for m in modes):
         p.error(f"--modes {args.modes}: choose cold and/or warm")
+    all_modes = [] if args.all_runs == "none" else [m for m in args.all_runs.split(",") if m]
+    if any(m not in ("cold", "warm") for m in all_modes):
+        p.error(f"--all-runs {args.all_runs}: choose cold and/or warm, or none")
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     t_start = time.perf_counter()
     tmp = tempfile.mkdtemp(prefix="mfu_overhead_")
@@ -200,6 +252,26 @@ def main(argv=None):
     triton_cache = args.triton_cache_dir or os.environ.get("TRITON_CACHE_DIR") or \
         os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
     runs = []
+    commit = subprocess.run(["git", "-C", args.skill_dir, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or None
+
+    def write_results() -> str:
+        """The JSON and the Markdown table of the runs so far (after every run: a killed bench keeps its rows)."""
+        from tabulate import tabulate
+        headers = ["op", "triton cache", "step", "wall s", "host CPU s", "device-busy s", "wall/busy", "rc"]
+        text = tabulate(table(runs), headers=headers, tablefmt="github")
+        result = {"bench": "tool_overhead", "skill_dir": os.path.abspath(args.skill_dir), "git_commit": commit,
+                  "backend": args.backend, "modes": modes, "all_runs": all_modes, "steps": steps,
+                  "host_draw": os.environ.get("MFU_HOST_DRAW", "0"), "mfu_worker": os.environ.get("MFU_WORKER", "1"),
+                  "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
+                  "elapsed_s": round(time.perf_counter() - t_start, 1), "method": __doc__.split("\n\n")[1]}
+        with open(out + ".tmp", "w") as f:
+            json.dump(result, f, indent=2)
+        os.replace(out + ".tmp", out)
+        with open(os.path.splitext(out)[0] + ".md", "w") as f:
+            f.write(text + "\n")
+        return text
+
     try:
         for op in [o for o in args.ops.split(",") if o]:
             for mode in modes:
@@ -221,27 +293,30 @@ def main(argv=None):
                 run["total_wall_s"] = round(time.perf_counter() - t0, 2)
                 run["triton_cache_dir"] = cache
                 run.update(extra)
+                write_results()
+            for mode in all_modes:
+                run = {"op": op, "mode": mode}
+                runs.append(run)
+                if time.perf_counter() - t_start > args.budget_s:
+                    run["skipped"] = f"--budget-s {args.budget_s:g} reached (make all)"
+                    continue
+                cache = triton_cache if mode == "warm" else os.path.join(tmp, f"triton_cold_{len(runs)}")
+                env = dict(os.environ, TRITON_CACHE_DIR=cache, PYTHONUNBUFFERED="1",
+                           MFU_PEAK_CACHE_DIR=os.path.join(tmp, f"peak_cache_{len(runs)}"))
+                log(f"{op} make all ({mode} Triton cache {cache})")
+                run["all"] = run_all(args.skill_dir, op, args.backend,
+                                     os.path.join(work_root, op.replace("/", "_") + "_all_" + mode), env,
+                                     args.step_timeout_s * len(STEPS), log)
+                run["triton_cache_dir"] = cache
+                write_results()
     finally:
         if not args.work:
             shutil.rmtree(tmp, ignore_errors=True)
-    from tabulate import tabulate
-    headers = ["op", "triton cache", "step", "wall s", "host CPU s", "device-busy s", "wall/busy", "rc"]
-    rows = table(runs)
-    text = tabulate(rows, headers=headers, tablefmt="github")
+    text = write_results()
     print(text)
-    commit = subprocess.run(["git", "-C", args.skill_dir, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or None
-    result = {"bench": "tool_overhead", "skill_dir": os.path.abspath(args.skill_dir), "git_commit": commit,
-              "backend": args.backend, "modes": modes, "steps": steps, "mfu_worker": os.environ.get("MFU_WORKER", "1"),
-              "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs,
-              "elapsed_s": round(time.perf_counter() - t_start, 1), "method": __doc__.split("\n\n")[1]}
-    with open(out + ".tmp", "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(out + ".tmp", out)
-    with open(os.path.splitext(out)[0] + ".md", "w") as f:
-        f.write(text + "\n")
     log(f"wrote {out}")
-    failed = [r for run in runs for r in run.get("steps") or [] if r["rc"] != 0]
+    failed = [r for run in runs for r in (run.get("steps") or []) + ([run["all"]] if run.get("all") else [])
+              if r["rc"] != 0]
     return 1 if failed else 0
 
 

@@ -36,15 +36,18 @@ def test_the_table_has_a_total_per_run_with_the_wall_to_busy_ratio():
         {"step": "collect", "wall_s": 9.0, "host_cpu_s": 4.0, "device_busy_s": 0.5, "wall_per_busy": 18.0,
          "rc": 0}]},
         {"op": "y", "mode": "cold", "skipped": "--budget-s 1 reached"}]
+    runs.append({"op": "x", "mode": "warm", "all": {"step": "ALL (make all)", "wall_s": 7.0, "host_cpu_s": 5.0,
+                                                    "device_busy_s": 0.5, "wall_per_busy": 14.0, "rc": 0}})
     rows = bto.table(runs)
     assert rows[2] == ["x", "warm", "TOTAL", 10.0, 4.5, 0.5, 20.0, ""]
     assert rows[3][2] == "skipped"
+    assert rows[4] == ["x", "warm", "ALL (make all)", 7.0, 5.0, 0.5, 14.0, 0]
 
 
 def test_the_bench_runs_on_cpu_and_writes_json_and_a_markdown_table(tmp_path):
     out = tmp_path / "o" / "tool_overhead.json"
     r = subprocess.run([sys.executable, os.path.join(BENCH, "bench_tool_overhead.py"), "--backend", "cpu",
-                        "--ops", "zoo/2_Softmax", "--steps", "prepare", "--out", str(out)],
+                        "--ops", "zoo/2_Softmax", "--steps", "prepare", "--all-runs", "none", "--out", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())

@@ -47,9 +47,10 @@ def flops(case, args):
 
 
 def timed_lengths(seed=0):
-    """The timed child's draw, reproduced by hand: seed, q = randn(4, 4096, 64), lens = randint(1, 4097, (4,))."""
+    """The timed child's draw, reproduced by hand: seed, then lens = randint(1, 4097, (4,)) - q (1M floats) is drawn
+    off the host stream (mfulib/input_draw.py, issue 13: on the device, or from a private CPU generator), so
+    on every backend the lengths are the host stream's first draw."""
     torch.manual_seed(seed)
-    torch.randn(4, 4096, 64)
     return torch.randint(1, 4097, (4,)).tolist()
 
 
@@ -59,10 +60,13 @@ def test_flops_py_and_the_tracer_see_the_timed_lengths_and_they_are_recorded(tmp
     od = write_dir(tmp_path, REF.replace("\n", "\n", 1), [CASE], FLOPS)
     lens = timed_lengths()
     want = sum(2 * n * n * 128 for n in lens)
-    with fc._build_mode_class()() as mode:  # the meta build: q on meta, its draw replayed -> the same lengths
+    with fc._build_mode_class()() as mode:  # the meta build: q on meta, kept off the host stream as in the timed draw
         torch.manual_seed(0)
         q = torch.randn(4, 4096, 64)
         assert q.device.type == "meta" and torch.randint(1, 4097, (4,)).tolist() == lens and mode.lost == []
+    torch.manual_seed(0)  # a plain draw (q from the host stream first): other lengths - the failure this guards
+    torch.randn(4, 4096, 64)
+    assert torch.randint(1, 4097, (4,)).tolist() != lens
     ff = fcon.load_flops(od.flops_py)
     row = fchk.check_case(ff, od, 0)
     assert row["flops"] == want and row["tracer"]["total_flops"] == want and row["status"] == "pass"

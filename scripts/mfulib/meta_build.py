@@ -5,7 +5,9 @@ Above the tracer's real-draw cap (:data:`mfulib.flopcount.REAL_DRAW_MAX_BYTES`) 
 least :data:`META_BUILD_MIN_NUMEL` elements (integer/bool ones of :data:`META_BUILD_INT_MIN_NUMEL`) are created on
 meta, so nothing big is allocated. A random draw sent to meta would not advance the CPU generator, and every later
 draw (random sequence lengths, masks, routing) would differ from the timed child's - the 2.1x MFU error of issue
-11. So such draws are queued and replayed on the CPU in chunks of :data:`REPLAY_CHUNK_NUMEL` elements (values
+11. Floating draws the timed child keeps off the host stream (:func:`mfulib.input_draw.off_host_stream`: big, no
+explicit generator - drawn on the device or from a private generator) need nothing; every other draw sent to meta
+is queued and replayed on the CPU in chunks of :data:`REPLAY_CHUNK_NUMEL` elements (values
 dropped) before the next draw that stays on the CPU; the chunked replay consumes the generator exactly as one draw
 (:func:`_chunk_sizes`; tests/test_flops_timed_inputs.py checks randn/rand/randint/normal_/uniform_/bernoulli_ in
 several dtypes). Limits (each puts a reason in the mode's ``lost``, and the draw is then recorded as "meta"): an
@@ -18,7 +20,9 @@ from __future__ import annotations
 import functools
 import math
 
-META_BUILD_MIN_NUMEL = 1 << 20      # while building a case, floating tensors this big are created on meta
+from .input_draw import DEVICE_DRAW_MIN_NUMEL, off_host_stream
+
+META_BUILD_MIN_NUMEL = DEVICE_DRAW_MIN_NUMEL  # floating tensors this big are created on meta (the timed draw's split)
 META_BUILD_INT_MIN_NUMEL = 1 << 24  # integer/bool tensors stay real (indices, lengths) unless this big
 
 _RNG_FACTORIES = {"randn", "rand", "randint", "normal"}   # random draws with a ``size`` argument
@@ -110,14 +114,18 @@ def _make_build_mode_class():
                     kwargs["device"] = torch.device("meta")
                     kwargs.pop("pin_memory", None)
                     if op in _RNG_FACTORIES:
-                        self._queue((func, args, {k: v for k, v in kwargs.items() if k != "device"}, numel, None,
-                                     i))
+                        if not (is_float and off_host_stream(numel, kwargs.get("generator"))):
+                            self._queue((func, args, {k: v for k, v in kwargs.items() if k != "device"}, numel,
+                                         None, i))
                         queued = True
             if (op in _RNG_OPS or "generator" in names) and not queued:
                 first = args[0] if args and isinstance(args[0], torch.Tensor) else None
                 if any(isinstance(a, torch.Tensor) and a.device.type == "meta" for a in args) or \
                         kwargs.get("device") == torch.device("meta"):
-                    if first is not None and first.device.type == "meta" and first.is_contiguous():
+                    if first is not None and first.device.type == "meta" and first.is_floating_point() \
+                            and off_host_stream(first.numel(), kwargs.get("generator")):
+                        pass               # the timed draw fills it from a private stream: nothing to replay
+                    elif first is not None and first.device.type == "meta" and first.is_contiguous():
                         self._queue((func, args, kwargs, first.numel(), first.dtype, None))
                     else:
                         self.lost.append(f"{op}: a random draw on meta tensors it cannot replay")

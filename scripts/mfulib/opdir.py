@@ -5,6 +5,9 @@ A work directory holds ``model.py`` (class Model + get_input_groups), ``model_ne
 loader), plus the results of later steps. :meth:`OpDir.build_case` builds exactly one case: it stages the directory
 in a temp dir whose case files hold only that case's line, so ``get_input_groups()`` allocates one case, not fifty,
 and imports the operator files there with the cwd and ``sys.path`` they expect.
+
+Inputs are drawn by :func:`mfulib.input_draw.input_draw` (large floats on the CUDA device or from a private host
+stream; integers and small tensors from the global host stream - that module says why).
 """
 from __future__ import annotations
 
@@ -12,7 +15,6 @@ import contextlib
 import glob
 import importlib.util
 import os
-import random
 import shutil
 import sys
 import tempfile
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 
 from . import cases as _cases
 from .errors import UserError
+from .input_draw import input_draw, seed_everything  # noqa: F401 - seed_everything: callers import it from here
 from .jsonio import read_json
 
 MODEL_PY = "model.py"
@@ -28,18 +31,6 @@ MODEL_JSON = "model.json"
 FLOPS_PY = "flops.py"
 PREPARE_JSON = "prepare.json"
 PERF_CASES_SUFFIX = "_perf_cases.jsonl"
-
-
-def seed_everything(seed: int) -> None:
-    """Seed torch (CPU and every device), numpy and random: refs in the wild do not seed themselves."""
-    import torch
-    random.seed(seed)
-    torch.manual_seed(seed)
-    try:
-        import numpy as np
-        np.random.seed(seed % (2 ** 32))
-    except ImportError:  # pragma: no cover
-        pass
 
 
 def clone_tensors(obj):
@@ -127,6 +118,7 @@ class BuiltCase:
     init_args: list = field(default_factory=list)
     staging: str | None = None
     module: object = None
+    inputs_drawn: str | None = None  # input_draw()'s ``how``; None when the caller passed ``args``
 
     def run(self):
         """One forward call (cwd = the staging dir, as the operator files expect)."""
@@ -241,7 +233,8 @@ class OpDir:
 
         Inputs always come from the reference's get_input_groups() (seeded with ``seed`` first); the model is
         constructed after re-seeding with ``seed`` so Model and ModelNew draw identical weights when built the same
-        way. Tensors are moved to ``device``. Exceptions from the operator files propagate (callers classify them
+        way. The inputs are drawn by :func:`mfulib.input_draw.input_draw` (large floats on ``device`` when it is an accelerator;
+        recorded in ``inputs_drawn``), then every tensor is moved to ``device``. Exceptions from the operator files propagate (callers classify them
         with :func:`mfulib.errors.rejection_reason`). ``args`` given: use these inputs (already on ``device``)
         instead of calling get_input_groups() again - building a 1 GB case on the host twice costs seconds.
         """
@@ -256,9 +249,9 @@ class OpDir:
                 ref_mod = import_file(os.path.join(staging, MODEL_PY), "model")
                 if not hasattr(ref_mod, "get_input_groups"):
                     raise UserError(f"{self.model_py}: no get_input_groups() - the reference must define it")
+                how = None
                 if args is None:
-                    seed_everything(seed)
-                    groups = list(ref_mod.get_input_groups())
+                    groups, how = input_draw(ref_mod, seed, device)
                     if not groups:
                         raise UserError(f"{self.model_py}: get_input_groups() returned no case for case {case_id}")
                     args = to_device(normalize_group(groups[0]), device)
@@ -278,4 +271,4 @@ class OpDir:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return BuiltCase(case_id, impl, model, args, seed, init, staging, mod)
+        return BuiltCase(case_id, impl, model, args, seed, init, staging, mod, how)

@@ -62,7 +62,9 @@ def compare_outputs(ref_out, impl_out, tol: float) -> dict:
 def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0) -> dict:
     """Run Model and ModelNew on one case of an :class:`~mfulib.opdir.OpDir` and compare.
 
-    Returns ``{"case", "status": pass|fail|rejected|error, "reason", "max_norm_err", "tol", "dtype", ...}``.
+    Returns ``{"case", "status": pass|fail|rejected|error, "reason", "max_norm_err", "tol", "dtype",
+    "inputs_drawn", ...}`` (``inputs_drawn``: :func:`mfulib.input_draw.input_draw`'s account - "host", "device:cuda:0",
+    or "host (device draw failed: ...)"). Both implementations run on the same inputs (one draw).
     Dropout: ``MFU_DISABLE_DROPOUT=1`` is set for the call; operators with dropout honour it (README).
     """
     import torch
@@ -82,6 +84,7 @@ def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0) -> dict
                 built.append(b)
                 if impl == "ref":
                     pristine = clone_tensors(b.args)
+                    row["inputs_drawn"] = b.inputs_drawn  # where the inputs were drawn (mfulib.input_draw)
                 if impl == "asc" and hasattr(b.model, "load_state_dict"):
                     _share_weights(built[0].model, b.model)
                 with torch.no_grad():

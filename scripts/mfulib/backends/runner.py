@@ -277,6 +277,9 @@ def run_spec(spec: dict, backend, report: dict) -> None:
                                              device=spec["device"], args=_INPUTS.get("args"))
     _INPUTS.update(key=key, args=built.args)
     report["inputs_reused"] = reuse
+    if built.inputs_drawn is not None:
+        _INPUTS["drawn"] = built.inputs_drawn
+    report["inputs_drawn"] = _INPUTS.get("drawn")  # where they were drawn (mfulib.input_draw), reused or not
     report["compat"] = {k: v for k, v in compat.REPORT.items() if k != "patched"}
     wall["build"] = time.perf_counter() - t
     harness = None
