@@ -57,6 +57,9 @@ def run_ncu(ncu, spec, cache_control, timeout_s):
     from mfulib.ncu import parse_ncu_csv
 
     class UnderNcu(CudaBackend):
+        # one fresh child under ncu: the persistent worker would run the case in a process ncu never wrapped
+        persistent_worker = False
+
         def command(self, child_cmd, attempt_dir, opts):
             return [ncu, "--clock-control", "none", "--cache-control", cache_control, "--print-units", "base",
                     "--csv", "--metrics", "gpu__time_duration.sum"] + list(child_cmd)

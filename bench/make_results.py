@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Generate ``bench/RESULTS.md`` from the packed validation results (issue 18): never typed in, always regenerated.
+
+Reads every ``<stage>.json`` that ``bench/validate_h200.py`` packed into ``--pack-dir`` (committed beside this
+script, in ``bench/validation/<device>/``) and writes one Markdown file with a section per stage:
+
+* device, driver, versions, date and git commit of each stage;
+* kernel time vs Nsight Compute (``ncu``) and vs CUDA events on one GEMM (``gemm``, an independent timing);
+* FLOPs: flops.py vs the tracer per measured case (``makeall``; the batch's cases when packed);
+* peaks: calibrated vs a wide sweep (``peaks_wide`` bf16/fp16/fp32, ``peaks`` int8/fp8), clocks and regime;
+* tool wall time: ``make all`` per operator (cold/warm Triton cache) and per step (``overhead``);
+* PMU: bound classes from Nsight Compute counters (``pmu``);
+* search vs exhaustive (``search``) and the MFU tables of the batch (``batch``).
+
+A stage that is not packed yet is listed as "not run" - the file says what it lacks rather than leaving a gap.
+``--check`` exits 1 when the file on disk differs from what the pack regenerates (a test runs it).
+
+  python3 bench/make_results.py                       # bench/validation/h200 -> bench/RESULTS.md
+  python3 bench/make_results.py --check               # is bench/RESULTS.md what the pack gives?
+"""
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_PACK = os.path.join(ROOT, "bench", "validation", "h200")
+DEFAULT_OUT = os.path.join(ROOT, "bench", "RESULTS.md")
+ORDER = ("env", "ncu", "gemm", "makeall", "overhead", "peaks_wide", "peaks", "pmu", "search", "batch")
+
+
+def load_pack(pack_dir):
+    """{stage: packed dict} for every <stage>.json in ``pack_dir`` (unknown names are kept, sorted last)."""
+    pack = {}
+    for name in sorted(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else []:
+        if name.endswith(".json"):
+            with open(os.path.join(pack_dir, name)) as f:
+                pack[name[:-5]] = json.load(f)
+    return pack
+
+
+def table(headers, rows):
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join("-" if v is None else str(v) for v in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def pct(x, digits=1):
+    return None if x is None else f"{100 * x:.{digits}f}%"
+
+
+def num(x, digits=1):
+    return None if x is None else f"{x:,.{digits}f}"
+
+
+def stamp(st):
+    return f"*{st.get('created_at', '?')}, commit `{st.get('git_commit') or '?'}`, {st.get('wall_s', '?')} s*"
+
+
+def sec_env(st):
+    r = st["result"]
+    smi, ver, ncu = r.get("nvidia_smi") or {}, r.get("versions") or {}, r.get("ncu") or {}
+    rows = [["GPU", smi.get("name") or ver.get("name")], ["driver", smi.get("driver_version")],
+            ["SM clock now / max", f"{smi.get('clocks.sm')} / {smi.get('clocks.max.sm')}"],
+            ["power limit", smi.get("power.limit")], ["python", ver.get("python")], ["torch", ver.get("torch")],
+            ["CUDA (torch)", ver.get("cuda")], ["triton", ver.get("triton")],
+            ["Nsight Compute", f"{ncu.get('version')} ({ncu.get('path')})" if ncu.get("path") else "not found"],
+            ["ncu counters permitted", ncu.get("counters_permitted")]]
+    return "## Device\n\n" + stamp(st) + "\n\n" + table(["", "value"], rows)
+
+
+def sec_ncu(st):
+    r = st.get("result") or {}
+    rows = [[x["op"], x["case"], x["position"], x["kernel"][:40], num(x["collector_median_us"], 2),
+             num(x["ncu_median_us"], 2), None if x["diff"] is None else f"{x['diff']:+.2%}",
+             "yes" if x["eligible"] else "no", {True: "yes", False: "NO", None: "-"}[x["within_tolerance"]]]
+            for x in r.get("rows") or []]
+    head = (f"## Kernel time: collector (CUPTI via torch.profiler) vs Nsight Compute\n\n{stamp(st)}\n\n"
+            f"`bench/ncu_vs_profiler.py`: the same child under `ncu --clock-control none --cache-control "
+            f"{r.get('cache_control')}`, medians over the measured iterations. Kernels >= {r.get('min_us')} us "
+            f"within {pct(r.get('tolerance'), 0)}: **{r.get('within')}/{r.get('eligible')}**.\n\n")
+    notes = "".join(f"\n* {n}" for n in r.get("notes") or [])
+    return head + table(["op", "case", "#", "kernel", "collector us", "ncu us", "diff", ">= min", "within"],
+                        rows) + ("\n\nNotes:" + notes if notes else "")
+
+
+def sec_gemm(st):
+    r = st.get("result") or {}
+    if not r:
+        return "## Kernel time vs CUDA events (one GEMM)\n\n" + stamp(st) + "\n\nno result: " + st.get("log_tail", "")[-500:]
+    m, n, k = r["shape"]
+    rows = [["pipeline (collector + decompose)", num(r["kernel_time_ns"] / 1e3), num(r["decompose_row"].get(
+        "actual_tflops")), pct(r["mfu_ach"], 2)],
+            [f"CUDA events ({r['launches_per_round']} back-to-back launches)", num(r["event_time_ns"] / 1e3),
+             num(r["tflops_events"]), pct(r["mfu_events"], 2)]]
+    return (f"## Kernel time vs an independent timing (CUDA events)\n\n{stamp(st)}\n\n`bench/bench_gemm_mfu.py`: "
+            f"GEMM {m}x{n}x{k} bf16, measured bf16 peak {num(r['peak_bf16_tflops'])} TFLOP/s. Ratio of the two "
+            f"MFU figures **{r['ratio']:.4f}** (tolerance {pct(r['tolerance'], 0)}): "
+            f"{'PASS' if r['pass'] else 'FAIL'}.\n\n" + table(["timing", "us", "TFLOP/s", "MFU@ach"], rows))
+
+
+def sec_makeall(st):
+    r = st.get("result") or {}
+    rows, frows = [], []
+    for run in r.get("runs") or []:
+        mx = (run.get("maxima") or {})
+        best = mx.get("mfu_ach") or {}
+        rows.append([run["op"], run["mode"], run.get("rc", run.get("skipped")), num(run.get("wall_s")),
+                     "yes" if isinstance(run.get("wall_s"), (int, float)) and run["wall_s"] <= r.get("target_s", 60)
+                     and run.get("rc") == 0 else "no",
+                     pct(best.get("value")) if isinstance(best, dict) else best])
+        if run["mode"] == "warm":
+            for c in run.get("cases") or []:
+                t, f = c.get("flops_tracer"), c.get("flops")
+                frows.append([run["op"], c["case"], c["dtype"], f"{f:.4g}" if f else f, f"{t:.4g}" if t else t,
+                              f"{f / t:.4f}" if f and t else None, c.get("numerator")])
+    out = (f"## Tool wall time: `make all` from an empty work dir\n\n{stamp(st)}\n\n{r.get('method', '')}. "
+           f"Target <= {r.get('target_s')} s (warm Triton cache).\n\n"
+           + table(["op", "Triton cache", "rc", "wall s", "<= target", "best MFU@ach"], rows))
+    out += ("\n\n## FLOPs: flops.py vs the independent tracer (cases measured by `make all`)\n\n"
+            + table(["op", "case", "dtype", "flops.py", "tracer", "ratio", "numerator"], frows))
+    return out
+
+
+def sec_overhead(st):
+    r = st.get("result") or {}
+    rows = []
+    for run in r.get("runs") or []:
+        for s in run.get("steps") or []:
+            rows.append([run["op"], run["mode"], s["step"], num(s.get("wall_s"), 2), num(s.get("host_cpu_s"), 2),
+                         num(s.get("device_busy_s"), 4), num(s.get("wall_per_busy"), 1), s.get("rc")])
+        if run.get("steps"):
+            busy = sum(s.get("device_busy_s") or 0 for s in run["steps"])
+            rows.append([run["op"], run["mode"], "**TOTAL**", num(run.get("total_wall_s"), 2),
+                         num(sum(s.get("host_cpu_s") or 0 for s in run["steps"]), 2), num(busy, 4),
+                         num(run["total_wall_s"] / busy, 1) if busy else None, ""])
+    return (f"## Tool overhead per step (`bench/bench_tool_overhead.py`)\n\n{stamp(st)}\n\nOne `make <step>` at a "
+            "time from an empty work dir, cold peak cache; device-busy = kernel time x iterations from the step's "
+            "own results.\n\n"
+            + table(["op", "Triton cache", "step", "wall s", "host CPU s", "device-busy s", "wall/busy", "rc"], rows))
+
+
+def sec_peaks_wide(st):
+    r = st.get("result") or {}
+    rows = [[x["mode"], num(x["calib_tflops"]), "x".join(str(x["calib_shape"][c]) for c in "mnk")
+             if x.get("calib_shape") else None, num(x["wide_tflops"]),
+             "x".join(str(x["wide_shape"][c]) for c in "mnk") if x.get("wide_shape") else None, x["wide_shapes"],
+             f"{x['ratio']:.3f}" if x.get("ratio") else None] for x in r.get("rows") or []]
+    return (f"## Peaks: calibration vs a wide sweep (`bench/bench_peak_calib.py`)\n\n{stamp(st)}\n\nCalibration "
+            f"{num(r.get('calibration_s'))} s ({num(r.get('process_s_at_calibration_end'))} s from process start, "
+            f"limit {r.get('max_calibration_s')} s); pass: **{r.get('pass')}** (every ratio >= {r.get('min_ratio')}).\n\n"
+            + table(["dtype", "calibrated TFLOP/s", "shape", "sweep best", "sweep shape", "shapes", "ratio"], rows))
+
+
+def sec_peaks(st):
+    r = st.get("result") or {}
+    rows = [[x["mode"], x.get("unit"), num(x["calibrated"]), x.get("calibrated_b_layout"),
+             num(x["sweep_best"]), x.get("sweep_best_layout"),
+             ", ".join(f"{k}: {num(v)}" for k, v in (x.get("sweep_best_by_layout") or {}).items()),
+             f"{x['ratio']:.3f}" if x.get("ratio") else None] for x in r.get("rows") or []]
+    reg, clk = r.get("regime") or {}, r.get("calibration_clocks") or {}
+    return (f"## Peaks: int8 and fp8 (`bench/bench_peaks_h200.py`)\n\n{stamp(st)}\n\nCalibration "
+            f"{num(r.get('calibration_s'))} s; regime {reg.get('kind')} (duty cycle "
+            f"{pct(reg.get('duty_cycle_measured'), 0)}); SM clock during calibration {clk.get('sm_clock_mhz')}; "
+            f"throttle reasons seen {clk.get('throttle_reasons_seen')}. int8 within 10% of the sweep: "
+            f"**{r.get('int8_within_10pct')}**.\n\n"
+            + table(["dtype", "unit", "calibrated", "B layout", "sweep best", "layout", "by layout", "ratio"], rows))
+
+
+def sec_generic(name, st):
+    """Stages whose result shape is owned by their bench script: its Markdown tables, as it wrote them."""
+    extras = st.get("extras") or {}
+    body = "\n\n".join(f"### {k}\n\n{v.strip()}" for k, v in extras.items()) or \
+        "```\n" + json.dumps(st.get("result"), indent=1, default=str)[:4000] + "\n```"
+    return f"## {name}\n\n{stamp(st)}\n\n`{st.get('command', '')}` exit status {st.get('rc')}\n\n{body}"
+
+
+TITLES = {"pmu": "PMU counters and bound classes (Nsight Compute)", "search": "Limit-MFU search vs exhaustive",
+          "batch": "Batch over the bundled and real-case operators: MFU tables"}
+SECTIONS = {"env": sec_env, "ncu": sec_ncu, "gemm": sec_gemm, "makeall": sec_makeall, "overhead": sec_overhead,
+            "peaks_wide": sec_peaks_wide, "peaks": sec_peaks}
+
+
+def render(pack_dir):
+    """The whole RESULTS.md text for the packs in ``pack_dir``."""
+    pack = load_pack(pack_dir)
+    rel = os.path.relpath(pack_dir, ROOT)
+    parts = [f"# Validation results ({os.path.basename(pack_dir)})\n\nGenerated by `bench/make_results.py` from the "
+             f"packed results in `{rel}/` (written by `bench/validate_h200.py` on the device). Do not edit by "
+             "hand: re-run the generator."]
+    missing = [s for s in ORDER if s not in pack]
+    for name in [s for s in ORDER if s in pack] + sorted(set(pack) - set(ORDER)):
+        st = pack[name]
+        fn = SECTIONS.get(name)
+        parts.append(fn(st) if fn else sec_generic(TITLES.get(name, name), st))
+    if missing:
+        parts.append("## Not run yet\n\n" + ", ".join(f"`{m}`" for m in missing))
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pack-dir", default=DEFAULT_PACK, help="packed stage results (default: bench/validation/h200)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="Markdown file to write (default: bench/RESULTS.md)")
+    p.add_argument("--check", action="store_true", help="do not write: exit 1 when --out differs from the pack")
+    args = p.parse_args(argv)
+    text = render(args.pack_dir)
+    if args.check:
+        try:
+            with open(args.out) as f:
+                same = f.read() == text
+        except OSError:
+            same = False
+        print(f"{args.out}: {'matches' if same else 'DIFFERS from'} {args.pack_dir}")
+        return 0 if same else 1
+    with open(args.out + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(args.out + ".tmp", args.out)
+    print(f"wrote {args.out} from {len(load_pack(args.pack_dir))} packed stages")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
