@@ -21,6 +21,8 @@ peaks_wide     bench/bench_peak_calib.py: calibrated bf16 / fp16 / fp32 peaks vs
 gemm           bench/bench_gemm_mfu.py: an 8192^3 bf16 GEMM through the pipeline vs CUDA events (independent)
 ncu            bench/ncu_vs_profiler.py: collector kernel times vs Nsight Compute's gpu__time_duration
 pmu            bench/pmu_h200.sh: the MHA block with Nsight Compute counters, bound classes, the HTML report
+               (report.html is written beside pack.tgz, for examples/reports/)
+pmu_micro      bench/pmu_bound_h200.py: GEMMs, a copy and a small layer_norm under ncu, classified
 search         bench/bench_search_h200.py: the limit-MFU search vs an exhaustive measurement of its pool
 batch          scripts/mfu_batch.py over the bundled and real-case operators (SEARCH=1), the MFU tables
 =============  ===========================================================================================
@@ -48,12 +50,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 MAKEALL_OPS = ("zoo/5_MHABlock", "zoo/1_BatchMatmul")
 BATCH_OPS = ("zoo", "npukernelbench")
-STAGES = ("env", "makeall", "overhead", "peaks", "peaks_wide", "gemm", "ncu", "pmu", "search", "batch")
+STAGES = ("env", "makeall", "overhead", "peaks", "peaks_wide", "gemm", "ncu", "pmu", "pmu_micro", "search",
+          "batch")
 # per stage: (script that must exist, time limit s); the limit is also capped by the call's deadline
 LIMITS = {"env": (None, 60), "makeall": (None, 330), "overhead": ("bench/bench_tool_overhead.py", 420),
           "peaks": ("bench/bench_peaks_h200.py", 150), "peaks_wide": ("bench/bench_peak_calib.py", 200),
           "gemm": ("bench/bench_gemm_mfu.py", 90),
-          "ncu": ("bench/ncu_vs_profiler.py", 200), "pmu": ("bench/pmu_h200.sh", 240),
+          "ncu": ("bench/ncu_vs_profiler.py", 200), "pmu": ("bench/pmu_h200.sh", 300),
+          "pmu_micro": ("bench/pmu_bound_h200.py", 150),
           "search": ("bench/bench_search_h200.py", 540), "batch": ("scripts/mfu_batch.py", 540)}
 
 
@@ -161,6 +165,33 @@ def stage_makeall(out, limit_s, env):
                                            "same again (warm)"}}
 
 
+def stage_pmu(out, limit_s, env, final_out):
+    """bench/pmu_h200.sh (the MHA block with ncu counters, then make report); packs the per-case bound classes and
+    counters, and copies report.html beside pack.tgz."""
+    log_path = os.path.join(out, "pmu.log")
+    e = dict(env, OUT=out, LIMIT_ALL_S=str(int(max(60, limit_s - 90))))
+    rc, _ = run_cmd(["bash", "bench/pmu_h200.sh"], limit_s, log_path, e)
+    r = os.path.join(out, "pmu_h200")
+    perf, dec = load(os.path.join(r, "performance.json")), load(os.path.join(r, "mfu_decompose.json"))
+    if os.path.exists(os.path.join(r, "report.html")):
+        shutil.copy(os.path.join(r, "report.html"), os.path.join(final_out, "pmu_report.html"))
+    cases = []
+    for c in (perf or {}).get("per_case") or []:
+        if c.get("skipped"):
+            continue
+        cases.append({k: c.get(k) for k in ("case", "dtype", "shape", "kernel_time_ns", "pmu_source", "pmu_unavailable",
+                                            "pmu", "sequence")})
+    rows = []
+    for rep in (dec or {}).get("reports") or []:
+        for row in rep.get("rows") or []:
+            rows.append({k: row.get(k) for k in ("case", "dtype", "mfu_ach", "mfu_nom", "actual_tflops", "bound",
+                                                 "roofline", "kernel_bounds", "payoff_order", "pmu_view")}
+                        | {"parts": row.get("parts")})
+    return {"rc": rc, "command": "bash bench/pmu_h200.sh", "log_tail": tail(log_path) + tail(os.path.join(r, "steps.log")),
+            "result": {"pmu_collection": (perf or {}).get("pmu_collection"), "cases": cases, "rows": rows,
+                       "regime": (dec or {}).get("regime"), "reading_aid": (dec or {}).get("reading_aid")}}
+
+
 def bench_stage(name):
     """Stages that run one bench script writing one JSON: (argv builder, result JSON path under the stage dir)."""
     specs = {
@@ -173,7 +204,7 @@ def bench_stage(name):
         "ncu": (lambda o: [PY, "bench/ncu_vs_profiler.py", "--out", os.path.join(o, "ncu_vs_profiler.md"),
                            "--work", os.path.join(o, "work"), "--ops", "zoo/5_MHABlock,zoo/1_BatchMatmul,zoo/4_FFN"],
                 "ncu_vs_profiler.md.json"),
-        "pmu": (lambda o: ["bash", "bench/pmu_h200.sh", o], "pmu_h200.json"),
+        "pmu_micro": (lambda o: [PY, "bench/pmu_bound_h200.py", "--out", o], "result.json"),
         "search": (lambda o: [PY, "bench/bench_search_h200.py", "--out", o, "--shared-data",
                               os.path.join(ROOT, ".shared_data", "data")], "bench_search_h200.json"),
         "batch": (lambda o: [PY, "scripts/mfu_batch.py", "--examples", ",".join(BATCH_OPS), "--out",
@@ -183,7 +214,7 @@ def bench_stage(name):
     return specs[name]
 
 
-def run_stage(name, out_root, limit_s, env):
+def run_stage(name, out_root, limit_s, env, final_out):
     out = os.path.join(out_root, name)
     os.makedirs(out, exist_ok=True)
     t0 = time.perf_counter()
@@ -191,6 +222,8 @@ def run_stage(name, out_root, limit_s, env):
         res = stage_env(out, limit_s, env)
     elif name == "makeall":
         res = stage_makeall(out, limit_s, env)
+    elif name == "pmu":
+        res = stage_pmu(out, limit_s, env, final_out)
     else:
         argv_of, result_rel = bench_stage(name)
         argv = argv_of(out)
@@ -251,7 +284,7 @@ def main(argv=None):
             summary.append((name, "not started: deadline"))
             continue
         log(f"stage {name} (limit {min(limit, left):.0f} s)")
-        res = run_stage(name, work_root, min(limit, left), env)
+        res = run_stage(name, work_root, min(limit, left), env, args.out)
         path = os.path.join(args.out, f"{name}.json")
         with open(path + ".tmp", "w") as f:
             json.dump(res, f, indent=1, default=str)
