@@ -40,6 +40,11 @@ COLLECT_ARGS ?=
 # L2 flush before every timed iteration of the operator, MiB (0 = warm cache, as the operator runs in a model);
 # peak.json is always measured flushed: mfu_decompose.py says in its "cache regime" line which regime both share
 FLUSH_CACHE_MIB ?= 0
+# PMU=ncu: hardware counters per kernel from Nsight Compute (cuda; ~10 s more per measured case: ncu replays each
+# kernel per metric pass); PMU=auto: when ncu is found and counters are permitted; none (default): no counters, the
+# bound labels fall back to the fp32-vs-fp16 rule (said so in the table). On npu the counters come from msprof
+# --aic-metrics (COLLECT_ARGS).
+PMU ?= none
 # ACCEPT_VERIFY_FAILURES=1: verify's failing cases do not stop the pipeline (the collector never times them)
 # ACCEPT_UNVERIFIED_CASES=1: the collector also times cases verify did not pass (each marked in performance.json)
 ACCEPT_VERIFY_FAILURES ?=
@@ -88,7 +93,7 @@ need-op = $(if $(OP),,$(error OP is not set: e.g. make OP=5_MHABlock $@ (make ex
 help: ## show this help
 	@echo "triton-mfu-analyzer - usage: make OP=<op> [V=<verify dir> | BENCH=<dir> GEN=<dir> | REF_ROOT=<dir> IMPL_ROOT=<dir>] <target>"
 	@echo "variables: OP V BENCH GEN REF_ROOT IMPL_ROOT ITER VARIANT WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
-	@echo "           VERIFY_ARGS COLLECT_ARGS FLUSH_CACHE_MIB=$(FLUSH_CACHE_MIB) ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1 ALL_JOBS=$(ALL_JOBS)"
+	@echo "           VERIFY_ARGS COLLECT_ARGS FLUSH_CACHE_MIB=$(FLUSH_CACHE_MIB) PMU=$(PMU) ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1 ALL_JOBS=$(ALL_JOBS)"
 	@echo "           SEARCH=1 (probe + search before collect) PROBE_ARGS SEARCH_ARGS"
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
@@ -182,7 +187,7 @@ CHECK_FLOPS_CMD = $(FLOPS_RUN) $(PY) $(SCRIPTS)/check_flops.py --op-dir $(WORK) 
   $(if $(ACCEPT_UNVERIFIED),--accept-unverified)
 COLLECT_CMD = cd $(WORK) && $(DEVICE_RUN) $(PY) $(SCRIPTS)/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc \
   --output-dir . --keep-prof . --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) \
-  --flush-cache-mib $(FLUSH_CACHE_MIB) $(if $(ACCEPT_UNVERIFIED_CASES),--unverified-ok) $(COLLECT_ARGS)
+  --flush-cache-mib $(FLUSH_CACHE_MIB) --pmu $(PMU) $(if $(ACCEPT_UNVERIFIED_CASES),--unverified-ok) $(COLLECT_ARGS)
 PEAK_CMD = $(DEVICE_RUN) $(PY) $(SCRIPTS)/peak_calib.py -o $(WORK)/peak.json --backend $(BACKEND) --device $(DEVICE_ID)
 DECOMPOSE_CMD = $(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --peak-json $(WORK)/peak.json --plot
 

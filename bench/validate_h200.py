@@ -50,6 +50,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
 MAKEALL_OPS = ("zoo/5_MHABlock", "zoo/1_BatchMatmul")
 BATCH_OPS = ("zoo", "npukernelbench")
+SEARCH_OPS = os.environ.get("MFU_SEARCH_OPS", "mha,ffn")
+# the search bench's own state from an earlier call (its tar, committed beside the pack): it resumes from it
+SEARCH_RESUME = os.path.join(ROOT, "bench", "validation", "h200", "bench_search_h200.tar.gz")
 STAGES = ("env", "makeall", "overhead", "peaks", "peaks_wide", "gemm", "ncu", "pmu", "pmu_micro", "search",
           "batch")
 # per stage: (script that must exist, time limit s); the limit is also capped by the call's deadline
@@ -205,8 +208,11 @@ def bench_stage(name):
                            "--work", os.path.join(o, "work"), "--ops", "zoo/5_MHABlock,zoo/1_BatchMatmul,zoo/4_FFN"],
                 "ncu_vs_profiler.md.json"),
         "pmu_micro": (lambda o: [PY, "bench/pmu_bound_h200.py", "--out", o], "result.json"),
-        "search": (lambda o: [PY, "bench/bench_search_h200.py", "--out", o, "--shared-data",
-                              os.path.join(ROOT, ".shared_data", "data")], "bench_search_h200.json"),
+        "search": (lambda o, lim: [PY, "bench/bench_search_h200.py", "--out", o, "--shared-data",
+                                   os.path.join(ROOT, ".shared_data", "data"), "--ops", SEARCH_OPS,
+                                   "--max-minutes", f"{max(1.0, (lim - 45) / 60):.1f}"]
+                   + (["--resume-from", SEARCH_RESUME] if os.path.exists(SEARCH_RESUME) else []),
+                   "bench_search_h200.json"),
         "batch": (lambda o: [PY, "scripts/mfu_batch.py", "--examples", ",".join(BATCH_OPS), "--out",
                              os.path.join(o, "batch"), "--backend", "cuda", "--search", "--keep-prof", "0"],
                   os.path.join("batch", "batch_summary.json")),
@@ -226,7 +232,7 @@ def run_stage(name, out_root, limit_s, env, final_out):
         res = stage_pmu(out, limit_s, env, final_out)
     else:
         argv_of, result_rel = bench_stage(name)
-        argv = argv_of(out)
+        argv = argv_of(out, limit_s) if name == "search" else argv_of(out)
         log_path = os.path.join(out, f"{name}.log")
         rc, _ = run_cmd(argv, limit_s, log_path, env)
         res = {"rc": rc, "command": " ".join(argv), "result": load(os.path.join(out, result_rel)),
@@ -237,12 +243,16 @@ def run_stage(name, out_root, limit_s, env, final_out):
             if os.path.getsize(path) < 200_000:
                 extras[os.path.relpath(path, out)] = tail(path, 200_000)
         res["extras"] = extras
+        if name == "search" and os.path.exists(os.path.join(out, "bench_search_h200.tar.gz")):
+            shutil.copy(os.path.join(out, "bench_search_h200.tar.gz"), final_out)  # the next call resumes from it
     res.update({"stage": name, "wall_s": round(time.perf_counter() - t0, 1),
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git_commit()})
     return res
 
 
 def git_commit():
+    if os.environ.get("MFU_GIT_COMMIT"):  # the device's copy of the tree may carry a stale .git: say it explicitly
+        return os.environ["MFU_GIT_COMMIT"]
     r = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return r.stdout.strip() or None
 

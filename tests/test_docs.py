@@ -21,7 +21,7 @@ What is checked (issue 16; markers per /work/notes COMMON.md "Doc-test markers")
   verify cannot run on "npu" here; the test checks a ``performance.json`` with ``backend: npu`` came out).
 * **Flags exist.** Every ``--flag`` given to one of the project's scripts in a shell block or an inline code span
   (``scripts/<name>.py ... --flag``) is in that script's ``--help``; every other ``--flag`` a doc writes is in the
-  ``--help`` of some script or in :data:`FOREIGN_FLAGS` (flags of other tools: msprof, ncu, pip, pytest). A table
+  ``--help`` of some script or in :data:`FOREIGN_FLAGS` (flags of other tools: msprof, ncu, pip, pytest, ray). A table
   under ``<!-- flags: <script>.py -->`` is checked against that script's ``--help``. Every ``make`` target and
   ``VAR=`` a doc gives make exists in the Makefile. A skip-marked block naming a script, target or variable that
   does not exist yet (a step another issue builds) is exempt and listed in the skip reason, nothing else.
@@ -69,7 +69,8 @@ FOREIGN_FLAGS = {"--task-time", "--ai-core", "--aic-metrics", "--ascendcl", "--o
                  "--csv", "--page", "--metrics", "--clock-control", "--cache-control", "--set", "--section",
                  "--target-processes", "--launch-skip", "--launch-count", "--kernel-name", "--kernel-id",
                  "--index-url", "--compare", "--sys-hardware-mem", "--l2", "--aic-mode", "--aic-freq",
-                 "--type", "--summary-format", "--runtime-api", "--print-summary", "--replay-mode", "--query"}
+                 "--type", "--summary-format", "--runtime-api", "--print-summary", "--replay-mode", "--query",
+                 "--head", "--address"}  # the last two: ray start (README "Batch")
 
 # COMMON.md "Cross-helper contracts": the keys of result files whose writer is built by another issue in parallel
 CONTRACT_KEYS = {
