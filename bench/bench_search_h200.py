@@ -49,9 +49,25 @@ def left_s(args):
 
 
 def run(cmd, env=None, timeout=None):
+    """Run ``cmd`` in its own session; on timeout kill the whole process group (the probe's gate children too - a
+    plain subprocess.run timeout kills only the direct child and left a GPU-busy candidate running into the next
+    device call on 2026-12-01), then raise subprocess.TimeoutExpired as subprocess.run does."""
+    import signal
     t = time.monotonic()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    return r, time.monotonic() - t
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+    finally:
+        try:  # whatever the group left behind (a child the probe did not wait for)
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err), time.monotonic() - t
 
 
 def load(path):

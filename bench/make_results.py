@@ -26,7 +26,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PACK = os.path.join(ROOT, "bench", "validation", "h200")
 DEFAULT_OUT = os.path.join(ROOT, "bench", "RESULTS.md")
-ORDER = ("env", "ncu", "gemm", "makeall", "overhead", "peaks_wide", "peaks", "pmu", "search", "batch")
+ORDER = ("env", "ncu", "gemm", "makeall", "overhead", "peaks_wide", "peaks", "pmu", "pmu_micro", "search", "batch")
 
 
 def load_pack(pack_dir):
@@ -54,7 +54,61 @@ def num(x, digits=1):
 
 
 def stamp(st):
-    return f"*{st.get('created_at', '?')}, commit `{st.get('git_commit') or '?'}`, {st.get('wall_s', '?')} s*"
+    text = f"*{st.get('created_at', '?')}, commit `{st.get('git_commit') or '?'}`, {st.get('wall_s', '?')} s*"
+    for key in ("git_commit_note", "call_note"):  # notes added to a pack after the call (who and why, in the text)
+        if st.get(key):
+            text += f"\n\n> **{key.replace('_', ' ')}:** {st[key]}"
+    return text
+
+
+def counters(c, keys):
+    return ", ".join(f"{k.replace('_pct', '')} {c[k]:.1f}%" if k.endswith("_pct") else f"{k} {c[k]:g}"
+                     for k in keys if isinstance((c or {}).get(k), (int, float)))
+
+
+NCU_SHOWN = ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "tensor_pipe_pct",
+             "achieved_occupancy_pct", "waves_per_sm")
+
+
+def sec_pmu(st):
+    r = st.get("result") or {}
+    pc = r.get("pmu_collection") or {}
+    krows = []
+    for c in r.get("cases") or []:
+        for k, v in (c.get("pmu") or {}).items():
+            krows.append([c["case"], c["dtype"], k[:32], num((v or {}).get("duration_ns", 0) / 1e3, 1),
+                          counters(v, NCU_SHOWN)])
+    brows, prow = [], []
+    for row in r.get("rows") or []:
+        kb = row.get("kernel_bounds") or {}
+        brows.append([row["case"], row["dtype"], pct(row.get("mfu_ach")), (row.get("bound") or {}).get("label"),
+                      "; ".join(f"{k[:24]}: {v.get('label')}" for k, v in kb.items())])
+        for part in row.get("parts") or []:
+            rf = part.get("roofline") or {}
+            prow.append([row["case"], part.get("part"), pct(part.get("mfu_ach")), (part.get("bound") or {}).get("label"),
+                         num(rf.get("headroom"), 2), pct(rf.get("mfu_if_fixed")), (part.get("bound") or {}).get("note")])
+    reg = (r.get("regime") or {}).get("note")
+    return (f"## PMU counters and bound classes: the MHA block under Nsight Compute (`bench/pmu_h200.sh`)\n\n"
+            f"{stamp(st)}\n\n`make OP=zoo/5_MHABlock BACKEND=cuda PMU=ncu all`, then `make report` "
+            f"(committed as `examples/reports/zoo_5_MHABlock_h200.html`). ncu {pc.get('ncu_version')}, cache control "
+            f"{pc.get('cache_control')}, {pc.get('iterations')} iteration(s) profiled per case, metrics dropped: "
+            f"{pc.get('metrics_dropped')}. Regime: {reg}\n\nCounters per kernel (mean over the profiled launches):\n\n"
+            + table(["case", "dtype", "kernel", "ncu us", "counters"], krows)
+            + "\n\nBound per case and kernel:\n\n" + table(["case", "dtype", "MFU@ach", "case bound", "kernels"], brows)
+            + "\n\nPer part (roofline headroom = attainable / achieved; MFU@ach of the case if this part alone "
+              "reached its target):\n\n"
+            + table(["case", "part", "MFU@ach", "bound", "headroom", "case MFU if fixed", "why"], prow))
+
+
+def sec_pmu_micro(st):
+    r = st.get("result") or {}
+    rows = [[k["kernel"][:44], k.get("expected"), k["bound"]["label"], counters(k.get("counters"), NCU_SHOWN)]
+            for k in r.get("kernels") or []]
+    return (f"## Bound classes on known kernels (`bench/pmu_bound_h200.py`)\n\n{stamp(st)}\n\n{r.get('device')}, "
+            f"compute capability {r.get('capability')}; counters unavailable: {r.get('pmu_unavailable')}; metrics "
+            f"rejected by this ncu: {r.get('rejected_metrics') or 'none'}. The expected class is the kernel's "
+            "design intent (a large GEMM, a copy, a small layer_norm), written in the script before the run.\n\n"
+            + table(["kernel", "expected", "classified", "counters"], rows))
 
 
 def sec_env(st):
@@ -129,6 +183,10 @@ def sec_overhead(st):
         for s in run.get("steps") or []:
             rows.append([run["op"], run["mode"], s["step"], num(s.get("wall_s"), 2), num(s.get("host_cpu_s"), 2),
                          num(s.get("device_busy_s"), 4), num(s.get("wall_per_busy"), 1), s.get("rc")])
+        if run.get("all"):  # one `make all` (steps in parallel where the device lock allows)
+            a = run["all"]
+            rows.append([run["op"], run["mode"], "**make all**", num(a.get("wall_s"), 2), num(a.get("host_cpu_s"), 2),
+                         num(a.get("device_busy_s"), 4), num(a.get("wall_per_busy"), 1), a.get("rc")])
         if run.get("steps"):
             busy = sum(s.get("device_busy_s") or 0 for s in run["steps"])
             rows.append([run["op"], run["mode"], "**TOTAL**", num(run.get("total_wall_s"), 2),
@@ -178,7 +236,7 @@ def sec_generic(name, st):
 TITLES = {"pmu": "PMU counters and bound classes (Nsight Compute)", "search": "Limit-MFU search vs exhaustive",
           "batch": "Batch over the bundled and real-case operators: MFU tables"}
 SECTIONS = {"env": sec_env, "ncu": sec_ncu, "gemm": sec_gemm, "makeall": sec_makeall, "overhead": sec_overhead,
-            "peaks_wide": sec_peaks_wide, "peaks": sec_peaks}
+            "peaks_wide": sec_peaks_wide, "peaks": sec_peaks, "pmu": sec_pmu, "pmu_micro": sec_pmu_micro}
 
 
 def render(pack_dir):
