@@ -76,7 +76,8 @@ def test_make_search_then_make_collect_measures_the_chosen_points(tmp_path):
     s2 = doc["stage2"]
     assert sorted(r["case"] for r in s2) == sorted(r["case"] for r in s1[:2])
     assert all(r["status"] == "ok" and r["kernel_time_ns"] > 0 and r["num_src"] == "tracer" for r in s2)
-    assert all("backend cpu: no hardware FLOP counter" in r["num_src_why"] for r in s2)
+    # why no executed count: the collector's own verdict on cpu ("cpu backend: no hardware counters") or the rule's
+    assert all("no hardware" in r["num_src_why"] for r in s2), [r["num_src_why"] for r in s2]
     assert doc["best"]["case"] == s2[0]["case"] and doc["best"]["numerator"] == s2[0]["numerator_traced"]
     assert doc["chosen_cases"] == [r["case"] for r in s2]
     assert doc["cost_s"]["stage1"] > 0 and doc["cost_s"]["stage2"] > 0
