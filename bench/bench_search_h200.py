@@ -37,6 +37,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "scripts")
 sys.path.insert(0, SCRIPTS)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import run_tree  # noqa: E402
 
 OPS = {"mha": "zoo/5_MHABlock", "ffn": "npukernelbench/level4/2_FFN", "fa": "npukernelbench/level4/3_FusionAttention"}
 WITHIN = 0.03  # search best within 3% of the exhaustive best
@@ -49,25 +51,12 @@ def left_s(args):
 
 
 def run(cmd, env=None, timeout=None):
-    """Run ``cmd`` in its own session; on timeout kill the whole process group (the probe's gate children too - a
-    plain subprocess.run timeout kills only the direct child and left a GPU-busy candidate running into the next
-    device call on 2026-12-01), then raise subprocess.TimeoutExpired as subprocess.run does."""
-    import signal
-    t = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        raise
-    finally:
-        try:  # whatever the group left behind (a child the probe did not wait for)
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(cmd, p.returncode, out, err), time.monotonic() - t
+    """subprocess.run's contract (CompletedProcess; subprocess.TimeoutExpired after ``timeout``), but the whole
+    process tree is killed on timeout - the probe's gate children too (:func:`benchlib.run_tree`)."""
+    rc, out, err, wall = run_tree(cmd, timeout, env=env)
+    if rc == "timeout":
+        raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err)
+    return subprocess.CompletedProcess(cmd, rc, out, err), wall
 
 
 def load(path):

@@ -47,17 +47,11 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import load_json, run_tree  # noqa: E402
 STEPS = ("prepare", "verify", "flops", "collect", "peak", "decompose")
 DEFAULT_OPS = ("zoo/5_MHABlock", "zoo/1_BatchMatmul")
 HOST_ONLY = {"prepare": "host only", "flops": "host only (tracer on meta/CPU tensors)", "decompose": "host only"}
-
-
-def _load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def collect_busy_ns(perf: dict):
@@ -116,6 +110,16 @@ def child_phases(perf: dict) -> dict:
     return out
 
 
+def timed_make(cmd, env, timeout_s):
+    """(exit status or "timeout", output tail, wall s, host CPU s) of one make call; on timeout its whole process
+    tree is killed (benchlib.run_tree). Host CPU: user + system time of every process it waited for."""
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rc, out, err, wall = run_tree(cmd, timeout_s, env=env)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    return rc, ((out or "") + (err or ""))[-1500:], wall, cpu
+
+
 def run_pipeline(skill_dir, op, backend, work, env, steps, step_timeout_s, log):
     """Run ``steps`` of ``op`` into the empty ``work``; returns the per-step records."""
     if os.path.exists(work):
@@ -124,22 +128,14 @@ def run_pipeline(skill_dir, op, backend, work, env, steps, step_timeout_s, log):
     records = []
     for step in steps:
         cmd = ["make", "-s", "-C", skill_dir, f"OP={op}", f"WORK={work}", f"BACKEND={backend}", step]
-        t0, ru0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        try:
-            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=step_timeout_s)
-            rc, tail = r.returncode, (r.stdout + r.stderr)[-1500:]
-        except subprocess.TimeoutExpired as exc:
-            rc, tail = "timeout", str(exc)[-500:]
-        wall = time.perf_counter() - t0
-        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+        rc, tail, wall, cpu = timed_make(cmd, env, step_timeout_s)
         rec = {"step": step, "wall_s": round(wall, 2), "host_cpu_s": round(cpu, 2), "rc": rc}
         if rc != 0:
             rec["log_tail"] = tail
         log(f"  {op} {step}: {wall:.1f} s (rc {rc})")
         records.append(rec)
-    perf = _load(os.path.join(work, "performance.json")) or {}
-    peak = _load(os.path.join(work, "peak.json")) or {}
+    perf = load_json(os.path.join(work, "performance.json")) or {}
+    peak = load_json(os.path.join(work, "peak.json")) or {}
     for rec in records:
         step = rec["step"]
         if step in HOST_ONLY:
@@ -166,22 +162,14 @@ def run_all(skill_dir, op, backend, work, env, timeout_s, log):
     os.makedirs(os.path.dirname(work), exist_ok=True)
     cmd = ["make", "-s", "-C", skill_dir, f"OP={op}", f"WORK={work}", f"BACKEND={backend}", "all"]
     t_wall0 = time.time()
-    t0, ru0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
-        rc, tail = r.returncode, (r.stdout + r.stderr)[-1500:]
-    except subprocess.TimeoutExpired as exc:
-        rc, tail = "timeout", str(exc)[-500:]
-    wall = time.perf_counter() - t0
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    rc, tail, wall, cpu = timed_make(cmd, env, timeout_s)
     ends = {}
     for step in STEPS[1:]:
         stamp = os.path.join(work, ".state", f"{step}.ok")
         if os.path.exists(stamp):
             ends[step] = round(os.path.getmtime(stamp) - t_wall0, 2)
-    perf = _load(os.path.join(work, "performance.json")) or {}
-    peak = _load(os.path.join(work, "peak.json")) or {}
+    perf = load_json(os.path.join(work, "performance.json")) or {}
+    peak = load_json(os.path.join(work, "peak.json")) or {}
     busy = (collect_busy_ns(perf)[0] if perf else 0) + (verify_busy_ns(perf)[0] if perf else 0) + \
         (peak_busy_ns(peak)[0] if peak else 0)
     rec = {"step": "ALL (make all)", "wall_s": round(wall, 2), "host_cpu_s": round(cpu, 2), "rc": rc,

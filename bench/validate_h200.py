@@ -13,7 +13,8 @@ Stages (``--stages`` picks and orders them; default: all, in this order):
 
 =============  ===========================================================================================
 env            device, driver, clocks, versions, and whether Nsight Compute may read counters (a probe run)
-makeall        ``make OP=<op> BACKEND=cuda all`` from an empty work dir, cold peak cache: Triton cache cold,
+makeall        ``make OP=<op> BACKEND=cuda all`` from an empty work dir, cold peak cache (timed by
+               bench_tool_overhead.run_all, wall + host CPU + device-busy): Triton cache cold,
                then warm (issue 13's <= 60 s target), for zoo/5_MHABlock and zoo/1_BatchMatmul
 overhead       bench/bench_tool_overhead.py: wall / host CPU / device-busy per step (warm Triton cache; makeall has cold)
 peaks          bench/bench_peaks_h200.py: calibrated int8 / fp8 peaks vs a torch._int_mm / _scaled_mm sweep
@@ -39,7 +40,6 @@ import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -47,6 +47,9 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_tool_overhead  # noqa: E402
+from benchlib import load_json, run_tree  # noqa: E402
 PY = sys.executable
 MAKEALL_OPS = ("zoo/5_MHABlock", "zoo/1_BatchMatmul")
 BATCH_OPS = ("zoo", "npukernelbench")
@@ -69,21 +72,13 @@ def log(msg):
 
 
 def run_cmd(cmd, limit_s, log_path, env=None, cwd=ROOT):
-    """Run ``cmd`` (list) with output to ``log_path``, killing its whole process group after ``limit_s``.
-
-    Returns (exit status or "timeout", wall s)."""
-    t0 = time.perf_counter()
+    """Run ``cmd`` (list) with output appended to ``log_path``; after ``limit_s`` its whole process tree is killed
+    (:func:`benchlib.run_tree`). Returns (exit status or "timeout", wall s)."""
     with open(log_path, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
-        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True)
-        try:
-            rc = p.wait(timeout=limit_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            rc = "timeout"
-    return rc, round(time.perf_counter() - t0, 2)
+        rc, _, _, wall = run_tree(cmd, limit_s, env=env, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
+    return rc, round(wall, 2)
 
 
 def tail(path, n=3000):
@@ -92,14 +87,6 @@ def tail(path, n=3000):
             return f.read()[-n:]
     except OSError:
         return ""
-
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def stage_env(out, limit_s, env):
@@ -140,7 +127,6 @@ def stage_makeall(out, limit_s, env):
     """make all per operator: Triton cache cold, then warm; always an empty work dir and a cold peak cache."""
     tmp = tempfile.mkdtemp(prefix="mfu_makeall_")
     runs, t_start = [], time.perf_counter()
-    log_path = os.path.join(out, "makeall.log")
     try:
         for op in MAKEALL_OPS:
             triton_cache = os.path.join(tmp, "triton_" + op.replace("/", "_"))
@@ -151,12 +137,14 @@ def stage_makeall(out, limit_s, env):
                     continue
                 work = os.path.join(tmp, "work", f"{op.replace('/', '_')}_{mode}")
                 e = dict(env, TRITON_CACHE_DIR=triton_cache, MFU_PEAK_CACHE_DIR=os.path.join(tmp, f"pc_{len(runs)}"))
-                rc, wall = run_cmd(["make", f"OP={op}", f"WORK={work}", "BACKEND=cuda", "all"], left, log_path, e)
-                row = {"op": op, "mode": mode, "rc": rc, "wall_s": wall}
-                dec = load(os.path.join(work, "mfu_decompose.json"))
+                # the overhead bench's own `make all` run (one owner of how it is timed)
+                rec = bench_tool_overhead.run_all(ROOT, op, "cuda", work, e, left, log)
+                rc, wall = rec["rc"], rec["wall_s"]
+                row = {"op": op, "mode": mode, **{k: v for k, v in rec.items() if k != "step"}}
+                dec = load_json(os.path.join(work, "mfu_decompose.json"))
                 if dec:
                     row["maxima"] = dec.get("maxima")
-                row["cases"] = slim_cases(load(os.path.join(work, "performance.json")))
+                row["cases"] = slim_cases(load_json(os.path.join(work, "performance.json")))
                 runs.append(row)
                 log(f"makeall {op} {mode}: rc={rc} {wall} s")
     finally:
@@ -175,7 +163,7 @@ def stage_pmu(out, limit_s, env, final_out):
     e = dict(env, OUT=out, LIMIT_ALL_S=str(int(max(60, limit_s - 90))))
     rc, _ = run_cmd(["bash", "bench/pmu_h200.sh"], limit_s, log_path, e)
     r = os.path.join(out, "pmu_h200")
-    perf, dec = load(os.path.join(r, "performance.json")), load(os.path.join(r, "mfu_decompose.json"))
+    perf, dec = load_json(os.path.join(r, "performance.json")), load_json(os.path.join(r, "mfu_decompose.json"))
     if os.path.exists(os.path.join(r, "report.html")):
         shutil.copy(os.path.join(r, "report.html"), os.path.join(final_out, "pmu_report.html"))
     cases = []
@@ -235,7 +223,7 @@ def run_stage(name, out_root, limit_s, env, final_out):
         argv = argv_of(out, limit_s) if name == "search" else argv_of(out)
         log_path = os.path.join(out, f"{name}.log")
         rc, _ = run_cmd(argv, limit_s, log_path, env)
-        res = {"rc": rc, "command": " ".join(argv), "result": load(os.path.join(out, result_rel)),
+        res = {"rc": rc, "command": " ".join(argv), "result": load_json(os.path.join(out, result_rel)),
                "log_tail": tail(log_path)}
         # small extra artefacts the report generator reads (markdown tables, summaries), never profiles
         extras = {}

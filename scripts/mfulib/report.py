@@ -297,12 +297,7 @@ def plot_decompose(result: dict, path: str) -> str | None:
     ax.legend(handles=[Patch(color=colors(k % 10), label=p) for k, p in enumerate(parts)], fontsize=8,
               ncol=min(len(parts), 6), loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.25 / len(rows)),
               frameon=False)
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
-    return path
+    return _save(fig, path)
 
 
 def _save(fig, path):

@@ -1,0 +1,45 @@
+"""What the bench/ scripts share: running a command so that nothing it started outlives it, and reading a JSON.
+
+:func:`run_tree` starts ``cmd`` in its own session and, on timeout, stops and kills its whole process tree with
+:func:`mfulib.batch_run.kill_tree` (the batch's mechanism: the group and every descendant, whatever its session);
+after a normal exit it kills what is left in the group. A plain ``subprocess.run(timeout=...)`` kills only the
+direct child: on 2026-12-01 that left a probe's GPU-busy gate child running into the next device call, and the
+kernel times measured there were 1.5-3x too long (bench/validation/h200, the ``call_note`` of ncu.json).
+"""
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+
+
+def run_tree(cmd, timeout_s=None, env=None, cwd=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE):
+    """Run ``cmd`` (list); returns (exit status or ``"timeout"``, stdout text or None, stderr text or None, wall s).
+
+    ``stdout``/``stderr``: PIPE (captured, returned as text) or an open file (e.g. a log, stderr=STDOUT)."""
+    from mfulib.batch_run import kill_tree
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, text=True, env=env, cwd=cwd, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        kill_tree(p)
+        out, err = p.communicate()
+        rc = "timeout"
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(p.pid, signal.SIGKILL)  # whatever the group left behind (a child nobody waited for)
+    return rc, out, err, time.perf_counter() - t0
+
+
+def load_json(path):
+    """The JSON document at ``path``, or None when it is missing or not JSON."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
