@@ -9,7 +9,11 @@ order (mfulib/probe.py): 1 input bytes (from the case description, before anythi
 host and free device memory; 2 the reference accepts the shape (--flops-tool --tracer-only as a subprocess: FLOPs
 > 0, same seed as the timed run); 3 ModelNew matches Model within verify's tolerance (an OOM is recorded, not
 fatal); 4 one run <= --max-ms; 5 effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of
-peak.json. Bisection between the last passing and the first failing factor.
+peak.json. Bisection between the last passing and the first failing factor. Gates 3 and 4 run in one persistent
+child (a crash, hang or OOM of a candidate replaces it). Each source case is first timed at scale 1; its ladder ends
+early once a doubling raises the wall TFLOP/s by less than 5% (--no-saturation-stop: never). --budget-s bounds the
+whole run, inside a candidate too; a candidate cut by it gets no verdict and a re-run resumes with it. probe.json
+records the seconds of every candidate and gate (wall_s), so a slow probe shows where its time went.
 
 Writes <dir>/probe.json (every candidate with each gate's numbers; appended cases keyed by their new case id with
 source case and factors) and appends passing candidates to every case copy (<Op>_perf_cases.jsonl, model.json)
@@ -25,6 +29,7 @@ Examples:
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,6 +55,10 @@ def build_parser():
                    "traced FLOPs (input bytes for operators without matrix work, and in --dry-run) that the backend "
                    "can run")
     p.add_argument("--refine-steps", type=int, default=3, help="bisection steps after the ladder")
+    p.add_argument("--no-saturation-stop", action="store_true",
+                   help="climb every ladder to its first failing factor; by default a source's ladder ends once a "
+                        "doubling raises its wall TFLOP/s (GB/s without matrix work) by less than 5%% over the best "
+                        "so far, scale 1 included (a larger case would cost more and not raise the limit)")
     p.add_argument("--seed", type=int, default=0, help="seed of every draw (tracer, verify, timing)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="per-subprocess limit of one candidate")
     p.add_argument("--budget-s", type=float, help="stop starting candidates after this many seconds in all")
@@ -59,14 +68,17 @@ def build_parser():
     return p
 
 
-def rank_sources(od, args, infos):
-    """Case ids by traced FLOPs, most first (one --flops-tool run over all cases, output in a temp dir)."""
+def rank_sources(od, args, infos, cases=None):
+    """Case ids by traced FLOPs, most first, and {case: FLOPs} (one --flops-tool run over all cases, or over
+    ``cases`` only; output in a temp dir)."""
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory(prefix="mfu_probe_rank_") as tmp:
         out = os.path.join(tmp, "flops_check.json")
+        sel = ["--cases", ",".join(map(str, cases))] if cases else []
         subprocess.run([sys.executable, args.flops_tool, "--op-dir", od.path, "--tracer-only", "--seed",
-                        str(args.seed), "--quiet", "-o", out], capture_output=True, text=True, timeout=args.timeout_s)
+                        str(args.seed), "--quiet", "-o", out] + sel, capture_output=True, text=True,
+                       timeout=args.timeout_s)
         rows = json.load(open(out)).get("per_case", []) if os.path.exists(out) else []
     flops = {r["case"]: (r.get("tracer") or {}).get("total_flops") or 0.0 for r in rows}
     key = (lambda i: flops.get(i, 0.0)) if any(flops.values()) else (lambda i: infos[i].input_bytes)
@@ -127,14 +139,18 @@ def main(argv=None):
               "host_bytes": host, "host_source": host_src,
               "device_free_bytes": None if args.dry_run else probe.device_free_bytes(backend, args.device)}
     if args.cases:
-        sources, traced = cli.parse_case_list(args.cases), {}
+        sources = cli.parse_case_list(args.cases)
         bad = [i for i in sources if i >= n_orig]
         if bad:
             raise UserError(f"--cases {args.cases}: no original case {bad} (ids 0..{n_orig - 1})")
+        fits = [i for i in sources if probe.gate1(infos[i], limits)["ok"]]  # never build what gate 1 refuses
+        traced = {} if args.dry_run or not fits else rank_sources(od, args, infos, fits)[1]  # scale-1 FLOPs
     elif args.dry_run:
         sources, traced = sorted(range(n_orig), key=lambda i: -infos[i].input_bytes), {}
     else:
-        sources, traced = rank_sources(od, args, infos)
+        fits = [i for i in range(n_orig) if probe.gate1(infos[i], limits)["ok"]]
+        sources, traced = rank_sources(od, args, infos, fits if len(fits) < n_orig else None)
+        sources = [i for i in sources if i in fits] + [i for i in sources if i not in fits]
     order = sources
     skipped = {i: skip_reason(infos[i], backend) for i in order if skip_reason(infos[i], backend)}
     sources = [i for i in order if i not in skipped]
@@ -160,7 +176,7 @@ def main(argv=None):
     bw = probe.bandwidth_limit(od.path, backend, args.device, args.peak_json)
     limits.update(bandwidth_gbps=bw["bandwidth_gbps"], bandwidth_source=bw["source"], l2_bytes=bw["l2_bytes"])
     run_key = {"backend": backend, "seed": args.seed, "max_bytes": args.max_bytes, "max_ms": args.max_ms,
-               "scale_dims": scale_dims, "peak": bw}
+               "scale_dims": scale_dims, "peak": bw, "saturation_stop": not args.no_saturation_stop}
     doc = provenance(pj.TOOL, pj.SCHEMA, device={"backend": backend, "device": device, "why": why})
     doc.update(op_dir=od.path, limits=limits, groups=[{"key": g.key, "layout": g.layout, "cases": g.cases,
                                                        "notes": g.notes} for g in groups],
@@ -174,32 +190,44 @@ def main(argv=None):
     save()
     opts = {"flops_tool": os.path.abspath(args.flops_tool), "seed": args.seed, "timeout_s": args.timeout_s,
             "max_ms": args.max_ms, "device": device, "backend": backend, "budget_s": args.budget_s,
-            "reuse_verdicts": bool(old) and old.get("run_key") == json.loads(json.dumps(run_key))}
+            "reuse_verdicts": bool(old) and old.get("run_key") == json.loads(json.dumps(run_key)),
+            "saturation": not args.no_saturation_stop}
+    if opts["reuse_verdicts"]:
+        doc["baselines"] = (old or {}).get("baselines") or {}
     bar = tqdm(total=len(sources) * len(probe.ladder(args.max_scale)), desc=f"probe {od.op_name}", unit="cand",
                file=sys.stderr, disable=not sys.stderr.isatty())
     pr = probe.Probe(od, doc, groups, opts, limits, bw, log=lambda m: (bar.write(m) if not bar.disable else print(m)))
+    t_run = time.monotonic()
     try:
         for i in sources:
             no_matrix = bool(traced) and not traced.get(i)
+            pr.set_source(i, no_matrix, traced.get(i))
             probe.search_factor(lambda s: (bar.update(1), pr.evaluate(i, s, no_matrix, save))[1], args.max_scale,
                                 args.refine_steps)
-            if pr.out_of_budget:
-                break
+    except probe.OutOfBudget as exc:
+        pr.log(f"stopped: {exc}; a re-run resumes from {path}")
     except KeyboardInterrupt:
         doc["interrupted"] = "KeyboardInterrupt"
         save()
         raise
     finally:
         bar.close()
+        pr.close()
+        earlier = (old or {}).get("wall_s") or 0.0 if opts["reuse_verdicts"] else 0.0
+        doc["wall_s"] = round(earlier + time.monotonic() - t_run, 3)  # this run and the runs it resumed
     doc["interrupted"] = f"--budget-s {args.budget_s:g} s reached" if pr.out_of_budget else None
     doc["complete"] = not pr.out_of_budget
     save()
+    unit = "GB/s" if traced and not any(traced.values()) else "TFLOP/s"
     table = [[c["source_case"], c["scale"], c["input_bytes"], c["verdict"], c["failed_gate"] or "",
               c["new_case_id"] if c["new_case_id"] is not None else "",
-              (next((g["detail"] for g in c["gates"] if g["gate"] == c["failed_gate"]), "") or "")[:70]]
+              "" if c.get("wall_figure") is None else f"{c['wall_figure']:.4g}",
+              "" if c.get("wall_s") is None else f"{c['wall_s']:.1f}",
+              ("saturated" if c.get("saturated") else
+               (next((g["detail"] for g in c["gates"] if g["gate"] == c["failed_gate"]), "") or ""))[:60]]
              for c in doc["candidates"]]
-    print(tabulate(table, headers=["case", "scale", "input_bytes", "verdict", "gate", "new id", "why"],
-                   tablefmt="plain"))
+    print(tabulate(table, headers=["case", "scale", "input_bytes", "verdict", "gate", "new id", f"wall {unit}",
+                                   "wall_s", "why"], tablefmt="plain"))
     print(f"{len(doc['appended'])} case(s) appended to {', '.join(od.case_file_names())}; {path}"
           + (f"; {doc['interrupted']}" if doc["interrupted"] else ""))
     return 0

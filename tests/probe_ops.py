@@ -11,7 +11,11 @@ it), so one directory serves every gate:
 * ``membound`` / ``lazy``: ModelNew sleeps input_bytes / 0.5 GB/s (a memory-bound kernel at 0.5 GB/s); ``lazy``
   also makes get_input_groups() ignore A's axis 1 (builds m = 4 whatever the case says) - a reference that
   ignores the scaled axis;
-* ``sleep1``: ModelNew sleeps 1 s (to interrupt a probe mid-run).
+* ``sleep1``: ModelNew sleeps 1 s (to interrupt a probe mid-run);
+* ``flat``: ModelNew sleeps its bmm FLOPs / 2.5e5 s (a kernel at a constant 0.25 MFLOP/s: scaling raises nothing).
+
+ModelNew writes ``pid_<pid>`` into ``$PROBE_OP_PIDS`` (when set) on every call, so a test can count the processes
+that ran the candidates.
 
 ``get_input_groups()`` writes ``built_<case>_<numel>`` into ``$PROBE_OP_MARKS`` (when set) before allocating, so a
 test can prove that a case was never built.
@@ -72,7 +76,11 @@ torch.set_num_threads(1)
 class ModelNew(nn.Module):
     """test double: torch.bmm with the misbehaviour PROBE_OP_MODE asks for"""
     def forward(self, a, b):
+        if os.environ.get("PROBE_OP_PIDS"):
+            open(os.path.join(os.environ["PROBE_OP_PIDS"], f"pid_{os.getpid()}"), "w").close()
         big = a.shape[1] > LIMIT
+        if MODE == "flat":
+            time.sleep(2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] / 2.5e5)
         if MODE == "wrong" and big:
             return torch.bmm(a, b) + 1
         if MODE == "oom" and big:

@@ -47,7 +47,9 @@ def test_gate1_refuses_by_max_bytes_without_running_anything(tmp_path):
     (cand,) = doc["candidates"]
     assert cand["failed_gate"] == 1 and len(cand["gates"]) == 1
     assert _gate(cand, 1)["value"] == cand["input_bytes"] > 4000
-    assert list(marks.iterdir()) == []  # get_input_groups() never ran
+    # the candidate (A [2, 32, 32], B [2, 32, 8]) was never built; only the original case was, by the tracer that
+    # counts its scale-1 FLOPs
+    assert {p.name for p in marks.iterdir()} <= {"built_A_512", "built_B_256"}
 
 
 def test_gate1_refuses_a_case_whose_host_build_exceeds_host_memory(tmp_path):
@@ -121,3 +123,42 @@ def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):
     assert lazy["failed_gate"] == 5 and _gate(lazy, 5)["value"] > _gate(lazy, 5)["limit"] == pytest.approx(1.3)
     assert all(_gate(lazy, n)["ok"] for n in (1, 2, 3, 4))  # only the bandwidth gate sees it
     assert "did nothing" in _gate(lazy, 5)["detail"]
+
+
+def test_saturation_stops_a_ladder_whose_wall_tflops_no_longer_rises_and_one_child_serves_all(tmp_path):
+    # "flat": ModelNew runs at a constant 0.25 MFLOP/s (sleeps FLOPs / 2.5e5 s: 33 ms at scale 1, 131 ms at x2,
+    # 524 ms at x4), so doubling raises the wall figure by ~0%: the ladder ends at x2; without the stop it climbs on
+    work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(1, 16, 32, 8)])
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "4",
+                       env={"PROBE_OP_MODE": "flat", "PROBE_OP_PIDS": str(pids)})
+    assert r.returncode == 0, r.stderr
+    (cand,) = doc["candidates"]
+    assert cand["scale"] == 2 and cand["verdict"] == "pass" and "not tried" in cand["saturated"]
+    base = doc["baselines"]["0"]
+    assert base["time_ms"] >= 32.0 and base["figure"] > 0  # 8192 FLOPs / 33 ms, timed at scale 1 first
+    assert cand["wall_figure"] < 1.05 * base["figure"]
+    assert cand["wall_s"] > 0 and all(g["wall_s"] is not None for g in cand["gates"])
+    assert len(list(pids.iterdir())) == 1  # the baseline and the candidate ran in one persistent child
+
+    work2 = probe_ops.make_workdir(tmp_path / "nostop", lines=[probe_ops.case_line(1, 16, 32, 8)])
+    r, doc = run_probe(work2, "--cases", "0", "--max-scale", "4", "--no-saturation-stop",
+                       env={"PROBE_OP_MODE": "flat"})
+    assert r.returncode == 0, r.stderr
+    assert [(c["scale"], c["verdict"], c["saturated"]) for c in doc["candidates"]] == \
+        [(2, "pass", None), (4, "pass", None)]
+    assert doc["baselines"] == {}
+
+
+def test_budget_bounds_the_run_inside_a_candidate(tmp_path):
+    # sleep1: every ModelNew call takes 1 s, so one candidate (verify + warm-up + 3 timed runs) needs > 5 s; a 6 s
+    # budget ends the run inside it: that candidate gets no verdict, and the probe stops within the budget
+    work = probe_ops.make_workdir(tmp_path)
+    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "4", "--budget-s", "6",
+                       env={"PROBE_OP_MODE": "sleep1"})
+    assert r.returncode == 0, r.stderr
+    assert doc["complete"] is False and "--budget-s" in doc["interrupted"]
+    assert all(c["verdict"] in ("pass", "fail") for c in doc["candidates"])  # the cut one is not recorded
+    assert not [c for c in doc["candidates"] if c["source_case"] == 1]  # never started
+    assert doc["wall_s"] <= 6 + 5  # the budget plus the kill and clean-up, not another candidate's 5 s

@@ -33,20 +33,20 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 
 from . import cases as _cases
 from . import symbols as _sym
+from .definitions import actual_tflops
 from .errors import UserError
 from .jsonio import write_text_atomic
 from .schemas import probe_json as pj
 
-HOST_COPIES = 2
-DEVICE_COPIES = 2
-BANDWIDTH_MARGIN = 1.3
+from .probe_gates import (BANDWIDTH_MARGIN, DEVICE_COPIES, HOST_COPIES, GateWorker, OutOfBudget,  # noqa: F401
+                          gate1, gate2, gate5, gates34)
+
+SATURATION_GAIN = 0.05  # a doubling that raises wall TFLOP/s (GB/s) by less than this ends the source's ladder
 NPU_DEFAULT_GBPS = 1300.0  # spec step 2, gate 5 table: "输入字节/耗时 ≤ 1.3TB/s" (Ascend 910B); measure it instead
 BACKUP_DIR = pj.BACKUP_DIR
 SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,114 +125,6 @@ def bandwidth_limit(op_dir: str, backend: str, index: int, peak_json_path=None) 
     else:
         l2 = l2 or cpu_l2_bytes()
     return {"bandwidth_gbps": bw, "source": src or "none: no peak.json with bandwidth_gbps", "l2_bytes": l2}
-
-
-# ------------------------------------------------------------------------------------------------ gates
-def gate1(info, limits: dict) -> dict:
-    """Gate 1 on a CaseInfo: nothing is allocated."""
-    b = info.input_bytes
-    if b > limits["max_bytes"]:
-        return pj.gate(1, False, f"inputs {b / 1e9:.3g} GB > --max-bytes {limits['max_bytes'] / 1e9:.3g} GB",
-                       b, limits["max_bytes"])
-    host = limits.get("host_bytes")
-    if host is not None and HOST_COPIES * b > host:
-        return pj.gate(1, False, f"{HOST_COPIES} x inputs {HOST_COPIES * b / 1e9:.3g} GB > host memory "
-                       f"{host / 1e9:.3g} GB ({limits.get('host_source')}): the host-side build would not fit",
-                       HOST_COPIES * b, host)
-    dev = limits.get("device_free_bytes")
-    if dev is not None and DEVICE_COPIES * b > dev:
-        return pj.gate(1, False, f"{DEVICE_COPIES} x inputs {DEVICE_COPIES * b / 1e9:.3g} GB > free device memory "
-                       f"{dev / 1e9:.3g} GB", DEVICE_COPIES * b, dev)
-    return pj.gate(1, True, f"inputs {b / 1e9:.3g} GB within --max-bytes, host and device memory", b,
-                   limits["max_bytes"])
-
-
-def gate2(flops_tool: str, staged: str, seed: int, timeout_s: float, no_matrix: bool, input_bytes: int,
-          refusals: list) -> tuple:
-    """(gate dict, flops or None): the reference traced on the staged candidate by ``flops_tool``."""
-    if refusals:
-        return pj.gate(2, False, "the scaling cannot keep the case consistent: " + "; ".join(refusals)), None
-    out = os.path.join(os.path.dirname(staged), "flops_check.json")
-    cmd = [sys.executable, flops_tool, "--op-dir", staged, "--tracer-only", "--cases", "0", "--seed", str(seed),
-           "--quiet", "-o", out]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return pj.gate(2, False, f"{os.path.basename(flops_tool)} took more than {timeout_s:g} s"), None
-    if not os.path.exists(out):
-        tail = (r.stderr or r.stdout).strip().splitlines()[-2:]
-        return pj.gate(2, False, f"{os.path.basename(flops_tool)} exit {r.returncode}: {' | '.join(tail)}"), None
-    with open(out) as f:
-        row = (json.load(f).get("per_case") or [{}])[0]
-    tr = row.get("tracer") or {}
-    flops = tr.get("total_flops")
-    drawn = f"inputs_drawn={tr.get('inputs_drawn')}, seed {seed}" + (
-        f", data values {tr.get('data_values')}" if tr.get("data_values") else "")
-    if row.get("status") == "rejected" or tr.get("status") == "rejected":
-        return pj.gate(2, False, f"the reference rejects the shape: {tr.get('reason') or row.get('diagnosis')}"), None
-    if tr.get("status") != "ok":
-        return pj.gate(2, False, f"the tracer could not run the reference ({tr.get('status')}: "
-                       f"{tr.get('reason')})"), None
-    unseen = f"; unseen ops {tr.get('unseen_ops')}" if tr.get("unseen_ops") else ""
-    if no_matrix:
-        ok = input_bytes > 0
-        return pj.gate(2, ok, f"no matrix work (the source case traces 0 FLOPs): bytes {input_bytes} "
-                       f"{'>' if ok else '<='} 0; {drawn}", input_bytes, 0), flops
-    ok = bool(flops) and flops > 0
-    return pj.gate(2, ok, f"traced FLOPs {flops:.4g} {'>' if ok else '<='} 0; {drawn}{unseen}"
-                   if flops is not None else "traced no FLOPs", flops, 0), flops
-
-
-def gates34(staged: str, device: str, seed: int, max_ms: float, timeout_s: float) -> tuple:
-    """(gate 3 dict, gate 4 dict or None, verify row, time_ms): ModelNew verified and timed in a child process."""
-    out, spec = os.path.join(os.path.dirname(staged), "child.jsonl"), os.path.join(os.path.dirname(staged), "spec.json")
-    with open(spec, "w") as f:
-        json.dump({"op_dir": staged, "device": device, "seed": seed, "max_ms": max_ms, "out": out}, f)
-    from .worker import child_env
-    code = "import sys; sys.path.insert(0, sys.argv[1]); from mfulib.probe_child import child_main; child_main(sys.argv[2])"
-    rc, err = None, ""
-    try:
-        r = subprocess.run([sys.executable, "-c", code, SCRIPTS, spec], capture_output=True, text=True,
-                           timeout=timeout_s, env=dict(child_env(os.environ), TMPDIR=os.path.dirname(staged)))
-        rc, err = r.returncode, " | ".join((r.stderr or "").strip().splitlines()[-2:])
-    except subprocess.TimeoutExpired:
-        rc = "timeout"
-    msgs = [json.loads(ln) for ln in open(out).read().split("\n")[:-1]] if os.path.exists(out) else []
-    row = next((m["verify"] for m in msgs if "verify" in m), None)
-    timing = next((m["time"] for m in msgs if "time" in m), None)
-    if row is None:
-        why = f"no result within {timeout_s:g} s (killed)" if rc == "timeout" else f"the child died (exit {rc}): {err}"
-        return pj.gate(3, False, f"verify: {why}"), None, {"status": "timeout" if rc == "timeout" else "crashed",
-                                                          "reason": why}, None
-    ok3 = row.get("status") == "pass"
-    g3 = pj.gate(3, ok3, f"verify {row.get('status')}: " + (row.get("reason") or
-                 f"max normalised error {row.get('max_norm_err')} <= tol {row.get('tol')}"),
-                 row.get("max_norm_err"), row.get("tol"))
-    if not ok3:
-        return g3, None, row, None
-    if timing is None or timing.get("status") != "ok":
-        why = (timing or {}).get("reason") or (f"no timing within {timeout_s:g} s" if rc == "timeout" else f"exit {rc}")
-        return g3, pj.gate(4, False, f"timing {(timing or {}).get('status', 'missing')}: {why}", None, max_ms), row, None
-    t = timing["time_ms"]
-    return g3, pj.gate(4, t <= max_ms, f"one run {t:.4g} ms {'<=' if t <= max_ms else '>'} --max-ms {max_ms:g} "
-                       f"(median of {len(timing['runs_ms'])} synchronised runs)", t, max_ms), row, t
-
-
-def gate5(input_bytes: int, time_ms: float, bw: dict) -> dict:
-    """Effective bandwidth input_bytes / time against BANDWIDTH_MARGIN x the memory bandwidth (L2-resident exempt)."""
-    eff_gbps = input_bytes / (time_ms * 1e-3) / 1e9 if time_ms and time_ms > 0 else float("inf")
-    l2 = bw.get("l2_bytes")
-    if l2 and input_bytes <= l2:
-        return pj.gate(5, True, f"inputs {input_bytes} B fit in L2 ({l2} B): exempt", eff_gbps, None)
-    if not bw.get("bandwidth_gbps"):
-        return pj.gate(5, None, f"not checked: {bw.get('source')} - run peak_calib.py (peak.json in the work dir)",
-                       eff_gbps, None)
-    limit = BANDWIDTH_MARGIN * bw["bandwidth_gbps"]
-    ok = eff_gbps <= limit
-    return pj.gate(5, ok, f"effective {eff_gbps:.4g} GB/s {'<=' if ok else '>'} {BANDWIDTH_MARGIN} x "
-                   f"{bw['bandwidth_gbps']:.4g} GB/s ({bw['source']})" + ("" if ok else
-                   ": faster than memory allows - the scaling did nothing (a reference ignoring the scaled axis?)"),
-                   eff_gbps, limit)
 
 
 # ------------------------------------------------------------------------------------------------ staging
@@ -363,15 +255,22 @@ def ladder(max_scale: int) -> list:
     return out
 
 
+STOP = "stop"  # an evaluate() result: passed, but the ladder ends here (saturated)
+
+
 def search_factor(evaluate, max_scale: int, refine_steps: int = 3) -> list:
-    """Try the ladder then bisect: ``evaluate(s) -> bool`` (pass). Returns [(s, passed)] in the order tried.
+    """Try the ladder then bisect: ``evaluate(s) -> bool | STOP`` (pass / fail / passed-but-saturated). Returns
+    [(s, passed)] in the order tried.
 
     The ladder stops at the first failing s; bisection then runs between the last passing factor (1 when none
-    passed: the original case) and the first failing one, until they are adjacent or ``refine_steps`` are used."""
+    passed: the original case) and the first failing one, until they are adjacent or ``refine_steps`` are used.
+    A :data:`STOP` ends the ladder without bisection: a larger factor would not raise the figure (saturation)."""
     tried, lo, hi = [], 1, None
     for s in ladder(max_scale):
         ok = evaluate(s)
-        tried.append((s, ok))
+        tried.append((s, ok is True or ok == STOP))
+        if ok == STOP:
+            return tried
         if not ok:
             hi = s
             break
@@ -380,8 +279,9 @@ def search_factor(evaluate, max_scale: int, refine_steps: int = 3) -> list:
     while hi is not None and hi - lo > 1 and steps < refine_steps:
         mid = (lo + hi) // 2
         ok = evaluate(mid)
-        tried.append((mid, ok))
-        lo, hi = (mid, hi) if ok else (lo, mid)
+        passed = ok is True or ok == STOP
+        tried.append((mid, passed))
+        lo, hi = (mid, hi) if passed else (lo, mid)
         steps += 1
     return tried
 
@@ -393,15 +293,47 @@ def candidate_id(source_case: int, factors: dict) -> str:
 
 
 class Probe:
-    """One probe run over ``source_ids`` of the OpDir ``od``; ``doc`` is the probe.json being built (resumed)."""
+    """One probe run over source cases of the OpDir ``od``; ``doc`` is the probe.json being built (resumed).
+
+    Saturation: each passing candidate's figure is its wall TFLOP/s (traced FLOPs / gate-4 time; GB/s of inputs for
+    an operator without matrix work); once a factor raises it by less than :data:`SATURATION_GAIN` over the best
+    so far (the source at scale 1 included, timed first - :meth:`baseline`), the ladder of that source ends there
+    (``opts["saturation"]`` False: never). Budget: ``opts["budget_s"]`` bounds the whole run, inside a candidate
+    too (its subprocess timeouts are capped by what is left); a candidate cut by it has no verdict
+    (:class:`~mfulib.probe_gates.OutOfBudget` reaches the caller)."""
 
     def __init__(self, od, doc, groups, opts, limits, bw, log=print):
         self.od, self.doc, self.opts, self.limits, self.bw, self.log = od, doc, opts, limits, bw, log
         self.group_of = {cid: g for g in groups for cid in g.cases}
         reuse = opts.get("reuse_verdicts", True)  # False: the previous run had other limits (its run_key)
         self.done = {c["candidate_id"]: c for c in doc["candidates"] if c.get("verdict") and reuse}
+        if not reuse:
+            doc["baselines"] = {}
         self.t0 = time.monotonic()
         self.out_of_budget = False
+        self.best = {}  # source case -> best wall figure so far
+        self.sources = {}  # source case -> (no_matrix, traced FLOPs at scale 1), set by set_source
+        self.worker = None
+
+    def close(self):
+        if self.worker is not None:
+            self.worker.close()
+
+    def _worker(self):
+        if self.worker is None:
+            self.worker = GateWorker(self.opts["device"], tempfile.mkdtemp(prefix="mfu_probe_child_"))
+        return self.worker
+
+    def _timeout(self):
+        """(timeout s for the next subprocess, whether the budget - not --timeout-s - sets it)."""
+        budget = self.opts.get("budget_s")
+        if budget is None:
+            return self.opts["timeout_s"], False
+        left = budget - (time.monotonic() - self.t0)
+        if left <= 0:
+            self.out_of_budget = True
+            raise OutOfBudget(f"--budget-s {budget:g} s reached")
+        return (left, True) if left < self.opts["timeout_s"] else (self.opts["timeout_s"], False)
 
     def plan(self, source: int, s: int):
         """(candidate dict without gates, scaled case, refusals) for scale ``s`` of case ``source``."""
@@ -412,40 +344,120 @@ class Probe:
         new_info = _cases.describe_case(case, source)
         cand = {"candidate_id": candidate_id(source, factors), "source_case": source, "scale": s,
                 "factors": factors, "input_bytes": new_info.input_bytes, "gates": [], "verdict": None,
-                "failed_gate": None, "new_case_id": None, "time_ms": None, "flops": None}
+                "failed_gate": None, "new_case_id": None, "time_ms": None, "flops": None, "wall_figure": None,
+                "saturated": None, "wall_s": None}
         return cand, case, new_info, refusals
 
-    def evaluate(self, source: int, s: int, no_matrix: bool, save) -> bool:
+    @staticmethod
+    def figure(flops, input_bytes, time_ms, no_matrix):
+        """Wall TFLOP/s (GB/s for no matrix work) of one synchronised run; None when unknown."""
+        if not time_ms or time_ms <= 0:
+            return None
+        if no_matrix:
+            return input_bytes / (time_ms * 1e-3) / 1e9
+        return actual_tflops(flops, time_ms * 1e6) if flops else None
+
+    def baseline(self, source: int, no_matrix: bool, flops):
+        """Time the source case at scale 1 in the gate child (no verify: verify.py checked it); the figure the
+        first doubling is compared with. Kept in probe.json ``baselines`` and reused by a re-run. Run lazily, when
+        the source's first factor has passed (a source whose ladder fails at once costs nothing more)."""
+        if not self.opts.get("saturation", True):
+            return None
+        if source in self.best:
+            return None
+        key = str(source)
+        rec = (self.doc.setdefault("baselines", {})).get(key)
+        info = self.od.describe(source)
+        if rec is None and not gate1(info, self.limits)["ok"]:
+            rec = {"time_ms": None, "figure": None, "detail": "not timed: the case at scale 1 fails gate 1"}
+            self.doc["baselines"][key] = rec
+        if rec is None:
+            timeout, cut = self._timeout()
+            tmp = tempfile.mkdtemp(prefix="mfu_probe_")
+            t0 = time.monotonic()
+            try:
+                staged = stage_candidate(self.od, self.od.read_cases()[source], tmp)
+                _g3, g4, _row, t = gates34(self._worker(), staged, self.opts["seed"], self.opts["max_ms"], timeout,
+                                           budget_cut=cut, time_only=True)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            rec = {"time_ms": t, "flops": flops, "input_bytes": info.input_bytes,
+                   "figure": self.figure(flops, info.input_bytes, t, no_matrix),
+                   "detail": (g4 or {}).get("detail"), "wall_s": round(time.monotonic() - t0, 3)}
+            self.doc["baselines"][key] = rec
+        if rec.get("figure") is not None:
+            self.best[source] = max(self.best.get(source, 0.0), rec["figure"])
+        return rec
+
+    def set_source(self, source: int, no_matrix: bool, flops) -> None:
+        """Declare the next source case (its scale-1 FLOPs for the saturation baseline)."""
+        self.sources[source] = (no_matrix, flops)
+
+    def _saturation(self, cand, no_matrix):
+        """STOP when the passing ``cand`` raised the source's best figure by less than SATURATION_GAIN."""
+        fig = cand["wall_figure"]
+        src = cand["source_case"]
+        if src not in self.best and src in self.sources:
+            try:
+                self.baseline(src, *self.sources[src])
+            except OutOfBudget:  # the candidate keeps its verdict; the next one stops the run
+                self.out_of_budget = True
+        prev = self.best.get(src)
+        if fig is not None:
+            self.best[src] = max(prev or 0.0, fig)
+        if not self.opts.get("saturation", True) or fig is None or prev is None:
+            return True
+        unit = "GB/s" if no_matrix else "TFLOP/s"
+        if fig < (1.0 + SATURATION_GAIN) * prev:
+            cand["saturated"] = (f"wall {fig:.4g} {unit} < (1 + {SATURATION_GAIN:g}) x best so far {prev:.4g} "
+                                 f"{unit}: larger factors of case {src} are not tried")
+            return STOP
+        return True
+
+    def evaluate(self, source: int, s: int, no_matrix: bool, save):
+        """Run the gates on scale ``s`` of ``source``: True (pass), False (fail) or STOP (pass, saturated).
+        Raises OutOfBudget when the budget ends before or during the candidate (no verdict recorded)."""
         cand, case, info, refusals = self.plan(source, s)
         if cand["candidate_id"] in self.done:
             self.doc.setdefault("resumed", []).append(cand["candidate_id"])
-            return self.done[cand["candidate_id"]]["verdict"] == "pass"
-        budget = self.opts["budget_s"]
-        if budget is not None and time.monotonic() - self.t0 > budget:
-            self.out_of_budget = True
-            return False
+            old = self.done[cand["candidate_id"]]
+            if old["verdict"] != "pass":
+                return False
+            cand.update(wall_figure=old.get("wall_figure"), source_case=source)
+            return self._saturation(cand, no_matrix)
         o = self.opts
+        timeout, cut = self._timeout()
+        t_start = time.monotonic()
         gates = [gate1(info, self.limits)]
         tmp = tempfile.mkdtemp(prefix="mfu_probe_")
         row = None
         try:
             if gates[-1]["ok"]:
                 staged = stage_candidate(self.od, case, tmp)
-                g2, cand["flops"] = gate2(o["flops_tool"], staged, o["seed"], o["timeout_s"], no_matrix,
-                                          info.input_bytes, refusals)
+                g2, cand["flops"] = gate2(o["flops_tool"], staged, o["seed"], timeout, no_matrix,
+                                          info.input_bytes, refusals, budget_cut=cut)
                 gates.append(g2)
                 if g2["ok"]:
-                    g3, g4, row, cand["time_ms"] = gates34(staged, o["device"], o["seed"], o["max_ms"],
-                                                           o["timeout_s"])
+                    timeout, cut = self._timeout()
+                    g3, g4, row, cand["time_ms"] = gates34(self._worker(), staged, o["seed"], o["max_ms"], timeout,
+                                                           budget_cut=cut)
                     gates += [g for g in (g3, g4) if g is not None]
                     if g4 is not None and g4["ok"]:
                         gates.append(gate5(info.input_bytes, cand["time_ms"], self.bw))
+        except OutOfBudget:
+            self.out_of_budget = True
+            raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         cand["gates"] = gates
+        cand["wall_s"] = round(time.monotonic() - t_start, 3)
         cand["verdict"], cand["failed_gate"] = pj.verdict_of(gates)
         if cand["verdict"] == "pass" and len(gates) < 5:
             cand["verdict"], cand["failed_gate"] = "fail", len(gates) + 1
+        result = cand["verdict"] == "pass"
+        if result:
+            cand["wall_figure"] = self.figure(cand["flops"], info.input_bytes, cand["time_ms"], no_matrix)
+            result = self._saturation(cand, no_matrix)
         self.doc["candidates"] = [c for c in self.doc["candidates"] if c["candidate_id"] != cand["candidate_id"]]
         self.doc["candidates"].append(cand)
         again = [k for k, a in self.doc["appended"].items() if a["candidate_id"] == cand["candidate_id"]]
@@ -462,7 +474,7 @@ class Probe:
             rewrite_case_files(self.od, self.doc)
             cand["verify_json"] = record_verify(self.od, new_id, row, o["backend"], o["device"], new_id + 1, o["seed"])
         save()
-        self.log(f"case {source} x{s}: {cand['verdict']}" + (f" at gate {cand['failed_gate']} "
-                 f"({next(g['detail'] for g in gates if g['gate'] == cand['failed_gate'])})"
-                 if cand["failed_gate"] else ""))
-        return cand["verdict"] == "pass"
+        self.log(f"case {source} x{s}: {cand['verdict']} ({cand['wall_s']:.1f} s)" + (
+            f" at gate {cand['failed_gate']} ({next(g['detail'] for g in gates if g['gate'] == cand['failed_gate'])})"
+            if cand["failed_gate"] else "") + (f"; saturated: {cand['saturated']}" if cand["saturated"] else ""))
+        return result

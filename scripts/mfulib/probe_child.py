@@ -1,17 +1,19 @@
-"""The probe's child process for gates 3 and 4: verify one staged candidate, then time one ModelNew run.
+"""The probe's child process for gates 3 and 4: verify a staged candidate, then time ModelNew on it.
 
-Runs in its own process (a crash, a hang or an out-of-memory of one candidate never takes the probe with it) on a
-staged work directory whose case files hold only the candidate (case 0). Writes JSON lines to ``spec["out"]``:
-``{"verify": row}`` (:func:`mfulib.verify.verify_case`: Model vs ModelNew within verify's tolerance, dropout off,
-statuses pass | fail | rejected | oom | error), then, when it passed, ``{"time": {"runs_ms": [...], "time_ms":
-median, "status": "ok"}}`` or a status oom | error. Timing: one warm-up call (compilation), then up to
-``spec["repeats"]`` calls, stopped early once their sum exceeds ``spec["max_ms"]``; each call is bracketed by a
-device synchronize (wall clock of one synchronised run - this gate bounds the cost of later profiling, it is not
-the kernel time the collector measures).
+A persistent worker (:func:`serve_main`, the request/reply protocol of :mod:`mfulib.worker`; the parent is
+:class:`mfulib.probe_gates.GateWorker`): Python, ``import torch``, the device context and the compat layer are set
+up once, then candidate after candidate is served. A request names a staged work directory whose case files hold
+only the candidate (case 0); the reply carries ``verify`` (:func:`mfulib.verify.verify_case`: Model vs ModelNew
+within verify's tolerance, dropout off; statuses pass | fail | rejected | oom | error; absent for ``time_only``
+requests), ``verify_s``, and - when it passed - ``time``: ``{"runs_ms": [...], "time_ms": median, "status": "ok",
+"wall_s"}`` or a status oom | error. An out-of-memory or error status retires the child after its reply (a sticky
+device fault must not reach the next candidate). Timing: one warm-up call (compilation), then up to ``repeats``
+calls, stopped early once their sum exceeds ``max_ms``; each call is bracketed by a device synchronize (wall clock
+of one synchronised run - this gate bounds the cost of later profiling, it is not the kernel time the collector
+measures).
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -24,11 +26,6 @@ def _sync(device: str):
         torch.cuda.synchronize()
     elif device.startswith("npu"):
         torch.npu.synchronize()
-
-
-def _emit(out, obj):
-    out.write(json.dumps(obj, default=str) + "\n")
-    out.flush()
 
 
 def time_run(od, device: str, seed: int, max_ms: float, repeats: int) -> dict:
@@ -59,28 +56,49 @@ def time_run(od, device: str, seed: int, max_ms: float, repeats: int) -> dict:
             built.close()
 
 
-def child_main(spec_path: str) -> None:
-    """Entry point: ``python -c 'from mfulib.probe_child import child_main; child_main(spec)'``."""
-    with open(spec_path) as f:
-        spec = json.load(f)
-    device = spec["device"]
+RETIRE = ("oom", "error")
+
+
+def handle(req: dict, device: str) -> dict:
+    """One candidate (module docstring): the reply of one request."""
+    from . import interpreter
+    from .opdir import OpDir
+    from .verify import verify_case
+    od = OpDir(req["op_dir"])
+    reply = {}
+    if not req.get("time_only"):
+        t0 = time.monotonic()
+        row = verify_case(od, 0, device=device, seed=req["seed"])
+        if device == "cpu":
+            row["cpu_adaptations"] = interpreter.adaptations()
+        reply.update(verify=row, verify_s=round(time.monotonic() - t0, 3))
+        if row.get("status") != "pass":
+            return dict(reply, retire=row.get("status") in RETIRE)
+    t0 = time.monotonic()
+    timing = time_run(od, device, req["seed"], req["max_ms"], req.get("repeats", 3))
+    timing["wall_s"] = round(time.monotonic() - t0, 3)
+    return dict(reply, time=timing, retire=timing.get("status") in RETIRE)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this child when the probe that started it dies (prctl PR_SET_PDEATHSIG, linux/prctl.h = 1), so
+    a killed probe never leaves a candidate running on the device; elsewhere the closed request pipe ends it."""
+    import ctypes
+    import signal
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def serve_main(device: str) -> int:
+    """Entry point of the persistent child: ``python -c '... serve_main(device)' --request-fd R --reply-fd W``."""
+    _die_with_parent()
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     from . import compat, interpreter
-    from .opdir import OpDir
-    from .verify import verify_case
+    from .worker import serve
     compat.install(device)
     if device == "cpu":
         interpreter.install_launch_hook()
-    od = OpDir(spec["op_dir"])
-    with open(spec["out"], "a", encoding="utf-8") as out:
-        row = verify_case(od, 0, device=device, seed=spec["seed"])
-        if device == "cpu":
-            row["cpu_adaptations"] = interpreter.adaptations()
-        _emit(out, {"verify": row})
-        if row.get("status") == "pass":
-            _emit(out, {"time": time_run(od, device, spec["seed"], spec["max_ms"], spec.get("repeats", 3))})
-
-
-if __name__ == "__main__":  # pragma: no cover - run through -c by mfulib.probe
-    child_main(sys.argv[1])
+    return serve(lambda req: handle(req, device), sys.argv[1:])

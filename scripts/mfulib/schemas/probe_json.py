@@ -7,12 +7,16 @@ axis]...] (an attribute: [name, null]), followers [[input, axis | list index | n
 ``cases``), cases, evidence [str], scaled: bool}], ``scale_dims`` [{symbol, why}], ``candidates``
 [{candidate_id, source_case, scale, factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
 | null (null: not checked, with the reason in detail), detail, value, limit}], verdict: pass | fail, failed_gate:
-int | null, new_case_id: int | null (its id in the case files once appended), time_ms, flops}],
+int | null, new_case_id: int | null (its id in the case files once appended), time_ms, flops, wall_s (seconds
+the candidate took; each gate has its own ``wall_s``), wall_figure (wall TFLOP/s = traced FLOPs / gate-4 time; GB/s
+of inputs without matrix work), saturated (why the ladder ended at this passing factor, or null)}],
+``baselines`` {"<source case>": {time_ms, flops, input_bytes, figure, detail, wall_s}} (each source timed at scale
+1, the saturation rule's starting point), ``wall_s`` (seconds of this run and the runs it resumed),
 ``appended`` {"<new_case_id>": {source_case, factors, scale, candidate_id, line (the case line as appended)}},
 ``complete`` (every planned candidate has a verdict), ``interrupted`` ("running" while a run is in progress - left
 so by a killed run -, the reason a run stopped early, or null), ``resumed`` [candidate ids whose verdict was reused
 from the previous run], ``inputs`` {model.py, model_new.py: sha256} and ``run_key`` {backend, seed, max_bytes,
-max_ms, scale_dims, peak} (a re-run reuses verdicts only for the same files and run key), ``sources``,
+max_ms, scale_dims, peak, saturation_stop} (a re-run reuses verdicts only for the same files and run key), ``sources``,
 ``skipped_sources``, ``traced_flops`` {case: tracer FLOPs}, ``backup`` {dir, files {name: sha256}, n_cases}
 (the originals of the case files, put back by --restore).
 """
