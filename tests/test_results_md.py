@@ -75,3 +75,85 @@ def test_driver_skips_packed_stages_and_records_absent_scripts(tmp_path, monkeyp
     assert "env        packed already" in text
     assert "search     absent: bench/does_not_exist.py not in this checkout" in text
     assert not (tmp_path / "out" / "pack.tgz").exists()  # nothing ran, nothing packed
+
+
+FAKE_MAKE = r'''#!/usr/bin/env python3
+"""TEST DOUBLE of make for the batch stage: writes a few work-dir files per operator, sleeps, logs each call."""
+import json, os, sys, time
+args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a and not a.startswith("-"))
+work = args["WORK"]
+with open(os.environ["FAKE_MAKE_LOG"], "a") as f:
+    f.write(json.dumps({"op": args["OP"], "target": sys.argv[-1], "probe_args": args.get("PROBE_ARGS")}) + "\n")
+if sys.argv[-1] == "all":
+    os.makedirs(os.path.join(work, ".state"), exist_ok=True)
+    os.makedirs(os.path.join(work, "prof", "case0_asc"), exist_ok=True)
+    open(os.path.join(work, "prof", "case0_asc", "trace.bin"), "w").write("x" * 1000)
+    json.dump({"summary": {"verdict": "passed", "n_cases": 2}, "op_dir": work},
+              open(os.path.join(work, "flops_check.json"), "w"))
+    time.sleep(float(os.environ.get("FAKE_MAKE_SLEEP_S", "1.5")))
+    open(os.path.join(work, ".state", "decompose.ok"), "w").close()
+'''
+
+
+def _batch_call(tmp_path, monkeypatch, out_name, pack, sleep_s, limit_s):
+    fake = tmp_path / "fake_make.py"
+    fake.write_text(FAKE_MAKE)
+    fake.chmod(0o755)
+    monkeypatch.setenv("FAKE_MAKE_LOG", str(tmp_path / "make_calls.jsonl"))
+    monkeypatch.setenv("FAKE_MAKE_SLEEP_S", str(sleep_s))
+    monkeypatch.setattr(validate_h200, "BATCH_STOP_MARGIN_S", 1.0)
+    monkeypatch.setattr(validate_h200, "BATCH_GRACE_S", 15.0)
+    settings = dict(validate_h200.BATCH_DEFAULTS, examples="zoo", backend="cpu", make=str(fake), op_timeout_s=60)
+    out, final = tmp_path / out_name / "work", tmp_path / out_name / "final"
+    out.mkdir(parents=True)
+    final.mkdir()
+    res = validate_h200.stage_batch(str(out), limit_s, dict(os.environ), str(final), settings, str(pack))
+    return res, final
+
+
+def test_batch_stage_stops_cleanly_at_its_limit_and_the_next_call_resumes(tmp_path, monkeypatch):
+    """A fake make (test double) per operator: the first call is interrupted (SIGINT, exit 130) with some operators
+    done; its state tar holds job records and work JSONs but no prof/; a second call in another directory restores
+    it, runs only the rest, and the stage is then complete."""
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    res1, final1 = _batch_call(tmp_path, monkeypatch, "call1", pack, sleep_s=2.0, limit_s=8.0)
+    assert res1["rc"] == 130, res1["log_tail"]
+    assert res1["complete"] is False
+    ops1 = {o["name"]: o for o in res1["result"]["ops"]}
+    done1 = [n for n, o in ops1.items() if o["status"] == "ok"]
+    assert 1 <= len(done1) < len(ops1)
+    assert ops1[done1[0]]["flops_check"]["verdict"] == "passed"
+    tar_path = final1 / validate_h200.BATCH_STATE_NAME
+    assert res1["pack_files"] == [str(tar_path)]
+    import tarfile
+    with tarfile.open(tar_path) as tar:
+        names = tar.getnames()
+    assert any(n.startswith("jobs/") for n in names) and "batch_summary.json" in names
+    assert any(n.endswith("flops_check.json") for n in names) and any("/.state/" in n for n in names)
+    assert not any("/prof/" in n for n in names)
+    call = res1["result"]["calls"][0]
+    assert "PROBE_ARGS=" + validate_h200.BATCH_DEFAULTS["probe_args"] in call["command"]
+    # the coordinator unpacks pack.tgz into the pack dir between calls
+    (pack / validate_h200.BATCH_STATE_NAME).write_bytes(tar_path.read_bytes())
+    (pack / "batch.json").write_text(json.dumps({**res1, "pack_files": None}))
+    calls_before = (tmp_path / "make_calls.jsonl").read_text().splitlines()
+    res2, _ = _batch_call(tmp_path, monkeypatch, "call2", pack, sleep_s=0.2, limit_s=120.0)
+    assert res2["rc"] == 0 and res2["complete"] is True, res2["log_tail"]
+    rerun = [json.loads(ln)["op"] for ln in (tmp_path / "make_calls.jsonl").read_text().splitlines()
+             [len(calls_before):] if json.loads(ln)["target"] == "all"]
+    assert not set(rerun) & set(done1)  # finished operators were skipped
+    assert all(o["status"] == "ok" for o in res2["result"]["ops"])
+    assert len(res2["result"]["calls"]) == 2
+    work2 = str(tmp_path / "call2" / "work")
+    rec = json.loads(open(os.path.join(work2, "batch", "jobs", os.listdir(os.path.join(work2, "batch", "jobs"))[0]
+                                       )).read())
+    assert rec["work"].startswith(work2)  # paths of the restored records point into this call's directory
+
+
+def test_stage_done_reruns_a_partial_resumable_stage(tmp_path):
+    (tmp_path / "batch.json").write_text(json.dumps({"complete": False}))
+    (tmp_path / "peaks.json").write_text(json.dumps({"rc": 0}))
+    assert not validate_h200.stage_done(str(tmp_path), "batch")
+    assert validate_h200.stage_done(str(tmp_path), "peaks")
+    assert not validate_h200.stage_done(str(tmp_path), "search")
