@@ -18,7 +18,7 @@ makeall        ``make OP=<op> BACKEND=cuda all`` from an empty work dir, cold pe
                then warm (issue 13's <= 60 s target), for zoo/5_MHABlock and zoo/1_BatchMatmul
 overhead       bench/bench_tool_overhead.py: wall / host CPU / device-busy per step (warm Triton cache; makeall has cold)
 peaks          bench/bench_peaks_h200.py: calibrated int8 / fp8 peaks vs a torch._int_mm / _scaled_mm sweep
-peaks_wide     bench/bench_peak_calib.py: calibrated bf16 / fp16 / fp32 peaks vs a 448-shape sweep
+peaks_wide     bench/bench_peak_calib.py: calibrated bf16 / fp16 / fp32 peaks vs a 100-shape sweep per dtype
 gemm           bench/bench_gemm_mfu.py: an 8192^3 bf16 GEMM through the pipeline vs CUDA events (independent)
 ncu            bench/ncu_vs_profiler.py: collector kernel times vs Nsight Compute's gpu__time_duration
 pmu            bench/pmu_h200.sh: the MHA block with Nsight Compute counters, bound classes, the HTML report
@@ -28,11 +28,24 @@ search         bench/bench_search_h200.py: the limit-MFU search vs an exhaustive
 batch          scripts/mfu_batch.py over the bundled and real-case operators (SEARCH=1), the MFU tables
 =============  ===========================================================================================
 
+**Resumable stages** (search, batch) are packed with ``complete: false`` until they are done, and run again by
+the next call, which continues from the state tar packed beside them (``bench_search_h200.tar.gz``,
+``batch_state.tar.gz``; both inside pack.tgz, unpacked into ``--pack-dir`` with the JSONs). The batch stage:
+restores its tar (job records, summary, every operator's work-dir JSONs, case files the probe appended to,
+model/flops sources, make stamps and the probe's backup - never ``prof/``, profiles or pictures; JSON paths
+rewritten to the new directory), runs only the operators without a final job record (ok / failed / timeout;
+``--batch-retry-failed`` also the failed ones), sends ``mfu_batch.py`` SIGINT ``BATCH_STOP_MARGIN_S`` before the
+stage's limit (it kills the running operator, writes its summary and exits 130; that operator resumes next call
+from its make stamps and probe.json), then packs the state again. Each operator's probe and search are bounded by
+``--batch-probe-args`` / ``--batch-search-args`` (make PROBE_ARGS / SEARCH_ARGS) and ``--batch-op-timeout-s``;
+batch.json records every call's settings, exit status, and the operators it ran and finished.
+
 A stage whose script does not exist in this checkout is recorded as ``absent`` (not packed, so a later call with
 the script runs it). The real-case operators need ../shared/data, which does not travel to the device: carry it as
 ``.shared_data/data`` (git-ignored) - ``MFU_SHARED_DATA`` is set to it.
 
   python3 bench/validate_h200.py --pack-dir bench/validation/h200 --stages env,makeall,peaks   # one device call
+  python3 bench/validate_h200.py --stages batch --deadline-s 560         # as often as it takes (complete: true)
   tar xzf $OUT/pack.tgz -C bench/validation/h200                                                # afterwards
 """
 import argparse
@@ -336,7 +349,11 @@ def op_result(job, out_root):
         cands = pr.get("candidates") or []
         res["probe"] = {"candidates": len(cands), "passed": sum(1 for c in cands if c.get("verdict") == "pass"),
                         "appended": len(pr.get("appended") or {}), "complete": pr.get("complete"),
-                        "interrupted": pr.get("interrupted"), "stop_reason": pr.get("stop_reason"),
+                        "interrupted": pr.get("interrupted"),
+                        # the ladder's early stop ("saturated": a doubling no longer raised wall TFLOP/s), wherever
+                        # the probe records it (top level or per candidate)
+                        "stop_reason": ", ".join(sorted({str(x) for x in [pr.get("stop_reason")]
+                                                         + [c.get("stop_reason") for c in cands] if x})) or None,
                         "wall_s": sum(c.get("wall_s") or 0 for c in cands) or None}
     fc = load_json(os.path.join(work, "flops_check.json"))
     if fc:

@@ -157,3 +157,66 @@ def test_stage_done_reruns_a_partial_resumable_stage(tmp_path):
     assert not validate_h200.stage_done(str(tmp_path), "batch")
     assert validate_h200.stage_done(str(tmp_path), "peaks")
     assert not validate_h200.stage_done(str(tmp_path), "search")
+
+
+SYNTH = {"created_at": "2026-12-01T12:00:00Z", "git_commit": "abc1234", "wall_s": 500.0, "rc": 0}  # TEST DATA
+
+
+def test_search_section_renders_gap_cost_spread_and_limit(tmp_path):
+    """Synthetic search pack (test data, not hardware output): one operator measured through, one pending."""
+    _write(tmp_path, "search", {**SYNTH, "stage": "search", "command": "bench/bench_search_h200.py", "result": {
+        "device": "NVIDIA H200", "pending": ["ffn:probe"], "criteria": {"within": 0.03, "cost_ratio": 0.25},
+        "ops": [{"op": "zoo/5_MHABlock", "parts_done": ["prepare", "probe", "search", "exhaustive", "spread"],
+                 "errors": [], "metric": "mfu", "figure_field": "ach", "pool_size": 11, "n_scaled": 3,
+                 "search_best": {"case": 13, "scale": 4}, "search_best_value": 0.612,
+                 "exhaustive_best_case": 13, "exhaustive_best_value": 0.62, "gap": 0.0129, "within_3pct": True,
+                 "search_cost_stages_s": 41.0, "exhaustive_cost_s": 120.5, "cost_ratio": 0.34,
+                 "cost_le_25pct": False, "spread": 0.008, "dataset_best_case": 7, "dataset_value": 0.51},
+                {"op": "npukernelbench/level4/2_FFN", "parts_done": ["prepare"], "errors": ["probe: boom | x"]}]}})
+    text = make_results.render(str(tmp_path))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| zoo/5_MHABlock"))
+    assert "| 61.20% (case 13, scale 4) | 62.00% (case 13) | 1.29% | yes | 41.0 | 120.5 | 34% | NO |" in row
+    assert "| 0.80% | 62.00% | 51.00% (case 7) |" in row
+    assert "**Partial:** parts pending: ffn:probe" in text
+    assert "probe: boom \\| x" in text  # a pipe in an error does not break the table
+    batch = text.split("## Batch over")[1]
+    assert "Not run yet: no `batch.json`" in batch
+
+
+def test_batch_section_renders_status_mfu_bound_limit_and_flops_check(tmp_path):
+    """Synthetic batch pack (test data): one operator measured with ncu counters, one timed out, calls listed."""
+    settings = {"examples": "zoo,npukernelbench", "op_timeout_s": 300.0, "probe_args": "--budget-s 40",
+                "search_args": "--top-n 4", "pmu": "ncu", "keep_prof": 0}
+    mha = {"name": "zoo/5_MHABlock", "status": "ok", "wall_s": 171.2, "reason": None,
+           "maxima": {"mfu_ach": {"value": 0.564, "case": 11, "dtype": "float16"},
+                      "mbu": {"value": 0.31, "case": 3, "dtype": "float16"}},
+           "rows": [{"case": 11, "dtype": "float16", "mfu_ach": 0.564,
+                     "bound": {"label": "latency-bound", "source": "pmu:ncu"},
+                     "parts": [{"part": "qkv_proj", "mfu_ach": 0.70, "time_share": 0.41,
+                                "bound": {"label": "tensor-bound", "source": "pmu:ncu",
+                                          "evidence": {"tensor_pipe_pct": 81.6, "waves_per_sm": 1}}}]},
+                    {"case": 3, "dtype": "float16", "mfu_ach": 0.2, "bound": None, "parts": []}],
+           "search": {"best": {"case": 13, "scale": 4, "mfu": 0.612, "mfu_kind": "ach"}, "pool": 11, "scaled": 3,
+                      "complete": True},
+           "probe": {"candidates": 6, "passed": 3, "appended": 3, "complete": True, "stop_reason": "saturated"},
+           "flops_check": {"verdict": "passed", "n_cases": 14, "ratio_min": 1.0, "ratio_max": 1.0}}
+    ffn = {"name": "npukernelbench/level4/2_FFN", "status": "timeout", "wall_s": 300.1,
+           "reason": "timed out after 300 s (OP_TIMEOUT_S): the whole process tree was killed",
+           "probe": {"candidates": 2, "passed": 0, "appended": 0, "complete": False, "interrupted": "running"}}
+    _write(tmp_path, "batch", {**SYNTH, "stage": "batch", "complete": False, "result": {
+        "settings": settings, "complete": False, "shared_data": True, "ops": [mha, ffn],
+        "skipped": [{"name": "npukernelbench/level1/10_LayerNorm", "why": "case data absent"}],
+        "calls": [{"created_at": "2026-12-01T12:00:00Z", "git_commit": "abc1234", "rc": 130, "wall_s": 498.0,
+                   "ran": ["a", "b", "c"], "finished": ["a", "b"], "settings": settings}]}})
+    text = make_results.render(str(tmp_path)).split("## Batch over")[1]
+    assert "**Partial:** 2/2 operators have a final status" in text
+    assert "| 1 | 2026-12-01T12:00:00Z | abc1234 | 130 | 498.0 | 3 | 2 | 300.0 | `--budget-s 40` | `--top-n 4` | ncu | 0 |" \
+        in text
+    assert ("| zoo/5_MHABlock | ok | 171.2 | 2 | 56.4% (case 11, float16) | 31.0% (case 3, float16) | latency-bound "
+            "| 61.2% MFU@ach (case 13, scale 4; pool 11, 3 scaled) | 3/6 passed, 3 appended (saturated) | "
+            "passed (14 cases, ratio 1..1) | - |") in text
+    assert "| npukernelbench/level4/2_FFN | timeout | 300.1 | - | - | - | - | - | 0/2 passed, 0 appended (running) |" \
+        in text
+    assert "| zoo/5_MHABlock | 11 | qkv_proj | 70.0% | 41.0% | tensor-bound | pmu:ncu | tensor_pipe_pct 81.6, " \
+           "waves_per_sm 1 |" in text
+    assert "* npukernelbench/level1/10_LayerNorm: case data absent" in text
