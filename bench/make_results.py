@@ -205,10 +205,24 @@ def sec_peaks_wide(st):
              if x.get("calib_shape") else None, num(x["wide_tflops"]),
              "x".join(str(x["wide_shape"][c]) for c in "mnk") if x.get("wide_shape") else None, x["wide_shapes"],
              f"{x['ratio']:.3f}" if x.get("ratio") else None] for x in r.get("rows") or []]
-    return (f"## Peaks: calibration vs a wide sweep (`bench/bench_peak_calib.py`)\n\n{stamp(st)}\n\nCalibration "
+    grid, pk = r.get("grid") or {}, st.get("peak_json") or {}
+    sweep = (f"Wide sweep: m, n in {grid.get('mn')}, k in {grid.get('k')}, {grid.get('target_ms')} ms per shape. "
+             if grid else "")
+    return (f"## Peaks: calibration vs a wide sweep (`bench/bench_peak_calib.py`)\n\n{stamp(st)}\n\n"
+            f"`{st.get('command', '')}`. {sweep}Calibration "
             f"{num(r.get('calibration_s'))} s ({num(r.get('process_s_at_calibration_end'))} s from process start, "
             f"limit {r.get('max_calibration_s')} s); pass: **{r.get('pass')}** (every ratio >= {r.get('min_ratio')}).\n\n"
-            + table(["dtype", "calibrated TFLOP/s", "shape", "sweep best", "sweep shape", "shapes", "ratio"], rows))
+            + table(["dtype", "calibrated TFLOP/s", "shape", "sweep best", "sweep shape", "shapes", "ratio"], rows)
+            + (f"\n\nThe same calibration, every dtype: {_peak_list(pk)}" if pk else ""))
+
+
+def _peak_list(r):
+    """Calibrated peaks of every dtype (TFLOP/s; int8 TOPS) and the copy bandwidth, as one line."""
+    items = [f"{k} {num(v)}" for k, v in (r.get("peak_tflops") or {}).items() if k != "int8"]
+    items += [f"{k} {num(v)} TOPS" for k, v in (r.get("peak_tops") or {}).items()]
+    bw = r.get("bandwidth_gbps")
+    return "; ".join(items) + (f"; copy bandwidth {num(bw, 0)} GB/s" if bw else "") + \
+        " (TFLOP/s unless marked)."
 
 
 def sec_peaks(st):
@@ -223,7 +237,8 @@ def sec_peaks(st):
             f"{pct(reg.get('duty_cycle_measured'), 0)}); SM clock during calibration {clk.get('sm_clock_mhz')}; "
             f"throttle reasons seen {clk.get('throttle_reasons_seen')}. int8 within 10% of the sweep: "
             f"**{r.get('int8_within_10pct')}**.\n\n"
-            + table(["dtype", "unit", "calibrated", "B layout", "sweep best", "layout", "by layout", "ratio"], rows))
+            + table(["dtype", "unit", "calibrated", "B layout", "sweep best", "layout", "by layout", "ratio"], rows)
+            + (f"\n\nThe same calibration, every dtype: {_peak_list(r)}" if r.get("peak_tflops") else ""))
 
 
 def figure(v, op=None):

@@ -462,6 +462,9 @@ def run_stage(name, out_root, limit_s, env, final_out, pack_dir=None, batch_sett
             if os.path.getsize(path) < 200_000:
                 extras[os.path.relpath(path, out)] = tail(path, 200_000)
         res["extras"] = extras
+        if name == "peaks_wide":  # the calibration's every dtype and bandwidth (the bench's JSON has three dtypes)
+            pk = load_json(os.path.join(out, "peak.json")) or {}
+            res["peak_json"] = {k: pk.get(k) for k in ("peak_tflops", "peak_tops", "bandwidth_gbps", "regime")}
         if name == "search":  # resumable: done when the bench has no part pending; its tar travels in the pack
             res["complete"] = bool(res["result"]) and not res["result"].get("pending")
             if os.path.exists(os.path.join(out, SEARCH_RESUME_NAME)):

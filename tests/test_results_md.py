@@ -220,3 +220,22 @@ def test_batch_section_renders_status_mfu_bound_limit_and_flops_check(tmp_path):
     assert "| zoo/5_MHABlock | 11 | qkv_proj | 70.0% | 41.0% | tensor-bound | pmu:ncu | tensor_pipe_pct 81.6, " \
            "waves_per_sm 1 |" in text
     assert "* npukernelbench/level1/10_LayerNorm: case data absent" in text
+
+
+def test_peaks_wide_section_states_its_grid_and_every_calibrated_dtype(tmp_path):
+    """Synthetic peaks_wide pack (test data): the sweep's grid, the ratio per dtype and the calibration's other peaks."""
+    _write(tmp_path, "peaks_wide", {**SYNTH, "stage": "peaks_wide", "command": "bench/bench_peak_calib.py",
+                                    "peak_json": {"peak_tflops": {"bfloat16": 830.0, "tf32": 417.9},
+                                                  "peak_tops": {"int8": 1032.5}, "bandwidth_gbps": 4262.4},
+                                    "result": {"calibration_s": 16.5, "process_s_at_calibration_end": 24.0,
+                                               "max_calibration_s": 30.0, "min_ratio": 0.98, "pass": True,
+                                               "grid": {"mn": [2048, 4096], "k": [2048], "target_ms": 10.0},
+                                               "rows": [{"mode": "bfloat16", "calib_tflops": 830.0,
+                                                         "calib_shape": {"m": 8192, "n": 8192, "k": 8192},
+                                                         "wide_tflops": 835.0,
+                                                         "wide_shape": {"m": 4096, "n": 4096, "k": 2048},
+                                                         "wide_shapes": 4, "ratio": 0.994}]}})
+    text = make_results.render(str(tmp_path)).split("## Peaks: calibration vs a wide sweep")[1].split("\n## ")[0]
+    assert "m, n in [2048, 4096], k in [2048], 10.0 ms per shape" in text
+    assert "| bfloat16 | 830.0 | 8192x8192x8192 | 835.0 | 4096x4096x2048 | 4 | 0.994 |" in text
+    assert "bfloat16 830.0; tf32 417.9; int8 1,032.5 TOPS; copy bandwidth 4,262 GB/s" in text
