@@ -234,7 +234,8 @@ def _state_files(batch_out):
                   glob.glob(os.path.join(batch_out, "jobs", "*.json")))
     skipped = []
     for dirpath, dirnames, filenames in os.walk(os.path.join(batch_out, "ops")):
-        dirnames[:] = sorted(d for d in dirnames if d not in STATE_SKIP_DIRS and not d.startswith((".tmp", "PROF_")))
+        dirnames[:] = sorted(d for d in dirnames if d not in STATE_SKIP_DIRS and not d.startswith((".tmp", "PROF_"))
+                             and ".bak-" not in d)  # prepare's backups of an older work dir
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
             if name.endswith(STATE_SKIP_SUFFIXES) or os.path.islink(path):
@@ -362,6 +363,16 @@ def op_result(job, out_root):
     return res
 
 
+def batch_complete(ops, calls, skipped, final=BATCH_FINAL):
+    """(done, sets covered): every operator has a final status, every set of BATCH_DEFAULTS["examples"] was run by
+    some call (one set per call is fine), and no operator was skipped for want of its case data (carry
+    .shared_data: the module docstring)."""
+    covered = {x for c in calls for x in ((c.get("settings") or {}).get("examples") or "").split(",") if x}
+    wanted = {x for x in BATCH_DEFAULTS["examples"].split(",") if x}
+    no_data = [n for n, w in skipped if str(w).startswith("case data absent")]
+    return all(o["status"] in final for o in ops) and wanted <= covered and not no_data, covered
+
+
 def stage_batch(out, limit_s, env, final_out, settings, pack_dir):
     """mfu_batch.py over the bundled and real-case operators with the search, resumable across device calls.
 
@@ -382,6 +393,13 @@ def stage_batch(out, limit_s, env, final_out, settings, pack_dir):
         # SIGINT before the limit: the batch's own clean stop (summary written, exit 130), then this packing
         rc, _ = run_cmd(argv, max(1.0, limit_s - BATCH_STOP_MARGIN_S), log_path, env, interrupt=signal.SIGINT,
                         grace_s=BATCH_GRACE_S)
+    # operators of an earlier call's sets (--batch-examples narrower this time) stay in the results
+    names = {j["name"] for j in jobs}
+    for path in sorted(glob.glob(os.path.join(batch_out, "jobs", "*.json"))):
+        rec = load_json(path) or {}
+        if rec.get("name") and rec["name"] not in names and rec.get("work"):
+            jobs.append({"name": rec["name"], "work": rec["work"], "log": rec.get("log") or "", "record": path})
+            names.add(rec["name"])
     ops = [op_result(j, batch_out) for j in jobs]
     manifest = pack_batch_state(batch_out, os.path.join(final_out, BATCH_STATE_NAME))
     prev = load_json(os.path.join(pack_dir, "batch.json")) or {}
@@ -389,10 +407,11 @@ def stage_batch(out, limit_s, env, final_out, settings, pack_dir):
             "rc": rc, "wall_s": round(time.perf_counter() - t0, 1), "restored_files": restored, "ran": pending,
             "finished": [o["name"] for o in ops if o["name"] in pending and o["status"] in final],
             "settings": dict(settings), "command": None if argv is None else shlex.join(argv)}
-    complete = all(o["status"] in final for o in ops)
+    calls = ((prev.get("result") or {}).get("calls") or []) + [call]
+    complete, covered = batch_complete(ops, calls, skipped, final)
     return {"rc": rc if rc is not None else 0, "complete": complete, "command": call["command"],
             "log_tail": tail(log_path), "pack_files": [os.path.join(final_out, BATCH_STATE_NAME)],
-            "result": {"settings": dict(settings), "calls": ((prev.get("result") or {}).get("calls") or []) + [call],
+            "result": {"settings": dict(settings), "calls": calls, "sets_covered": sorted(covered),
                        "ops": ops, "skipped": [{"name": n, "why": w} for n, w in skipped], "complete": complete,
                        "state": manifest, "shared_data": bool(env.get("MFU_SHARED_DATA"))}}
 

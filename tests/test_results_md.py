@@ -103,6 +103,7 @@ def _batch_call(tmp_path, monkeypatch, out_name, pack, sleep_s, limit_s):
     monkeypatch.setenv("FAKE_MAKE_SLEEP_S", str(sleep_s))
     monkeypatch.setattr(validate_h200, "BATCH_STOP_MARGIN_S", 1.0)
     monkeypatch.setattr(validate_h200, "BATCH_GRACE_S", 15.0)
+    monkeypatch.setitem(validate_h200.BATCH_DEFAULTS, "examples", "zoo")  # the sets the stage must cover
     settings = dict(validate_h200.BATCH_DEFAULTS, examples="zoo", backend="cpu", make=str(fake), op_timeout_s=60)
     out, final = tmp_path / out_name / "work", tmp_path / out_name / "final"
     out.mkdir(parents=True)
@@ -239,3 +240,13 @@ def test_peaks_wide_section_states_its_grid_and_every_calibrated_dtype(tmp_path)
     assert "m, n in [2048, 4096], k in [2048], 10.0 ms per shape" in text
     assert "| bfloat16 | 830.0 | 8192x8192x8192 | 835.0 | 4096x4096x2048 | 4 | 0.994 |" in text
     assert "bfloat16 830.0; tf32 417.9; int8 1,032.5 TOPS; copy bandwidth 4,262 GB/s" in text
+
+
+def test_batch_is_complete_only_with_every_set_run_and_its_case_data_present():
+    ok = [{"status": "ok"}, {"status": "timeout"}]
+    both = [{"settings": {"examples": "zoo"}}, {"settings": {"examples": "npukernelbench"}}]
+    assert validate_h200.batch_complete(ok, both, [])[0] is True
+    assert validate_h200.batch_complete(ok + [{"status": "interrupted"}], both, [])[0] is False
+    assert validate_h200.batch_complete(ok, both[:1], [])[0] is False  # npukernelbench never run
+    assert validate_h200.batch_complete(ok, both, [("npukernelbench/level4/2_FFN", "case data absent: x")])[0] \
+        is False
