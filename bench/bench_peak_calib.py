@@ -3,7 +3,7 @@
 
 In one process: (1) the default calibration exactly as ``peak_calib.py`` runs it (all modes, bandwidth, cache
 off), timed; (2) for bf16, fp16 and fp32 (TF32 off) a wide regular grid of shapes (default 8 x 8 x 7 = 448 shapes,
-m, n in 1024..12288, k in 1024..16384) timed by the same per-shape routine, its best three re-timed like the
+m, n in 1024..12288, k in 1024..16384; ``--grid-mn`` / ``--grid-k`` give another grid) timed by the same per-shape routine, its best three re-timed like the
 calibration's. Prints, per mode, calibration peak / wide-sweep best; passes when every ratio is >= 0.98 and the
 calibration ended <= 30 s after the process started. Results (every shape) go to <out>/bench_peak_calib.json
 and the calibration to <out>/peak.json.
@@ -56,6 +56,10 @@ def main():
     ap.add_argument("--budget-s", type=float, default=None, help="calibration budget (default: peak_calib's)")
     ap.add_argument("--target-ms", type=float, default=15.0, help="timed work per wide-sweep shape")
     ap.add_argument("--small", action="store_true", help="tiny grid for a CPU smoke test (not the criterion)")
+    ap.add_argument("--grid-mn", default=None, help="comma list of m (= n) sizes of the wide sweep (default: "
+                    + ",".join(map(str, GRID_MN)) + ")")
+    ap.add_argument("--grid-k", default=None, help="comma list of k sizes (default: " + ",".join(map(str, GRID_K))
+                    + ")")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     backend, why = device.resolve_backend(args.backend)
@@ -67,6 +71,11 @@ def main():
     print(report.peak_table(peak), flush=True)
 
     mn, ks = ((256, 512), (256, 512)) if args.small else (GRID_MN, GRID_K)
+    try:
+        mn = tuple(int(v) for v in args.grid_mn.split(",")) if args.grid_mn else mn
+        ks = tuple(int(v) for v in args.grid_k.split(",")) if args.grid_k else ks
+    except ValueError:
+        ap.error(f"--grid-mn {args.grid_mn} / --grid-k {args.grid_k}: give comma-separated integers, e.g. 2048,4096")
     shapes = list(itertools.product(mn, mn, ks))
     dev = gemm_timing.Device(backend, args.device)
     total = dev.identity().get("total_memory_bytes") or 8 * 1024 ** 3
@@ -90,9 +99,11 @@ def main():
                      "calib_shapes": m and m["n_shapes"], "wide_tflops": w and w["tflops"],
                      "wide_shape": w and {"m": w["m"], "n": w["n"], "k": w["k"]},
                      "wide_shapes": wide[mode]["n_shapes"], "ratio": ratio})
+    grid = {"mn": list(mn), "k": list(ks), "target_ms": args.target_ms}
     result = {**provenance("bench_peak_calib", 1, device=peak.get("device")), "backend": backend,
               "backend_reason": why, "calibration_s": calib_s, "process_s_at_calibration_end": process_s,
-              "max_calibration_s": MAX_CALIB_S, "min_ratio": MIN_RATIO, "rows": rows, "pass": ok, "wide": wide,
+              "max_calibration_s": MAX_CALIB_S, "min_ratio": MIN_RATIO, "grid": grid, "rows": rows, "pass": ok,
+              "wide": wide,
               "clocks_end": device.read_clocks(backend, args.device)}
     write_json_atomic(os.path.join(args.out, "bench_peak_calib.json"), result)
     print(f"\ncalibration took {calib_s:.1f} s; {process_s:.1f} s from process start (limit {MAX_CALIB_S:g} s)")

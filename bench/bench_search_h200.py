@@ -295,6 +295,10 @@ def main():
         for path in sorted(glob.glob(os.path.join(args.state, "*.json")) +
                            glob.glob(os.path.join(args.state, "*", "work", "*.json")) +
                            glob.glob(os.path.join(args.state, "*", "work", "*.jsonl")) +
+                           # the work dir's sources (model.py, model_new.py, flops.py) and the probe's backup of
+                           # the case files: without them a fresh machine cannot resume the probe or the search
+                           glob.glob(os.path.join(args.state, "*", "work", "*.py")) +
+                           glob.glob(os.path.join(args.state, "*", "work", ".probe_backup", "*")) +
                            glob.glob(os.path.join(args.state, "*", "work", "search", "*", "performance.json"))):
             tar.add(path, arcname=os.path.relpath(path, os.path.dirname(os.path.abspath(args.state))))
         for name in ("bench_search_h200.json", "bench_search_h200.md"):

@@ -17,10 +17,14 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
 
-def run_tree(cmd, timeout_s=None, env=None, cwd=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE):
+def run_tree(cmd, timeout_s=None, env=None, cwd=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+             interrupt=None, grace_s=30.0):
     """Run ``cmd`` (list); returns (exit status or ``"timeout"``, stdout text or None, stderr text or None, wall s).
 
-    ``stdout``/``stderr``: PIPE (captured, returned as text) or an open file (e.g. a log, stderr=STDOUT)."""
+    ``stdout``/``stderr``: PIPE (captured, returned as text) or an open file (e.g. a log, stderr=STDOUT).
+    ``interrupt``: a signal (e.g. ``signal.SIGINT``) sent to ``cmd``'s own process, not its group, at ``timeout_s``
+    so that it can stop cleanly (mfu_batch.py kills its operators, writes its summary and exits 130); its exit
+    status is returned when it exits within ``grace_s`` more seconds, else the tree is killed and "timeout"."""
     from mfulib.batch_run import kill_tree
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, text=True, env=env, cwd=cwd, start_new_session=True)
@@ -28,9 +32,18 @@ def run_tree(cmd, timeout_s=None, env=None, cwd=None, stdout=subprocess.PIPE, st
         out, err = p.communicate(timeout=timeout_s)
         rc = p.returncode
     except subprocess.TimeoutExpired:
-        kill_tree(p)
-        out, err = p.communicate()
         rc = "timeout"
+        if interrupt is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, interrupt)
+            try:
+                out, err = p.communicate(timeout=grace_s)
+                rc = p.returncode
+            except subprocess.TimeoutExpired:
+                pass
+        if rc == "timeout":
+            kill_tree(p)
+            out, err = p.communicate()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(p.pid, signal.SIGKILL)  # whatever the group left behind (a child nobody waited for)
     return rc, out, err, time.perf_counter() - t0

@@ -41,7 +41,8 @@ def load_pack(pack_dir):
 
 def table(headers, rows):
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    out += ["| " + " | ".join("-" if v is None else str(v) for v in r) + " |" for r in rows]
+    out += ["| " + " | ".join("-" if v is None else str(v).replace("|", "\\|").replace("\n", " ") for v in r)
+            + " |" for r in rows]
     return "\n".join(out)
 
 
@@ -204,10 +205,24 @@ def sec_peaks_wide(st):
              if x.get("calib_shape") else None, num(x["wide_tflops"]),
              "x".join(str(x["wide_shape"][c]) for c in "mnk") if x.get("wide_shape") else None, x["wide_shapes"],
              f"{x['ratio']:.3f}" if x.get("ratio") else None] for x in r.get("rows") or []]
-    return (f"## Peaks: calibration vs a wide sweep (`bench/bench_peak_calib.py`)\n\n{stamp(st)}\n\nCalibration "
+    grid, pk = r.get("grid") or {}, st.get("peak_json") or {}
+    sweep = (f"Wide sweep: m, n in {grid.get('mn')}, k in {grid.get('k')}, {grid.get('target_ms')} ms per shape. "
+             if grid else "")
+    return (f"## Peaks: calibration vs a wide sweep (`bench/bench_peak_calib.py`)\n\n{stamp(st)}\n\n"
+            f"`{st.get('command', '')}`. {sweep}Calibration "
             f"{num(r.get('calibration_s'))} s ({num(r.get('process_s_at_calibration_end'))} s from process start, "
             f"limit {r.get('max_calibration_s')} s); pass: **{r.get('pass')}** (every ratio >= {r.get('min_ratio')}).\n\n"
-            + table(["dtype", "calibrated TFLOP/s", "shape", "sweep best", "sweep shape", "shapes", "ratio"], rows))
+            + table(["dtype", "calibrated TFLOP/s", "shape", "sweep best", "sweep shape", "shapes", "ratio"], rows)
+            + (f"\n\nThe same calibration, every dtype: {_peak_list(pk)}" if pk else ""))
+
+
+def _peak_list(r):
+    """Calibrated peaks of every dtype (TFLOP/s; int8 TOPS) and the copy bandwidth, as one line."""
+    items = [f"{k} {num(v)}" for k, v in (r.get("peak_tflops") or {}).items() if k != "int8"]
+    items += [f"{k} {num(v)} TOPS" for k, v in (r.get("peak_tops") or {}).items()]
+    bw = r.get("bandwidth_gbps")
+    return "; ".join(items) + (f"; copy bandwidth {num(bw, 0)} GB/s" if bw else "") + \
+        " (TFLOP/s unless marked)."
 
 
 def sec_peaks(st):
@@ -222,7 +237,141 @@ def sec_peaks(st):
             f"{pct(reg.get('duty_cycle_measured'), 0)}); SM clock during calibration {clk.get('sm_clock_mhz')}; "
             f"throttle reasons seen {clk.get('throttle_reasons_seen')}. int8 within 10% of the sweep: "
             f"**{r.get('int8_within_10pct')}**.\n\n"
-            + table(["dtype", "unit", "calibrated", "B layout", "sweep best", "layout", "by layout", "ratio"], rows))
+            + table(["dtype", "unit", "calibrated", "B layout", "sweep best", "layout", "by layout", "ratio"], rows)
+            + (f"\n\nThe same calibration, every dtype: {_peak_list(r)}" if r.get("peak_tflops") else ""))
+
+
+def figure(v, op=None):
+    """A search figure: a utilisation as %, or (no peak known: cpu) the raw value with its unit."""
+    if v is None:
+        return None
+    if op is not None and not op.get("figure_field") and op.get("metric") in ("mfu", "mbu"):
+        return f"{v:.4g} " + ("TFLOP/s" if op["metric"] == "mfu" else "GB/s")
+    return pct(v, 2)
+
+
+def yes_no(v):
+    return {True: "yes", False: "NO", None: None}.get(v, v)
+
+
+def sec_search(st):
+    r = st.get("result") or {}
+    crit = r.get("criteria") or {}
+    rows = []
+    for op in r.get("ops") or []:
+        if "metric" not in op:
+            rows.append([op["op"], None, None, None, None, None, None, None, None, None, None, None, None, None,
+                         "parts done: " + (", ".join(op.get("parts_done") or []) or "none")
+                         + ("; errors: " + "; ".join(e[:160] for e in op["errors"]) if op.get("errors") else "")])
+            continue
+        best = op.get("search_best") or {}
+        fig = op["metric"].upper() + (f"@{op['figure_field']}" if op["metric"] == "mfu" and op.get("figure_field")
+                                      else "")
+        lim = max([v for v in (op.get("exhaustive_best_value"), op.get("search_best_value")) if v is not None],
+                  default=None)
+        cr = op.get("cost_ratio")
+        rows.append([op["op"], fig, f"{op.get('pool_size')} ({op.get('n_scaled')})",
+                     f"{figure(op.get('search_best_value'), op)} (case {best.get('case')}, scale {best.get('scale')})",
+                     f"{figure(op.get('exhaustive_best_value'), op)} (case {op.get('exhaustive_best_case')})"
+                     if op.get("exhaustive_best_value") is not None else None,
+                     pct(op.get("gap"), 2), yes_no(op.get("within_3pct")), num(op.get("search_cost_stages_s")),
+                     num(op.get("exhaustive_cost_s")), None if cr is None else f"{cr:.0%}",
+                     yes_no(op.get("cost_le_25pct")), pct(op.get("spread"), 2), figure(lim, op),
+                     f"{figure(op.get('dataset_value'), op)} (case {op.get('dataset_best_case')})"
+                     if op.get("dataset_value") is not None else None,
+                     ", ".join(op.get("parts_done") or [])])
+    pending = r.get("pending") or []
+    return (f"## Limit-MFU search vs an exhaustive measurement of its pool (`bench/bench_search_h200.py`)\n\n"
+            f"{stamp(st)}\n\n`{st.get('command', '')}` exit status {st.get('rc')}. {r.get('device')}. Per operator: "
+            "the two-stage search's best point (stage 1 wall clock ranks the pool, stage 2 measures the leaders "
+            "with the collector) against the collector over the whole pool; done when the gap is <= "
+            f"{pct(crit.get('within'), 0)} at <= {pct(crit.get('cost_ratio'), 0)} of the exhaustive wall cost "
+            "(stage 1 + stage 2 vs the whole pool; the tracer and verify costs are common to both); spread = "
+            "(max - min) / median of 3 more collector runs of the best point; limit = the best of both; dataset "
+            "shapes = the best original case at scale 1.\n\n"
+            + ("**Partial:** parts pending: " + ", ".join(pending) + " (the next call resumes).\n\n" if pending else "")
+            + table(["operator", "metric", "pool (scaled)", "search best", "exhaustive best", "gap", "within",
+                     "search cost s", "exhaustive cost s", "cost ratio", "cost ok", "spread (3 runs)", "limit",
+                     "dataset shapes", "parts done"], rows))
+
+
+def _evidence(ev):
+    return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in (ev or {}).items()
+                     if v is not None)
+
+
+def _best(op, key):
+    m = (op.get("maxima") or {}).get(key) or {}
+    return None if m.get("value") is None else f"{pct(m['value'])} (case {m.get('case')}, {m.get('dtype')})"
+
+
+def _limit(op):
+    s = op.get("search") or {}
+    b = s.get("best") or {}
+    if not b:
+        return None if not s else "no best (" + ("incomplete" if not s.get("complete") else "stage 2 measured none") + ")"
+    v, kind = (b.get("mfu"), "MFU@" + str(b.get("mfu_kind"))) if b.get("mfu") is not None else (b.get("mbu"), "MBU")
+    return f"{pct(v)} {kind} (case {b.get('case')}, scale {b.get('scale')}; pool {s.get('pool')}, {s.get('scaled')} scaled)"
+
+
+def _probe(op):
+    p = op.get("probe")
+    if not p:
+        return None
+    stop = p.get("stop_reason") or p.get("interrupted") or ("complete" if p.get("complete") else "incomplete")
+    return f"{p.get('passed')}/{p.get('candidates')} passed, {p.get('appended')} appended ({stop})"
+
+
+def _flops(op):
+    f = op.get("flops_check")
+    if not f:
+        return None
+    lo, hi = f.get("ratio_min"), f.get("ratio_max")
+    return f"{f.get('verdict')} ({f.get('n_cases')} cases" + (f", ratio {lo:.4g}..{hi:.4g}" if lo is not None and
+                                                              hi is not None else "") + ")"
+
+
+def sec_batch(st):
+    r = st.get("result") or {}
+    ops = r.get("ops") or []
+    final = sum(1 for o in ops if o.get("status") in ("ok", "failed", "timeout"))
+    crows = []
+    for i, c in enumerate(r.get("calls") or [], 1):
+        s = c.get("settings") or {}
+        crows.append([i, c.get("created_at"), c.get("git_commit"), c.get("rc"), num(c.get("wall_s")),
+                      len(c.get("ran") or []), len(c.get("finished") or []), s.get("op_timeout_s"),
+                      f"`{s.get('probe_args')}`", f"`{s.get('search_args')}`", s.get("pmu"), s.get("keep_prof")])
+    orows, prows = [], []
+    for o in ops:
+        head = (o.get("maxima") or {}).get("mfu_ach") or (o.get("maxima") or {}).get("mbu") or {}
+        hrow = next((x for x in o.get("rows") or [] if x.get("case") == head.get("case")), None)
+        orows.append([o["name"], o.get("status"), num(o.get("wall_s")), len(o.get("rows") or []) or None,
+                      _best(o, "mfu_ach"), _best(o, "mbu"), ((hrow or {}).get("bound") or {}).get("label"),
+                      _limit(o), _probe(o), _flops(o), (o.get("reason") or "")[:200] or None])
+        for part in (hrow or {}).get("parts") or []:
+            b = part.get("bound") or {}
+            prows.append([o["name"], hrow.get("case"), part.get("part"), pct(part.get("mfu_ach")),
+                          pct(part.get("time_share")), b.get("label"), b.get("source"), _evidence(b.get("evidence"))])
+    skipped = "".join(f"\n* {s['name']}: {s['why']}" for s in r.get("skipped") or [])
+    head = (f"## Batch over the bundled and real-case operators, with the search (`scripts/mfu_batch.py`)\n\n"
+            f"{stamp(st)}\n\n`mfu_batch.py --examples {(r.get('settings') or {}).get('examples')} --search` on the "
+            f"device, resumable across calls (validate_h200's batch stage: finished operators are skipped, the one "
+            f"running at a call's limit is interrupted and resumed from its make stamps). Real-case data "
+            f"(MFU_SHARED_DATA) present: {r.get('shared_data')}. "
+            + (f"**Complete:** {final}/{len(ops)} operators have a final status." if r.get("complete") else
+               f"**Partial:** {final}/{len(ops)} operators have a final status; the next call resumes.")
+            + "\n\nCalls and the settings each used:\n\n"
+            + table(["call", "at", "commit", "rc", "wall s", "operators run", "finished", "op timeout s",
+                     "PROBE_ARGS", "SEARCH_ARGS", "PMU", "KEEP_PROF"], crows))
+    return (head + "\n\nPer operator (best MFU@ach and MBU over the measured cases; bound class of the headline "
+            "case; limit = the search's best point; probe = candidates that passed the five gates; FLOPs check = "
+            "flops.py vs the tracer, flops_check.json):\n\n"
+            + table(["operator", "status", "wall s", "cases", "best MFU@ach", "best MBU", "bound", "limit (search)",
+                     "probe", "FLOPs check", "reason"], orows)
+            + "\n\nPer part of each operator's headline case (bound source: `pmu:ncu` where the counters ran, else "
+              "the fp32-vs-fp16 fallback):\n\n"
+            + table(["operator", "case", "part", "MFU@ach", "time share", "bound", "source", "evidence"], prows)
+            + ("\n\nSkipped:" + skipped if skipped else ""))
 
 
 def sec_generic(name, st):
@@ -233,10 +382,15 @@ def sec_generic(name, st):
     return f"## {name}\n\n{stamp(st)}\n\n`{st.get('command', '')}` exit status {st.get('rc')}\n\n{body}"
 
 
-TITLES = {"pmu": "PMU counters and bound classes (Nsight Compute)", "search": "Limit-MFU search vs exhaustive",
+TITLES = {"env": "Device", "ncu": "Kernel time: collector vs Nsight Compute",
+          "gemm": "Kernel time vs an independent timing (CUDA events)", "makeall": "Tool wall time: `make all`",
+          "overhead": "Tool overhead per step", "peaks_wide": "Peaks: calibration vs a wide sweep (bf16, fp16, fp32)",
+          "peaks": "Peaks: int8 and fp8", "pmu": "PMU counters and bound classes (Nsight Compute)",
+          "pmu_micro": "Bound classes on known kernels", "search": "Limit-MFU search vs exhaustive",
           "batch": "Batch over the bundled and real-case operators: MFU tables"}
 SECTIONS = {"env": sec_env, "ncu": sec_ncu, "gemm": sec_gemm, "makeall": sec_makeall, "overhead": sec_overhead,
-            "peaks_wide": sec_peaks_wide, "peaks": sec_peaks, "pmu": sec_pmu, "pmu_micro": sec_pmu_micro}
+            "peaks_wide": sec_peaks_wide, "peaks": sec_peaks, "pmu": sec_pmu, "pmu_micro": sec_pmu_micro,
+            "search": sec_search, "batch": sec_batch}
 
 
 def render(pack_dir):
@@ -247,8 +401,12 @@ def render(pack_dir):
              f"packed results in `{rel}/` (written by `bench/validate_h200.py` on the device). Do not edit by "
              "hand: re-run the generator."]
     missing = [s for s in ORDER if s not in pack]
-    for name in [s for s in ORDER if s in pack] + sorted(set(pack) - set(ORDER)):
-        st = pack[name]
+    for name in list(ORDER) + sorted(set(pack) - set(ORDER)):
+        st = pack.get(name)
+        if st is None:  # never an invented number: the section says it has none
+            parts.append(f"## {TITLES[name]}\n\nNot run yet: no `{name}.json` in `{rel}/` (`bench/validate_h200.py "
+                         f"--stages {name}` on the device).")
+            continue
         fn = SECTIONS.get(name)
         parts.append(fn(st) if fn else sec_generic(TITLES.get(name, name), st))
     if missing:

@@ -18,7 +18,7 @@ makeall        ``make OP=<op> BACKEND=cuda all`` from an empty work dir, cold pe
                then warm (issue 13's <= 60 s target), for zoo/5_MHABlock and zoo/1_BatchMatmul
 overhead       bench/bench_tool_overhead.py: wall / host CPU / device-busy per step (warm Triton cache; makeall has cold)
 peaks          bench/bench_peaks_h200.py: calibrated int8 / fp8 peaks vs a torch._int_mm / _scaled_mm sweep
-peaks_wide     bench/bench_peak_calib.py: calibrated bf16 / fp16 / fp32 peaks vs a 448-shape sweep
+peaks_wide     bench/bench_peak_calib.py: calibrated bf16 / fp16 / fp32 peaks vs a 100-shape sweep per dtype
 gemm           bench/bench_gemm_mfu.py: an 8192^3 bf16 GEMM through the pipeline vs CUDA events (independent)
 ncu            bench/ncu_vs_profiler.py: collector kernel times vs Nsight Compute's gpu__time_duration
 pmu            bench/pmu_h200.sh: the MHA block with Nsight Compute counters, bound classes, the HTML report
@@ -28,18 +28,33 @@ search         bench/bench_search_h200.py: the limit-MFU search vs an exhaustive
 batch          scripts/mfu_batch.py over the bundled and real-case operators (SEARCH=1), the MFU tables
 =============  ===========================================================================================
 
+**Resumable stages** (search, batch) are packed with ``complete: false`` until they are done, and run again by
+the next call, which continues from the state tar packed beside them (``bench_search_h200.tar.gz``,
+``batch_state.tar.gz``; both inside pack.tgz, unpacked into ``--pack-dir`` with the JSONs). The batch stage:
+restores its tar (job records, summary, every operator's work-dir JSONs, case files the probe appended to,
+model/flops sources, make stamps and the probe's backup - never ``prof/``, profiles or pictures; JSON paths
+rewritten to the new directory), runs only the operators without a final job record (ok / failed / timeout;
+``--batch-retry-failed`` also the failed ones), sends ``mfu_batch.py`` SIGINT ``BATCH_STOP_MARGIN_S`` before the
+stage's limit (it kills the running operator, writes its summary and exits 130; that operator resumes next call
+from its make stamps and probe.json), then packs the state again. Each operator's probe and search are bounded by
+``--batch-probe-args`` / ``--batch-search-args`` (make PROBE_ARGS / SEARCH_ARGS) and ``--batch-op-timeout-s``;
+batch.json records every call's settings, exit status, and the operators it ran and finished.
+
 A stage whose script does not exist in this checkout is recorded as ``absent`` (not packed, so a later call with
 the script runs it). The real-case operators need ../shared/data, which does not travel to the device: carry it as
 ``.shared_data/data`` (git-ignored) - ``MFU_SHARED_DATA`` is set to it.
 
   python3 bench/validate_h200.py --pack-dir bench/validation/h200 --stages env,makeall,peaks   # one device call
+  python3 bench/validate_h200.py --stages batch --deadline-s 560         # as often as it takes (complete: true)
   tar xzf $OUT/pack.tgz -C bench/validation/h200                                                # afterwards
 """
 import argparse
 import glob
 import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -52,10 +67,33 @@ import bench_tool_overhead  # noqa: E402
 from benchlib import load_json, run_tree  # noqa: E402
 PY = sys.executable
 MAKEALL_OPS = ("zoo/5_MHABlock", "zoo/1_BatchMatmul")
-BATCH_OPS = ("zoo", "npukernelbench")
 SEARCH_OPS = os.environ.get("MFU_SEARCH_OPS", "mha,ffn")
 # the search bench's own state from an earlier call (its tar, committed beside the pack): it resumes from it
-SEARCH_RESUME = os.path.join(ROOT, "bench", "validation", "h200", "bench_search_h200.tar.gz")
+SEARCH_RESUME_NAME = "bench_search_h200.tar.gz"
+# the batch's state from earlier calls (job records, per-operator work-dir JSONs and case files, stamps; never
+# profiles), packed into pack.tgz beside batch.json: a fresh machine restores it, so finished operators are skipped
+BATCH_STATE_NAME = "batch_state.tar.gz"
+# the batch stage's settings (--batch-* options change them; every call records the ones it used in batch.json):
+# one operator's probe + search + make all bounded so that ~11 operators fit in a few ~9-minute calls
+BATCH_DEFAULTS = {
+    "examples": "zoo,npukernelbench",
+    "backend": "cuda",
+    "op_timeout_s": 300.0,
+    "probe_args": "--budget-s 40 --max-scale 16 --top 4 --refine-steps 1 --timeout-s 120",
+    "search_args": "--top-n 4 --stage2-k 3 --case-timeout-s 120",
+    "pmu": "none",
+    "keep_prof": 0,
+    "retry_failed": False,
+    "make": "make",
+}
+# SIGINT this long before the stage's limit; the batch then has BATCH_GRACE_S to stop cleanly (kill the running
+# operator, write its summary, exit 130) before its tree is killed; the rest is this stage's packing
+BATCH_STOP_MARGIN_S, BATCH_GRACE_S = 40.0, 25.0
+BATCH_FINAL = ("ok", "failed", "timeout")  # a job record with one of these is not run again (retry_failed: "ok")
+# per operator work-dir files that travel in the state tar: everything small but profiles and pictures
+STATE_SKIP_DIRS = ("prof",)
+STATE_SKIP_SUFFIXES = (".png", ".svg", ".html", ".pt", ".ncu-rep", ".nsys-rep", ".gz", ".trace.json", ".log")
+STATE_MAX_FILE_BYTES = 2_000_000
 STAGES = ("env", "makeall", "overhead", "peaks", "peaks_wide", "gemm", "ncu", "pmu", "pmu_micro", "search",
           "batch")
 # per stage: (script that must exist, time limit s); the limit is also capped by the call's deadline
@@ -65,19 +103,24 @@ LIMITS = {"env": (None, 60), "makeall": (None, 330), "overhead": ("bench/bench_t
           "ncu": ("bench/ncu_vs_profiler.py", 200), "pmu": ("bench/pmu_h200.sh", 300),
           "pmu_micro": ("bench/pmu_bound_h200.py", 150),
           "search": ("bench/bench_search_h200.py", 540), "batch": ("scripts/mfu_batch.py", 540)}
+# peaks_wide: a 5 x 5 x 4 grid (100 shapes per dtype, m, n in 2048..12288, k in 2048..16384, 10 ms each) instead
+# of bench_peak_calib's 448: the three dtypes' sweeps and the calibration fit in ~100 s of the stage's 200
+PEAKS_WIDE_ARGS = ["--grid-mn", "2048,4096,6144,8192,12288", "--grid-k", "2048,4096,8192,16384", "--target-ms", "10"]
 
 
 def log(msg):
     print(f"[validate {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def run_cmd(cmd, limit_s, log_path, env=None, cwd=ROOT):
+def run_cmd(cmd, limit_s, log_path, env=None, cwd=ROOT, interrupt=None, grace_s=30.0):
     """Run ``cmd`` (list) with output appended to ``log_path``; after ``limit_s`` its whole process tree is killed
-    (:func:`benchlib.run_tree`). Returns (exit status or "timeout", wall s)."""
+    (:func:`benchlib.run_tree`; ``interrupt``: a signal sent first, ``grace_s`` before the kill). Returns (exit
+    status or "timeout", wall s)."""
     with open(log_path, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
         f.flush()
-        rc, _, _, wall = run_tree(cmd, limit_s, env=env, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
+        rc, _, _, wall = run_tree(cmd, limit_s, env=env, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+                                  interrupt=interrupt, grace_s=grace_s)
     return rc, round(wall, 2)
 
 
@@ -183,6 +226,196 @@ def stage_pmu(out, limit_s, env, final_out):
                        "regime": (dec or {}).get("regime"), "reading_aid": (dec or {}).get("reading_aid")}}
 
 
+# ---------------------------------------------------------------------------------------------- batch (resumable)
+def _state_files(batch_out):
+    """The batch state that travels between calls: summary, job records, and each operator's small work files
+    (JSONs, case files, model/flops sources, make stamps, the probe's backup) - never prof/ or pictures."""
+    keep = sorted(glob.glob(os.path.join(batch_out, "batch_summary.*")) +
+                  glob.glob(os.path.join(batch_out, "jobs", "*.json")))
+    skipped = []
+    for dirpath, dirnames, filenames in os.walk(os.path.join(batch_out, "ops")):
+        dirnames[:] = sorted(d for d in dirnames if d not in STATE_SKIP_DIRS and not d.startswith((".tmp", "PROF_"))
+                             and ".bak-" not in d)  # prepare's backups of an older work dir
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if name.endswith(STATE_SKIP_SUFFIXES) or os.path.islink(path):
+                continue
+            if os.path.getsize(path) > STATE_MAX_FILE_BYTES:
+                skipped.append(os.path.relpath(path, batch_out))
+                continue
+            keep.append(path)
+    return keep, skipped
+
+
+def pack_batch_state(batch_out, tar_path):
+    """Write ``tar_path`` (gzip) with the state files of ``batch_out`` and a manifest naming ``batch_out`` (paths
+    inside the JSONs are rewritten to the next call's directory on restore). Returns the manifest."""
+    files, skipped = _state_files(batch_out)
+    manifest = {"batch_out": batch_out, "files": len(files), "skipped_large": skipped}
+    mpath = os.path.join(batch_out, "state_manifest.json")
+    with open(mpath, "w") as f:
+        json.dump(manifest, f)
+    with tarfile.open(tar_path, "w:gz") as tar:
+        for path in [mpath] + files:
+            tar.add(path, arcname=os.path.relpath(path, batch_out))
+    manifest["bytes"] = os.path.getsize(tar_path)
+    return manifest
+
+
+def _rewrite(obj, old, new):
+    if isinstance(obj, str):
+        return new + obj[len(old):] if obj.startswith(old) else obj.replace(f"={old}", f"={new}")
+    if isinstance(obj, list):
+        return [_rewrite(v, old, new) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _rewrite(v, old, new) for k, v in obj.items()}
+    return obj
+
+
+def restore_batch_state(tar_path, batch_out):
+    """Unpack an earlier call's state into ``batch_out``; every JSON's paths under the old batch dir now point into
+    ``batch_out`` (modification times kept, so make's stamps stay in order). Returns the number of files."""
+    os.makedirs(batch_out, exist_ok=True)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(batch_out, filter="data")
+        names = tar.getnames()
+    man = load_json(os.path.join(batch_out, "state_manifest.json")) or {}
+    old = man.get("batch_out")
+    if old and old != batch_out:
+        for rel in names:
+            path = os.path.join(batch_out, rel)
+            if not rel.endswith(".json") or not os.path.isfile(path):
+                continue
+            doc, st = load_json(path), os.stat(path)
+            if doc is None:
+                continue
+            with open(path, "w") as f:
+                json.dump(_rewrite(doc, old, batch_out), f, indent=1)
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return len(names)
+
+
+def batch_jobs(settings, batch_out, env):
+    """(jobs, skipped) of the batch's source, found as mfu_batch.py finds them (MFU_SHARED_DATA from ``env``)."""
+    from mfulib.batch import discover_jobs
+    saved = os.environ.get("MFU_SHARED_DATA")
+    try:
+        if env.get("MFU_SHARED_DATA"):
+            os.environ["MFU_SHARED_DATA"] = env["MFU_SHARED_DATA"]
+        jobs, skipped, broken = discover_jobs({"kind": "examples", "sets": settings["examples"]}, batch_out)
+    finally:
+        if saved is None:
+            os.environ.pop("MFU_SHARED_DATA", None)
+        else:
+            os.environ["MFU_SHARED_DATA"] = saved
+    return jobs, skipped + broken
+
+
+def batch_argv(settings, batch_out, ops):
+    """mfu_batch.py's command line for ``ops`` under ``settings`` (BATCH_DEFAULTS' keys)."""
+    argv = [PY, "scripts/mfu_batch.py", "--examples", settings["examples"], "--out", batch_out, "--backend",
+            settings["backend"], "--search", "--keep-prof", str(settings["keep_prof"]), "--no-progress",
+            "--op-timeout-s", f"{settings['op_timeout_s']:g}", "--make", settings["make"], "--ops", ",".join(ops),
+            "--make-arg", f"PROBE_ARGS={settings['probe_args']}", "--make-arg",
+            f"SEARCH_ARGS={settings['search_args']}", "--make-arg", f"PMU={settings['pmu']}"]
+    return argv
+
+
+def _rows_of(parts):
+    return [{k: p.get(k) for k in ("part", "mfu_ach", "mfu_nom", "time_share", "flops_share")}
+            | {"bound": p.get("bound"), "headroom": (p.get("roofline") or {}).get("headroom")} for p in parts or []]
+
+
+def op_result(job, out_root):
+    """What RESULTS.md shows of one operator, read from its job record and work directory (None where absent)."""
+    rec, work = load_json(job["record"]) or {}, job["work"]
+    res = {"name": job["name"], "status": rec.get("status") or "not_run", "wall_s": rec.get("wall_s"),
+           "reason": rec.get("reason"), "failed_step": rec.get("failed_step"), "started_at": rec.get("started_at"),
+           "log_tail": tail(job["log"], 1500) or None}
+    dec = load_json(os.path.join(work, "mfu_decompose.json"))
+    if dec:
+        rows = [r for rep in dec.get("reports") or [] for r in rep.get("rows") or [] if r.get("status") == "ok"]
+        res["maxima"] = dec.get("maxima")
+        res["peak_label"] = dec.get("peak_label")
+        res["rows"] = [{k: r.get(k) for k in ("case", "dtype", "shape", "mfu_ach", "mfu_nom", "mbu", "numerator",
+                                              "kernel_time_ns", "pmu_source", "pmu_unavailable")}
+                       | {"bound": r.get("bound"), "parts": _rows_of(r.get("parts"))} for r in rows]
+    gs = load_json(os.path.join(work, "grid_search.json"))
+    if gs:
+        res["search"] = {"best": gs.get("best"), "metric": gs.get("metric"), "pool": len(gs.get("pool") or []),
+                         "scaled": sum(1 for p in gs.get("pool") or [] if not p.get("original")),
+                         "cost_s": gs.get("cost_s"), "complete": gs.get("complete")}
+    pr = load_json(os.path.join(work, "probe.json"))
+    if pr:
+        cands = pr.get("candidates") or []
+        res["probe"] = {"candidates": len(cands), "passed": sum(1 for c in cands if c.get("verdict") == "pass"),
+                        "appended": len(pr.get("appended") or {}), "complete": pr.get("complete"),
+                        "interrupted": pr.get("interrupted"),
+                        # the ladder's early stop ("saturated": a doubling no longer raised wall TFLOP/s), wherever
+                        # the probe records it (top level or per candidate)
+                        "stop_reason": ", ".join(sorted({str(x) for x in [pr.get("stop_reason")]
+                                                         + [c.get("stop_reason") for c in cands] if x})) or None,
+                        "wall_s": sum(c.get("wall_s") or 0 for c in cands) or None}
+    fc = load_json(os.path.join(work, "flops_check.json"))
+    if fc:
+        summ = fc.get("summary") or {}
+        res["flops_check"] = {k: summ.get(k) for k in ("verdict", "n_cases", "by_status", "ratio_min", "ratio_max")}
+    return res
+
+
+def batch_complete(ops, calls, skipped, final=BATCH_FINAL):
+    """(done, sets covered): every operator has a final status, every set of BATCH_DEFAULTS["examples"] was run by
+    some call (one set per call is fine), and no operator was skipped for want of its case data (carry
+    .shared_data: the module docstring)."""
+    covered = {x for c in calls for x in ((c.get("settings") or {}).get("examples") or "").split(",") if x}
+    wanted = {x for x in BATCH_DEFAULTS["examples"].split(",") if x}
+    no_data = [n for n, w in skipped if str(w).startswith("case data absent")]
+    return all(o["status"] in final for o in ops) and wanted <= covered and not no_data, covered
+
+
+def stage_batch(out, limit_s, env, final_out, settings, pack_dir):
+    """mfu_batch.py over the bundled and real-case operators with the search, resumable across device calls.
+
+    Restores the state tar of the earlier calls (``<pack_dir>/batch_state.tar.gz``), runs only the operators
+    without a final job record (ok / failed / timeout), sends the batch SIGINT at the stage's limit (it kills the
+    running operator, writes its summary and exits 130; the operator runs again next call, from its make stamps),
+    then packs the state again beside pack.tgz and returns every operator's result so far."""
+    batch_out = os.path.join(out, "batch")
+    state_in = os.path.join(pack_dir, BATCH_STATE_NAME)
+    restored = restore_batch_state(state_in, batch_out) if os.path.exists(state_in) else 0
+    jobs, skipped = batch_jobs(settings, batch_out, env)
+    final = ("ok",) if settings["retry_failed"] else BATCH_FINAL
+    pending = [j["name"] for j in jobs if (load_json(j["record"]) or {}).get("status") not in final]
+    log_path = os.path.join(out, "batch.log")
+    rc, argv, t0 = None, None, time.perf_counter()
+    if pending:
+        argv = batch_argv(settings, batch_out, pending)
+        # SIGINT before the limit: the batch's own clean stop (summary written, exit 130), then this packing
+        rc, _ = run_cmd(argv, max(1.0, limit_s - BATCH_STOP_MARGIN_S), log_path, env, interrupt=signal.SIGINT,
+                        grace_s=BATCH_GRACE_S)
+    # operators of an earlier call's sets (--batch-examples narrower this time) stay in the results
+    names = {j["name"] for j in jobs}
+    for path in sorted(glob.glob(os.path.join(batch_out, "jobs", "*.json"))):
+        rec = load_json(path) or {}
+        if rec.get("name") and rec["name"] not in names and rec.get("work"):
+            jobs.append({"name": rec["name"], "work": rec["work"], "log": rec.get("log") or "", "record": path})
+            names.add(rec["name"])
+    ops = [op_result(j, batch_out) for j in jobs]
+    manifest = pack_batch_state(batch_out, os.path.join(final_out, BATCH_STATE_NAME))
+    prev = load_json(os.path.join(pack_dir, "batch.json")) or {}
+    call = {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git_commit(),
+            "rc": rc, "wall_s": round(time.perf_counter() - t0, 1), "restored_files": restored, "ran": pending,
+            "finished": [o["name"] for o in ops if o["name"] in pending and o["status"] in final],
+            "settings": dict(settings), "command": None if argv is None else shlex.join(argv)}
+    calls = ((prev.get("result") or {}).get("calls") or []) + [call]
+    complete, covered = batch_complete(ops, calls, skipped, final)
+    return {"rc": rc if rc is not None else 0, "complete": complete, "command": call["command"],
+            "log_tail": tail(log_path), "pack_files": [os.path.join(final_out, BATCH_STATE_NAME)],
+            "result": {"settings": dict(settings), "calls": calls, "sets_covered": sorted(covered),
+                       "ops": ops, "skipped": [{"name": n, "why": w} for n, w in skipped], "complete": complete,
+                       "state": manifest, "shared_data": bool(env.get("MFU_SHARED_DATA"))}}
+
+
 def bench_stage(name):
     """Stages that run one bench script writing one JSON: (argv builder, result JSON path under the stage dir)."""
     specs = {
@@ -190,37 +423,54 @@ def bench_stage(name):
                                 "--out", os.path.join(o, "tool_overhead.json"), "--budget-s", "360"],
                      "tool_overhead.json"),
         "peaks": (lambda o: [PY, "bench/bench_peaks_h200.py", "--out", o], "bench_peaks_h200.json"),
-        "peaks_wide": (lambda o: [PY, "bench/bench_peak_calib.py", "--out", o], "bench_peak_calib.json"),
+        "peaks_wide": (lambda o: [PY, "bench/bench_peak_calib.py", "--out", o] + PEAKS_WIDE_ARGS,
+                       "bench_peak_calib.json"),
         "gemm": (lambda o: [PY, "bench/bench_gemm_mfu.py", "--out", o], "bench_gemm_mfu.json"),
         "ncu": (lambda o: [PY, "bench/ncu_vs_profiler.py", "--out", os.path.join(o, "ncu_vs_profiler.md"),
                            "--work", os.path.join(o, "work"), "--ops", "zoo/5_MHABlock,zoo/1_BatchMatmul,zoo/4_FFN"],
                 "ncu_vs_profiler.md.json"),
         "pmu_micro": (lambda o: [PY, "bench/pmu_bound_h200.py", "--out", o], "result.json"),
-        "search": (lambda o, lim: [PY, "bench/bench_search_h200.py", "--out", o, "--shared-data",
-                                   os.path.join(ROOT, ".shared_data", "data"), "--ops", SEARCH_OPS,
-                                   "--max-minutes", f"{max(1.0, (lim - 45) / 60):.1f}"]
-                   + (["--resume-from", SEARCH_RESUME] if os.path.exists(SEARCH_RESUME) else []),
+        "search": (lambda o, lim, resume: [PY, "bench/bench_search_h200.py", "--out", o, "--shared-data",
+                                           os.path.join(ROOT, ".shared_data", "data"), "--ops", SEARCH_OPS,
+                                           "--max-minutes", f"{max(1.0, (lim - 45) / 60):.1f}"]
+                   + (["--resume-from", resume] if resume else []),
                    "bench_search_h200.json"),
-        "batch": (lambda o: [PY, "scripts/mfu_batch.py", "--examples", ",".join(BATCH_OPS), "--out",
-                             os.path.join(o, "batch"), "--backend", "cuda", "--search", "--keep-prof", "0"],
-                  os.path.join("batch", "batch_summary.json")),
     }
     return specs[name]
 
 
-def run_stage(name, out_root, limit_s, env, final_out):
+def search_resume(pack_dir):
+    """The search bench's tar of an earlier call when it can resume there, else None (logged): a tar whose work
+    dirs hold no model.py (written before the bench packed them) would make every later part fail."""
+    path = os.path.join(pack_dir, SEARCH_RESUME_NAME)
+    if not os.path.exists(path):
+        return None
+    with tarfile.open(path) as tar:
+        names = tar.getnames()
+    works = {os.path.dirname(n) for n in names if n.endswith("/work/prepare.json")}
+    lacking = sorted(w for w in works if f"{w}/model.py" not in names)
+    if lacking:
+        log(f"search: not resuming from {path}: {', '.join(lacking)} without model.py (the bench starts afresh)")
+        return None
+    return path
+
+
+def run_stage(name, out_root, limit_s, env, final_out, pack_dir=None, batch_settings=None):
     out = os.path.join(out_root, name)
     os.makedirs(out, exist_ok=True)
     t0 = time.perf_counter()
+    pack_dir = pack_dir or os.path.join(ROOT, "bench", "validation", "h200")
     if name == "env":
         res = stage_env(out, limit_s, env)
     elif name == "makeall":
         res = stage_makeall(out, limit_s, env)
     elif name == "pmu":
         res = stage_pmu(out, limit_s, env, final_out)
+    elif name == "batch":
+        res = stage_batch(out, limit_s, env, final_out, batch_settings or dict(BATCH_DEFAULTS), pack_dir)
     else:
         argv_of, result_rel = bench_stage(name)
-        argv = argv_of(out, limit_s) if name == "search" else argv_of(out)
+        argv = argv_of(out, limit_s, search_resume(pack_dir)) if name == "search" else argv_of(out)
         log_path = os.path.join(out, f"{name}.log")
         rc, _ = run_cmd(argv, limit_s, log_path, env)
         res = {"rc": rc, "command": " ".join(argv), "result": load_json(os.path.join(out, result_rel)),
@@ -231,8 +481,14 @@ def run_stage(name, out_root, limit_s, env, final_out):
             if os.path.getsize(path) < 200_000:
                 extras[os.path.relpath(path, out)] = tail(path, 200_000)
         res["extras"] = extras
-        if name == "search" and os.path.exists(os.path.join(out, "bench_search_h200.tar.gz")):
-            shutil.copy(os.path.join(out, "bench_search_h200.tar.gz"), final_out)  # the next call resumes from it
+        if name == "peaks_wide":  # the calibration's every dtype and bandwidth (the bench's JSON has three dtypes)
+            pk = load_json(os.path.join(out, "peak.json")) or {}
+            res["peak_json"] = {k: pk.get(k) for k in ("peak_tflops", "peak_tops", "bandwidth_gbps", "regime")}
+        if name == "search":  # resumable: done when the bench has no part pending; its tar travels in the pack
+            res["complete"] = bool(res["result"]) and not res["result"].get("pending")
+            if os.path.exists(os.path.join(out, SEARCH_RESUME_NAME)):
+                shutil.copy(os.path.join(out, SEARCH_RESUME_NAME), final_out)  # the next call resumes from it
+                res["pack_files"] = [os.path.join(final_out, SEARCH_RESUME_NAME)]
     res.update({"stage": name, "wall_s": round(time.perf_counter() - t0, 1),
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git_commit()})
     return res
@@ -245,6 +501,12 @@ def git_commit():
     return r.stdout.strip() or None
 
 
+def stage_done(pack_dir, name):
+    """Packed and complete: a resumable stage (search, batch) packed with ``complete: false`` runs again."""
+    doc = load_json(os.path.join(pack_dir, f"{name}.json"))
+    return doc is not None and doc.get("complete") is not False
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pack-dir", default=os.path.join(ROOT, "bench", "validation", "h200"),
@@ -254,7 +516,18 @@ def main(argv=None):
                                                                      "cap each stage's limit by what is left")
     p.add_argument("--force", action="store_true", help="run stages even when packed already")
     p.add_argument("--out", default=os.environ.get("OUT") or "validate_out", help="where pack.tgz is written")
+    b = p.add_argument_group("batch stage (defaults: BATCH_DEFAULTS; each call records what it used)")
+    b.add_argument("--batch-examples", default=BATCH_DEFAULTS["examples"], help="bundled sets (mfu_batch --examples)")
+    b.add_argument("--batch-op-timeout-s", type=float, default=BATCH_DEFAULTS["op_timeout_s"],
+                   help="one operator's limit (mfu_batch --op-timeout-s)")
+    b.add_argument("--batch-probe-args", default=BATCH_DEFAULTS["probe_args"], help="make PROBE_ARGS")
+    b.add_argument("--batch-search-args", default=BATCH_DEFAULTS["search_args"], help="make SEARCH_ARGS")
+    b.add_argument("--batch-pmu", default=BATCH_DEFAULTS["pmu"], choices=("none", "auto", "ncu"), help="make PMU")
+    b.add_argument("--batch-retry-failed", action="store_true", help="run failed / timed-out operators again")
     args = p.parse_args(argv)
+    batch_settings = dict(BATCH_DEFAULTS, examples=args.batch_examples, op_timeout_s=args.batch_op_timeout_s,
+                          probe_args=args.batch_probe_args, search_args=args.batch_search_args, pmu=args.batch_pmu,
+                          retry_failed=args.batch_retry_failed)
     stages = [s for s in args.stages.split(",") if s]
     bad = [s for s in stages if s not in STAGES]
     if bad:
@@ -271,7 +544,7 @@ def main(argv=None):
     packed, summary = [], []
     for name in stages:
         script, limit = LIMITS[name]
-        if not args.force and os.path.exists(os.path.join(args.pack_dir, f"{name}.json")):
+        if not args.force and stage_done(args.pack_dir, name):
             summary.append((name, "packed already"))
             continue
         if script and not os.path.exists(os.path.join(ROOT, script)):
@@ -282,13 +555,15 @@ def main(argv=None):
             summary.append((name, "not started: deadline"))
             continue
         log(f"stage {name} (limit {min(limit, left):.0f} s)")
-        res = run_stage(name, work_root, min(limit, left), env, args.out)
+        res = run_stage(name, work_root, min(limit, left), env, args.out, args.pack_dir, batch_settings)
         path = os.path.join(args.out, f"{name}.json")
+        extra = res.pop("pack_files", [])
         with open(path + ".tmp", "w") as f:
             json.dump(res, f, indent=1, default=str)
         os.replace(path + ".tmp", path)
-        packed.append(path)
-        summary.append((name, f"rc={res.get('rc')} {res['wall_s']} s"))
+        packed += [path] + [x for x in extra if os.path.exists(x)]
+        summary.append((name, f"rc={res.get('rc')} {res['wall_s']} s"
+                        + ("" if res.get("complete") is not False else " (partial: the next call resumes)")))
         log(f"stage {name}: rc={res.get('rc')} in {res['wall_s']} s")
     if packed:
         with tarfile.open(os.path.join(args.out, "pack.tgz"), "w:gz") as tar:

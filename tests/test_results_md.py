@@ -75,3 +75,178 @@ def test_driver_skips_packed_stages_and_records_absent_scripts(tmp_path, monkeyp
     assert "env        packed already" in text
     assert "search     absent: bench/does_not_exist.py not in this checkout" in text
     assert not (tmp_path / "out" / "pack.tgz").exists()  # nothing ran, nothing packed
+
+
+FAKE_MAKE = r'''#!/usr/bin/env python3
+"""TEST DOUBLE of make for the batch stage: writes a few work-dir files per operator, sleeps, logs each call."""
+import json, os, sys, time
+args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a and not a.startswith("-"))
+work = args["WORK"]
+with open(os.environ["FAKE_MAKE_LOG"], "a") as f:
+    f.write(json.dumps({"op": args["OP"], "target": sys.argv[-1], "probe_args": args.get("PROBE_ARGS")}) + "\n")
+if sys.argv[-1] == "all":
+    os.makedirs(os.path.join(work, ".state"), exist_ok=True)
+    os.makedirs(os.path.join(work, "prof", "case0_asc"), exist_ok=True)
+    open(os.path.join(work, "prof", "case0_asc", "trace.bin"), "w").write("x" * 1000)
+    json.dump({"summary": {"verdict": "passed", "n_cases": 2}, "op_dir": work},
+              open(os.path.join(work, "flops_check.json"), "w"))
+    time.sleep(float(os.environ.get("FAKE_MAKE_SLEEP_S", "1.5")))
+    open(os.path.join(work, ".state", "decompose.ok"), "w").close()
+'''
+
+
+def _batch_call(tmp_path, monkeypatch, out_name, pack, sleep_s, limit_s):
+    fake = tmp_path / "fake_make.py"
+    fake.write_text(FAKE_MAKE)
+    fake.chmod(0o755)
+    monkeypatch.setenv("FAKE_MAKE_LOG", str(tmp_path / "make_calls.jsonl"))
+    monkeypatch.setenv("FAKE_MAKE_SLEEP_S", str(sleep_s))
+    monkeypatch.setattr(validate_h200, "BATCH_STOP_MARGIN_S", 1.0)
+    monkeypatch.setattr(validate_h200, "BATCH_GRACE_S", 15.0)
+    monkeypatch.setitem(validate_h200.BATCH_DEFAULTS, "examples", "zoo")  # the sets the stage must cover
+    settings = dict(validate_h200.BATCH_DEFAULTS, examples="zoo", backend="cpu", make=str(fake), op_timeout_s=60)
+    out, final = tmp_path / out_name / "work", tmp_path / out_name / "final"
+    out.mkdir(parents=True)
+    final.mkdir()
+    res = validate_h200.stage_batch(str(out), limit_s, dict(os.environ), str(final), settings, str(pack))
+    return res, final
+
+
+def test_batch_stage_stops_cleanly_at_its_limit_and_the_next_call_resumes(tmp_path, monkeypatch):
+    """A fake make (test double) per operator: the first call is interrupted (SIGINT, exit 130) with some operators
+    done; its state tar holds job records and work JSONs but no prof/; a second call in another directory restores
+    it, runs only the rest, and the stage is then complete."""
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    res1, final1 = _batch_call(tmp_path, monkeypatch, "call1", pack, sleep_s=2.0, limit_s=8.0)
+    assert res1["rc"] == 130, res1["log_tail"]
+    assert res1["complete"] is False
+    ops1 = {o["name"]: o for o in res1["result"]["ops"]}
+    done1 = [n for n, o in ops1.items() if o["status"] == "ok"]
+    assert 1 <= len(done1) < len(ops1)
+    assert ops1[done1[0]]["flops_check"]["verdict"] == "passed"
+    tar_path = final1 / validate_h200.BATCH_STATE_NAME
+    assert res1["pack_files"] == [str(tar_path)]
+    import tarfile
+    with tarfile.open(tar_path) as tar:
+        names = tar.getnames()
+    assert any(n.startswith("jobs/") for n in names) and "batch_summary.json" in names
+    assert any(n.endswith("flops_check.json") for n in names) and any("/.state/" in n for n in names)
+    assert not any("/prof/" in n for n in names)
+    call = res1["result"]["calls"][0]
+    assert "PROBE_ARGS=" + validate_h200.BATCH_DEFAULTS["probe_args"] in call["command"]
+    # the coordinator unpacks pack.tgz into the pack dir between calls
+    (pack / validate_h200.BATCH_STATE_NAME).write_bytes(tar_path.read_bytes())
+    (pack / "batch.json").write_text(json.dumps({**res1, "pack_files": None}))
+    calls_before = (tmp_path / "make_calls.jsonl").read_text().splitlines()
+    res2, _ = _batch_call(tmp_path, monkeypatch, "call2", pack, sleep_s=0.2, limit_s=120.0)
+    assert res2["rc"] == 0 and res2["complete"] is True, res2["log_tail"]
+    rerun = [json.loads(ln)["op"] for ln in (tmp_path / "make_calls.jsonl").read_text().splitlines()
+             [len(calls_before):] if json.loads(ln)["target"] == "all"]
+    assert not set(rerun) & set(done1)  # finished operators were skipped
+    assert all(o["status"] == "ok" for o in res2["result"]["ops"])
+    assert len(res2["result"]["calls"]) == 2
+    work2 = str(tmp_path / "call2" / "work")
+    rec = json.loads(open(os.path.join(work2, "batch", "jobs", os.listdir(os.path.join(work2, "batch", "jobs"))[0]
+                                       )).read())
+    assert rec["work"].startswith(work2)  # paths of the restored records point into this call's directory
+
+
+def test_stage_done_reruns_a_partial_resumable_stage(tmp_path):
+    (tmp_path / "batch.json").write_text(json.dumps({"complete": False}))
+    (tmp_path / "peaks.json").write_text(json.dumps({"rc": 0}))
+    assert not validate_h200.stage_done(str(tmp_path), "batch")
+    assert validate_h200.stage_done(str(tmp_path), "peaks")
+    assert not validate_h200.stage_done(str(tmp_path), "search")
+
+
+SYNTH = {"created_at": "2026-12-01T12:00:00Z", "git_commit": "abc1234", "wall_s": 500.0, "rc": 0}  # TEST DATA
+
+
+def test_search_section_renders_gap_cost_spread_and_limit(tmp_path):
+    """Synthetic search pack (test data, not hardware output): one operator measured through, one pending."""
+    _write(tmp_path, "search", {**SYNTH, "stage": "search", "command": "bench/bench_search_h200.py", "result": {
+        "device": "NVIDIA H200", "pending": ["ffn:probe"], "criteria": {"within": 0.03, "cost_ratio": 0.25},
+        "ops": [{"op": "zoo/5_MHABlock", "parts_done": ["prepare", "probe", "search", "exhaustive", "spread"],
+                 "errors": [], "metric": "mfu", "figure_field": "ach", "pool_size": 11, "n_scaled": 3,
+                 "search_best": {"case": 13, "scale": 4}, "search_best_value": 0.612,
+                 "exhaustive_best_case": 13, "exhaustive_best_value": 0.62, "gap": 0.0129, "within_3pct": True,
+                 "search_cost_stages_s": 41.0, "exhaustive_cost_s": 120.5, "cost_ratio": 0.34,
+                 "cost_le_25pct": False, "spread": 0.008, "dataset_best_case": 7, "dataset_value": 0.51},
+                {"op": "npukernelbench/level4/2_FFN", "parts_done": ["prepare"], "errors": ["probe: boom | x"]}]}})
+    text = make_results.render(str(tmp_path))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| zoo/5_MHABlock"))
+    assert "| 61.20% (case 13, scale 4) | 62.00% (case 13) | 1.29% | yes | 41.0 | 120.5 | 34% | NO |" in row
+    assert "| 0.80% | 62.00% | 51.00% (case 7) |" in row
+    assert "**Partial:** parts pending: ffn:probe" in text
+    assert "probe: boom \\| x" in text  # a pipe in an error does not break the table
+    batch = text.split("## Batch over")[1]
+    assert "Not run yet: no `batch.json`" in batch
+
+
+def test_batch_section_renders_status_mfu_bound_limit_and_flops_check(tmp_path):
+    """Synthetic batch pack (test data): one operator measured with ncu counters, one timed out, calls listed."""
+    settings = {"examples": "zoo,npukernelbench", "op_timeout_s": 300.0, "probe_args": "--budget-s 40",
+                "search_args": "--top-n 4", "pmu": "ncu", "keep_prof": 0}
+    mha = {"name": "zoo/5_MHABlock", "status": "ok", "wall_s": 171.2, "reason": None,
+           "maxima": {"mfu_ach": {"value": 0.564, "case": 11, "dtype": "float16"},
+                      "mbu": {"value": 0.31, "case": 3, "dtype": "float16"}},
+           "rows": [{"case": 11, "dtype": "float16", "mfu_ach": 0.564,
+                     "bound": {"label": "latency-bound", "source": "pmu:ncu"},
+                     "parts": [{"part": "qkv_proj", "mfu_ach": 0.70, "time_share": 0.41,
+                                "bound": {"label": "tensor-bound", "source": "pmu:ncu",
+                                          "evidence": {"tensor_pipe_pct": 81.6, "waves_per_sm": 1}}}]},
+                    {"case": 3, "dtype": "float16", "mfu_ach": 0.2, "bound": None, "parts": []}],
+           "search": {"best": {"case": 13, "scale": 4, "mfu": 0.612, "mfu_kind": "ach"}, "pool": 11, "scaled": 3,
+                      "complete": True},
+           "probe": {"candidates": 6, "passed": 3, "appended": 3, "complete": True, "stop_reason": "saturated"},
+           "flops_check": {"verdict": "passed", "n_cases": 14, "ratio_min": 1.0, "ratio_max": 1.0}}
+    ffn = {"name": "npukernelbench/level4/2_FFN", "status": "timeout", "wall_s": 300.1,
+           "reason": "timed out after 300 s (OP_TIMEOUT_S): the whole process tree was killed",
+           "probe": {"candidates": 2, "passed": 0, "appended": 0, "complete": False, "interrupted": "running"}}
+    _write(tmp_path, "batch", {**SYNTH, "stage": "batch", "complete": False, "result": {
+        "settings": settings, "complete": False, "shared_data": True, "ops": [mha, ffn],
+        "skipped": [{"name": "npukernelbench/level1/10_LayerNorm", "why": "case data absent"}],
+        "calls": [{"created_at": "2026-12-01T12:00:00Z", "git_commit": "abc1234", "rc": 130, "wall_s": 498.0,
+                   "ran": ["a", "b", "c"], "finished": ["a", "b"], "settings": settings}]}})
+    text = make_results.render(str(tmp_path)).split("## Batch over")[1]
+    assert "**Partial:** 2/2 operators have a final status" in text
+    assert "| 1 | 2026-12-01T12:00:00Z | abc1234 | 130 | 498.0 | 3 | 2 | 300.0 | `--budget-s 40` | `--top-n 4` | ncu | 0 |" \
+        in text
+    assert ("| zoo/5_MHABlock | ok | 171.2 | 2 | 56.4% (case 11, float16) | 31.0% (case 3, float16) | latency-bound "
+            "| 61.2% MFU@ach (case 13, scale 4; pool 11, 3 scaled) | 3/6 passed, 3 appended (saturated) | "
+            "passed (14 cases, ratio 1..1) | - |") in text
+    assert "| npukernelbench/level4/2_FFN | timeout | 300.1 | - | - | - | - | - | 0/2 passed, 0 appended (running) |" \
+        in text
+    assert "| zoo/5_MHABlock | 11 | qkv_proj | 70.0% | 41.0% | tensor-bound | pmu:ncu | tensor_pipe_pct 81.6, " \
+           "waves_per_sm 1 |" in text
+    assert "* npukernelbench/level1/10_LayerNorm: case data absent" in text
+
+
+def test_peaks_wide_section_states_its_grid_and_every_calibrated_dtype(tmp_path):
+    """Synthetic peaks_wide pack (test data): the sweep's grid, the ratio per dtype and the calibration's other peaks."""
+    _write(tmp_path, "peaks_wide", {**SYNTH, "stage": "peaks_wide", "command": "bench/bench_peak_calib.py",
+                                    "peak_json": {"peak_tflops": {"bfloat16": 830.0, "tf32": 417.9},
+                                                  "peak_tops": {"int8": 1032.5}, "bandwidth_gbps": 4262.4},
+                                    "result": {"calibration_s": 16.5, "process_s_at_calibration_end": 24.0,
+                                               "max_calibration_s": 30.0, "min_ratio": 0.98, "pass": True,
+                                               "grid": {"mn": [2048, 4096], "k": [2048], "target_ms": 10.0},
+                                               "rows": [{"mode": "bfloat16", "calib_tflops": 830.0,
+                                                         "calib_shape": {"m": 8192, "n": 8192, "k": 8192},
+                                                         "wide_tflops": 835.0,
+                                                         "wide_shape": {"m": 4096, "n": 4096, "k": 2048},
+                                                         "wide_shapes": 4, "ratio": 0.994}]}})
+    text = make_results.render(str(tmp_path)).split("## Peaks: calibration vs a wide sweep")[1].split("\n## ")[0]
+    assert "m, n in [2048, 4096], k in [2048], 10.0 ms per shape" in text
+    assert "| bfloat16 | 830.0 | 8192x8192x8192 | 835.0 | 4096x4096x2048 | 4 | 0.994 |" in text
+    assert "bfloat16 830.0; tf32 417.9; int8 1,032.5 TOPS; copy bandwidth 4,262 GB/s" in text
+
+
+def test_batch_is_complete_only_with_every_set_run_and_its_case_data_present():
+    ok = [{"status": "ok"}, {"status": "timeout"}]
+    both = [{"settings": {"examples": "zoo"}}, {"settings": {"examples": "npukernelbench"}}]
+    assert validate_h200.batch_complete(ok, both, [])[0] is True
+    assert validate_h200.batch_complete(ok + [{"status": "interrupted"}], both, [])[0] is False
+    assert validate_h200.batch_complete(ok, both[:1], [])[0] is False  # npukernelbench never run
+    assert validate_h200.batch_complete(ok, both, [("npukernelbench/level4/2_FFN", "case data absent: x")])[0] \
+        is False

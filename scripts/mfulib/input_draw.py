@@ -8,7 +8,8 @@ the global host random stream:
   device's own generator (Philox on CUDA), seeded by :func:`seed_everything` - hundreds of GB/s instead of
   torch's single-threaded host ``randn`` (~0.16 G elements/s measured on this project's CI host): zoo/1_BatchMatmul
   draws ~1.4 G input elements over its 13 cases, and its verify and collect steps took 45 and 44 s on the H200 for
-  under 0.1 s of kernel time each (bench/results/h200-2026-12-01/tool_overhead.md);
+  under 0.1 s of kernel time each before this change (an earlier session's run, not packed; after it: 11.4 and
+  10.7 s, bench/RESULTS.md "Tool overhead per step");
 * on the CPU (and for a large CPU tensor filled in place on any backend) the same draw uses a private CPU
   generator seeded with ``seed``, so the global stream is untouched there too;
 * everything else - integer and bool tensors (lengths, indices, routing, masks), small floats, Python ``random``/
