@@ -26,7 +26,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PACK = os.path.join(ROOT, "bench", "validation", "h200")
 DEFAULT_OUT = os.path.join(ROOT, "bench", "RESULTS.md")
-ORDER = ("env", "ncu", "gemm", "makeall", "overhead", "peaks_wide", "peaks", "pmu", "pmu_micro", "search", "batch")
+ORDER = ("env", "ncu", "gemm", "makeall", "overhead", "peaks_wide", "peaks", "pmu", "pmu_micro", "gemm_grid", "search",
+         "batch")
 
 
 def load_pack(pack_dir):
@@ -110,6 +111,24 @@ def sec_pmu_micro(st):
             f"rejected by this ncu: {r.get('rejected_metrics') or 'none'}. The expected class is the kernel's "
             "design intent (a large GEMM, a copy, a small layer_norm), written in the script before the run.\n\n"
             + table(["kernel", "expected", "classified", "counters"], rows))
+
+
+def sec_gemm_grid(st):
+    r = st.get("result") or {}
+    by = {(k["variant"], k["n"]): k for k in r.get("ncu") or []}
+    rows = []
+    for t in r.get("timing") or []:
+        k = by.get((t["variant"], t["n"])) or {}
+        c = k.get("counters") or {}
+        rows.append([t["variant"], f"{t['m']}x{t['n']}x{t['k']}", t["grid"], num(t["median_ns"] / 1e3),
+                     num(t["tflops"]), (k.get("bound") or {}).get("label", "-"),
+                     counters(c, ("sm_throughput_pct", "memory_throughput_pct", "tensor_pipe_pct",
+                                  "achieved_occupancy_pct"))])
+    return (f"## The MHA example's GEMM under ncu (`bench/gemm_grid_h200.py`)\n\n{stamp(st)}\n\n{r.get('device')}, "
+            f"torch {r.get('torch')}; `{r.get('example')}` `matmul_kernel` (128x128x64 tiles, 8 warps) on the "
+            "projections of the largest bundled case, bf16, and variants of it; time = median of 20 CUDA-event "
+            f"launches; counters unavailable: {r.get('pmu_unavailable')}.\n\n"
+            + table(["variant", "M x N x K", "grid", "us", "TFLOP/s", "bound", "counters"], rows))
 
 
 def sec_env(st):
@@ -386,11 +405,12 @@ TITLES = {"env": "Device", "ncu": "Kernel time: collector vs Nsight Compute",
           "gemm": "Kernel time vs an independent timing (CUDA events)", "makeall": "Tool wall time: `make all`",
           "overhead": "Tool overhead per step", "peaks_wide": "Peaks: calibration vs a wide sweep (bf16, fp16, fp32)",
           "peaks": "Peaks: int8 and fp8", "pmu": "PMU counters and bound classes (Nsight Compute)",
-          "pmu_micro": "Bound classes on known kernels", "search": "Limit-MFU search vs exhaustive",
+          "pmu_micro": "Bound classes on known kernels", "gemm_grid": "The MHA example's GEMM under ncu",
+          "search": "Limit-MFU search vs exhaustive",
           "batch": "Batch over the bundled and real-case operators: MFU tables"}
 SECTIONS = {"env": sec_env, "ncu": sec_ncu, "gemm": sec_gemm, "makeall": sec_makeall, "overhead": sec_overhead,
             "peaks_wide": sec_peaks_wide, "peaks": sec_peaks, "pmu": sec_pmu, "pmu_micro": sec_pmu_micro,
-            "search": sec_search, "batch": sec_batch}
+            "gemm_grid": sec_gemm_grid, "search": sec_search, "batch": sec_batch}
 
 
 def render(pack_dir):

@@ -24,6 +24,8 @@ ncu            bench/ncu_vs_profiler.py: collector kernel times vs Nsight Comput
 pmu            bench/pmu_h200.sh: the MHA block with Nsight Compute counters, bound classes, the HTML report
                (report.html is written beside pack.tgz, for examples/reports/)
 pmu_micro      bench/pmu_bound_h200.py: GEMMs, a copy and a small layer_norm under ncu, classified
+gemm_grid      bench/gemm_grid_h200.py: the MHA example's matmul_kernel and variants (grid, B layout, stages,
+               unmasked K loop) timed and classified under ncu - why its GEMM is latency-bound
 search         bench/bench_search_h200.py: the limit-MFU search vs an exhaustive measurement of its pool
 batch          scripts/mfu_batch.py over the bundled and real-case operators (SEARCH=1), the MFU tables
 =============  ===========================================================================================
@@ -94,14 +96,14 @@ BATCH_FINAL = ("ok", "failed", "timeout")  # a job record with one of these is n
 STATE_SKIP_DIRS = ("prof",)
 STATE_SKIP_SUFFIXES = (".png", ".svg", ".html", ".pt", ".ncu-rep", ".nsys-rep", ".gz", ".trace.json", ".log")
 STATE_MAX_FILE_BYTES = 2_000_000
-STAGES = ("env", "makeall", "overhead", "peaks", "peaks_wide", "gemm", "ncu", "pmu", "pmu_micro", "search",
-          "batch")
+STAGES = ("env", "makeall", "overhead", "peaks", "peaks_wide", "gemm", "ncu", "pmu", "pmu_micro", "gemm_grid",
+          "search", "batch")
 # per stage: (script that must exist, time limit s); the limit is also capped by the call's deadline
 LIMITS = {"env": (None, 60), "makeall": (None, 330), "overhead": ("bench/bench_tool_overhead.py", 420),
           "peaks": ("bench/bench_peaks_h200.py", 150), "peaks_wide": ("bench/bench_peak_calib.py", 200),
           "gemm": ("bench/bench_gemm_mfu.py", 90),
           "ncu": ("bench/ncu_vs_profiler.py", 200), "pmu": ("bench/pmu_h200.sh", 300),
-          "pmu_micro": ("bench/pmu_bound_h200.py", 150),
+          "pmu_micro": ("bench/pmu_bound_h200.py", 150), "gemm_grid": ("bench/gemm_grid_h200.py", 200),
           "search": ("bench/bench_search_h200.py", 540), "batch": ("scripts/mfu_batch.py", 540)}
 # peaks_wide: a 5 x 5 x 4 grid (100 shapes per dtype, m, n in 2048..12288, k in 2048..16384, 10 ms each) instead
 # of bench_peak_calib's 448: the three dtypes' sweeps and the calibration fit in ~100 s of the stage's 200
@@ -430,6 +432,7 @@ def bench_stage(name):
                            "--work", os.path.join(o, "work"), "--ops", "zoo/5_MHABlock,zoo/1_BatchMatmul,zoo/4_FFN"],
                 "ncu_vs_profiler.md.json"),
         "pmu_micro": (lambda o: [PY, "bench/pmu_bound_h200.py", "--out", o], "result.json"),
+        "gemm_grid": (lambda o: [PY, "bench/gemm_grid_h200.py", "--out", o], "result.json"),
         "search": (lambda o, lim, resume: [PY, "bench/bench_search_h200.py", "--out", o, "--shared-data",
                                            os.path.join(ROOT, ".shared_data", "data"), "--ops", SEARCH_OPS,
                                            "--max-minutes", f"{max(1.0, (lim - 45) / 60):.1f}"]

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Why the MHA block's GEMM is not tensor-bound on the H200, and what its launch grid has to do with it (issue 14).
+
+The bundled zoo/5_MHABlock ModelNew (examples/ops/gen/zoo/5_MHABlock_triton_optimized.py) launches its
+``matmul_kernel`` Ascend-style: a persistent grid of ``cube_core_num`` programs (on CUDA, through mfulib.compat,
+the SM count: 132 on the H200), each walking output tiles. Under Nsight Compute the kernel ran at ~51% tensor pipe
+with 12.5% achieved occupancy (one 8-warp CTA per SM), so the tool's ncu rule (both SM and memory throughput < 60%)
+called it latency-bound. This script tests that reading: the same kernel, the same tiles (128 x 128 x 64, 8 warps,
+3 stages), on the QKV and output projections of the largest bundled case ([2, 8192, 4096] bf16: M = 16384, K =
+4096, N = 12288 and 4096), launched with
+
+* ``grid = SMs``       (the example as written: one CTA per SM),
+* ``grid = 2 x SMs``   (two CTAs per SM: one's epilogue and loads overlap the other's MMAs),
+* ``grid = tiles``     (one program per tile: the non-persistent launch Triton's tutorials use).
+
+Per variant: median kernel time of 20 CUDA-event-timed launches after warm-up (L2 not flushed: the projections
+read the same weights every call in the operator too), TFLOP/s = 2 M N K / time, and - when ncu is present and
+permitted - the canonical counters (:func:`mfulib.pmu.from_ncu_record` over :func:`mfulib.pmu.ncu_metrics`) and
+the bound (:func:`mfulib.bound.classify`, thresholds fixed from Nsight Compute's SOLBottleneck rule). Writes
+``<out>/result.json``; nothing is typed by hand.
+
+  python3 bench/gemm_grid_h200.py --out $OUT/gemm_grid        # on the GPU machine (~1 min)
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+EXAMPLE = os.path.join(ROOT, "examples", "ops", "gen", "zoo", "5_MHABlock_triton_optimized.py")
+
+CHILD = r'''
+import importlib.util, json, statistics, sys
+sys.path.insert(0, sys.argv[1])
+from mfulib import compat
+compat.install("cuda")
+import torch, triton, triton.language as tl
+spec = importlib.util.spec_from_file_location("mha_example", sys.argv[2])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+kern = mod.matmul_kernel
+
+
+@triton.jit
+def matmul_even_k(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # the example's kernel with one change: K % BLOCK_K == 0 is known, so the K loop loads without masks
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    for tile in range(pid, tiles_m * tiles_n, num_progs):
+        group = tile // (GROUP_M * tiles_n)
+        first_m = group * GROUP_M
+        group_rows = min(tiles_m - first_m, GROUP_M)
+        tile_m = first_m + (tile % group_rows)
+        tile_n = (tile % (GROUP_M * tiles_n)) // group_rows
+        rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :] * stride_ak
+        b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a = tl.load(a_ptrs, mask=rm[:, None] < M, other=0.0)
+            b = tl.load(b_ptrs, mask=rn[None, :] < N, other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+        c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+sms = torch.cuda.get_device_properties(0).multi_processor_count
+mode = sys.argv[3]  # "time" or "ncu"
+rows = []
+for n in (12288, 4096):
+    m, k = 16384, 4096
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
+    wt = w.t().contiguous()  # [K, N], N contiguous
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    tiles = triton.cdiv(m, 128) * triton.cdiv(n, 128)
+    ref = a.float() @ w.float().t()
+    # (name, kernel, grid, B [K, N] as (tensor, stride_bk, stride_bn), num_stages)
+    variants = (("example grid=SMs", kern, sms, (w, w.stride(1), w.stride(0)), 3),
+                ("example grid=2xSMs", kern, 2 * sms, (w, w.stride(1), w.stride(0)), 3),
+                ("example grid=tiles", kern, tiles, (w, w.stride(1), w.stride(0)), 3),
+                ("example B [K,N] row-major", kern, sms, (wt, wt.stride(0), wt.stride(1)), 3),
+                ("example num_stages=4", kern, sms, (w, w.stride(1), w.stride(0)), 4),
+                ("even-K (no K mask)", matmul_even_k, sms, (w, w.stride(1), w.stride(0)), 3),
+                ("even-K B [K,N] grid=tiles", matmul_even_k, tiles, (wt, wt.stride(0), wt.stride(1)), 3))
+    for name, kfn, grid, (bt, sbk, sbn), stages in variants:
+        def launch():
+            kfn[(min(grid, tiles),)](a, bt, out, m, n, k, a.stride(0), a.stride(1), sbk, sbn,
+                                     out.stride(0), out.stride(1), BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
+                                     num_warps=8, num_stages=stages)
+        launch()
+        torch.cuda.synchronize()
+        err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
+        reps = 20 if mode == "time" else 1
+        times = []
+        for _ in range(reps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record(); launch(); e.record(); e.synchronize()
+            times.append(s.elapsed_time(e) * 1e6)
+        med = statistics.median(times)
+        rows.append({"variant": name, "kernel": kfn.fn.__name__, "m": m, "n": n, "k": k, "grid": min(grid, tiles),
+                     "sms": sms, "num_stages": stages, "median_ns": med, "tflops": 2 * m * n * k / med / 1e3,
+                     "max_rel_err": err})
+print("RESULT " + json.dumps(rows))
+'''
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--ncu", default=shutil.which("ncu") or "/usr/local/cuda/bin/ncu")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    from mfulib import bound, ncu, pmu
+    import torch
+    result = {"example": os.path.relpath(EXAMPLE, ROOT), "device": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "pmu_unavailable": None}
+    with tempfile.TemporaryDirectory() as tmp:
+        child = os.path.join(tmp, "child.py")
+        with open(child, "w") as f:
+            f.write(CHILD)
+        base = [sys.executable, child, os.path.join(ROOT, "scripts"), EXAMPLE]
+        proc = subprocess.run(base + ["time"], capture_output=True, text=True, timeout=240)
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+        if line is None:
+            result["error"] = (proc.stdout + proc.stderr)[-3000:]
+        else:
+            result["timing"] = json.loads(line[len("RESULT "):])
+        if not os.path.exists(args.ncu):
+            result["pmu_unavailable"] = "ncu not found"
+        else:
+            cc = torch.cuda.get_device_capability()
+            metrics = pmu.ncu_metrics(cc[0])
+            cmd = [args.ncu, "--csv", "--page", "details", "--print-units", "base", "--clock-control", "none",
+                   "--kernel-name", "regex:^matmul_",  "--metrics", ",".join(metrics)] + base + ["ncu"]
+            p2 = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            text = p2.stdout + p2.stderr
+            with open(os.path.join(args.out, "ncu_details.csv"), "w") as f:
+                f.write(text)
+            if "ERR_NVGPUCTRPERM" in text:
+                result["pmu_unavailable"] = "ncu: ERR_NVGPUCTRPERM"
+            recs = list(ncu.parse_ncu_csv(p2.stdout))
+            # launch order: warm-up + 1 timed launch for each variant of each n -> keep every 2nd
+            kept = recs[1::2]
+            result["ncu_command"] = cmd
+            result["ncu_launches"] = len(recs)
+            result["ncu"] = []
+            for rec, t in zip(kept, result.get("timing") or []):
+                c = pmu.from_ncu_record(rec)
+                result["ncu"].append({"variant": t["variant"], "n": t["n"], "counters": c,
+                                      "bound": bound.classify(c, "ncu")})
+    with open(os.path.join(args.out, "result.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    for t in result.get("timing") or []:
+        print(f"n={t['n']:6d} {t['variant']:26s} grid {t['grid']:6d}: {t['median_ns'] / 1e3:8.1f} us "
+              f"{t['tflops']:7.1f} TFLOP/s err {t['max_rel_err']:.2e}")
+    for r in result.get("ncu") or []:
+        c = r["counters"]
+        print(f"n={r['n']:6d} {r['variant']:26s} {r['bound']['label']:14s} SM {c.get('sm_throughput_pct')} mem "
+              f"{c.get('memory_throughput_pct')} tensor {c.get('tensor_pipe_pct')} occ {c.get('achieved_occupancy_pct')}")
+    if result.get("error"):
+        print(result["error"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
