@@ -12,7 +12,8 @@ directory:
 3. ``search``: scripts/mfu_grid_search.py (pool -> stage 1 wall clock -> stage 2 collector) -> grid_search.json;
 4. ``exhaustive``: the collector over the **whole pool** (the same code and the same collector settings as stage 2,
    mfulib.grid_search.stage2 with the search's --stage2-* options and --collect-arg: PMU included, ``--pmu auto``
-   on cuda), in chunks of ``--chunk`` cases so that no call runs past its time;
+   on cuda), in chunks of at most ``--chunk`` cases, fewer when the call's time left would not hold them at the
+   search's stage-2 cost per case (each chunk pays one collector start-up: ``exhaustive_n_chunks`` says how many);
 5. ``spread``: the search's best point measured 3 more times by the collector (run-to-run spread of the limit;
    these runs skip the PMU pass, ``--pmu none``: the spread is of the kernel-time figure and cheap);
 6. ``report``: per operator the search's best MFU vs the exhaustive best (done when within 3%), the wall cost of
@@ -132,13 +133,22 @@ def _opts(args, work, pmu=None):
                          unverified_ok=a.unverified_ok, device_id=a.device)
 
 
+def chunk_size(gs: dict, args) -> int:
+    """Pool cases the next exhaustive chunk may take: ``--chunk`` at most, and no more than fit in the call's time
+    left (minus 45 s) at 1.3 x the median per-case cost of the search's stage 2 (the same collector settings; 60 s
+    per case when stage 2 recorded none), at least 1."""
+    walls = [r["wall_s"] for r in gs.get("stage2") or [] if r.get("wall_s")]
+    per_case = 1.3 * (statistics.median(walls) if walls else 60.0)
+    return max(1, min(args.chunk, int((left_s(args) - 45) // per_case)))
+
+
 def part_exhaustive_chunk(op, work, args, env, st):
     """Measure the next ``--chunk`` pool cases not yet measured exhaustively; done when every pool case is."""
     from mfulib.grid_search import load_peaks, stage2
     from mfulib.opdir import OpDir
     gs = load(os.path.join(work, "grid_search.json"))
     done = {c for ch in st.get("exhaustive_chunks", []) for c in ch["cases"]}  # attempted (verify may refuse some)
-    todo = [p["case"] for p in gs["pool"] if p["case"] not in done][:args.chunk]
+    todo = [p["case"] for p in gs["pool"] if p["case"] not in done][:chunk_size(gs, args)]
     if todo:
         cost = {}  # the shared cache, warm from the probe (and the search), as in realistic use
         at_start = cache_files()
@@ -209,6 +219,7 @@ def summarize(name, st):
         common = (gs["cost_s"].get("flops") or 0) + (gs["cost_s"].get("verify") or 0)
         out["cost_ratio_with_flops_and_verify"] = (search_wall + common) / (ex_wall + common) if ex_wall else None
         out["common_cost_s"] = common
+        out["exhaustive_n_chunks"] = len(st["exhaustive_chunks"])  # each pays one collector start (a few s)
         ex_case = [r.get("wall_s") for r in rows if r.get("wall_s") is not None]
         out["exhaustive_case_wall_s"] = {"n": len(ex_case), "median": statistics.median(ex_case) if ex_case else None}
         out.update(exhaustive_best_case=ex["case"] if ex else None, exhaustive_best_value=figure(ex, metric),
@@ -323,8 +334,9 @@ def main():
     p.add_argument("--ops", default="mha,ffn", help="comma list of mha, ffn, fa (or bundled operator names)")
     p.add_argument("--with-fa", action="store_true", help="add fa (FusionAttention) to --ops")
     p.add_argument("--max-minutes", type=float, default=8.5, help="start no part after this much wall time")
-    p.add_argument("--chunk", type=int, default=40, help="pool cases per exhaustive-collector call (each call pays "
-                   "one collector start: keep it large, so the exhaustive cost is not inflated)")
+    p.add_argument("--chunk", type=int, default=40, help="pool cases per exhaustive-collector call at most (each call "
+                   "pays one collector start: keep it large, so the exhaustive cost is not inflated); fewer when the "
+                   "call's time left would not hold them at the search's stage-2 cost per case")
     p.add_argument("--probe-arg", action="append", default=[], help="extra max_shape_probe.py argument")
     p.add_argument("--search-arg", action="append", default=[], help="extra mfu_grid_search.py argument")
     p.add_argument("--collect-arg", action="append", default=[],
@@ -350,6 +362,9 @@ def main():
         st_path = os.path.join(args.state, f"{key}.json")
         st = load(st_path) if os.path.exists(st_path) else {"op": name}
         st["work"] = os.path.join(args.state, key, "work")
+        if "prepare" in st and not os.path.exists(os.path.join(st["work"], "model.py")):
+            st = {"op": name, "work": st["work"], "restarted": "the state had no work dir (an older tar?): "
+                                                               "the operator starts over"}
         if args.retry_failed:
             st.pop("failed", None)
         if args.no_probe:
