@@ -258,9 +258,9 @@ def _s(v):
 
 
 def markdown(results):
-    lines = ["| operator | metric | pool (scaled) | search best | exhaustive best | gap | search cost s (flops / verify "
-             "/ stage 1 / stage 2) | exhaustive cost s | cost ratio (stages; with flops+verify) | best-point spread "
-             "(3x) | limit | dataset shapes |",
+    lines = ["| operator | metric | pool (scaled) | search best | exhaustive best | gap | search cost s (flops / "
+             "verify / stage 1 / stage 2) | exhaustive cost s | cost ratio (stages; with flops+verify) | "
+             "best-point spread (3x) | limit | dataset shapes |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "metric" not in r:

@@ -71,17 +71,20 @@ def print_summary(doc):
         p = pool[r["case"]]
         rows.append([r["rank"] or "-", r["case"], p["source_case"], _factors(p), r["status"],
                      f"{r['wall_median_ns'] / 1e3:.2f}" if r["wall_median_ns"] else "-",
-                     f"{r['rank_value']:.4g}" if r["rank_value"] is not None else "-", (r["error"] or "")[:50]])
-    print(tabulate(rows, headers=["rank", "case", "from", "scale", "status", "wall us", "stage-1 key", "error"]))
+                     f"{r['rank_value']:.4g}" if r["rank_value"] is not None else "-", _sec(r.get("wall_s")),
+                     (r["error"] or "")[:50]])
+    print(tabulate(rows, headers=["rank", "case", "from", "scale", "status", "wall us", "stage-1 key", "cost s",
+                                  "error"]))
     fig = "MFU" if doc["metric"] == "mfu" else "MBU"
     rows = []
     for r in doc["stage2"]:
         p = pool[r["case"]]
         rows.append([r["case"], p["source_case"], _factors(p), r["status"],
                      f"{r['kernel_time_ns'] / 1e3:.2f}" if r["kernel_time_ns"] else "-", _pct(r.get("mfu_nom")),
-                     _pct(r.get("mfu_ach")), _pct(r.get("mbu")), r.get("num_src") or "-", (r.get("error") or "")[:40]])
+                     _pct(r.get("mfu_ach")), _pct(r.get("mbu")), r.get("num_src") or "-", _sec(r.get("wall_s")),
+                     (r.get("error") or "")[:40]])
     print(tabulate(rows, headers=["case", "from", "scale", "status", "kernel us", "MFU@nom", "MFU@ach", "MBU",
-                                  "num_src", "error"]))
+                                  "num_src", "cost s", "error"]))
     best, cost = doc["best"], doc["cost_s"]
     if best:
         value = best["mfu"] if doc["metric"] == "mfu" else best["mbu"]
@@ -100,6 +103,10 @@ def print_summary(doc):
 
 def _factors(p):
     return "1" if not p["factors"] else ",".join(f"{k}x{v:g}" for k, v in p["factors"].items())
+
+
+def _sec(v):
+    return "-" if v is None else f"{v:.1f}"
 
 
 def _pct(v):

@@ -15,7 +15,8 @@ The spec (step 2) and DESIGN.md: the limit MFU is the maximum over (case, scale)
   (bytes moved for MBU) over the median device-synchronised wall time of one iteration;
 * **stage 2**: the top :attr:`SearchOptions.stage2_k` (3) are measured by the collector
   (``msprof_perf_summary.py --cases``; on NPU with ``--aic-metrics ArithmeticUtilization`` for the cube FLOP
-  count, on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the tensor instruction counts): precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search_numerator`), MFU@nom against
+  count, on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the tensor instruction counts):
+  precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search_numerator`), MFU@nom against
   the collector's nominal peak and MFU@ach against peak.json's measured peak where present.
 
 Writes grid_search.json (:mod:`mfulib.schemas.grid_search_json`); its ``chosen_cases`` are what ``make collect``

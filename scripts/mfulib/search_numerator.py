@@ -100,9 +100,9 @@ def _gmma_refusal(entry: dict, capability, mode):
                     f"warpgroup MMA (wgmma) instructions (FLOPs {factor} each) cannot be told from mma.sync ones")
         if gmma > 0:
             return (f"compute capability {capability}: kernel {k.get('name')!r} ran {gmma:.6g} warpgroup MMA "
-                    f"(wgmma) instructions (ncu counts a wgmma m64nNk once per warp of its warpgroup: {factor} FLOPs per "
-                    f"counted instruction) and the N the compiler chose (8..256, possibly several per kernel) is in "
-                    f"no counter, so executed FLOPs are unknown")
+                    f"(wgmma) instructions (ncu counts a wgmma m64nNk once per warp of its warpgroup: {factor} "
+                    f"FLOPs per counted instruction) and the N the compiler chose (8..256, possibly several per "
+                    f"kernel) is in no counter, so executed FLOPs are unknown")
     return None
 
 
