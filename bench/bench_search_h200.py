@@ -40,6 +40,7 @@ again (same machine: the state directory is kept; a fresh machine: pass the prev
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -288,7 +289,6 @@ def markdown(results):
 def resume(tar_path: str, state: str) -> None:
     """Unpack a previous call's tar into ``state`` (whatever the state folder was called there); files already in
     ``state`` are overwritten by the tar's. Raises RuntimeError for a tar without a state folder."""
-    import shutil
     import tempfile
     tmp = tempfile.mkdtemp(prefix="bench_search_resume_")
     try:
@@ -363,6 +363,7 @@ def main():
         st = load(st_path) if os.path.exists(st_path) else {"op": name}
         st["work"] = os.path.join(args.state, key, "work")
         if "prepare" in st and not os.path.exists(os.path.join(st["work"], "model.py")):
+            shutil.rmtree(st["work"], ignore_errors=True)  # its leftovers (an old probe.json) must not be resumed
             st = {"op": name, "work": st["work"], "restarted": "the state had no work dir (an older tar?): "
                                                                "the operator starts over"}
         if args.retry_failed:
