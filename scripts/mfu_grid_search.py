@@ -7,8 +7,10 @@ after max_shape_probe.py) -> grid_search.json.
 Pool: the top --top-n (8) original cases by FLOPs (flops.py when present, else the reference's tracer via
 --flops-tool --tracer-only) at scale 1, plus the scaled variants probe.json appended for them; the original top 3
 are always in it. Stage 1 ranks the pool by device-synchronised wall clock, without the profiler, in one persistent
-worker (--warmup/--repeats; median per iteration); stage 2 measures the top --stage2-k (3) with the collector
-(msprof_perf_summary.py --cases; precise kernel time, PMU where the backend has it). The result is the maximum
+worker (a compiling prime call, --warmup 1, then up to --repeats 10 iterations, stopped once at least 2 sum to
+--stage1-budget-s 0.1 s; median per iteration; wall_s per case); stage 2 measures the top --stage2-k (3) with the
+collector (msprof_perf_summary.py --cases; precise kernel time; PMU: npu ArithmeticUtilization, cuda --pmu from
+--stage2-pmu, default auto). The result is the maximum
 MFU (MFU@ach with peak.json, else MFU@nom) of the precise kernel time; an operator without matrix work gets MBU
 (bytes moved = inputs + outputs). Numerator = min(traced, executed) where hardware counts exist (NPU aic_cube_fops;
 CUDA tensor instructions), else the tracer's, with num_src and why.
@@ -35,10 +37,19 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="seed for inputs and weights (the tracer gets the same)")
     p.add_argument("--top-n", type=int, default=8, help="original cases in the pool, most FLOPs first (>= 3)")
     p.add_argument("--stage2-k", type=int, default=3, help="stage-1 leaders measured by the collector")
-    p.add_argument("--warmup", type=int, default=None, help="stage-1 warmup iterations (default 5; cpu 1)")
-    p.add_argument("--repeats", type=int, default=None, help="stage-1 timed iterations (default 10; cpu 2)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="stage-1 warmup iterations after the compiling prime call (default 1)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="stage-1 timed iterations at most (default 10; cpu 2); --stage1-budget-s stops them earlier")
+    p.add_argument("--stage1-budget-s", type=float, default=None,
+                   help="stage-1 timed iterations stop once at least 2 of them sum to this many seconds (default "
+                        "0.1; cpu: off): ranking needs a few iterations, not a precise median")
     p.add_argument("--stage2-warmup", type=int, default=None, help="collector --warmup (its default otherwise)")
     p.add_argument("--stage2-repeats", type=int, default=None, help="collector --repeats (its default otherwise)")
+    p.add_argument("--stage2-pmu", choices=("auto", "ncu", "none"), default="auto",
+                   help="collector --pmu on cuda (tensor instruction counts for the executed-FLOPs numerator): auto "
+                        "= Nsight Compute when found and permitted; ncu = required; none = no counters (numerator "
+                        "from the tracer). A --collect-arg=--pmu ... wins")
     p.add_argument("--case-timeout-s", type=float, default=600.0, help="wall-clock limit of one case")
     p.add_argument("--flops-tool", default=CHECK_FLOPS, help="FLOPs tool run with --tracer-only (check_flops.py)")
     p.add_argument("--probe-json", default=None, help="probe result (default: <dir>/probe.json; absent: scale 1)")
@@ -60,17 +71,20 @@ def print_summary(doc):
         p = pool[r["case"]]
         rows.append([r["rank"] or "-", r["case"], p["source_case"], _factors(p), r["status"],
                      f"{r['wall_median_ns'] / 1e3:.2f}" if r["wall_median_ns"] else "-",
-                     f"{r['rank_value']:.4g}" if r["rank_value"] is not None else "-", (r["error"] or "")[:50]])
-    print(tabulate(rows, headers=["rank", "case", "from", "scale", "status", "wall us", "stage-1 key", "error"]))
+                     f"{r['rank_value']:.4g}" if r["rank_value"] is not None else "-", _sec(r.get("wall_s")),
+                     (r["error"] or "")[:50]])
+    print(tabulate(rows, headers=["rank", "case", "from", "scale", "status", "wall us", "stage-1 key", "cost s",
+                                  "error"]))
     fig = "MFU" if doc["metric"] == "mfu" else "MBU"
     rows = []
     for r in doc["stage2"]:
         p = pool[r["case"]]
         rows.append([r["case"], p["source_case"], _factors(p), r["status"],
                      f"{r['kernel_time_ns'] / 1e3:.2f}" if r["kernel_time_ns"] else "-", _pct(r.get("mfu_nom")),
-                     _pct(r.get("mfu_ach")), _pct(r.get("mbu")), r.get("num_src") or "-", (r.get("error") or "")[:40]])
+                     _pct(r.get("mfu_ach")), _pct(r.get("mbu")), r.get("num_src") or "-", _sec(r.get("wall_s")),
+                     (r.get("error") or "")[:40]])
     print(tabulate(rows, headers=["case", "from", "scale", "status", "kernel us", "MFU@nom", "MFU@ach", "MBU",
-                                  "num_src", "error"]))
+                                  "num_src", "cost s", "error"]))
     best, cost = doc["best"], doc["cost_s"]
     if best:
         value = best["mfu"] if doc["metric"] == "mfu" else best["mbu"]
@@ -91,6 +105,10 @@ def _factors(p):
     return "1" if not p["factors"] else ",".join(f"{k}x{v:g}" for k, v in p["factors"].items())
 
 
+def _sec(v):
+    return "-" if v is None else f"{v:.1f}"
+
+
 def _pct(v):
     return "-" if v is None else f"{v:.2%}"
 
@@ -101,6 +119,7 @@ def main(argv=None):
     opts = SearchOptions(op_dir=args.dir, backend=args.backend, device_id=args.device, seed=args.seed,
                          top_n=args.top_n, stage2_k=args.stage2_k, warmup=args.warmup, repeats=args.repeats,
                          stage2_warmup=args.stage2_warmup, stage2_repeats=args.stage2_repeats,
+                         stage2_pmu=args.stage2_pmu, stage1_budget_s=args.stage1_budget_s,
                          case_timeout_s=args.case_timeout_s, flops_tool=args.flops_tool, probe_json=args.probe_json,
                          peak_json=args.peak_json, output=args.output, collect_args=args.collect_arg,
                          unverified_ok=args.unverified_ok, progress=not args.quiet)

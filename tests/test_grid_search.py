@@ -205,8 +205,9 @@ def test_stage2_reads_the_collectors_kernel_times_applies_min_traced_executed_an
                     perf_case(2, None, None, asc_error="oom: out of memory")])
     seen = {}
 
-    def fake_collector(opdir, ids, out_dir, backend_name, opts, log):
+    def fake_collector(opdir, ids, out_dir, backend_name, opts, log, case_wall_s=None):
         seen.update(ids=ids, backend=backend_name)
+        case_wall_s.update({1: 1.5, 0: 0.5})  # case 2 printed no progress line
         path = tmp_path / "performance.json"
         path.write_text(json.dumps(rep))
         return str(path)
@@ -223,6 +224,7 @@ def test_stage2_reads_the_collectors_kernel_times_applies_min_traced_executed_an
     assert by[1]["actual_tflops"] == pytest.approx(200.0) and by[1]["mfu_nom"] == pytest.approx(2.0)
     assert by[1]["mfu_ach"] == pytest.approx(4.0)  # a toy peak: the arithmetic is what is checked
     assert by[2]["status"] == "error" and by[2]["metric_value"] is None and "oom" in by[2]["error"]
+    assert (by[1]["wall_s"], by[0]["wall_s"], by[2]["wall_s"]) == (1.5, 0.5, None)
     assert [r["case"] for r in rows] == [1, 0, 2]  # best first, the failed one last
     best = grid_search.best_of(rows, pool, "mfu")
     assert best["case"] == 1 and best["mfu_kind"] == "ach" and best["mfu"] == pytest.approx(4.0)

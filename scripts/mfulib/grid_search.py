@@ -8,12 +8,15 @@ The spec (step 2) and DESIGN.md: the limit MFU is the maximum over (case, scale)
   without matrix work, whose figure is MBU), each at scale 1, plus the legal scaled variants the probe appended for
   them (probe.json ``appended`` whose candidate passed the five gates); the original top 3 are always in it;
 * **stage 1**: every pool case that verify passed (cases without a verify row are verified first, as the collector
-  does: :class:`mfulib.verified_cases.Gate`) runs ``warmup + repeats`` iterations in the persistent worker
-  (:mod:`mfulib.backends.runner`, spec ``"profile": false``: no profiler, no msprof) and is ranked by traced FLOPs
+  does: :class:`mfulib.verified_cases.Gate`) runs the prime call (compilation), ``warmup`` (1) and up to
+  ``repeats`` (10) iterations, stopping once at least 2 measured ones sum to :attr:`SearchOptions.stage1_budget_s`
+  (0.1 s; off on cpu), in the persistent worker (:mod:`mfulib.backends.runner`, spec ``"profile": false``,
+  ``repeat_budget_s``: no profiler, no msprof; its cost per case is the row's ``wall_s``) and is ranked by traced FLOPs
   (bytes moved for MBU) over the median device-synchronised wall time of one iteration;
 * **stage 2**: the top :attr:`SearchOptions.stage2_k` (3) are measured by the collector
   (``msprof_perf_summary.py --cases``; on NPU with ``--aic-metrics ArithmeticUtilization`` for the cube FLOP
-  count): precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search_numerator`), MFU@nom against
+  count, on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the tensor instruction counts):
+  precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search_numerator`), MFU@nom against
   the collector's nominal peak and MFU@ach against peak.json's measured peak where present.
 
 Writes grid_search.json (:mod:`mfulib.schemas.grid_search_json`); its ``chosen_cases`` are what ``make collect``
@@ -42,6 +45,7 @@ from .schemas import grid_search_json as _gs
 SCRIPTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTOR = os.path.join(SCRIPTS_DIR, "ops_profiling", "msprof_perf_summary.py")
 SCRATCH = "search"
+STAGE1_BUDGET_S = 0.1  # stage-1 measured iterations stop once they sum to this (at least 2): ranking only
 PROBE_JSON = "probe.json"
 
 
@@ -64,6 +68,8 @@ class SearchOptions:
     peak_json: str | None = None
     output: str | None = None
     collect_args: list = field(default_factory=list)
+    stage2_pmu: str = "auto"
+    stage1_budget_s: float | None = None
     unverified_ok: bool = False
     progress: bool = True
 
@@ -128,7 +134,7 @@ def stage1(opdir: OpDir, pool: list, backend, opts: SearchOptions, peaks: dict, 
         for p in bar:
             row = {"case": p["case"], "rank": None, "status": None, "error": None, "wall_iter_ns": None,
                    "wall_median_ns": None, "wall_spread": None, "wall_tflops": None, "wall_gbps": None,
-                   "rank_value": None, "output_bytes": None}
+                   "rank_value": None, "output_bytes": None, "wall_s": None}
             rows.append(row)
             admitted, mark = gate.admits(p["case"])
             if not admitted:
@@ -140,9 +146,11 @@ def stage1(opdir: OpDir, pool: list, backend, opts: SearchOptions, peaks: dict, 
                 continue
             spec = {"op_dir": opdir.path, "case_id": p["case"], "impl": "asc", "seed": opts.seed,
                     "warmup": opts.warmup, "repeats": opts.repeats, "backend": backend.name, "device": device,
-                    "markers": False, "profile": False, "flush_cache_mib": 0}
+                    "markers": False, "profile": False, "flush_cache_mib": 0, "repeat_budget_s": opts.stage1_budget_s}
+            t_case = time.perf_counter()
             child = run_child(wall, spec, os.path.join(root, f"case{p['case']}"), opts.case_timeout_s)
-            row.update(status=child.status, error=child.error, output_bytes=child.report.get("output_bytes"))
+            row.update(status=child.status, error=child.error, output_bytes=child.report.get("output_bytes"),
+                       wall_s=time.perf_counter() - t_case)
             per_iter = (child.report.get("iter_wall_ns") or [])[opts.warmup:]
             if child.status != "ok" or not per_iter:
                 row["error"] = row["error"] or "the worker reported no iteration wall times"
@@ -186,24 +194,39 @@ def stage1(opdir: OpDir, pool: list, backend, opts: SearchOptions, peaks: dict, 
 # ------------------------------------------------------------------------------------------------ stage 2
 
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+_CASE = re.compile(r"^\[\d+/\d+\] case (\d+) ")  # the collector's per-case progress line (backends/collect.py)
 
 
-def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts: SearchOptions, log) -> str:
-    """Run the collector on ``ids`` into ``out_dir`` (a subprocess, its progress lines driving a tqdm bar); returns
-    the performance.json path. Raises UserError when it wrote none."""
-    from tqdm import tqdm
-    cmd = [sys.executable, COLLECTOR, "--quick", "--impl", "asc", "--op-dir", opdir.path, "--output-dir", out_dir,
+def collector_command(op_dir: str, ids: list, out_dir: str, backend_name: str, opts: SearchOptions) -> list:
+    """The stage-2 collector command line for case ``ids`` of the work dir ``op_dir`` into ``out_dir``: precise
+    kernel time, and the hardware's executed-work counters the numerator needs (npu: ``--aic-metrics
+    ArithmeticUtilization``; cuda: ``--pmu`` :attr:`SearchOptions.stage2_pmu`, default auto = Nsight Compute when
+    it is found and permitted, unless ``collect_args`` carry their own ``--pmu``)."""
+    cmd = [sys.executable, COLLECTOR, "--quick", "--impl", "asc", "--op-dir", op_dir, "--output-dir", out_dir,
            "--cases", ",".join(map(str, ids)), "--backend", backend_name, "--device", str(opts.device_id),
            "--seed", str(opts.seed), "--case-timeout-s", str(opts.case_timeout_s)]
     if backend_name == "npu":
         cmd += ["--aic-metrics", "ArithmeticUtilization"]  # aic_cube_fops: the executed cube FLOPs
+    extra = list(opts.collect_args)
+    if backend_name == "cuda" and not any(a == "--pmu" or str(a).startswith("--pmu=") for a in extra):
+        cmd += ["--pmu", opts.stage2_pmu]  # tensor instruction counts for the executed-FLOPs numerator
     if opts.stage2_warmup is not None:
         cmd += ["--warmup", str(opts.stage2_warmup)]
     if opts.stage2_repeats is not None:
         cmd += ["--repeats", str(opts.stage2_repeats)]
     if opts.unverified_ok:
         cmd.append("--unverified-ok")
-    cmd += list(opts.collect_args)
+    return cmd + extra
+
+
+def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts: SearchOptions, log,
+                  case_wall_s: dict | None = None) -> str:
+    """Run the collector (:func:`collector_command`) on ``ids`` into ``out_dir`` (a subprocess, its progress lines
+    driving a tqdm bar); returns the performance.json path. ``case_wall_s``, when given, receives {case id: seconds
+    from the previous case's progress line (the first: from the collector's start, its start-up included) to this
+    case's} - the per-case cost of the timing run plus its PMU pass. Raises UserError when it wrote none."""
+    from tqdm import tqdm
+    cmd = collector_command(opdir.path, ids, out_dir, backend_name, opts)
     perf = os.path.join(out_dir, "performance.json")
     if os.path.exists(perf):
         os.unlink(perf)
@@ -211,10 +234,16 @@ def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts
     tty = opts.progress and sys.stderr.isatty()
     bar = tqdm(total=len(ids), desc="search stage 2 (collector)", unit="case", disable=not tty, file=sys.stderr)
     tail = []
+    t_last = time.perf_counter()
     with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
         for line in proc.stderr:
             tail = (tail + [line.rstrip()])[-20:]
             m = _PROGRESS.match(line)
+            c = _CASE.match(line) if m else None
+            if c and case_wall_s is not None:
+                now = time.perf_counter()
+                case_wall_s[int(c.group(1))] = case_wall_s.get(int(c.group(1)), 0.0) + now - t_last
+                t_last = now
             if m and not tty:
                 log(f"stage 2: {line.rstrip()}")
             elif m:
@@ -237,8 +266,9 @@ def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchO
     from .schemas import performance_json as _perf
     t0 = time.perf_counter()
     out_dir = os.path.join(opdir.path, SCRATCH, out_name)
+    case_wall_s = {}
     try:
-        perf_path = run_collector(opdir, top, out_dir, backend_name, opts, log)
+        perf_path = run_collector(opdir, top, out_dir, backend_name, opts, log, case_wall_s)
     finally:
         cost["stage2"] = time.perf_counter() - t0
     rep = _perf.load_report(perf_path)
@@ -256,7 +286,7 @@ def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchO
         row = {"case": e["case"], "status": "skipped" if e.get("skipped") else "ok" if e.get("kernel_time_ns")
                else "error", "error": e.get("skipped") or e.get("asc_error"), "kernel_time_ns": e.get("kernel_time_ns"),
                "repeat_spread": e.get("repeat_spread"), "pmu_source": e.get("pmu_source"),
-               "peak_nom_tflops": peak_nom, "bandwidth_gbps": bw}
+               "peak_nom_tflops": peak_nom, "bandwidth_gbps": bw, "wall_s": case_wall_s.get(e["case"])}
         dtype = e.get("compute_dtype") or p["compute_dtype"]
         mode = peak_key(dtype, bool(e.get("tf32"))) if dtype else None
         executed, src, why = _sn.executed_flops(e, backend_name, device.get("capability"), mode)
@@ -303,6 +333,10 @@ def check_options(opts: SearchOptions) -> None:
         raise UserError(f"--stage2-k {opts.stage2_k}: at least 1 case is measured precisely")
     if opts.warmup < 0 or opts.repeats < 1:
         raise UserError(f"--warmup {opts.warmup} / --repeats {opts.repeats}: warmup >= 0 and repeats >= 1")
+    if opts.stage1_budget_s is not None and not is_positive(opts.stage1_budget_s):
+        raise UserError(f"--stage1-budget-s {opts.stage1_budget_s}: a number of seconds > 0")
+    if opts.stage2_pmu not in ("auto", "ncu", "none"):
+        raise UserError(f"--stage2-pmu {opts.stage2_pmu}: choose auto, ncu or none")
     if not is_positive(opts.case_timeout_s):
         raise UserError(f"--case-timeout-s {opts.case_timeout_s}: a number of seconds > 0")
     if not os.path.exists(opts.flops_tool):
@@ -320,10 +354,12 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         if not os.path.exists(need):
             raise UserError(f"{need}: missing - run prepare_op_dir.py first (make prepare)")
     backend, reason, _env = select_backend(opts.backend)
-    if opts.warmup is None:
-        opts.warmup = 1 if backend.name == "cpu" else 5
-    if opts.repeats is None:
+    if opts.warmup is None:  # the prime call before it compiles; one more absorbs first-launch effects
+        opts.warmup = 1
+    if opts.repeats is None:  # an upper bound: stage1_budget_s stops them earlier
         opts.repeats = 2 if backend.name == "cpu" else 10
+    if opts.stage1_budget_s is None and backend.name != "cpu":
+        opts.stage1_budget_s = STAGE1_BUDGET_S
     check_options(opts)
     os.makedirs(opdir.file(SCRATCH), exist_ok=True)
     probe_path = opts.probe_json or opdir.file(PROBE_JSON)

@@ -23,7 +23,9 @@ the warmup + repeats iterations, ns, the device synchronised at its end: the sha
 spec ``"profile": false``).
 
 Spec keys: ``op_dir, case_id, impl (asc|ref), seed, warmup, repeats, backend, device, markers, profile,
-flush_cache_mib, report_path, trace_path``.
+flush_cache_mib, report_path, trace_path`` and the optional ``repeat_budget_s`` (absent/None: all ``repeats``):
+the measured iterations stop early once at least 2 of them (``repeats`` if fewer) together took this many seconds
+(the shape search's stage 1: ranking needs a few iterations, not a precise median).
 
 Persistent workers (cpu and cuda, :attr:`Backend.persistent_worker`): instead of one process per case,
 :func:`run_child` hands the spec to a :class:`mfulib.worker.Worker` kept per (backend, device) - this file run with
@@ -286,7 +288,9 @@ def run_spec(spec: dict, backend, report: dict) -> None:
     if spec.get("markers") or spec.get("flush_cache_mib"):
         from .harness import Harness
         harness = Harness(spec["device"], spec.get("flush_cache_mib") or 0)
-    n = int(spec["warmup"]) + int(spec["repeats"])
+    warmup = int(spec["warmup"])
+    n = warmup + int(spec["repeats"])
+    budget_ns = None if spec.get("repeat_budget_s") is None else float(spec["repeat_budget_s"]) * 1e9
     session = None
     try:
         with torch.no_grad(), in_directory(built.staging), contextlib.ExitStack() as stack:
@@ -315,6 +319,9 @@ def run_spec(spec: dict, backend, report: dict) -> None:
                     built.model(*built.args)
                     backend.sync()
                 iter_wall_ns.append(time.perf_counter_ns() - t_iter)
+                if budget_ns is not None and i + 1 - warmup >= min(2, n - warmup) and \
+                        sum(iter_wall_ns[warmup:]) >= budget_ns:
+                    break  # time-bounded repeats (spec repeat_budget_s): enough for a ranking
             if spec.get("markers"):
                 harness.marker()
                 backend.sync()

@@ -13,10 +13,13 @@ compute_dtype, why (why it is in the pool)}],
 ``stage1`` [{case, rank (1 = best), status (ok | not_verified | rejected | oom | error | timeout | crashed | no_flops),
 error, wall_iter_ns [per measured iteration], wall_median_ns, wall_spread ((max - min) / median), wall_tflops
 (traced FLOPs / median wall time), wall_gbps (bytes moved / median wall time), rank_value (wall_tflops over the
-dtype's peak, or wall_tflops / wall_gbps when no peak is known), output_bytes}],
+dtype's peak, or wall_tflops / wall_gbps when no peak is known), output_bytes, wall_s (wall seconds of this case's
+stage-1 run in the worker: build, prime call, iterations)}],
 ``stage2`` [{case, status, error, kernel_time_ns, repeat_spread, numerator_traced, numerator_executed, numerator,
 num_src ("tracer" | "hardware:<counter>" | None), num_src_why, pmu_source, actual_tflops, mfu_nom, mfu_ach,
-peak_nom_tflops, peak_ach_tflops, bytes_moved, achieved_gbps, mbu, bandwidth_gbps, metric_value}],
+peak_nom_tflops, peak_ach_tflops, bytes_moved, achieved_gbps, mbu, bandwidth_gbps, metric_value, wall_s (seconds
+between the collector's progress line of the previous case - the first: the collector's start - and this case's:
+its timing child plus its PMU pass; None when the collector printed no line for it)}],
 ``stage2_performance_json`` (the collector's report of stage 2),
 ``best`` {case, source_case, factors, scale, metric, mfu, mfu_kind (ach | nom | None), mbu, num_src, num_src_why,
 numerator_traced, numerator_executed, numerator, kernel_time_ns} (None when stage 2 measured nothing),

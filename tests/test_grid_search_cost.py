@@ -1,0 +1,98 @@
+"""The search's cost bounds: stage 1's time-bounded repeats (runner spec ``repeat_budget_s``) and the per-case
+wall seconds of both stages (stage-1 rows from the worker call, stage-2 rows from the collector's progress lines)."""
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+
+@pytest.fixture(scope="module")
+def gemm_work(tmp_path_factory):
+    import bench_gemm_mfu
+    return bench_gemm_mfu.build_gemm_workdir(str(tmp_path_factory.mktemp("cost") / "work"), 16, 16, 16,
+                                             dtype="float32")
+
+
+def _iterations(work, tmp, repeats, budget_s):
+    from mfulib.backends import get_backend
+    from mfulib.backends.runner import close_workers, run_child
+    from mfulib.grid_search import WallClockBackend
+    backend = get_backend("cpu")
+    spec = {"op_dir": work, "case_id": 0, "impl": "asc", "seed": 0, "warmup": 1, "repeats": repeats,
+            "backend": "cpu", "device": backend.device_string(0), "markers": False, "profile": False,
+            "flush_cache_mib": 0, "repeat_budget_s": budget_s}
+    try:
+        child = run_child(WallClockBackend(backend), spec, str(tmp), 300)
+    finally:
+        close_workers()
+    assert child.status == "ok", child.log_tail
+    return child.report["iter_wall_ns"]
+
+
+def test_stage1_repeats_stop_after_two_once_the_budget_is_spent_and_run_all_without_one(gemm_work, tmp_path):
+    assert len(_iterations(gemm_work, tmp_path / "a", 6, 1e-9)) == 1 + 2  # warmup + the minimum of 2
+    assert len(_iterations(gemm_work, tmp_path / "b", 4, None)) == 1 + 4
+    assert len(_iterations(gemm_work, tmp_path / "c", 1, 1e-9)) == 1 + 1  # fewer repeats than the minimum
+
+
+FAKE_COLLECTOR = r'''
+import json, os, sys, time
+a = sys.argv
+out = a[a.index("--output-dir") + 1]
+ids = [int(x) for x in a[a.index("--cases") + 1].split(",")]
+for k, c in enumerate(ids):
+    time.sleep(0.2 * (k + 1))
+    print(f"[{k + 1}/{len(ids)}] case {c} asc: 1 kernel launch(es)/iter, kernel 1.00 us", file=sys.stderr, flush=True)
+os.makedirs(out, exist_ok=True)
+json.dump({"argv": a}, open(os.path.join(out, "performance.json"), "w"))
+'''
+
+
+def test_stage2_per_case_wall_seconds_come_from_the_collectors_progress_lines(tmp_path, monkeypatch):
+    from mfulib import grid_search
+    from mfulib.opdir import OpDir
+    fake = tmp_path / "collector.py"
+    fake.write_text(FAKE_COLLECTOR)
+    monkeypatch.setattr(grid_search, "COLLECTOR", str(fake))
+    walls = {}
+    perf = grid_search.run_collector(OpDir(str(tmp_path)), [5, 2], str(tmp_path / "out"), "cuda",
+                                     grid_search.SearchOptions(progress=False), lambda m: None, walls)
+    assert set(walls) == {5, 2}
+    assert walls[5] >= 0.2 and walls[2] >= 0.4 - 0.05  # the second case's own sleep, not the running total
+    argv = json.load(open(perf))["argv"]
+    assert argv[argv.index("--pmu") + 1] == "auto"
+
+
+def test_bench_exhaustive_uses_the_searchs_stage2_settings_and_a_fresh_machine_resumes_from_the_tar(tmp_path):
+    import argparse
+    import tarfile
+
+    import bench_search_h200 as b
+    args = argparse.Namespace(backend="cuda", collect_arg=["--flush-cache-mib", "64"],
+                              search_arg=["--stage2-repeats", "7", "--stage2-pmu", "ncu"])
+    o = b._opts(args, "/w")
+    assert (o.stage2_repeats, o.stage2_pmu, o.collect_args) == (7, "ncu", ["--flush-cache-mib", "64"])
+    assert b._opts(args, "/w", pmu="none").stage2_pmu == "none"  # the spread runs only
+    state = tmp_path / "old" / "state"
+    for rel, size in [("mha.json", 10), ("mha/work/model.py", 10), ("mha/work/search/stage2/performance.json", 10),
+                      ("mha/work/search/stage2/trace.json", 10), ("mha/work/big.bin", 9 * 2 ** 20),
+                      ("triton-cache/abc/k.cubin", 10)]:
+        (state / rel).parent.mkdir(parents=True, exist_ok=True)
+        (state / rel).write_bytes(b"x" * size)
+    kept = {os.path.relpath(p, state) for p in b.state_files(str(state))}
+    assert kept == {"mha.json", "mha/work/model.py", "mha/work/search/stage2/performance.json"}
+    tar_path = tmp_path / "t.tar.gz"
+    with tarfile.open(tar_path, "w:gz") as tar:
+        for p in b.state_files(str(state)):
+            tar.add(p, arcname=os.path.relpath(p, state.parent))
+        tar.add(state / "triton-cache", arcname="state/triton-cache")
+        (tmp_path / "bench_search_h200.md").write_text("table")
+        tar.add(tmp_path / "bench_search_h200.md", arcname="bench_search_h200.md")
+    new = tmp_path / "fresh" / "elsewhere"
+    b.resume(str(tar_path), str(new))
+    assert (new / "mha/work/model.py").exists() and (new / "triton-cache/abc/k.cubin").exists()
+    assert (new / "mha.json").read_bytes() == b"x" * 10
