@@ -70,6 +70,9 @@ from benchlib import load_json, run_tree  # noqa: E402
 PY = sys.executable
 MAKEALL_OPS = ("zoo/5_MHABlock", "zoo/1_BatchMatmul")
 SEARCH_OPS = os.environ.get("MFU_SEARCH_OPS", "mha,ffn")
+# extra bench_search_h200.py arguments (e.g. "--probe-arg=--max-scale=16 --probe-arg=--top=4"), recorded in the
+# stage's command line
+SEARCH_EXTRA = os.environ.get("MFU_SEARCH_EXTRA", "").split()
 # the search bench's own state from an earlier call (its tar, committed beside the pack): it resumes from it
 SEARCH_RESUME_NAME = "bench_search_h200.tar.gz"
 # the batch's state from earlier calls (job records, per-operator work-dir JSONs and case files, stamps; never
@@ -436,7 +439,7 @@ def bench_stage(name):
         "search": (lambda o, lim, resume: [PY, "bench/bench_search_h200.py", "--out", o, "--shared-data",
                                            os.path.join(ROOT, ".shared_data", "data"), "--ops", SEARCH_OPS,
                                            "--max-minutes", f"{max(1.0, (lim - 45) / 60):.1f}"]
-                   + (["--resume-from", resume] if resume else []),
+                   + (["--resume-from", resume] if resume else []) + SEARCH_EXTRA,
                    "bench_search_h200.json"),
     }
     return specs[name]
