@@ -176,7 +176,7 @@ def test_search_section_renders_gap_cost_spread_and_limit(tmp_path):
                 {"op": "npukernelbench/level4/2_FFN", "parts_done": ["prepare"], "errors": ["probe: boom | x"]}]}})
     text = make_results.render(str(tmp_path))
     row = next(ln for ln in text.splitlines() if ln.startswith("| zoo/5_MHABlock"))
-    assert "| 61.20% (case 13, scale 4) | 62.00% (case 13) | 1.29% | yes | 41.0 | 120.5 | 34% | NO |" in row
+    assert "| 61.20% (case 13, scale 4) | 62.00% (case 13) | 1.29% | yes | 41.0 | 120.5 | 34.0% | NO |" in row
     assert "| 0.80% | 62.00% | 51.00% (case 7) |" in row
     assert "**Partial:** parts pending: ffn:probe" in text
     assert "probe: boom \\| x" in text  # a pipe in an error does not break the table
