@@ -41,6 +41,10 @@ def build_parser():
                    help="stage-1 warmup iterations after the compiling prime call (default 1)")
     p.add_argument("--repeats", type=int, default=None,
                    help="stage-1 timed iterations at most (default 10; cpu 2); --stage1-budget-s stops them earlier")
+    p.add_argument("--stage1-retime", action="store_true",
+                   help="time every pool case in stage 1, also those the probe already timed (gate 4 of a passed "
+                        "candidate, the scale-1 baseline of a source case: the same synchronised wall clock, reused "
+                        "by default when backend, seed and operator files are the probe's)")
     p.add_argument("--stage1-budget-s", type=float, default=None,
                    help="stage-1 timed iterations stop once at least 2 of them sum to this many seconds (default "
                         "0.1; cpu: off): ranking needs a few iterations, not a precise median")
@@ -120,6 +124,7 @@ def main(argv=None):
                          top_n=args.top_n, stage2_k=args.stage2_k, warmup=args.warmup, repeats=args.repeats,
                          stage2_warmup=args.stage2_warmup, stage2_repeats=args.stage2_repeats,
                          stage2_pmu=args.stage2_pmu, stage1_budget_s=args.stage1_budget_s,
+                         stage1_retime=args.stage1_retime,
                          case_timeout_s=args.case_timeout_s, flops_tool=args.flops_tool, probe_json=args.probe_json,
                          peak_json=args.peak_json, output=args.output, collect_args=args.collect_arg,
                          unverified_ok=args.unverified_ok, progress=not args.quiet)

@@ -286,3 +286,63 @@ def test_search_options_that_would_search_nothing_are_refused():
                           ({"flops_tool": "/nonexistent/check_flops.py"}, "--flops-tool")]:
         with pytest.raises(UserError, match=match):
             grid_search.check_options(grid_search.SearchOptions(**dict(base, **change)))
+
+
+# ------------------------------------------------------------------------------------------------ stage 1 reuse
+
+
+def test_stage1_ranks_what_the_probe_already_timed_and_runs_only_the_rest(tmp_path, monkeypatch):
+    """The probe's gate-4 time of a passed candidate and its scale-1 baseline of a source are the same synchronised
+    wall clock stage 1 measures: reused (same backend, seed, operator files); other cases run in the worker."""
+    from mfulib import verified_cases
+    from mfulib.backends import runner
+    from mfulib.backends.cpu import CpuBackend
+    from mfulib.opdir import OpDir
+    from mfulib.schemas.verify_json import input_digests
+    work = tmp_path / "w"
+    (work / "search").mkdir(parents=True)
+    for name in ("model.py", "model_new.py"):
+        (work / name).write_text("# operator file\n")
+    (work / "Op_perf_cases.jsonl").write_text("".join(json.dumps(bmm_line(1, 16, 16, 16)) + "\n" for _ in range(3)))
+    doc = probe_doc({2: (0, {"batch": 2})})
+    doc["candidates"][0].update(flops=16384.0, time_ms=2.0, candidate_id="c0:batchx2")
+    doc.update(baselines={"0": {"time_ms": 1.0}}, run_key={"seed": 0, "backend": "cpu"},
+               inputs=input_digests(str(work)))
+    (work / "probe.json").write_text(json.dumps(doc))
+    probe = search_pool.read_probe(str(work / "probe.json"))
+    assert probe["timings"] == {0: {"time_ms": 1.0, "from": "probe.json baselines (scale 1)"},
+                                2: {"time_ms": 2.0, "from": "probe.json gate 4 of c0:batchx2"}}
+
+    class Admit:  # test double: every case verified
+        def __init__(self, *a, **k):
+            pass
+
+        def pending(self, ids):
+            return []
+
+        def admits(self, case):
+            return True, None
+    ran = []
+
+    def fake_child(backend, spec, attempt_dir, timeout_s):  # test double for the worker: 4 ms per iteration
+        ran.append(spec["case_id"])
+        return runner.ChildResult("ok", {"iter_wall_ns": [4e6] * 3, "output_bytes": 512})
+    monkeypatch.setattr(verified_cases, "Gate", Admit)
+    monkeypatch.setattr(runner, "run_child", fake_child)
+    pool = [{"case": c, "flops_traced": 8192.0 * (1 + (c == 2)), "input_bytes": 1024, "compute_dtype": "float16"}
+            for c in (0, 1, 2)]
+    opts = grid_search.SearchOptions(op_dir=str(work), backend="cpu", warmup=1, repeats=2, progress=False)
+    rows = grid_search.stage1(OpDir(str(work)), pool, CpuBackend(), opts, {}, "mfu", lambda m: None, {}, probe)
+    assert ran == [1]  # only the case the probe never timed
+    by = {r["case"]: r for r in rows}
+    assert by[0]["wall_median_ns"] == 1e6 and by[0]["timing_source"].startswith("probe.json baselines")
+    assert by[2]["wall_median_ns"] == 2e6 and by[2]["wall_s"] == 0.0
+    assert by[1]["timing_source"] == "stage 1" and by[1]["wall_median_ns"] == 4e6
+    assert [r["case"] for r in rows] == [0, 2, 1]  # 8.2 / 1 ms, 16.4 / 2 ms (tie, lower id first), 8.2 / 4 ms
+
+    ran.clear()  # another seed (or backend, or edited operator files): every case is timed again
+    assert search_pool.probe_timings(probe, "cpu", 1, input_digests(str(work)))[1] == \
+        "the probe ran on cpu with seed 0"
+    opts.stage1_retime = True
+    grid_search.stage1(OpDir(str(work)), pool, CpuBackend(), opts, {}, "mfu", lambda m: None, {}, probe)
+    assert ran == [0, 1, 2]

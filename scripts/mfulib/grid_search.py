@@ -70,6 +70,7 @@ class SearchOptions:
     collect_args: list = field(default_factory=list)
     stage2_pmu: str = "auto"
     stage1_budget_s: float | None = None
+    stage1_retime: bool = False
     unverified_ok: bool = False
     progress: bool = True
 
@@ -110,8 +111,14 @@ class WallClockBackend:
         return self.inner.child_env(env)
 
 
-def stage1(opdir: OpDir, pool: list, backend, opts: SearchOptions, peaks: dict, metric: str, log, cost: dict):
-    """Stage-1 rows (schema module), best first; the verify gate and the wall-clock run of every pool case."""
+def stage1(opdir: OpDir, pool: list, backend, opts: SearchOptions, peaks: dict, metric: str, log, cost: dict,
+           probe: dict | None = None):
+    """Stage-1 rows (schema module), best first; the verify gate and the wall-clock run of every pool case.
+
+    A pool case the probe already timed (gate 4 of its candidate, or the scale-1 baseline of a source case: the same
+    synchronised wall clock without a profiler, same backend, seed and operator files -
+    :func:`mfulib.search_pool.probe_timings`) is ranked by that time (``timing_source`` says so) instead of being
+    run again, unless ``opts.stage1_retime``."""
     from tqdm import tqdm
 
     from .backends.runner import close_workers, run_child
@@ -125,6 +132,14 @@ def stage1(opdir: OpDir, pool: list, backend, opts: SearchOptions, peaks: dict, 
         gate.verify(todo)
     cost["verify"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    from .schemas.verify_json import input_digests
+    from .search_pool import probe_timings
+    reuse, why_not = ({}, "--stage1-retime") if opts.stage1_retime else \
+        probe_timings(probe, backend.name, opts.seed, input_digests(opdir.path))
+    if metric == "mbu" and reuse:  # MBU ranks bytes moved incl. outputs, which only a stage-1 run reports
+        reuse, why_not = {}, "an MBU ranking needs each case's output bytes"
+    if probe and why_not:
+        log(f"stage 1: every pool case is timed (probe timings not reused: {why_not})")
     wall = WallClockBackend(backend)
     rows = []
     root = tempfile.mkdtemp(prefix=".tmp-stage1-", dir=os.path.join(opdir.path, SCRATCH))
@@ -134,7 +149,7 @@ def stage1(opdir: OpDir, pool: list, backend, opts: SearchOptions, peaks: dict, 
         for p in bar:
             row = {"case": p["case"], "rank": None, "status": None, "error": None, "wall_iter_ns": None,
                    "wall_median_ns": None, "wall_spread": None, "wall_tflops": None, "wall_gbps": None,
-                   "rank_value": None, "output_bytes": None, "wall_s": None}
+                   "rank_value": None, "output_bytes": None, "wall_s": None, "timing_source": "stage 1"}
             rows.append(row)
             admitted, mark = gate.admits(p["case"])
             if not admitted:
@@ -143,6 +158,13 @@ def stage1(opdir: OpDir, pool: list, backend, opts: SearchOptions, peaks: dict, 
             if metric == "mfu" and not p["flops_traced"]:
                 row.update(status="no_flops", error="the tracer counted no matrix FLOPs for this case (gate 2: FLOPs "
                                                     "> 0) - it cannot have an MFU")
+                continue
+            if p["case"] in reuse:
+                med = reuse[p["case"]]["time_ms"] * 1e6
+                row.update(status="ok", wall_median_ns=med, wall_s=0.0, timing_source=reuse[p["case"]]["from"])
+                if p["flops_traced"]:
+                    row["wall_tflops"] = actual_tflops(p["flops_traced"], med)
+                row["wall_gbps"] = p["input_bytes"] / med  # outputs unknown here: inputs only
                 continue
             spec = {"op_dir": opdir.path, "case_id": p["case"], "impl": "asc", "seed": opts.seed,
                     "warmup": opts.warmup, "repeats": opts.repeats, "backend": backend.name, "device": device,
@@ -404,7 +426,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
                chosen_cases=[], complete=False)
     out = opts.output or opdir.file(_gs.FILE_NAME)
     try:
-        doc["stage1"] = stage1(opdir, pool, backend, opts, peaks, metric, log, cost)
+        doc["stage1"] = stage1(opdir, pool, backend, opts, peaks, metric, log, cost, probe)
         for r in doc["stage1"]:
             if r["status"] == "not_verified":
                 excluded.append({"case": r["case"], "reason": r["error"]})

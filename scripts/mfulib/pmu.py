@@ -12,8 +12,10 @@ CUDA (Nsight Compute; metric names as ncu spells them for Hopper/sm_90, :data:`N
   ncu's "Memory Throughput": the busiest of DRAM, L2, L1), ``dram_throughput_pct`` (``dram__throughput...``),
   ``tensor_pipe_pct`` (max of ``sm__pipe_tensor_op_hmma_cycles_active`` (mma.sync) and
   ``sm__pipe_tensor_op_gmma_cycles_active`` (Hopper warpgroup MMA), ``.avg.pct_of_peak_sustained_active``),
-  ``tensor_inst_executed`` (``sm__inst_executed_pipe_tensor_op_hmma.sum`` + ``..._gmma.sum``: warp-level
-  instructions), ``tensor_inst_executed_gmma``, ``achieved_occupancy_pct`` (``sm__warps_active.avg.pct_of_peak_
+  ``tensor_inst_executed`` (max of ``sm__inst_executed_pipe_tensor_op_hmma.sum`` and ``..._gmma.sum``: warp-level
+  instructions - on sm_90 the hmma count includes the warpgroup MMAs: the H200 gave hmma = gmma on all six
+  pure-wgmma kernels of bench/validation/h200/pmu.json, so a sum counted each wgmma twice),
+  ``tensor_inst_executed_gmma``, ``achieved_occupancy_pct`` (``sm__warps_active.avg.pct_of_peak_
   sustained_active``), ``dram_bytes`` (``dram__bytes.sum``, converted from its unit to bytes), ``l2_hit_rate_pct``
   (``lts__t_sector_hit_rate.pct``), ``grid_size`` / ``block_size`` (``launch__grid_size`` / ``launch__block_size``:
   blocks and threads), ``waves_per_sm`` (``launch__waves_per_multiprocessor``), ``sm_count`` (``launch__sm_count``),
@@ -164,7 +166,7 @@ def from_ncu_record(rec: dict) -> dict:
 
     ``duration_ns`` through :func:`mfulib.ncu.to_ns` and ``dram_bytes`` through :func:`mfulib.ncu.to_bytes` (from
     their unit column; without one, as ``--print-units base`` writes them: ns, bytes); ``tensor_pipe_pct`` = max of the hmma and gmma pipe metrics present; ``tensor_inst_executed``
-    = sum of the hmma and gmma instruction counts present; ``grid_size`` / ``block_size`` from the launch metrics,
+    = max of the hmma and gmma instruction counts present (the hmma count includes gmma on sm_90); ``grid_size`` / ``block_size`` from the launch metrics,
     else from the row's ``Grid Size`` / ``Block Size`` columns (``(64, 8, 1)`` -> 512). A metric absent from the
     record gives None.
     """
@@ -184,7 +186,7 @@ def from_ncu_record(rec: dict) -> dict:
         elif key == "tensor_pipe_pct":
             out[key] = max(v for _, v in vals)
         elif key == "tensor_inst_executed":
-            out[key] = float(sum(v for _, v in vals))
+            out[key] = float(max(v for _, v in vals))
             gm = [v for n, v in vals if "gmma" in n]
             out["tensor_inst_executed_gmma"] = gm[0] if gm else None
         else:

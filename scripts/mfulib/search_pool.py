@@ -30,8 +30,10 @@ def read_probe(path: str) -> dict | None:
     ``path`` does not exist: {"appended": {case id: {source_case, factors, scale (None when not recorded)}},
     "verdicts": {case id: verdict of the candidate that made it}, "complete": bool, "traced": {case id: {flops,
     status, reason, from}} (the probe's tracer counts: ``traced_flops`` of the originals, ``flops`` of passed
-    candidates), "seed": the probe's seed (``run_key.seed``), whose draw those counts come from}. Raises UserError
-    naming the file for a malformed one.
+    candidates), "seed": the probe's seed (``run_key.seed``), whose draw those counts come from, "backend",
+    "inputs" (model.py / model_new.py sha256), "timings": {case id: {time_ms, from}} (gate 4's median synchronised
+    wall clock of each passed candidate, the scale-1 baseline of each source case)}. Raises UserError naming the
+    file for a malformed one.
 
     The reader is small on purpose: it can be swapped for the probe's own schema module."""
     if not path or not os.path.exists(path):
@@ -65,9 +67,31 @@ def read_probe(path: str) -> dict | None:
         if c.get("verdict") == "pass" and is_number(c.get("flops")):
             traced[c["new_case_id"]] = {"flops": float(c["flops"]), "status": "pass", "reason": None,
                                         "from": "probe.json"}
-    seed = (doc.get("run_key") or {}).get("seed") if isinstance(doc.get("run_key"), dict) else None
+    run_key = doc.get("run_key") if isinstance(doc.get("run_key"), dict) else {}
+    timings = {}  # the probe's synchronised wall clock: gate 4 of a passed candidate, the scale-1 baseline of a source
+    for key, b in (doc.get("baselines") or {}).items():
+        if str(key).isdigit() and isinstance(b, dict) and is_number(b.get("time_ms")) and b["time_ms"] > 0:
+            timings[int(key)] = {"time_ms": float(b["time_ms"]), "from": "probe.json baselines (scale 1)"}
+    for c in cands:
+        if c.get("verdict") == "pass" and is_number(c.get("time_ms")) and c["time_ms"] > 0:
+            timings[c["new_case_id"]] = {"time_ms": float(c["time_ms"]), "from": f"probe.json gate 4 of "
+                                                                                 f"{c.get('candidate_id')}"}
     return {"appended": out, "verdicts": verdicts, "complete": bool(doc.get("complete")), "traced": traced,
-            "seed": seed}
+            "seed": run_key.get("seed"), "backend": run_key.get("backend"), "inputs": doc.get("inputs"),
+            "timings": timings}
+
+
+def probe_timings(probe: dict | None, backend: str, seed: int, inputs: dict) -> tuple:
+    """({case id: {time_ms, from}}, why): the probe's wall-clock timings stage 1 may reuse - only when the probe
+    ran on the same backend with the same seed over the same model.py / model_new.py (``inputs``: their sha256,
+    :func:`mfulib.schemas.verify_json.input_digests`); otherwise ({}, the reason)."""
+    if not probe or not probe.get("timings"):
+        return {}, "no probe timings"
+    if probe.get("backend") != backend or probe.get("seed") != seed:
+        return {}, f"the probe ran on {probe.get('backend')} with seed {probe.get('seed')}"
+    if probe.get("inputs") != inputs:
+        return {}, "model.py / model_new.py changed since the probe"
+    return dict(probe["timings"]), None
 
 
 def probe_origins(path: str) -> dict:

@@ -14,7 +14,8 @@ compute_dtype, why (why it is in the pool)}],
 error, wall_iter_ns [per measured iteration], wall_median_ns, wall_spread ((max - min) / median), wall_tflops
 (traced FLOPs / median wall time), wall_gbps (bytes moved / median wall time), rank_value (wall_tflops over the
 dtype's peak, or wall_tflops / wall_gbps when no peak is known), output_bytes, wall_s (wall seconds of this case's
-stage-1 run in the worker: build, prime call, iterations)}],
+stage-1 run in the worker: build, prime call, iterations; 0 for a reused probe timing), timing_source ("stage 1",
+or the probe.json timing it reused: gate 4 of a passed candidate / a source's scale-1 baseline)}],
 ``stage2`` [{case, status, error, kernel_time_ns, repeat_spread, numerator_traced, numerator_executed, numerator,
 num_src ("tracer" | "hardware:<counter>" | None), num_src_why, pmu_source, actual_tflops, mfu_nom, mfu_ach,
 peak_nom_tflops, peak_ach_tflops, bytes_moved, achieved_gbps, mbu, bandwidth_gbps, metric_value, wall_s (seconds
