@@ -11,7 +11,10 @@ called it latency-bound. This script tests that reading: the same kernel, the sa
 
 * ``grid = SMs``       (the example as written: one CTA per SM),
 * ``grid = 2 x SMs``   (two CTAs per SM: one's epilogue and loads overlap the other's MMAs),
-* ``grid = tiles``     (one program per tile: the non-persistent launch Triton's tutorials use).
+* ``grid = tiles``     (one program per tile: the non-persistent launch Triton's tutorials use),
+
+and kernel variants: B as [K, N] row-major, ``num_stages=4``, an unmasked K loop, and int32 offsets (the
+example widens row offsets to int64; more live registers can leave room for only one 8-warp CTA per SM).
 
 Per variant: median kernel time of 20 CUDA-event-timed launches after warm-up (L2 not flushed: the projections
 read the same weights every call in the operator too), TFLOP/s = 2 M N K / time, and - when ncu is present and
@@ -75,6 +78,34 @@ def matmul_even_k(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
+@triton.jit
+def matmul_i32_even_k(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # even-K and int32 offsets (no .to(tl.int64): fewer live registers; valid while every offset < 2**31)
+    pid = tl.program_id(0)
+    num_progs = tl.num_programs(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    for tile in range(pid, tiles_m * tiles_n, num_progs):
+        group = tile // (GROUP_M * tiles_n)
+        first_m = group * GROUP_M
+        group_rows = min(tiles_m - first_m, GROUP_M)
+        tile_m = first_m + (tile % group_rows)
+        tile_n = (tile % (GROUP_M * tiles_n)) // group_rows
+        rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+        b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+        c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
 sms = torch.cuda.get_device_properties(0).multi_processor_count
 mode = sys.argv[3]  # "time" or "ncu"
 rows = []
@@ -93,7 +124,9 @@ for n in (12288, 4096):
                 ("example B [K,N] row-major", kern, sms, (wt, wt.stride(0), wt.stride(1)), 3),
                 ("example num_stages=4", kern, sms, (w, w.stride(1), w.stride(0)), 4),
                 ("even-K (no K mask)", matmul_even_k, sms, (w, w.stride(1), w.stride(0)), 3),
-                ("even-K B [K,N] grid=tiles", matmul_even_k, tiles, (wt, wt.stride(0), wt.stride(1)), 3))
+                ("even-K B [K,N] grid=tiles", matmul_even_k, tiles, (wt, wt.stride(0), wt.stride(1)), 3),
+                ("int32 even-K grid=tiles", matmul_i32_even_k, tiles, (w, w.stride(1), w.stride(0)), 3),
+                ("int32 even-K B [K,N] grid=tiles", matmul_i32_even_k, tiles, (wt, wt.stride(0), wt.stride(1)), 3))
     for name, kfn, grid, (bt, sbk, sbn), stages in variants:
         def launch():
             kfn[(min(grid, tiles),)](a, bt, out, m, n, k, a.stride(0), a.stride(1), sbk, sbn,
