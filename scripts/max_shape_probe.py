@@ -55,6 +55,9 @@ def build_parser():
                    "traced FLOPs (input bytes for operators without matrix work, and in --dry-run) that the backend "
                    "can run")
     p.add_argument("--refine-steps", type=int, default=3, help="bisection steps after the ladder")
+    p.add_argument("--trace-jobs", type=int, default=None,
+                   help="gate-2 traces run ahead on the host while the device runs a candidate (default: "
+                        "min(4, CPUs // 4); 0: none)")
     p.add_argument("--no-saturation-stop", action="store_true",
                    help="climb every ladder to its first failing factor; by default a source's ladder ends once a "
                         "doubling raises its wall TFLOP/s (GB/s without matrix work) by less than 5%% over the best "
@@ -111,6 +114,9 @@ def main(argv=None):
         return 0
     if args.max_scale < 2 or args.max_bytes <= 0 or args.max_ms <= 0 or args.top < 1:
         raise UserError("--max-scale must be >= 2 and --max-bytes, --max-ms, --top > 0")
+    if (args.budget_s is not None and args.budget_s <= 0) or args.timeout_s <= 0 or \
+            (args.trace_jobs is not None and args.trace_jobs < 0):
+        raise UserError("--budget-s and --timeout-s must be > 0 seconds and --trace-jobs >= 0")
     if not os.path.isfile(args.flops_tool):
         raise UserError(f"--flops-tool {args.flops_tool}: not found - pass scripts/check_flops.py")
     if old:
@@ -191,7 +197,8 @@ def main(argv=None):
     opts = {"flops_tool": os.path.abspath(args.flops_tool), "seed": args.seed, "timeout_s": args.timeout_s,
             "max_ms": args.max_ms, "device": device, "backend": backend, "budget_s": args.budget_s,
             "reuse_verdicts": bool(old) and old.get("run_key") == json.loads(json.dumps(run_key)),
-            "saturation": not args.no_saturation_stop}
+            "saturation": not args.no_saturation_stop,
+            "trace_jobs": args.trace_jobs if args.trace_jobs is not None else min(4, (os.cpu_count() or 1) // 4)}
     if opts["reuse_verdicts"]:
         doc["baselines"] = (old or {}).get("baselines") or {}
     bar = tqdm(total=len(sources) * len(probe.ladder(args.max_scale)), desc=f"probe {od.op_name}", unit="cand",
@@ -199,11 +206,13 @@ def main(argv=None):
     pr = probe.Probe(od, doc, groups, opts, limits, bw, log=lambda m: (bar.write(m) if not bar.disable else print(m)))
     t_run = time.monotonic()
     try:
-        for i in sources:
+        for k, i in enumerate(sources):
             no_matrix = bool(traced) and not traced.get(i)
             pr.set_source(i, no_matrix, traced.get(i))
+            pr.upcoming = sources[k + 1:]
             probe.search_factor(lambda s: (bar.update(1), pr.evaluate(i, s, no_matrix, save))[1], args.max_scale,
                                 args.refine_steps)
+            pr.end_source(i)
     except probe.OutOfBudget as exc:
         pr.log(f"stopped: {exc}; a re-run resumes from {path}")
     except KeyboardInterrupt:

@@ -162,3 +162,29 @@ def test_budget_bounds_the_run_inside_a_candidate(tmp_path):
     assert all(c["verdict"] in ("pass", "fail") for c in doc["candidates"])  # the cut one is not recorded
     assert not [c for c in doc["candidates"] if c["source_case"] == 1]  # never started
     assert doc["wall_s"] <= 6 + 5  # the budget plus the kill and clean-up, not another candidate's 5 s
+
+
+def test_traces_started_ahead_give_the_same_verdicts_and_leave_nothing_running(tmp_path):
+    # two source cases, ladder 2, 4: with --trace-jobs 2 the tracer of the next factor / the next source runs while
+    # the child runs the current candidate; the verdicts and traced FLOPs are those of the sequential run
+    runs = {}
+    for jobs in ("0", "2"):
+        work = probe_ops.make_workdir(tmp_path / f"j{jobs}")
+        r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "4", "--no-saturation-stop", "--trace-jobs", jobs,
+                           env={"TMPDIR": str(tmp_path / f"j{jobs}")})
+        assert r.returncode == 0, r.stderr
+        runs[jobs] = doc
+        assert not list((tmp_path / f"j{jobs}").glob("mfu_probe_*")), "a staged candidate was left behind"
+    key = lambda d: [(c["candidate_id"], c["verdict"], c["flops"]) for c in d["candidates"]]  # noqa: E731
+    assert key(runs["0"]) == key(runs["2"]) and len(key(runs["0"])) == 4
+    waited = [next(g for g in c["gates"] if g["gate"] == 2) for c in runs["2"]["candidates"]]
+    assert any(g["waited_s"] < g["wall_s"] for g in waited)  # at least one trace had started ahead
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(tmp_path) not in ps  # no tracer or gate child of either run is still alive
+
+
+def test_probe_refuses_a_zero_budget_and_negative_trace_jobs(tmp_path):
+    work = probe_ops.make_workdir(tmp_path)
+    for extra in (["--budget-s", "0"], ["--trace-jobs", "-1"], ["--timeout-s", "0"]):
+        r, _doc = run_probe(work, "--cases", "0", *extra)
+        assert r.returncode == 2 and "--budget-s and --timeout-s must be > 0" in r.stderr, (extra, r.stderr)

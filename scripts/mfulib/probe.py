@@ -44,7 +44,7 @@ from .jsonio import write_text_atomic
 from .schemas import probe_json as pj
 
 from .probe_gates import (BANDWIDTH_MARGIN, DEVICE_COPIES, HOST_COPIES, GateWorker, OutOfBudget,  # noqa: F401
-                          gate1, gate2, gate5, gates34)
+                          TraceJob, gate1, gate2, gate5, gates34)
 
 SATURATION_GAIN = 0.05  # a doubling that raises wall TFLOP/s (GB/s) by less than this ends the source's ladder
 NPU_DEFAULT_GBPS = 1300.0  # spec step 2, gate 5 table: "输入字节/耗时 ≤ 1.3TB/s" (Ascend 910B); measure it instead
@@ -295,6 +295,12 @@ def candidate_id(source_case: int, factors: dict) -> str:
 class Probe:
     """One probe run over source cases of the OpDir ``od``; ``doc`` is the probe.json being built (resumed).
 
+    Trace prefetch (``opts["trace_jobs"]`` > 0): gate 2 is a host-side subprocess (Python, torch, the tracer: ~5-12
+    s on the H200 host) while gates 3-4 run on the device; so while one candidate runs, the tracer is already
+    started for the next factor of its ladder and for the first factor of the next source cases (at most
+    ``trace_jobs`` at once). A trace nobody needs (the ladder ended) is killed. Verdicts are the same either way:
+    a prefetched trace is the same command on the same staged case.
+
     Saturation: each passing candidate's figure is its wall TFLOP/s (traced FLOPs / gate-4 time; GB/s of inputs for
     an operator without matrix work); once a factor raises it by less than :data:`SATURATION_GAIN` over the best
     so far (the source at scale 1 included, timed first - :meth:`baseline`), the ladder of that source ends there
@@ -311,13 +317,50 @@ class Probe:
             doc["baselines"] = {}
         self.t0 = time.monotonic()
         self.out_of_budget = False
+        self.prefetched = {}  # candidate id -> (tmp dir, staged dir, TraceJob): gate 2 started ahead
+        self.upcoming = []  # source cases after the current one (their first factor may be traced ahead)
         self.best = {}  # source case -> best wall figure so far
         self.sources = {}  # source case -> (no_matrix, traced FLOPs at scale 1), set by set_source
         self.worker = None
 
     def close(self):
+        """End the gate child and every trace started ahead (their processes and staged dirs)."""
         if self.worker is not None:
             self.worker.close()
+            shutil.rmtree(self.worker.log_dir, ignore_errors=True)  # the child's own log (a case logs beside it)
+            self.worker = None
+        for tmp, _staged, job in self.prefetched.values():
+            job.kill()
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.prefetched = {}
+
+    def prefetch(self, wanted) -> None:
+        """Start gate 2 ahead for ``wanted`` [(source, s)] (in order, up to ``opts["trace_jobs"]`` outstanding):
+        the tracer runs on the host while the device runs the current candidate's gates 3-4. Candidates that
+        already have a verdict, fail gate 1 or cannot be scaled consistently are skipped (they need no trace)."""
+        cap = int(self.opts.get("trace_jobs") or 0)
+        for source, s in wanted:
+            if len(self.prefetched) >= cap:
+                return
+            cand, case, info, refusals = self.plan(source, s)
+            cid = cand["candidate_id"]
+            if cid in self.prefetched or cid in self.done or refusals or not gate1(info, self.limits)["ok"]:
+                continue
+            tmp = tempfile.mkdtemp(prefix="mfu_probe_")
+            staged = stage_candidate(self.od, case, tmp)
+            self.prefetched[cid] = (tmp, staged, TraceJob(self.opts["flops_tool"], staged, self.opts["seed"]))
+
+    def end_source(self, source: int) -> None:
+        """The ladder of ``source`` is over: traces started ahead for it are no longer needed (killed)."""
+        for cid in [c for c in self.prefetched if c.startswith(f"c{source}:")]:
+            tmp, _staged, job = self.prefetched.pop(cid)
+            job.kill()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def next_factor(self, s: int):
+        """The ladder's factor after ``s`` (None at the top)."""
+        lad = ladder(self.limits["max_scale"])
+        return next((f for f in lad if f > s), None)
 
     def _worker(self):
         if self.worker is None:
@@ -429,13 +472,18 @@ class Probe:
         timeout, cut = self._timeout()
         t_start = time.monotonic()
         gates = [gate1(info, self.limits)]
-        tmp = tempfile.mkdtemp(prefix="mfu_probe_")
+        pre = self.prefetched.pop(cand["candidate_id"], None)
+        tmp, staged, job = pre if pre else (tempfile.mkdtemp(prefix="mfu_probe_"), None, None)
         row = None
         try:
             if gates[-1]["ok"]:
-                staged = stage_candidate(self.od, case, tmp)
+                staged = staged or stage_candidate(self.od, case, tmp)
+                if job is None and not refusals:
+                    job = TraceJob(o["flops_tool"], staged, o["seed"])
+                nxt = self.next_factor(s)  # traced on the host while this candidate runs on the device
+                self.prefetch(([(source, nxt)] if nxt else []) + [(u, 2) for u in self.upcoming])
                 g2, cand["flops"] = gate2(o["flops_tool"], staged, o["seed"], timeout, no_matrix,
-                                          info.input_bytes, refusals, budget_cut=cut)
+                                          info.input_bytes, refusals, budget_cut=cut, job=job)
                 gates.append(g2)
                 if g2["ok"]:
                     timeout, cut = self._timeout()

@@ -60,28 +60,74 @@ def gate1(info, limits: dict) -> dict:
                           limits["max_bytes"]), t0)
 
 
+class TraceJob:
+    """One ``--flops-tool --tracer-only --cases 0`` run on a staged candidate, started at construction (its own
+    process group, stdout/stderr to files beside the staged dir) and read by :func:`gate2` - at once, or later when
+    the probe started it ahead (:class:`mfulib.probe.Probe`'s trace prefetch, while the device runs another
+    candidate). ``kill()`` ends it and whatever it started."""
+
+    def __init__(self, flops_tool: str, staged: str, seed: int):
+        root = os.path.dirname(staged)
+        self.flops_tool, self.out = flops_tool, os.path.join(root, "flops_check.json")
+        self.log = os.path.join(root, "flops_tool.log")
+        cmd = [sys.executable, flops_tool, "--op-dir", staged, "--tracer-only", "--cases", "0", "--seed", str(seed),
+               "--quiet", "-o", self.out]
+        self.t0 = time.monotonic()
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def wait(self, timeout_s: float):
+        """The exit status, or None when it did not end within ``timeout_s`` (it is killed then)."""
+        try:
+            return self.proc.wait(timeout=max(0.0, timeout_s))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self) -> None:
+        import contextlib
+        import signal
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def tail(self, n: int = 2) -> str:
+        return _log_tail(self.log, n)
+
+
 def gate2(flops_tool: str, staged: str, seed: int, timeout_s: float, no_matrix: bool, input_bytes: int,
-          refusals: list, budget_cut: bool = False) -> tuple:
+          refusals: list, budget_cut: bool = False, job: TraceJob | None = None) -> tuple:
     """(gate dict, flops or None): the reference traced on the staged candidate by ``flops_tool`` (a subprocess:
     ``--tracer-only --cases 0`` with the seed of the timed run - data-dependent FLOPs from the same draw).
-    ``budget_cut``: ``timeout_s`` is what is left of the budget, so running out of it raises :class:`OutOfBudget`."""
+    ``job``: that run, started earlier (prefetch); ``wall_s`` then counts from its start and ``waited_s`` says how
+    long the probe waited for it. ``budget_cut``: ``timeout_s`` is what is left of the budget, so running out of
+    it raises :class:`OutOfBudget`."""
     t0 = time.monotonic()
     if refusals:
         return _timed(pj.gate(2, False, "the scaling cannot keep the case consistent: " + "; ".join(refusals)),
                       t0), None
-    out = os.path.join(os.path.dirname(staged), "flops_check.json")
-    cmd = [sys.executable, flops_tool, "--op-dir", staged, "--tracer-only", "--cases", "0", "--seed", str(seed),
-           "--quiet", "-o", out]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, timeout_s))
-    except subprocess.TimeoutExpired:
+    job = job or TraceJob(flops_tool, staged, seed)
+    rc = job.wait(timeout_s)
+    waited = round(time.monotonic() - t0, 3)
+    t0 = job.t0
+    if rc is None:
         if budget_cut:
             raise OutOfBudget(f"gate 2 ({os.path.basename(flops_tool)}) cut at --budget-s") from None
-        return _timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} took more than {timeout_s:g} s"), t0), None
+        return dict(_timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} took more than {timeout_s:g} s"), t0),
+                    waited_s=waited), None
+    out = job.out
     if not os.path.exists(out):
-        tail = (r.stderr or r.stdout).strip().splitlines()[-2:]
-        return _timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} exit {r.returncode}: {' | '.join(tail)}"),
-                      t0), None
+        return dict(_timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} exit {rc}: {job.tail()}"), t0),
+                    waited_s=waited), None
+    g, flops = _gate2_verdict(out, seed, no_matrix, input_bytes, t0)
+    g["waited_s"] = waited
+    return g, flops
+
+
+def _gate2_verdict(out: str, seed: int, no_matrix: bool, input_bytes: int, t0: float) -> tuple:
+    """Gate 2 from the flops tool's flops_check.json ``out``."""
     with open(out) as f:
         row = (json.load(f).get("per_case") or [{}])[0]
     tr = row.get("tracer") or {}

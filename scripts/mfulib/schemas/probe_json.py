@@ -8,7 +8,8 @@ axis]...] (an attribute: [name, null]), followers [[input, axis | list index | n
 [{candidate_id, source_case, scale, factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
 | null (null: not checked, with the reason in detail), detail, value, limit}], verdict: pass | fail, failed_gate:
 int | null, new_case_id: int | null (its id in the case files once appended), time_ms, flops, wall_s (seconds
-the candidate took; each gate has its own ``wall_s``), wall_figure (wall TFLOP/s = traced FLOPs / gate-4 time; GB/s
+the candidate took; each gate has its own ``wall_s``, gate 2 also ``waited_s``: the part the probe waited for a
+trace started ahead), wall_figure (wall TFLOP/s = traced FLOPs / gate-4 time; GB/s
 of inputs without matrix work), saturated (why the ladder ended at this passing factor, or null)}],
 ``baselines`` {"<source case>": {time_ms, flops, input_bytes, figure, detail, wall_s}} (each source timed at scale
 1, the saturation rule's starting point), ``wall_s`` (seconds of this run and the runs it resumed),
