@@ -180,7 +180,7 @@ def part_spread(op, work, args, env, st):
 
 PARTS = [("prepare", part_prepare), ("probe", part_probe), ("search", part_search),
          ("exhaustive", part_exhaustive_chunk), ("spread", part_spread)]
-MIN_LEFT_S = {"prepare": 30, "probe": 120, "search": 180, "exhaustive": 120, "spread": 90}
+MIN_LEFT_S = {"prepare": 30, "probe": 90, "search": 150, "exhaustive": 75, "spread": 60}  # chunks shrink to fit
 
 
 def figure(row, metric):
