@@ -45,6 +45,8 @@ STEPS = (
     Step("prepare", PREPARE_JSON),
     Step("verify", "verify.json", ("prepare",), ("model_new.py",)),
     Step("flops", "flops_check.json", ("prepare",), ("flops.py", "model.py")),
+    Step("probe", "probe.json", ("verify",), ("model.py", "model_new.py")),  # step 2 (make probe / SEARCH=1)
+    Step("search", "grid_search.json", ("probe",), ("model_new.py",)),
     Step("collect", "performance.json", ("verify", "flops"), ("model_new.py",)),
     Step("peak", "peak.json"),
     Step("decompose", "mfu_decompose.json", ("collect", "peak"), ("performance.json", "peak.json")),
@@ -134,6 +136,22 @@ def report_verdict(step: str, path: str) -> tuple:
         elif step == "peak":
             peak = peak_json.read_peak_json(path)
             ok, problems = not peak.get("interrupted"), (["interrupted"] if peak.get("interrupted") else [])
+        elif step == "probe":
+            from .schemas import probe_json
+            doc = probe_json.read_probe_json(path)
+            ok = bool(doc.get("complete"))
+            problems = [f"{len(doc.get('appended') or {})} scaled case(s) appended from "
+                        f"{len(doc.get('candidates') or [])} candidate(s)"]
+            if not ok:
+                problems.append(f"incomplete: {doc.get('interrupted') or 'interrupted'} (make probe resumes)")
+        elif step == "search":
+            from .schemas import grid_search_json
+            doc = grid_search_json.read_grid_search_json(path)
+            best = doc.get("best") or {}
+            ok = bool(doc.get("complete"))
+            fig = best.get("mfu") if best.get("mfu") is not None else best.get("mbu")
+            problems = [f"best: case {best.get('case')} {best.get('metric', '').upper()} "
+                        f"{fig:.2%}" if fig is not None else "no best point"]
         elif step == "decompose":
             ok, problems = decompose_json.completeness(decompose_json.read_decompose_json(path))
         else:
