@@ -64,7 +64,9 @@ def build_parser():
                         "so far, scale 1 included (a larger case would cost more and not raise the limit)")
     p.add_argument("--seed", type=int, default=0, help="seed of every draw (tracer, verify, timing)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="per-subprocess limit of one candidate")
-    p.add_argument("--budget-s", type=float, help="stop starting candidates after this many seconds in all")
+    p.add_argument("--budget-s", type=float, help="bound the whole run to this many seconds, counted from the start "
+                   "(the ranking trace included) and enforced inside a candidate too: a candidate cut by it gets no "
+                   "verdict, probe.json says complete: false, and a re-run resumes")
     p.add_argument("--peak-json", help="peak.json with bandwidth_gbps (default: <dir>/peak.json)")
     p.add_argument("--dry-run", action="store_true", help="list the ladder candidates and gate-1 bytes; run nothing")
     p.add_argument("--restore", action="store_true", help="put the original case files back and exit")
@@ -89,6 +91,7 @@ def rank_sources(od, args, infos, cases=None):
 
 
 def main(argv=None):
+    t_start = time.monotonic()
     args = build_parser().parse_args(argv)
     from tabulate import tabulate
     from tqdm import tqdm
@@ -100,7 +103,7 @@ def main(argv=None):
     from mfulib.opdir import OpDir
     from mfulib.schemas import probe_json as pj
     from mfulib.schemas import verify_json
-    from mfulib.verified_cases import skip_reason
+    from mfulib.verified_cases import default_max_input_mb, skip_reason
 
     od = OpDir(args.dir)
     path = od.file(pj.FILE_NAME)
@@ -109,8 +112,16 @@ def main(argv=None):
         if old is None:
             raise UserError(f"{path}: not found - nothing was appended, nothing to restore")
         names = probe.restore(od, old)
-        pj.write_probe_json(path, old)
-        print(f"restored the original {', '.join(names)} in {od.path}")
+        # the probe's verdicts were about the appended cases, now gone: a later probe starts afresh (a kept
+        # probe.json would resume them and append nothing), and make redoes probe and search
+        from mfulib import workdir_state
+        gone = [p for p in (path, od.file("grid_search.json")) if os.path.exists(p)]
+        for p in gone:
+            os.unlink(p)
+        stamps = [s for s in ("probe", "search") if workdir_state.invalidate(od.path, s)]
+        print(f"restored the original {', '.join(names)} in {od.path}; removed "
+              f"{', '.join(os.path.basename(p) for p in gone)}" + (f" and the make stamps of {', '.join(stamps)}"
+                                                                  if stamps else ""))
         return 0
     if args.max_scale < 2 or args.max_bytes <= 0 or args.max_ms <= 0 or args.top < 1:
         raise UserError("--max-scale must be >= 2 and --max-bytes, --max-ms, --top > 0")
@@ -158,7 +169,8 @@ def main(argv=None):
         sources, traced = rank_sources(od, args, infos, fits if len(fits) < n_orig else None)
         sources = [i for i in sources if i in fits] + [i for i in sources if i not in fits]
     order = sources
-    skipped = {i: skip_reason(infos[i], backend) for i in order if skip_reason(infos[i], backend)}
+    cap = default_max_input_mb(backend)  # the cases verify runs on this backend (the CPU interpreter: small ones)
+    skipped = {i: skip_reason(infos[i], backend, cap) for i in order if skip_reason(infos[i], backend, cap)}
     sources = [i for i in order if i not in skipped]
     if not args.cases:  # the top ones among the cases this backend can run; report the skipped ones ranked above
         sources = sources[: args.top]
@@ -197,7 +209,7 @@ def main(argv=None):
     opts = {"flops_tool": os.path.abspath(args.flops_tool), "seed": args.seed, "timeout_s": args.timeout_s,
             "max_ms": args.max_ms, "device": device, "backend": backend, "budget_s": args.budget_s,
             "reuse_verdicts": bool(old) and old.get("run_key") == json.loads(json.dumps(run_key)),
-            "saturation": not args.no_saturation_stop,
+            "saturation": not args.no_saturation_stop, "t0": t_start,
             "trace_jobs": args.trace_jobs if args.trace_jobs is not None else min(4, (os.cpu_count() or 1) // 4)}
     if opts["reuse_verdicts"]:
         doc["baselines"] = (old or {}).get("baselines") or {}
@@ -205,6 +217,11 @@ def main(argv=None):
                file=sys.stderr, disable=not sys.stderr.isatty())
     pr = probe.Probe(od, doc, groups, opts, limits, bw, log=lambda m: (bar.write(m) if not bar.disable else print(m)))
     t_run = time.monotonic()
+    import signal
+
+    def _terminated(signum, _frame):  # kill / timeout(1): saved as interrupted, like Ctrl-C
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         for k, i in enumerate(sources):
             no_matrix = bool(traced) and not traced.get(i)
@@ -215,8 +232,9 @@ def main(argv=None):
             pr.end_source(i)
     except probe.OutOfBudget as exc:
         pr.log(f"stopped: {exc}; a re-run resumes from {path}")
-    except KeyboardInterrupt:
-        doc["interrupted"] = "KeyboardInterrupt"
+    except KeyboardInterrupt as exc:
+        doc["interrupted"] = f"{'SIGTERM' if str(exc).startswith('signal') else 'KeyboardInterrupt'}: a re-run resumes"
+        doc["wall_s"] = round(time.monotonic() - t_run, 3)
         save()
         raise
     finally:

@@ -52,7 +52,12 @@ def test_write_back_appends_to_both_copies_and_restore_puts_the_originals_back(t
     for name in ("Op_perf_cases.jsonl", "model.json"):
         assert restored[name] == before[name]
     assert json.load(open(os.path.join(work, "verify.json")))["cases"] == []
-    assert doc["appended"] == {} and not os.path.exists(os.path.join(work, pj.BACKUP_DIR))
+    assert doc is None and not os.path.exists(os.path.join(work, pj.BACKUP_DIR))  # probe.json gone with them
+    assert "removed probe.json" in r.stdout
+    # a probe after the restore starts afresh: the same candidate is appended again (nothing stale resumed)
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2")
+    assert r.returncode == 0, r.stderr
+    assert list(doc["appended"]) == ["2"] and doc["resumed"] == []
 
 
 def test_an_interrupted_probe_keeps_the_originals_and_a_rerun_resumes(tmp_path):

@@ -402,7 +402,11 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     metric = "mfu" if any(v for v in first.values()) else "mbu"
     by_id = {i.case_id: i for i in infos}
     rank_values = first if metric == "mfu" else {c: float(by_id[c].input_bytes) for c in originals}
-    pool, excluded, rule = build_pool(infos, probe, rank_values, metric, opts.top_n)
+    from .verified_cases import default_max_input_mb, skip_reason
+    cap = None if opts.unverified_ok else default_max_input_mb(backend.name)
+    unrunnable = {c: skip_reason(by_id[c], backend.name, cap) for c in originals}
+    unrunnable = {c: why for c, why in unrunnable.items() if why}
+    pool, excluded, rule = build_pool(infos, probe, rank_values, metric, opts.top_n, unrunnable)
     need = [p["case"] for p in pool if p["case"] not in traced]
     if need:
         more = trace_flops(opdir, need, opts.seed, opts.flops_tool,

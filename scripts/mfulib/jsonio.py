@@ -34,6 +34,17 @@ def _nan_to_none(obj):
     return obj
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish(fd: int, mode: int = 0o666) -> None:
+    """Give a mkstemp file (created 0600) the mode a plain open() would: ``mode`` less the umask."""
+    os.fchmod(fd, mode & ~_umask())
+
+
 def write_json_atomic(path, obj, indent=2):
     """Write ``obj`` as JSON to ``path`` through a temp file + rename, so a reader never sees half a file."""
     path = os.fspath(path)
@@ -41,6 +52,7 @@ def write_json_atomic(path, obj, indent=2):
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=d)
     try:
+        _publish(fd)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(_nan_to_none(obj), f, indent=indent, default=_default, allow_nan=False)
             f.write("\n")
@@ -58,6 +70,7 @@ def write_text_atomic(path, text):
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
+        _publish(fd)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

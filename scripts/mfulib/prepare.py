@@ -167,6 +167,9 @@ def write_work_dir(dst, texts, copies, info, force=False):
                             "pass --force to replace it (the old directory is kept as a backup)")
     tmp = tempfile.mkdtemp(prefix=os.path.basename(dst) + ".tmp-", dir=parent)
     try:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it 0700: the work dir gets the mode a mkdir would give
         for name, text in texts.items():
             write_text_atomic(os.path.join(tmp, name), text)
         for name, src in copies.items():

@@ -315,7 +315,7 @@ class Probe:
         self.done = {c["candidate_id"]: c for c in doc["candidates"] if c.get("verdict") and reuse}
         if not reuse:
             doc["baselines"] = {}
-        self.t0 = time.monotonic()
+        self.t0 = opts.get("t0") or time.monotonic()  # the budget counts from the script's start
         self.out_of_budget = False
         self.prefetched = {}  # candidate id -> (tmp dir, staged dir, TraceJob): gate 2 started ahead
         self.upcoming = []  # source cases after the current one (their first factor may be traced ahead)

@@ -150,10 +150,14 @@ def flops_py_values(opdir: OpDir, ids: list) -> dict:
 # ------------------------------------------------------------------------------------------------ pool
 
 
-def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, top_n: int = 8):
+def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, top_n: int = 8,
+               unrunnable: dict | None = None):
     """(pool, excluded, rule): the search pool (module docstring) from the case descriptions ``infos``
     (:class:`mfulib.cases.CaseInfo`, all cases of the case file), the probe's appended cases and ``rank_values``
-    {original case id: FLOPs (mfu) or bytes (mbu), None when unknown}. Pure: runs nothing.
+    {original case id: FLOPs (mfu) or bytes (mbu), None when unknown}; ``unrunnable`` {original case id: why this
+    backend does not run it (:func:`mfulib.verified_cases.skip_reason`: bf16 or above the input cap on the CPU
+    interpreter)}: left out of the ranking (listed in ``excluded``), so they never crowd out the cases, and the
+    probe's variants, that can run. Pure: runs nothing.
 
     Raises UserError when probe.json names a case the case file lacks (the two are out of step)."""
     if top_n < ALWAYS_TOP:
@@ -164,12 +168,14 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
     if bad:
         raise UserError(f"probe.json names case(s) {bad} but the case file has {n} cases - the case file was "
                         "replaced after the probe: re-run make probe (or --restore it first)")
-    originals = [i for i in infos if i.case_id not in appended]
+    unrunnable = unrunnable or {}
+    originals = [i for i in infos if i.case_id not in appended and i.case_id not in unrunnable]
     key = lambda i: rank_values.get(i.case_id)  # noqa: E731
     ranked = sorted(originals, key=lambda i: (-(key(i) if key(i) is not None else -math.inf), i.case_id))
     by_id = {i.case_id: i for i in infos}
     top = ranked[:top_n]
-    pool, excluded = [], []
+    pool, excluded = [], [{"case": c, "reason": f"not run on this backend: {why}"}
+                          for c, why in sorted(unrunnable.items()) if c not in appended]
     for rank, info in enumerate(top):
         why = f"original #{rank + 1} by {'FLOPs' if metric == 'mfu' else 'bytes'}, scale 1"
         if rank < ALWAYS_TOP:
