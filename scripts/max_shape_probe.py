@@ -50,7 +50,8 @@ def build_parser():
     p.add_argument("--scale-dims", help="comma-separated symbol kinds or names to scale (default: sequence and "
                    "batch kinds: batch,seq_q,seq_k,seq)")
     p.add_argument("--max-scale", type=int, default=64, help="largest scale factor per symbol")
-    p.add_argument("--cases", help="source case ids, e.g. 0,3-5 (default: the --top cases by traced FLOPs)")
+    p.add_argument("--cases", help="source case ids, e.g. 0,3-5 (default: the --top cases by traced FLOPs among "
+                   "those verify runs on this backend - on cpu fp32/fp16 cases of at most 1 MB)")
     p.add_argument("--top", type=int, default=8, help="source cases when --cases is not given: the N with the most "
                    "traced FLOPs (input bytes for operators without matrix work, and in --dry-run) that the backend "
                    "can run")
@@ -81,12 +82,23 @@ def rank_sources(od, args, infos, cases=None):
     with tempfile.TemporaryDirectory(prefix="mfu_probe_rank_") as tmp:
         out = os.path.join(tmp, "flops_check.json")
         sel = ["--cases", ",".join(map(str, cases))] if cases else []
-        subprocess.run([sys.executable, args.flops_tool, "--op-dir", od.path, "--tracer-only", "--seed",
-                        str(args.seed), "--quiet", "-o", out] + sel, capture_output=True, text=True,
-                       timeout=args.timeout_s)
+        from mfulib.errors import UserError
+        from mfulib.worker import die_with_parent
+        limit = args.timeout_s if args.budget_s is None else min(args.timeout_s, args.budget_s)
+        try:
+            subprocess.run([sys.executable, args.flops_tool, "--op-dir", od.path, "--tracer-only", "--seed",
+                            str(args.seed), "--quiet", "-o", out] + sel, capture_output=True, text=True,
+                           timeout=limit, preexec_fn=die_with_parent)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"{args.flops_tool} --tracer-only did not trace the source cases at scale 1 within "
+                            f"{limit:g} s (--timeout-s / --budget-s): a reference that hangs? fix model.py, or pick "
+                            "sources with --cases") from None
         rows = json.load(open(out)).get("per_case", []) if os.path.exists(out) else []
-    flops = {r["case"]: (r.get("tracer") or {}).get("total_flops") or 0.0 for r in rows}
-    key = (lambda i: flops.get(i, 0.0)) if any(flops.values()) else (lambda i: infos[i].input_bytes)
+    # FLOPs of a case the tracer counted; None where it could not (an error is not "no matrix work")
+    flops = {r["case"]: (float((r.get("tracer") or {})["total_flops"])
+                         if (r.get("tracer") or {}).get("status") == "ok"
+                         and (r.get("tracer") or {}).get("total_flops") is not None else None) for r in rows}
+    key = (lambda i: flops.get(i) or 0.0) if any(flops.values()) else (lambda i: infos[i].input_bytes)
     return sorted(range(len(infos)), key=lambda i: -key(i)), flops
 
 
@@ -139,8 +151,14 @@ def main(argv=None):
     scale_dims = [s.strip() for s in args.scale_dims.split(",") if s.strip()] if args.scale_dims else None
     chosen = symbols.choose(groups, scale_dims)
     if not chosen:
-        raise UserError(f"--scale-dims {args.scale_dims!r} selects no symbol; symbols are "
-                        f"{sorted({s.name for g in groups for s in g.symbols})}")
+        names = sorted({s.name for g in groups for s in g.symbols})
+        if not names:
+            raise UserError(f"{od.cases_path}: no axis to scale - every tensor axis here is a last axis (excluded: "
+                            "usually head_dim / hidden) or a 1-D tensor's only axis, so the case files give no batch "
+                            "or sequence symbol; scale the cases by hand, or give the tensors a batch/sequence axis")
+        raise UserError(f"--scale-dims {args.scale_dims!r} selects no symbol; symbols are {names}" if args.scale_dims
+                        else f"{od.cases_path}: no batch or sequence symbol among {names} - pick the ones to scale "
+                             "with --scale-dims")
     print("symbols (scaled marked *):")
     for g in groups:
         print(f"  group {g.key}: cases {g.cases[:10]}{'...' if len(g.cases) > 10 else ''}" +
@@ -169,7 +187,9 @@ def main(argv=None):
         sources, traced = rank_sources(od, args, infos, fits if len(fits) < n_orig else None)
         sources = [i for i in sources if i in fits] + [i for i in sources if i not in fits]
     order = sources
-    cap = default_max_input_mb(backend)  # the cases verify runs on this backend (the CPU interpreter: small ones)
+    # chosen automatically, the sources are among the cases verify runs on this backend (the CPU interpreter: small
+    # ones); cases named with --cases are the user's choice (only what the backend cannot run at all is skipped)
+    cap = None if args.cases else default_max_input_mb(backend)
     skipped = {i: skip_reason(infos[i], backend, cap) for i in order if skip_reason(infos[i], backend, cap)}
     sources = [i for i in order if i not in skipped]
     if not args.cases:  # the top ones among the cases this backend can run; report the skipped ones ranked above
@@ -195,6 +215,15 @@ def main(argv=None):
     limits.update(bandwidth_gbps=bw["bandwidth_gbps"], bandwidth_source=bw["source"], l2_bytes=bw["l2_bytes"])
     run_key = {"backend": backend, "seed": args.seed, "max_bytes": args.max_bytes, "max_ms": args.max_ms,
                "scale_dims": scale_dims, "peak": bw, "saturation_stop": not args.no_saturation_stop}
+    strict = lambda k: {n: v for n, v in json.loads(json.dumps(k or {})).items() if n != "peak"}  # noqa: E731
+    if old and strict(old.get("run_key")) != strict(run_key):
+        # verdicts of another backend / seed / limits must not sit beside this run's (the search would reuse them)
+        if old.get("appended"):
+            diff = sorted(k for k in strict(run_key) if strict(old.get("run_key")).get(k) != strict(run_key)[k])
+            raise UserError(f"{path}: made with other settings ({', '.join(diff)} differ) and "
+                            f"{len(old['appended'])} case(s) appended under them - run --restore first, then probe "
+                            "again with the new settings")
+        old = dict(old, candidates=[], baselines={})  # nothing appended: start afresh
     doc = provenance(pj.TOOL, pj.SCHEMA, device={"backend": backend, "device": device, "why": why})
     doc.update(op_dir=od.path, limits=limits, groups=[{"key": g.key, "layout": g.layout, "cases": g.cases,
                                                        "notes": g.notes} for g in groups],
@@ -224,7 +253,7 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, _terminated)
     try:
         for k, i in enumerate(sources):
-            no_matrix = bool(traced) and not traced.get(i)
+            no_matrix = traced.get(i) == 0.0 and not any(traced.values())  # traced, and nothing has matrix work
             pr.set_source(i, no_matrix, traced.get(i))
             pr.upcoming = sources[k + 1:]
             probe.search_factor(lambda s: (bar.update(1), pr.evaluate(i, s, no_matrix, save))[1], args.max_scale,
@@ -246,12 +275,13 @@ def main(argv=None):
     doc["complete"] = not pr.out_of_budget
     save()
     unit = "GB/s" if traced and not any(traced.values()) else "TFLOP/s"
-    table = [[c["source_case"], c["scale"], c["input_bytes"], c["verdict"], c["failed_gate"] or "",
-              c["new_case_id"] if c["new_case_id"] is not None else "",
+    table = [[c["source_case"], c.get("scale"), c.get("input_bytes"), c.get("verdict"), c.get("failed_gate") or "",
+              c["new_case_id"] if c.get("new_case_id") is not None else "",
               "" if c.get("wall_figure") is None else f"{c['wall_figure']:.4g}",
               "" if c.get("wall_s") is None else f"{c['wall_s']:.1f}",
               ("saturated" if c.get("saturated") else
-               (next((g["detail"] for g in c["gates"] if g["gate"] == c["failed_gate"]), "") or ""))[:60]]
+               (next((g["detail"] for g in c.get("gates") or [] if g["gate"] == c.get("failed_gate")), "")
+                or ""))[:60]]
              for c in doc["candidates"]]
     print(tabulate(table, headers=["case", "scale", "input_bytes", "verdict", "gate", "new id", f"wall {unit}",
                                    "wall_s", "why"], tablefmt="plain"))

@@ -346,3 +346,19 @@ def test_stage1_ranks_what_the_probe_already_timed_and_runs_only_the_rest(tmp_pa
     opts.stage1_retime = True
     grid_search.stage1(OpDir(str(work)), pool, CpuBackend(), opts, {}, "mfu", lambda m: None, {}, probe)
     assert ran == [0, 1, 2]
+
+
+def test_the_probes_tracer_counts_are_not_reused_once_model_py_changed(tmp_path):
+    from mfulib.schemas.verify_json import input_digests
+    work = tmp_path / "w"
+    work.mkdir()
+    for name in ("model.py", "model_new.py"):
+        (work / name).write_text("# operator file\n")
+    doc = probe_doc({5: (2, {"seq": 4})})
+    doc["candidates"][0]["flops"] = 4.0e9
+    doc.update(run_key={"seed": 0, "backend": "cpu"}, inputs=input_digests(str(work)))
+    (work / "probe.json").write_text(json.dumps(doc))
+    probe = search_pool.read_probe(str(work / "probe.json"))
+    assert probe["inputs"] == input_digests(str(work))
+    (work / "model.py").write_text("# the reference now does twice the work\n")
+    assert probe["inputs"] != input_digests(str(work))  # run_search's same_probe test: traced again, not reused

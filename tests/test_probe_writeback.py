@@ -92,3 +92,42 @@ def test_an_interrupted_probe_keeps_the_originals_and_a_rerun_resumes(tmp_path):
     assert len(lines) == 2 + len(doc["appended"])
     assert [json.loads(doc["appended"][k]["line"]) for k in sorted(doc["appended"], key=int)] == \
         [json.loads(ln) for ln in lines[2:]]
+
+
+def test_a_crlf_case_file_keeps_its_line_ends_through_probe_rerun_and_restore(tmp_path):
+    work = probe_ops.make_workdir(tmp_path)
+    for name in ("Op_perf_cases.jsonl", "model.json"):
+        p = os.path.join(work, name)
+        data = open(p, "rb").read().replace(b"\n", b"\r\n")
+        open(p, "wb").write(b"\xef\xbb\xbf" + data)  # a BOM and CRLF, as Windows editors write them
+    before = probe_ops.snapshot(work)
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2")
+    assert r.returncode == 0, r.stderr
+    text = open(os.path.join(work, "model.json"), "rb").read()
+    assert text.startswith(before["model.json"]) and text.count(b"\r\n") == 3  # 2 original lines + 1 appended
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2")  # a re-run resumes (nothing "changed")
+    assert r.returncode == 0, r.stderr
+    r, _ = run_probe(work, "--restore")
+    assert r.returncode == 0, r.stderr
+    after = probe_ops.snapshot(work)
+    assert all(after[n] == before[n] for n in ("Op_perf_cases.jsonl", "model.json"))  # byte for byte
+
+
+def test_other_settings_over_appended_cases_are_refused_and_a_broken_probe_json_is_named(tmp_path):
+    work = probe_ops.make_workdir(tmp_path)
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2")
+    assert r.returncode == 0 and doc["appended"], r.stderr
+    r, _ = run_probe(work, "--cases", "1", "--max-scale", "2", "--seed", "1")
+    assert r.returncode == 2 and "made with other settings (seed differ)" in r.stderr and "--restore" in r.stderr
+    path = os.path.join(work, "probe.json")
+    good = open(path).read()
+    for edit in (lambda d: d.update(schema="1"), lambda d: d.update(backup="x"),
+                 lambda d: d["candidates"][0].update(factors={"batch": "2"}),
+                 lambda d: d["appended"].update(abc={"line": "{}"}), lambda d: d.update(baselines="x")):
+        d = json.loads(good)
+        edit(d)
+        open(path, "w").write(json.dumps(d))
+        r = subprocess.run([sys.executable, PROBE, "--dir", work, "--backend", "cpu", "--cases", "0", "--max-scale",
+                            "2"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and "probe.json" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    open(path, "w").write(good)

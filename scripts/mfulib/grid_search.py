@@ -394,10 +394,13 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     fpy = flops_py_values(opdir, [i.case_id for i in infos])
     traced_path = opdir.file(os.path.join(SCRATCH, "tracer_flops.json"))
     # the probe traced the same reference with the same draw: its counts are reused (seed checked), the rest traced
-    traced = dict((probe or {}).get("traced") or {}) if (probe or {}).get("seed") == opts.seed else {}
+    from .schemas.verify_json import input_digests
+    same_probe = bool(probe) and probe.get("seed") == opts.seed and probe.get("inputs") == input_digests(opdir.path)
+    traced = dict(probe.get("traced") or {}) if same_probe else {}  # model.py edited since: traced again
     if not fpy:
-        traced.update(trace_flops(opdir, [c for c in originals if c not in traced], opts.seed, opts.flops_tool,
-                                  traced_path, log))
+        todo = [c for c in originals if c not in traced]
+        traced.update(trace_flops(opdir, todo, opts.seed, opts.flops_tool, traced_path, log,
+                                  timeout_s=opts.case_timeout_s * max(1, len(todo))))
     first = {c: (fpy.get(c) if fpy else (traced.get(c) or {}).get("flops")) for c in originals}
     metric = "mfu" if any(v for v in first.values()) else "mbu"
     by_id = {i.case_id: i for i in infos}
@@ -410,7 +413,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     need = [p["case"] for p in pool if p["case"] not in traced]
     if need:
         more = trace_flops(opdir, need, opts.seed, opts.flops_tool,
-                           opdir.file(os.path.join(SCRATCH, "tracer_flops_pool.json")), log)
+                           opdir.file(os.path.join(SCRATCH, "tracer_flops_pool.json")), log,
+                           timeout_s=opts.case_timeout_s * max(1, len(need)))
         traced.update(more)
     for p in pool:
         p["flops_traced"] = (traced.get(p["case"]) or {}).get("flops")

@@ -192,11 +192,12 @@ def rewrite_case_files(od, doc: dict) -> None:
     b = doc["backup"]
     lines = [doc["appended"][k]["line"] for k in sorted(doc["appended"], key=int)]
     for name in b["files"]:
-        with open(os.path.join(b["dir"], name), encoding="utf-8") as f:
+        with open(os.path.join(b["dir"], name), encoding="utf-8", newline="") as f:  # CRLF kept as it is
             text = f.read()
+        eol = "\r\n" if "\r\n" in text else "\n"  # appended lines end as the file's own lines do
         if lines and text and not text.endswith("\n"):
-            text += "\n"
-        write_text_atomic(od.file(name), text + "".join(ln + "\n" for ln in lines))
+            text += eol
+        write_text_atomic(od.file(name), text + "".join(ln + eol for ln in lines))
     od._cases = None
 
 
@@ -207,7 +208,7 @@ def restore(od, doc: dict) -> list:
         raise UserError(f"{od.path}: no probe backup ({BACKUP_DIR}) - nothing to restore")
     for name in b["files"]:
         src = os.path.join(b["dir"], name)
-        with open(src, encoding="utf-8") as f:
+        with open(src, encoding="utf-8", newline="") as f:  # byte for byte: CRLF and a BOM stay
             write_text_atomic(od.file(name), f.read())
     from .schemas import verify_json as vj
     vpath = od.file(vj.FILE_NAME)
@@ -453,7 +454,8 @@ class Probe:
         unit = "GB/s" if no_matrix else "TFLOP/s"
         if fig < (1.0 + SATURATION_GAIN) * prev:
             cand["saturated"] = (f"wall {fig:.4g} {unit} < (1 + {SATURATION_GAIN:g}) x best so far {prev:.4g} "
-                                 f"{unit}: larger factors of case {src} are not tried")
+                                 f"{unit} ({'a fall' if fig < prev else 'a plateau'}): larger factors of case {src} "
+                                 "are not tried (--no-saturation-stop tries them)")
             return STOP
         return True
 

@@ -80,20 +80,10 @@ def handle(req: dict, device: str) -> dict:
     return dict(reply, time=timing, retire=timing.get("status") in RETIRE)
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this child when the probe that started it dies (prctl PR_SET_PDEATHSIG, linux/prctl.h = 1), so
-    a killed probe never leaves a candidate running on the device; elsewhere the closed request pipe ends it."""
-    import ctypes
-    import signal
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
 def serve_main(device: str) -> int:
     """Entry point of the persistent child: ``python -c '... serve_main(device)' --request-fd R --reply-fd W``."""
-    _die_with_parent()
+    from .worker import die_with_parent
+    die_with_parent()  # a killed probe never leaves a candidate running on the device
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     from . import compat, interpreter

@@ -74,8 +74,9 @@ class TraceJob:
                "--quiet", "-o", self.out]
         self.t0 = time.monotonic()
         with open(self.log, "w") as log:
+            from .worker import die_with_parent
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=die_with_parent)
 
     def wait(self, timeout_s: float):
         """The exit status, or None when it did not end within ``timeout_s`` (it is killed then)."""
@@ -109,7 +110,11 @@ def gate2(flops_tool: str, staged: str, seed: int, timeout_s: float, no_matrix: 
         return _timed(pj.gate(2, False, "the scaling cannot keep the case consistent: " + "; ".join(refusals)),
                       t0), None
     job = job or TraceJob(flops_tool, staged, seed)
-    rc = job.wait(timeout_s)
+    try:
+        rc = job.wait(timeout_s)
+    except BaseException:  # Ctrl-C / SIGTERM while it runs: it must not outlive the probe
+        job.kill()
+        raise
     waited = round(time.monotonic() - t0, 3)
     t0 = job.t0
     if rc is None:
@@ -188,11 +193,14 @@ class GateWorker:
 
 
 def _log_tail(path: str, n: int = 2) -> str:
+    """The last ``n`` lines of a log; a crash's ``Fatal Python error`` line (faulthandler) first when there is one."""
     try:
         with open(path, errors="replace") as f:
-            return " | ".join(f.read().strip().splitlines()[-n:])
+            lines = f.read().strip().splitlines()
     except OSError:
         return ""
+    fatal = [ln for ln in lines if ln.startswith("Fatal Python error")][-1:]
+    return " | ".join(fatal + [ln for ln in lines[-n:] if ln not in fatal])
 
 
 def gates34(worker: GateWorker, staged: str, seed: int, max_ms: float, timeout_s: float,

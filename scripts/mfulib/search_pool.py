@@ -45,6 +45,8 @@ def read_probe(path: str) -> dict | None:
     appended = doc.get("appended") if isinstance(doc, dict) else None
     if not isinstance(appended, dict):
         raise UserError(f"{path}: no \"appended\" object - not a max_shape_probe.py result; re-run make probe")
+    from .schemas import probe_json  # the owner of the format checks the rest (types of every entry)
+    probe_json.read_probe_json(path)
     out = {}
     for key, origin in appended.items():
         try:
@@ -106,11 +108,12 @@ def probe_origins(path: str) -> dict:
 # ------------------------------------------------------------------------------------------------ FLOPs
 
 
-def trace_flops(opdir: OpDir, ids: list, seed: int, flops_tool: str, out_path: str, log) -> dict:
+def trace_flops(opdir: OpDir, ids: list, seed: int, flops_tool: str, out_path: str, log,
+                timeout_s: float | None = None) -> dict:
     """{case id: tracer row} for ``ids`` from ``<flops_tool> --op-dir <work> --tracer-only --cases ... -o out_path``
     (a subprocess: the tracer's imports and any crash stay out of this process). A row is {flops (matrix FLOPs,
     None unless the tracer counted the case: status ok), status, reason}. Raises UserError when the tool wrote
-    nothing."""
+    nothing, or when it did not finish within ``timeout_s`` (killed)."""
     if not ids:
         return {}
     cmd = [sys.executable, flops_tool, "--op-dir", opdir.path, "--tracer-only", "--cases", ",".join(map(str, ids)),
@@ -118,7 +121,13 @@ def trace_flops(opdir: OpDir, ids: list, seed: int, flops_tool: str, out_path: s
     if os.path.exists(out_path):
         os.unlink(out_path)
     log(f"tracing the reference's FLOPs of {len(ids)} case(s): {' '.join(cmd[1:])}")
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    from .worker import die_with_parent
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, preexec_fn=die_with_parent)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{flops_tool} --tracer-only did not finish {len(ids)} case(s) within {timeout_s:g} s "
+                        "(killed): a reference that hangs at these shapes? fix model.py, or raise --case-timeout-s "
+                        "(it bounds each traced case)") from None
     if not os.path.exists(out_path):
         raise UserError(f"{flops_tool} --tracer-only wrote no {out_path} (exit status {r.returncode}): "
                         f"{(r.stderr or r.stdout).strip()[-600:]} - fix the reference (model.py) or the tool")

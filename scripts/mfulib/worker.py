@@ -51,6 +51,18 @@ def triton_cache_dir(env=None) -> str:
     return os.path.join(home, ".triton", "cache")
 
 
+def die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL the calling process when its parent dies (prctl PR_SET_PDEATHSIG = 1, kept
+    across exec), so a killed tool never leaves its children running (a tracer spinning a CPU, a candidate on the
+    device). Use as ``preexec_fn`` of a subprocess, or call it first thing in a child. Elsewhere a no-op."""
+    import ctypes
+    import signal
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def child_env(env: dict) -> dict:
     """``env`` plus the shared Triton cache directory and unbuffered Python output, for a worker or child."""
     env = dict(env)

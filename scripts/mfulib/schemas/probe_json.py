@@ -59,19 +59,44 @@ def read_probe_json(path: str) -> dict:
     doc = read_work_json(path, fix, fix)
     if not isinstance(doc, dict) or doc.get("tool") != TOOL:
         raise UserError(f"{path}: not a max_shape_probe result (no tool={TOOL}) - {fix}")
+    if not _is_int(doc.get("schema", 0)):
+        raise wrong_type(path, "schema", doc.get("schema"), "an integer", fix)
     if doc.get("schema", 0) > SCHEMA:
         raise UserError(f"{path}: schema {doc.get('schema')} is newer than this tool ({SCHEMA}) - update the tool")
     for key, typ in (("symbols", list), ("candidates", list), ("appended", dict)):
         if not isinstance(doc.get(key), typ):
             raise wrong_type(path, key, doc.get(key), f"a JSON {typ.__name__}", fix)
+    for key in ("baselines", "backup"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            raise wrong_type(path, key, doc[key], "a JSON object (or null)", fix)
+    b = doc.get("backup")
+    if b and not (isinstance(b.get("dir"), str) and isinstance(b.get("files"), dict) and _is_int(b.get("n_cases"))):
+        raise wrong_type(path, "backup", b, "{dir: str, files: {name: sha256}, n_cases: int}", fix)
     for i, c in enumerate(doc["candidates"]):
         if not isinstance(c, dict) or not isinstance(c.get("candidate_id"), str) \
-                or not isinstance(c.get("source_case"), int) or not isinstance(c.get("factors"), dict):
-            raise wrong_type(path, f"candidates[{i}]", c, "an object {candidate_id: str, source_case: int, "
-                             "factors: {symbol: factor}, ...}", fix)
+                or not _is_int(c.get("source_case")) or not _factors(c.get("factors")) \
+                or not (c.get("scale") is None or _is_int(c["scale"])) \
+                or not isinstance(c.get("gates", []), list):
+            raise wrong_type(path, f"candidates[{i}]", c, "an object {candidate_id: str, source_case: int, scale: "
+                             "int, factors: {symbol: int}, gates: [...], ...}", fix)
         if c.get("verdict") is not None and c["verdict"] not in VERDICTS:
             raise wrong_type(path, f"candidates[{i}].verdict", c["verdict"], "pass or fail", fix)
+        if c.get("new_case_id") is not None and not _is_int(c["new_case_id"]):
+            raise wrong_type(path, f"candidates[{i}].new_case_id", c["new_case_id"], "an integer or null", fix)
+    for k, a in doc["appended"].items():
+        if not str(k).isdigit() or not isinstance(a, dict) or not isinstance(a.get("line"), str) \
+                or not _is_int(a.get("source_case")) or not _factors(a.get("factors")):
+            raise wrong_type(path, f"appended[{k!r}]", a, "\"<new case id>\": {source_case: int, factors: "
+                             "{symbol: int}, line: str, ...}", fix)
     return doc
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _factors(v) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and _is_int(f) for k, f in v.items())
 
 
 def passing(doc: dict) -> list:
