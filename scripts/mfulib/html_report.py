@@ -301,7 +301,8 @@ def provenance(doc: dict, perf_docs, peak_doc) -> str:
     items.append(("created", f"{doc.get('created_at')} by {doc.get('tool')} {doc.get('tool_version') or ''}"))
     items.append(("peak.json", doc.get("peak_json")))
     for k, v in sorted((doc.get("peak_tflops") or {}).items()):
-        items.append((f"measured peak {k}", f"{fmt_num(v, 4)} TFLOP/s"))
+        unit = "TOPS" if canonical_mode(k) in OPS_MODES else "TFLOP/s"  # int8: tera-ops (peak_json docstring)
+        items.append((f"measured peak {k}", f"{fmt_num(v, 4)} {unit}"))
     items.append(("measured bandwidth", f"{fmt_num(doc.get('bandwidth_gbps'), 4)} GB/s"))
     preg = (peak_doc or {}).get("regime")
     if isinstance(preg, dict):
