@@ -45,8 +45,13 @@ def read_probe(path: str) -> dict | None:
     appended = doc.get("appended") if isinstance(doc, dict) else None
     if not isinstance(appended, dict):
         raise UserError(f"{path}: no \"appended\" object - not a max_shape_probe.py result; re-run make probe")
-    from .schemas import probe_json  # the owner of the format checks the rest (types of every entry)
-    probe_json.read_probe_json(path)
+    fix = "re-run the probe (make probe)"
+    if doc.get("baselines") is not None and not isinstance(doc["baselines"], dict):
+        raise UserError(f"{path}: baselines is {type(doc['baselines']).__name__}, not an object - {fix}")
+    for i, c in enumerate(doc.get("candidates") or []):
+        nid = c.get("new_case_id") if isinstance(c, dict) else None
+        if nid is not None and (not isinstance(nid, int) or isinstance(nid, bool)):
+            raise UserError(f"{path}: candidates[{i}].new_case_id is {nid!r}, not a case id - {fix}")
     out = {}
     for key, origin in appended.items():
         try:
@@ -54,7 +59,8 @@ def read_probe(path: str) -> dict | None:
         except (TypeError, ValueError):
             raise UserError(f"{path}: appended key {key!r} is not a case id - re-run make probe") from None
         if not isinstance(origin, dict) or not isinstance(origin.get("source_case"), int) or \
-                not isinstance(origin.get("factors", {}), dict):
+                not isinstance(origin.get("factors", {}), dict) or \
+                not all(isinstance(f, int) and not isinstance(f, bool) for f in (origin.get("factors") or {}).values()):
             raise UserError(f"{path}: appended[{key}] is not {{source_case: int, factors: {{symbol: factor}}}} - "
                             "re-run make probe")
         out[cid] = {"source_case": origin["source_case"], "factors": dict(origin.get("factors") or {}),
