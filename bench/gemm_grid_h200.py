@@ -49,9 +49,11 @@ kern = mod.matmul_kernel
 
 
 @triton.jit
-def matmul_even_k(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    # the example's kernel with one change: K % BLOCK_K == 0 is known, so the K loop loads without masks
+def matmul_variant(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                   WIDE_OFFSETS: tl.constexpr):
+    # the example's kernel with K % BLOCK_K == 0 known (the K loop loads without the K mask); WIDE_OFFSETS as the
+    # example (row offsets in int64), else int32 offsets (fewer live registers; valid while every offset < 2**31)
     pid = tl.program_id(0)
     num_progs = tl.num_programs(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -65,8 +67,14 @@ def matmul_even_k(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
         rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, BLOCK_K)
-        a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :] * stride_ak
-        b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+        if WIDE_OFFSETS:
+            a_ptrs = a_ptr + rm[:, None].to(tl.int64) * stride_am + rk[None, :] * stride_ak
+            b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :].to(tl.int64) * stride_bn
+            c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :] * stride_cn
+        else:
+            a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+            b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+            c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             a = tl.load(a_ptrs, mask=rm[:, None] < M, other=0.0)
@@ -74,35 +82,6 @@ def matmul_even_k(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
             acc = tl.dot(a, b, acc)
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
-        c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :] * stride_cn
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-
-@triton.jit
-def matmul_i32_even_k(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    # even-K and int32 offsets (no .to(tl.int64): fewer live registers; valid while every offset < 2**31)
-    pid = tl.program_id(0)
-    num_progs = tl.num_programs(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    for tile in range(pid, tiles_m * tiles_n, num_progs):
-        group = tile // (GROUP_M * tiles_n)
-        first_m = group * GROUP_M
-        group_rows = min(tiles_m - first_m, GROUP_M)
-        tile_m = first_m + (tile % group_rows)
-        tile_n = (tile % (GROUP_M * tiles_n)) // group_rows
-        rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        rk = tl.arange(0, BLOCK_K)
-        a_ptrs = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
-        b_ptrs = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            acc = tl.dot(tl.load(a_ptrs), tl.load(b_ptrs), acc)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
-        c_ptrs = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
@@ -117,21 +96,23 @@ for n in (12288, 4096):
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     tiles = triton.cdiv(m, 128) * triton.cdiv(n, 128)
     ref = a.float() @ w.float().t()
-    # (name, kernel, grid, B [K, N] as (tensor, stride_bk, stride_bn), num_stages)
-    variants = (("example grid=SMs", kern, sms, (w, w.stride(1), w.stride(0)), 3),
-                ("example grid=2xSMs", kern, 2 * sms, (w, w.stride(1), w.stride(0)), 3),
-                ("example grid=tiles", kern, tiles, (w, w.stride(1), w.stride(0)), 3),
-                ("example B [K,N] row-major", kern, sms, (wt, wt.stride(0), wt.stride(1)), 3),
-                ("example num_stages=4", kern, sms, (w, w.stride(1), w.stride(0)), 4),
-                ("even-K (no K mask)", matmul_even_k, sms, (w, w.stride(1), w.stride(0)), 3),
-                ("even-K B [K,N] grid=tiles", matmul_even_k, tiles, (wt, wt.stride(0), wt.stride(1)), 3),
-                ("int32 even-K grid=tiles", matmul_i32_even_k, tiles, (w, w.stride(1), w.stride(0)), 3),
-                ("int32 even-K B [K,N] grid=tiles", matmul_i32_even_k, tiles, (wt, wt.stride(0), wt.stride(1)), 3))
-    for name, kfn, grid, (bt, sbk, sbn), stages in variants:
+    # (name, kernel, grid, B [K, N] as (tensor, stride_bk, stride_bn), num_stages, extra constexprs)
+    wide, narrow = {"WIDE_OFFSETS": True}, {"WIDE_OFFSETS": False}
+    variants = (("example grid=SMs", kern, sms, (w, w.stride(1), w.stride(0)), 3, {}),
+                ("example grid=2xSMs", kern, 2 * sms, (w, w.stride(1), w.stride(0)), 3, {}),
+                ("example grid=tiles", kern, tiles, (w, w.stride(1), w.stride(0)), 3, {}),
+                ("example B [K,N] row-major", kern, sms, (wt, wt.stride(0), wt.stride(1)), 3, {}),
+                ("example num_stages=4", kern, sms, (w, w.stride(1), w.stride(0)), 4, {}),
+                ("even-K (no K mask)", matmul_variant, sms, (w, w.stride(1), w.stride(0)), 3, wide),
+                ("even-K B [K,N] grid=tiles", matmul_variant, tiles, (wt, wt.stride(0), wt.stride(1)), 3, wide),
+                ("int32 even-K grid=tiles", matmul_variant, tiles, (w, w.stride(1), w.stride(0)), 3, narrow),
+                ("int32 even-K B [K,N] grid=tiles", matmul_variant, tiles, (wt, wt.stride(0), wt.stride(1)), 3,
+                 narrow))
+    for name, kfn, grid, (bt, sbk, sbn), stages, extra in variants:
         def launch():
             kfn[(min(grid, tiles),)](a, bt, out, m, n, k, a.stride(0), a.stride(1), sbk, sbn,
                                      out.stride(0), out.stride(1), BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8,
-                                     num_warps=8, num_stages=stages)
+                                     num_warps=8, num_stages=stages, **extra)
         launch()
         torch.cuda.synchronize()
         err = ((out.float() - ref).abs().max() / ref.abs().max()).item()

@@ -34,7 +34,8 @@ def _nan_to_none(obj):
     return obj
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it: os has no getter)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -42,7 +43,7 @@ def _umask() -> int:
 
 def _publish(fd: int, mode: int = 0o666) -> None:
     """Give a mkstemp file (created 0600) the mode a plain open() would: ``mode`` less the umask."""
-    os.fchmod(fd, mode & ~_umask())
+    os.fchmod(fd, mode & ~current_umask())
 
 
 def write_json_atomic(path, obj, indent=2):

@@ -25,7 +25,7 @@ import tempfile
 from . import cases as _cases
 from .discover import inspect_py, read_source
 from .errors import UserError
-from .jsonio import provenance, write_json_atomic, write_text_atomic
+from .jsonio import current_umask, provenance, write_json_atomic, write_text_atomic
 from .opdir import MODEL_JSON, MODEL_NEW_PY, MODEL_PY, PERF_CASES_SUFFIX, PREPARE_JSON, FLOPS_PY
 from .workdir_state import source_record
 
@@ -167,9 +167,7 @@ def write_work_dir(dst, texts, copies, info, force=False):
                             "pass --force to replace it (the old directory is kept as a backup)")
     tmp = tempfile.mkdtemp(prefix=os.path.basename(dst) + ".tmp-", dir=parent)
     try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o777 & ~mask)  # mkdtemp makes it 0700: the work dir gets the mode a mkdir would give
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it 0700: the work dir gets the mode a mkdir would
         for name, text in texts.items():
             write_text_atomic(os.path.join(tmp, name), text)
         for name, src in copies.items():

@@ -44,7 +44,7 @@ from .jsonio import write_text_atomic
 from .schemas import probe_json as pj
 
 from .probe_gates import (BANDWIDTH_MARGIN, DEVICE_COPIES, HOST_COPIES, GateWorker, OutOfBudget,  # noqa: F401
-                          TraceJob, gate1, gate2, gate5, gates34)
+                          TraceJob, effective_gbps, gate1, gate2, gate5, gates34)
 
 SATURATION_GAIN = 0.05  # a doubling that raises wall TFLOP/s (GB/s) by less than this ends the source's ladder
 NPU_DEFAULT_GBPS = 1300.0  # spec step 2, gate 5 table: "输入字节/耗时 ≤ 1.3TB/s" (Ascend 910B); measure it instead
@@ -398,7 +398,7 @@ class Probe:
         if not time_ms or time_ms <= 0:
             return None
         if no_matrix:
-            return input_bytes / (time_ms * 1e-3) / 1e9
+            return effective_gbps(input_bytes, time_ms)
         return actual_tflops(flops, time_ms * 1e6) if flops else None
 
     def baseline(self, source: int, no_matrix: bool, flops):

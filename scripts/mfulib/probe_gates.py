@@ -245,11 +245,17 @@ def gates34(worker: GateWorker, staged: str, seed: int, max_ms: float, timeout_s
     return g3, g4, row, t
 
 
+def effective_gbps(input_bytes: int, time_ms: float):
+    """Input bytes over one run's time in GB/s (= bytes per ns, :mod:`mfulib.definitions`); None without a time."""
+    return input_bytes / (time_ms * 1e6) if time_ms and time_ms > 0 else None
+
+
 def gate5(input_bytes: int, time_ms: float, bw: dict) -> dict:
     """Effective bandwidth input_bytes / time against :data:`BANDWIDTH_MARGIN` x the memory bandwidth ``bw``
     (:func:`mfulib.probe.bandwidth_limit`); inputs that fit in L2 are exempt (they may beat HBM legitimately)."""
     t0 = time.monotonic()
-    eff_gbps = input_bytes / (time_ms * 1e-3) / 1e9 if time_ms and time_ms > 0 else float("inf")
+    eff_gbps = effective_gbps(input_bytes, time_ms)
+    eff_gbps = float("inf") if eff_gbps is None else eff_gbps
     l2 = bw.get("l2_bytes")
     if l2 and input_bytes <= l2:
         return _timed(pj.gate(5, True, f"inputs {input_bytes} B fit in L2 ({l2} B): exempt", eff_gbps, None), t0)
