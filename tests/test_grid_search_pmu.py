@@ -1,7 +1,9 @@
 """The search numerator's CUDA rule (mfulib.search_numerator) against real H200 Nsight Compute counters.
 
-Data: bench/validation/h200/pmu.json (a committed device pack: the collector with --pmu ncu on the MHA block,
-examples/ops/gen/zoo/5_MHABlock_triton_optimized.py, cases 7, 8 and 11 of examples/ops/bench/zoo/5_MHABlock.json).
+Data: tests/fixtures/h200/pmu_mha_128x128.json, recorded H200 output (the validation pack bench/validation/h200/pmu.json
+as committed at 7af7359: the collector with --pmu ncu on the MHA block,
+examples/ops/gen/zoo/5_MHABlock_triton_optimized.py when its GEMM still used 128 x 128 tiles, cases 7, 8 and 11 of
+examples/ops/bench/zoo/5_MHABlock.json). Kept as a fixture because the example's GEMM tiles changed afterwards.
 Per kernel the counters are means over ``launches`` profiled launches (2 iterations: matmul_kernel runs twice per
 iteration - the QKV GEMM and the output GEMM - flash_attn_fwd_kernel once).
 """
@@ -13,7 +15,7 @@ import pytest
 from mfulib import search_numerator as sn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACK = os.path.join(ROOT, "bench", "validation", "h200", "pmu.json")
+PACK = os.path.join(ROOT, "tests", "fixtures", "h200", "pmu_mha_128x128.json")
 CASES = os.path.join(ROOT, "examples", "ops", "bench", "zoo", "5_MHABlock.json")
 
 

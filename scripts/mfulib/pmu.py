@@ -14,7 +14,7 @@ CUDA (Nsight Compute; metric names as ncu spells them for Hopper/sm_90, :data:`N
   ``sm__pipe_tensor_op_gmma_cycles_active`` (Hopper warpgroup MMA), ``.avg.pct_of_peak_sustained_active``),
   ``tensor_inst_executed`` (max of ``sm__inst_executed_pipe_tensor_op_hmma.sum`` and ``..._gmma.sum``: warp-level
   instructions - on sm_90 the hmma count includes the warpgroup MMAs: the H200 gave hmma = gmma on all six
-  pure-wgmma kernels of bench/validation/h200/pmu.json, so a sum counted each wgmma twice),
+  pure-wgmma kernels of tests/fixtures/h200/pmu_mha_128x128.json, so a sum counted each wgmma twice),
   ``tensor_inst_executed_gmma``, ``achieved_occupancy_pct`` (``sm__warps_active.avg.pct_of_peak_
   sustained_active``), ``dram_bytes`` (``dram__bytes.sum``, converted from its unit to bytes), ``l2_hit_rate_pct``
   (``lts__t_sector_hit_rate.pct``), ``grid_size`` / ``block_size`` (``launch__grid_size`` / ``launch__block_size``:

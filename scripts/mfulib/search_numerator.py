@@ -17,7 +17,7 @@ Executed FLOPs per iteration, from performance.json ``per_case`` ``pmu`` {kernel
 * CUDA, capability >= 9 (Hopper): a kernel that ran no warpgroup MMA (``tensor_inst_executed_gmma`` 0) counts as
   on 8.x. One that did is refused (executed None, ``num_src_why`` says why), because the FLOPs of one counted
   instruction depend on the MMA's N, which no counter gives. The rule, from the sources and checked against real
-  H200 counters (tests/test_grid_search_pmu.py, bench/validation/h200/pmu.json): a ``wgmma.mma_async`` instruction
+  H200 counters (tests/test_grid_search_pmu.py, tests/fixtures/h200/pmu_mha_128x128.json): a ``wgmma.mma_async`` instruction
   is issued by a warpgroup of 4 warps (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; CUTLASS
   "Warpgroup MMA Programming Guide") and has the shape m64nNk16 for 16-bit inputs (k8 tf32, k32 8-bit; N = 8..256 in
   steps of 8); ``sm__inst_executed_pipe_tensor_op_gmma`` counts warp-level instructions (Nsight Compute's
