@@ -98,3 +98,51 @@ def test_dependents_that_cannot_follow_are_refusals():
     assert any("exact data" in r for r in refusals)
     assert json.dumps(line)  # the source line itself is not modified by scaling
     assert line["inputs"][0]["shape"] == [2, 128, 64]
+
+
+def _crafted(lines):
+    infos = [cases.describe_case(c, i) for i, c in enumerate(lines)]
+    (g,) = symbols.analyse(infos)
+    return g, {s.positions[0]: s for s in g.symbols}
+
+
+def _attn_line(b, s, h, lengths):
+    t = [{"name": n, "type": "tensor", "dtype": "float16", "shape": [b, s, h, 64]} for n in ("q", "k", "v")]
+    return {"inputs": t + [{"name": "actual_seq_lengths", "type": "attr", "dtype": "list", "value": lengths},
+                           {"name": "causal", "type": "attr", "dtype": "bool", "value": True}]}
+
+
+def test_sequence_lengths_name_the_batch_and_seq_axes_of_4d_tensors_without_a_layout():
+    # the bundled varlen attention: q/k/v [B, S, N, D], actual_seq_lengths one length per batch, no layout attribute
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "ops", "bench", "zoo",
+                        "7_SparseVarlenAttention.json")
+    infos = [cases.describe_case(c, i) for i, c in enumerate(cases.read_case_file(path))]
+    groups = symbols.analyse(infos)
+    symbols.unique_names(groups)
+    chosen = dict(symbols.choose(groups))
+    kinds = {s.positions[0]: s.kind for g in groups for s in g.symbols}
+    assert kinds[("q", 0)] == "batch" and kinds[("q", 1)] == "seq"
+    assert {s.kind for g in groups for s in g.symbols if s.name in chosen} == {"batch", "seq"}
+    # crafted: the lengths fit axis 1 (padded) in every case, their count equals axis 0
+    g, by = _crafted([_attn_line(2, 64, 4, [64, 37]), _attn_line(3, 48, 4, [48, 1, 20])])
+    assert by[("q", 0)].kind == "batch" and "one length per batch" in by[("q", 0)].evidence[0]
+    assert by[("q", 1)].kind == "seq" and "actual_seq_lengths" in by[("q", 1)].evidence[0]
+    new, refusals = symbols.scale_case(_attn_line(2, 64, 4, [64, 37]), g.cases and cases.describe_case(
+        _attn_line(2, 64, 4, [64, 37]), 0), g, {by[("q", 1)].name: 2})
+    assert not refusals and new["inputs"][0]["shape"] == [2, 128, 4, 64] and new["inputs"][3]["value"] == [128, 74]
+
+
+def test_sequence_length_rule_stays_silent_when_ambiguous():
+    # axis 1 (64, 48) and axis 2 (64, 128) both bound the lengths and reach the longest in some case: no seq role
+    g, by = _crafted([_attn_line(2, 64, 64, [64, 37]), _attn_line(3, 48, 128, [48, 1, 20])])
+    assert by[("q", 0)].kind == "batch"  # the count rule is unambiguous (classes have distinct values)
+    assert not any("actual_seq_lengths fits" in e for s in g.symbols for e in s.evidence)
+    assert by[("q", 1)].kind == "other"  # no rule names it; the user picks with --scale-dims
+
+
+def test_no_rule_never_outvotes_a_rule():
+    # q's axis 0 is batch by position; k and v (later tensors) have no rule: the symbol stays batch
+    lines = [{"inputs": [{"name": n, "type": "tensor", "dtype": "float16", "shape": [b, 8, s, 64]}
+                         for n in ("q", "k", "v")]} for b, s in ((1, 64), (2, 48))]
+    _g, by = _crafted(lines)
+    assert by[("q", 0)].kind == "batch" and by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)]

@@ -16,8 +16,12 @@ Kinds (:data:`KINDS`), each with its evidence string:
 * matmul-like tensors (A's last axis equals B's axis -2 in every case, same rank): A's leading axes batch, A's axis
   -2 ``seq`` (the row axis m: scaling only the batch of a [b, 128, 256] batched matmul leaves it launch-bound);
   the contraction axis k hidden;
+* without a layout attribute, a sequence-length list (``actual_seq_lengths``) names the axes of 4-D [B, S, N, D]
+  tensors too: the axis equal to the list's length in every case is batch, the one the lengths fit (padded: the
+  longest <= it, equal in some case; packed: their sum) is seq (:func:`_seqlen_roles`);
 * an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
-  0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``.
+  0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``. A position
+  with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol.
 
 Constant values (equal in every case because they never vary) are weak evidence: they still form a symbol, but a
 last axis or an integer attribute follows a constant symbol only where the layout letters agree (list-attribute
@@ -166,6 +170,33 @@ def _int_attr_positions(members):
     return out
 
 
+def _seqlen_roles(members, class_values):
+    """{values: (kind, evidence)} from sequence-length list attributes (``actual_seq_lengths`` ...) in a group
+    without a layout attribute, whose axes have no letters: the one position class whose value equals the list's
+    length in every case is ``batch`` (one length per batch); the one whose value bounds the lengths in every case
+    and equals the longest in some (padded [B, S, ...]), or equals their sum in every case (packed tokens), is
+    ``seq``. Ambiguous (several classes match, e.g. values that never vary) -> no role from that rule."""
+    lists = {}
+    for name in members[0].attrs:
+        vals = [c.attrs.get(name) for c in members]
+        if SEQLEN_ATTR.search(name) and all(isinstance(v, list) and v and all(
+                isinstance(e, int) and not isinstance(e, bool) for e in v) for v in vals):
+            lists[name] = vals
+    roles = {}
+    for name, per_case in lists.items():
+        n = [len(v) for v in per_case]
+        batch = [cv for cv in class_values if list(cv) == n]
+        seq = [cv for cv in class_values if cv not in batch and (
+            (all(max(v) <= x for v, x in zip(per_case, cv)) and any(max(v) == x for v, x in zip(per_case, cv)))
+            or all(sum(v) == x for v, x in zip(per_case, cv)))]
+        if len(batch) == 1:
+            roles.setdefault(batch[0], ("batch", f"len({name}) equals it in every case: one length per batch"))
+        if len(seq) == 1:
+            roles.setdefault(seq[0], ("seq", f"{name} fits it in every case (longest length <= it, equal in some, "
+                                             "or their sum equals it): the sequence axis"))
+    return roles
+
+
 def analyse_group(key, lay, members) -> SymbolGroup:
     """Symbols of one group of cases (see the module docstring)."""
     grp = SymbolGroup(key=key, layout=lay, cases=[c.case_id for c in members])
@@ -188,11 +219,16 @@ def analyse_group(key, lay, members) -> SymbolGroup:
             cls["kinds"].append(kind)
             cls["evidence"].append(why)
     attr_pos = _int_attr_positions(members)
+    by_lengths = {} if lay else _seqlen_roles(members, [vals for vals, _ in classes])
     names = {}
     for (vals, letter), cls in classes.items():
         kinds = cls["kinds"]
-        kind = "seq_q" if "seq_q" in kinds else max(set(kinds), key=lambda k: (kinds.count(k), -KINDS.index(k)))
+        ruled = [k for k in kinds if k != "other"] or kinds  # a rule's kind is never outvoted by "no rule"
+        kind = "seq_q" if "seq_q" in ruled else max(set(ruled), key=lambda k: (ruled.count(k), -KINDS.index(k)))
         ev = list(dict.fromkeys(cls["evidence"]))
+        if vals in by_lengths:
+            kind = by_lengths[vals][0]
+            ev.insert(0, by_lengths[vals][1])
         if len(cls["positions"]) > 1:
             ev.append("equal in every case: " + ", ".join(f"{n}.{a}" for n, a in cls["positions"]))
             if kind == "seq_q" and "seq_k" in kinds:
