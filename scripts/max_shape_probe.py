@@ -74,9 +74,11 @@ def build_parser():
     return p
 
 
-def rank_sources(od, args, infos, cases=None):
+def rank_sources(od, args, infos, cases=None, t_start=None):
     """Case ids by traced FLOPs, most first, and {case: FLOPs} (one --flops-tool run over all cases, or over
-    ``cases`` only; output in a temp dir)."""
+    ``cases`` only; output in a temp dir). Limited by ``--timeout-s`` and by what ``--budget-s`` has left
+    (counted from ``t_start``, monotonic s). Raises UserError when the trace outlives ``--timeout-s`` (a reference
+    that hangs) and :class:`mfulib.probe.OutOfBudget` when the budget cut it (nothing wrong with the operator)."""
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory(prefix="mfu_probe_rank_") as tmp:
@@ -84,12 +86,19 @@ def rank_sources(od, args, infos, cases=None):
         sel = ["--cases", ",".join(map(str, cases))] if cases else []
         from mfulib.errors import UserError
         from mfulib.worker import die_with_parent
-        limit = args.timeout_s if args.budget_s is None else min(args.timeout_s, args.budget_s)
+        from mfulib.probe import OutOfBudget
+        left = None if args.budget_s is None else args.budget_s - (time.monotonic() - (t_start or time.monotonic()))
+        limit = args.timeout_s if left is None else max(0.0, min(args.timeout_s, left))
         try:
+            if limit <= 0:
+                raise subprocess.TimeoutExpired(args.flops_tool, 0)
             subprocess.run([sys.executable, args.flops_tool, "--op-dir", od.path, "--tracer-only", "--seed",
                             str(args.seed), "--quiet", "-o", out] + sel, capture_output=True, text=True,
                            timeout=limit, preexec_fn=die_with_parent)
         except subprocess.TimeoutExpired:
+            if left is not None and left < args.timeout_s:
+                raise OutOfBudget(f"--budget-s {args.budget_s:g} s reached while tracing the source cases at scale "
+                                  f"1 (the ranking trace, {limit:.0f} s left for it): raise --budget-s") from None
             raise UserError(f"{args.flops_tool} --tracer-only did not trace the source cases at scale 1 within "
                             f"{limit:g} s (--timeout-s / --budget-s): a reference that hangs? fix model.py, or pick "
                             "sources with --cases") from None
@@ -173,19 +182,24 @@ def main(argv=None):
     limits = {"max_bytes": args.max_bytes, "max_ms": args.max_ms, "max_scale": args.max_scale,
               "host_bytes": host, "host_source": host_src,
               "device_free_bytes": None if args.dry_run else probe.device_free_bytes(backend, args.device)}
-    if args.cases:
-        sources = cli.parse_case_list(args.cases)
-        bad = [i for i in sources if i >= n_orig]
-        if bad:
-            raise UserError(f"--cases {args.cases}: no original case {bad} (ids 0..{n_orig - 1})")
-        fits = [i for i in sources if probe.gate1(infos[i], limits)["ok"]]  # never build what gate 1 refuses
-        traced = {} if args.dry_run or not fits else rank_sources(od, args, infos, fits)[1]  # scale-1 FLOPs
-    elif args.dry_run:
-        sources, traced = sorted(range(n_orig), key=lambda i: -infos[i].input_bytes), {}
-    else:
-        fits = [i for i in range(n_orig) if probe.gate1(infos[i], limits)["ok"]]
-        sources, traced = rank_sources(od, args, infos, fits if len(fits) < n_orig else None)
-        sources = [i for i in sources if i in fits] + [i for i in sources if i not in fits]
+    rank_cut = None  # the budget ended during the ranking trace: probe.json records it, no candidate runs
+    try:
+        if args.cases:
+            sources = cli.parse_case_list(args.cases)
+            bad = [i for i in sources if i >= n_orig]
+            if bad:
+                raise UserError(f"--cases {args.cases}: no original case {bad} (ids 0..{n_orig - 1})")
+            fits = [i for i in sources if probe.gate1(infos[i], limits)["ok"]]  # never build what gate 1 refuses
+            traced = {} if args.dry_run or not fits else rank_sources(od, args, infos, fits, t_start)[1]
+        elif args.dry_run:
+            sources, traced = sorted(range(n_orig), key=lambda i: -infos[i].input_bytes), {}
+        else:
+            fits = [i for i in range(n_orig) if probe.gate1(infos[i], limits)["ok"]]
+            sources, traced = rank_sources(od, args, infos, fits if len(fits) < n_orig else None, t_start)
+            sources = [i for i in sources if i in fits] + [i for i in sources if i not in fits]
+    except probe.OutOfBudget as exc:
+        rank_cut, sources, traced = str(exc), [], {}
+        print(f"stopped: {exc}")
     order = sources
     # chosen automatically, the sources are among the cases verify runs on this backend (the CPU interpreter: small
     # ones); cases named with --cases are the user's choice (only what the backend cannot run at all is skipped)
@@ -271,8 +285,8 @@ def main(argv=None):
         pr.close()
         earlier = (old or {}).get("wall_s") or 0.0 if opts["reuse_verdicts"] else 0.0
         doc["wall_s"] = round(earlier + time.monotonic() - t_run, 3)  # this run and the runs it resumed
-    doc["interrupted"] = f"--budget-s {args.budget_s:g} s reached" if pr.out_of_budget else None
-    doc["complete"] = not pr.out_of_budget
+    doc["interrupted"] = rank_cut or (f"--budget-s {args.budget_s:g} s reached" if pr.out_of_budget else None)
+    doc["complete"] = not (pr.out_of_budget or rank_cut)
     save()
     unit = "GB/s" if traced and not any(traced.values()) else "TFLOP/s"
     table = [[c["source_case"], c.get("scale"), c.get("input_bytes"), c.get("verdict"), c.get("failed_gate") or "",

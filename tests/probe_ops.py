@@ -12,6 +12,7 @@ it), so one directory serves every gate:
   also makes get_input_groups() ignore A's axis 1 (builds m = 4 whatever the case says) - a reference that
   ignores the scaled axis;
 * ``sleep1``: ModelNew sleeps 1 s (to interrupt a probe mid-run);
+* ``slowref``: the reference sleeps 30 s per call (a tracer that outlives a short --budget-s or --timeout-s);
 * ``flat``: ModelNew sleeps its bmm FLOPs / 2.5e5 s (a kernel at a constant 0.25 MFLOP/s: scaling raises nothing).
 
 ModelNew writes ``pid_<pid>`` into ``$PROBE_OP_PIDS`` (when set) on every call, so a test can count the processes
@@ -38,6 +39,8 @@ class Model(nn.Module):
     def forward(self, a, b):
         if MODE == "reject_m" and a.shape[1] > LIMIT:
             raise ValueError(f"case rejected: m {a.shape[1]} > {LIMIT}")
+        if MODE == "slowref":
+            time.sleep(30)
         return torch.bmm(a, b)
 
 def get_input_groups():

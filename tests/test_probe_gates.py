@@ -164,6 +164,20 @@ def test_budget_bounds_the_run_inside_a_candidate(tmp_path):
     assert doc["wall_s"] <= 6 + 5  # the budget plus the kill and clean-up, not another candidate's 5 s
 
 
+def test_a_budget_that_ends_in_the_ranking_trace_is_an_interruption_and_a_hang_is_an_error(tmp_path):
+    # slowref: tracing the reference takes 30 s. Cut by --budget-s (the batch's lean settings on the H200 hit
+    # this): nothing is wrong with the operator, so the probe exits 0 with probe.json incomplete and no candidate,
+    # and the pipeline goes on with the original cases. Cut by --timeout-s: a reference that hangs, a clear error.
+    work = probe_ops.make_workdir(tmp_path)
+    r, doc = run_probe(work, "--budget-s", "4", env={"PROBE_OP_MODE": "slowref"}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert doc["complete"] is False and doc["candidates"] == [] and doc["appended"] == {}
+    assert "ranking trace" in doc["interrupted"] and "raise --budget-s" in doc["interrupted"]
+    assert "ranking trace" in r.stdout
+    r, _doc = run_probe(work, "--timeout-s", "4", env={"PROBE_OP_MODE": "slowref"}, timeout=120)
+    assert r.returncode == 2 and "a reference that hangs" in r.stderr, r.stderr
+
+
 def test_traces_started_ahead_give_the_same_verdicts_and_leave_nothing_running(tmp_path):
     # two source cases, ladder 2, 4: with --trace-jobs 2 the tracer of the next factor / the next source runs while
     # the child runs the current candidate; the verdicts and traced FLOPs are those of the sequential run
