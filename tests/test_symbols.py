@@ -146,3 +146,33 @@ def test_no_rule_never_outvotes_a_rule():
                          for n in ("q", "k", "v")]} for b, s in ((1, 64), (2, 48))]
     _g, by = _crafted(lines)
     assert by[("q", 0)].kind == "batch" and by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)]
+
+
+def _qkv(qshape, kshape):
+    return {"inputs": [{"name": "q", "type": "tensor", "dtype": "float16", "shape": qshape},
+                       {"name": "k", "type": "tensor", "dtype": "float16", "shape": kshape},
+                       {"name": "v", "type": "tensor", "dtype": "float16", "shape": kshape}]}
+
+
+def test_grouped_query_attention_names_heads_and_by_elimination_the_sequences():
+    # the bundled GQA: q [B, Nq, Sq, D], k/v [B, Nkv, Skv, D], no layout attribute; Nkv divides Nq, Skv does not
+    # divide Sq in some case -> axis 1 heads, axis 2 the sequences (seq_q for q, seq_k for k/v), both scaled
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "ops", "bench", "zoo", "6_GQAAttention.json")
+    infos = [cases.describe_case(c, i) for i, c in enumerate(cases.read_case_file(path))]
+    (g,) = symbols.analyse(infos)
+    chosen = dict(symbols.choose([g]))
+    by = {s.positions[0]: s for s in g.symbols}
+    assert by[("q", 1)].kind == "heads" and by[("k", 1)].kind == "heads"
+    assert by[("q", 2)].kind == "seq_q" and by[("k", 2)].kind == "seq_k"
+    assert {by[("q", 0)].name, by[("q", 2)].name, by[("k", 2)].name} == set(chosen)
+    # [B, S, N, D] the other way round: the same rule finds heads on axis 2
+    g, by = _crafted([_qkv([2, 64, 8, 64], [2, 64, 2, 64]), _qkv([1, 48, 4, 64], [1, 80, 2, 64])])
+    assert by[("q", 2)].kind == "heads" and by[("q", 1)].kind == "seq_q" and by[("k", 1)].kind == "seq_k"
+
+
+def test_attention_rule_stays_silent_when_heads_and_sequence_cannot_be_told_apart():
+    # q [B, 8, 128, D] with k [B, 8, 64, D] in every case: a cross attention, or a grouped one? neither axis is
+    # proven no-heads, so no middle axis gets a kind from this rule (the user picks with --scale-dims)
+    _g, by = _crafted([_qkv([2, 8, 128, 64], [2, 8, 64, 64]), _qkv([1, 8, 256, 64], [1, 8, 128, 64])])
+    assert by[("q", 0)].kind == "batch"
+    assert by[("q", 1)].kind == "other" and by[("q", 2)].kind == "other"
