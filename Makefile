@@ -170,7 +170,7 @@ $(info $(3))@$(3) || { rc=$$?; \
 	       else echo "make: step $(1) FAILED (exit status $$rc) before writing $(2)" >&2; fi; \
 	       echo "make: the next make redoes it; $(STATUS_HINT) shows every step" >&2; exit $$rc; fi; }
 @touch $@
-$(if $(SETTINGS_$(1)),@printf '%s\n' '$(subst ','\'',$(strip $(SETTINGS_$(1))))' > $(ST)/$(1).settings)
+$(if $(SETVARS_$(1)),@printf '%s\n' $(foreach v,$(SETVARS_$(1)),'$(v)=$(subst ','\'',$(strip $($(v))))') > $(ST)/$(1).settings)
 endef
 
 # One device, one step at a time: verify, collect and peak run under an exclusive lock per device index (flock(1)),
@@ -219,8 +219,10 @@ $(ST)/collect.ok: $(ST)/flops.ok $(ST)/verify.ok $(WORK)/model_new.py
 
 peak: $(ST)/peak.ok ## step 5: measured per-dtype GEMM peaks and bandwidth (cached per device)
 
-# a calibration that came out noisy (peak.json trust.trusted false: kept, never cached) is measured again next time
-$(ST)/peak.ok: $(if $(shell grep -ls '"trusted": false' $(WORK)/peak.json 2>/dev/null),_always) | $(WORK)/prepare.json
+# an accelerator calibration that came out noisy (peak.json trust.trusted false: kept, never cached) is measured
+# again by the next make; a CPU one is kept (a shared CPU is noisy every time; its numbers only validate the pipeline)
+PEAK_NOISY = $(shell grep -qs '"backend": "cpu"' $(WORK)/peak.json || grep -ls '"trusted": false' $(WORK)/peak.json 2>/dev/null)
+$(ST)/peak.ok: $(if $(PEAK_NOISY),_always) | $(WORK)/prepare.json
 	$(call step,peak,$(WORK)/peak.json,$(PEAK_CMD))
 
 decompose: $(ST)/decompose.ok ## step 6: per-case and per-kernel-part MFU table
@@ -235,7 +237,9 @@ $(ST)/decompose.ok: $(ST)/collect.ok $(ST)/peak.ok $(WORK)/performance.json $(WO
 # the decomposition again (same inputs, same mfu_decompose.json) with its HTML report beside it
 REPORT_CMD = $(DECOMPOSE_CMD) --html $(WORK)/report.html
 
-report: $(ST)/decompose.ok ## one self-contained HTML report of the decomposition -> $(WORK)/report.html
+report: $(WORK)/report.html ## one self-contained HTML report of the decomposition -> $(WORK)/report.html (all makes it)
+
+$(WORK)/report.html: $(ST)/decompose.ok
 	$(REPORT_CMD)
 
 
@@ -265,19 +269,21 @@ search: $(ST)/search.ok ## step 2b: (case, scale) search for the limit MFU (grid
 $(ST)/search.ok: $(ST)/probe.ok $(WORK)/model_new.py
 	$(call step,search,$(WORK)/grid_search.json,$(SEARCH_CMD))
 
-# The settings each step last ran with: $(ST)/<step>.settings holds its command line (less the device lock), written
-# when the step succeeds. A step whose settings differ now (VERIFY_ARGS, COLLECT_ARGS, FLUSH_CACHE_MIB, PMU,
-# PROBE_ARGS, SEARCH_ARGS, SEED, BACKEND, ...) runs again - and what follows it - instead of "Nothing to be done".
-# A work dir made before these files existed is taken as made with the current settings. Needs GNU make >= 4.2
-# ($(file <)); an older make skips the check.
-SETTINGS_verify  = $(subst $(DEVICE_RUN) ,,$(VERIFY_CMD))
-SETTINGS_flops   = $(subst $(FLOPS_RUN) ,,$(CHECK_FLOPS_CMD))
-SETTINGS_collect = $(subst $(DEVICE_RUN) ,,$(COLLECT_CMD))
-SETTINGS_probe   = $(subst $(DEVICE_RUN) ,,$(PROBE_CMD))
-SETTINGS_search  = $(subst $(DEVICE_RUN) ,,$(SEARCH_CMD))
+# The settings each step last ran with: $(ST)/<step>.settings holds VAR=value for each of its variables
+# (SETVARS_<step>), written when the step succeeds. A make *given* one of them (command line or environment) with a
+# value other than the one the step last ran with runs that step again - and what follows it - instead of "Nothing
+# to be done". A variable not given keeps the earlier run: `make collect` after `make search SEARCH_ARGS=...` does not
+# redo the search with the defaults. A work dir made before these files existed keeps its steps. GNU make >= 4.2.
+SETVARS_verify  = VERIFY_ARGS SEED BACKEND DEVICE_ID
+SETVARS_flops   = SEED BACKEND ACCEPT_UNVERIFIED
+SETVARS_collect = COLLECT_ARGS FLUSH_CACHE_MIB PMU SEED BACKEND DEVICE_ID ACCEPT_UNVERIFIED_CASES
+SETVARS_probe   = PROBE_ARGS SEED BACKEND DEVICE_ID
+SETVARS_search  = SEARCH_ARGS SEED BACKEND DEVICE_ID
 streq = $(and $(findstring x$(1)x,x$(2)x),$(findstring x$(2)x,x$(1)x))
-settings_changed = $(if $(wildcard $(ST)/$(1).settings),$(if $(call streq,$(strip $(file <$(ST)/$(1).settings)),$(strip \
-  $(SETTINGS_$(1)))),,changed))
+settings_given = $(strip $(foreach v,$(SETVARS_$(1)),$(if $(filter command% environment%,$(origin $(v))),$(v))))
+settings_was = $(strip $(shell sed -n 's/^$(2)=//p' $(ST)/$(1).settings 2>/dev/null))
+settings_changed = $(if $(wildcard $(ST)/$(1).settings),$(strip $(foreach v,$(call settings_given,$(1)),$(if \
+  $(call streq,$(call settings_was,$(1),$(v)),$(strip $($(v)))),,$(v)))))
 ifneq ($(filter-out 3.% 4.0% 4.1%,$(MAKE_VERSION)),)
 $(foreach s,verify flops collect probe search,$(eval $(ST)/$(s).ok: $(if $(call settings_changed,$(s)),_always)))
 endif
@@ -292,10 +298,10 @@ $(ST)/flops.ok: $(if $(SEARCH),$(ST)/probe.ok) $(wildcard $(ST)/probe.ok)
 # synchronised (make's -O holds a step's whole output until it ends: no progress lines), so lines of the steps that
 # overlap (flops beside verify or peak) interleave. A -j given to this make is kept (its job server).
 ifeq ($(ALL_INNER),)
-all: ## prepare -> verify + flops (+ peak) -> collect -> decompose; SEARCH=1: probe + search before collect; ALL_JOBS=1: one step at a time
+all: ## prepare -> verify + flops (+ peak) -> collect -> decompose -> report.html; SEARCH=1: probe + search before collect; ALL_JOBS=1: one step at a time
 	+@$(MAKE) --no-print-directory ALL_INNER=1 $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(ALL_JOBS)) all
 else
-all: decompose
+all: decompose $(WORK)/report.html
 endif
 
 clean-work: ## remove $(WORK)

@@ -469,8 +469,11 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
                  if f["level"] == "warning"]
     trust = peak.get("trust") or {}
     if trust.get("trusted") is False:  # calib.trust_verdict: a noisy calibration is kept, never cached or hidden
-        warnings.append(f"{peak_path}: the peak calibration is NOT trusted ({'; '.join(trust.get('untrusted') or []) or 'interrupted'}"
-                        ") - MFU@ach, headroom and the roofline divide by it; the next make measures the peak again")
+        again = ("a CPU calibration on a shared machine: these numbers only validate the pipeline" if
+                 peak.get("backend") == "cpu" else "the next make measures the peak again")
+        warnings.append(f"{peak_path}: the peak calibration is NOT trusted ("
+                        f"{'; '.join(trust.get('untrusted') or []) or 'interrupted'}) - MFU@ach, headroom and the "
+                        f"roofline divide by it; {again}")
     return {"peak_json": os.path.abspath(peak_path), "peak_label": peak.get("label"),
             "peak_backend": peak.get("backend"), "peak_device": peak.get("device"),
             "peak_tflops": peak.get("peak_tflops"), "bandwidth_gbps": peak.get("bandwidth_gbps"),

@@ -231,7 +231,8 @@ def regime(reports: list, peak: dict) -> dict:
         note = "both warm: no cache flush in the operator's iterations nor in the peak's"
     elif c == 0:
         note = (f"operator warm (no flush), peak cold ({pk:g} MiB flushed per iteration): small cases may read from "
-                f"L2 and look better than the peak's regime - collect with --flush-cache-mib {pk:g} to share it")
+                f"L2 and look better than the peak's regime - collect with --flush-cache-mib {pk:g} (make "
+                f"FLUSH_CACHE_MIB={pk:g}) to share it")
     else:
         note = f"operator cold ({c:g} MiB flush), peak warm: MFU@ach is pessimistic against this peak"
     differ = [lab for lab, v in col[1:] if v != c]

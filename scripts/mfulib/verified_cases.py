@@ -96,7 +96,7 @@ class Gate:
                                              "timed because of --unverified-ok"))
             return True, mark
         mark["reason"] = (f"not verified: verify {status}" + (f" ({reason})" if reason else "") +
-                          " - --unverified-ok times it anyway (marked)")
+                          " - --unverified-ok (make ACCEPT_UNVERIFIED_CASES=1) times it anyway (marked)")
         return False, mark
 
     def pending(self, case_ids) -> list:
