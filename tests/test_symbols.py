@@ -146,3 +146,72 @@ def test_no_rule_never_outvotes_a_rule():
                          for n in ("q", "k", "v")]} for b, s in ((1, 64), (2, 48))]
     _g, by = _crafted(lines)
     assert by[("q", 0)].kind == "batch" and by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)]
+
+
+def _t(name, shape):
+    return {"name": name, "type": "tensor", "dtype": "float16", "shape": shape}
+
+
+def _a(name, value):
+    return {"name": name, "type": "attr", "dtype": "list", "value": value}
+
+
+def test_packed_tokens_without_a_layout_are_the_sequence_and_no_other_axis_is():
+    # q/k/v [T, N, D] with the lengths summing to T: axis 0 is the sequence (packed), so the rank-3 position rule's
+    # "axis 1 is seq" is wrong there (it is heads) and must not scale by default
+    lines = [{"inputs": [_t(n, [t, 8, 64]) for n in ("q", "k", "v")] + [_a("actual_seq_lengths", ls)]}
+             for t, ls in ((100, [60, 40]), (300, [100, 100, 100]), (50, [50]))]
+    g, by = _crafted(lines)
+    assert by[("q", 0)].kind == "seq" and by[("q", 1)].kind == "other"
+    assert [name for name, _why in symbols.choose([g])] == [by[("q", 0)].name]  # heads never scale by default
+    # heads equal to the number of sequences in every case: packed tokens have no batch axis, so no batch role
+    lines = [{"inputs": [_t("q", [t, n, 64]), _a("actual_seq_lengths", ls)]}
+             for t, n, ls in ((100, 2, [60, 40]), (300, 3, [100, 100, 100]))]
+    g, by = _crafted(lines)
+    assert by[("q", 0)].kind == "seq" and by[("q", 1)].kind == "other"
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("q", 0)].name: 2})
+    assert not refusals and new["inputs"][0]["shape"] == [200, 2, 64] and new["inputs"][1]["value"] == [120, 80]
+
+
+def _cross(b, sq, skv, lq, lk, layout=None):
+    t = [_t("q", [b, sq, 4, 64]), _t("k", [b, skv, 4, 64]), _t("v", [b, skv, 4, 64])]
+    extra = [] if layout is None else [{"name": "input_layout", "type": "attr", "dtype": "str", "value": layout}]
+    return {"inputs": t + [_a("actual_seq_lengths", lq), _a("actual_seq_lengths_kv", lk)] + extra}
+
+
+def test_each_length_list_follows_the_sequence_it_fits_not_any_scaled_one():
+    # cross attention BSND: scaling only seq_k must leave the query's lengths within the query's unscaled S
+    lines = [_cross(2, 64, 128, [64, 30], [128, 100], "BSND"), _cross(3, 32, 256, [32, 1, 20], [256, 200, 7], "BSND")]
+    infos = [cases.describe_case(c, i) for i, c in enumerate(lines)]
+    (g,) = symbols.analyse(infos)
+    new, refusals = symbols.scale_case(lines[0], infos[0], g, {"seq_k": 2})
+    vals = {e["name"]: e.get("value", e.get("shape")) for e in new["inputs"]}
+    assert not refusals and vals["q"][1] == 64 and vals["k"][1] == 256
+    assert vals["actual_seq_lengths"] == [64, 30] and vals["actual_seq_lengths_kv"] == [256, 200]
+    new, _ = symbols.scale_case(lines[0], infos[0], g, {"seq_q": 4, "seq_k": 2})
+    vals = {e["name"]: e.get("value") for e in new["inputs"]}
+    assert vals["actual_seq_lengths"] == [256, 120] and vals["actual_seq_lengths_kv"] == [256, 200]
+    # no layout; the query's lengths fit both S_q (no role: ambiguous) and S_kv (seq, by the kv lengths): the
+    # default scales S_kv and batch, and the query's lengths must stay <= S_q
+    lines = [_cross(2, 64, 64, [64, 30], [64, 60]), _cross(3, 32, 256, [32, 1, 20], [32, 200, 7])]
+    g, by = _crafted(lines)
+    assert by[("k", 1)].kind == "seq" and by[("q", 1)].kind == "other"
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g,
+                                       {by[("k", 1)].name: 2, by[("q", 0)].name: 2})
+    vals = {e["name"]: e.get("value", e.get("shape")) for e in new["inputs"]}
+    assert not refusals and vals["q"][:2] == [4, 64] and vals["k"][:2] == [4, 128]
+    assert vals["actual_seq_lengths"] == [64, 30, 64, 30] and max(vals["actual_seq_lengths"]) <= vals["q"][1]
+    assert vals["actual_seq_lengths_kv"] == [128, 120, 128, 120]
+
+
+def test_lengths_that_are_not_integers_are_a_refusal_not_a_crash():
+    # [B, S, H] by position; a sequence-length list with None / a nested list / a bool / a float in it
+    for bad in (None, [64], True, 37.5, "37"):
+        lines = [{"inputs": [_t("x", [2, 64, 128]), _a("actual_seq_lengths", [64, bad])]},
+                 {"inputs": [_t("x", [3, 48, 128]), _a("actual_seq_lengths", [48, 1, 20])]}]
+        g, by = _crafted(lines)
+        new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("x", 1)].name: 2})
+        assert refusals and "not an integer length" in refusals[0], (bad, refusals)
+        assert new["inputs"][1]["value"] == [64, bad]  # left as written; gate 2 reports the refusal
+        new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("x", 0)].name: 2})
+        assert not refusals and new["inputs"][1]["value"] == [64, bad, 64, bad]  # tiling needs no arithmetic

@@ -18,7 +18,8 @@ Kinds (:data:`KINDS`), each with its evidence string:
   the contraction axis k hidden;
 * without a layout attribute, a sequence-length list (``actual_seq_lengths``) names the axes of 4-D [B, S, N, D]
   tensors too: the axis equal to the list's length in every case is batch, the one the lengths fit (padded: the
-  longest <= it, equal in some case; packed: their sum) is seq (:func:`_seqlen_roles`);
+  longest <= it, equal in some case; packed: their sum) is seq (:func:`_seqlen_roles`); packed lengths name no
+  batch axis, and a position rule's batch / seq on another axis gives way ([T, N, D]: axis 1 is no sequence);
 * an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
   0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``. A position
   with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol.
@@ -30,7 +31,8 @@ elements, which copy shapes, always follow).
 Default scale dims (:data:`DEFAULT_SCALE_KINDS`): sequence and batch, never all dims proportionally (a 4-D tensor
 scaled by 2 on every axis is 16x the memory). Sequence-length list attributes (``actual_seq_lengths``,
 ``actual_seq_qlen``/``kvlen``) follow a scaled sequence (each length x factor) and a scaled batch (tiled, when the
-list has one length per batch); a dependent that cannot follow makes the scaled case carry a refusal, which the
+list has one length per batch); each list follows the sequence it fits (``SymbolGroup.lengths``: cross attention's
+query lengths do not follow a scaled key axis); a dependent that cannot follow makes the scaled case carry a refusal, which the
 probe's gate 2 reports.
 """
 from __future__ import annotations
@@ -45,6 +47,7 @@ LAYOUT_ATTRS = ("input_layout", "layout")
 LAYOUT_KIND = {"B": "batch", "S": "seq", "N": "heads", "D": "head_dim", "H": "hidden", "T": "seq"}
 HEADS_ATTR = re.compile(r"^(head_num|num_heads|n_heads|heads|num_head|headnum)$", re.I)
 SEQLEN_ATTR = re.compile(r"seq.?len|seqlen|actual_seq", re.I)
+SEQ_LIKE_KINDS = ("seq_q", "seq_k", "seq", "other")  # what a sequence-length list may follow
 
 
 @dataclass
@@ -75,6 +78,8 @@ class SymbolGroup:
     cases: list
     symbols: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    # {sequence-length list name: [(Symbol, "padded" | "packed")]}: the sequence-like symbols it fits
+    lengths: dict = field(default_factory=dict)
 
     def symbol(self, name):
         return next(s for s in self.symbols if s.name == name)
@@ -170,25 +175,42 @@ def _int_attr_positions(members):
     return out
 
 
+def _is_int(e):
+    return isinstance(e, int) and not isinstance(e, bool)
+
+
+def _seqlen_lists(members):
+    """{name: [list per case]} of the sequence-length list attributes holding integers in every case."""
+    out = {}
+    for name in members[0].attrs:
+        vals = [c.attrs.get(name) for c in members]
+        if SEQLEN_ATTR.search(name) and all(isinstance(v, list) and v and all(_is_int(e) for e in v) for v in vals):
+            out[name] = vals
+    return out
+
+
+def _padded_fit(per_case, values):
+    return all(max(v) <= x for v, x in zip(per_case, values)) and any(max(v) == x for v, x in zip(per_case, values))
+
+
+def _packed_fit(per_case, values):
+    return all(sum(v) == x for v, x in zip(per_case, values))
+
+
 def _seqlen_roles(members, class_values):
     """{values: (kind, evidence)} from sequence-length list attributes (``actual_seq_lengths`` ...) in a group
     without a layout attribute, whose axes have no letters: the one position class whose value equals the list's
     length in every case is ``batch`` (one length per batch); the one whose value bounds the lengths in every case
     and equals the longest in some (padded [B, S, ...]), or equals their sum in every case (packed tokens), is
     ``seq``. Ambiguous (several classes match, e.g. values that never vary) -> no role from that rule."""
-    lists = {}
-    for name in members[0].attrs:
-        vals = [c.attrs.get(name) for c in members]
-        if SEQLEN_ATTR.search(name) and all(isinstance(v, list) and v and all(
-                isinstance(e, int) and not isinstance(e, bool) for e in v) for v in vals):
-            lists[name] = vals
     roles = {}
-    for name, per_case in lists.items():
+    for name, per_case in _seqlen_lists(members).items():
         n = [len(v) for v in per_case]
         batch = [cv for cv in class_values if list(cv) == n]
-        seq = [cv for cv in class_values if cv not in batch and (
-            (all(max(v) <= x for v, x in zip(per_case, cv)) and any(max(v) == x for v, x in zip(per_case, cv)))
-            or all(sum(v) == x for v, x in zip(per_case, cv)))]
+        seq = [cv for cv in class_values if cv not in batch and (_padded_fit(per_case, cv)
+                                                                  or _packed_fit(per_case, cv))]
+        if len(seq) == 1 and not _padded_fit(per_case, seq[0]):
+            batch = []  # packed tokens [T, ...]: no axis holds the batch, an axis equal to the count is chance
         if len(batch) == 1:
             roles.setdefault(batch[0], ("batch", f"len({name}) equals it in every case: one length per batch"))
         if len(seq) == 1:
@@ -214,7 +236,8 @@ def analyse_group(key, lay, members) -> SymbolGroup:
             letters = _tensor_letters(lay, rank)
             # with a layout, equal values never merge positions of different letters
             ck = (vals, letters[ax] if letters else None)
-            cls = classes.setdefault(ck, {"positions": [], "kinds": [], "evidence": []})
+            cls = classes.setdefault(ck, {"positions": [], "kinds": [], "evidence": [], "matmul": False})
+            cls["matmul"] = cls["matmul"] or (t.name, ax) in matmul
             cls["positions"].append((t.name, ax))
             cls["kinds"].append(kind)
             cls["evidence"].append(why)
@@ -229,6 +252,10 @@ def analyse_group(key, lay, members) -> SymbolGroup:
         if vals in by_lengths:
             kind = by_lengths[vals][0]
             ev.insert(0, by_lengths[vals][1])
+        elif kind in ("batch", "seq") and not cls["matmul"] and any(k == kind for k, _ in by_lengths.values()):
+            # a position rule's guess ([T, N, D] packed tokens: axis 1 is no sequence) against the lengths' word
+            ev.insert(0, f"a sequence-length list names another axis {kind}: the position rule's {kind} is dropped")
+            kind = "other"
         if len(cls["positions"]) > 1:
             ev.append("equal in every case: " + ", ".join(f"{n}.{a}" for n, a in cls["positions"]))
             if kind == "seq_q" and "seq_k" in kinds:
@@ -264,6 +291,10 @@ def analyse_group(key, lay, members) -> SymbolGroup:
             grp.symbols.append(Symbol(name="heads" if "heads" not in names else "heads_attr", kind="heads",
                                       positions=[(name, None)], values=list(avals), cases=grp.cases, group=key,
                                       evidence=ev, followers=fol))
+    for name, per_case in _seqlen_lists(members).items():
+        grp.lengths[name] = [(sym, "packed" if _packed_fit(per_case, sym.values) else "padded")
+                             for sym in grp.symbols if sym.kind in SEQ_LIKE_KINDS and sym.positions[0][1] is not None
+                             and (_packed_fit(per_case, sym.values) or _padded_fit(per_case, sym.values))]
     seqlen = [n for n in members[0].attrs if SEQLEN_ATTR.search(n) and isinstance(members[0].attrs[n], list)]
     if seqlen:
         grp.notes.append(f"sequence-length attributes {seqlen}: scaled with a scaled sequence (x factor) and tiled "
@@ -308,15 +339,36 @@ def choose(groups: list, scale_dims=None) -> list:
     return chosen
 
 
-def _scale_seqlens(case, info, factors_by_kind, refusals):
+def _seqlen_factor(name, group, factors, factors_by_kind, refusals):
+    """Factor of the sequence-length list ``name``: that of the symbol it fits (``group.lengths``), not of any
+    scaled sequence (cross attention: the query's lengths stay within a query axis the key's scaling leaves alone).
+    Packed lengths must sum to their axis, so they take its factor exactly; padded ones take the smallest factor
+    among the axes they fit (still <= each one). A list that fits none takes the largest scaled sequence factor."""
+    fits = group.lengths.get(name) or []
+    packed = {factors.get(s.name, 1) for s, how in fits if how == "packed"}
+    if len(packed) > 1:
+        refusals.append(f"{name} sums to several axes scaled differently: it cannot follow them all")
+    if packed:
+        return max(packed)
+    if fits:
+        return min(factors.get(s.name, 1) for s, _how in fits)
+    return max([f for k, f in factors_by_kind.items() if k.startswith("seq")] or [1])
+
+
+def _scale_seqlens(case, info, group, factors, factors_by_kind, refusals):
     for ent in case["inputs"]:
         name = ent.get("name", "")
         if ent.get("type") != "attr" or not SEQLEN_ATTR.search(name) or not isinstance(ent.get("value"), list):
             continue
         vals = list(ent["value"])
-        fseq = max([f for k, f in factors_by_kind.items() if k.startswith("seq")] or [1])
+        fseq = _seqlen_factor(name, group, factors, factors_by_kind, refusals)
         if fseq != 1:
-            vals = [int(v) * fseq for v in vals]
+            bad = [v for v in vals if not _is_int(v)]
+            if bad:
+                refusals.append(f"{name} holds {bad[0]!r}, not an integer length: it cannot follow a scaled "
+                                "sequence")
+            else:
+                vals = [v * fseq for v in vals]
         fb = factors_by_kind.get("batch", 1)
         if fb != 1:
             batch = [s for s in factors_by_kind.get("_batch_values", [])]
@@ -357,5 +409,5 @@ def scale_case(case: dict, info, group: SymbolGroup, factors: dict) -> tuple:
                 refusals.append(f"{name} carries exact data values: its axis {ax} cannot be scaled")
             ent["shape"] = list(ent["shape"])
             ent["shape"][ax] = int(ent["shape"][ax]) * f
-    _scale_seqlens(new, info, by_kind, refusals)
+    _scale_seqlens(new, info, group, factors, by_kind, refusals)
     return new, refusals
