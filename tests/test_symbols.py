@@ -215,3 +215,23 @@ def test_lengths_that_are_not_integers_are_a_refusal_not_a_crash():
         assert new["inputs"][1]["value"] == [64, bad]  # left as written; gate 2 reports the refusal
         new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("x", 0)].name: 2})
         assert not refusals and new["inputs"][1]["value"] == [64, bad, 64, bad]  # tiling needs no arithmetic
+
+
+def test_a_constant_axis_equal_to_batch_by_chance_does_not_scale_with_it():
+    # MQA decode, batch 1 in every case and one key/value head: k's and v's heads axis equals the batch (1) in every
+    # case, so it joins the batch class; with "no rule never outvotes a rule" it became batch and scaled (x16: 16 key
+    # heads for 8 query heads). A constant class splits off such positions (same rank, another axis).
+    lines = [{"inputs": [_t("q", [1, 8, s, 64]), _t("k", [1, 1, s, 64]), _t("v", [1, 1, s, 64]),
+                         _a("actual_seq_lengths", [s - 3])]} for s in (64, 128, 256)]
+    g, by = _crafted(lines)
+    assert by[("q", 0)].kind == "batch" and by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)]
+    assert by[("k", 1)].kind == "other" and by[("k", 1)].positions == [("k", 1), ("v", 1)]
+    assert "only by chance" in by[("k", 1)].evidence[0]
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("q", 0)].name: 16})
+    assert not refusals and [e.get("shape") for e in new["inputs"][:3]] == [[16, 8, 64, 64], [16, 1, 64, 64],
+                                                                            [16, 1, 64, 64]]
+    assert new["inputs"][3]["value"] == [61] * 16
+    # batch equal to heads (8) in every case, q/k/v [B, N, S, D]: the heads axes do not scale with the batch
+    lines = [{"inputs": [_t(n, [8, 8, s, 64]) for n in ("q", "k", "v")]} for s in (64, 128)]
+    _g, by = _crafted(lines)
+    assert by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)] and by[("q", 1)].kind == "other"

@@ -22,7 +22,9 @@ Kinds (:data:`KINDS`), each with its evidence string:
   batch axis, and a position rule's batch / seq on another axis gives way ([T, N, D]: axis 1 is no sequence);
 * an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
   0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``. A position
-  with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol.
+  with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol; in a constant
+  symbol, such a position on another axis of a tensor of the ruled one's rank is split off (k [1, 1, S, D] beside
+  q [1, 8, S, D]: k's heads are no batch; :func:`_split_constant_strays`).
 
 Constant values (equal in every case because they never vary) are weak evidence: they still form a symbol, but a
 last axis or an integer attribute follows a constant symbol only where the layout letters agree (list-attribute
@@ -219,6 +221,31 @@ def _seqlen_roles(members, class_values):
     return roles
 
 
+def _split_constant_strays(classes):
+    """Split off, in place, the positions of a constant class that only chance puts beside a ruled one: a position
+    with no rule on a tensor of the rank of a ruled position, on another axis (q [1, 8, S, D] with k [1, 1, S, D]
+    in every case: k's heads axis is no batch, so it must not scale with q's batch). They become a class of their
+    own (key with a third element ``"stray"``), kind ``other``, without followers."""
+    for ck in list(classes):
+        cls = classes[ck]
+        rows = list(zip(cls["positions"], cls["kinds"], cls["evidence"], cls["ranks"]))
+        ruled_at = {(r, pos[1]) for pos, k, _e, r in rows if k != "other"}
+        if len(set(ck[0])) > 1 or not ruled_at:
+            continue
+        stray = [row for row in rows if row[1] == "other" and row[3] in {r for r, _a in ruled_at}
+                 and (row[3], row[0][1]) not in ruled_at]
+        if not stray:
+            continue
+        keep = [row for row in rows if row not in stray]
+        for cl, part in ((cls, keep), (classes.setdefault((ck[0], ck[1], "stray"), {"matmul": False, "stray": True}),
+                                       stray)):
+            cl.update(positions=[r[0] for r in part], kinds=[r[1] for r in part], evidence=[r[2] for r in part],
+                      ranks=[r[3] for r in part])
+        ruled = ", ".join(f"axis {a} of rank {r}" for r, a in sorted(ruled_at))
+        classes[(ck[0], ck[1], "stray")]["evidence"].insert(0, f"constant {ck[0][0]}: equal to the ruled {ruled} "
+                                                                "only by chance (another axis of a same-rank tensor)")
+
+
 def analyse_group(key, lay, members) -> SymbolGroup:
     """Symbols of one group of cases (see the module docstring)."""
     grp = SymbolGroup(key=key, layout=lay, cases=[c.case_id for c in members])
@@ -236,20 +263,23 @@ def analyse_group(key, lay, members) -> SymbolGroup:
             letters = _tensor_letters(lay, rank)
             # with a layout, equal values never merge positions of different letters
             ck = (vals, letters[ax] if letters else None)
-            cls = classes.setdefault(ck, {"positions": [], "kinds": [], "evidence": [], "matmul": False})
+            cls = classes.setdefault(ck, {"positions": [], "kinds": [], "evidence": [], "ranks": [], "matmul": False})
             cls["matmul"] = cls["matmul"] or (t.name, ax) in matmul
             cls["positions"].append((t.name, ax))
             cls["kinds"].append(kind)
             cls["evidence"].append(why)
+            cls["ranks"].append(rank)
     attr_pos = _int_attr_positions(members)
     by_lengths = {} if lay else _seqlen_roles(members, [vals for vals, _ in classes])
+    _split_constant_strays(classes)
     names = {}
-    for (vals, letter), cls in classes.items():
+    for ck, cls in classes.items():
+        vals, letter = ck[0], ck[1]
         kinds = cls["kinds"]
         ruled = [k for k in kinds if k != "other"] or kinds  # a rule's kind is never outvoted by "no rule"
         kind = "seq_q" if "seq_q" in ruled else max(set(ruled), key=lambda k: (ruled.count(k), -KINDS.index(k)))
         ev = list(dict.fromkeys(cls["evidence"]))
-        if vals in by_lengths:
+        if vals in by_lengths and not cls.get("stray"):
             kind = by_lengths[vals][0]
             ev.insert(0, by_lengths[vals][1])
         elif kind in ("batch", "seq") and not cls["matmul"] and any(k == kind for k, _ in by_lengths.values()):
@@ -263,13 +293,13 @@ def analyse_group(key, lay, members) -> SymbolGroup:
         if len(set(vals)) == 1:
             ev.append(f"constant {vals[0]} in every case: equality with other positions is weak evidence")
         followers = []
-        for pos, lvals, lletters in lasts:
+        for pos, lvals, lletters in ([] if cls.get("stray") else lasts):
             same_letter = lletters is None or letter is None or lletters[pos[1]] == letter
             if lvals == vals and same_letter and (len(set(vals)) > 1 or letter is not None):
                 followers.append(pos)
                 ev.append(f"last axis {pos[0]}.{pos[1]} equals it in every case: scaled with it")
         for name, idx, avals in attr_pos:
-            if tuple(avals) != vals:
+            if tuple(avals) != vals or cls.get("stray"):
                 continue
             named_heads = HEADS_ATTR.match(name) and kind == "heads"
             if len(set(vals)) > 1 or named_heads or idx is not None:  # list elements copy shapes (normalized_shape)
