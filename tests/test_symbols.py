@@ -235,3 +235,21 @@ def test_a_constant_axis_equal_to_batch_by_chance_does_not_scale_with_it():
     lines = [{"inputs": [_t(n, [8, 8, s, 64]) for n in ("q", "k", "v")]} for s in (64, 128)]
     _g, by = _crafted(lines)
     assert by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)] and by[("q", 1)].kind == "other"
+
+
+def test_a_lengths_tensor_follows_a_constant_batch():
+    # actual_seq_lengths as a 1-D tensor [B] with exact data, batch 2 in every case: scaling the batch left it at
+    # [2] beside q [4, ...] with no refusal (a constant last axis follows nothing); now it follows, and its data
+    # is a refusal
+    def line(s, data):
+        lens = {"name": "actual_seq_lengths", "type": "tensor", "dtype": "int64", "shape": [2]}
+        if data:
+            lens["data"] = [s, s - 1]
+        return {"inputs": [_t(n, [2, s, 4, 64]) for n in ("q", "k", "v")] + [lens]}
+    for data in (True, False):
+        lines = [line(64, data), line(128, data)]
+        g, by = _crafted(lines)
+        assert ("actual_seq_lengths", 0) in by[("q", 0)].followers
+        new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("q", 0)].name: 2})
+        assert new["inputs"][3]["shape"] == [4] and new["inputs"][0]["shape"][0] == 4
+        assert bool(refusals) == data and (not data or "exact data" in refusals[0])

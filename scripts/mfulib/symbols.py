@@ -295,7 +295,9 @@ def analyse_group(key, lay, members) -> SymbolGroup:
         followers = []
         for pos, lvals, lletters in ([] if cls.get("stray") else lasts):
             same_letter = lletters is None or letter is None or lletters[pos[1]] == letter
-            if lvals == vals and same_letter and (len(set(vals)) > 1 or letter is not None):
+            # a 1-D lengths tensor (actual_seq_lengths [B]) holds one length per batch even when the batch never varies
+            per_batch = kind == "batch" and pos[1] == 0 and SEQLEN_ATTR.search(pos[0])
+            if lvals == vals and same_letter and (len(set(vals)) > 1 or letter is not None or per_batch):
                 followers.append(pos)
                 ev.append(f"last axis {pos[0]}.{pos[1]} equals it in every case: scaled with it")
         for name, idx, avals in attr_pos:
