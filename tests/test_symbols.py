@@ -253,3 +253,21 @@ def test_a_lengths_tensor_follows_a_constant_batch():
         new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("q", 0)].name: 2})
         assert new["inputs"][3]["shape"] == [4] and new["inputs"][0]["shape"][0] == 4
         assert bool(refusals) == data and (not data or "exact data" in refusals[0])
+
+
+def test_lengths_that_no_axis_bounds_stay_and_bounded_ones_follow_their_axis():
+    # paged attention: the block table (32 blocks of 16 = 512 tokens) bounds the lengths, no axis does; scaling
+    # doubled them to 1000 > 512. Lengths below their axis in every case (never equal) still follow it.
+    def paged(b, n, nb, mb, lens):
+        return {"inputs": [_t("q", [b, n, 128]), _t("k_cache", [nb, 16, n, 128]), _t("v_cache", [nb, 16, n, 128]),
+                           _t("block_table", [b, mb]), _a("seq_lens", lens)]}
+    lines = [paged(2, 8, 64, 32, [500, 300]), paged(4, 16, 128, 64, [1000, 20, 3, 999])]
+    g, by = _crafted(lines)
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g,
+                                       {s.name: 2 for s in g.symbols if s.kind in ("batch", "seq")})
+    assert not refusals and new["inputs"][0]["shape"][0] == 4 and new["inputs"][4]["value"] == [500, 300] * 2
+    lines = [{"inputs": [_t("x", [b, s, 128]), _a("actual_seq_lengths", ls)]}
+             for b, s, ls in ((2, 64, [50, 30]), (3, 48, [40, 1, 20]))]
+    g, by = _crafted(lines)
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("x", 1)].name: 2})
+    assert not refusals and new["inputs"][0]["shape"] == [2, 128, 128] and new["inputs"][1]["value"] == [100, 60]

@@ -33,8 +33,9 @@ elements, which copy shapes, always follow).
 Default scale dims (:data:`DEFAULT_SCALE_KINDS`): sequence and batch, never all dims proportionally (a 4-D tensor
 scaled by 2 on every axis is 16x the memory). Sequence-length list attributes (``actual_seq_lengths``,
 ``actual_seq_qlen``/``kvlen``) follow a scaled sequence (each length x factor) and a scaled batch (tiled, when the
-list has one length per batch); each list follows the sequence it fits (``SymbolGroup.lengths``: cross attention's
-query lengths do not follow a scaled key axis); a dependent that cannot follow makes the scaled case carry a refusal, which the
+list has one length per batch); each list follows the sequence it fits or, fitting none, the axes that bound it (``SymbolGroup.lengths``: cross
+attention's query lengths do not follow a scaled key axis; lengths no axis bounds stay); a 1-D lengths tensor
+[B] follows the batch even when it never varies; a dependent that cannot follow makes the scaled case carry a refusal, which the
 probe's gate 2 reports.
 """
 from __future__ import annotations
@@ -80,7 +81,7 @@ class SymbolGroup:
     cases: list
     symbols: list = field(default_factory=list)
     notes: list = field(default_factory=list)
-    # {sequence-length list name: [(Symbol, "padded" | "packed")]}: the sequence-like symbols it fits
+    # {sequence-length list name: [(Symbol, "padded" | "packed" | "bounded")]}: the sequence-like symbols it fits
     lengths: dict = field(default_factory=dict)
 
     def symbol(self, name):
@@ -324,9 +325,10 @@ def analyse_group(key, lay, members) -> SymbolGroup:
                                       positions=[(name, None)], values=list(avals), cases=grp.cases, group=key,
                                       evidence=ev, followers=fol))
     for name, per_case in _seqlen_lists(members).items():
-        grp.lengths[name] = [(sym, "packed" if _packed_fit(per_case, sym.values) else "padded")
-                             for sym in grp.symbols if sym.kind in SEQ_LIKE_KINDS and sym.positions[0][1] is not None
-                             and (_packed_fit(per_case, sym.values) or _padded_fit(per_case, sym.values))]
+        axes = [sym for sym in grp.symbols if sym.kind in SEQ_LIKE_KINDS and sym.positions[0][1] is not None]
+        grp.lengths[name] = [(sym, "packed" if _packed_fit(per_case, sym.values) else "padded") for sym in axes
+                             if _packed_fit(per_case, sym.values) or _padded_fit(per_case, sym.values)] or [
+            (sym, "bounded") for sym in axes if all(max(v) <= x for v, x in zip(per_case, sym.values))]
     seqlen = [n for n in members[0].attrs if SEQLEN_ATTR.search(n) and isinstance(members[0].attrs[n], list)]
     if seqlen:
         grp.notes.append(f"sequence-length attributes {seqlen}: scaled with a scaled sequence (x factor) and tiled "
@@ -374,8 +376,12 @@ def choose(groups: list, scale_dims=None) -> list:
 def _seqlen_factor(name, group, factors, factors_by_kind, refusals):
     """Factor of the sequence-length list ``name``: that of the symbol it fits (``group.lengths``), not of any
     scaled sequence (cross attention: the query's lengths stay within a query axis the key's scaling leaves alone).
-    Packed lengths must sum to their axis, so they take its factor exactly; padded ones take the smallest factor
-    among the axes they fit (still <= each one). A list that fits none takes the largest scaled sequence factor."""
+    Packed lengths must sum to their axis, so they take its factor exactly; padded ones (or, fitting none, those
+    the axes bound) take the smallest factor among those axes (still <= each one); lengths no axis bounds measure
+    no axis here (paged attention: the block table bounds them) and stay. A list not made of integers in every
+    case takes the largest scaled sequence factor (and is refused where it holds a non-integer)."""
+    if name in group.lengths and not group.lengths[name]:
+        return 1
     fits = group.lengths.get(name) or []
     packed = {factors.get(s.name, 1) for s, how in fits if how == "packed"}
     if len(packed) > 1:
