@@ -271,3 +271,19 @@ def test_lengths_that_no_axis_bounds_stay_and_bounded_ones_follow_their_axis():
     g, by = _crafted(lines)
     new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("x", 1)].name: 2})
     assert not refusals and new["inputs"][0]["shape"] == [2, 128, 128] and new["inputs"][1]["value"] == [100, 60]
+
+
+def test_key_lengths_name_the_key_sequence_and_leave_the_query_sequence_alone():
+    # rank-3 cross attention q [B, S_q, H], k/v [B, S_kv, H] with only the key's lengths: S_kv is seq by the
+    # lengths (it was "other", and the lengths doubled past it), and q's S_q stays seq by position
+    lines = [{"inputs": [_t("q", [b, sq, 128]), _t("k", [b, skv, 128]), _t("v", [b, skv, 128]),
+                         _a("actual_seq_lengths_kv", lk)]}
+             for b, sq, skv, lk in ((2, 16, 64, [64, 30]), (3, 32, 128, [128, 1, 20]))]
+    g, by = _crafted(lines)
+    assert by[("q", 1)].kind == "seq" and by[("k", 1)].kind == "seq" and by[("q", 0)].kind == "batch"
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g,
+                                       {by[("q", 1)].name: 2, by[("k", 1)].name: 2})
+    assert not refusals and new["inputs"][0]["shape"] == [2, 32, 128] and new["inputs"][1]["shape"] == [2, 128, 128]
+    assert new["inputs"][3]["value"] == [128, 60]
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("q", 1)].name: 2})
+    assert not refusals and new["inputs"][3]["value"] == [64, 30]  # S_kv unscaled: its lengths stay

@@ -283,9 +283,13 @@ def analyse_group(key, lay, members) -> SymbolGroup:
         if vals in by_lengths and not cls.get("stray"):
             kind = by_lengths[vals][0]
             ev.insert(0, by_lengths[vals][1])
-        elif kind in ("batch", "seq") and not cls["matmul"] and any(k == kind for k, _ in by_lengths.values()):
-            # a position rule's guess ([T, N, D] packed tokens: axis 1 is no sequence) against the lengths' word
-            ev.insert(0, f"a sequence-length list names another axis {kind}: the position rule's {kind} is dropped")
+        elif kind in ("batch", "seq") and not cls["matmul"] and any(
+                k == kind and any(n == tensors[0].name for n, _a in classes[(v, None)]["positions"])
+                for v, (k, _w) in by_lengths.items()):
+            # a position rule's guess on the first tensor against the lengths' word about another axis of it
+            # ([T, N, D] packed tokens: axis 1 is no sequence); a later tensor's axis (k's S_kv) leaves it alone
+            ev.insert(0, f"a sequence-length list names another axis of {tensors[0].name} {kind}: the position "
+                         f"rule's {kind} is dropped")
             kind = "other"
         if len(cls["positions"]) > 1:
             ev.append("equal in every case: " + ", ".join(f"{n}.{a}" for n, a in cls["positions"]))
