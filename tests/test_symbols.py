@@ -287,3 +287,19 @@ def test_key_lengths_name_the_key_sequence_and_leave_the_query_sequence_alone():
     assert new["inputs"][3]["value"] == [128, 60]
     new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("q", 1)].name: 2})
     assert not refusals and new["inputs"][3]["value"] == [64, 30]  # S_kv unscaled: its lengths stay
+
+
+def test_lengths_whose_sum_equals_another_axis_by_chance_stay_within_their_own():
+    # one case: the key's lengths sum to 64 = S_q and their longest is 16 = S_kv; S_kv has no role (ambiguous),
+    # S_q is seq: scaling it doubled the key's lengths past S_kv (16)
+    line = {"inputs": [_t("q", [8, 64, 1, 64]), _t("k", [8, 16, 1, 64]), _t("v", [8, 16, 1, 64]),
+                       _a("actual_seq_lengths", [35, 24, 64, 36, 45, 4, 42, 46]),
+                       _a("actual_seq_lengths_kv", [1, 5, 16, 16, 8, 14, 3, 1])]}
+    g, by = _crafted([line])
+    assert by[("q", 1)].kind == "seq" and by[("k", 1)].kind == "other"
+    new, refusals = symbols.scale_case(line, cases.describe_case(line, 0), g,
+                                       {by[("q", 1)].name: 2, by[("q", 0)].name: 2})
+    vals = {e["name"]: e.get("value", e.get("shape")) for e in new["inputs"]}
+    assert not refusals and vals["q"][:2] == [16, 128] and vals["k"][:2] == [16, 16]
+    assert vals["actual_seq_lengths"] == [2 * x for x in [35, 24, 64, 36, 45, 4, 42, 46]] * 2
+    assert vals["actual_seq_lengths_kv"] == [1, 5, 16, 16, 8, 14, 3, 1] * 2

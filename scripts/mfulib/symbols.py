@@ -33,10 +33,10 @@ elements, which copy shapes, always follow).
 Default scale dims (:data:`DEFAULT_SCALE_KINDS`): sequence and batch, never all dims proportionally (a 4-D tensor
 scaled by 2 on every axis is 16x the memory). Sequence-length list attributes (``actual_seq_lengths``,
 ``actual_seq_qlen``/``kvlen``) follow a scaled sequence (each length x factor) and a scaled batch (tiled, when the
-list has one length per batch); each list follows the sequence it fits or, fitting none, the axes that bound it (``SymbolGroup.lengths``: cross
-attention's query lengths do not follow a scaled key axis; lengths no axis bounds stay); a 1-D lengths tensor
-[B] follows the batch even when it never varies; a dependent that cannot follow makes the scaled case carry a refusal, which the
-probe's gate 2 reports.
+list has one length per batch); each list follows the sequence it fits or, fitting none, the axes that bound it
+(``SymbolGroup.lengths``: cross attention's query lengths do not follow a scaled key axis; lengths no axis bounds
+stay); a 1-D lengths tensor [B] follows the batch even when it never varies; a dependent that cannot follow makes
+the scaled case carry a refusal, which the probe's gate 2 reports.
 """
 from __future__ import annotations
 
@@ -380,17 +380,18 @@ def choose(groups: list, scale_dims=None) -> list:
 def _seqlen_factor(name, group, factors, factors_by_kind, refusals):
     """Factor of the sequence-length list ``name``: that of the symbol it fits (``group.lengths``), not of any
     scaled sequence (cross attention: the query's lengths stay within a query axis the key's scaling leaves alone).
-    Packed lengths must sum to their axis, so they take its factor exactly; padded ones (or, fitting none, those
-    the axes bound) take the smallest factor among those axes (still <= each one); lengths no axis bounds measure
-    no axis here (paged attention: the block table bounds them) and stay. A list not made of integers in every
+    Lengths that only sum to axes (packed) take their factor exactly; otherwise (padded, or, fitting none, bounded
+    by axes) the smallest factor among the axes they fit (still <= each one: a sum equal to an axis beside a
+    longest length equal to another is most likely chance, small lengths [1, 1, 1, 1]); lengths no axis bounds
+    measure no axis here (paged attention: the block table bounds them) and stay. A list not made of integers in every
     case takes the largest scaled sequence factor (and is refused where it holds a non-integer)."""
     if name in group.lengths and not group.lengths[name]:
         return 1
     fits = group.lengths.get(name) or []
     packed = {factors.get(s.name, 1) for s, how in fits if how == "packed"}
-    if len(packed) > 1:
-        refusals.append(f"{name} sums to several axes scaled differently: it cannot follow them all")
-    if packed:
+    if packed and all(how == "packed" for _s, how in fits):
+        if len(packed) > 1:
+            refusals.append(f"{name} sums to several axes scaled differently: it cannot follow them all")
         return max(packed)
     if fits:
         return min(factors.get(s.name, 1) for s, _how in fits)
