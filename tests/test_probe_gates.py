@@ -202,3 +202,16 @@ def test_probe_refuses_a_zero_budget_and_negative_trace_jobs(tmp_path):
     for extra in (["--budget-s", "0"], ["--trace-jobs", "-1"], ["--timeout-s", "0"]):
         r, _doc = run_probe(work, "--cases", "0", *extra)
         assert r.returncode == 2 and "--budget-s and --timeout-s must be > 0" in r.stderr, (extra, r.stderr)
+
+
+def test_dry_run_with_sequence_lengths_that_are_not_integers_reports_a_refusal_not_a_traceback(tmp_path):
+    # [B, S, H] activations and an actual_seq_lengths list with a null in it: scaling the sequence raised
+    # TypeError from int(None) in the probe (dry run included); it is a refusal that gate 2 reports
+    def line(b, s, lens):
+        return json.dumps({"inputs": [{"name": "x", "type": "tensor", "dtype": "float32", "shape": [b, s, 16]},
+                                      {"name": "actual_seq_lengths", "type": "attr", "dtype": "list",
+                                       "value": lens}]})
+    work = probe_ops.make_workdir(tmp_path, lines=[line(2, 8, [8, None]), line(3, 4, [4, 1, 2])])
+    r, _doc = run_probe(work, "--dry-run", "--max-scale", "2", timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "actual_seq_lengths holds None, not an in" in r.stdout, r.stdout
