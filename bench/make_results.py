@@ -115,20 +115,31 @@ def sec_pmu_micro(st):
 
 def sec_gemm_grid(st):
     r = st.get("result") or {}
-    by = {(k["variant"], k["n"]): k for k in r.get("ncu") or []}
+    by = {(k["variant"], k.get("m"), k["n"], k.get("k")): k for k in r.get("ncu") or []}
+    by_n = {(k["variant"], k["n"]): k for k in r.get("ncu") or []}  # packs before the m/k keys
     rows = []
     for t in r.get("timing") or []:
-        k = by.get((t["variant"], t["n"])) or {}
+        k = by.get((t["variant"], t["m"], t["n"], t["k"])) or by_n.get((t["variant"], t["n"])) or {}
         c = k.get("counters") or {}
-        rows.append([t["variant"], f"{t['m']}x{t['n']}x{t['k']}", t["grid"], num(t["median_ns"] / 1e3),
-                     num(t["tflops"]), (k.get("bound") or {}).get("label", "-"),
+        tiles = (f"{t['block_m']}x{t['block_n']}x{t['block_k']}, {t['num_warps']} warps, {t['num_stages']} stages"
+                 if t.get("block_m") else "-" if t.get("kernel") == "cublas" else "128x128x64, 8 warps, "
+                 f"{t.get('num_stages', 3)} stages")
+        if "error" in t:
+            rows.append([t["variant"], f"{t['m']}x{t['n']}x{t['k']}", tiles, "-", "-", "-", "error", t["error"][:80]])
+            continue
+        rows.append([t["variant"], f"{t['m']}x{t['n']}x{t['k']}", tiles, t.get("grid") or "-",
+                     num(t["median_ns"] / 1e3), num(t["tflops"]),
+                     (k.get("bound") or {}).get("label", "-" if t.get("kernel") == "cublas" else "not profiled"),
                      counters(c, ("sm_throughput_pct", "memory_throughput_pct", "tensor_pipe_pct",
                                   "achieved_occupancy_pct"))])
     return (f"## The MHA example's GEMM under ncu (`bench/gemm_grid_h200.py`)\n\n{stamp(st)}\n\n{r.get('device')}, "
-            f"torch {r.get('torch')}; `{r.get('example')}` `matmul_kernel` (128x128x64 tiles, 8 warps) on the "
-            "projections of the largest bundled case, bf16, and variants of it; time = median of 20 CUDA-event "
-            f"launches; counters unavailable: {r.get('pmu_unavailable')}.\n\n"
-            + table(["variant", "M x N x K", "grid", "us", "TFLOP/s", "bound", "counters"], rows))
+            f"torch {r.get('torch')}; `{r.get('example')}` `matmul_kernel` (the example's persistent kernel) and "
+            "variants of it on the projections of the bundled cases ([2, 8192, 4096]: M = 16384, K = 4096, N = 12288 "
+            "and 4096; [1, 16384, 2048]: M = 16384, K = 2048, N = 6144), bf16; `matmul_variant` is the example's "
+            "kernel without the K mask (int64 or int32 offsets), `matmul_simple` the tutorial-style GEMM of "
+            "`bench/pmu_bound_h200.py`, cuBLAS is `torch.matmul` (timed, not profiled); time = median of 20 "
+            f"CUDA-event launches; counters unavailable: {r.get('pmu_unavailable')}.\n\n"
+            + table(["variant", "M x N x K", "tiles", "grid", "us", "TFLOP/s", "bound", "counters"], rows))
 
 
 def sec_env(st):

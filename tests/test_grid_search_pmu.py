@@ -3,7 +3,8 @@
 Data: tests/fixtures/h200/pmu_mha_128x128.json, recorded H200 output (the validation pack bench/validation/h200/pmu.json
 as committed at 7af7359: the collector with --pmu ncu on the MHA block,
 examples/ops/gen/zoo/5_MHABlock_triton_optimized.py when its GEMM still used 128 x 128 tiles, cases 7, 8 and 11 of
-examples/ops/bench/zoo/5_MHABlock.json). Kept as a fixture because the example's GEMM tiles changed afterwards.
+examples/ops/bench/zoo/5_MHABlock.json). Kept as a fixture because the example's GEMM tiles changed afterwards;
+tests/fixtures/h200/pmu_mha_128x256.json is the same pack recorded after the change (commit b028d53).
 Per kernel the counters are means over ``launches`` profiled launches (2 iterations: matmul_kernel runs twice per
 iteration - the QKV GEMM and the output GEMM - flash_attn_fwd_kernel once).
 """
@@ -19,8 +20,11 @@ PACK = os.path.join(ROOT, "tests", "fixtures", "h200", "pmu_mha_128x128.json")
 CASES = os.path.join(ROOT, "examples", "ops", "bench", "zoo", "5_MHABlock.json")
 
 
-def _cases():
-    with open(PACK) as f:
+PACK_256 = os.path.join(ROOT, "tests", "fixtures", "h200", "pmu_mha_128x256.json")  # the same, 128 x 256 tiles
+
+
+def _cases(pack=PACK):
+    with open(pack) as f:
         pack = json.load(f)["result"]["cases"]
     with open(CASES) as f:
         lines = [json.loads(x) for x in f if x.strip()]
@@ -45,6 +49,17 @@ def test_one_counted_gmma_instruction_of_the_mha_projection_gemm_is_512_times_it
         assert per_inst == sn.wgmma_flops_per_counted_inst(128, c["dtype"]) == 512 * 128, c["case"]
         # the hmma count includes the gmma one on sm_90: the summed counter is exactly twice the gmma count
         assert mm["tensor_inst_executed"] == 2 * mm["tensor_inst_executed_gmma"]
+
+
+def test_with_128x256_tiles_one_counted_gmma_instruction_is_512_times_256():
+    # the example after its GEMM moved to 128 x 256 tiles (recorded H200 pack, commit b028d53): 2 warpgroups of 64
+    # rows, each wgmma m64n256k16 -> N = 256; a second N value for the 512 * N rule, on all three cases
+    for c in _cases(PACK_256):
+        mm = c["pmu"]["matmul_kernel"]
+        m = c["b"] * c["s"]
+        traced = 2 * m * 3 * c["hidden"] * c["hidden"] + 2 * m * c["hidden"] * c["hidden"]
+        assert traced / 2 / mm["tensor_inst_executed_gmma"] == sn.wgmma_flops_per_counted_inst(256, c["dtype"]) \
+            == 512 * 256, c["case"]
 
 
 def test_the_flash_kernel_mixes_two_wgmma_n_so_no_single_factor_exists():

@@ -290,16 +290,46 @@ def test_key_lengths_name_the_key_sequence_and_leave_the_query_sequence_alone():
 
 
 def test_lengths_whose_sum_equals_another_axis_by_chance_stay_within_their_own():
-    # one case: the key's lengths sum to 64 = S_q and their longest is 16 = S_kv; S_kv has no role (ambiguous),
-    # S_q is seq: scaling it doubled the key's lengths past S_kv (16)
+    # one case: the key's lengths sum to 64 = S_q and their longest is 16 = S_kv: scaling S_q (and the batch) but
+    # not S_kv doubled the key's lengths past S_kv (16)
     line = {"inputs": [_t("q", [8, 64, 1, 64]), _t("k", [8, 16, 1, 64]), _t("v", [8, 16, 1, 64]),
                        _a("actual_seq_lengths", [35, 24, 64, 36, 45, 4, 42, 46]),
                        _a("actual_seq_lengths_kv", [1, 5, 16, 16, 8, 14, 3, 1])]}
     g, by = _crafted([line])
-    assert by[("q", 1)].kind == "seq" and by[("k", 1)].kind == "other"
+    assert by[("q", 1)].kind == "seq" and by[("k", 1)] is not by[("q", 1)]
     new, refusals = symbols.scale_case(line, cases.describe_case(line, 0), g,
                                        {by[("q", 1)].name: 2, by[("q", 0)].name: 2})
     vals = {e["name"]: e.get("value", e.get("shape")) for e in new["inputs"]}
     assert not refusals and vals["q"][:2] == [16, 128] and vals["k"][:2] == [16, 16]
     assert vals["actual_seq_lengths"] == [2 * x for x in [35, 24, 64, 36, 45, 4, 42, 46]] * 2
     assert vals["actual_seq_lengths_kv"] == [1, 5, 16, 16, 8, 14, 3, 1] * 2
+
+
+def _qkv(qshape, kshape):
+    return {"inputs": [{"name": "q", "type": "tensor", "dtype": "float16", "shape": qshape},
+                       {"name": "k", "type": "tensor", "dtype": "float16", "shape": kshape},
+                       {"name": "v", "type": "tensor", "dtype": "float16", "shape": kshape}]}
+
+
+def test_grouped_query_attention_names_heads_and_by_elimination_the_sequences():
+    # the bundled GQA: q [B, Nq, Sq, D], k/v [B, Nkv, Skv, D], no layout attribute; Nkv divides Nq, Skv does not
+    # divide Sq in some case -> axis 1 heads, axis 2 the sequences (seq_q for q, seq_k for k/v), both scaled
+    path = os.path.join(os.path.dirname(__file__), "..", "examples", "ops", "bench", "zoo", "6_GQAAttention.json")
+    infos = [cases.describe_case(c, i) for i, c in enumerate(cases.read_case_file(path))]
+    (g,) = symbols.analyse(infos)
+    chosen = dict(symbols.choose([g]))
+    by = {s.positions[0]: s for s in g.symbols}
+    assert by[("q", 1)].kind == "heads" and by[("k", 1)].kind == "heads"
+    assert by[("q", 2)].kind == "seq_q" and by[("k", 2)].kind == "seq_k"
+    assert {by[("q", 0)].name, by[("q", 2)].name, by[("k", 2)].name} == set(chosen)
+    # [B, S, N, D] the other way round: the same rule finds heads on axis 2
+    g, by = _crafted([_qkv([2, 64, 8, 64], [2, 64, 2, 64]), _qkv([1, 48, 4, 64], [1, 80, 2, 64])])
+    assert by[("q", 2)].kind == "heads" and by[("q", 1)].kind == "seq_q" and by[("k", 1)].kind == "seq_k"
+
+
+def test_attention_rule_stays_silent_when_heads_and_sequence_cannot_be_told_apart():
+    # q [B, 8, 128, D] with k [B, 8, 64, D] in every case: a cross attention, or a grouped one? neither axis is
+    # proven no-heads, so no middle axis gets a kind from this rule (the user picks with --scale-dims)
+    _g, by = _crafted([_qkv([2, 8, 128, 64], [2, 8, 64, 64]), _qkv([1, 8, 256, 64], [1, 8, 128, 64])])
+    assert by[("q", 0)].kind == "batch"
+    assert by[("q", 1)].kind == "other" and by[("q", 2)].kind == "other"

@@ -19,7 +19,9 @@ Kinds (:data:`KINDS`), each with its evidence string:
 * without a layout attribute, a sequence-length list (``actual_seq_lengths``) names the axes of 4-D [B, S, N, D]
   tensors too: the axis equal to the list's length in every case is batch, the one the lengths fit (padded: the
   longest <= it, equal in some case; packed: their sum) is seq (:func:`_seqlen_roles`); packed lengths name no
-  batch axis, and a position rule's batch / seq on another axis gives way ([T, N, D]: axis 1 is no sequence);
+  batch axis, and a position rule's batch / seq on another axis of the first tensor gives way ([T, N, D]: axis 1
+  is no sequence); grouped-query attention names the heads axis of 4-D query/key tensors and elimination the
+  other middle axis (:func:`_attention_roles`);
 * an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
   0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``. A position
   with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol; in a constant
@@ -50,7 +52,6 @@ LAYOUT_ATTRS = ("input_layout", "layout")
 LAYOUT_KIND = {"B": "batch", "S": "seq", "N": "heads", "D": "head_dim", "H": "hidden", "T": "seq"}
 HEADS_ATTR = re.compile(r"^(head_num|num_heads|n_heads|heads|num_head|headnum)$", re.I)
 SEQLEN_ATTR = re.compile(r"seq.?len|seqlen|actual_seq", re.I)
-SEQ_LIKE_KINDS = ("seq_q", "seq_k", "seq", "other")  # what a sequence-length list may follow
 
 
 @dataclass
@@ -81,7 +82,7 @@ class SymbolGroup:
     cases: list
     symbols: list = field(default_factory=list)
     notes: list = field(default_factory=list)
-    # {sequence-length list name: [(Symbol, "padded" | "packed" | "bounded")]}: the sequence-like symbols it fits
+    # {sequence-length list name: [(Symbol, "padded" | "packed" | "bounded")]}: the axis symbols (not batch) it fits
     lengths: dict = field(default_factory=dict)
 
     def symbol(self, name):
@@ -247,6 +248,54 @@ def _split_constant_strays(classes):
                                                                 "only by chance (another axis of a same-rank tensor)")
 
 
+def _attention_roles(members, tensors, classes, voted):
+    """Heads and sequence axes of 4-D query/key tensors without a layout attribute ([B, N, S, D] or [B, S, N, D]:
+    the case files do not say which), updating ``voted`` {class key: (kind, evidence)} in place.
+
+    The query is the first tensor when it has rank 4 and its axis 0 is batch; the key the next rank-4 tensor with
+    the same last axis (head dim) in every case. Grouped-query attention names the heads axis: the one middle axis
+    where query and key differ in some case and the key's value divides the query's in every case (the other axis
+    would need every query length to be a multiple of every key length). Elimination then names the remaining
+    middle axis of each tensor: of [B, ?, ?, D] with one axis heads the other is the sequence, and with one axis the
+    sequence (a sequence-length list, :func:`_seqlen_roles`) the other is heads. No rule fires when both middle
+    axes qualify or neither does."""
+    if len(tensors) < 2 or len(tensors[0].shape) != 4:
+        return
+    q = tensors[0]
+    cls_of = {pos: ck for ck, cls in classes.items() for pos in cls["positions"]}
+
+    def vals(name, ax):
+        return [c.tensor(name).shape[ax] for c in members]
+
+    if voted.get(cls_of.get((q.name, 0)), ("",))[0] != "batch":
+        return
+    keys = [t for t in tensors[1:] if len(t.shape) == 4 and vals(t.name, 3) == vals(q.name, 3)]
+    if not keys:
+        return
+    k = keys[0]
+    def divides(a):  # the key's value divides the query's in every case
+        return all(kv > 0 and qv % kv == 0 for qv, kv in zip(vals(q.name, a), vals(k.name, a)))
+    gqa = [a for a in (1, 2) if cls_of[(q.name, a)] != cls_of[(k.name, a)] and divides(a)]
+    # the other axis must be proven no heads axis (query and key differ there, not as multiples): a cross
+    # attention with q [B, N, 128, D], k [B, N, 64, D] would otherwise make its sequence axis "heads"
+    if len(gqa) == 1 and divides(3 - gqa[0]):
+        gqa = []
+    for t in (q, k):
+        mids = {a: voted[cls_of[(t.name, a)]][0] for a in (1, 2)}
+        if len(gqa) == 1:
+            a = gqa[0]
+            if mids[a] == "other":
+                voted[cls_of[(t.name, a)]] = ("heads", [f"{q.name}.{a} is a multiple of {k.name}.{a} in every case "
+                                                        "and differs from it in some: grouped-query heads"])
+                mids[a] = "heads"
+        for a, b in ((1, 2), (2, 1)):
+            if mids[b] == "other" and mids[a] in ("heads", "seq", "seq_q", "seq_k"):
+                kind = ("seq_q" if t is q else "seq_k") if mids[a] == "heads" else "heads"
+                voted[cls_of[(t.name, b)]] = (kind, [f"{t.name} is [batch, ?, ?, head_dim] and axis {a} is "
+                                                     f"{mids[a]}: axis {b} is the other middle axis ({kind})"])
+                mids[b] = kind
+
+
 def analyse_group(key, lay, members) -> SymbolGroup:
     """Symbols of one group of cases (see the module docstring)."""
     grp = SymbolGroup(key=key, layout=lay, cases=[c.case_id for c in members])
@@ -273,24 +322,30 @@ def analyse_group(key, lay, members) -> SymbolGroup:
     attr_pos = _int_attr_positions(members)
     by_lengths = {} if lay else _seqlen_roles(members, [vals for vals, _ in classes])
     _split_constant_strays(classes)
-    names = {}
+    voted = {}
     for ck, cls in classes.items():
-        vals, letter = ck[0], ck[1]
         kinds = cls["kinds"]
         ruled = [k for k in kinds if k != "other"] or kinds  # a rule's kind is never outvoted by "no rule"
         kind = "seq_q" if "seq_q" in ruled else max(set(ruled), key=lambda k: (ruled.count(k), -KINDS.index(k)))
-        ev = list(dict.fromkeys(cls["evidence"]))
-        if vals in by_lengths and not cls.get("stray"):
-            kind = by_lengths[vals][0]
-            ev.insert(0, by_lengths[vals][1])
+        if ck[0] in by_lengths and not cls.get("stray"):
+            voted[ck] = (by_lengths[ck[0]][0], [by_lengths[ck[0]][1]])
         elif kind in ("batch", "seq") and not cls["matmul"] and any(
                 k == kind and any(n == tensors[0].name for n, _a in classes[(v, None)]["positions"])
                 for v, (k, _w) in by_lengths.items()):
             # a position rule's guess on the first tensor against the lengths' word about another axis of it
             # ([T, N, D] packed tokens: axis 1 is no sequence); a later tensor's axis (k's S_kv) leaves it alone
-            ev.insert(0, f"a sequence-length list names another axis of {tensors[0].name} {kind}: the position "
-                         f"rule's {kind} is dropped")
-            kind = "other"
+            voted[ck] = ("other", [f"a sequence-length list names another axis of {tensors[0].name} {kind}: the "
+                                   f"position rule's {kind} is dropped"])
+        else:
+            voted[ck] = (kind, [])
+    if not lay:
+        _attention_roles(members, tensors, classes, voted)
+    names = {}
+    for ck, cls in classes.items():
+        vals, letter = ck[0], ck[1]
+        kinds = cls["kinds"]
+        kind, first_ev = voted[ck]
+        ev = first_ev + list(dict.fromkeys(cls["evidence"]))
         if len(cls["positions"]) > 1:
             ev.append("equal in every case: " + ", ".join(f"{n}.{a}" for n, a in cls["positions"]))
             if kind == "seq_q" and "seq_k" in kinds:
@@ -329,7 +384,8 @@ def analyse_group(key, lay, members) -> SymbolGroup:
                                       positions=[(name, None)], values=list(avals), cases=grp.cases, group=key,
                                       evidence=ev, followers=fol))
     for name, per_case in _seqlen_lists(members).items():
-        axes = [sym for sym in grp.symbols if sym.kind in SEQ_LIKE_KINDS and sym.positions[0][1] is not None]
+        # every axis but the batch: one named heads by chance (S_q = 1 in a one-case file) still bounds the lengths
+        axes = [sym for sym in grp.symbols if sym.kind != "batch" and sym.positions[0][1] is not None]
         grp.lengths[name] = [(sym, "packed" if _packed_fit(per_case, sym.values) else "padded") for sym in axes
                              if _packed_fit(per_case, sym.values) or _padded_fit(per_case, sym.values)] or [
             (sym, "bounded") for sym in axes if all(max(v) <= x for v, x in zip(per_case, sym.values))]
