@@ -185,20 +185,22 @@ def _is_int(e):
 
 def _seqlen_lists(members):
     """{name: [list per case]} of the sequence-length list attributes holding integers in every case."""
-    out = {}
-    for name in members[0].attrs:
-        vals = [c.attrs.get(name) for c in members]
-        if SEQLEN_ATTR.search(name) and all(isinstance(v, list) and v and all(_is_int(e) for e in v) for v in vals):
-            out[name] = vals
-    return out
+    vals = {name: [c.attrs.get(name) for c in members] for name in members[0].attrs if SEQLEN_ATTR.search(name)}
+    return {n: v for n, v in vals.items() if all(isinstance(x, list) and x and all(map(_is_int, x)) for x in v)}
 
 
 def _padded_fit(per_case, values):
     return all(max(v) <= x for v, x in zip(per_case, values)) and any(max(v) == x for v, x in zip(per_case, values))
 
 
-def _packed_fit(per_case, values):
-    return all(sum(v) == x for v, x in zip(per_case, values))
+def _fit(per_case, values):
+    """How lengths fit an axis over the cases: "packed" (their sum equals it in every case), "padded" (the longest
+    <= it in every case, equal in some), "bounded" (the longest <= it), else None."""
+    if all(sum(v) == x for v, x in zip(per_case, values)):
+        return "packed"
+    if all(max(v) <= x for v, x in zip(per_case, values)):
+        return "padded" if _padded_fit(per_case, values) else "bounded"
+    return None
 
 
 def _seqlen_roles(members, class_values):
@@ -211,8 +213,7 @@ def _seqlen_roles(members, class_values):
     for name, per_case in _seqlen_lists(members).items():
         n = [len(v) for v in per_case]
         batch = [cv for cv in class_values if list(cv) == n]
-        seq = [cv for cv in class_values if cv not in batch and (_padded_fit(per_case, cv)
-                                                                  or _packed_fit(per_case, cv))]
+        seq = [cv for cv in class_values if cv not in batch and _fit(per_case, cv) in ("packed", "padded")]
         if len(seq) == 1 and not _padded_fit(per_case, seq[0]):
             batch = []  # packed tokens [T, ...]: no axis holds the batch, an axis equal to the count is chance
         if len(batch) == 1:
@@ -228,24 +229,18 @@ def _split_constant_strays(classes):
     with no rule on a tensor of the rank of a ruled position, on another axis (q [1, 8, S, D] with k [1, 1, S, D]
     in every case: k's heads axis is no batch, so it must not scale with q's batch). They become a class of their
     own (key with a third element ``"stray"``), kind ``other``, without followers."""
-    for ck in list(classes):
-        cls = classes[ck]
+    for ck, cls in list(classes.items()):
         rows = list(zip(cls["positions"], cls["kinds"], cls["evidence"], cls["ranks"]))
         ruled_at = {(r, pos[1]) for pos, k, _e, r in rows if k != "other"}
-        if len(set(ck[0])) > 1 or not ruled_at:
-            continue
         stray = [row for row in rows if row[1] == "other" and row[3] in {r for r, _a in ruled_at}
-                 and (row[3], row[0][1]) not in ruled_at]
-        if not stray:
-            continue
-        keep = [row for row in rows if row not in stray]
-        for cl, part in ((cls, keep), (classes.setdefault((ck[0], ck[1], "stray"), {"matmul": False, "stray": True}),
-                                       stray)):
-            cl.update(positions=[r[0] for r in part], kinds=[r[1] for r in part], evidence=[r[2] for r in part],
-                      ranks=[r[3] for r in part])
-        ruled = ", ".join(f"axis {a} of rank {r}" for r, a in sorted(ruled_at))
-        classes[(ck[0], ck[1], "stray")]["evidence"].insert(0, f"constant {ck[0][0]}: equal to the ruled {ruled} "
-                                                                "only by chance (another axis of a same-rank tensor)")
+                 and (row[3], row[0][1]) not in ruled_at] if len(set(ck[0])) == 1 else []
+        if stray:
+            new = classes[(ck[0], ck[1], "stray")] = {"matmul": False, "stray": True}
+            for cl, part in ((cls, [row for row in rows if row not in stray]), (new, stray)):
+                cl.update({k: [r[i] for r in part] for i, k in enumerate(("positions", "kinds", "evidence", "ranks"))})
+            ruled = ", ".join(f"axis {a} of rank {r}" for r, a in sorted(ruled_at))
+            new["evidence"].insert(0, f"constant {ck[0][0]}: equal to the ruled {ruled} only by chance (another axis "
+                                      "of a same-rank tensor)")
 
 
 def _attention_roles(members, tensors, classes, voted):
@@ -332,8 +327,7 @@ def analyse_group(key, lay, members) -> SymbolGroup:
         elif kind in ("batch", "seq") and not cls["matmul"] and any(
                 k == kind and any(n == tensors[0].name for n, _a in classes[(v, None)]["positions"])
                 for v, (k, _w) in by_lengths.items()):
-            # a position rule's guess on the first tensor against the lengths' word about another axis of it
-            # ([T, N, D] packed tokens: axis 1 is no sequence); a later tensor's axis (k's S_kv) leaves it alone
+            # the position rule on the first tensor vs the lengths on another axis of it ([T, N, D]: axis 1 no seq)
             voted[ck] = ("other", [f"a sequence-length list names another axis of {tensors[0].name} {kind}: the "
                                    f"position rule's {kind} is dropped"])
         else:
@@ -386,9 +380,8 @@ def analyse_group(key, lay, members) -> SymbolGroup:
     for name, per_case in _seqlen_lists(members).items():
         # every axis but the batch: one named heads by chance (S_q = 1 in a one-case file) still bounds the lengths
         axes = [sym for sym in grp.symbols if sym.kind != "batch" and sym.positions[0][1] is not None]
-        grp.lengths[name] = [(sym, "packed" if _packed_fit(per_case, sym.values) else "padded") for sym in axes
-                             if _packed_fit(per_case, sym.values) or _padded_fit(per_case, sym.values)] or [
-            (sym, "bounded") for sym in axes if all(max(v) <= x for v, x in zip(per_case, sym.values))]
+        fits = [(sym, _fit(per_case, sym.values)) for sym in axes]
+        grp.lengths[name] = [f for f in fits if f[1] in ("packed", "padded")] or [f for f in fits if f[1] == "bounded"]
     seqlen = [n for n in members[0].attrs if SEQLEN_ATTR.search(n) and isinstance(members[0].attrs[n], list)]
     if seqlen:
         grp.notes.append(f"sequence-length attributes {seqlen}: scaled with a scaled sequence (x factor) and tiled "
@@ -433,22 +426,17 @@ def choose(groups: list, scale_dims=None) -> list:
     return chosen
 
 
-def _seqlen_factor(name, group, factors, factors_by_kind, refusals):
-    """Factor of the sequence-length list ``name``: that of the symbol it fits (``group.lengths``), not of any
-    scaled sequence (cross attention: the query's lengths stay within a query axis the key's scaling leaves alone).
-    Lengths that only sum to axes (packed) take their factor exactly; otherwise (padded, or, fitting none, bounded
-    by axes) the smallest factor among the axes they fit (still <= each one: a sum equal to an axis beside a
-    longest length equal to another is most likely chance, small lengths [1, 1, 1, 1]); lengths no axis bounds
-    measure no axis here (paged attention: the block table bounds them) and stay. A list not made of integers in every
+def _seqlen_factor(name, group, factors, factors_by_kind):
+    """Factor of the sequence-length list ``name``: that of the axes it fits (``group.lengths``), not of any scaled
+    sequence (cross attention). Lengths that only sum to axes (packed) take their factor exactly; otherwise the
+    smallest factor among the axes they fit (still <= each: a sum equal to one axis beside a longest equal to
+    another is chance, [1, 1, 1, 1]); lengths no axis bounds (paged attention) stay. A list not of integers in every
     case takes the largest scaled sequence factor (and is refused where it holds a non-integer)."""
     if name in group.lengths and not group.lengths[name]:
         return 1
     fits = group.lengths.get(name) or []
-    packed = {factors.get(s.name, 1) for s, how in fits if how == "packed"}
-    if packed and all(how == "packed" for _s, how in fits):
-        if len(packed) > 1:
-            refusals.append(f"{name} sums to several axes scaled differently: it cannot follow them all")
-        return max(packed)
+    if fits and all(how == "packed" for _s, how in fits):  # (equal sums in every case: one class, one factor)
+        return max(factors.get(s.name, 1) for s, _how in fits)
     if fits:
         return min(factors.get(s.name, 1) for s, _how in fits)
     return max([f for k, f in factors_by_kind.items() if k.startswith("seq")] or [1])
@@ -460,12 +448,11 @@ def _scale_seqlens(case, info, group, factors, factors_by_kind, refusals):
         if ent.get("type") != "attr" or not SEQLEN_ATTR.search(name) or not isinstance(ent.get("value"), list):
             continue
         vals = list(ent["value"])
-        fseq = _seqlen_factor(name, group, factors, factors_by_kind, refusals)
+        fseq = _seqlen_factor(name, group, factors, factors_by_kind)
         if fseq != 1:
             bad = [v for v in vals if not _is_int(v)]
             if bad:
-                refusals.append(f"{name} holds {bad[0]!r}, not an integer length: it cannot follow a scaled "
-                                "sequence")
+                refusals.append(f"{name} holds {bad[0]!r}, not an integer length: it cannot follow a scaled sequence")
             else:
                 vals = [v * fseq for v in vals]
         fb = factors_by_kind.get("batch", 1)
