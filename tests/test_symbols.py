@@ -333,3 +333,25 @@ def test_attention_rule_stays_silent_when_heads_and_sequence_cannot_be_told_apar
     _g, by = _crafted([_qkv([2, 8, 128, 64], [2, 8, 64, 64]), _qkv([1, 8, 256, 64], [1, 8, 128, 64])])
     assert by[("q", 0)].kind == "batch"
     assert by[("q", 1)].kind == "other" and by[("q", 2)].kind == "other"
+
+
+def test_key_heads_equal_to_the_batch_or_to_a_decode_query_length_do_not_scale_with_them():
+    # k [B, S, Nkv, D] with Nkv = B in every case (1, 1, 2): one tensor holds one batch axis, so k's axis 2 is no
+    # batch; "no rule never outvotes a rule" made it batch, and batch x2 gave 2 key heads beside 1 query head
+    def line(q, k, lens):
+        return {"inputs": [_t("q", q), _t("k", k), _t("v", k), _a("actual_seq_lengths", lens)]}
+    lines = [line([1, 64, 8, 64], [1, 64, 1, 64], [64]), line([1, 256, 1, 64], [1, 256, 1, 64], [256]),
+             line([2, 256, 16, 64], [2, 256, 2, 64], [256, 71])]
+    g, by = _crafted(lines)
+    assert by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)] and by[("k", 2)].kind == "heads"
+    # decode MQA, q [B, 1, Nq, D], k [B, S, 1, D]: S_q = 1 = N_kv in every case; scaling the query's sequence
+    # doubled the key heads too
+    lines = [{"inputs": [_t("q", [8, 1, nq, 64]), _t("k", [8, s, 1, 64]), _t("v", [8, s, 1, 64]),
+                         _a("actual_seq_lengths_kv", lens)]}
+             for nq, s, lens in ((4, 128, [13, 99, 128, 95, 41, 104, 62, 126]),
+                                 (1, 16, [9, 13, 16, 2, 13, 15, 10, 12]))]
+    g, by = _crafted(lines)
+    assert by[("q", 1)].positions == [("q", 1)] and by[("k", 2)].kind == "heads"
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g,
+                                       {n: 2 for n, _why in symbols.choose([g])})
+    assert not refusals and new["inputs"][1]["shape"][2] == 1 and new["inputs"][0]["shape"][2] == 4

@@ -25,8 +25,8 @@ Kinds (:data:`KINDS`), each with its evidence string:
 * an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
   0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``. A position
   with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol; in a constant
-  symbol, such a position on another axis of a tensor of the ruled one's rank is split off (k [1, 1, S, D] beside
-  q [1, 8, S, D]: k's heads are no batch; :func:`_split_constant_strays`).
+  symbol (or one whose tensor also has the ruled axis there), such a position on another axis of a tensor of the
+  ruled one's rank is split off (k [1, 1, S, D] beside q [1, 8, S, D]: k's heads are no batch).
 
 Constant values (equal in every case because they never vary) are weak evidence: they still form a symbol, but a
 last axis or an integer attribute follows a constant symbol only where the layout letters agree (list-attribute
@@ -224,23 +224,27 @@ def _seqlen_roles(members, class_values):
     return roles
 
 
-def _split_constant_strays(classes):
-    """Split off, in place, the positions of a constant class that only chance puts beside a ruled one: a position
-    with no rule on a tensor of the rank of a ruled position, on another axis (q [1, 8, S, D] with k [1, 1, S, D]
-    in every case: k's heads axis is no batch, so it must not scale with q's batch). They become a class of their
-    own (key with a third element ``"stray"``), kind ``other``, without followers."""
+def _split_strays(classes, first, named):
+    """Split off, in place, the positions that only chance puts beside a ruled one: a position with no rule on a
+    tensor of the rank of a ruled position, on another axis (q [1, 8, S, D] with k [1, 1, S, D] in every case: k's
+    heads axis is no batch, so it must not scale with q's batch) - in a constant class, or where its tensor also
+    has the ruled axis in the class (k [B, S, Nkv, D] with Nkv = B in every case: one tensor has one batch axis).
+    A constant class with no ruled position and no role from the lengths (values in ``named``) takes the axes of
+    the ``first`` tensor as ruled (decode q [B, 1, N, D], k [B, S, 1, D]: S_q = 1 = N_kv in every case). Strays
+    form a class of their own (key with a third element ``"stray"``), kind ``other``, without followers."""
     for ck, cls in list(classes.items()):
         rows = list(zip(cls["positions"], cls["kinds"], cls["evidence"], cls["ranks"]))
-        ruled_at = {(r, pos[1]) for pos, k, _e, r in rows if k != "other"}
+        ruled_at = {(r, pos[1]) for pos, k, _e, r in rows if k != "other"} or {
+            (r, pos[1]) for pos, _k, _e, r in rows if pos[0] == first and len(set(ck[0])) == 1 and ck[0] not in named}
+        anchored = {pos[0] for pos, _k, _e, r in rows if (r, pos[1]) in ruled_at}
         stray = [row for row in rows if row[1] == "other" and row[3] in {r for r, _a in ruled_at}
-                 and (row[3], row[0][1]) not in ruled_at] if len(set(ck[0])) == 1 else []
+                 and (row[3], row[0][1]) not in ruled_at and (len(set(ck[0])) == 1 or row[0][0] in anchored)]
         if stray:
             new = classes[(ck[0], ck[1], "stray")] = {"matmul": False, "stray": True}
             for cl, part in ((cls, [row for row in rows if row not in stray]), (new, stray)):
                 cl.update({k: [r[i] for r in part] for i, k in enumerate(("positions", "kinds", "evidence", "ranks"))})
             ruled = ", ".join(f"axis {a} of rank {r}" for r, a in sorted(ruled_at))
-            new["evidence"].insert(0, f"constant {ck[0][0]}: equal to the ruled {ruled} only by chance (another axis "
-                                      "of a same-rank tensor)")
+            new["evidence"].insert(0, f"equal to the ruled {ruled} only by chance (another axis, same rank)")
 
 
 def _attention_roles(members, tensors, classes, voted):
@@ -316,7 +320,7 @@ def analyse_group(key, lay, members) -> SymbolGroup:
             cls["ranks"].append(rank)
     attr_pos = _int_attr_positions(members)
     by_lengths = {} if lay else _seqlen_roles(members, [vals for vals, _ in classes])
-    _split_constant_strays(classes)
+    _split_strays(classes, tensors[0].name if tensors else None, by_lengths)
     voted = {}
     for ck, cls in classes.items():
         kinds = cls["kinds"]
@@ -349,8 +353,7 @@ def analyse_group(key, lay, members) -> SymbolGroup:
         followers = []
         for pos, lvals, lletters in ([] if cls.get("stray") else lasts):
             same_letter = lletters is None or letter is None or lletters[pos[1]] == letter
-            # a 1-D lengths tensor (actual_seq_lengths [B]) holds one length per batch even when the batch never varies
-            per_batch = kind == "batch" and pos[1] == 0 and SEQLEN_ATTR.search(pos[0])
+            per_batch = kind == "batch" and pos[1] == 0 and SEQLEN_ATTR.search(pos[0])  # lengths [B], B constant
             if lvals == vals and same_letter and (len(set(vals)) > 1 or letter is not None or per_batch):
                 followers.append(pos)
                 ev.append(f"last axis {pos[0]}.{pos[1]} equals it in every case: scaled with it")
@@ -432,13 +435,11 @@ def _seqlen_factor(name, group, factors, factors_by_kind):
     smallest factor among the axes they fit (still <= each: a sum equal to one axis beside a longest equal to
     another is chance, [1, 1, 1, 1]); lengths no axis bounds (paged attention) stay. A list not of integers in every
     case takes the largest scaled sequence factor (and is refused where it holds a non-integer)."""
-    if name in group.lengths and not group.lengths[name]:
-        return 1
-    fits = group.lengths.get(name) or []
+    fits = group.lengths.get(name)
     if fits and all(how == "packed" for _s, how in fits):  # (equal sums in every case: one class, one factor)
         return max(factors.get(s.name, 1) for s, _how in fits)
-    if fits:
-        return min(factors.get(s.name, 1) for s, _how in fits)
+    if fits is not None:  # fitting no axis at all: they stay
+        return min([factors.get(s.name, 1) for s, _how in fits] or [1])
     return max([f for k, f in factors_by_kind.items() if k.startswith("seq")] or [1])
 
 
@@ -451,10 +452,9 @@ def _scale_seqlens(case, info, group, factors, factors_by_kind, refusals):
         fseq = _seqlen_factor(name, group, factors, factors_by_kind)
         if fseq != 1:
             bad = [v for v in vals if not _is_int(v)]
-            if bad:
-                refusals.append(f"{name} holds {bad[0]!r}, not an integer length: it cannot follow a scaled sequence")
-            else:
-                vals = [v * fseq for v in vals]
+            refusals.extend(f"{name} holds {v!r}, not an integer length: it cannot follow a scaled sequence"
+                            for v in bad[:1])
+            vals = vals if bad else [v * fseq for v in vals]
         fb = factors_by_kind.get("batch", 1)
         if fb != 1:
             batch = [s for s in factors_by_kind.get("_batch_values", [])]
