@@ -169,6 +169,7 @@ $(info $(3))@$(3) || { rc=$$?; \
 	       else echo "make: step $(1) FAILED (exit status $$rc) before writing $(2)" >&2; fi; \
 	       echo "make: the next make redoes it; $(STATUS_HINT) shows every step" >&2; exit $$rc; fi; }
 @touch $@
+$(if $(SETTINGS_$(1)),@printf '%s\n' '$(subst ','\'',$(strip $(SETTINGS_$(1))))' > $(ST)/$(1).settings)
 endef
 
 # One device, one step at a time: verify, collect and peak run under an exclusive lock per device index (flock(1)),
@@ -261,6 +262,23 @@ search: $(ST)/search.ok ## step 2b: (case, scale) search for the limit MFU (grid
 
 $(ST)/search.ok: $(ST)/probe.ok $(WORK)/model_new.py
 	$(call step,search,$(WORK)/grid_search.json,$(SEARCH_CMD))
+
+# The settings each step last ran with: $(ST)/<step>.settings holds its command line (less the device lock), written
+# when the step succeeds. A step whose settings differ now (VERIFY_ARGS, COLLECT_ARGS, FLUSH_CACHE_MIB, PMU,
+# PROBE_ARGS, SEARCH_ARGS, SEED, BACKEND, ...) runs again - and what follows it - instead of "Nothing to be done".
+# A work dir made before these files existed is taken as made with the current settings. Needs GNU make >= 4.2
+# ($(file <)); an older make skips the check.
+SETTINGS_verify  = $(subst $(DEVICE_RUN) ,,$(VERIFY_CMD))
+SETTINGS_flops   = $(subst $(FLOPS_RUN) ,,$(CHECK_FLOPS_CMD))
+SETTINGS_collect = $(subst $(DEVICE_RUN) ,,$(COLLECT_CMD))
+SETTINGS_probe   = $(subst $(DEVICE_RUN) ,,$(PROBE_CMD))
+SETTINGS_search  = $(subst $(DEVICE_RUN) ,,$(SEARCH_CMD))
+streq = $(and $(findstring x$(1)x,x$(2)x),$(findstring x$(2)x,x$(1)x))
+settings_changed = $(if $(wildcard $(ST)/$(1).settings),$(if $(call streq,$(strip $(file <$(ST)/$(1).settings)),$(strip \
+  $(SETTINGS_$(1)))),,changed))
+ifneq ($(filter-out 3.% 4.0% 4.1%,$(MAKE_VERSION)),)
+$(foreach s,verify flops collect probe search,$(eval $(ST)/$(s).ok: $(if $(call settings_changed,$(s)),_always)))
+endif
 
 # a new search re-collects; SEARCH=1 makes the collection wait for it
 $(ST)/collect.ok: $(if $(SEARCH),$(ST)/search.ok) $(wildcard $(ST)/search.ok)

@@ -85,17 +85,26 @@ def rank_sources(od, args, infos, cases=None, t_start=None):
         out = os.path.join(tmp, "flops_check.json")
         sel = ["--cases", ",".join(map(str, cases))] if cases else []
         from mfulib.errors import UserError
-        from mfulib.worker import die_with_parent
         from mfulib.probe import OutOfBudget
         left = None if args.budget_s is None else args.budget_s - (time.monotonic() - (t_start or time.monotonic()))
         limit = args.timeout_s if left is None else max(0.0, min(args.timeout_s, left))
+        from mfulib.trace_zygote import start_tool
+        job = None
         try:
             if limit <= 0:
                 raise subprocess.TimeoutExpired(args.flops_tool, 0)
-            subprocess.run([sys.executable, args.flops_tool, "--op-dir", od.path, "--tracer-only", "--seed",
-                            str(args.seed), "--quiet", "-o", out] + sel, capture_output=True, text=True,
-                           timeout=limit, preexec_fn=die_with_parent)
+            job = start_tool([args.flops_tool, "--op-dir", od.path, "--tracer-only", "--seed", str(args.seed),
+                              "--quiet", "-o", out] + sel, os.path.join(tmp, "flops_tool.log"))
+            job.wait(timeout=limit)
+            job = None
         except subprocess.TimeoutExpired:
+            import contextlib
+            import signal
+            if job is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(job.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    job.wait(timeout=10)
             if left is not None and left < args.timeout_s:
                 raise OutOfBudget(f"--budget-s {args.budget_s:g} s reached while tracing the source cases at scale "
                                   f"1 (the ranking trace, {limit:.0f} s left for it): raise --budget-s") from None

@@ -217,6 +217,16 @@ def test_an_interrupted_collect_is_incomplete_refused_by_decompose_and_redone_by
         {s: "done" for s in ("prepare", "verify", "flops", "collect", "peak", "decompose")},
         probe="not run", search="not run")  # step 2 is optional: make all without SEARCH=1 does not run it
 
+    # a changed setting redoes its step and what follows, never "Nothing to be done"; the same settings again do
+    changed = make(*args, "FLUSH_CACHE_MIB=8", "all")
+    assert changed.returncode == 0, changed.stdout[-2000:] + changed.stderr[-2000:]
+    assert "msprof_perf_summary.py" in changed.stdout and "verify_op.py" not in changed.stdout
+    assert read(work / "performance.json")["flush_cache_mib"] == 8.0
+    assert "--flush-cache-mib 8" in (work / ".state" / "collect.settings").read_text()
+    assert "Nothing to be done for 'all'" in make(*args, "FLUSH_CACHE_MIB=8", "all").stdout
+    seeded = make(*args, "FLUSH_CACHE_MIB=8", "VERIFY_ARGS=--case-timeout-s 500", "-n", "all").stdout
+    assert "verify_op.py" in seeded  # a verify setting redoes verify (dry run: -n)
+
 
 # ------------------------------------------------------------------------------------------------ units
 

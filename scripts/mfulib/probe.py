@@ -334,6 +334,8 @@ class Probe:
             job.kill()
             shutil.rmtree(tmp, ignore_errors=True)
         self.prefetched = {}
+        from . import trace_zygote
+        trace_zygote.close_shared()  # the warm start of the gate-2 traces (and any trace still running)
 
     def prefetch(self, wanted) -> None:
         """Start gate 2 ahead for ``wanted`` [(source, s)] (in order, up to ``opts["trace_jobs"]`` outstanding):

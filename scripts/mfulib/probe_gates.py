@@ -62,7 +62,8 @@ def gate1(info, limits: dict) -> dict:
 
 class TraceJob:
     """One ``--flops-tool --tracer-only --cases 0`` run on a staged candidate, started at construction (its own
-    process group, stdout/stderr to files beside the staged dir) and read by :func:`gate2` - at once, or later when
+    process group, stdout/stderr to files beside the staged dir; forked from the warm zygote of
+    :mod:`mfulib.trace_zygote` when it runs, else a plain subprocess) and read by :func:`gate2` - at once, or later when
     the probe started it ahead (:class:`mfulib.probe.Probe`'s trace prefetch, while the device runs another
     candidate). ``kill()`` ends it and whatever it started."""
 
@@ -73,10 +74,8 @@ class TraceJob:
         cmd = [sys.executable, flops_tool, "--op-dir", staged, "--tracer-only", "--cases", "0", "--seed", str(seed),
                "--quiet", "-o", self.out]
         self.t0 = time.monotonic()
-        with open(self.log, "w") as log:
-            from .worker import die_with_parent
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, preexec_fn=die_with_parent)
+        from .trace_zygote import start_tool
+        self.proc = start_tool(cmd[1:], self.log)  # forked warm (torch imported once) or a plain subprocess
 
     def wait(self, timeout_s: float):
         """The exit status, or None when it did not end within ``timeout_s`` (it is killed then)."""
@@ -92,7 +91,8 @@ class TraceJob:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
 
     def tail(self, n: int = 2) -> str:
         return _log_tail(self.log, n)

@@ -1,0 +1,101 @@
+"""mfulib.trace_zygote: gate-2 traces forked from a warm zygote give what a plain subprocess gives, are killed as
+one, and leave nothing behind when their parent dies."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import probe_ops  # noqa: E402
+
+from mfulib import trace_zygote as tz  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHECK_FLOPS = os.path.join(ROOT, "scripts", "check_flops.py")
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_a_forked_trace_writes_what_a_plain_subprocess_writes(tmp_path):
+    work = probe_ops.make_workdir(tmp_path)
+    z = tz.Zygote()
+    try:
+        outs = {}
+        for how in ("zygote", "plain"):
+            out = str(tmp_path / f"{how}.json")
+            argv = [CHECK_FLOPS, "--op-dir", work, "--tracer-only", "--seed", "0", "--quiet", "-o", out]
+            if how == "zygote":
+                job = z.start(argv, str(tmp_path / "z.log"))
+                assert job.wait(120) == 0, open(tmp_path / "z.log").read()
+            else:
+                assert subprocess.run([sys.executable] + argv, capture_output=True, timeout=120).returncode == 0
+            outs[how] = [{k: r.get(k) for k in ("case", "shape", "tracer")} for r in json.load(open(out))["per_case"]]
+        for rows in outs.values():
+            for r in rows:
+                r["tracer"].pop("wall_s", None)
+        assert outs["zygote"] == outs["plain"] and len(outs["zygote"]) >= 2
+        # a failing tool reports its exit status and its output lands in the log
+        job = z.start([CHECK_FLOPS, "--op-dir", str(tmp_path / "missing")], str(tmp_path / "bad.log"))
+        assert job.wait(60) not in (0, None)
+        assert open(tmp_path / "bad.log").read().strip()
+    finally:
+        z.close()
+
+
+def test_kill_ends_a_hanging_trace_and_the_zygote_dies_with_its_parent(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {os.path.join(ROOT, "scripts")!r})
+        from mfulib import trace_zygote as tz
+        z = tz.Zygote()
+        hang = {str(tmp_path / "hang.py")!r}
+        open(hang, "w").write("import time\\ntime.sleep(600)\\n")
+        a = z.start([hang], {str(tmp_path / "a.log")!r})
+        b = z.start([hang], {str(tmp_path / "b.log")!r})
+        import os, signal
+        os.killpg(a.pid, signal.SIGKILL)
+        print("killed rc", a.wait(20), flush=True)
+        print("pids", z.proc.pid, b.pid, flush=True)
+        time.sleep(600)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        first = parent.stdout.readline()
+        assert first.startswith("killed rc -9"), first
+        zpid, bpid = map(int, parent.stdout.readline().split()[1:])
+        assert _alive(zpid) and _alive(bpid)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (_alive(zpid) or _alive(bpid)):
+        time.sleep(0.1)
+    assert not _alive(zpid) and not _alive(bpid)  # nothing left running: the zygote, then its child
+
+
+def test_probe_verdicts_are_the_same_with_and_without_the_zygote(tmp_path):
+    runs = {}
+    for flag in ("1", "0"):
+        work = probe_ops.make_workdir(tmp_path / flag)
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "max_shape_probe.py"), "--dir", work,
+                            "--backend", "cpu", "--cases", "0", "--max-scale", "4", "--no-saturation-stop"],
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, MFU_TRACE_ZYGOTE=flag))
+        assert r.returncode == 0, r.stderr
+        doc = json.load(open(os.path.join(work, "probe.json")))
+        runs[flag] = ([(c["scale"], c["verdict"], c.get("flops")) for c in doc["candidates"]], doc["traced_flops"])
+    assert runs["1"] == runs["0"] and runs["1"][0]
