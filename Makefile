@@ -162,10 +162,11 @@ STATUS_HINT = make status OP=$(OP)$(if $(V), V=$(V))$(if $(BENCH), BENCH=$(BENCH
   )$(if $(REF_ROOT), REF_ROOT=$(REF_ROOT) IMPL_ROOT=$(IMPL_ROOT))$(if $(ITER), ITER=$(ITER))$(strip \
   )$(if $(VARIANT), VARIANT=$(VARIANT))$(if $(filter command line,$(WORK_ORIGIN)), WORK=$(WORK))
 define step
-@mkdir -p $(ST)/previous && if [ -f $(2) ]; then cp -p $(2) $(ST)/previous/; fi
+@mkdir -p $(ST)/previous && if [ -f $(2) ]; then cp -p $(2) $(ST)/previous/; fi && touch $(ST)/$(1).started
 $(info $(3))@$(3) || { rc=$$?; \
 	  if [ -n "$(4)" ] && [ "$$rc" = "$(4)" ]; then echo "make: step $(1): exit status $$rc accepted ($(5)); report: $(2)" >&2; \
-	  else if [ -f $(2) ]; then echo "make: step $(1) FAILED (exit status $$rc); its report is kept: $(2)" >&2; \
+	  else if [ -f $(2) ] && [ $(2) -nt $(ST)/$(1).started ]; then echo "make: step $(1) FAILED (exit status $$rc); its report is kept: $(2)" >&2; \
+	       elif [ -f $(2) ]; then echo "make: step $(1) FAILED (exit status $$rc) before writing a new $(2) - the one there is from an earlier run; the error is above" >&2; \
 	       else echo "make: step $(1) FAILED (exit status $$rc) before writing $(2)" >&2; fi; \
 	       echo "make: the next make redoes it; $(STATUS_HINT) shows every step" >&2; exit $$rc; fi; }
 @touch $@
@@ -218,7 +219,8 @@ $(ST)/collect.ok: $(ST)/flops.ok $(ST)/verify.ok $(WORK)/model_new.py
 
 peak: $(ST)/peak.ok ## step 5: measured per-dtype GEMM peaks and bandwidth (cached per device)
 
-$(ST)/peak.ok: | $(WORK)/prepare.json
+# a calibration that came out noisy (peak.json trust.trusted false: kept, never cached) is measured again next time
+$(ST)/peak.ok: $(if $(shell grep -ls '"trusted": false' $(WORK)/peak.json 2>/dev/null),_always) | $(WORK)/prepare.json
 	$(call step,peak,$(WORK)/peak.json,$(PEAK_CMD))
 
 decompose: $(ST)/decompose.ok ## step 6: per-case and per-kernel-part MFU table

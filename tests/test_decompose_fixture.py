@@ -205,11 +205,13 @@ def test_cases_option_selects_cases_and_two_reports_become_side_by_side_rows(tmp
     assert [[r["case"] for r in rep["rows"]] for rep in out["reports"]] == [[46], [46]]
     assert out["reports"][1]["rows"][0]["mfu_ach"] == pytest.approx(0.18513 / 2, rel=1e-4)
     head = next(line for line in res.stdout.splitlines() if line.startswith("report"))
-    assert head.split()[:13] == ["report", "case", "dtype", "total", "us", "TFLOP/s", "MFU@nom", "MFU@ach", "MBU",
-                                 "bound", "headroom", "speed-up", "attn"]
+    assert head.split()[:14] == ["report", "case", "shape", "dtype", "total", "us", "TFLOP/s", "MFU@nom", "MFU@ach",
+                                 "MBU", "bound", "headroom", "speed-up", "attn"]
     assert "attn MFU" in head and "proj us" in head
     # speed-up against the first report (none is labelled baseline): 271800 / 543600 ns = 0.50x for round1
-    r1 = next(line.split() for line in res.stdout.splitlines() if line.split()[:3] == ["round1", "46", "float16"])
+    r1 = next(line.split() for line in res.stdout.splitlines()
+              if line.split()[:2] == ["round1", "46"] and line.split()[3] == "float16")
+    assert r1[2].startswith("[")  # the case's first input shape, one token
     assert r1[head.split().index("speed-up") - 1] == "0.50x"  # "total us" is two header words, one cell
     assert out["reports"][1]["rows"][0]["speedup"] == {"baseline": "op", "value": pytest.approx(0.5)}
     assert "speedup" not in out["reports"][0]["rows"][0]
@@ -220,8 +222,8 @@ def test_table_prints_the_spec_columns_with_percentages(tmp_path):
     d = _write_op(tmp_path)
     res = decompose.decompose(str(d), str(d / "peak.json"))
     text = report.decompose_table(res)
-    row46 = next(line for line in text.splitlines() if line.split()[:2] == ["46", "float16"])
-    assert row46.split()[2:7] == ["271.8", "58.1", "16.43%", "18.5%", "13.8%"]
+    row46 = next(line for line in text.splitlines() if line.split()[:1] == ["46"] and line.split()[2] == "float16")
+    assert row46.split()[3:8] == ["271.8", "58.1", "16.43%", "18.5%", "13.8%"]
     assert "max: MFU@ach 31.58% (case 48 float32)" in text
 
 

@@ -166,7 +166,7 @@ def test_tuple_wrapped_cases_run_as_one_argument(tmp_path):
 
 
 @pytest.mark.parametrize("line,needle", [
-    ("{not json", ":2: not valid JSON"),
+    ("{not json", ":2 (case 1): not valid JSON"),
     ('{"cases": []}', ':2: a case line must be a JSON object with an "inputs" list'),
     ('{"inputs": [{"name": "A", "type": "tensor", "dtype": "float32", "shape": "2x3"}]}', "a list of non-negative ints"),
     ('{"inputs": [{"name": "A", "type": "tensor", "dtype": "float8x", "shape": [2]}]}', "unknown dtype"),

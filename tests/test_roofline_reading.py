@@ -114,7 +114,7 @@ def test_the_table_counts_never_measured_cases_in_one_line_and_wraps_long_text(t
     assert len(note) > 1 and all(len(ln) <= report.WRAP for ln in note)
     assert "END" in " ".join(note)  # wrapped, never cut off
     head = next(ln for ln in lines if ln.startswith("case "))
-    assert "TFLOPS" not in text and head.split()[:5] == ["case", "dtype", "total", "us", "TFLOP/s"]
+    assert "TFLOPS" not in text and head.split()[:6] == ["case", "shape", "dtype", "total", "us", "TFLOP/s"]
 
 
 def test_cpu_interpreter_numbers_get_no_optimisation_advice(tmp_path):

@@ -155,8 +155,8 @@ def parse_case_lines(text: str, path=None) -> list:
         try:
             case = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UserError(f"{_where(path, line_no)}: not valid JSON ({exc.msg} at column {exc.colno}) - "
-                            "each line must be one JSON object {\"inputs\": [...]}") from None
+            raise UserError(f"{_where(path, line_no)} (case {len(cases)}): not valid JSON ({exc.msg} at column "
+                            f"{exc.colno}) - each line must be one JSON object {{\"inputs\": [...]}}") from None
         validate_case(case, path, line_no)
         cases.append(case)
     return cases

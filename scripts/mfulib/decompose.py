@@ -117,6 +117,8 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str) -> dict:
     """
     cid = case.get("case")
     row = {"case": cid, "shape": case.get("shape"), "status": "ok", "flags": []}
+    if case.get("search_origin"):  # a case the probe appended: which original case, scaled how
+        row["search_origin"] = case["search_origin"]
     if case.get("skipped"):
         row.update(status="skipped", reason=str(case["skipped"]))
         return row
@@ -465,6 +467,10 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
                 for rep in out_reports if not rep["complete"]]
     warnings += [f"{r['report']} case {r['case']}: {f['message']}" for r in rows for f in r.get("flags", [])
                  if f["level"] == "warning"]
+    trust = peak.get("trust") or {}
+    if trust.get("trusted") is False:  # calib.trust_verdict: a noisy calibration is kept, never cached or hidden
+        warnings.append(f"{peak_path}: the peak calibration is NOT trusted ({'; '.join(trust.get('untrusted') or []) or 'interrupted'}"
+                        ") - MFU@ach, headroom and the roofline divide by it; the next make measures the peak again")
     return {"peak_json": os.path.abspath(peak_path), "peak_label": peak.get("label"),
             "peak_backend": peak.get("backend"), "peak_device": peak.get("device"),
             "peak_tflops": peak.get("peak_tflops"), "bandwidth_gbps": peak.get("bandwidth_gbps"),

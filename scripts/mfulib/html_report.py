@@ -25,6 +25,7 @@ import tempfile
 
 from .definitions import OPS_MODES, canonical_mode, finite_or_none
 from .jsonio import write_text_atomic
+from .report import shape_cell
 
 DASH = "\u2014"
 CSS = """
@@ -225,7 +226,7 @@ def _perf_for(rep: dict, perf_docs, i: int):
 
 def case_table(doc: dict) -> str:
     multi = len(doc.get("reports") or []) > 1
-    head = (["report"] if multi else []) + ["case", "dtype", "kernel time (us)", "TFLOP/s", "MFU@nom",
+    head = (["report"] if multi else []) + ["case", "shape", "dtype", "kernel time (us)", "TFLOP/s", "MFU@nom",
                                             "MFU@ach / MBU", "numerator", "bound", "headroom"]
     rows, not_run = [], []
     for rep in doc.get("reports") or []:
@@ -236,11 +237,11 @@ def case_table(doc: dict) -> str:
                                f"{r.get('reason')}")
                 continue
             dt = f"{r.get('dtype')}{' (tf32)' if r.get('tf32') else ''}"
-            rows.append(lead + [esc(r.get("case")), esc(dt), fmt_us(r.get("kernel_time_us")),
+            rows.append(lead + [esc(r.get("case")), esc(shape_cell(r, 60)), esc(dt), fmt_us(r.get("kernel_time_us")),
                                 fmt_num(r.get("actual_tflops")), fmt_pct(r.get("mfu_nom"), 2), esc(headline(r)),
                                 esc(r.get("numerator")), bound_cell(r.get("bound")),
                                 fmt_num(_roof(r, "headroom"))])
-    left = {0, 1, 2} if multi else {0, 1}
+    left = {0, 1, 2, 3} if multi else {0, 1, 2}
     foot = "".join(f"<li>{esc(t)}</li>" for t in dict.fromkeys(not_run))
     return _table(head, rows, left=left | {len(head) - 3, len(head) - 2}) + \
         (f"<p class=\"sub\">not measured (no row above):</p><ul class=\"sub\">{foot}</ul>" if foot else "")

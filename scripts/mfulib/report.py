@@ -101,13 +101,26 @@ def _part_names(reports: list) -> list:
     return names + ([OTHER] if has_other else [])
 
 
+def shape_cell(row: dict, width: int = 28) -> str:
+    """A row's first input shape (the case file's), with its search origin when the probe appended it:
+    ``[8,256,64]<-case0x4`` (``x`` the scale of the origin's factors), without spaces."""
+    shape = str(row.get("shape") or "-").replace(" ", "")  # one token: the table stays whitespace-separated
+    if len(shape) > width:
+        shape = shape[: width - 3] + "..."
+    o = row.get("search_origin") or {}
+    if o.get("source_case") is not None:
+        scale = o.get("scale")
+        shape += f"<-case{o['source_case']}" + (f"x{scale:g}" if isinstance(scale, (int, float)) else "")
+    return shape
+
+
 def decompose_table(result: dict) -> str:
     """The decomposition table, then maxima, reading aid, errors and warnings."""
     reports = result["reports"]
     multi = len(reports) > 1
     parts = _part_names(reports)
-    head = (["report"] if multi else []) + ["case", "dtype", "total us", "TFLOP/s", "MFU@nom", "MFU@ach", "MBU",
-                                            "bound", "headroom"] + (["speed-up"] if multi else [])
+    head = (["report"] if multi else []) + ["case", "shape", "dtype", "total us", "TFLOP/s", "MFU@nom", "MFU@ach",
+                                            "MBU", "bound", "headroom"] + (["speed-up"] if multi else [])
     for p in parts:
         head += [f"{p} us"] + ([f"{p} MFU"] if p != OTHER else [])  # 'other' does no counted FLOPs
     rows, not_ok, no_matrix, marked, skipped = [], [], [], [], []
@@ -118,7 +131,7 @@ def decompose_table(result: dict) -> str:
                 skipped.append((rep["label"], r))
                 continue
             if r["status"] != "ok":
-                rows.append(lead + [r["case"], r["status"]] + ["-"] * (len(head) - len(lead) - 2))
+                rows.append(lead + [r["case"], shape_cell(r), r["status"]] + ["-"] * (len(head) - len(lead) - 3))
                 not_ok.append(f"{rep['label'] + ' ' if multi else ''}case {r['case']} {r['status']}: "
                               f"{r.get('reason', '')}")
                 continue
@@ -131,7 +144,7 @@ def decompose_table(result: dict) -> str:
             bd = (r.get("bound") or {})
             label = bd.get("label") or "-"
             label += " (fallback)" if str(bd.get("source") or "").startswith("fallback") else ""
-            row = lead + [f"{r['case']}{mark}", dt, _f(r["kernel_time_us"])] + mfus + \
+            row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, _f(r["kernel_time_us"])] + mfus + \
                 [_pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
                  _x((r.get("roofline") or {}).get("headroom"))] + \
                 ([_x((r.get("speedup") or {}).get("value"))] if multi else [])
