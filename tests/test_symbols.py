@@ -355,3 +355,15 @@ def test_key_heads_equal_to_the_batch_or_to_a_decode_query_length_do_not_scale_w
     new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g,
                                        {n: 2 for n, _why in symbols.choose([g])})
     assert not refusals and new["inputs"][1]["shape"][2] == 1 and new["inputs"][0]["shape"][2] == 4
+
+
+def test_query_lengths_stay_within_a_query_axis_that_elimination_named_heads():
+    # one case, q [1, 1, 16, D] (decode), k [1, 16, 16, D]: S_kv = 16 = N merge, and elimination names q's axis 1
+    # (S_q = 1) heads; the query's lengths [1] fit only that axis, and doubled past it when only sequence axes counted
+    line = {"inputs": [_t("q", [1, 1, 16, 64]), _t("k", [1, 16, 16, 64]), _t("v", [1, 16, 16, 64]),
+                       _a("actual_seq_lengths", [1]), _a("actual_seq_lengths_kv", [16])]}
+    g, _by = _crafted([line])
+    new, refusals = symbols.scale_case(line, cases.describe_case(line, 0), g, {n: 2 for n, _w in symbols.choose([g])})
+    vals = {e["name"]: e.get("value", e.get("shape")) for e in new["inputs"]}
+    assert not refusals and max(vals["actual_seq_lengths"]) <= vals["q"][1]
+    assert max(vals["actual_seq_lengths_kv"]) <= vals["k"][1] and len(vals["actual_seq_lengths"]) == vals["q"][0]
