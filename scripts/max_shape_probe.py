@@ -77,8 +77,9 @@ def build_parser():
 def rank_sources(od, args, infos, cases=None, t_start=None):
     """Case ids by traced FLOPs, most first, and {case: FLOPs} (one --flops-tool run over all cases, or over
     ``cases`` only; output in a temp dir). Limited by ``--timeout-s`` and by what ``--budget-s`` has left
-    (counted from ``t_start``, monotonic s). Raises UserError when the trace outlives ``--timeout-s`` (a reference
-    that hangs) and :class:`mfulib.probe.OutOfBudget` when the budget cut it (nothing wrong with the operator)."""
+    (counted from ``t_start``, monotonic s; the trace zygote's warm-up included). Raises UserError when the trace
+    outlives ``--timeout-s`` (a reference that hangs) and :class:`mfulib.probe.OutOfBudget` when the budget cut it
+    (nothing wrong with the operator)."""
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory(prefix="mfu_probe_rank_") as tmp:
@@ -86,8 +87,12 @@ def rank_sources(od, args, infos, cases=None, t_start=None):
         sel = ["--cases", ",".join(map(str, cases))] if cases else []
         from mfulib.errors import UserError
         from mfulib.probe import OutOfBudget
-        left = None if args.budget_s is None else args.budget_s - (time.monotonic() - (t_start or time.monotonic()))
-        limit = args.timeout_s if left is None else max(0.0, min(args.timeout_s, left))
+        t0 = t_start or time.monotonic()
+
+        def limits():  # (budget left or None, wait limit): the zygote's warm-up counts against the budget too
+            left = None if args.budget_s is None else args.budget_s - (time.monotonic() - t0)
+            return left, args.timeout_s if left is None else max(0.0, min(args.timeout_s, left))
+        left, limit = limits()
         from mfulib.trace_zygote import start_tool
         job = None
         try:
@@ -95,14 +100,17 @@ def rank_sources(od, args, infos, cases=None, t_start=None):
                 raise subprocess.TimeoutExpired(args.flops_tool, 0)
             job = start_tool([args.flops_tool, "--op-dir", od.path, "--tracer-only", "--seed", str(args.seed),
                               "--quiet", "-o", out] + sel, os.path.join(tmp, "flops_tool.log"))
+            if left is not None:
+                left, limit = limits()
             job.wait(timeout=limit)
             job = None
         except subprocess.TimeoutExpired:
             import contextlib
             import signal
-            if job is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(job.pid, signal.SIGKILL)
+            if job is not None:  # the group, and the process itself: a child forked a moment ago has no group yet
+                for kill in (os.killpg, os.kill):
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        kill(job.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     job.wait(timeout=10)
             if left is not None and left < args.timeout_s:

@@ -202,3 +202,62 @@ def test_probe_refuses_a_zero_budget_and_negative_trace_jobs(tmp_path):
     for extra in (["--budget-s", "0"], ["--trace-jobs", "-1"], ["--timeout-s", "0"]):
         r, _doc = run_probe(work, "--cases", "0", *extra)
         assert r.returncode == 2 and "--budget-s and --timeout-s must be > 0" in r.stderr, (extra, r.stderr)
+
+
+def test_dry_run_with_sequence_lengths_that_are_not_integers_reports_a_refusal_not_a_traceback(tmp_path):
+    # [B, S, H] activations and an actual_seq_lengths list with a null in it: scaling the sequence raised
+    # TypeError from int(None) in the probe (dry run included); it is a refusal that gate 2 reports
+    def line(b, s, lens):
+        return json.dumps({"inputs": [{"name": "x", "type": "tensor", "dtype": "float32", "shape": [b, s, 16]},
+                                      {"name": "actual_seq_lengths", "type": "attr", "dtype": "list",
+                                       "value": lens}]})
+    work = probe_ops.make_workdir(tmp_path, lines=[line(2, 8, [8, None]), line(3, 4, [4, 1, 2])])
+    r, _doc = run_probe(work, "--dry-run", "--max-scale", "2", timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "actual_seq_lengths holds None, not an in" in r.stdout, r.stdout
+
+
+def _load_probe_cli():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("max_shape_probe_cli", PROBE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("warmup_s, budget_s", [(3.0, 5.0), (4.0, 3.0)])
+def test_the_ranking_trace_counts_the_trace_start_against_the_budget_and_kills_a_fresh_child(
+        tmp_path, monkeypatch, warmup_s, budget_s):
+    # the ranking trace starts through the trace zygote, whose warm-up (torch import, seconds on a loaded host)
+    # happened before the budget's wait began: a 5 s budget ran 3 s + 5 s. With the warm-up past the budget the
+    # trace is killed the moment it is forked, before its setsid: killpg found no group, the child ran on and the
+    # probe waited 10 s for it. Warm-up simulated by a start_tool that sleeps first; the tracer: slowref (30 s).
+    import time
+    from types import SimpleNamespace
+    from mfulib import trace_zygote
+    from mfulib.opdir import OpDir
+    cli_mod = _load_probe_cli()
+    work = probe_ops.make_workdir(tmp_path)
+    monkeypatch.setenv("PROBE_OP_MODE", "slowref")
+    real_start, started = trace_zygote.start_tool, []
+
+    def slow_start(argv, log):
+        time.sleep(warmup_s)
+        job = real_start(argv, log)
+        started.append(job)
+        return job
+    monkeypatch.setattr(trace_zygote, "start_tool", slow_start)
+    od = OpDir(work)
+    args = SimpleNamespace(budget_s=budget_s, timeout_s=600.0, flops_tool=os.path.join(os.path.dirname(PROBE),
+                                                                                     "check_flops.py"), seed=0)
+    try:
+        trace_zygote.shared()  # warm already: only the simulated warm-up counts
+        t0 = time.monotonic()
+        with pytest.raises(probe.OutOfBudget, match="ranking trace"):
+            cli_mod.rank_sources(od, args, od.describe_all(), None, t0)
+        elapsed = time.monotonic() - t0
+        assert elapsed < max(budget_s, warmup_s) + 2.0, elapsed
+        (job,) = started
+        assert job.poll() is not None  # killed and reaped, not still tracing
+    finally:
+        trace_zygote.close_shared()

@@ -148,6 +148,163 @@ def test_no_rule_never_outvotes_a_rule():
     assert by[("q", 0)].kind == "batch" and by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)]
 
 
+def _t(name, shape):
+    return {"name": name, "type": "tensor", "dtype": "float16", "shape": shape}
+
+
+def _a(name, value):
+    return {"name": name, "type": "attr", "dtype": "list", "value": value}
+
+
+def test_packed_tokens_without_a_layout_are_the_sequence_and_no_other_axis_is():
+    # q/k/v [T, N, D] with the lengths summing to T: axis 0 is the sequence (packed), so the rank-3 position rule's
+    # "axis 1 is seq" is wrong there (it is heads) and must not scale by default
+    lines = [{"inputs": [_t(n, [t, 8, 64]) for n in ("q", "k", "v")] + [_a("actual_seq_lengths", ls)]}
+             for t, ls in ((100, [60, 40]), (300, [100, 100, 100]), (50, [50]))]
+    g, by = _crafted(lines)
+    assert by[("q", 0)].kind == "seq" and by[("q", 1)].kind == "other"
+    assert [name for name, _why in symbols.choose([g])] == [by[("q", 0)].name]  # heads never scale by default
+    # heads equal to the number of sequences in every case: packed tokens have no batch axis, so no batch role
+    lines = [{"inputs": [_t("q", [t, n, 64]), _a("actual_seq_lengths", ls)]}
+             for t, n, ls in ((100, 2, [60, 40]), (300, 3, [100, 100, 100]))]
+    g, by = _crafted(lines)
+    assert by[("q", 0)].kind == "seq" and by[("q", 1)].kind == "other"
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("q", 0)].name: 2})
+    assert not refusals and new["inputs"][0]["shape"] == [200, 2, 64] and new["inputs"][1]["value"] == [120, 80]
+
+
+def _cross(b, sq, skv, lq, lk, layout=None):
+    t = [_t("q", [b, sq, 4, 64]), _t("k", [b, skv, 4, 64]), _t("v", [b, skv, 4, 64])]
+    extra = [] if layout is None else [{"name": "input_layout", "type": "attr", "dtype": "str", "value": layout}]
+    return {"inputs": t + [_a("actual_seq_lengths", lq), _a("actual_seq_lengths_kv", lk)] + extra}
+
+
+def test_each_length_list_follows_the_sequence_it_fits_not_any_scaled_one():
+    # cross attention BSND: scaling only seq_k must leave the query's lengths within the query's unscaled S
+    lines = [_cross(2, 64, 128, [64, 30], [128, 100], "BSND"), _cross(3, 32, 256, [32, 1, 20], [256, 200, 7], "BSND")]
+    infos = [cases.describe_case(c, i) for i, c in enumerate(lines)]
+    (g,) = symbols.analyse(infos)
+    new, refusals = symbols.scale_case(lines[0], infos[0], g, {"seq_k": 2})
+    vals = {e["name"]: e.get("value", e.get("shape")) for e in new["inputs"]}
+    assert not refusals and vals["q"][1] == 64 and vals["k"][1] == 256
+    assert vals["actual_seq_lengths"] == [64, 30] and vals["actual_seq_lengths_kv"] == [256, 200]
+    new, _ = symbols.scale_case(lines[0], infos[0], g, {"seq_q": 4, "seq_k": 2})
+    vals = {e["name"]: e.get("value") for e in new["inputs"]}
+    assert vals["actual_seq_lengths"] == [256, 120] and vals["actual_seq_lengths_kv"] == [256, 200]
+    # no layout; the query's lengths fit both S_q (no role: ambiguous) and S_kv (seq, by the kv lengths): the
+    # default scales S_kv and batch, and the query's lengths must stay <= S_q
+    lines = [_cross(2, 64, 64, [64, 30], [64, 60]), _cross(3, 32, 256, [32, 1, 20], [32, 200, 7])]
+    g, by = _crafted(lines)
+    assert by[("k", 1)].kind == "seq" and by[("q", 1)].kind == "other"
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g,
+                                       {by[("k", 1)].name: 2, by[("q", 0)].name: 2})
+    vals = {e["name"]: e.get("value", e.get("shape")) for e in new["inputs"]}
+    assert not refusals and vals["q"][:2] == [4, 64] and vals["k"][:2] == [4, 128]
+    assert vals["actual_seq_lengths"] == [64, 30, 64, 30] and max(vals["actual_seq_lengths"]) <= vals["q"][1]
+    assert vals["actual_seq_lengths_kv"] == [128, 120, 128, 120]
+
+
+def test_lengths_that_are_not_integers_are_a_refusal_not_a_crash():
+    # [B, S, H] by position; a sequence-length list with None / a nested list / a bool / a float in it
+    for bad in (None, [64], True, 37.5, "37"):
+        lines = [{"inputs": [_t("x", [2, 64, 128]), _a("actual_seq_lengths", [64, bad])]},
+                 {"inputs": [_t("x", [3, 48, 128]), _a("actual_seq_lengths", [48, 1, 20])]}]
+        g, by = _crafted(lines)
+        new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("x", 1)].name: 2})
+        assert refusals and "not an integer length" in refusals[0], (bad, refusals)
+        assert new["inputs"][1]["value"] == [64, bad]  # left as written; gate 2 reports the refusal
+        new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("x", 0)].name: 2})
+        assert not refusals and new["inputs"][1]["value"] == [64, bad, 64, bad]  # tiling needs no arithmetic
+
+
+def test_a_constant_axis_equal_to_batch_by_chance_does_not_scale_with_it():
+    # MQA decode, batch 1 in every case and one key/value head: k's and v's heads axis equals the batch (1) in every
+    # case, so it joins the batch class; with "no rule never outvotes a rule" it became batch and scaled (x16: 16 key
+    # heads for 8 query heads). A constant class splits off such positions (same rank, another axis).
+    lines = [{"inputs": [_t("q", [1, 8, s, 64]), _t("k", [1, 1, s, 64]), _t("v", [1, 1, s, 64]),
+                         _a("actual_seq_lengths", [s - 3])]} for s in (64, 128, 256)]
+    g, by = _crafted(lines)
+    assert by[("q", 0)].kind == "batch" and by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)]
+    assert by[("k", 1)].kind == "other" and by[("k", 1)].positions == [("k", 1), ("v", 1)]
+    assert "only by chance" in by[("k", 1)].evidence[0]
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("q", 0)].name: 16})
+    assert not refusals and [e.get("shape") for e in new["inputs"][:3]] == [[16, 8, 64, 64], [16, 1, 64, 64],
+                                                                            [16, 1, 64, 64]]
+    assert new["inputs"][3]["value"] == [61] * 16
+    # batch equal to heads (8) in every case, q/k/v [B, N, S, D]: the heads axes do not scale with the batch
+    lines = [{"inputs": [_t(n, [8, 8, s, 64]) for n in ("q", "k", "v")]} for s in (64, 128)]
+    _g, by = _crafted(lines)
+    assert by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)] and by[("q", 1)].kind == "other"
+
+
+def test_a_lengths_tensor_follows_a_constant_batch():
+    # actual_seq_lengths as a 1-D tensor [B] with exact data, batch 2 in every case: scaling the batch left it at
+    # [2] beside q [4, ...] with no refusal (a constant last axis follows nothing); now it follows, and its data
+    # is a refusal
+    def line(s, data):
+        lens = {"name": "actual_seq_lengths", "type": "tensor", "dtype": "int64", "shape": [2]}
+        if data:
+            lens["data"] = [s, s - 1]
+        return {"inputs": [_t(n, [2, s, 4, 64]) for n in ("q", "k", "v")] + [lens]}
+    for data in (True, False):
+        lines = [line(64, data), line(128, data)]
+        g, by = _crafted(lines)
+        assert ("actual_seq_lengths", 0) in by[("q", 0)].followers
+        new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("q", 0)].name: 2})
+        assert new["inputs"][3]["shape"] == [4] and new["inputs"][0]["shape"][0] == 4
+        assert bool(refusals) == data and (not data or "exact data" in refusals[0])
+
+
+def test_lengths_that_no_axis_bounds_stay_and_bounded_ones_follow_their_axis():
+    # paged attention: the block table (32 blocks of 16 = 512 tokens) bounds the lengths, no axis does; scaling
+    # doubled them to 1000 > 512. Lengths below their axis in every case (never equal) still follow it.
+    def paged(b, n, nb, mb, lens):
+        return {"inputs": [_t("q", [b, n, 128]), _t("k_cache", [nb, 16, n, 128]), _t("v_cache", [nb, 16, n, 128]),
+                           _t("block_table", [b, mb]), _a("seq_lens", lens)]}
+    lines = [paged(2, 8, 64, 32, [500, 300]), paged(4, 16, 128, 64, [1000, 20, 3, 999])]
+    g, by = _crafted(lines)
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g,
+                                       {s.name: 2 for s in g.symbols if s.kind in ("batch", "seq")})
+    assert not refusals and new["inputs"][0]["shape"][0] == 4 and new["inputs"][4]["value"] == [500, 300] * 2
+    lines = [{"inputs": [_t("x", [b, s, 128]), _a("actual_seq_lengths", ls)]}
+             for b, s, ls in ((2, 64, [50, 30]), (3, 48, [40, 1, 20]))]
+    g, by = _crafted(lines)
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("x", 1)].name: 2})
+    assert not refusals and new["inputs"][0]["shape"] == [2, 128, 128] and new["inputs"][1]["value"] == [100, 60]
+
+
+def test_key_lengths_name_the_key_sequence_and_leave_the_query_sequence_alone():
+    # rank-3 cross attention q [B, S_q, H], k/v [B, S_kv, H] with only the key's lengths: S_kv is seq by the
+    # lengths (it was "other", and the lengths doubled past it), and q's S_q stays seq by position
+    lines = [{"inputs": [_t("q", [b, sq, 128]), _t("k", [b, skv, 128]), _t("v", [b, skv, 128]),
+                         _a("actual_seq_lengths_kv", lk)]}
+             for b, sq, skv, lk in ((2, 16, 64, [64, 30]), (3, 32, 128, [128, 1, 20]))]
+    g, by = _crafted(lines)
+    assert by[("q", 1)].kind == "seq" and by[("k", 1)].kind == "seq" and by[("q", 0)].kind == "batch"
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g,
+                                       {by[("q", 1)].name: 2, by[("k", 1)].name: 2})
+    assert not refusals and new["inputs"][0]["shape"] == [2, 32, 128] and new["inputs"][1]["shape"] == [2, 128, 128]
+    assert new["inputs"][3]["value"] == [128, 60]
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g, {by[("q", 1)].name: 2})
+    assert not refusals and new["inputs"][3]["value"] == [64, 30]  # S_kv unscaled: its lengths stay
+
+
+def test_lengths_whose_sum_equals_another_axis_by_chance_stay_within_their_own():
+    # one case: the key's lengths sum to 64 = S_q and their longest is 16 = S_kv: scaling S_q (and the batch) but
+    # not S_kv doubled the key's lengths past S_kv (16)
+    line = {"inputs": [_t("q", [8, 64, 1, 64]), _t("k", [8, 16, 1, 64]), _t("v", [8, 16, 1, 64]),
+                       _a("actual_seq_lengths", [35, 24, 64, 36, 45, 4, 42, 46]),
+                       _a("actual_seq_lengths_kv", [1, 5, 16, 16, 8, 14, 3, 1])]}
+    g, by = _crafted([line])
+    assert by[("q", 1)].kind == "seq" and by[("k", 1)] is not by[("q", 1)]
+    new, refusals = symbols.scale_case(line, cases.describe_case(line, 0), g,
+                                       {by[("q", 1)].name: 2, by[("q", 0)].name: 2})
+    vals = {e["name"]: e.get("value", e.get("shape")) for e in new["inputs"]}
+    assert not refusals and vals["q"][:2] == [16, 128] and vals["k"][:2] == [16, 16]
+    assert vals["actual_seq_lengths"] == [2 * x for x in [35, 24, 64, 36, 45, 4, 42, 46]] * 2
+    assert vals["actual_seq_lengths_kv"] == [1, 5, 16, 16, 8, 14, 3, 1] * 2
+
+
 def _qkv(qshape, kshape):
     return {"inputs": [{"name": "q", "type": "tensor", "dtype": "float16", "shape": qshape},
                        {"name": "k", "type": "tensor", "dtype": "float16", "shape": kshape},
@@ -176,3 +333,37 @@ def test_attention_rule_stays_silent_when_heads_and_sequence_cannot_be_told_apar
     _g, by = _crafted([_qkv([2, 8, 128, 64], [2, 8, 64, 64]), _qkv([1, 8, 256, 64], [1, 8, 128, 64])])
     assert by[("q", 0)].kind == "batch"
     assert by[("q", 1)].kind == "other" and by[("q", 2)].kind == "other"
+
+
+def test_key_heads_equal_to_the_batch_or_to_a_decode_query_length_do_not_scale_with_them():
+    # k [B, S, Nkv, D] with Nkv = B in every case (1, 1, 2): one tensor holds one batch axis, so k's axis 2 is no
+    # batch; "no rule never outvotes a rule" made it batch, and batch x2 gave 2 key heads beside 1 query head
+    def line(q, k, lens):
+        return {"inputs": [_t("q", q), _t("k", k), _t("v", k), _a("actual_seq_lengths", lens)]}
+    lines = [line([1, 64, 8, 64], [1, 64, 1, 64], [64]), line([1, 256, 1, 64], [1, 256, 1, 64], [256]),
+             line([2, 256, 16, 64], [2, 256, 2, 64], [256, 71])]
+    g, by = _crafted(lines)
+    assert by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)] and by[("k", 2)].kind == "heads"
+    # decode MQA, q [B, 1, Nq, D], k [B, S, 1, D]: S_q = 1 = N_kv in every case; scaling the query's sequence
+    # doubled the key heads too
+    lines = [{"inputs": [_t("q", [8, 1, nq, 64]), _t("k", [8, s, 1, 64]), _t("v", [8, s, 1, 64]),
+                         _a("actual_seq_lengths_kv", lens)]}
+             for nq, s, lens in ((4, 128, [13, 99, 128, 95, 41, 104, 62, 126]),
+                                 (1, 16, [9, 13, 16, 2, 13, 15, 10, 12]))]
+    g, by = _crafted(lines)
+    assert by[("q", 1)].positions == [("q", 1)] and by[("k", 2)].kind == "heads"
+    new, refusals = symbols.scale_case(lines[0], cases.describe_case(lines[0], 0), g,
+                                       {n: 2 for n, _why in symbols.choose([g])})
+    assert not refusals and new["inputs"][1]["shape"][2] == 1 and new["inputs"][0]["shape"][2] == 4
+
+
+def test_query_lengths_stay_within_a_query_axis_that_elimination_named_heads():
+    # one case, q [1, 1, 16, D] (decode), k [1, 16, 16, D]: S_kv = 16 = N merge, and elimination names q's axis 1
+    # (S_q = 1) heads; the query's lengths [1] fit only that axis, and doubled past it when only sequence axes counted
+    line = {"inputs": [_t("q", [1, 1, 16, 64]), _t("k", [1, 16, 16, 64]), _t("v", [1, 16, 16, 64]),
+                       _a("actual_seq_lengths", [1]), _a("actual_seq_lengths_kv", [16])]}
+    g, _by = _crafted([line])
+    new, refusals = symbols.scale_case(line, cases.describe_case(line, 0), g, {n: 2 for n, _w in symbols.choose([g])})
+    vals = {e["name"]: e.get("value", e.get("shape")) for e in new["inputs"]}
+    assert not refusals and max(vals["actual_seq_lengths"]) <= vals["q"][1]
+    assert max(vals["actual_seq_lengths_kv"]) <= vals["k"][1] and len(vals["actual_seq_lengths"]) == vals["q"][0]

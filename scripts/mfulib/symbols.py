@@ -18,11 +18,15 @@ Kinds (:data:`KINDS`), each with its evidence string:
   the contraction axis k hidden;
 * without a layout attribute, a sequence-length list (``actual_seq_lengths``) names the axes of 4-D [B, S, N, D]
   tensors too: the axis equal to the list's length in every case is batch, the one the lengths fit (padded: the
-  longest <= it, equal in some case; packed: their sum) is seq (:func:`_seqlen_roles`); grouped-query attention
-  names the heads axis of 4-D query/key tensors and elimination the other middle axis (:func:`_attention_roles`);
+  longest <= it, equal in some case; packed: their sum) is seq (:func:`_seqlen_roles`); packed lengths name no
+  batch axis, and a position rule's batch / seq on another axis of the first tensor gives way ([T, N, D]: axis 1
+  is no sequence); grouped-query attention names the heads axis of 4-D query/key tensors and elimination the
+  other middle axis (:func:`_attention_roles`);
 * an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
   0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``. A position
-  with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol.
+  with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol; in a constant
+  symbol (or one whose tensor also has the ruled axis there), such a position on another axis of a tensor of the
+  ruled one's rank is split off (k [1, 1, S, D] beside q [1, 8, S, D]: k's heads are no batch).
 
 Constant values (equal in every case because they never vary) are weak evidence: they still form a symbol, but a
 last axis or an integer attribute follows a constant symbol only where the layout letters agree (list-attribute
@@ -31,8 +35,10 @@ elements, which copy shapes, always follow).
 Default scale dims (:data:`DEFAULT_SCALE_KINDS`): sequence and batch, never all dims proportionally (a 4-D tensor
 scaled by 2 on every axis is 16x the memory). Sequence-length list attributes (``actual_seq_lengths``,
 ``actual_seq_qlen``/``kvlen``) follow a scaled sequence (each length x factor) and a scaled batch (tiled, when the
-list has one length per batch); a dependent that cannot follow makes the scaled case carry a refusal, which the
-probe's gate 2 reports.
+list has one length per batch); each list follows the sequence it fits or, fitting none, the axes that bound it
+(``SymbolGroup.lengths``: cross attention's query lengths do not follow a scaled key axis; lengths no axis bounds
+stay); a 1-D lengths tensor [B] follows the batch even when it never varies; a dependent that cannot follow makes
+the scaled case carry a refusal, which the probe's gate 2 reports.
 """
 from __future__ import annotations
 
@@ -76,6 +82,8 @@ class SymbolGroup:
     cases: list
     symbols: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    # {sequence-length list name: [(Symbol, "padded" | "packed" | "bounded")]}: the axis symbols (not batch) it fits
+    lengths: dict = field(default_factory=dict)
 
     def symbol(self, name):
         return next(s for s in self.symbols if s.name == name)
@@ -171,31 +179,72 @@ def _int_attr_positions(members):
     return out
 
 
+def _is_int(e):
+    return isinstance(e, int) and not isinstance(e, bool)
+
+
+def _seqlen_lists(members):
+    """{name: [list per case]} of the sequence-length list attributes holding integers in every case."""
+    vals = {name: [c.attrs.get(name) for c in members] for name in members[0].attrs if SEQLEN_ATTR.search(name)}
+    return {n: v for n, v in vals.items() if all(isinstance(x, list) and x and all(map(_is_int, x)) for x in v)}
+
+
+def _padded_fit(per_case, values):
+    return all(max(v) <= x for v, x in zip(per_case, values)) and any(max(v) == x for v, x in zip(per_case, values))
+
+
+def _fit(per_case, values):
+    """How lengths fit an axis over the cases: "packed" (their sum equals it in every case), "padded" (the longest
+    <= it in every case, equal in some), "bounded" (the longest <= it), else None."""
+    if all(sum(v) == x for v, x in zip(per_case, values)):
+        return "packed"
+    if all(max(v) <= x for v, x in zip(per_case, values)):
+        return "padded" if _padded_fit(per_case, values) else "bounded"
+    return None
+
+
 def _seqlen_roles(members, class_values):
     """{values: (kind, evidence)} from sequence-length list attributes (``actual_seq_lengths`` ...) in a group
     without a layout attribute, whose axes have no letters: the one position class whose value equals the list's
     length in every case is ``batch`` (one length per batch); the one whose value bounds the lengths in every case
     and equals the longest in some (padded [B, S, ...]), or equals their sum in every case (packed tokens), is
     ``seq``. Ambiguous (several classes match, e.g. values that never vary) -> no role from that rule."""
-    lists = {}
-    for name in members[0].attrs:
-        vals = [c.attrs.get(name) for c in members]
-        if SEQLEN_ATTR.search(name) and all(isinstance(v, list) and v and all(
-                isinstance(e, int) and not isinstance(e, bool) for e in v) for v in vals):
-            lists[name] = vals
     roles = {}
-    for name, per_case in lists.items():
+    for name, per_case in _seqlen_lists(members).items():
         n = [len(v) for v in per_case]
         batch = [cv for cv in class_values if list(cv) == n]
-        seq = [cv for cv in class_values if cv not in batch and (
-            (all(max(v) <= x for v, x in zip(per_case, cv)) and any(max(v) == x for v, x in zip(per_case, cv)))
-            or all(sum(v) == x for v, x in zip(per_case, cv)))]
+        seq = [cv for cv in class_values if cv not in batch and _fit(per_case, cv) in ("packed", "padded")]
+        if len(seq) == 1 and not _padded_fit(per_case, seq[0]):
+            batch = []  # packed tokens [T, ...]: no axis holds the batch, an axis equal to the count is chance
         if len(batch) == 1:
             roles.setdefault(batch[0], ("batch", f"len({name}) equals it in every case: one length per batch"))
         if len(seq) == 1:
             roles.setdefault(seq[0], ("seq", f"{name} fits it in every case (longest length <= it, equal in some, "
                                              "or their sum equals it): the sequence axis"))
     return roles
+
+
+def _split_strays(classes, first, named):
+    """Split off, in place, the positions that only chance puts beside a ruled one: a position with no rule on a
+    tensor of the rank of a ruled position, on another axis (q [1, 8, S, D] with k [1, 1, S, D] in every case: k's
+    heads axis is no batch, so it must not scale with q's batch) - in a constant class, or where its tensor also
+    has the ruled axis in the class (k [B, S, Nkv, D] with Nkv = B in every case: one tensor has one batch axis).
+    A constant class with no ruled position and no role from the lengths (values in ``named``) takes the axes of
+    the ``first`` tensor as ruled (decode q [B, 1, N, D], k [B, S, 1, D]: S_q = 1 = N_kv in every case). Strays
+    form a class of their own (key with a third element ``"stray"``), kind ``other``, without followers."""
+    for ck, cls in list(classes.items()):
+        rows = list(zip(cls["positions"], cls["kinds"], cls["evidence"], cls["ranks"]))
+        ruled_at = {(r, pos[1]) for pos, k, _e, r in rows if k != "other"} or {
+            (r, pos[1]) for pos, _k, _e, r in rows if pos[0] == first and len(set(ck[0])) == 1 and ck[0] not in named}
+        anchored = {pos[0] for pos, _k, _e, r in rows if (r, pos[1]) in ruled_at}
+        stray = [row for row in rows if row[1] == "other" and row[3] in {r for r, _a in ruled_at}
+                 and (row[3], row[0][1]) not in ruled_at and (len(set(ck[0])) == 1 or row[0][0] in anchored)]
+        if stray:
+            new = classes[(ck[0], ck[1], "stray")] = {"matmul": False, "stray": True}
+            for cl, part in ((cls, [row for row in rows if row not in stray]), (new, stray)):
+                cl.update({k: [r[i] for r in part] for i, k in enumerate(("positions", "kinds", "evidence", "ranks"))})
+            ruled = ", ".join(f"axis {a} of rank {r}" for r, a in sorted(ruled_at))
+            new["evidence"].insert(0, f"equal to the ruled {ruled} only by chance (another axis, same rank)")
 
 
 def _attention_roles(members, tensors, classes, voted):
@@ -263,24 +312,37 @@ def analyse_group(key, lay, members) -> SymbolGroup:
             letters = _tensor_letters(lay, rank)
             # with a layout, equal values never merge positions of different letters
             ck = (vals, letters[ax] if letters else None)
-            cls = classes.setdefault(ck, {"positions": [], "kinds": [], "evidence": []})
+            cls = classes.setdefault(ck, {"positions": [], "kinds": [], "evidence": [], "ranks": [], "matmul": False})
+            cls["matmul"] = cls["matmul"] or (t.name, ax) in matmul
             cls["positions"].append((t.name, ax))
             cls["kinds"].append(kind)
             cls["evidence"].append(why)
+            cls["ranks"].append(rank)
     attr_pos = _int_attr_positions(members)
     by_lengths = {} if lay else _seqlen_roles(members, [vals for vals, _ in classes])
+    _split_strays(classes, tensors[0].name if tensors else None, by_lengths)
     voted = {}
     for ck, cls in classes.items():
         kinds = cls["kinds"]
         ruled = [k for k in kinds if k != "other"] or kinds  # a rule's kind is never outvoted by "no rule"
         kind = "seq_q" if "seq_q" in ruled else max(set(ruled), key=lambda k: (ruled.count(k), -KINDS.index(k)))
-        voted[ck] = (by_lengths[ck[0]][0], [by_lengths[ck[0]][1]]) if ck[0] in by_lengths else (kind, [])
+        if ck[0] in by_lengths and not cls.get("stray"):
+            voted[ck] = (by_lengths[ck[0]][0], [by_lengths[ck[0]][1]])
+        elif kind in ("batch", "seq") and not cls["matmul"] and any(
+                k == kind and any(n == tensors[0].name for n, _a in classes[(v, None)]["positions"])
+                for v, (k, _w) in by_lengths.items()):
+            # the position rule on the first tensor vs the lengths on another axis of it ([T, N, D]: axis 1 no seq)
+            voted[ck] = ("other", [f"a sequence-length list names another axis of {tensors[0].name} {kind}: the "
+                                   f"position rule's {kind} is dropped"])
+        else:
+            voted[ck] = (kind, [])
     if not lay:
         _attention_roles(members, tensors, classes, voted)
     names = {}
-    for (vals, letter), cls in classes.items():
+    for ck, cls in classes.items():
+        vals, letter = ck[0], ck[1]
         kinds = cls["kinds"]
-        kind, first_ev = voted[(vals, letter)]
+        kind, first_ev = voted[ck]
         ev = first_ev + list(dict.fromkeys(cls["evidence"]))
         if len(cls["positions"]) > 1:
             ev.append("equal in every case: " + ", ".join(f"{n}.{a}" for n, a in cls["positions"]))
@@ -289,13 +351,14 @@ def analyse_group(key, lay, members) -> SymbolGroup:
         if len(set(vals)) == 1:
             ev.append(f"constant {vals[0]} in every case: equality with other positions is weak evidence")
         followers = []
-        for pos, lvals, lletters in lasts:
+        for pos, lvals, lletters in ([] if cls.get("stray") else lasts):
             same_letter = lletters is None or letter is None or lletters[pos[1]] == letter
-            if lvals == vals and same_letter and (len(set(vals)) > 1 or letter is not None):
+            per_batch = kind == "batch" and pos[1] == 0 and SEQLEN_ATTR.search(pos[0])  # lengths [B], B constant
+            if lvals == vals and same_letter and (len(set(vals)) > 1 or letter is not None or per_batch):
                 followers.append(pos)
                 ev.append(f"last axis {pos[0]}.{pos[1]} equals it in every case: scaled with it")
         for name, idx, avals in attr_pos:
-            if tuple(avals) != vals:
+            if tuple(avals) != vals or cls.get("stray"):
                 continue
             named_heads = HEADS_ATTR.match(name) and kind == "heads"
             if len(set(vals)) > 1 or named_heads or idx is not None:  # list elements copy shapes (normalized_shape)
@@ -317,6 +380,11 @@ def analyse_group(key, lay, members) -> SymbolGroup:
             grp.symbols.append(Symbol(name="heads" if "heads" not in names else "heads_attr", kind="heads",
                                       positions=[(name, None)], values=list(avals), cases=grp.cases, group=key,
                                       evidence=ev, followers=fol))
+    for name, per_case in _seqlen_lists(members).items():
+        # every axis but the batch: one named heads by chance (S_q = 1 in a one-case file) still bounds the lengths
+        axes = [sym for sym in grp.symbols if sym.kind != "batch" and sym.positions[0][1] is not None]
+        fits = [(sym, _fit(per_case, sym.values)) for sym in axes]
+        grp.lengths[name] = [f for f in fits if f[1] in ("packed", "padded")] or [f for f in fits if f[1] == "bounded"]
     seqlen = [n for n in members[0].attrs if SEQLEN_ATTR.search(n) and isinstance(members[0].attrs[n], list)]
     if seqlen:
         grp.notes.append(f"sequence-length attributes {seqlen}: scaled with a scaled sequence (x factor) and tiled "
@@ -361,15 +429,32 @@ def choose(groups: list, scale_dims=None) -> list:
     return chosen
 
 
-def _scale_seqlens(case, info, factors_by_kind, refusals):
+def _seqlen_factor(name, group, factors, factors_by_kind):
+    """Factor of the sequence-length list ``name``: that of the axes it fits (``group.lengths``), not of any scaled
+    sequence (cross attention). Lengths that only sum to axes (packed) take their factor exactly; otherwise the
+    smallest factor among the axes they fit (still <= each: a sum equal to one axis beside a longest equal to
+    another is chance, [1, 1, 1, 1]); lengths no axis bounds (paged attention) stay. A list not of integers in every
+    case takes the largest scaled sequence factor (and is refused where it holds a non-integer)."""
+    fits = group.lengths.get(name)
+    if fits and all(how == "packed" for _s, how in fits):  # (equal sums in every case: one class, one factor)
+        return max(factors.get(s.name, 1) for s, _how in fits)
+    if fits is not None:  # fitting no axis at all: they stay
+        return min([factors.get(s.name, 1) for s, _how in fits] or [1])
+    return max([f for k, f in factors_by_kind.items() if k.startswith("seq")] or [1])
+
+
+def _scale_seqlens(case, info, group, factors, factors_by_kind, refusals):
     for ent in case["inputs"]:
         name = ent.get("name", "")
         if ent.get("type") != "attr" or not SEQLEN_ATTR.search(name) or not isinstance(ent.get("value"), list):
             continue
         vals = list(ent["value"])
-        fseq = max([f for k, f in factors_by_kind.items() if k.startswith("seq")] or [1])
+        fseq = _seqlen_factor(name, group, factors, factors_by_kind)
         if fseq != 1:
-            vals = [int(v) * fseq for v in vals]
+            bad = [v for v in vals if not _is_int(v)]
+            refusals.extend(f"{name} holds {v!r}, not an integer length: it cannot follow a scaled sequence"
+                            for v in bad[:1])
+            vals = vals if bad else [v * fseq for v in vals]
         fb = factors_by_kind.get("batch", 1)
         if fb != 1:
             batch = [s for s in factors_by_kind.get("_batch_values", [])]
@@ -410,5 +495,5 @@ def scale_case(case: dict, info, group: SymbolGroup, factors: dict) -> tuple:
                 refusals.append(f"{name} carries exact data values: its axis {ax} cannot be scaled")
             ent["shape"] = list(ent["shape"])
             ent["shape"][ax] = int(ent["shape"][ax]) * f
-    _scale_seqlens(new, info, by_kind, refusals)
+    _scale_seqlens(new, info, group, factors, by_kind, refusals)
     return new, refusals
