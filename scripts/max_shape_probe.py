@@ -106,11 +106,9 @@ def rank_sources(od, args, infos, cases=None, t_start=None):
             job = None
         except subprocess.TimeoutExpired:
             import contextlib
-            import signal
+            from mfulib.trace_zygote import kill_tree
             if job is not None:  # the group, and the process itself: a child forked a moment ago has no group yet
-                for kill in (os.killpg, os.kill):
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        kill(job.pid, signal.SIGKILL)
+                kill_tree(job.pid)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     job.wait(timeout=10)
             if left is not None and left < args.timeout_s:

@@ -222,7 +222,7 @@ def test_an_interrupted_collect_is_incomplete_refused_by_decompose_and_redone_by
     assert changed.returncode == 0, changed.stdout[-2000:] + changed.stderr[-2000:]
     assert "msprof_perf_summary.py" in changed.stdout and "verify_op.py" not in changed.stdout
     assert read(work / "performance.json")["flush_cache_mib"] == 8.0
-    assert "--flush-cache-mib 8" in (work / ".state" / "collect.settings").read_text()
+    assert "FLUSH_CACHE_MIB=8\n" in (work / ".state" / "collect.settings").read_text()
     assert "Nothing to be done for 'all'" in make(*args, "FLUSH_CACHE_MIB=8", "all").stdout
     seeded = make(*args, "FLUSH_CACHE_MIB=8", "VERIFY_ARGS=--case-timeout-s 500", "-n", "all").stdout
     assert "verify_op.py" in seeded  # a verify setting redoes verify (dry run: -n)

@@ -87,10 +87,9 @@ class TraceJob:
 
     def kill(self) -> None:
         import contextlib
-        import signal
+        from .trace_zygote import kill_tree
         if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            kill_tree(self.proc.pid)  # its group, and the pid itself (a fresh fork may not lead a group yet)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
 

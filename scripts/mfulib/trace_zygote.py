@@ -30,6 +30,15 @@ import time
 READY = "zygote-ready"
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` and ``pid`` itself (a child killed before its setsid has no group)."""
+    import contextlib
+    import signal
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, signal.SIGKILL)
+
+
 # ------------------------------------------------------------------------------------------------ zygote side
 def _child(argv: list, log: str) -> None:
     """In the forked child: become the tool's process and never return (os._exit with its status)."""
@@ -70,7 +79,6 @@ def serve() -> int:
     from mfulib.worker import die_with_parent
     die_with_parent()
     import select
-    import signal
     import torch  # noqa: F401 - the point of the zygote
     try:
         import torch._dynamo  # noqa: F401
@@ -91,10 +99,7 @@ def serve() -> int:
     while not closed or children:
         if closed:  # the parent is gone: nothing will read the answers
             for pid in children:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                kill_tree(pid)
         ready, _, _ = select.select([] if closed else [stdin], [], [], 0.05)
         if ready:
             chunk = os.read(stdin.fileno(), 65536)
@@ -155,10 +160,9 @@ class ZygoteJob:
         return self.returncode
 
     def kill(self) -> None:
-        import contextlib
-        import signal
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
+        """SIGKILL its process group, and the pid itself: right after the fork the child may not have called
+        setsid yet (no group to find), and then it has started nothing either."""
+        kill_tree(self.pid)
 
 
 class Zygote:
