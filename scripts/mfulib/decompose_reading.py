@@ -65,6 +65,10 @@ def reading_aid(rows: list, peak_tflops: dict) -> list:
             if fs is None:
                 continue
             if fs == 0 or ts >= DRAG_RATIO * fs:
+                if fs == 0:  # vector work (rope, norm, softmax): no MFU to quote, its time is the figure
+                    drags.append(f"case {r['case']}{_rep(r, rows)}: {p['part']} takes {ts:.0%} of the time and does "
+                                 "no matrix work (no MFU: judge it by its bytes moved / MBU)")
+                    continue
                 mfu = f", MFU@ach {p['mfu_ach']:.1%}" if p.get("mfu_ach") is not None else ""
                 drags.append(f"case {r['case']}{_rep(r, rows)}: {p['part']} takes {ts:.0%} of the time for "
                              f"{fs:.1%} of the FLOPs{mfu}")

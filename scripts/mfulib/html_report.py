@@ -260,7 +260,8 @@ def part_tables(doc: dict) -> str:
             for p in parts:
                 ks = ", ".join(p.get("kernels") or [])
                 rows.append([esc(p.get("part")), f"<code>{esc(ks[:160])}</code>", fmt_us(p.get("time_us")),
-                             fmt_pct(p.get("time_share")), fmt_pct(p.get("flops_share")), fmt_pct(p.get("mfu_ach")),
+                             fmt_pct(p.get("time_share")), fmt_pct(p.get("flops_share")),
+                             "\u2014" if p.get("flops") == 0 else fmt_pct(p.get("mfu_ach")),  # no matrix work
                              bound_cell(p.get("bound")), fmt_num(_roof(p, "headroom")),
                              fmt_pct(_roof(p, "mfu_if_fixed"))])
             title = (f"{rep.get('label')}: " if len(doc.get("reports")) > 1 else "") + \

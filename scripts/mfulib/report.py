@@ -156,7 +156,8 @@ def decompose_table(result: dict) -> str:
             by = {p["part"]: p for p in r.get("parts") or []}
             for p in parts:
                 d = by.get(p)
-                cells = ["-", "-"] if d is None else [_f(d["time_us"]), _pct(d.get("mfu_ach"), 1)]
+                cells = ["-", "-"] if d is None else [_f(d["time_us"]), NO_MFU if d.get("flops") == 0 else
+                                                      _pct(d.get("mfu_ach"), 1)]  # no matrix work: no MFU
                 row += cells[:1] if p == OTHER else cells
             rows.append(row)
     lines = [f"peak: {result.get('peak_label')}  ({result['peak_json']})"]
