@@ -338,3 +338,17 @@ def test_cases_that_were_not_measured_exit_2_listing_the_measured_ones(tmp_path)
     assert not (d / "mfu_decompose.json").exists()
     with pytest.raises(UserError, match="--cases selects no case"):
         decompose.decompose(str(d), str(d / "peak.json"), cases=[])
+
+
+def test_a_search_in_the_work_dir_is_tied_to_the_table_by_a_note(tmp_path):
+    # the search's best point (its stage 2) and the same case re-timed by this collection are two measurements of
+    # one point: the note quotes both and says which is the limit (a new user saw two different "best" answers)
+    d = _write_op(tmp_path)
+    gs = {"tool": "mfu_grid_search", "pool": [{"case": 46}], "stage1": [], "stage2": [], "cost_s": {"stage1": 1.0},
+          "chosen_cases": [46], "best": {"case": 46, "scale": 1.0, "metric": "mfu", "mfu": 0.2, "mfu_kind": "ach"}}
+    (d / "grid_search.json").write_text(json.dumps(gs))
+    res = decompose.decompose(str(d), str(d / "peak.json"))
+    (note,) = [n for n in res["notes"] if n.startswith("search (grid_search.json)")]
+    assert "limit MFU@ach 20.00% at case 46" in note and "timed case 46 again: 18.51%" in note
+    (d / "grid_search.json").write_text("{not json")  # a broken search file never breaks the decomposition
+    assert not [n for n in decompose.decompose(str(d), str(d / "peak.json"))["notes"] if n.startswith("search")]
