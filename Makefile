@@ -212,7 +212,7 @@ $(WORK)/flops.py: | $(WORK)/prepare.json
 $(ST)/flops.ok: $(WORK)/flops.py $(WORK)/model.py
 	$(call step,flops,$(WORK)/flops_check.json,$(CHECK_FLOPS_CMD))
 
-collect: $(ST)/collect.ok ## step 4: kernel times of the top-3 verified cases by FLOPs (raw profiles kept)
+collect: $(ST)/collect.ok ## step 4: kernel times of the top-3 verified cases by FLOPs (cpu: the smallest 3; raw profiles kept)
 
 $(ST)/collect.ok: $(ST)/flops.ok $(ST)/verify.ok $(WORK)/model_new.py
 	$(call step,collect,$(WORK)/performance.json,$(COLLECT_CMD))

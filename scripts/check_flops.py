@@ -117,7 +117,8 @@ def summary_line(summary):
     """'PASSED|FAILED|UNVERIFIED: n cases {...}; k rejected; j no work'."""
     line = f"{summary['verdict'].upper()}: {summary['n_cases']} cases {summary['by_status']}"
     if summary.get("n_rejected"):
-        line += f"; {summary['n_rejected']} rejected (cases {summary['rejected_cases'][:12]})"
+        rej = summary["rejected_cases"]
+        line += f"; {summary['n_rejected']} rejected (cases {rej[:12]}{' ...' if summary['n_rejected'] > len(rej[:12]) else ''})"
     if summary.get("n_no_work"):
         line += f"; {summary['n_no_work']} with no work (empty inputs: nothing to time)"
     return line

@@ -468,8 +468,11 @@ def collect(opts: Options, log=None) -> dict:
         flops[info.case_id] = case_flops(ff, opdir, info, opts.seed)
         flops[info.case_id]["flops_tracer"] = tracer.get(info.case_id)
         flops[info.case_id].update(numerator_of(verdicts, info.case_id, ff))
+    res = selection.get("reserve") or []
     log(f"cases: {selection['rule']}: {selection['order']}" +
-        (f" (skipped {selection['skipped']})" if selection["skipped"] else ""))
+        (f" (skipped {selection['skipped']})" if selection["skipped"] else "") +
+        (f"; not selected (reserve, take a slot a case gives up; --cases picks them): {res[:12]}"
+         f"{' ...' if len(res) > 12 else ''}" if res else ""))
     impls = ["ref", "asc"] if opts.impl == "both" else [opts.impl]
     if keep_root:  # attempts live beside their final place, so keeping one is a rename
         os.makedirs(os.path.join(keep_root, "prof"), exist_ok=True)
