@@ -83,9 +83,11 @@ BATCH_STATE_NAME = "batch_state.tar.gz"
 BATCH_DEFAULTS = {
     "examples": "zoo,npukernelbench",
     "backend": "cuda",
-    "op_timeout_s": 300.0,
-    "probe_args": "--budget-s 40 --max-scale 16 --top 4 --refine-steps 1 --timeout-s 120",
-    "search_args": "--top-n 4 --stage2-k 3 --case-timeout-s 120",
+    "op_timeout_s": 200.0,
+    # measured on the H200 (bench/RESULTS.md "Batch", 2026-12-01): at --budget-s 20 no probe finished a candidate
+    # (ranking trace, gate child start, first compile); 45 s with the warm trace zygote, 2 sources, no refinement
+    "probe_args": "--budget-s 45 --max-scale 8 --top 2 --refine-steps 0 --timeout-s 90",
+    "search_args": "--top-n 3 --stage2-k 2 --case-timeout-s 90",
     "pmu": "none",
     "keep_prof": 0,
     "retry_failed": False,
