@@ -50,6 +50,9 @@ PMU ?= none
 ACCEPT_VERIFY_FAILURES ?=
 ACCEPT_UNVERIFIED_CASES ?=
 
+empty :=
+space := $(empty) $(empty)
+comma := ,
 .DEFAULT_GOAL := help
 # deletes a half-made stamp or flops.py; the reports are not targets, so a failing step's report stays
 .DELETE_ON_ERROR:
@@ -128,7 +131,8 @@ examples: ## list the bundled operators usable as OP=<name>
 
 status: ## per step of the work directory: done / stale (why) / failed (its report) / not run
 	$(need-op)
-	@$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --status
+	@$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --status --settings-changed '$(strip \
+	  $(foreach s,verify flops collect probe search,$(if $(call settings_changed,$(s)),$(s):$(subst $(space),$(comma),$(call settings_changed,$(s))))))'
 
 # ---------------------------------------------------------------------------------------------- step 1
 # Is $(WORK) built from this command line's source choice and the sources' current content? Asked once, at parse

@@ -75,6 +75,9 @@ def build_parser():
                    help="say whether --dst must be (re)built from this form: ok / redo / new / error + why; exit 0")
     p.add_argument("--status", action="store_true",
                    help="print, per pipeline step of --dst, done / stale (why) / failed / not run (make status)")
+    p.add_argument("--settings-changed", default="", metavar="STEP:VAR,...",
+                   help="with --status: steps whose given make variables differ from their last run (the Makefile "
+                        "passes them, e.g. 'collect:FLUSH_CACHE_MIB,PMU verify:VERIFY_ARGS')")
     p.add_argument("--dst", help="work directory (layout B with --all: the root holding one dir per operator)")
     p.add_argument("--force", action="store_true", help="replace an existing --dst (kept as <dst>.bak-<time>)")
     return p
@@ -250,7 +253,8 @@ def main(argv=None):
         verdict, why = _work_state(args, request)
         if args.status:
             from mfulib import workdir_state
-            print(workdir_state.status_table(os.path.abspath(args.dst), (verdict, why)))
+            changed = {k: v.split(",") for k, _, v in (t.partition(":") for t in args.settings_changed.split()) if v}
+            print(workdir_state.status_table(os.path.abspath(args.dst), (verdict, why), changed))
         else:
             print(f"{verdict} {why}")
         return 0

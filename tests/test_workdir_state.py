@@ -226,6 +226,9 @@ def test_an_interrupted_collect_is_incomplete_refused_by_decompose_and_redone_by
     assert "Nothing to be done for 'all'" in make(*args, "FLUSH_CACHE_MIB=8", "all").stdout
     seeded = make(*args, "FLUSH_CACHE_MIB=8", "VERIFY_ARGS=--case-timeout-s 500", "-n", "all").stdout
     assert "verify_op.py" in seeded  # a verify setting redoes verify (dry run: -n)
+    st = status_of(make(*args, "FLUSH_CACHE_MIB=16", "status").stdout)  # make status says so before the redo
+    assert st["collect"][0] == "stale" and "FLUSH_CACHE_MIB given with another value" in st["collect"][1]
+    assert st["decompose"][0] == "stale" and st["verify"][0] == "done"
 
 
 # ------------------------------------------------------------------------------------------------ units

@@ -165,11 +165,13 @@ def _mtime(path):
     return os.path.getmtime(path) if os.path.exists(path) else None
 
 
-def step_states(work: str, prepare: tuple) -> list:
+def step_states(work: str, prepare: tuple, settings_changed: dict | None = None) -> list:
     """One row per step of :data:`STEPS`: {step, state (done | stale | failed | not run | error), detail, report}.
 
     ``prepare``: :func:`prepare_verdict`'s (verdict, reason), or ("error", message) when the sources cannot be
-    resolved."""
+    resolved. ``settings_changed``: {step: [make variable]} given with other values than the step last ran with
+    (the Makefile's ``settings_changed``): such a done step is stale, and so are the steps after it."""
+    settings_changed = settings_changed or {}
     rows, state = [], {}
     for step in STEPS:
         report = os.path.join(work, step.report)
@@ -186,8 +188,11 @@ def step_states(work: str, prepare: tuple) -> list:
         ok, detail = report_verdict(step.name, report) if have_report else (None, "")
         if os.path.exists(stamp):
             newer = [os.path.relpath(d, work) for d in deps if (_mtime(d) or 0) > _mtime(stamp)]
-            if upstream or newer:
-                st, detail = "stale", "; ".join(upstream + [f"{n} changed since this step ran" for n in newer])
+            given = settings_changed.get(step.name) or []
+            if upstream or newer or given:
+                st, detail = "stale", "; ".join(upstream + [f"{n} changed since this step ran" for n in newer] +
+                                                 ([f"{', '.join(given)} given with another value than its last run"]
+                                                  if given else []))
             elif not have_report:
                 st, detail = "stale", f"its report {report} is gone"
             else:  # make's view: the stamp stands (a failure it accepted, e.g. ACCEPT_VERIFY_FAILURES=1, is listed)
@@ -204,9 +209,9 @@ def step_states(work: str, prepare: tuple) -> list:
     return rows
 
 
-def status_table(work: str, prepare: tuple) -> str:
+def status_table(work: str, prepare: tuple, settings_changed: dict | None = None) -> str:
     """The ``make status`` table (tabulate) of :func:`step_states` for ``work``."""
     from tabulate import tabulate
-    rows = step_states(work, prepare)
+    rows = step_states(work, prepare, settings_changed)
     body = [[r["step"], r["state"], (r["detail"] or "")[:110], r["report"]] for r in rows]
     return f"work directory {work}\n" + tabulate(body, headers=["step", "state", "detail", "report"])
