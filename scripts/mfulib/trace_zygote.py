@@ -14,7 +14,8 @@ child - and the verdicts are the same: the child runs the same tool with the sam
 Protocol (JSON lines): the parent writes ``{"id": n, "argv": [tool, arg, ...], "log": path}`` to the zygote's
 stdin; the zygote answers ``{"id": n, "pid": pid}`` when the child is forked and ``{"id": n, "rc": status}`` when
 it ended (negative: killed by that signal). EOF on stdin ends the zygote and SIGKILLs the children still running.
-The zygote and its children die with their parent (PR_SET_PDEATHSIG, :func:`mfulib.worker.die_with_parent`).
+The zygote and its children die with their parent (PR_SET_PDEATHSIG, :func:`mfulib.worker.die_with_parent`); the
+zygote first kills each child's process group, so what a tool started dies too (:func:`_reap_on_parent_death`).
 
 :class:`Zygote` is the parent's side; :func:`shared` gives one per process (None where forking is not available
 or the zygote did not come up: the caller then starts a plain subprocess).
@@ -44,6 +45,8 @@ def _child(argv: list, log: str) -> None:
     """In the forked child: become the tool's process and never return (os._exit with its status)."""
     code = 1
     try:
+        import signal
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the zygote's handler (:func:`_reap_on_parent_death`)
         os.setsid()
         from mfulib.worker import die_with_parent
         die_with_parent()  # the zygote is the parent now; it dies with the probe
@@ -68,16 +71,59 @@ def _child(argv: list, log: str) -> None:
         code = 1
     finally:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _exit_like_an_interpreter()
         finally:
             os._exit(code)
 
 
+def _exit_like_an_interpreter() -> None:
+    """What a Python process does at its end before the child's ``os._exit`` (which skips all of it): wait for the
+    tool's non-daemon threads, run its ``atexit`` handlers, and collect the garbage so that files it left open
+    are flushed and closed (CPython's ``Py_FinalizeEx`` order: threading shutdown, atexit, then module teardown).
+    Without it a tool writing its result from a thread, an atexit hook or an unclosed file leaves it missing or
+    empty, where the plain subprocess wrote it."""
+    import atexit
+    import gc
+    try:
+        for t in threading.enumerate():
+            if t is not threading.main_thread() and not t.daemon:
+                t.join()
+        atexit._run_exitfuncs()
+        gc.collect()
+    except BaseException:  # noqa: BLE001 - as at a real exit: report it, keep the status
+        import traceback
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _reap_on_parent_death(children: dict) -> None:
+    """Linux: when the parent dies the kernel sends SIGTERM (PR_SET_PDEATHSIG, replacing the SIGKILL of
+    :func:`mfulib.worker.die_with_parent`), and the handler SIGKILLs the process group of every child in
+    ``children`` (pid -> request id) before the zygote exits: a trace child dies with the zygote by its own death
+    signal, but what the tool started (its subprocesses, in the child's group) would otherwise outlive the probe."""
+    import ctypes
+    import signal
+
+    def on_term(signum, _frame):
+        for pid in list(children):
+            kill_tree(pid)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before the prctl: no signal will come
+        on_term(signal.SIGTERM, None)
+
+
 def serve() -> int:
     """The zygote's loop (module docstring). Preloads torch and torch._dynamo, then forks on request."""
-    from mfulib.worker import die_with_parent
-    die_with_parent()
+    children = {}  # pid -> request id
+    _reap_on_parent_death(children)
     import select
     import torch  # noqa: F401 - the point of the zygote
     try:
@@ -92,7 +138,6 @@ def serve() -> int:
                                    "is not safe"}), flush=True)
         return 2
     print(READY, flush=True)
-    children = {}  # pid -> request id
     buf = b""
     stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
     closed = False
