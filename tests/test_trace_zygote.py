@@ -169,3 +169,18 @@ def test_a_forked_tool_ends_like_a_process_threads_atexit_and_unclosed_files_inc
     for kind in ("atexit", "unclosed", "thread"):
         assert (tmp_path / f"p.{kind}").read_text() == kind  # the plain subprocess
         assert (tmp_path / f"z.{kind}").exists() and (tmp_path / f"z.{kind}").read_text() == kind, kind
+
+
+def test_a_forked_tool_runs_in_the_callers_directory_and_environment(tmp_path, monkeypatch):
+    # a relative tool path, relative files and an environment variable set after the zygote started
+    (tmp_path / "tool.py").write_text("import os\nopen('where.txt', 'w').write(os.getcwd() + ' ' + "
+                                      "os.environ.get('MFU_TEST_LATE', '-'))\n")
+    z = tz.Zygote()
+    try:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("MFU_TEST_LATE", "set-later")
+        job = z.start(["tool.py"], "tool.log")
+        assert job.wait(60) == 0, (tmp_path / "tool.log").read_text()
+    finally:
+        z.close()
+    assert (tmp_path / "where.txt").read_text() == f"{tmp_path} set-later"

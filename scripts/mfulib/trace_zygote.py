@@ -11,9 +11,9 @@ group), stdout/stderr to the job's log, ``sys.argv`` = the tool's command line, 
 exit status reported back. Isolation is the same - a trace that crashes, hangs or exhausts memory takes only its
 child - and the verdicts are the same: the child runs the same tool with the same arguments.
 
-Protocol (JSON lines): the parent writes ``{"id": n, "argv": [tool, arg, ...], "log": path}`` to the zygote's
-stdin; the zygote answers ``{"id": n, "pid": pid}`` when the child is forked and ``{"id": n, "rc": status}`` when
-it ended (negative: killed by that signal). EOF on stdin ends the zygote and SIGKILLs the children still running.
+Protocol (JSON lines): the parent writes ``{"id": n, "argv": [tool, arg, ...], "log": path, "cwd": dir, "env":
+{...}}`` (its working directory and environment now, as a subprocess would inherit them) to the zygote's stdin;
+the zygote answers ``{"id": n, "pid": pid}`` when the child is forked and ``{"id": n, "rc": status}`` when it ended (negative: killed by that signal). EOF on stdin ends the zygote and SIGKILLs the children still running.
 The zygote and its children die with their parent (PR_SET_PDEATHSIG, :func:`mfulib.worker.die_with_parent`); the
 zygote first kills each child's process group, so what a tool started dies too (:func:`_reap_on_parent_death`).
 
@@ -41,10 +41,17 @@ def kill_tree(pid: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ zygote side
-def _child(argv: list, log: str) -> None:
-    """In the forked child: become the tool's process and never return (os._exit with its status)."""
+def _child(argv: list, log: str, cwd: str | None = None, env: dict | None = None) -> None:
+    """In the forked child: become the tool's process and never return (os._exit with its status). ``cwd`` and
+    ``env``: the parent's working directory and environment when it asked (a plain subprocess inherits both; the
+    zygote's own are those of its start, and its cwd is the scripts dir)."""
     code = 1
     try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
         import signal
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the zygote's handler (:func:`_reap_on_parent_death`)
         os.setsid()
@@ -159,7 +166,7 @@ def serve() -> int:
                 sys.stdout.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _child(req["argv"], req["log"])
+                    _child(req["argv"], req["log"], req.get("cwd"), req.get("env"))
                 children[pid] = req["id"]
                 print(json.dumps({"id": req["id"], "pid": pid}), flush=True)
         while children:
@@ -269,7 +276,9 @@ class Zygote:
             rid = self._next
             self._next += 1
         try:
-            self.proc.stdin.write((json.dumps({"id": rid, "argv": list(argv), "log": log}) + "\n").encode())
+            req = {"id": rid, "argv": list(argv), "log": os.path.abspath(log), "cwd": os.getcwd(),
+                   "env": dict(os.environ)}
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise RuntimeError(f"trace zygote is gone: {exc}") from None
