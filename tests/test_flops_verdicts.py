@@ -161,3 +161,13 @@ def test_the_no_mfu_dash_does_not_fail_the_decompose_step_on_a_console_that_cann
     assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
     line0 = next(ln for ln in r.stdout.decode("ascii").splitlines() if ln.startswith("0 "))
     assert line0.count("?") == 4 and "52.4% *" in line0
+
+
+def test_the_shape_cell_names_the_search_origin_of_an_appended_case_only():
+    appended = {"case": 11, "shape": "[4, 10000]", "search_origin": {"source_case": 2, "scale": 2}}
+    assert report.shape_cell(appended) == "[4,10000]<-case2x2"
+    # the search's x1 point of an original case is the case itself: no origin to name
+    original = {"case": 2, "shape": "[2, 10000]", "search_origin": {"source_case": 2, "scale": 1}}
+    assert report.shape_cell(original) == "[2,10000]"
+    assert report.shape_cell({"case": 0, "shape": "[1, 2, 3, 4, 5, 6, 7, 8, 9]"}, width=10) == "[1,2,3,..."
+    assert report.shape_cell({"case": 0}) == "-"
