@@ -29,6 +29,7 @@ import threading
 import time
 
 READY = "zygote-ready"
+PARENT_ENV = "MFU_TRACE_ZYGOTE_PARENT"  # the pid the zygote was started by (parent's side sets it)
 
 
 def kill_tree(pid: int) -> None:
@@ -123,7 +124,8 @@ def _reap_on_parent_death(children: dict) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-    if os.getppid() == 1:  # the parent died before the prctl: no signal will come
+    parent = os.environ.get(PARENT_ENV)
+    if parent and os.getppid() != int(parent):  # the parent died before the prctl: no signal will come
         on_term(signal.SIGTERM, None)
 
 
@@ -226,7 +228,8 @@ class Zygote:
         import subprocess
         from .worker import die_with_parent
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   **{PARENT_ENV: str(os.getpid())})
         self.proc = subprocess.Popen([sys.executable, "-m", "mfulib.trace_zygote"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=here,
                                      start_new_session=True, preexec_fn=die_with_parent)
