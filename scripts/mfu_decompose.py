@@ -63,6 +63,11 @@ def parse_report_arg(text: str):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    # the table shows "—" (no MFU): a console that cannot encode it (PYTHONIOENCODING=ascii, a Latin-1 locale) gets
+    # a replacement character instead of a UnicodeEncodeError that fails the step
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     from mfulib import decompose, report
     from mfulib.jsonio import provenance
     from mfulib.schemas import decompose_json

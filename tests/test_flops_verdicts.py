@@ -146,3 +146,28 @@ def test_no_matrix_work_has_no_mfu_and_an_unverified_numerator_is_marked_in_tabl
     only_vec["per_case"] = only_vec["per_case"][:1]
     (d / "performance.json").write_text(json.dumps(only_vec))
     assert "max: MBU 52.43% (case 0" in report.decompose_table(decompose.decompose(str(d), str(d / "peak.json")))
+
+
+def test_the_no_mfu_dash_does_not_fail_the_decompose_step_on_a_console_that_cannot_encode_it(tmp_path):
+    # "—" on an ASCII / Latin-1 console: a replacement character, never a UnicodeEncodeError (exit 1)
+    d = tmp_path / "op"
+    d.mkdir()
+    (d / "performance.json").write_text(json.dumps(PERF))
+    (d / "peak.json").write_text(json.dumps(PEAK))
+    (d / "flops.py").write_text('KERNEL_PARTS = {"softmax": ["*softmax*"]}\ndef flops(case):\n    return 0.0\n')
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "mfu_decompose.py")
+    r = subprocess.run([sys.executable, script, "--op-dir", str(d), "--peak-json", str(d / "peak.json")],
+                       capture_output=True, env=dict(os.environ, PYTHONIOENCODING="ascii"), timeout=120)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")[-2000:]
+    line0 = next(ln for ln in r.stdout.decode("ascii").splitlines() if ln.startswith("0 "))
+    assert line0.count("?") == 4 and "52.4% *" in line0
+
+
+def test_the_shape_cell_names_the_search_origin_of_an_appended_case_only():
+    appended = {"case": 11, "shape": "[4, 10000]", "search_origin": {"source_case": 2, "scale": 2}}
+    assert report.shape_cell(appended) == "[4,10000]<-case2x2"
+    # the search's x1 point of an original case is the case itself: no origin to name
+    original = {"case": 2, "shape": "[2, 10000]", "search_origin": {"source_case": 2, "scale": 1}}
+    assert report.shape_cell(original) == "[2,10000]"
+    assert report.shape_cell({"case": 0, "shape": "[1, 2, 3, 4, 5, 6, 7, 8, 9]"}, width=10) == "[1,2,3,..."
+    assert report.shape_cell({"case": 0}) == "-"

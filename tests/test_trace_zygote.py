@@ -99,3 +99,88 @@ def test_probe_verdicts_are_the_same_with_and_without_the_zygote(tmp_path):
         doc = json.load(open(os.path.join(work, "probe.json")))
         runs[flag] = ([(c["scale"], c["verdict"], c.get("flops")) for c in doc["candidates"]], doc["traced_flops"])
     assert runs["1"] == runs["0"] and runs["1"][0]
+
+
+def test_what_a_trace_started_dies_too_when_the_probe_is_sigkilled(tmp_path):
+    # a flops tool that starts its own subprocess (in the trace child's process group) and hangs
+    tool = tmp_path / "spawns.py"
+    tool.write_text(textwrap.dedent(f"""
+        import subprocess, sys, time
+        p = subprocess.Popen(["sleep", "300"])
+        open({str(tmp_path / "grandchild.pid")!r}, "w").write(str(p.pid))
+        time.sleep(300)
+    """))
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {os.path.join(ROOT, "scripts")!r})
+        from mfulib import trace_zygote as tz
+        z = tz.Zygote()
+        job = z.start([{str(tool)!r}], {str(tmp_path / "t.log")!r})
+        print("pids", z.proc.pid, job.pid, flush=True)
+        time.sleep(600)
+    """))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    gpid = None
+    try:
+        zpid, cpid = map(int, parent.stdout.readline().split()[1:])
+        end = time.monotonic() + 60
+        while not (tmp_path / "grandchild.pid").exists() or not (tmp_path / "grandchild.pid").read_text():
+            assert time.monotonic() < end, "the tool did not start its subprocess"
+            time.sleep(0.1)
+        gpid = int((tmp_path / "grandchild.pid").read_text())
+        assert _alive(gpid)
+        parent.send_signal(signal.SIGKILL)  # no cleanup runs in the probe
+        parent.wait(10)
+        end = time.monotonic() + 10
+        while any(_alive(p) for p in (zpid, cpid, gpid)) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not _alive(zpid) and not _alive(cpid)
+        assert not _alive(gpid), "the trace's own subprocess outlived the probe"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if gpid and _alive(gpid):
+            os.kill(gpid, signal.SIGKILL)
+
+
+def test_a_forked_tool_ends_like_a_process_threads_atexit_and_unclosed_files_included(tmp_path):
+    # what a Python process does at its end: a tool relying on it writes the same files forked as run plainly
+    tool = tmp_path / "ends.py"
+    tool.write_text(textwrap.dedent("""
+        import atexit, sys, threading, time
+        out = sys.argv[1]
+        atexit.register(lambda: open(out + ".atexit", "w").write("atexit"))
+        f = open(out + ".unclosed", "w")
+        f.write("unclosed")
+        def late():
+            time.sleep(0.5)
+            open(out + ".thread", "w").write("thread")
+        threading.Thread(target=late).start()
+        sys.exit(3)
+    """))
+    z = tz.Zygote()
+    try:
+        job = z.start([str(tool), str(tmp_path / "z")], str(tmp_path / "z.log"))
+        assert job.wait(60) == 3
+    finally:
+        z.close()
+    assert subprocess.run([sys.executable, str(tool), str(tmp_path / "p")], timeout=60).returncode == 3
+    for kind in ("atexit", "unclosed", "thread"):
+        assert (tmp_path / f"p.{kind}").read_text() == kind  # the plain subprocess
+        assert (tmp_path / f"z.{kind}").exists() and (tmp_path / f"z.{kind}").read_text() == kind, kind
+
+
+def test_a_forked_tool_runs_in_the_callers_directory_and_environment(tmp_path, monkeypatch):
+    # a relative tool path, relative files and an environment variable set after the zygote started
+    (tmp_path / "tool.py").write_text("import os\nopen('where.txt', 'w').write(os.getcwd() + ' ' + "
+                                      "os.environ.get('MFU_TEST_LATE', '-'))\n")
+    z = tz.Zygote()
+    try:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("MFU_TEST_LATE", "set-later")
+        job = z.start(["tool.py"], "tool.log")
+        assert job.wait(60) == 0, (tmp_path / "tool.log").read_text()
+    finally:
+        z.close()
+    assert (tmp_path / "where.txt").read_text() == f"{tmp_path} set-later"

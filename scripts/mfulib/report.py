@@ -108,8 +108,8 @@ def shape_cell(row: dict, width: int = 28) -> str:
     if len(shape) > width:
         shape = shape[: width - 3] + "..."
     o = row.get("search_origin") or {}
-    if o.get("source_case") is not None:
-        scale = o.get("scale")
+    if o.get("source_case") is not None and str(o["source_case"]) != str(row.get("case")):  # not an original case
+        scale = o.get("scale")  # (the search's x1 point: the case itself, no origin to name)
         shape += f"<-case{o['source_case']}" + (f"x{scale:g}" if isinstance(scale, (int, float)) else "")
     return shape
 

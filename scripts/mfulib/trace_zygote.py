@@ -11,10 +11,11 @@ group), stdout/stderr to the job's log, ``sys.argv`` = the tool's command line, 
 exit status reported back. Isolation is the same - a trace that crashes, hangs or exhausts memory takes only its
 child - and the verdicts are the same: the child runs the same tool with the same arguments.
 
-Protocol (JSON lines): the parent writes ``{"id": n, "argv": [tool, arg, ...], "log": path}`` to the zygote's
-stdin; the zygote answers ``{"id": n, "pid": pid}`` when the child is forked and ``{"id": n, "rc": status}`` when
-it ended (negative: killed by that signal). EOF on stdin ends the zygote and SIGKILLs the children still running.
-The zygote and its children die with their parent (PR_SET_PDEATHSIG, :func:`mfulib.worker.die_with_parent`).
+Protocol (JSON lines): the parent writes ``{"id": n, "argv": [tool, arg, ...], "log": path, "cwd": dir, "env":
+{...}}`` (its working directory and environment now, as a subprocess would inherit them) to the zygote's stdin;
+the zygote answers ``{"id": n, "pid": pid}`` when the child is forked and ``{"id": n, "rc": status}`` when it ended (negative: killed by that signal). EOF on stdin ends the zygote and SIGKILLs the children still running.
+The zygote and its children die with their parent (PR_SET_PDEATHSIG, :func:`mfulib.worker.die_with_parent`); the
+zygote first kills each child's process group, so what a tool started dies too (:func:`_reap_on_parent_death`).
 
 :class:`Zygote` is the parent's side; :func:`shared` gives one per process (None where forking is not available
 or the zygote did not come up: the caller then starts a plain subprocess).
@@ -28,6 +29,7 @@ import threading
 import time
 
 READY = "zygote-ready"
+PARENT_ENV = "MFU_TRACE_ZYGOTE_PARENT"  # the pid the zygote was started by (parent's side sets it)
 
 
 def kill_tree(pid: int) -> None:
@@ -40,10 +42,19 @@ def kill_tree(pid: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ zygote side
-def _child(argv: list, log: str) -> None:
-    """In the forked child: become the tool's process and never return (os._exit with its status)."""
+def _child(argv: list, log: str, cwd: str | None = None, env: dict | None = None) -> None:
+    """In the forked child: become the tool's process and never return (os._exit with its status). ``cwd`` and
+    ``env``: the parent's working directory and environment when it asked (a plain subprocess inherits both; the
+    zygote's own are those of its start, and its cwd is the scripts dir)."""
     code = 1
     try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
+        import signal
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the zygote's handler (:func:`_reap_on_parent_death`)
         os.setsid()
         from mfulib.worker import die_with_parent
         die_with_parent()  # the zygote is the parent now; it dies with the probe
@@ -68,16 +79,60 @@ def _child(argv: list, log: str) -> None:
         code = 1
     finally:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _exit_like_an_interpreter()
         finally:
             os._exit(code)
 
 
+def _exit_like_an_interpreter() -> None:
+    """What a Python process does at its end before the child's ``os._exit`` (which skips all of it): wait for the
+    tool's non-daemon threads, run its ``atexit`` handlers, and collect the garbage so that files it left open
+    are flushed and closed (CPython's ``Py_FinalizeEx`` order: threading shutdown, atexit, then module teardown).
+    Without it a tool writing its result from a thread, an atexit hook or an unclosed file leaves it missing or
+    empty, where the plain subprocess wrote it."""
+    import atexit
+    import gc
+    try:
+        for t in threading.enumerate():
+            if t is not threading.main_thread() and not t.daemon:
+                t.join()
+        atexit._run_exitfuncs()
+        gc.collect()
+    except BaseException:  # noqa: BLE001 - as at a real exit: report it, keep the status
+        import traceback
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _reap_on_parent_death(children: dict) -> None:
+    """Linux: when the parent dies the kernel sends SIGTERM (PR_SET_PDEATHSIG, replacing the SIGKILL of
+    :func:`mfulib.worker.die_with_parent`), and the handler SIGKILLs the process group of every child in
+    ``children`` (pid -> request id) before the zygote exits: a trace child dies with the zygote by its own death
+    signal, but what the tool started (its subprocesses, in the child's group) would otherwise outlive the probe."""
+    import ctypes
+    import signal
+
+    def on_term(signum, _frame):
+        for pid in list(children):
+            kill_tree(pid)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    parent = os.environ.get(PARENT_ENV)
+    if parent and os.getppid() != int(parent):  # the parent died before the prctl: no signal will come
+        on_term(signal.SIGTERM, None)
+
+
 def serve() -> int:
     """The zygote's loop (module docstring). Preloads torch and torch._dynamo, then forks on request."""
-    from mfulib.worker import die_with_parent
-    die_with_parent()
+    children = {}  # pid -> request id
+    _reap_on_parent_death(children)
     import select
     import torch  # noqa: F401 - the point of the zygote
     try:
@@ -92,7 +147,6 @@ def serve() -> int:
                                    "is not safe"}), flush=True)
         return 2
     print(READY, flush=True)
-    children = {}  # pid -> request id
     buf = b""
     stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
     closed = False
@@ -114,7 +168,7 @@ def serve() -> int:
                 sys.stdout.flush()
                 pid = os.fork()
                 if pid == 0:
-                    _child(req["argv"], req["log"])
+                    _child(req["argv"], req["log"], req.get("cwd"), req.get("env"))
                 children[pid] = req["id"]
                 print(json.dumps({"id": req["id"], "pid": pid}), flush=True)
         while children:
@@ -174,7 +228,8 @@ class Zygote:
         import subprocess
         from .worker import die_with_parent
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   **{PARENT_ENV: str(os.getpid())})
         self.proc = subprocess.Popen([sys.executable, "-m", "mfulib.trace_zygote"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=here,
                                      start_new_session=True, preexec_fn=die_with_parent)
@@ -224,7 +279,9 @@ class Zygote:
             rid = self._next
             self._next += 1
         try:
-            self.proc.stdin.write((json.dumps({"id": rid, "argv": list(argv), "log": log}) + "\n").encode())
+            req = {"id": rid, "argv": list(argv), "log": os.path.abspath(log), "cwd": os.getcwd(),
+                   "env": dict(os.environ)}
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise RuntimeError(f"trace zygote is gone: {exc}") from None

@@ -1,0 +1,55 @@
+"""The Makefile's per-step settings files ($(WORK)/.state/<step>.settings) with a stand-in Python (no torch, fast):
+the fake ``PY`` answers prepare's parse-time ``--check`` with "ok" and records every other script it is asked to
+run, failing the collector when its arguments contain ``--fail-me``."""
+import os
+import shutil
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+FAKE_PY = """#!/bin/sh
+case "$*" in *--check*) echo ok; exit 0;; esac
+echo "$(basename "$1") $*" >> "$CALLS"
+case "$*" in *--fail-me*) exit 2;; esac
+exit 0
+"""
+
+
+def fake_work(tmp_path):
+    py = tmp_path / "py"
+    py.write_text(FAKE_PY)
+    py.chmod(0o755)
+    work = tmp_path / "w"
+    work.mkdir()
+    for name in ("prepare.json", "model.py", "model_new.py", "flops.py", "performance.json", "peak.json"):
+        (work / name).write_text("{}\n")
+    calls = tmp_path / "calls"
+    env = dict(os.environ, CALLS=str(calls))
+    for k in ("COLLECT_ARGS", "SEED", "BACKEND", "PMU", "FLUSH_CACHE_MIB", "DEVICE_ID", "MAKEFLAGS", "MFLAGS"):
+        env.pop(k, None)
+
+    def make(*args):
+        if calls.exists():
+            calls.unlink()
+        r = subprocess.run([shutil.which("make"), "-C", ROOT, "OP=zoo/2_Softmax", f"WORK={work}", f"PY={py}",
+                            "BACKEND=cpu", f"DEVICE_LOCK={tmp_path / 'lock'}", *args], capture_output=True,
+                           text=True, env=env, timeout=60)
+        return r, (calls.read_text() if calls.exists() else "")
+    return work, make
+
+
+def test_a_settings_forced_rerun_that_fails_leaves_no_stamp_so_the_next_make_redoes_it(tmp_path):
+    work, make = fake_work(tmp_path)
+    r, calls = make("collect")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "msprof_perf_summary.py" in calls and (work / ".state" / "collect.ok").exists()
+    r, calls = make("collect")
+    assert r.returncode == 0 and calls == "", calls  # done: nothing runs
+
+    r, calls = make("collect", "COLLECT_ARGS=--fail-me")  # a changed setting re-runs collect, which fails
+    assert r.returncode != 0 and "msprof_perf_summary.py" in calls, r.stdout + r.stderr
+    assert "step collect FAILED" in r.stderr
+    assert not (work / ".state" / "collect.ok").exists()  # not the stamp of the run before it
+    r, calls = make("collect")  # "the next make redoes it" (a make not given COLLECT_ARGS included)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "msprof_perf_summary.py" in calls
