@@ -102,8 +102,13 @@ def rank_sources(od, args, infos, cases=None, t_start=None):
                               "--quiet", "-o", out] + sel, os.path.join(tmp, "flops_tool.log"))
             if left is not None:
                 left, limit = limits()
-            job.wait(timeout=limit)
+            rc = job.wait(timeout=limit)
             job = None
+            if rc:  # the ranking falls back to input bytes below; say why rather than rank silently
+                with open(os.path.join(tmp, "flops_tool.log"), errors="replace") as f:
+                    tail = " | ".join(ln.strip() for ln in f.read().splitlines()[-3:] if ln.strip())
+                print(f"warning: {args.flops_tool} --tracer-only exit status {rc} while ranking the source cases "
+                      f"(cases without a traced FLOPs count rank by input bytes): {tail[-300:]}")
         except subprocess.TimeoutExpired:
             import contextlib
             from mfulib.trace_zygote import kill_tree

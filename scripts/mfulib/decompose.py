@@ -35,7 +35,7 @@ from .definitions import (HALF_DTYPES, NOISE_MARGIN, above_peak, actual_tflops, 
 from .device import slug
 from .errors import REJECT_PREFIX, UserError
 from .flops_contract import load_flops
-from .decompose_reading import apply_fallback_bounds, maxima, reading_aid, regime, speedups
+from .decompose_reading import apply_fallback_bounds, maxima, reading_aid, regime, search_note, speedups
 from .kernel_parts import OTHER, check_kernel_parts, match_part
 from .peaks import dtype_nominal_tflops
 from .schemas.peak_json import nominal_half_tflops, read_peak_json
@@ -376,32 +376,6 @@ def report_label(path: str, taken: set) -> str:
         label, i = f"{base}#{i}", i + 1
     taken.add(label)
     return label
-
-
-def search_note(op_dir, rows) -> list:
-    """One note tying the search's answer to this table when ``op_dir`` holds a grid_search.json: the search's best
-    point (stage 2, measured by the collector) and the same case in this collection, which timed it again - the two
-    differ by run-to-run noise; the limit is the search's figure. [] without a search or on an unreadable file."""
-    path = os.path.join(op_dir, "grid_search.json") if op_dir else None
-    if not path or not os.path.exists(path):
-        return []
-    try:
-        from .schemas.grid_search_json import read_grid_search_json
-        best = (read_grid_search_json(path) or {}).get("best") or {}
-    except Exception:  # noqa: BLE001 - a note, never a failure of the decomposition
-        return []
-    if best.get("case") is None:
-        return []
-    metric = best.get("metric") or "mfu"
-    value = best.get("mbu") if metric == "mbu" else best.get("mfu")
-    kind = "MBU" if metric == "mbu" else ("MFU@ach" if best.get("mfu_kind") == "ach" else "MFU@nom")
-    here = next((r for r in rows if r.get("case") == best["case"] and r.get("status") == "ok"), None)
-    key = "mbu" if metric == "mbu" else ("mfu_ach" if best.get("mfu_kind") == "ach" else "mfu_nom")
-    again = (f"; this collection timed case {best['case']} again: {here[key]:.2%}" if here and here.get(key)
-             is not None else f"; case {best['case']} is not in this collection")
-    fig = "-" if value is None else f"{value:.2%}"
-    return [f"search (grid_search.json): limit {kind} {fig} at case {best['case']} (scale {best.get('scale')}, its "
-            f"stage 2){again} - the same point measured twice differs by run-to-run noise; the limit is the search's"]
 
 
 def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: str | None,

@@ -10,6 +10,7 @@ the operator and the peak were measured in (:func:`regime`) and the fp32-vs-fp16
 """
 from __future__ import annotations
 
+import os
 import re
 
 from .bound import fallback_bound
@@ -243,3 +244,29 @@ def regime(reports: list, peak: dict) -> dict:
     if differ:
         note += f"; reports {differ} were collected with another flush_cache_mib than {col[0][0]}"
     return {"flush_cache_mib_collect": c, "flush_cache_mib_peak": pk, "note": note}
+
+
+def search_note(op_dir, rows) -> list:
+    """One note tying the search's answer to this table when ``op_dir`` holds a grid_search.json: the search's best
+    point (stage 2, measured by the collector) and the same case in this collection, which timed it again - the two
+    differ by run-to-run noise; the limit is the search's figure. [] without a search or on an unreadable file."""
+    path = os.path.join(op_dir, "grid_search.json") if op_dir else None
+    if not path or not os.path.exists(path):
+        return []
+    try:
+        from .schemas.grid_search_json import read_grid_search_json
+        best = (read_grid_search_json(path) or {}).get("best") or {}
+    except Exception:  # noqa: BLE001 - a note, never a failure of the decomposition
+        return []
+    if best.get("case") is None:
+        return []
+    metric = best.get("metric") or "mfu"
+    value = best.get("mbu") if metric == "mbu" else best.get("mfu")
+    kind = "MBU" if metric == "mbu" else ("MFU@ach" if best.get("mfu_kind") == "ach" else "MFU@nom")
+    here = next((r for r in rows if r.get("case") == best["case"] and r.get("status") == "ok"), None)
+    key = "mbu" if metric == "mbu" else ("mfu_ach" if best.get("mfu_kind") == "ach" else "mfu_nom")
+    again = (f"; this collection timed case {best['case']} again: {here[key]:.2%}" if here and here.get(key)
+             is not None else f"; case {best['case']} is not in this collection")
+    fig = "-" if value is None else f"{value:.2%}"
+    return [f"search (grid_search.json): limit {kind} {fig} at case {best['case']} (scale {best.get('scale')}, its "
+            f"stage 2){again} - the same point measured twice differs by run-to-run noise; the limit is the search's"]
