@@ -182,7 +182,9 @@ endef
 # so under `make -j` (and in `all`, which runs its steps with -j$(ALL_JOBS)) peak never times GEMMs while a case runs,
 # even from another make. flops (a host-only tracer) overlaps them on cuda/npu; on cpu (and auto) the CPU is the
 # device, so flops takes the lock too. Without flock the steps still run, and `all` runs them one at a time.
-DEVICE_LOCK ?= $(or $(TMPDIR),/tmp)/triton-mfu-analyzer-device$(DEVICE_ID).lock
+# LOCK_DEVICE: the physical device a batch worker's DEVICE_ID=0 stands for (its CUDA_VISIBLE_DEVICES / ASCEND_RT_...)
+LOCK_DEVICE ?= $(DEVICE_ID)
+DEVICE_LOCK ?= $(or $(TMPDIR),/tmp)/triton-mfu-analyzer-device$(LOCK_DEVICE).lock
 HAVE_FLOCK  := $(shell command -v flock 2>/dev/null)
 DEVICE_RUN   = $(if $(HAVE_FLOCK),flock $(DEVICE_LOCK))
 FLOPS_RUN    = $(if $(filter cuda npu,$(BACKEND)),,$(DEVICE_RUN))
@@ -278,7 +280,7 @@ $(ST)/search.ok: $(ST)/probe.ok $(WORK)/model_new.py
 # (SETVARS_<step>), written when the step succeeds. A make *given* one of them (command line or environment) with a
 # value other than the one the step last ran with runs that step again - and what follows it - instead of "Nothing
 # to be done". A variable not given keeps the earlier run: `make collect` after `make search SEARCH_ARGS=...` does not
-# redo the search with the defaults. A work dir made before these files existed keeps its steps. GNU make >= 4.2.
+# redo the search with the defaults. A work dir made before these files existed keeps its steps.
 SETVARS_verify  = VERIFY_ARGS SEED BACKEND DEVICE_ID
 SETVARS_flops   = SEED BACKEND ACCEPT_UNVERIFIED
 SETVARS_collect = COLLECT_ARGS FLUSH_CACHE_MIB PMU SEED BACKEND DEVICE_ID ACCEPT_UNVERIFIED_CASES
@@ -289,9 +291,7 @@ settings_given = $(strip $(foreach v,$(SETVARS_$(1)),$(if $(filter command% envi
 settings_was = $(strip $(shell sed -n 's/^$(2)=//p' $(ST)/$(1).settings 2>/dev/null))
 settings_changed = $(if $(wildcard $(ST)/$(1).settings),$(strip $(foreach v,$(call settings_given,$(1)),$(if \
   $(call streq,$(call settings_was,$(1),$(v)),$(strip $($(v)))),,$(v)))))
-ifneq ($(filter-out 3.% 4.0% 4.1%,$(MAKE_VERSION)),)
 $(foreach s,verify flops collect probe search,$(eval $(ST)/$(s).ok: $(if $(call settings_changed,$(s)),_always)))
-endif
 
 # a new search re-collects; SEARCH=1 makes the collection wait for it
 $(ST)/collect.ok: $(if $(SEARCH),$(ST)/search.ok) $(wildcard $(ST)/search.ok)

@@ -110,12 +110,9 @@ def rank_sources(od, args, infos, cases=None, t_start=None):
                 print(f"warning: {args.flops_tool} --tracer-only exit status {rc} while ranking the source cases "
                       f"(cases without a traced FLOPs count rank by input bytes): {tail[-300:]}")
         except subprocess.TimeoutExpired:
-            import contextlib
-            from mfulib.trace_zygote import kill_tree
             if job is not None:  # the group, and the process itself: a child forked a moment ago has no group yet
-                kill_tree(job.pid)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    job.wait(timeout=10)
+                from mfulib.trace_zygote import stop
+                stop(job)
             if left is not None and left < args.timeout_s:
                 raise OutOfBudget(f"--budget-s {args.budget_s:g} s reached while tracing the source cases at scale "
                                   f"1 (the ranking trace, {limit:.0f} s left for it): raise --budget-s") from None

@@ -99,7 +99,8 @@ def test_two_fake_device_ids_get_one_worker_each_running_in_parallel_longest_fir
         assert rec["env"]["CUDA_VISIBLE_DEVICES"] == dev and rec["env"]["DEVICE_ID"] == "0"
         assert rec["args"]["DEVICE_ID"] == "0" and rec["env"]["MAKEFLAGS"] is None
         # each worker takes the lock of its physical device, not device 0's (which would serialise the workers)
-        assert rec["args"]["DEVICE_LOCK"].endswith(f"triton-mfu-analyzer-device{dev}.lock")
+        # (the Makefile names the lock by LOCK_DEVICE: tests/test_make_settings.py checks the path it gives)
+        assert rec["args"]["LOCK_DEVICE"] == dev and "DEVICE_LOCK" not in rec["args"]
         assert rec["args"]["WORK"] == str(tmp_path / "out" / "ops" / op) and rec["args"]["BACKEND"] == "cuda"
     by_dev = {d: sorted((recs[o]["start"], recs[o]["end"]) for o in recs if rows[o]["device"] == d) for d in "01"}
     assert all(len(v) == 2 for v in by_dev.values())  # 4 jobs of equal length: two per worker

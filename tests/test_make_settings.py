@@ -53,3 +53,25 @@ def test_a_settings_forced_rerun_that_fails_leaves_no_stamp_so_the_next_make_red
     r, calls = make("collect")  # "the next make redoes it" (a make not given COLLECT_ARGS included)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "msprof_perf_summary.py" in calls
+
+
+def test_the_device_lock_is_named_by_lock_device_which_defaults_to_device_id(tmp_path):
+    # a batch worker runs with DEVICE_ID=0 (its only visible device) and LOCK_DEVICE=<physical id>: its steps must
+    # take that device's lock, the one a plain make with DEVICE_ID=<physical id> takes
+    if shutil.which("flock") is None:
+        import pytest
+        pytest.skip("no flock(1): the Makefile runs steps without a lock")
+    work, _make = fake_work(tmp_path)
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+
+    def dry(*args):
+        r = subprocess.run([shutil.which("make"), "-C", ROOT, "-n", "OP=zoo/2_Softmax", f"WORK={work}",
+                            f"PY={tmp_path / 'py'}", "BACKEND=cpu", *args, "verify"], capture_output=True, text=True,
+                           env=dict(os.environ, TMPDIR=str(tmp)), timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+    assert f"flock {tmp}/triton-mfu-analyzer-device0.lock " in dry()
+    assert f"flock {tmp}/triton-mfu-analyzer-device3.lock " in dry("DEVICE_ID=3")
+    out = dry("DEVICE_ID=0", "LOCK_DEVICE=3")
+    assert f"flock {tmp}/triton-mfu-analyzer-device3.lock " in out and "--device 0" in out

@@ -57,21 +57,16 @@ def child_env(device, restrict: bool, visibility_vars) -> dict:
     return env
 
 
-def device_lock(device) -> str:
-    """The per-device lock file of the Makefile (``DEVICE_LOCK``) for the physical ``device`` id. The child sees its
-    device as index 0, so without this every worker of a batch - and every make on the host - would take device
-    0's lock and queue behind each other; named by the physical id, a batch worker shares its lock exactly with
-    the makes that use the same device."""
-    return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"triton-mfu-analyzer-device{device}.lock")
-
-
 def make_command(job: dict, opts: dict, device_index: int, device=None) -> list:
     """The ``make`` argv of ``job`` (dict from :func:`mfulib.batch.discover_jobs`) under ``opts``; ``device``: the
-    physical device id (its :func:`device_lock`), None on the CPU (the Makefile's default lock)."""
+    physical device id, None on the CPU. The child sees its device as index 0, so without ``LOCK_DEVICE`` every
+    worker of a batch - and every make on the host - would take device 0's lock (the Makefile's ``DEVICE_LOCK``)
+    and queue behind each other; by the physical id a worker shares its lock exactly with the makes that use the
+    same device."""
     cmd = [opts["make"], "-C", opts["skill_dir"], f"OP={job['op']}", f"WORK={job['work']}",
            f"BACKEND={opts['backend']}", f"DEVICE_ID={device_index}"]
     if device is not None:
-        cmd.append(f"DEVICE_LOCK={device_lock(device)}")
+        cmd.append(f"LOCK_DEVICE={device}")
     cmd += [f"{k}={v}" for k, v in job["make_vars"].items()]
     if opts.get("search"):
         cmd.append("SEARCH=1")

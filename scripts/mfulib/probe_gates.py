@@ -86,12 +86,8 @@ class TraceJob:
             return None
 
     def kill(self) -> None:
-        import contextlib
-        from .trace_zygote import kill_tree
-        if self.proc.poll() is None:
-            kill_tree(self.proc.pid)  # its group, and the pid itself (a fresh fork may not lead a group yet)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+        from .trace_zygote import stop
+        stop(self.proc)  # its group, and the pid itself (a fresh fork may not lead a group yet)
 
     def tail(self, n: int = 2) -> str:
         return _log_tail(self.log, n)

@@ -4,16 +4,16 @@ Gate 2 runs ``--flops-tool`` (``check_flops.py --tracer-only``) once per candida
 ``import torch`` (~2 s on a 2-core CI box) and ``torch._dynamo`` (~4 s more: torch's ``FlopCounterMode`` dispatch
 is wrapped in ``torch._disable_dynamo``, which imports dynamo on first use) before it traces anything; the H200
 batch's probe spent 7-12 s per candidate there. The zygote (``python3 -m mfulib.trace_zygote`` from the scripts
-dir, or this file as a script) pays those imports once, without running any torch op or starting a Python
-thread, and
-then forks one child per request (as torch's DataLoader forks its workers). Each child is what the subprocess was: its own process and session (killable as a
-group), stdout/stderr to the job's log, ``sys.argv`` = the tool's command line, the tool run as ``__main__``, its
-exit status reported back. Isolation is the same - a trace that crashes, hangs or exhausts memory takes only its
+dir, or this file as a script) pays those imports once, without running any torch op or starting a Python thread,
+and then forks one child per request (as torch's DataLoader forks its workers). Each child is what the subprocess
+was: its own process and session (killable as a group), stdout/stderr to the job's log, ``sys.argv`` = the tool's
+command line, the tool run as ``__main__``, its exit status reported back. Isolation is the same - a trace that crashes, hangs or exhausts memory takes only its
 child - and the verdicts are the same: the child runs the same tool with the same arguments.
 
 Protocol (JSON lines): the parent writes ``{"id": n, "argv": [tool, arg, ...], "log": path, "cwd": dir, "env":
 {...}}`` (its working directory and environment now, as a subprocess would inherit them) to the zygote's stdin;
-the zygote answers ``{"id": n, "pid": pid}`` when the child is forked and ``{"id": n, "rc": status}`` when it ended (negative: killed by that signal). EOF on stdin ends the zygote and SIGKILLs the children still running.
+the zygote answers ``{"id": n, "pid": pid}`` when the child is forked and ``{"id": n, "rc": status}`` when it
+ended (negative: killed by that signal). EOF on stdin ends the zygote and SIGKILLs the children still running.
 The zygote and its children die with their parent (PR_SET_PDEATHSIG, :func:`mfulib.worker.die_with_parent`); the
 zygote first kills each child's process group, so what a tool started dies too (:func:`_reap_on_parent_death`).
 
@@ -39,6 +39,17 @@ def kill_tree(pid: int) -> None:
     for kill in (os.killpg, os.kill):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             kill(pid, signal.SIGKILL)
+
+
+def stop(job, wait_s: float = 10.0) -> None:
+    """End a job of :func:`start_tool` that may still run: :func:`kill_tree` unless it has ended, then reap it
+    (at most ``wait_s``)."""
+    import contextlib
+    import subprocess
+    if job.poll() is None:
+        kill_tree(job.pid)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        job.wait(timeout=wait_s)
 
 
 # ------------------------------------------------------------------------------------------------ zygote side
@@ -111,8 +122,8 @@ def _reap_on_parent_death(children: dict) -> None:
     :func:`mfulib.worker.die_with_parent`), and the handler SIGKILLs the process group of every child in
     ``children`` (pid -> request id) before the zygote exits: a trace child dies with the zygote by its own death
     signal, but what the tool started (its subprocesses, in the child's group) would otherwise outlive the probe."""
-    import ctypes
     import signal
+    from mfulib.worker import die_with_parent
 
     def on_term(signum, _frame):
         for pid in list(children):
@@ -120,10 +131,7 @@ def _reap_on_parent_death(children: dict) -> None:
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    die_with_parent(signal.SIGTERM)
     parent = os.environ.get(PARENT_ENV)
     if parent and os.getppid() != int(parent):  # the parent died before the prctl: no signal will come
         on_term(signal.SIGTERM, None)
@@ -188,7 +196,7 @@ def serve() -> int:
 # ------------------------------------------------------------------------------------------------ parent side
 class ZygoteJob:
     """One forked trace: ``pid``, ``poll()`` / ``wait(timeout)`` like :class:`subprocess.Popen` (``wait`` raises
-    ``subprocess.TimeoutExpired``), ``kill()`` SIGKILLs its process group."""
+    ``subprocess.TimeoutExpired``); end it with :func:`stop`."""
 
     def __init__(self, zygote: "Zygote", rid: int, pid: int):
         self.zygote, self.rid, self.pid = zygote, rid, pid
@@ -213,10 +221,6 @@ class ZygoteJob:
                     self.zygote._changed.wait(0.05)
         return self.returncode
 
-    def kill(self) -> None:
-        """SIGKILL its process group, and the pid itself: right after the fork the child may not have called
-        setsid yet (no group to find), and then it has started nothing either."""
-        kill_tree(self.pid)
 
 
 class Zygote:
@@ -300,9 +304,7 @@ class Zygote:
         try:
             self.proc.wait(timeout=5)
         except Exception:  # noqa: BLE001
-            import signal
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            kill_tree(self.proc.pid)
             self.proc.wait()
 
 
@@ -328,7 +330,7 @@ def start_tool(argv: list, log: str):
     """Start the Python tool ``argv`` (script path first) with stdout/stderr to ``log``: forked from the shared
     zygote when it runs, else a plain subprocess in its own session that dies with this process. Returns an object
     with ``pid``, ``poll()``, ``wait(timeout)`` (raises subprocess.TimeoutExpired) - a :class:`ZygoteJob` or a
-    :class:`subprocess.Popen`; kill it with ``os.killpg(job.pid, SIGKILL)``."""
+    :class:`subprocess.Popen`; end it with :func:`stop`."""
     zygote = shared()
     if zygote is not None:
         try:
