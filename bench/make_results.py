@@ -414,7 +414,7 @@ def sec_batch(st):
     for o in ops:
         head = (o.get("maxima") or {}).get("mfu_ach") or (o.get("maxima") or {}).get("mbu") or {}
         hrow = next((x for x in o.get("rows") or [] if x.get("case") == head.get("case")), None)
-        orows.append([o["name"], o.get("status"), num(o.get("wall_s")), len(o.get("rows") or []) or None,
+        orows.append([o["name"], o.get("status"), o.get("finished_by_call"), num(o.get("wall_s")), len(o.get("rows") or []) or None,
                       _best(o, "mfu_ach"), _best(o, "mbu"), ((hrow or {}).get("bound") or {}).get("label"),
                       _limit(o), _probe(o), _flops(o), (o.get("reason") or "")[:200] or None])
         for part in (hrow or {}).get("parts") or []:
@@ -432,10 +432,23 @@ def sec_batch(st):
             + "\n\nCalls and the settings each used:\n\n"
             + table(["call", "at", "commit", "rc", "wall s", "operators run", "finished", "op timeout s",
                      "PROBE_ARGS", "SEARCH_ARGS", "PMU", "KEEP_PROF"], crows))
-    return (head + "\n\nPer operator (best MFU@ach and MBU over the measured cases; bound class of the headline "
+    by = [o.get("finished_by_call") for o in ops if o.get("finished_by_call")]
+    calls, keys = r.get("calls") or [], r.get("measure_keys") or []
+    sets = {json.dumps({k: (calls[i - 1].get("settings") or {}).get(k) for k in keys}, sort_keys=True)
+            for i in by if 0 < i <= len(calls)}
+    if not keys:
+        same = "Settings per result: not recorded (a pack older than `finished_by_call`)."
+    elif len(sets) <= 1:
+        same = (f"Every final result was measured under one setting ({', '.join(keys)}): an operator finished "
+                "under other settings is run again (validate_h200's `drop_stale`).")
+    else:
+        same = f"**Mixed settings:** the final results come from {len(sets)} different settings."
+    return (head + "\n\n" + same + "\n\nPer operator (call = the call that finished it; best MFU@ach and MBU over "
+            "the measured cases; bound class of the headline "
             "case; limit = the search's best point; probe = candidates that passed the five gates; FLOPs check = "
             "flops.py vs the tracer, flops_check.json):\n\n"
-            + table(["operator", "status", "wall s", "cases", "best MFU@ach", "best MBU", "bound", "limit (search)",
+            + table(["operator", "status", "call", "wall s", "cases", "best MFU@ach", "best MBU", "bound",
+                     "limit (search)",
                      "probe", "FLOPs check", "reason"], orows)
             + "\n\nPer part of each operator's headline case (bound source: `pmu:ncu` where the counters ran, else "
               "the fp32-vs-fp16 fallback):\n\n"

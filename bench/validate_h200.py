@@ -97,6 +97,9 @@ BATCH_DEFAULTS = {
 # operator, write its summary, exit 130) before its tree is killed; the rest is this stage's packing
 BATCH_STOP_MARGIN_S, BATCH_GRACE_S = 40.0, 25.0
 BATCH_FINAL = ("ok", "failed", "timeout")  # a job record with one of these is not run again (retry_failed: "ok")
+# the settings that change an operator's numbers: a final record made under other values is run again, so one
+# batch's table never mixes settings (examples, keep_prof and retry_failed change which operators run, not how)
+BATCH_MEASURE_KEYS = ("backend", "op_timeout_s", "probe_args", "search_args", "pmu", "make")
 # per operator work-dir files that travel in the state tar: everything small but profiles and pictures
 STATE_SKIP_DIRS = ("prof",)
 STATE_SKIP_SUFFIXES = (".png", ".svg", ".html", ".pt", ".ncu-rep", ".nsys-rep", ".gz", ".trace.json", ".log")
@@ -380,18 +383,58 @@ def batch_complete(ops, calls, skipped, final=BATCH_FINAL):
     return all(o["status"] in final for o in ops) and wanted <= covered and not no_data, covered
 
 
-def stage_batch(out, limit_s, env, final_out, settings, pack_dir):
+def finishing_calls(calls):
+    """{operator: 1-based index of the last call that gave it a final status} from batch.json's call list."""
+    out = {}
+    for i, c in enumerate(calls or [], 1):
+        for name in c.get("finished") or []:
+            out[name] = i
+    return out
+
+
+def same_measure(a, b):
+    """Whether two batch settings dicts agree on every key that changes an operator's numbers (BATCH_MEASURE_KEYS)."""
+    return all((a or {}).get(k) == (b or {}).get(k) for k in BATCH_MEASURE_KEYS)
+
+
+def drop_stale(jobs, calls, settings, final):
+    """Operators whose final record was made under other measuring settings than ``settings`` (or by no recorded
+    call): their job record and work directory are removed so that they run again from scratch. Returns
+    [(name, why)]."""
+    by_call, stale = finishing_calls(calls), []
+    for j in jobs:
+        rec = load_json(j["record"]) or {}
+        if rec.get("status") not in final:
+            continue
+        i = by_call.get(j["name"])
+        if i is not None and same_measure(calls[i - 1].get("settings"), settings):
+            continue
+        why = (f"finished by call {i} under other settings" if i is not None else "finished by no recorded call")
+        stale.append((j["name"], why))
+        os.remove(j["record"])
+        shutil.rmtree(j["work"], ignore_errors=True)
+    return stale
+
+
+def stage_batch(out, limit_s, env, final_out, settings, pack_dir, fresh=False):
     """mfu_batch.py over the bundled and real-case operators with the search, resumable across device calls.
 
-    Restores the state tar of the earlier calls (``<pack_dir>/batch_state.tar.gz``), runs only the operators
-    without a final job record (ok / failed / timeout), sends the batch SIGINT at the stage's limit (it kills the
-    running operator, writes its summary and exits 130; the operator runs again next call, from its make stamps),
-    then packs the state again beside pack.tgz and returns every operator's result so far."""
+    Restores the state tar of the earlier calls (``<pack_dir>/batch_state.tar.gz``; not with ``fresh``, which
+    starts the batch over and forgets the earlier calls), runs the operators without a final job record (ok /
+    failed / timeout) and those finished under other measuring settings (``drop_stale``), sends the batch SIGINT at
+    the stage's limit (it kills the running operator, writes its summary and exits 130; the operator runs again next
+    call, from its make stamps), then packs the state again beside pack.tgz and returns every operator's result so
+    far, each with the call that finished it."""
     batch_out = os.path.join(out, "batch")
     state_in = os.path.join(pack_dir, BATCH_STATE_NAME)
-    restored = restore_batch_state(state_in, batch_out) if os.path.exists(state_in) else 0
+    restored = restore_batch_state(state_in, batch_out) if os.path.exists(state_in) and not fresh else 0
+    prev = {} if fresh else load_json(os.path.join(pack_dir, "batch.json")) or {}
+    prev_calls = (prev.get("result") or {}).get("calls") or []
     jobs, skipped = batch_jobs(settings, batch_out, env)
     final = ("ok",) if settings["retry_failed"] else BATCH_FINAL
+    stale = drop_stale(jobs, prev_calls, settings, final)
+    for name, why in stale:
+        log(f"batch: {name} runs again ({why})")
     pending = [j["name"] for j in jobs if (load_json(j["record"]) or {}).get("status") not in final]
     log_path = os.path.join(out, "batch.log")
     rc, argv, t0 = None, None, time.perf_counter()
@@ -409,16 +452,20 @@ def stage_batch(out, limit_s, env, final_out, settings, pack_dir):
             names.add(rec["name"])
     ops = [op_result(j, batch_out) for j in jobs]
     manifest = pack_batch_state(batch_out, os.path.join(final_out, BATCH_STATE_NAME))
-    prev = load_json(os.path.join(pack_dir, "batch.json")) or {}
     call = {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git_commit(),
             "rc": rc, "wall_s": round(time.perf_counter() - t0, 1), "restored_files": restored, "ran": pending,
             "finished": [o["name"] for o in ops if o["name"] in pending and o["status"] in final],
+            "stale": [{"name": n, "why": w} for n, w in stale],
             "settings": dict(settings), "command": None if argv is None else shlex.join(argv)}
-    calls = ((prev.get("result") or {}).get("calls") or []) + [call]
+    calls = prev_calls + [call]
+    by_call = finishing_calls(calls)
+    for o in ops:
+        o["finished_by_call"] = by_call.get(o["name"]) if o["status"] in final else None
     complete, covered = batch_complete(ops, calls, skipped, final)
     return {"rc": rc if rc is not None else 0, "complete": complete, "command": call["command"],
             "log_tail": tail(log_path), "pack_files": [os.path.join(final_out, BATCH_STATE_NAME)],
-            "result": {"settings": dict(settings), "calls": calls, "sets_covered": sorted(covered),
+            "result": {"settings": dict(settings), "measure_keys": list(BATCH_MEASURE_KEYS), "calls": calls,
+                       "sets_covered": sorted(covered),
                        "ops": ops, "skipped": [{"name": n, "why": w} for n, w in skipped], "complete": complete,
                        "state": manifest, "shared_data": bool(env.get("MFU_SHARED_DATA"))}}
 
@@ -463,7 +510,7 @@ def search_resume(pack_dir):
     return path
 
 
-def run_stage(name, out_root, limit_s, env, final_out, pack_dir=None, batch_settings=None):
+def run_stage(name, out_root, limit_s, env, final_out, pack_dir=None, batch_settings=None, fresh=False):
     out = os.path.join(out_root, name)
     os.makedirs(out, exist_ok=True)
     t0 = time.perf_counter()
@@ -475,10 +522,11 @@ def run_stage(name, out_root, limit_s, env, final_out, pack_dir=None, batch_sett
     elif name == "pmu":
         res = stage_pmu(out, limit_s, env, final_out)
     elif name == "batch":
-        res = stage_batch(out, limit_s, env, final_out, batch_settings or dict(BATCH_DEFAULTS), pack_dir)
+        res = stage_batch(out, limit_s, env, final_out, batch_settings or dict(BATCH_DEFAULTS), pack_dir, fresh)
     else:
         argv_of, result_rel = bench_stage(name)
-        argv = argv_of(out, limit_s, search_resume(pack_dir)) if name == "search" else argv_of(out)
+        argv = (argv_of(out, limit_s, None if fresh else search_resume(pack_dir)) if name == "search"
+                else argv_of(out))
         log_path = os.path.join(out, f"{name}.log")
         rc, _ = run_cmd(argv, limit_s, log_path, env)
         res = {"rc": rc, "command": " ".join(argv), "result": load_json(os.path.join(out, result_rel)),
@@ -522,7 +570,8 @@ def main(argv=None):
     p.add_argument("--stages", default=",".join(STAGES), help="stages to run, in order (default: all)")
     p.add_argument("--deadline-s", type=float, default=540.0, help="start no stage after this many seconds, and "
                                                                      "cap each stage's limit by what is left")
-    p.add_argument("--force", action="store_true", help="run stages even when packed already")
+    p.add_argument("--force", action="store_true", help="run stages even when packed already; a resumable stage "
+                   "(search, batch) then starts afresh, ignoring its state tar and earlier calls")
     p.add_argument("--out", default=os.environ.get("OUT") or "validate_out", help="where pack.tgz is written")
     b = p.add_argument_group("batch stage (defaults: BATCH_DEFAULTS; each call records what it used)")
     b.add_argument("--batch-examples", default=BATCH_DEFAULTS["examples"], help="bundled sets (mfu_batch --examples)")
@@ -563,7 +612,8 @@ def main(argv=None):
             summary.append((name, "not started: deadline"))
             continue
         log(f"stage {name} (limit {min(limit, left):.0f} s)")
-        res = run_stage(name, work_root, min(limit, left), env, args.out, args.pack_dir, batch_settings)
+        res = run_stage(name, work_root, min(limit, left), env, args.out, args.pack_dir, batch_settings,
+                        fresh=args.force)
         path = os.path.join(args.out, f"{name}.json")
         extra = res.pop("pack_files", [])
         with open(path + ".tmp", "w") as f:

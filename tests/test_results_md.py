@@ -95,7 +95,7 @@ if sys.argv[-1] == "all":
 '''
 
 
-def _batch_call(tmp_path, monkeypatch, out_name, pack, sleep_s, limit_s):
+def _batch_call(tmp_path, monkeypatch, out_name, pack, sleep_s, limit_s, fresh=False, **over):
     fake = tmp_path / "fake_make.py"
     fake.write_text(FAKE_MAKE)
     fake.chmod(0o755)
@@ -104,12 +104,54 @@ def _batch_call(tmp_path, monkeypatch, out_name, pack, sleep_s, limit_s):
     monkeypatch.setattr(validate_h200, "BATCH_STOP_MARGIN_S", 1.0)
     monkeypatch.setattr(validate_h200, "BATCH_GRACE_S", 15.0)
     monkeypatch.setitem(validate_h200.BATCH_DEFAULTS, "examples", "zoo")  # the sets the stage must cover
-    settings = dict(validate_h200.BATCH_DEFAULTS, examples="zoo", backend="cpu", make=str(fake), op_timeout_s=60)
+    settings = dict(validate_h200.BATCH_DEFAULTS, examples="zoo", backend="cpu", make=str(fake), op_timeout_s=60,
+                    **over)
     out, final = tmp_path / out_name / "work", tmp_path / out_name / "final"
     out.mkdir(parents=True)
     final.mkdir()
-    res = validate_h200.stage_batch(str(out), limit_s, dict(os.environ), str(final), settings, str(pack))
+    res = validate_h200.stage_batch(str(out), limit_s, dict(os.environ), str(final), settings, str(pack), fresh)
     return res, final
+
+
+def _made(tmp_path, since):
+    """Operators the fake make ran ``all`` for after the first ``since`` logged calls."""
+    lines = (tmp_path / "make_calls.jsonl").read_text().splitlines()[since:]
+    return [json.loads(ln)["op"] for ln in lines if json.loads(ln)["target"] == "all"]
+
+
+def _adopt(pack, res, final):
+    """What the coordinator does between calls: unpack pack.tgz's batch.json and state tar into the pack dir."""
+    (pack / validate_h200.BATCH_STATE_NAME).write_bytes((final / validate_h200.BATCH_STATE_NAME).read_bytes())
+    (pack / "batch.json").write_text(json.dumps({**res, "pack_files": None}))
+
+
+def test_batch_reruns_operators_finished_under_other_settings_and_force_starts_afresh(tmp_path, monkeypatch):
+    """One batch table never mixes measuring settings: a call with another PROBE_ARGS runs every finished operator
+    again (its record and work dir dropped, the reason logged in the call), a call with the same settings runs none,
+    a different KEEP_PROF (not a measuring setting) runs none, and fresh (--force) forgets the earlier calls."""
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    res1, final1 = _batch_call(tmp_path, monkeypatch, "c1", pack, sleep_s=0.1, limit_s=120.0, probe_args="--budget-s 5")
+    assert res1["complete"] is True, res1["log_tail"]
+    names = sorted(o["name"] for o in res1["result"]["ops"])
+    assert all(o["finished_by_call"] == 1 for o in res1["result"]["ops"])
+    _adopt(pack, res1, final1)
+    n = len((tmp_path / "make_calls.jsonl").read_text().splitlines())
+    res2, final2 = _batch_call(tmp_path, monkeypatch, "c2", pack, sleep_s=0.1, limit_s=120.0, keep_prof=3,
+                               probe_args="--budget-s 5")
+    assert _made(tmp_path, n) == [] and res2["result"]["calls"][-1]["stale"] == []
+    n = len((tmp_path / "make_calls.jsonl").read_text().splitlines())
+    res3, final3 = _batch_call(tmp_path, monkeypatch, "c3", pack, sleep_s=0.1, limit_s=120.0, probe_args="--budget-s 9")
+    assert sorted(_made(tmp_path, n)) == names
+    stale = res3["result"]["calls"][-1]["stale"]
+    assert sorted(s["name"] for s in stale) == names and "call 1 under other settings" in stale[0]["why"]
+    assert res3["complete"] is True and all(o["finished_by_call"] == 2 for o in res3["result"]["ops"])
+    _adopt(pack, res3, final3)
+    n = len((tmp_path / "make_calls.jsonl").read_text().splitlines())
+    res4, _ = _batch_call(tmp_path, monkeypatch, "c4", pack, sleep_s=0.1, limit_s=120.0, fresh=True,
+                          probe_args="--budget-s 9")
+    assert sorted(_made(tmp_path, n)) == names  # fresh: the state tar is not restored
+    assert len(res4["result"]["calls"]) == 1 and res4["result"]["calls"][0]["restored_files"] == 0
 
 
 def test_batch_stage_stops_cleanly_at_its_limit_and_the_next_call_resumes(tmp_path, monkeypatch):
@@ -188,7 +230,7 @@ def test_batch_section_renders_status_mfu_bound_limit_and_flops_check(tmp_path):
     """Synthetic batch pack (test data): one operator measured with ncu counters, one timed out, calls listed."""
     settings = {"examples": "zoo,npukernelbench", "op_timeout_s": 300.0, "probe_args": "--budget-s 40",
                 "search_args": "--top-n 4", "pmu": "ncu", "keep_prof": 0}
-    mha = {"name": "zoo/5_MHABlock", "status": "ok", "wall_s": 171.2, "reason": None,
+    mha = {"name": "zoo/5_MHABlock", "status": "ok", "wall_s": 171.2, "reason": None, "finished_by_call": 1,
            "maxima": {"mfu_ach": {"value": 0.564, "case": 11, "dtype": "float16"},
                       "mbu": {"value": 0.31, "case": 3, "dtype": "float16"}},
            "rows": [{"case": 11, "dtype": "float16", "mfu_ach": 0.564,
@@ -201,11 +243,12 @@ def test_batch_section_renders_status_mfu_bound_limit_and_flops_check(tmp_path):
                       "complete": True},
            "probe": {"candidates": 6, "passed": 3, "appended": 3, "complete": True, "stop_reason": "saturated"},
            "flops_check": {"verdict": "passed", "n_cases": 14, "ratio_min": 1.0, "ratio_max": 1.0}}
-    ffn = {"name": "npukernelbench/level4/2_FFN", "status": "timeout", "wall_s": 300.1,
+    ffn = {"name": "npukernelbench/level4/2_FFN", "status": "timeout", "wall_s": 300.1, "finished_by_call": 1,
            "reason": "timed out after 300 s (OP_TIMEOUT_S): the whole process tree was killed",
            "probe": {"candidates": 2, "passed": 0, "appended": 0, "complete": False, "interrupted": "running"}}
     _write(tmp_path, "batch", {**SYNTH, "stage": "batch", "complete": False, "result": {
         "settings": settings, "complete": False, "shared_data": True, "ops": [mha, ffn],
+        "measure_keys": ["probe_args", "pmu"],
         "skipped": [{"name": "npukernelbench/level1/10_LayerNorm", "why": "case data absent"}],
         "calls": [{"created_at": "2026-12-01T12:00:00Z", "git_commit": "abc1234", "rc": 130, "wall_s": 498.0,
                    "ran": ["a", "b", "c"], "finished": ["a", "b"], "settings": settings}]}})
@@ -213,10 +256,11 @@ def test_batch_section_renders_status_mfu_bound_limit_and_flops_check(tmp_path):
     assert "**Partial:** 2/2 operators have a final status" in text
     assert "| 1 | 2026-12-01T12:00:00Z | abc1234 | 130 | 498.0 | 3 | 2 | 300.0 | `--budget-s 40` | `--top-n 4` | ncu | 0 |" \
         in text
-    assert ("| zoo/5_MHABlock | ok | 171.2 | 2 | 56.4% (case 11, float16) | 31.0% (case 3, float16) | latency-bound "
+    assert ("| zoo/5_MHABlock | ok | 1 | 171.2 | 2 | 56.4% (case 11, float16) | 31.0% (case 3, float16) | latency-bound "
             "| 61.2% MFU@ach (case 13, scale 4; pool 11, 3 scaled) | 3/6 passed, 3 appended (saturated) | "
             "passed (14 cases, ratio 1..1) | - |") in text
-    assert "| npukernelbench/level4/2_FFN | timeout | 300.1 | - | - | - | - | - | 0/2 passed, 0 appended (running) |" \
+    assert "Every final result was measured under one setting (probe_args, pmu)" in text
+    assert "| npukernelbench/level4/2_FFN | timeout | 1 | 300.1 | - | - | - | - | - | 0/2 passed, 0 appended (running) |" \
         in text
     assert "| zoo/5_MHABlock | 11 | qkv_proj | 70.0% | 41.0% | tensor-bound | pmu:ncu | tensor_pipe_pct 81.6, " \
            "waves_per_sm 1 |" in text
