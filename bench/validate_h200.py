@@ -557,10 +557,19 @@ def git_commit():
     return r.stdout.strip() or None
 
 
-def stage_done(pack_dir, name):
-    """Packed and complete: a resumable stage (search, batch) packed with ``complete: false`` runs again."""
+def stage_done(pack_dir, name, batch_settings=None):
+    """Packed and complete: a resumable stage (search, batch) packed with ``complete: false`` runs again, and so does
+    a batch with an operator finished under other measuring settings than ``batch_settings`` (``same_measure``)."""
     doc = load_json(os.path.join(pack_dir, f"{name}.json"))
-    return doc is not None and doc.get("complete") is not False
+    if doc is None or doc.get("complete") is False:
+        return False
+    if name == "batch" and batch_settings is not None:
+        r = doc.get("result") or {}
+        calls = r.get("calls") or []
+        by_call = finishing_calls(calls)
+        return all(by_call.get(o.get("name")) and same_measure(calls[by_call[o["name"]] - 1].get("settings"),
+                                                               batch_settings) for o in r.get("ops") or [])
+    return True
 
 
 def main(argv=None):
@@ -601,7 +610,7 @@ def main(argv=None):
     packed, summary = [], []
     for name in stages:
         script, limit = LIMITS[name]
-        if not args.force and stage_done(args.pack_dir, name):
+        if not args.force and stage_done(args.pack_dir, name, batch_settings):
             summary.append((name, "packed already"))
             continue
         if script and not os.path.exists(os.path.join(ROOT, script)):

@@ -200,6 +200,16 @@ def test_stage_done_reruns_a_partial_resumable_stage(tmp_path):
     assert not validate_h200.stage_done(str(tmp_path), "batch")
     assert validate_h200.stage_done(str(tmp_path), "peaks")
     assert not validate_h200.stage_done(str(tmp_path), "search")
+    # a complete batch whose operators were finished under other measuring settings runs again
+    calls = [{"finished": ["a"], "settings": {"probe_args": "--budget-s 20"}},
+             {"finished": ["b"], "settings": {"probe_args": "--budget-s 45"}}]
+    (tmp_path / "batch.json").write_text(json.dumps({"complete": True, "result": {
+        "calls": calls, "ops": [{"name": "a", "status": "ok"}, {"name": "b", "status": "ok"}]}}))
+    assert not validate_h200.stage_done(str(tmp_path), "batch", {"probe_args": "--budget-s 45"})
+    calls[0]["settings"]["probe_args"] = "--budget-s 45"
+    (tmp_path / "batch.json").write_text(json.dumps({"complete": True, "result": {
+        "calls": calls, "ops": [{"name": "a", "status": "ok"}, {"name": "b", "status": "ok"}]}}))
+    assert validate_h200.stage_done(str(tmp_path), "batch", {"probe_args": "--budget-s 45"})
 
 
 SYNTH = {"created_at": "2026-12-01T12:00:00Z", "git_commit": "abc1234", "wall_s": 500.0, "rc": 0}  # TEST DATA
