@@ -408,7 +408,8 @@ def sec_batch(st):
     for i, c in enumerate(r.get("calls") or [], 1):
         s = c.get("settings") or {}
         crows.append([i, c.get("created_at"), c.get("git_commit"), c.get("rc"), num(c.get("wall_s")),
-                      len(c.get("ran") or []), len(c.get("finished") or []), s.get("op_timeout_s"),
+                      len(c.get("ran") or []), len(c.get("finished") or []),
+                      "; ".join(f"{x['name']} ({x['why']})" for x in c.get("stale") or []) or None, s.get("op_timeout_s"),
                       f"`{s.get('probe_args')}`", f"`{s.get('search_args')}`", s.get("pmu"), s.get("keep_prof")])
     orows, prows = [], []
     for o in ops:
@@ -430,7 +431,7 @@ def sec_batch(st):
             + (f"**Complete:** {final}/{len(ops)} operators have a final status." if r.get("complete") else
                f"**Partial:** {final}/{len(ops)} operators have a final status; the next call resumes.")
             + "\n\nCalls and the settings each used:\n\n"
-            + table(["call", "at", "commit", "rc", "wall s", "operators run", "finished", "op timeout s",
+            + table(["call", "at", "commit", "rc", "wall s", "operators run", "finished", "run again", "op timeout s",
                      "PROBE_ARGS", "SEARCH_ARGS", "PMU", "KEEP_PROF"], crows))
     by = [o.get("finished_by_call") for o in ops if o.get("finished_by_call")]
     calls, keys = r.get("calls") or [], r.get("measure_keys") or []

@@ -92,6 +92,7 @@ BATCH_DEFAULTS = {
     "keep_prof": 0,
     "retry_failed": False,
     "make": "make",
+    "rerun": [],  # operators measured again from scratch this call (--batch-rerun); not a measuring setting
 }
 # SIGINT this long before the stage's limit; the batch then has BATCH_GRACE_S to stop cleanly (kill the running
 # operator, write its summary, exit 130) before its tree is killed; the rest is this stage's packing
@@ -397,19 +398,22 @@ def same_measure(a, b):
     return all((a or {}).get(k) == (b or {}).get(k) for k in BATCH_MEASURE_KEYS)
 
 
-def drop_stale(jobs, calls, settings, final):
+def drop_stale(jobs, calls, settings, final, rerun=()):
     """Operators whose final record was made under other measuring settings than ``settings`` (or by no recorded
-    call): their job record and work directory are removed so that they run again from scratch. Returns
-    [(name, why)]."""
+    call), and those named in ``rerun`` (--batch-rerun: measured again after a fix): their job record and work
+    directory are removed so that they run again from scratch. Returns [(name, why)]."""
     by_call, stale = finishing_calls(calls), []
     for j in jobs:
         rec = load_json(j["record"]) or {}
         if rec.get("status") not in final:
             continue
         i = by_call.get(j["name"])
-        if i is not None and same_measure(calls[i - 1].get("settings"), settings):
+        if j["name"] in rerun:
+            why = "--batch-rerun"
+        elif i is not None and same_measure(calls[i - 1].get("settings"), settings):
             continue
-        why = (f"finished by call {i} under other settings" if i is not None else "finished by no recorded call")
+        else:
+            why = (f"finished by call {i} under other settings" if i is not None else "finished by no recorded call")
         stale.append((j["name"], why))
         os.remove(j["record"])
         shutil.rmtree(j["work"], ignore_errors=True)
@@ -432,7 +436,10 @@ def stage_batch(out, limit_s, env, final_out, settings, pack_dir, fresh=False):
     prev_calls = (prev.get("result") or {}).get("calls") or []
     jobs, skipped = batch_jobs(settings, batch_out, env)
     final = ("ok",) if settings["retry_failed"] else BATCH_FINAL
-    stale = drop_stale(jobs, prev_calls, settings, final)
+    unknown = sorted(set(settings.get("rerun") or ()) - {j["name"] for j in jobs})
+    if unknown:
+        raise SystemExit(f"--batch-rerun {','.join(unknown)}: no such operator in {settings['examples']}")
+    stale = drop_stale(jobs, prev_calls, settings, final, settings.get("rerun") or ())
     for name, why in stale:
         log(f"batch: {name} runs again ({why})")
     pending = [j["name"] for j in jobs if (load_json(j["record"]) or {}).get("status") not in final]
@@ -564,6 +571,8 @@ def stage_done(pack_dir, name, batch_settings=None):
     if doc is None or doc.get("complete") is False:
         return False
     if name == "batch" and batch_settings is not None:
+        if batch_settings.get("rerun"):
+            return False
         r = doc.get("result") or {}
         calls = r.get("calls") or []
         by_call = finishing_calls(calls)
@@ -590,10 +599,13 @@ def main(argv=None):
     b.add_argument("--batch-search-args", default=BATCH_DEFAULTS["search_args"], help="make SEARCH_ARGS")
     b.add_argument("--batch-pmu", default=BATCH_DEFAULTS["pmu"], choices=("none", "auto", "ncu"), help="make PMU")
     b.add_argument("--batch-retry-failed", action="store_true", help="run failed / timed-out operators again")
+    b.add_argument("--batch-rerun", default="", help="operators to measure again from scratch (comma-separated "
+                   "names, e.g. zoo/6_GQAAttention after a fix); the call records them as stale")
     args = p.parse_args(argv)
     batch_settings = dict(BATCH_DEFAULTS, examples=args.batch_examples, op_timeout_s=args.batch_op_timeout_s,
                           probe_args=args.batch_probe_args, search_args=args.batch_search_args, pmu=args.batch_pmu,
-                          retry_failed=args.batch_retry_failed)
+                          retry_failed=args.batch_retry_failed,
+                          rerun=[x for x in args.batch_rerun.split(",") if x])
     stages = [s for s in args.stages.split(",") if s]
     bad = [s for s in stages if s not in STAGES]
     if bad:

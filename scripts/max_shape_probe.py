@@ -243,7 +243,8 @@ def main(argv=None):
     if old and old.get("backup"):  # an interrupted run: the case files are re-derived from what it recorded
         probe.rewrite_case_files(od, old)
     bw = probe.bandwidth_limit(od.path, backend, args.device, args.peak_json)
-    limits.update(bandwidth_gbps=bw["bandwidth_gbps"], bandwidth_source=bw["source"], l2_bytes=bw["l2_bytes"])
+    limits.update(bandwidth_gbps=bw["bandwidth_gbps"], bandwidth_source=bw["source"], l2_bytes=bw["l2_bytes"],
+                  peak_tflops_max=bw["peak_tflops_max"])
     run_key = {"backend": backend, "seed": args.seed, "max_bytes": args.max_bytes, "max_ms": args.max_ms,
                "scale_dims": scale_dims, "peak": bw, "saturation_stop": not args.no_saturation_stop}
     strict = lambda k: {n: v for n, v in json.loads(json.dumps(k or {})).items() if n != "peak"}  # noqa: E731

@@ -103,6 +103,37 @@ def test_gate4_refuses_a_run_slower_than_max_ms(tmp_path):
     assert cand["failed_gate"] == 4 and g4["value"] >= 300 > g4["limit"] == 100
 
 
+def test_gate4_floor_decides_only_when_the_roofline_alone_exceeds_max_ms():
+    from mfulib.probe_gates import gate4_floor
+    bw = {"peak_tflops_max": 1000.0, "bandwidth_gbps": 4000.0, "l2_bytes": 50e6}
+    # 2.6e15 FLOPs at 1.3 x 1000 TFLOP/s = 2000 ms exactly: not above 2000 ms, so the candidate is timed
+    assert gate4_floor(2.6e15, 1e6, bw, 2000.0) is None
+    g = gate4_floor(5.2e15, 1e6, bw, 2000.0)
+    assert g["ok"] is False and g["gate"] == 4 and g["value"] == pytest.approx(4000.0) and "predicted" in g["detail"]
+    # bytes: 52 GB at 1.3 x 4000 GB/s = 10 ms; inputs within L2 never decide
+    assert gate4_floor(0, 52e9, bw, 5.0)["value"] == pytest.approx(10.0)
+    assert gate4_floor(0, 52e9, bw, 10.5) is None
+    assert gate4_floor(0, 49e6, dict(bw, bandwidth_gbps=1e-6), 1.0) is None
+    assert gate4_floor(1e18, 1e12, {}, 1.0) is None  # no peak.json: nothing is predicted
+
+
+def test_gate4_fails_on_the_roofline_floor_without_running_the_candidate(tmp_path):
+    # test-double peak.json stating 1e-9 TFLOP/s (1 kFLOP/s): the x2 candidate's traced FLOPs alone take seconds
+    work = probe_ops.make_workdir(tmp_path, peak_gbps=1000.0)
+    peak = json.load(open(os.path.join(work, "peak.json")))
+    peak["peak_tflops"] = {"float32": 1e-9}
+    json.dump(peak, open(os.path.join(work, "peak.json"), "w"))
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100",
+                       env={"PROBE_OP_MODE": "slow", "PROBE_OP_LIMIT": "16"})
+    assert r.returncode == 0, r.stderr
+    (cand,) = doc["candidates"]
+    g3, g4 = _gate(cand, 3), _gate(cand, 4)
+    assert cand["failed_gate"] == 4 and g3["ok"] is None and "predicted" in g4["detail"]
+    assert g4["value"] > g4["limit"] == 100
+    assert cand["time_ms"] is None  # the slow ModelNew (>= 300 ms) never ran
+    assert doc["limits"]["peak_tflops_max"] == 1e-9  # what the floor divided by, recorded
+
+
 def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):
     # A [1, 32768, 256] fp32 (32 MiB, 64 MiB at x2); a stated bandwidth of 1 GB/s and L2 of 64 KiB (test-double
     # peak.json): the lazy run would have to take > 50 ms to pass, the honest one sleeps its bytes at 0.5 GB/s

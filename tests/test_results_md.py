@@ -147,6 +147,13 @@ def test_batch_reruns_operators_finished_under_other_settings_and_force_starts_a
     assert sorted(s["name"] for s in stale) == names and "call 1 under other settings" in stale[0]["why"]
     assert res3["complete"] is True and all(o["finished_by_call"] == 2 for o in res3["result"]["ops"])
     _adopt(pack, res3, final3)
+    assert not validate_h200.stage_done(str(pack), "batch", dict(res3["result"]["settings"], rerun=[names[0]]))
+    n = len((tmp_path / "make_calls.jsonl").read_text().splitlines())
+    res5, final5 = _batch_call(tmp_path, monkeypatch, "c5", pack, sleep_s=0.1, limit_s=120.0,
+                               probe_args="--budget-s 9", rerun=[names[0]])
+    assert _made(tmp_path, n) == [names[0]] and res5["result"]["calls"][-1]["stale"][0]["why"] == "--batch-rerun"
+    with pytest.raises(SystemExit, match="no such operator"):
+        _batch_call(tmp_path, monkeypatch, "c6", pack, sleep_s=0.1, limit_s=120.0, rerun=["zoo/nope"])
     n = len((tmp_path / "make_calls.jsonl").read_text().splitlines())
     res4, _ = _batch_call(tmp_path, monkeypatch, "c4", pack, sleep_s=0.1, limit_s=120.0, fresh=True,
                           probe_args="--budget-s 9")
@@ -264,7 +271,7 @@ def test_batch_section_renders_status_mfu_bound_limit_and_flops_check(tmp_path):
                    "ran": ["a", "b", "c"], "finished": ["a", "b"], "settings": settings}]}})
     text = make_results.render(str(tmp_path)).split("## Batch over")[1]
     assert "**Partial:** 2/2 operators have a final status" in text
-    assert "| 1 | 2026-12-01T12:00:00Z | abc1234 | 130 | 498.0 | 3 | 2 | 300.0 | `--budget-s 40` | `--top-n 4` | ncu | 0 |" \
+    assert "| 1 | 2026-12-01T12:00:00Z | abc1234 | 130 | 498.0 | 3 | 2 | - | 300.0 | `--budget-s 40` | `--top-n 4` | ncu | 0 |" \
         in text
     assert ("| zoo/5_MHABlock | ok | 1 | 171.2 | 2 | 56.4% (case 11, float16) | 31.0% (case 3, float16) | latency-bound "
             "| 61.2% MFU@ach (case 13, scale 4; pool 11, 3 scaled) | 3/6 passed, 3 appended (saturated) | "

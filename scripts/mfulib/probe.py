@@ -44,7 +44,7 @@ from .jsonio import write_text_atomic
 from .schemas import probe_json as pj
 
 from .probe_gates import (BANDWIDTH_MARGIN, DEVICE_COPIES, HOST_COPIES, GateWorker, OutOfBudget,  # noqa: F401
-                          TraceJob, effective_gbps, gate1, gate2, gate5, gates34)
+                          TraceJob, effective_gbps, gate1, gate2, gate4_floor, gate5, gates34)
 
 SATURATION_GAIN = 0.05  # a doubling that raises wall TFLOP/s (GB/s) by less than this ends the source's ladder
 NPU_DEFAULT_GBPS = 1300.0  # spec step 2, gate 5 table: "输入字节/耗时 ≤ 1.3TB/s" (Ascend 910B); measure it instead
@@ -105,13 +105,18 @@ def cpu_l2_bytes():
 
 
 def bandwidth_limit(op_dir: str, backend: str, index: int, peak_json_path=None) -> dict:
-    """{bandwidth_gbps, source, l2_bytes}: the memory bandwidth gate 5 compares against, and the L2 exemption."""
+    """{bandwidth_gbps, source, l2_bytes, peak_tflops_max}: the memory bandwidth gate 5 compares against, the L2
+    exemption, and the highest measured peak of peak.json over every dtype (TFLOP/s; int8 TOPS count as the same
+    operations) for gate 4's roofline floor (:func:`mfulib.probe_gates.gate4_floor`; None without peak.json)."""
     from .schemas import peak_json
     path = peak_json_path or os.path.join(op_dir, peak_json.FILE_NAME)
-    bw, src, l2 = None, None, None
+    bw, src, l2, top = None, None, None, None
     if os.path.exists(path):
         peak = peak_json.read_peak_json(path)
         bw, src = peak.get("bandwidth_gbps"), f"{path} bandwidth_gbps (measured)"
+        vals = [v for d in (peak.get("peak_tflops"), peak.get("peak_tops")) if isinstance(d, dict)
+                for v in d.values() if isinstance(v, (int, float)) and v > 0]
+        top = max(vals) if vals else None
         l2 = (peak.get("device") or {}).get("l2_cache_bytes") if isinstance(peak.get("device"), dict) else None
     if backend != "cpu":
         from .device import device_identity
@@ -124,7 +129,8 @@ def bandwidth_limit(op_dir: str, backend: str, index: int, peak_json_path=None) 
             bw, src = NPU_DEFAULT_GBPS, "spec default 1.3 TB/s (910B); run peak_calib.py to measure"
     else:
         l2 = l2 or cpu_l2_bytes()
-    return {"bandwidth_gbps": bw, "source": src or "none: no peak.json with bandwidth_gbps", "l2_bytes": l2}
+    return {"bandwidth_gbps": bw, "source": src or "none: no peak.json with bandwidth_gbps", "l2_bytes": l2,
+            "peak_tflops_max": top}
 
 
 # ------------------------------------------------------------------------------------------------ staging
@@ -489,7 +495,10 @@ class Probe:
                 g2, cand["flops"] = gate2(o["flops_tool"], staged, o["seed"], timeout, no_matrix,
                                           info.input_bytes, refusals, budget_cut=cut, job=job)
                 gates.append(g2)
-                if g2["ok"]:
+                floor = gate4_floor(cand["flops"], info.input_bytes, self.bw, o["max_ms"]) if g2["ok"] else None
+                if floor is not None:  # decided by the roofline: verify and timing would only burn the budget
+                    gates += [pj.gate(3, None, "not run: gate 4 fails on the roofline floor alone"), floor]
+                elif g2["ok"]:
                     timeout, cut = self._timeout()
                     g3, g4, row, cand["time_ms"] = gates34(self._worker(), staged, o["seed"], o["max_ms"], timeout,
                                                            budget_cut=cut)

@@ -245,6 +245,33 @@ def effective_gbps(input_bytes: int, time_ms: float):
     return input_bytes / (time_ms * 1e6) if time_ms and time_ms > 0 else None
 
 
+def gate4_floor(flops, input_bytes: int, bw: dict, max_ms: float):
+    """Gate 4 decided before anything runs: a failing gate dict when the candidate's roofline floor already exceeds
+    ``max_ms``, else None (the candidate is timed). The floor is the larger of FLOPs / (:data:`BANDWIDTH_MARGIN` x
+    ``bw["peak_tflops_max"]``, the highest calibrated peak over every dtype) and, for inputs larger than L2, input
+    bytes / (:data:`BANDWIDTH_MARGIN` x ``bw["bandwidth_gbps"]``): no run reads its inputs or does its FLOPs
+    faster than that (the roofline, Williams et al. 2009), so a case of 2 s of work at peak is not verified and
+    timed for minutes only to fail at 4 s. ``flops``: traced FLOPs (gate 2); ms = 1e-3 s."""
+    t0 = time.monotonic()
+    parts = []
+    if flops and bw.get("peak_tflops_max"):
+        parts.append((flops / (BANDWIDTH_MARGIN * bw["peak_tflops_max"] * 1e12) * 1e3,
+                      f"{flops:.4g} FLOPs / ({BANDWIDTH_MARGIN:g} x {bw['peak_tflops_max']:.4g} TFLOP/s, the "
+                      "highest peak of peak.json)"))
+    l2 = bw.get("l2_bytes") or 0
+    if bw.get("bandwidth_gbps") and input_bytes > l2:
+        parts.append((input_bytes / (BANDWIDTH_MARGIN * bw["bandwidth_gbps"] * 1e9) * 1e3,
+                      f"{input_bytes / 1e9:.4g} GB of inputs / ({BANDWIDTH_MARGIN:g} x {bw['bandwidth_gbps']:.4g} "
+                      "GB/s)"))
+    if not parts:
+        return None
+    floor_ms, why = max(parts)
+    if floor_ms <= max_ms:
+        return None
+    return _timed(pj.gate(4, False, f"predicted: one run >= {floor_ms:.4g} ms ({why}) > --max-ms {max_ms:g}; not "
+                          "run", floor_ms, max_ms), t0)
+
+
 def gate5(input_bytes: int, time_ms: float, bw: dict) -> dict:
     """Effective bandwidth input_bytes / time against :data:`BANDWIDTH_MARGIN` x the memory bandwidth ``bw``
     (:func:`mfulib.probe.bandwidth_limit`); inputs that fit in L2 are exempt (they may beat HBM legitimately)."""
