@@ -10,7 +10,9 @@ host and free device memory; 2 the reference accepts the shape (--flops-tool --t
 > 0, same seed as the timed run); 3 ModelNew matches Model within verify's tolerance (an OOM is recorded, not
 fatal); 4 one run <= --max-ms; 5 effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of
 peak.json. Bisection between the last passing and the first failing factor. Gates 3 and 4 run in one persistent
-child (a crash, hang or OOM of a candidate replaces it). Each source case is first timed at scale 1; its ladder ends
+child (a crash, hang or OOM of a candidate replaces it); gate 4 fails without running when the roofline floor
+(traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms, and a source already over --max-ms
+at scale 1 is replaced by the next case (skipped_sources). Each source case is first timed at scale 1; its ladder ends
 early once a doubling raises the wall TFLOP/s by less than 5% (--no-saturation-stop: never). --budget-s bounds the
 whole run, inside a candidate too; a candidate cut by it gets no verdict and a re-run resumes with it. probe.json
 records the seconds of every candidate and gate (wall_s), so a slow probe shows where its time went.
@@ -223,6 +225,7 @@ def main(argv=None):
     cap = None if args.cases else default_max_input_mb(backend)
     skipped = {i: skip_reason(infos[i], backend, cap) for i in order if skip_reason(infos[i], backend, cap)}
     sources = [i for i in order if i not in skipped]
+    reserve = [] if args.cases else sources[args.top:]  # ranked next: a source at the time limit is replaced
     if not args.cases:  # the top ones among the cases this backend can run; report the skipped ones ranked above
         sources = sources[: args.top]
         last = order.index(sources[-1]) if sources else len(order)
@@ -284,13 +287,27 @@ def main(argv=None):
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, _terminated)
     try:
-        for k, i in enumerate(sources):
+        k = 0
+        while k < len(sources):
+            i = sources[k]
             no_matrix = traced.get(i) == 0.0 and not any(traced.values())  # traced, and nothing has matrix work
             pr.set_source(i, no_matrix, traced.get(i))
             pr.upcoming = sources[k + 1:]
+            why = pr.source_too_slow(i, no_matrix, traced.get(i))
+            if why:  # at the time limit already: the next case by traced FLOPs takes its place (chosen sources)
+                doc["skipped_sources"][str(i)] = why
+                pr.log(f"case {i}: not a source: {why}")
+                nxt = next((j for j in reserve if j not in sources), None)
+                sources.pop(k)
+                if nxt is not None:
+                    sources.append(nxt)
+                doc["sources"] = list(sources)
+                save()
+                continue
             probe.search_factor(lambda s: (bar.update(1), pr.evaluate(i, s, no_matrix, save))[1], args.max_scale,
                                 args.refine_steps)
             pr.end_source(i)
+            k += 1
     except probe.OutOfBudget as exc:
         pr.log(f"stopped: {exc}; a re-run resumes from {path}")
     except KeyboardInterrupt as exc:

@@ -118,11 +118,10 @@ def test_gate4_floor_decides_only_when_the_roofline_alone_exceeds_max_ms():
 
 
 def test_gate4_fails_on_the_roofline_floor_without_running_the_candidate(tmp_path):
-    # test-double peak.json stating 1e-9 TFLOP/s (1 kFLOP/s): the x2 candidate's traced FLOPs alone take seconds
+    # test-double peak.json stating 1.26e-7 TFLOP/s: case 0's 8192 FLOPs have a 50 ms floor (timed first, fast),
+    # its x2 candidate's 32768 traced FLOPs a 200 ms floor > --max-ms 100: decided without running ModelNew
     work = probe_ops.make_workdir(tmp_path, peak_gbps=1000.0)
-    peak = json.load(open(os.path.join(work, "peak.json")))
-    peak["peak_tflops"] = {"float32": 1e-9}
-    json.dump(peak, open(os.path.join(work, "peak.json"), "w"))
+    _peak(work, 1.26e-7)
     r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100",
                        env={"PROBE_OP_MODE": "slow", "PROBE_OP_LIMIT": "16"})
     assert r.returncode == 0, r.stderr
@@ -131,7 +130,39 @@ def test_gate4_fails_on_the_roofline_floor_without_running_the_candidate(tmp_pat
     assert cand["failed_gate"] == 4 and g3["ok"] is None and "predicted" in g4["detail"]
     assert g4["value"] > g4["limit"] == 100
     assert cand["time_ms"] is None  # the slow ModelNew (>= 300 ms) never ran
-    assert doc["limits"]["peak_tflops_max"] == 1e-9  # what the floor divided by, recorded
+    assert doc["limits"]["peak_tflops_max"] == 1.26e-7  # what the floor divided by, recorded
+    assert g4["value"] == pytest.approx(32768 / (1.3 * 1.26e5) * 1e3)
+
+
+def _peak(work, tflops):
+    peak = json.load(open(os.path.join(work, "peak.json")))
+    peak["peak_tflops"] = {"float32": tflops}
+    json.dump(peak, open(os.path.join(work, "peak.json"), "w"))
+
+
+def test_a_source_already_slower_than_max_ms_is_replaced_by_the_next_case(tmp_path):
+    # case 0 (m 64 > 48) sleeps 0.3 s in ModelNew at scale 1 itself; case 1 (m 16, 32 at x2) is fast. Test-double
+    # peak.json of 5.04e-7 TFLOP/s: case 0's roofline floor (32768 FLOPs: 50 ms) is within 1/8 of --max-ms 100, so
+    # it is timed first, found over the limit and replaced by case 1 (--top 1), whose ladder then runs
+    work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(1, 64, 32, 8), probe_ops.case_line(1, 16, 32, 8)],
+                                  peak_gbps=1000.0)
+    _peak(work, 5.04e-7)
+    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100",
+                       env={"PROBE_OP_MODE": "slow", "PROBE_OP_LIMIT": "48"})
+    assert r.returncode == 0, r.stderr
+    assert "its own run at scale 1 takes" in doc["skipped_sources"]["0"] and doc["sources"] == [1]
+    assert doc["baselines"]["0"]["time_ms"] >= 300
+    assert [(c["source_case"], c["scale"], c["verdict"]) for c in doc["candidates"]] == [(1, 2, "pass")]
+    assert doc["complete"] is True
+
+
+def test_sources_whose_roofline_floor_exceeds_max_ms_are_skipped_without_running(tmp_path):
+    work = probe_ops.make_workdir(tmp_path, peak_gbps=1000.0)
+    _peak(work, 1e-12)  # 1 FLOP/s: every case's floor is hours
+    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100", env={"PROBE_OP_MODE": "slow"})
+    assert r.returncode == 0, r.stderr
+    assert doc["sources"] == [] and doc["candidates"] == [] and doc["baselines"] == {}
+    assert all("at scale 1 already predicted" in doc["skipped_sources"][k] for k in ("0", "1"))
 
 
 def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):

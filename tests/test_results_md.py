@@ -311,3 +311,16 @@ def test_batch_is_complete_only_with_every_set_run_and_its_case_data_present():
     assert validate_h200.batch_complete(ok, both[:1], [])[0] is False  # npukernelbench never run
     assert validate_h200.batch_complete(ok, both, [("npukernelbench/level4/2_FFN", "case data absent: x")])[0] \
         is False
+
+
+def test_at_a_glance_states_each_criterion_as_measured_and_omits_absent_stages(tmp_path):
+    """Synthetic packs (test data): a kernel-time check with one kernel outside its tolerance reads NO, a batch
+    with an interrupted operator reads NO, and stages without a pack give no row."""
+    _write(tmp_path, "ncu", {**SYNTH, "stage": "ncu", "result": {"rows": [], "eligible": 6, "within": 5,
+                                                                 "tolerance": 0.03, "min_us": 50.0}})
+    _write(tmp_path, "batch", {**SYNTH, "stage": "batch", "complete": False, "result": {
+        "complete": False, "ops": [{"name": "a", "status": "ok"}, {"name": "b", "status": "interrupted"}]}})
+    text = make_results.render(str(tmp_path)).split("## At a glance")[1].split("\n## ")[0]
+    assert "| kernel time = Nsight Compute | 5/6 kernels within | 3% (>= 50.0 us) | **NO** |" in text
+    assert "| batch over every bundled and real-case operator | 1/2 ok | all complete | **NO** |" in text
+    assert "search = exhaustive" not in text and "peak = best" not in text

@@ -47,6 +47,9 @@ from .probe_gates import (BANDWIDTH_MARGIN, DEVICE_COPIES, HOST_COPIES, GateWork
                           TraceJob, effective_gbps, gate1, gate2, gate4_floor, gate5, gates34)
 
 SATURATION_GAIN = 0.05  # a doubling that raises wall TFLOP/s (GB/s) by less than this ends the source's ladder
+# a source whose roofline floor at scale 1 is at least this fraction of --max-ms is timed at scale 1 before its
+# ladder (Probe.source_too_slow): near the limit, a doomed x2 candidate costs a reference run at 2^k the work
+EAGER_BASELINE_FRACTION = 1.0 / 8
 NPU_DEFAULT_GBPS = 1300.0  # spec step 2, gate 5 table: "输入字节/耗时 ≤ 1.3TB/s" (Ascend 910B); measure it instead
 BACKUP_DIR = pj.BACKUP_DIR
 SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -409,13 +412,14 @@ class Probe:
             return effective_gbps(input_bytes, time_ms)
         return actual_tflops(flops, time_ms * 1e6) if flops else None
 
-    def baseline(self, source: int, no_matrix: bool, flops):
+    def baseline(self, source: int, no_matrix: bool, flops, force: bool = False):
         """Time the source case at scale 1 in the gate child (no verify: verify.py checked it); the figure the
         first doubling is compared with. Kept in probe.json ``baselines`` and reused by a re-run. Run lazily, when
-        the source's first factor has passed (a source whose ladder fails at once costs nothing more)."""
-        if not self.opts.get("saturation", True):
+        the source's first factor has passed (a source whose ladder fails at once costs nothing more), or first
+        (``force``) for a source near the time limit (:meth:`source_too_slow`)."""
+        if not force and not self.opts.get("saturation", True):
             return None
-        if source in self.best:
+        if not force and source in self.best:
             return None
         key = str(source)
         rec = (self.doc.setdefault("baselines", {})).get(key)
@@ -440,6 +444,26 @@ class Probe:
         if rec.get("figure") is not None:
             self.best[source] = max(self.best.get(source, 0.0), rec["figure"])
         return rec
+
+    def source_too_slow(self, source: int, no_matrix: bool, flops):
+        """Why ``source`` cannot yield a candidate within --max-ms (None: its ladder runs). Decided by its roofline
+        floor at scale 1 (:func:`gate4_floor`, nothing runs), or, when that floor is within
+        :data:`EAGER_BASELINE_FRACTION` of --max-ms, by timing it at scale 1 first (:meth:`baseline`): a source
+        that already takes longer than --max-ms has no larger shape within it (more work runs no faster on a
+        device it already fills), and its x2 candidate would trace and verify the reference at 2^k the work
+        before failing gate 4. Raises OutOfBudget like the gates."""
+        info, max_ms = self.od.describe(source), self.opts["max_ms"]
+        floor = gate4_floor(flops, info.input_bytes, self.bw, max_ms)
+        if floor is not None:
+            return f"at scale 1 already {floor['detail']}"
+        if gate4_floor(flops, info.input_bytes, self.bw, max_ms * EAGER_BASELINE_FRACTION) is None:
+            return None  # far from the limit: the baseline stays lazy
+        rec = self.baseline(source, no_matrix, flops, force=True) or {}
+        t = rec.get("time_ms")
+        if t is not None and t > max_ms:
+            return (f"its own run at scale 1 takes {t:.4g} ms > --max-ms {max_ms:g} (timed first: its roofline "
+                    f"floor is within {EAGER_BASELINE_FRACTION:g} x --max-ms): no larger shape runs within it")
+        return None
 
     def set_source(self, source: int, no_matrix: bool, flops) -> None:
         """Declare the next source case (its scale-1 FLOPs for the saturation baseline)."""

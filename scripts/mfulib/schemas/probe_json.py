@@ -2,7 +2,8 @@
 
 Provenance (``tool`` = ``max_shape_probe``, ``schema``, ``device``, ``command_line``, ...) +
 ``op_dir``, ``limits`` {max_bytes, max_ms, max_scale, bandwidth_gbps, bandwidth_source, l2_bytes, host_bytes,
-device_free_bytes}, ``groups`` [{key, layout, cases, notes}], ``symbols`` [{name, kind, group, positions [[tensor,
+device_free_bytes, peak_tflops_max (the highest peak of peak.json, TFLOP/s: gate 4's roofline floor; null without
+one)}, ``groups`` [{key, layout, cases, notes}], ``symbols`` [{name, kind, group, positions [[tensor,
 axis]...] (an attribute: [name, null]), followers [[input, axis | list index | null]...], values (per case of
 ``cases``), cases, evidence [str], scaled: bool}], ``scale_dims`` [{symbol, why}], ``candidates``
 [{candidate_id, source_case, scale, factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
@@ -17,8 +18,10 @@ of inputs without matrix work), saturated (why the ladder ended at this passing 
 ``complete`` (every planned candidate has a verdict), ``interrupted`` ("running" while a run is in progress - left
 so by a killed run -, the reason a run stopped early, or null), ``resumed`` [candidate ids whose verdict was reused
 from the previous run], ``inputs`` {model.py, model_new.py: sha256} and ``run_key`` {backend, seed, max_bytes,
-max_ms, scale_dims, peak, saturation_stop} (a re-run reuses verdicts only for the same files and run key), ``sources``,
-``skipped_sources``, ``traced_flops`` {case: tracer FLOPs}, ``backup`` {dir, files {name: sha256}, n_cases}
+max_ms, scale_dims, peak, saturation_stop} (a re-run reuses verdicts only for the same files and run key), ``sources``
+(the cases whose ladders ran, in order), ``skipped_sources`` {case: why} (ranked above the last source but not
+run: the backend's size cap, or already over --max-ms at scale 1 - then the next case took its place),
+``traced_flops`` {case: tracer FLOPs}, ``backup`` {dir, files {name: sha256}, n_cases}
 (the originals of the case files, put back by --restore).
 """
 from __future__ import annotations
