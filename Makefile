@@ -292,6 +292,17 @@ settings_was = $(strip $(shell sed -n 's/^$(2)=//p' $(ST)/$(1).settings 2>/dev/n
 settings_changed = $(if $(wildcard $(ST)/$(1).settings),$(strip $(foreach v,$(call settings_given,$(1)),$(if \
   $(call streq,$(call settings_was,$(1),$(v)),$(strip $($(v)))),,$(v)))))
 $(foreach s,verify flops collect probe search,$(eval $(ST)/$(s).ok: $(if $(call settings_changed,$(s)),_always)))
+# A step's own arguments are sticky: one not given takes the value the step last ran with, so a step re-run because
+# something before it changed (`make SEED=1 all` after `make all SEARCH=1 PROBE_ARGS=...`) keeps its PROBE_ARGS
+# instead of falling back to the defaults. Give `VAR=` to go back to the default. SEED, BACKEND and DEVICE_ID are
+# shared by every step and keep their defaults.
+STICKY_verify  = VERIFY_ARGS
+STICKY_collect = COLLECT_ARGS FLUSH_CACHE_MIB PMU
+STICKY_probe   = PROBE_ARGS
+STICKY_search  = SEARCH_ARGS
+settings_has = $(shell grep -qs '^$(2)=' $(ST)/$(1).settings && echo y)
+$(foreach s,verify collect probe search,$(foreach v,$(STICKY_$(s)),$(if $(filter command% environment%,$(origin \
+  $(v))),,$(if $(call settings_has,$(s),$(v)),$(eval $(v) := $(call settings_was,$(s),$(v)))))))
 
 # a new search re-collects; SEARCH=1 makes the collection wait for it
 $(ST)/collect.ok: $(if $(SEARCH),$(ST)/search.ok) $(wildcard $(ST)/search.ok)

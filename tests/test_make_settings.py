@@ -75,3 +75,19 @@ def test_the_device_lock_is_named_by_lock_device_which_defaults_to_device_id(tmp
     assert f"flock {tmp}/triton-mfu-analyzer-device3.lock " in dry("DEVICE_ID=3")
     out = dry("DEVICE_ID=0", "LOCK_DEVICE=3")
     assert f"flock {tmp}/triton-mfu-analyzer-device3.lock " in out and "--device 0" in out
+
+
+def test_a_step_rerun_by_a_cascade_keeps_the_arguments_it_last_ran_with(tmp_path):
+    """COLLECT_ARGS given once is sticky: a collect re-run because SEED changed keeps it; `COLLECT_ARGS=` (given,
+    empty) goes back to the default and re-runs."""
+    work, make = fake_work(tmp_path)
+    r, calls = make("collect", "COLLECT_ARGS=--keep-me", "PMU=auto")
+    assert r.returncode == 0 and "--keep-me" in calls and "--pmu auto" in calls, r.stdout + r.stderr
+    r, calls = make("collect", "SEED=7")  # SEED given and changed: collect runs again, with its own last arguments
+    assert r.returncode == 0 and "--seed 7" in calls, r.stdout + r.stderr
+    assert "--keep-me" in calls and "--pmu auto" in calls, calls
+    r, calls = make("collect", "SEED=7")
+    assert r.returncode == 0 and calls == "", calls  # nothing changed: nothing runs
+    r, calls = make("collect", "SEED=7", "COLLECT_ARGS=")
+    assert r.returncode == 0 and "msprof_perf_summary.py" in calls and "--keep-me" not in calls, calls
+    assert "COLLECT_ARGS=\n" in (work / ".state" / "collect.settings").read_text()
