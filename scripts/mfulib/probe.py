@@ -41,6 +41,7 @@ from . import symbols as _sym
 from .definitions import actual_tflops
 from .errors import UserError
 from .jsonio import write_text_atomic
+from . import flops_law
 from .schemas import probe_json as pj
 
 from .probe_gates import (BANDWIDTH_MARGIN, DEVICE_COPIES, HOST_COPIES, GateWorker, OutOfBudget,  # noqa: F401
@@ -331,6 +332,7 @@ class Probe:
         self.upcoming = []  # source cases after the current one (their first factor may be traced ahead)
         self.best = {}  # source case -> best wall figure so far
         self.sources = {}  # source case -> (no_matrix, traced FLOPs at scale 1), set by set_source
+        self.laws = {}  # group key -> the traced FLOPs' power law of its symbols (None: none holds)
         self.worker = None
 
     def close(self):
@@ -356,7 +358,8 @@ class Probe:
                 return
             cand, case, info, refusals = self.plan(source, s)
             cid = cand["candidate_id"]
-            if cid in self.prefetched or cid in self.done or refusals or not gate1(info, self.limits)["ok"]:
+            if cid in self.prefetched or cid in self.done or refusals or not gate1(info, self.limits)["ok"] \
+                    or self.predicted_gate4(source, cand, info) is not None:
                 continue
             tmp = tempfile.mkdtemp(prefix="mfu_probe_")
             staged = stage_candidate(self.od, case, tmp)
@@ -402,6 +405,32 @@ class Probe:
                 "failed_gate": None, "new_case_id": None, "time_ms": None, "flops": None, "wall_figure": None,
                 "saturated": None, "wall_s": None}
         return cand, case, new_info, refusals
+
+    def law(self, source: int):
+        """The power law of the traced FLOPs in the group of ``source`` (:func:`mfulib.flops_law.fit`; recorded in
+        probe.json ``flops_law`` with the reason when there is none), or None."""
+        g = self.group_of[source]
+        if g.key not in self.laws:
+            traced = {int(k): v for k, v in (self.doc.get("traced_flops") or {}).items()}
+            law, why = flops_law.fit(g.symbols, traced)
+            self.laws[g.key] = law
+            self.doc.setdefault("flops_law", {})[g.key] = law or {"none": why}
+        return self.laws[g.key]
+
+    def predicted_gate4(self, source: int, cand: dict, info):
+        """Gate 4 failing on the roofline floor of the candidate's FLOPs as the power law predicts them, before
+        gate 2 traces it (None: no law, or the floor does not decide). Sets ``cand["flops_predicted"]``."""
+        flops = flops_law.predict(self.law(source), (self.doc.get("traced_flops") or {}).get(str(source)),
+                                  cand["factors"])
+        cand["flops_predicted"] = flops
+        if flops is None:
+            return None
+        g4 = gate4_floor(flops, info.input_bytes, self.bw, self.opts["max_ms"])
+        if g4 is not None:
+            law = self.laws[self.group_of[source].key]
+            g4["detail"] += (f"; FLOPs from the power law of {law['n_cases']} traced cases (exponents "
+                             + ", ".join(f"{k} {v:g}" for k, v in law["exponents"].items()) + ")")
+        return g4
 
     @staticmethod
     def figure(flops, input_bytes, time_ms, no_matrix):
@@ -510,7 +539,13 @@ class Probe:
         tmp, staged, job = pre if pre else (tempfile.mkdtemp(prefix="mfu_probe_"), None, None)
         row = None
         try:
-            if gates[-1]["ok"]:
+            ahead = self.predicted_gate4(source, cand, info) if gates[-1]["ok"] and not refusals else None
+            if ahead is not None:  # decided without tracing the reference at 2^k the work
+                if job is not None:
+                    job.kill()
+                gates += [pj.gate(2, None, "not run: gate 4 fails on the predicted FLOPs' roofline floor"),
+                          pj.gate(3, None, "not run: gate 4 fails on the roofline floor alone"), ahead]
+            elif gates[-1]["ok"]:
                 staged = staged or stage_candidate(self.od, case, tmp)
                 if job is None and not refusals:
                     job = TraceJob(o["flops_tool"], staged, o["seed"])

@@ -11,7 +11,10 @@ axis]...] (an attribute: [name, null]), followers [[input, axis | list index | n
 int | null, new_case_id: int | null (its id in the case files once appended), time_ms, flops, wall_s (seconds
 the candidate took; each gate has its own ``wall_s``, gate 2 also ``waited_s``: the part the probe waited for a
 trace started ahead), wall_figure (wall TFLOP/s = traced FLOPs / gate-4 time; GB/s
-of inputs without matrix work), saturated (why the ladder ended at this passing factor, or null)}],
+of inputs without matrix work), saturated (why the ladder ended at this passing factor, or null), flops_predicted
+(the FLOPs the power law ``flops_law`` gives this candidate before its trace, or null)}], ``flops_law`` {group key:
+{exponents {symbol: e}, n_cases, max_rel_residual} | {none: why}} (mfulib.flops_law: gate 4 may be decided on the
+predicted FLOPs' roofline floor, gates 2-3 then ok null),
 ``baselines`` {"<source case>": {time_ms, flops, input_bytes, figure, detail, wall_s}} (each source timed at scale
 1, the saturation rule's starting point), ``wall_s`` (seconds of this run and the runs it resumed),
 ``appended`` {"<new_case_id>": {source_case, factors, scale, candidate_id, line (the case line as appended)}},
