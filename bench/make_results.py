@@ -55,12 +55,27 @@ def num(x, digits=1):
     return None if x is None else f"{x:,.{digits}f}"
 
 
+# Commits that changed a bundled example's kernel after some stages were measured: (commit, commit time UTC, the
+# example it changed, what changed). A section measured before one and naming that example says so.
+EXAMPLE_CHANGES = (("b028d53", "2026-12-01T15:04:54Z", "zoo/5_MHABlock",
+                    "its GEMM tile went from 128x128x64 to 128x256x64 for 16-bit inputs"),)
+
+
 def stamp(st):
     text = f"*{st.get('created_at', '?')}, commit `{st.get('git_commit') or '?'}`, {st.get('wall_s', '?')} s*"
     for key in ("git_commit_note", "call_note"):  # notes added to a pack after the call (who and why, in the text)
         if st.get(key):
             text += f"\n\n> **{key.replace('_', ' ')}:** {st[key]}"
+    for commit, at, example, what in earlier_kernels(st):
+        text += (f"\n\n> **Earlier kernel:** measured before `{commit}` ({at}), where {example} changed: {what}. "
+                 f"Its {example} figures here are of the kernel before that change.")
     return text
+
+
+def earlier_kernels(st):
+    """The EXAMPLE_CHANGES made after stage ``st`` was measured, of examples its result names."""
+    body = json.dumps(st.get("result"), default=str)
+    return [c for c in EXAMPLE_CHANGES if str(st.get("created_at") or "9") < c[1] and c[2] in body]
 
 
 def counters(c, keys):
@@ -280,6 +295,12 @@ def figure(v, op=None):
     return pct(v, 2)
 
 
+def _clip(text, n):
+    """``text`` cut at a word boundary within ``n`` characters, with an ellipsis when cut."""
+    text = text or ""
+    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0] + " …"
+
+
 def yes_no(v):
     return {True: "yes", False: "NO", None: None}.get(v, v)
 
@@ -318,7 +339,7 @@ def sec_search(st):
         if "metric" in op:
             detail.append([op["op"], num(c.get("stage1")), num(c.get("stage2")), num(c.get("verify")),
                            num(op.get("exhaustive_cost_s")), pct(op.get("cost_ratio_with_flops_and_verify"), 1),
-                           b.get("num_src"), (b.get("num_src_why") or "")[:150]])
+                           b.get("num_src"), _clip(b.get("num_src_why"), 160)])
     probes = [[k, v.get("max_scale"), v.get("sources"), v.get("candidates"), v.get("appended"), v.get("wall_s")]
               for k, v in search_probe_settings(st.get("pack_dir")).items()]
     return (f"## Limit-MFU search vs an exhaustive measurement of its pool (`bench/bench_search_h200.py`)\n\n"
@@ -328,7 +349,10 @@ def sec_search(st):
             f"{pct(crit.get('within'), 0)} at <= {pct(crit.get('cost_ratio'), 0)} of the exhaustive wall cost "
             "(stage 1 + stage 2 vs the whole pool; the tracer and verify costs are common to both); spread = "
             "(max - min) / median of 3 more collector runs of the best point; limit = the best of both; dataset "
-            "shapes = the best original case at scale 1.\n\n"
+            "shapes = the best original case at scale 1. Stage 1 costs 0 s where every pool case was ranked by "
+            "the probe's own gate-4 and baseline wall clocks (reused: the same synchronised, profiler-free "
+            "measurement). The figure is MFU@nom where the bench's work dirs have no peak.json (MFU@ach needs "
+            "the calibrated peak); both rank cases of one dtype alike.\n\n"
             + ("**Partial:** parts pending: " + ", ".join(pending) + " (the next call resumes).\n\n" if pending else "")
             + table(["operator", "metric", "pool (scaled)", "search best", "exhaustive best", "gap", "within",
                      "search cost s", "exhaustive cost s", "cost ratio", "cost ok", "spread (3 runs)", "limit",
@@ -380,7 +404,10 @@ def _limit(op):
     if not b:
         return None if not s else "no best (" + ("incomplete" if not s.get("complete") else "stage 2 measured none") + ")"
     v, kind = (b.get("mfu"), "MFU@" + str(b.get("mfu_kind"))) if b.get("mfu") is not None else (b.get("mbu"), "MBU")
-    return f"{pct(v)} {kind} (case {b.get('case')}, scale {b.get('scale')}; pool {s.get('pool')}, {s.get('scaled')} scaled)"
+    key = "mbu" if kind == "MBU" else "mfu_" + str(b.get("mfu_kind"))
+    again = next((r.get(key) for r in op.get("rows") or [] if r.get("case") == b.get("case")), None)
+    return (f"{pct(v)} {kind} (case {b.get('case')}, scale {b.get('scale')}; pool {s.get('pool')}, {s.get('scaled')} "
+            "scaled)" + ("" if again is None else f"; re-timed by the collection: {pct(again)}"))
 
 
 def _probe(op):
@@ -444,6 +471,10 @@ def sec_batch(st):
                 "under other settings is run again (validate_h200's `drop_stale`).")
     else:
         same = f"**Mixed settings:** the final results come from {len(sets)} different settings."
+    same += (" The limits here come from the batch's own probe and search settings (above) and may differ from "
+             "the search section's, which probes with its own settings and reports MFU@nom; a limit is one "
+             "measurement of the best point, shown beside the collection's re-timing of the same case (multi-second "
+             "kernels have differed by up to a few percent between the two).")
     return (head + "\n\n" + same + "\n\nPer operator (call = the call that finished it; best MFU@ach and MBU over "
             "the measured cases; bound class of the headline "
             "case; limit = the search's best point; probe = candidates that passed the five gates; FLOPs check = "
@@ -483,7 +514,30 @@ def _verdict(ok):
 
 def summary_rows(pack):
     """[claim, measured, criterion, met, section] for each packed stage with a pass/fail criterion - read from the
-    stage's own figures, so a stage that is absent or has no result gives no row (never an invented number)."""
+    stage's own figures, so a stage that is absent or has no result gives no row (never an invented number). A
+    stage measured before a bundled kernel changed says so in its measured cell (EXAMPLE_CHANGES)."""
+    rows = _summary_rows(pack)
+    by_title = {TITLES[k]: v for k, v in pack.items() if k in TITLES}
+    for row in rows:
+        old = earlier_kernels(by_title.get(row[4]) or {})
+        if old:
+            row[1] = f"{row[1]} (before `{old[0][0]}`: the earlier {old[0][2]} kernel)"
+    return rows
+
+
+def bf16_peaks(pack):
+    """[(section title, bf16 TFLOP/s)] of every packed calibration, in pack order."""
+    out = []
+    for name, get in (("peaks_wide", lambda st: ((st.get("peak_json") or {}).get("peak_tflops") or {})),
+                      ("peaks", lambda st: ((st.get("result") or {}).get("peak_tflops") or {})),
+                      ("gemm", lambda st: {"bfloat16": (st.get("result") or {}).get("peak_bf16_tflops")})):
+        v = get(pack.get(name) or {}).get("bfloat16") if pack.get(name) else None
+        if isinstance(v, (int, float)):
+            out.append((TITLES[name], v))
+    return out
+
+
+def _summary_rows(pack):
     rows = []
     r = (pack.get("ncu") or {}).get("result") or {}
     if r.get("eligible"):
@@ -504,6 +558,22 @@ def summary_rows(pack):
         ratios = ", ".join(f"{x['mode']} {x['ratio']:.3f}" for x in r["rows"] if x.get("ratio"))
         rows.append(["int8 / fp8 peak = best of a sweep", f"ratio {ratios}", f"int8 >= {r.get('min_ratio_int8')}",
                      _verdict(r.get("int8_within_10pct")), TITLES["peaks"]])
+    peaks = bf16_peaks(pack)
+    if len(peaks) > 1:
+        vals = [v for _, v in peaks]
+        spread = (max(vals) - min(vals)) / min(vals)
+        rows.append(["bf16 peak stable across device calls", ", ".join(num(v) for v in vals) + f" TFLOP/s (spread "
+                     f"{spread:.1%})", "none (information: each call calibrates its own peak, and MFU@ach divides by its call's)", "-",
+                     TITLES["peaks_wide"]])
+    r = (pack.get("pmu_micro") or {}).get("result") or {}
+    known = [k for k in r.get("kernels") or [] if k.get("expected")]
+    if known:
+        bad = [k for k in known if (k.get("bound") or {}).get("label") != k["expected"]]
+        rows.append(["bound class = a known kernel's design intent", f"{len(known) - len(bad)}/{len(known)} agree"
+                     + "".join(f"; {k['kernel'][:40]}: expected {k['expected']}, classified "
+                               f"{k['bound']['label']} (SM {num((k.get('counters') or {}).get('sm_throughput_pct'))}%, "
+                               f"memory {num((k.get('counters') or {}).get('memory_throughput_pct'))}%)" for k in bad),
+                     "all agree", _verdict(not bad), TITLES["pmu_micro"]])
     r = (pack.get("makeall") or {}).get("result") or {}
     warm = [x for x in r.get("runs") or [] if x.get("mode") == "warm"]
     if warm:

@@ -1,6 +1,5 @@
 """The traced FLOPs' power law (mfulib.flops_law): fitted only when it holds on every original case, and a candidate
 whose predicted FLOPs already put its roofline floor over --max-ms is decided without tracing the reference."""
-import json
 import os
 import sys
 from types import SimpleNamespace
@@ -9,7 +8,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import probe_ops  # noqa: E402
-from test_probe_gates import run_probe  # noqa: E402
+from test_probe_gates import _peak, run_probe  # noqa: E402
 
 from mfulib import flops_law  # noqa: E402
 
@@ -45,9 +44,7 @@ def test_a_candidate_whose_predicted_floor_exceeds_max_ms_is_never_traced(tmp_pa
     # --max-ms 100 on the prediction alone - its inputs are never built (no trace, no verify, no timing)
     lines = [probe_ops.case_line(b, m, 32, 8) for b, m in ((1, 16), (2, 16), (1, 32), (4, 64))]
     work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=1000.0)
-    peak = json.load(open(os.path.join(work, "peak.json")))
-    peak["peak_tflops"] = {"float32": 2.016e-6}
-    json.dump(peak, open(os.path.join(work, "peak.json"), "w"))
+    _peak(work, 2.016e-6)
     marks = tmp_path / "marks"
     marks.mkdir()
     r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100",

@@ -324,3 +324,23 @@ def test_at_a_glance_states_each_criterion_as_measured_and_omits_absent_stages(t
     assert "| kernel time = Nsight Compute | 5/6 kernels within | 3% (>= 50.0 us) | **NO** |" in text
     assert "| batch over every bundled and real-case operator | 1/2 ok | all complete | **NO** |" in text
     assert "search = exhaustive" not in text and "peak = best" not in text
+
+
+def test_a_stage_measured_before_a_bundled_kernel_changed_says_so_and_a_limit_shows_its_retiming(tmp_path):
+    """Synthetic packs (test data): a makeall of zoo/5_MHABlock dated before make_results.EXAMPLE_CHANGES' commit
+    carries the earlier-kernel note in its section and in the at-a-glance row; one dated after does not. A batch
+    limit is shown beside the collection's re-timing of the same case."""
+    commit, at, example, _what = make_results.EXAMPLE_CHANGES[0]
+    run = {"op": example, "mode": "warm", "rc": 0, "wall_s": 40.0, "cases": []}
+    _write(tmp_path, "makeall", {**SYNTH, "created_at": "2026-12-01T10:00:00Z", "stage": "makeall",
+                                 "result": {"runs": [run], "target_s": 60}})
+    text = make_results.render(str(tmp_path))
+    assert f"(before `{commit}`: the earlier {example} kernel)" in text.split("## At a glance")[1].split("\n## ")[0]
+    assert "**Earlier kernel:**" in text.split("## Tool wall time")[1]
+    _write(tmp_path, "makeall", {**SYNTH, "created_at": "2099-01-01T00:00:00Z", "stage": "makeall",
+                                 "result": {"runs": [run], "target_s": 60}})
+    assert "Earlier kernel" not in make_results.render(str(tmp_path))
+    op = {"search": {"best": {"case": 7, "scale": 1.0, "mfu": 0.6405, "mfu_kind": "ach"}, "pool": 3, "scaled": 0},
+          "rows": [{"case": 7, "mfu_ach": 0.6058}, {"case": 8, "mfu_ach": 0.6262}]}
+    assert make_results._limit(op).endswith("; re-timed by the collection: 60.6%")
+    assert make_results._clip("one two three", 9) == "one two …" and make_results._clip("short", 9) == "short"
