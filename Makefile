@@ -242,7 +242,7 @@ $(ST)/decompose.ok: $(ST)/collect.ok $(ST)/peak.ok $(WORK)/performance.json $(WO
 	$(call step,decompose,$(WORK)/mfu_decompose.json,$(DECOMPOSE_CMD))
 
 # the decomposition again (same inputs, same mfu_decompose.json) with its HTML report beside it
-REPORT_CMD = $(DECOMPOSE_CMD) --html $(WORK)/report.html
+REPORT_CMD = $(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --from-json --html $(WORK)/report.html
 
 report: $(WORK)/report.html ## one self-contained HTML report of the decomposition -> $(WORK)/report.html (all makes it)
 

@@ -48,6 +48,9 @@ def build_parser():
                    help="also write a PNG beside the JSON: per case, time share vs FLOPs share per part")
     p.add_argument("--html", default=None, metavar="PATH",
                    help="also write one self-contained HTML report (roofline, part shares, tables, provenance)")
+    p.add_argument("--from-json", action="store_true",
+                   help="with --html: render the decomposition already in mfu_decompose.json (-o) instead of "
+                        "computing it again; nothing else is written or printed (make report)")
     return p
 
 
@@ -61,6 +64,16 @@ def parse_report_arg(text: str):
     return None, text
 
 
+def write_report_html(result: dict, path: str) -> None:
+    """The HTML report of a decomposition ``result`` (mfu_decompose.json's content) at ``path``, with the
+    performance.json and peak.json it names."""
+    from mfulib.html_report import write_html
+    from mfulib.schemas.peak_json import read_peak_json
+    from mfulib.schemas.performance_json import load_report
+    perf = {rep["label"]: load_report(rep["path"]) for rep in result["reports"]}
+    print(f"wrote {write_html(result, path, perf_docs=perf, peak_doc=read_peak_json(result['peak_json']))}")
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     # the table shows "—" (no MFU): a console that cannot encode it (PYTHONIOENCODING=ascii, a Latin-1 locale) gets
@@ -72,6 +85,12 @@ def main(argv=None):
     from mfulib.jsonio import provenance
     from mfulib.schemas import decompose_json
     op_dir = os.path.abspath(args.op_dir)
+    if args.from_json:
+        if not args.html:
+            raise UserError("--from-json renders the HTML report: give --html PATH too")
+        src = args.output or os.path.join(op_dir, decompose_json.FILE_NAME)
+        write_report_html(decompose_json.read_decompose_json(src), args.html)
+        return 0
     peak_path = args.peak_json
     if not os.path.isabs(peak_path) and not os.path.exists(peak_path):
         peak_path = os.path.join(op_dir, peak_path)
@@ -86,11 +105,7 @@ def main(argv=None):
         result["plot"] = png
     decompose_json.write_decompose_json(out_path, result)
     if args.html:
-        from mfulib.html_report import write_html
-        from mfulib.schemas.peak_json import read_peak_json
-        from mfulib.schemas.performance_json import load_report
-        perf = {rep["label"]: load_report(rep["path"]) for rep in result["reports"]}
-        print(f"wrote {write_html(result, args.html, perf_docs=perf, peak_doc=read_peak_json(result['peak_json']))}")
+        write_report_html(result, args.html)
     print(report.decompose_table(result))
     print(f"wrote {out_path}" + (f" and {result['plot']}" if result.get("plot") else ""))
     return 1 if result["errors"] else 0

@@ -171,3 +171,28 @@ def test_report_renders_in_headless_chromium(tmp_path, chromium):
     assert (rgb < 0.9).mean() > 0.01  # ink: text, tables and the embedded plots, not a blank page
     assert rgb.std() > 0.05
     assert "Roofline" in dom and "tensor-bound" in dom and "Provenance" in dom
+
+
+def test_from_json_renders_the_report_without_recomputing_or_rewriting_the_decomposition(tmp_path):
+    """`make report` (mfu_decompose.py --from-json --html): mfu_decompose.json is read, not written again; without
+    --html it is refused with the fix."""
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "mfu_decompose.py")
+    r = subprocess.run([sys.executable, script, "--op-dir", str(tmp_path), "--from-json"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "give --html PATH too" in r.stderr
+    r = subprocess.run([sys.executable, script, "--op-dir", str(tmp_path), "--from-json", "--html",
+                        str(tmp_path / "r.html")], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "mfu_decompose.json" in r.stderr  # nothing to render: the file is named
+    d, _ = _doc(tmp_path)
+    r = subprocess.run([sys.executable, SCRIPT, "--op-dir", str(d), "--peak-json", str(d / "peak.json")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    before = (d / "mfu_decompose.json").read_bytes()
+    out = tmp_path / "from_json.html"
+    r = subprocess.run([sys.executable, script, "--op-dir", str(d), "--from-json", "--html", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (d / "mfu_decompose.json").read_bytes() == before and "_attn_fwd" in out.read_text()
+    assert "how to read it" not in r.stdout  # the table is printed by the decompose step, once
