@@ -13,8 +13,10 @@ without flops.py, by input bytes, and no MFU is reported. Only cases that verify
 (verify.json): a selected case without a verify row is verified first (and recorded in verify.json); one verify
 skipped, rejected or failed is never timed (listed under selection.not_verified with the reason) and its slot
 goes to the next case;
---unverified-ok times them anyway, marked per case. Each (case, implementation) runs in its own child
-process: a crash, hang (--case-timeout-s) or out-of-memory is recorded for that case and the others go on.
+--unverified-ok times them anyway, marked per case. On cuda/cpu the cases run one after another in one kept worker
+process per device (MFU_WORKER=0: a fresh process per case; on npu each case has its own child under msprof): a
+crash, hang (--case-timeout-s) or out-of-memory is recorded for that case, the next case gets a fresh worker and
+the others go on.
 Kernel time per iteration = sum of the kernel durations of that iteration; the per-case figure is the median over
 the --repeats measured iterations (the --warmup ones are dropped; a priming call before them absorbs compilation
 and autotuning). MFU@nom = FLOPs / kernel time / nominal fp16/bf16 dense peak (info.json.N / platform ini /
