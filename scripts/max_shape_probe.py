@@ -224,6 +224,7 @@ def main(argv=None):
     # ones); cases named with --cases are the user's choice (only what the backend cannot run at all is skipped)
     cap = None if args.cases else default_max_input_mb(backend)
     skipped = {i: skip_reason(infos[i], backend, cap) for i in order if skip_reason(infos[i], backend, cap)}
+    cap_skipped = dict(skipped)
     sources = [i for i in order if i not in skipped]
     reserve = [] if args.cases else sources[args.top:]  # ranked next: a source at the time limit is replaced
     if not args.cases:  # the top ones among the cases this backend can run; report the skipped ones ranked above
@@ -296,11 +297,17 @@ def main(argv=None):
             why = pr.source_too_slow(i, no_matrix, traced.get(i))
             if why:  # at the time limit already: the next case by traced FLOPs takes its place (chosen sources)
                 doc["skipped_sources"][str(i)] = why
-                pr.log(f"case {i}: not a source: {why}")
-                nxt = next((j for j in reserve if j not in sources), None)
+                pr.end_source(i)  # traces started ahead for it (its x2, while the previous source ran) go
+                nxt = reserve.pop(0) if reserve else None  # each reserve case once: a skipped one never returns
+                pr.log(f"case {i}: not a source: {why}" + (f"; case {nxt} takes its place" if nxt is not None
+                                                           else ""))
                 sources.pop(k)
                 if nxt is not None:
                     sources.append(nxt)
+                    # the backend's size cap skipped these, ranked above the new last source: reported too
+                    doc["skipped_sources"].update({str(j): r for j, r in cap_skipped.items()
+                                                   if order.index(j) < order.index(nxt)
+                                                   and str(j) not in doc["skipped_sources"]})
                 doc["sources"] = list(sources)
                 save()
                 continue
@@ -308,7 +315,8 @@ def main(argv=None):
                                 args.refine_steps)
             pr.end_source(i)
             k += 1
-    except probe.OutOfBudget as exc:
+    except probe.OutOfBudget as exc:  # from a gate, or the scale-1 timing of a source near the limit
+        pr.out_of_budget = True
         pr.log(f"stopped: {exc}; a re-run resumes from {path}")
     except KeyboardInterrupt as exc:
         doc["interrupted"] = f"{'SIGTERM' if str(exc).startswith('signal') else 'KeyboardInterrupt'}: a re-run resumes"
@@ -336,6 +344,12 @@ def main(argv=None):
                                    "wall_s", "why"], tablefmt="plain"))
     print(f"{len(doc['appended'])} case(s) appended to {', '.join(od.case_file_names())}; {path}"
           + (f"; {doc['interrupted']}" if doc["interrupted"] else ""))
+    if not doc["sources"] and doc["complete"]:  # every source skipped (or none chosen): say so, not an empty table
+        sk = doc["skipped_sources"]
+        print(f"no source case left to scale: case(s) {', '.join(sk) or 'none'} skipped (probe.json "
+              f"skipped_sources" + (f"; case {next(iter(sk))}: {next(iter(sk.values()))}" if sk else "") +
+              f"); the search measures the original cases at scale 1 - raise --max-ms (now {args.max_ms:g}) to "
+              "scale them")
     return 0
 
 

@@ -1,0 +1,60 @@
+"""max_shape_probe.py: gate 4's roofline floor and the replacement of sources already over --max-ms at scale 1,
+under inputs the rules' first tests did not cover (every source too slow, the budget ending in the scale-1 timing,
+partial peak.json, resumed runs). The operator is the test double of tests/probe_ops.py; every peak.json here is a
+test double stating figures, not a measurement."""
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import probe_ops  # noqa: E402
+
+from mfulib.schemas import probe_json as pj  # noqa: E402
+
+PROBE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "max_shape_probe.py")
+
+
+def run_probe(work, *extra, env=None, timeout=120):
+    r = subprocess.run([sys.executable, PROBE, "--dir", work, "--backend", "cpu", *extra], capture_output=True,
+                       text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+    path = os.path.join(work, "probe.json")
+    return r, (pj.read_probe_json(path) if os.path.exists(path) else None)
+
+
+def set_peak(work, **fields):
+    """Overwrite fields of the test-double peak.json (figures stated, not measured)."""
+    path = os.path.join(work, "peak.json")
+    peak = json.load(open(path))
+    peak.update(fields)
+    peak["note"] = "test double: stated figures, not a measurement"
+    json.dump(peak, open(path, "w"))
+
+
+def test_every_source_over_the_limit_ends_the_run_cleanly(tmp_path):
+    # 3 cases, --top 1, a test-double peak of 1 FLOP/s: each case's floor is hours. The replacement used to pick
+    # an already skipped reserve case again (case 1 <-> case 2 for ever); now each reserve case is tried once
+    lines = [probe_ops.case_line(1, 16, 32, 8), probe_ops.case_line(2, 8, 16, 4), probe_ops.case_line(1, 8, 8, 8)]
+    work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=1000.0)
+    set_peak(work, peak_tflops={"float32": 1e-12})
+    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100", timeout=90)
+    assert r.returncode == 0, r.stderr
+    assert doc["sources"] == [] and doc["candidates"] == [] and doc["appended"] == {}
+    assert sorted(doc["skipped_sources"]) == ["0", "1", "2"]
+    assert doc["complete"] is True and doc["interrupted"] is None  # nothing left to try: a re-run changes nothing
+    assert "no source case left to scale: case(s) 0, 1, 2 skipped" in r.stdout
+    assert r.stdout.count("not a source") == 3  # each case judged once
+
+
+def test_the_budget_ending_in_the_scale1_timing_leaves_the_probe_incomplete(tmp_path):
+    # case 0's floor (50 ms, test-double peak 1.26e-7 TFLOP/s) is within 1/8 of --max-ms 100, so it is timed at
+    # scale 1 first; ModelNew sleeps 60 s there and --budget-s 15 cuts that timing. It was recorded complete: true
+    # (make took the probe as done and the search ran on it); now it is incomplete and a re-run resumes
+    work = probe_ops.make_workdir(tmp_path, peak_gbps=1000.0)
+    set_peak(work, peak_tflops={"float32": 1.26e-7})
+    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100", "--budget-s", "15",
+                       env={"PROBE_OP_MODE": "sleep1", "PROBE_OP_SLEEP_S": "60"})
+    assert r.returncode == 0, r.stderr
+    assert "cut at --budget-s" in r.stdout
+    assert doc["complete"] is False and "--budget-s 15 s reached" in doc["interrupted"]
+    assert doc["baselines"] == {} and doc["candidates"] == []  # no verdict, no timing recorded from the cut run
