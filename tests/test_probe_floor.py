@@ -58,3 +58,16 @@ def test_the_budget_ending_in_the_scale1_timing_leaves_the_probe_incomplete(tmp_
     assert "cut at --budget-s" in r.stdout
     assert doc["complete"] is False and "--budget-s 15 s reached" in doc["interrupted"]
     assert doc["baselines"] == {} and doc["candidates"] == []  # no verdict, no timing recorded from the cut run
+
+
+def test_a_calibration_of_slow_dtypes_only_does_not_inflate_the_floor(tmp_path):
+    # test-double peak.json measured fp32 only, at 1e-12 TFLOP/s (a `peak_calib.py --dtypes fp32` of a slow unit),
+    # with a nominal (datasheet) fp16 figure of 1 TFLOP/s: no run beats the datasheet, so the floor divides by it.
+    # With the measured figures alone, case 0 (a fast bmm) was dropped as a source at an hours-long floor
+    work = probe_ops.make_workdir(tmp_path, peak_gbps=1000.0)
+    set_peak(work, peak_tflops={"float32": 1e-12},
+             nominal={"tflops": {"float16": 1.0, "float32": 1e-12}, "source": "test double"})
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100")
+    assert r.returncode == 0, r.stderr
+    assert doc["limits"]["peak_tflops_max"] == 1.0 and doc["skipped_sources"] == {}
+    assert [(c["scale"], c["verdict"]) for c in doc["candidates"]] == [(2, "pass")]
