@@ -11,8 +11,9 @@ host and free device memory; 2 the reference accepts the shape (--flops-tool --t
 fatal); 4 one run <= --max-ms; 5 effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of
 peak.json. Bisection between the last passing and the first failing factor. Gates 3 and 4 run in one persistent
 child (a crash, hang or OOM of a candidate replaces it); gate 4 fails without running when the roofline floor
-(traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms, and a source already over --max-ms
-at scale 1 is replaced by the next case (skipped_sources). Each source case is first timed at scale 1; its ladder ends
+(traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms, and a source over --max-ms at
+scale 1 - by that floor, or timed first when the floor is at least 1/8 of it - is replaced by the next case
+(skipped_sources; each next case once). Each source case is first timed at scale 1; its ladder ends
 early once a doubling raises the wall TFLOP/s by less than 5% (--no-saturation-stop: never). --budget-s bounds the
 whole run, inside a candidate too; a candidate cut by it gets no verdict and a re-run resumes with it. probe.json
 records the seconds of every candidate and gate (wall_s), so a slow probe shows where its time went.
