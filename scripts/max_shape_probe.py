@@ -294,7 +294,9 @@ def main(argv=None):
             i = sources[k]
             no_matrix = traced.get(i) == 0.0 and not any(traced.values())  # traced, and nothing has matrix work
             pr.set_source(i, no_matrix, traced.get(i))
-            pr.upcoming = sources[k + 1:]
+            # traced ahead while this source runs: not the sources that their scale-1 floor already rules out
+            pr.upcoming = [u for u in sources[k + 1:]
+                           if probe.gate4_floor(traced.get(u), infos[u].input_bytes, bw, args.max_ms) is None]
             why = pr.source_too_slow(i, no_matrix, traced.get(i))
             if why:  # at the time limit already: the next case by traced FLOPs takes its place (chosen sources)
                 doc["skipped_sources"][str(i)] = why

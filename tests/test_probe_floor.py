@@ -71,3 +71,24 @@ def test_a_calibration_of_slow_dtypes_only_does_not_inflate_the_floor(tmp_path):
     assert r.returncode == 0, r.stderr
     assert doc["limits"]["peak_tflops_max"] == 1.0 and doc["skipped_sources"] == {}
     assert [(c["scale"], c["verdict"]) for c in doc["candidates"]] == [(2, "pass")]
+
+
+def test_a_source_its_floor_rules_out_is_not_traced_ahead(tmp_path):
+    # case 0: A [1, 64, 256] (131 KB of inputs, within the test double's 200 KB L2) ranks first by FLOPs; case 1:
+    # A [1, 16, 4096] (278 KB > L2) at a stated 0.002 GB/s has a 107 ms byte floor at scale 1 > --max-ms 100: not a
+    # source. While case 0's x2 ran, case 1's x2 (A [2, 32, 4096]) used to be traced ahead all the same (a
+    # reference at 2^k the work, on the host, for a source about to be skipped); its build mark proves it was not
+    lines = [probe_ops.case_line(1, 64, 256, 64), probe_ops.case_line(1, 16, 4096, 1)]
+    work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=0.002)
+    set_peak(work, peak_tflops={"float32": 1000.0}, device={"l2_cache_bytes": 200_000})
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    r, doc = run_probe(work, "--top", "2", "--max-scale", "2", "--max-ms", "100", "--trace-jobs", "1",
+                       env={"PROBE_OP_MARKS": str(marks)})
+    assert r.returncode == 0, r.stderr
+    assert doc["sources"] == [0] and "GB of inputs" in doc["skipped_sources"]["1"]
+    (cand,) = doc["candidates"]  # case 0 x2: 393 KB > L2, its byte floor fails gate 4 without a run
+    assert cand["failed_gate"] == 4 and "predicted" in cand["gates"][-1]["detail"]
+    built = {p.name for p in marks.iterdir()}
+    assert "built_B_32768" in built  # case 0's x2 (B [2, 256, 64]) was traced
+    assert "built_B_8192" not in built and "built_A_262144" not in built  # case 1's x2 was never built

@@ -19,8 +19,10 @@ of inputs without matrix work), saturated (why the ladder ended at this passing 
 so by a killed run -, the reason a run stopped early, or null), ``resumed`` [candidate ids whose verdict was reused
 from the previous run], ``inputs`` {model.py, model_new.py: sha256} and ``run_key`` {backend, seed, max_bytes,
 max_ms, scale_dims, peak, saturation_stop} (a re-run reuses verdicts only for the same files and run key), ``sources``
-(the cases whose ladders ran, in order), ``skipped_sources`` {case: why} (ranked above the last source but not
-run: the backend's size cap, or already over --max-ms at scale 1 - then the next case took its place),
+(the source cases in the order their ladders run - a run cut by --budget-s lists those still to run; a source
+found over --max-ms at scale 1 leaves it and the next case is appended), ``skipped_sources`` {case: why} (ranked
+above the last source but not run: the backend's size cap, or over --max-ms at scale 1 by its roofline floor or
+its first timing - then the next case by traced FLOPs took its place, each once; --cases: none does),
 ``traced_flops`` {case: tracer FLOPs}, ``backup`` {dir, files {name: sha256}, n_cases}
 (the originals of the case files, put back by --restore).
 """
