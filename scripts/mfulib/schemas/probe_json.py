@@ -4,8 +4,8 @@ Provenance (``tool`` = ``max_shape_probe``, ``schema``, ``device``, ``command_li
 ``op_dir``, ``limits`` {max_bytes, max_ms, max_scale, bandwidth_gbps, bandwidth_source, l2_bytes, host_bytes,
 device_free_bytes, peak_tflops_max (the highest peak of peak.json, measured or nominal, TFLOP/s: gate 4's roofline
 floor; null without one)}, ``groups`` [{key, layout, cases, notes}], ``symbols`` [{name, kind, group,
-positions [[tensor, axis]...] (an attribute: [name, null]), followers [[input, axis | list index | null]...], values (per case of
-``cases``), cases, evidence [str], scaled: bool}], ``scale_dims`` [{symbol, why}], ``candidates``
+positions [[tensor, axis]...] (an attribute: [name, null]), followers [[input, axis | list index | null]...],
+values (per case of ``cases``), cases, evidence [str], scaled: bool}], ``scale_dims`` [{symbol, why}], ``candidates``
 [{candidate_id, source_case, scale, factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
 | null (null: not checked, with the reason in detail), detail, value, limit}], verdict: pass | fail, failed_gate:
 int | null, new_case_id: int | null (its id in the case files once appended), time_ms, flops, wall_s (seconds
