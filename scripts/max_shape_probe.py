@@ -171,6 +171,9 @@ def main(argv=None):
         raise UserError("--budget-s and --timeout-s must be > 0 seconds and --trace-jobs >= 0")
     if not os.path.isfile(args.flops_tool):
         raise UserError(f"--flops-tool {args.flops_tool}: not found - pass scripts/check_flops.py")
+    if args.peak_json and not os.path.isfile(args.peak_json):  # silently ignored, it took gate 5 and the floor away
+        raise UserError(f"--peak-json {args.peak_json}: not found - pass the file peak_calib.py -o wrote, or leave "
+                        "the option out (<dir>/peak.json)")
     if old:
         probe.check_resumable(od, old)
     n_orig = old["backup"]["n_cases"] if old and old.get("backup") else len(od.read_cases())

@@ -92,3 +92,11 @@ def test_a_source_its_floor_rules_out_is_not_traced_ahead(tmp_path):
     built = {p.name for p in marks.iterdir()}
     assert "built_B_32768" in built  # case 0's x2 (B [2, 256, 64]) was traced
     assert "built_B_8192" not in built and "built_A_262144" not in built  # case 1's x2 was never built
+
+
+def test_a_peak_json_option_naming_no_file_is_an_error(tmp_path):
+    # it was ignored silently: no roofline floor and gate 5 "not checked", while the user meant to give both
+    work = probe_ops.make_workdir(tmp_path)
+    r, doc = run_probe(work, "--peak-json", str(tmp_path / "nope.json"), "--cases", "0", "--max-scale", "2")
+    assert r.returncode == 2 and "--peak-json" in r.stderr and "not found" in r.stderr
+    assert doc is None  # refused before anything ran
