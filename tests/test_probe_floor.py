@@ -100,3 +100,18 @@ def test_a_peak_json_option_naming_no_file_is_an_error(tmp_path):
     r, doc = run_probe(work, "--peak-json", str(tmp_path / "nope.json"), "--cases", "0", "--max-scale", "2")
     assert r.returncode == 2 and "--peak-json" in r.stderr and "not found" in r.stderr
     assert doc is None  # refused before anything ran
+
+
+def test_a_replacement_reports_the_size_capped_cases_ranked_above_it(tmp_path):
+    # by traced FLOPs: case 0 (8.4 MFLOP, a 645 ms floor at the test double's 1e-5 TFLOP/s > --max-ms 100), case 1
+    # (1.1 MB of inputs: over the CPU's 1 MB cap), case 2 (fast). --top 1: case 0 is skipped, case 2 takes its
+    # place, and case 1 - now ranked above the last source - is reported as skipped too (it was left out)
+    lines = [probe_ops.case_line(1, 64, 1024, 64), probe_ops.case_line(1, 512, 512, 8),
+             probe_ops.case_line(1, 16, 32, 8)]
+    work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=1000.0)
+    set_peak(work, peak_tflops={"float32": 1e-5})
+    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100")
+    assert r.returncode == 0, r.stderr
+    assert doc["sources"] == [2] and sorted(doc["skipped_sources"]) == ["0", "1"]
+    assert "predicted" in doc["skipped_sources"]["0"] and "max-input-mb" in doc["skipped_sources"]["1"]
+    assert [(c["source_case"], c["verdict"]) for c in doc["candidates"]] == [(2, "pass")]
