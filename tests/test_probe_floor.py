@@ -115,3 +115,25 @@ def test_a_replacement_reports_the_size_capped_cases_ranked_above_it(tmp_path):
     assert doc["sources"] == [2] and sorted(doc["skipped_sources"]) == ["0", "1"]
     assert "predicted" in doc["skipped_sources"]["0"] and "max-input-mb" in doc["skipped_sources"]["1"]
     assert [(c["source_case"], c["verdict"]) for c in doc["candidates"]] == [(2, "pass")]
+
+
+def test_a_skipped_source_frees_its_trace_ahead_slot(tmp_path):
+    # --trace-jobs 1, --max-bytes 1.2 MB (case 0's x4, 1.3 MB, needs no trace). While case 0's x2 runs, case 1's x2 is
+    # traced ahead; case 1 (264 KB > the test double's 200 KB L2 at a stated 0.004 GB/s: a 51 ms floor, within 1/8 of
+    # --max-ms 100) is then timed at scale 1 (ModelNew sleeps 0.3 s: m 128 > 64) and skipped. Its trace held the
+    # only slot to the end of the run, so case 2 (its replacement) got no trace ahead for x4; now the skip ends it
+    lines = [probe_ops.case_line(1, 64, 256, 64), probe_ops.case_line(1, 128, 512, 1),
+             probe_ops.case_line(1, 8, 32, 8)]
+    work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=0.004)
+    set_peak(work, peak_tflops={"float32": 1000.0}, device={"l2_cache_bytes": 200_000})
+    r, doc = run_probe(work, "--top", "2", "--max-scale", "4", "--max-ms", "100", "--max-bytes", "1.2e6",
+                       "--trace-jobs", "1", "--no-saturation-stop", "--refine-steps", "0",
+                       env={"PROBE_OP_MODE": "slow"})
+    assert r.returncode == 0, r.stderr
+    assert doc["sources"] == [0, 2] and "its own run at scale 1 takes" in doc["skipped_sources"]["1"]
+    cands = {(c["source_case"], c["scale"]): c for c in doc["candidates"]}
+    assert cands[(2, 2)]["verdict"] == cands[(2, 4)]["verdict"] == "pass"
+    g2 = next(g for g in cands[(2, 4)]["gates"] if g["gate"] == 2)
+    # traced ahead (beside x2's own trace), it was done or nearly when x4's turn came; traced on demand, the probe
+    # waits for all of it (waited_s = wall_s)
+    assert g2["waited_s"] < 0.5 * g2["wall_s"]
