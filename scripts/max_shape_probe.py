@@ -11,8 +11,9 @@ host and free device memory; 2 the reference accepts the shape (--flops-tool --t
 fatal); 4 one run <= --max-ms; 5 effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of
 peak.json. Bisection between the last passing and the first failing factor. Gates 3 and 4 run in one persistent
 child (a crash, hang or OOM of a candidate replaces it); gate 4 fails without running when the roofline floor
-(traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms, and a source already over --max-ms
-at scale 1 is replaced by the next case (skipped_sources). Each source case is first timed at scale 1; its ladder ends
+(traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms, and a source over --max-ms at
+scale 1 - by that floor, or timed first when the floor is at least 1/8 of it - is replaced by the next case
+(skipped_sources; each next case once). Each source case is first timed at scale 1; its ladder ends
 early once a doubling raises the wall TFLOP/s by less than 5% (--no-saturation-stop: never). --budget-s bounds the
 whole run, inside a candidate too; a candidate cut by it gets no verdict and a re-run resumes with it. probe.json
 records the seconds of every candidate and gate (wall_s), so a slow probe shows where its time went.
@@ -170,6 +171,9 @@ def main(argv=None):
         raise UserError("--budget-s and --timeout-s must be > 0 seconds and --trace-jobs >= 0")
     if not os.path.isfile(args.flops_tool):
         raise UserError(f"--flops-tool {args.flops_tool}: not found - pass scripts/check_flops.py")
+    if args.peak_json and not os.path.isfile(args.peak_json):  # silently ignored, it took gate 5 and the floor away
+        raise UserError(f"--peak-json {args.peak_json}: not found - pass the file peak_calib.py -o wrote, or leave "
+                        "the option out (<dir>/peak.json)")
     if old:
         probe.check_resumable(od, old)
     n_orig = old["backup"]["n_cases"] if old and old.get("backup") else len(od.read_cases())
@@ -224,6 +228,7 @@ def main(argv=None):
     # ones); cases named with --cases are the user's choice (only what the backend cannot run at all is skipped)
     cap = None if args.cases else default_max_input_mb(backend)
     skipped = {i: skip_reason(infos[i], backend, cap) for i in order if skip_reason(infos[i], backend, cap)}
+    cap_skipped = dict(skipped)
     sources = [i for i in order if i not in skipped]
     reserve = [] if args.cases else sources[args.top:]  # ranked next: a source at the time limit is replaced
     if not args.cases:  # the top ones among the cases this backend can run; report the skipped ones ranked above
@@ -292,15 +297,23 @@ def main(argv=None):
             i = sources[k]
             no_matrix = traced.get(i) == 0.0 and not any(traced.values())  # traced, and nothing has matrix work
             pr.set_source(i, no_matrix, traced.get(i))
-            pr.upcoming = sources[k + 1:]
+            # traced ahead while this source runs: not the sources that their scale-1 floor already rules out
+            pr.upcoming = [u for u in sources[k + 1:]
+                           if probe.gate4_floor(traced.get(u), infos[u].input_bytes, bw, args.max_ms) is None]
             why = pr.source_too_slow(i, no_matrix, traced.get(i))
             if why:  # at the time limit already: the next case by traced FLOPs takes its place (chosen sources)
                 doc["skipped_sources"][str(i)] = why
-                pr.log(f"case {i}: not a source: {why}")
-                nxt = next((j for j in reserve if j not in sources), None)
+                pr.end_source(i)  # traces started ahead for it (its x2, while the previous source ran) go
+                nxt = reserve.pop(0) if reserve else None  # each reserve case once: a skipped one never returns
+                pr.log(f"case {i}: not a source: {why}" + (f"; case {nxt} takes its place" if nxt is not None
+                                                           else ""))
                 sources.pop(k)
                 if nxt is not None:
                     sources.append(nxt)
+                    # the backend's size cap skipped these, ranked above the new last source: reported too
+                    doc["skipped_sources"].update({str(j): r for j, r in cap_skipped.items()
+                                                   if order.index(j) < order.index(nxt)
+                                                   and str(j) not in doc["skipped_sources"]})
                 doc["sources"] = list(sources)
                 save()
                 continue
@@ -308,7 +321,8 @@ def main(argv=None):
                                 args.refine_steps)
             pr.end_source(i)
             k += 1
-    except probe.OutOfBudget as exc:
+    except probe.OutOfBudget as exc:  # from a gate, or the scale-1 timing of a source near the limit
+        pr.out_of_budget = True
         pr.log(f"stopped: {exc}; a re-run resumes from {path}")
     except KeyboardInterrupt as exc:
         doc["interrupted"] = f"{'SIGTERM' if str(exc).startswith('signal') else 'KeyboardInterrupt'}: a re-run resumes"
@@ -336,6 +350,12 @@ def main(argv=None):
                                    "wall_s", "why"], tablefmt="plain"))
     print(f"{len(doc['appended'])} case(s) appended to {', '.join(od.case_file_names())}; {path}"
           + (f"; {doc['interrupted']}" if doc["interrupted"] else ""))
+    if not doc["sources"] and doc["complete"]:  # every source skipped (or none chosen): say so, not an empty table
+        sk = doc["skipped_sources"]
+        print(f"no source case left to scale: case(s) {', '.join(sk) or 'none'} skipped (probe.json "
+              f"skipped_sources" + (f"; case {next(iter(sk))}: {next(iter(sk.values()))}" if sk else "") +
+              f"); the search measures the original cases at scale 1 - raise --max-ms (now {args.max_ms:g}) to "
+              "scale them")
     return 0
 
 

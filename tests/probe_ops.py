@@ -11,7 +11,7 @@ it), so one directory serves every gate:
 * ``membound`` / ``lazy``: ModelNew sleeps input_bytes / 0.5 GB/s (a memory-bound kernel at 0.5 GB/s); ``lazy``
   also makes get_input_groups() ignore A's axis 1 (builds m = 4 whatever the case says) - a reference that
   ignores the scaled axis;
-* ``sleep1``: ModelNew sleeps 1 s (to interrupt a probe mid-run);
+* ``sleep1``: ModelNew sleeps ``PROBE_OP_SLEEP_S`` s (default 1; to interrupt a probe mid-run);
 * ``slowref``: the reference sleeps 30 s per call (a tracer that outlives a short --budget-s or --timeout-s);
 * ``flat``: ModelNew sleeps its bmm FLOPs / 2.5e5 s (a kernel at a constant 0.25 MFLOP/s: scaling raises nothing).
 
@@ -93,7 +93,7 @@ class ModelNew(nn.Module):
         if MODE in ("membound", "lazy"):
             time.sleep((a.numel() + b.numel()) * 4 / 0.5e9)
         if MODE == "sleep1":
-            time.sleep(1.0)
+            time.sleep(float(os.environ.get("PROBE_OP_SLEEP_S", "1")))
         return torch.bmm(a, b)
 '''
 

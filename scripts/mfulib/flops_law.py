@@ -1,7 +1,7 @@
 """Traced FLOPs as a power law of a group's case symbols: a scaled candidate's FLOPs known before its trace.
 
-The probe's gate 2 runs the reference on the candidate to count its FLOPs, which for a large attention costs as much
-as the reference itself (tens of seconds at 2^k the work of a case already near --max-ms). When the traced FLOPs of
+The probe's gate 2 runs the reference on the candidate to count its FLOPs, which costs as much as the reference
+itself at 2^k the work of its source (a host-side subprocess). When the traced FLOPs of
 the original cases follow ``log F = c + sum_k e_k log v_k`` exactly (every case within :data:`EXACT_REL` of the fit,
 with more cases than unknowns, so the fit is tested and not merely solved), the candidate's FLOPs are F(source) x
 prod_k s_k^e_k for its factors s_k, and the roofline floor (:func:`mfulib.probe_gates.gate4_floor`) can decide gate 4

@@ -38,7 +38,7 @@ import time
 
 from . import cases as _cases
 from . import symbols as _sym
-from .definitions import actual_tflops
+from .definitions import actual_tflops, is_positive
 from .errors import UserError
 from .jsonio import write_text_atomic
 from . import flops_law
@@ -110,16 +110,20 @@ def cpu_l2_bytes():
 
 def bandwidth_limit(op_dir: str, backend: str, index: int, peak_json_path=None) -> dict:
     """{bandwidth_gbps, source, l2_bytes, peak_tflops_max}: the memory bandwidth gate 5 compares against, the L2
-    exemption, and the highest measured peak of peak.json over every dtype (TFLOP/s; int8 TOPS count as the same
-    operations) for gate 4's roofline floor (:func:`mfulib.probe_gates.gate4_floor`; None without peak.json)."""
+    exemption, and the highest peak of peak.json over every dtype, measured or nominal (TFLOP/s; int8 TOPS count as
+    the same operations) for gate 4's roofline floor (:func:`mfulib.probe_gates.gate4_floor`; None without
+    peak.json). The nominal (datasheet) figures count because a calibration of some dtypes only (``peak_calib.py
+    --dtypes fp32``) would otherwise put an fp16 or TF32 operator's floor 8-15x too high and fail candidates that run
+    well within --max-ms."""
     from .schemas import peak_json
     path = peak_json_path or os.path.join(op_dir, peak_json.FILE_NAME)
     bw, src, l2, top = None, None, None, None
     if os.path.exists(path):
         peak = peak_json.read_peak_json(path)
         bw, src = peak.get("bandwidth_gbps"), f"{path} bandwidth_gbps (measured)"
-        vals = [v for d in (peak.get("peak_tflops"), peak.get("peak_tops")) if isinstance(d, dict)
-                for v in d.values() if isinstance(v, (int, float)) and v > 0]
+        nominal = (peak.get("nominal") or {}).get("tflops") if isinstance(peak.get("nominal"), dict) else None
+        vals = [v for d in (peak.get("peak_tflops"), peak.get("peak_tops"), nominal) if isinstance(d, dict)
+                for v in d.values() if is_positive(v)]
         top = max(vals) if vals else None
         l2 = (peak.get("device") or {}).get("l2_cache_bytes") if isinstance(peak.get("device"), dict) else None
     if backend != "cpu":

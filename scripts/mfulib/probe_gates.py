@@ -248,9 +248,9 @@ def effective_gbps(input_bytes: int, time_ms: float):
 def gate4_floor(flops, input_bytes: int, bw: dict, max_ms: float):
     """Gate 4 decided before anything runs: a failing gate dict when the candidate's roofline floor already exceeds
     ``max_ms``, else None (the candidate is timed). The floor is the larger of FLOPs / (:data:`BANDWIDTH_MARGIN` x
-    ``bw["peak_tflops_max"]``, the highest calibrated peak over every dtype) and, for inputs larger than L2, input
-    bytes / (:data:`BANDWIDTH_MARGIN` x ``bw["bandwidth_gbps"]``): no run reads its inputs or does its FLOPs
-    faster than that (the roofline, Williams et al. 2009), so a case of 2 s of work at peak is not verified and
+    ``bw["peak_tflops_max"]``, the highest peak over every dtype, measured or nominal) and, for inputs larger than
+    L2, input bytes / (:data:`BANDWIDTH_MARGIN` x ``bw["bandwidth_gbps"]``): no run reads its inputs or does its
+    FLOPs faster than that (the roofline, Williams et al. 2009), so a case of 2 s of work at peak is not verified and
     timed for minutes only to fail at 4 s. ``flops``: traced FLOPs (gate 2); ms = 1e-3 s."""
     t0 = time.monotonic()
     parts = []

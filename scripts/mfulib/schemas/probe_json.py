@@ -2,10 +2,10 @@
 
 Provenance (``tool`` = ``max_shape_probe``, ``schema``, ``device``, ``command_line``, ...) +
 ``op_dir``, ``limits`` {max_bytes, max_ms, max_scale, bandwidth_gbps, bandwidth_source, l2_bytes, host_bytes,
-device_free_bytes, peak_tflops_max (the highest peak of peak.json, TFLOP/s: gate 4's roofline floor; null without
-one)}, ``groups`` [{key, layout, cases, notes}], ``symbols`` [{name, kind, group, positions [[tensor,
-axis]...] (an attribute: [name, null]), followers [[input, axis | list index | null]...], values (per case of
-``cases``), cases, evidence [str], scaled: bool}], ``scale_dims`` [{symbol, why}], ``candidates``
+device_free_bytes, peak_tflops_max (the highest peak of peak.json, measured or nominal, TFLOP/s: gate 4's roofline
+floor; null without one)}, ``groups`` [{key, layout, cases, notes}], ``symbols`` [{name, kind, group,
+positions [[tensor, axis]...] (an attribute: [name, null]), followers [[input, axis | list index | null]...],
+values (per case of ``cases``), cases, evidence [str], scaled: bool}], ``scale_dims`` [{symbol, why}], ``candidates``
 [{candidate_id, source_case, scale, factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
 | null (null: not checked, with the reason in detail), detail, value, limit}], verdict: pass | fail, failed_gate:
 int | null, new_case_id: int | null (its id in the case files once appended), time_ms, flops, wall_s (seconds
@@ -22,8 +22,10 @@ predicted FLOPs' roofline floor, gates 2-3 then ok null),
 so by a killed run -, the reason a run stopped early, or null), ``resumed`` [candidate ids whose verdict was reused
 from the previous run], ``inputs`` {model.py, model_new.py: sha256} and ``run_key`` {backend, seed, max_bytes,
 max_ms, scale_dims, peak, saturation_stop} (a re-run reuses verdicts only for the same files and run key), ``sources``
-(the cases whose ladders ran, in order), ``skipped_sources`` {case: why} (ranked above the last source but not
-run: the backend's size cap, or already over --max-ms at scale 1 - then the next case took its place),
+(the source cases in the order their ladders run - a run cut by --budget-s lists those still to run; a source
+found over --max-ms at scale 1 leaves it and the next case is appended), ``skipped_sources`` {case: why} (ranked
+above the last source but not run: the backend's size cap, or over --max-ms at scale 1 by its roofline floor or
+its first timing - then the next case by traced FLOPs took its place, each once; --cases: none does),
 ``traced_flops`` {case: tracer FLOPs}, ``backup`` {dir, files {name: sha256}, n_cases}
 (the originals of the case files, put back by --restore).
 """
