@@ -415,6 +415,10 @@ def _probe(op):
     if not p:
         return None
     stop = p.get("stop_reason") or p.get("interrupted") or ("complete" if p.get("complete") else "incomplete")
+    cut = p.get("cut") or {}
+    if cut:
+        stop += f"; cut in {cut.get('cut_in')} of case {cut.get('source_case')} x{cut.get('scale')} after " \
+                f"{num(cut.get('wall_s'))} s"
     return f"{p.get('passed')}/{p.get('candidates')} passed, {p.get('appended')} appended ({stop})"
 
 

@@ -361,7 +361,7 @@ def op_result(job, out_root):
         cands = pr.get("candidates") or []
         res["probe"] = {"candidates": len(cands), "passed": sum(1 for c in cands if c.get("verdict") == "pass"),
                         "appended": len(pr.get("appended") or {}), "complete": pr.get("complete"),
-                        "interrupted": pr.get("interrupted"),
+                        "interrupted": pr.get("interrupted"), "cut": pr.get("cut_candidate"),
                         # the ladder's early stop ("saturated": a doubling no longer raised wall TFLOP/s), wherever
                         # the probe records it (top level or per candidate)
                         "stop_reason": ", ".join(sorted({str(x) for x in [pr.get("stop_reason")]

@@ -224,6 +224,9 @@ def test_budget_bounds_the_run_inside_a_candidate(tmp_path):
     assert all(c["verdict"] in ("pass", "fail") for c in doc["candidates"])  # the cut one is not recorded
     assert not [c for c in doc["candidates"] if c["source_case"] == 1]  # never started
     assert doc["wall_s"] <= 6 + 5  # the budget plus the kill and clean-up, not another candidate's 5 s
+    cut = doc["cut_candidate"]  # where the cut candidate's seconds went: its trace passed, verify/timing was cut
+    assert cut["source_case"] == 0 and cut["gates_done"] == [1, 2] and cut["cut_in"].startswith("gates 3-4")
+    assert 0 < cut["wall_s"] <= 6 and "--budget-s" in cut["why"]
 
 
 def test_a_budget_that_ends_in_the_ranking_trace_is_an_interruption_and_a_hang_is_an_error(tmp_path):

@@ -344,3 +344,7 @@ def test_a_stage_measured_before_a_bundled_kernel_changed_says_so_and_a_limit_sh
           "rows": [{"case": 7, "mfu_ach": 0.6058}, {"case": 8, "mfu_ach": 0.6262}]}
     assert make_results._limit(op).endswith("; re-timed by the collection: 60.6%")
     assert make_results._clip("one two three", 9) == "one two …" and make_results._clip("short", 9) == "short"
+    probe = {"passed": 0, "candidates": 0, "appended": 0, "interrupted": "--budget-s 45 s reached",
+             "cut": {"cut_in": "gate 2 (trace)", "source_case": 7, "scale": 2, "wall_s": 25.2}}
+    assert make_results._probe({"probe": probe}) == ("0/0 passed, 0 appended (--budget-s 45 s reached; cut in gate 2 "
+                                                     "(trace) of case 7 x2 after 25.2 s)")

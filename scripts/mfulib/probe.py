@@ -568,8 +568,14 @@ class Probe:
                     gates += [g for g in (g3, g4) if g is not None]
                     if g4 is not None and g4["ok"]:
                         gates.append(gate5(info.input_bytes, cand["time_ms"], self.bw))
-        except OutOfBudget:
+        except OutOfBudget as exc:
             self.out_of_budget = True
+            # no verdict (a re-run redoes it), but where its time went is kept: the gates it finished and the one cut
+            self.doc["cut_candidate"] = {
+                "candidate_id": cand["candidate_id"], "source_case": source, "scale": s,
+                "gates_done": [g["gate"] for g in gates], "cut_in": "gate 2 (trace)" if len(gates) < 2
+                else "gates 3-4 (verify, timing)", "wall_s": round(time.monotonic() - t_start, 3), "why": str(exc)}
+            save()
             raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
