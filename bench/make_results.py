@@ -478,7 +478,7 @@ def sec_batch(st):
     same += (" The limits here come from the batch's own probe and search settings (above) and may differ from "
              "the search section's, which probes with its own settings and reports MFU@nom; a limit is one "
              "measurement of the best point, shown beside the collection's re-timing of the same case (the two "
-             "kernels have differed by up to a few percent between the two).")
+             "have differed by up to a few percent, more than the search's 3-run spread).")
     return (head + "\n\n" + same + "\n\nPer operator (call = the call that finished it; best MFU@ach and MBU over "
             "the measured cases; bound class of the headline "
             "case; limit = the search's best point; probe = candidates that passed the five gates; FLOPs check = "
