@@ -280,3 +280,19 @@ def test_the_gate_refuses_a_verify_json_of_another_backend_or_of_other_model_fil
         f.write("# edited after verify\n")
     with pytest.raises(UserError, match="made for another model_new.py"):
         Gate(od, "cuda", "cuda:0")
+
+
+def test_a_failure_make_recorded_is_failed_even_without_a_report_and_a_later_start_clears_it(tmp_path):
+    # the step macro writes .state/<step>.failed (the exit status); a step that failed before writing any report
+    # used to read "not run"
+    st = tmp_path / ".state"
+    st.mkdir()
+    (st / "verify.started").touch()
+    (st / "verify.failed").write_text("2\n")
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    assert rows["verify"]["state"] == "failed" and rows["verify"]["report"] == ""
+    assert rows["verify"]["detail"] == "make recorded exit status 2; no report written; make redoes it"
+    assert rows["collect"]["state"] == "not run" and "verify failed" in rows["collect"]["detail"]
+    os.utime(st / "verify.failed", (1, 1))  # a later run started (and was killed before recording anything)
+    assert workdir_state.failure_record(str(tmp_path), "verify") is None
+    assert {r["step"]: r["state"] for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}["verify"] == "not run"

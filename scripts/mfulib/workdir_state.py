@@ -10,8 +10,10 @@ was built from, every later step by its stamp and its report.
 * Steps 2-6: make writes ``<work>/.state/<step>.ok`` (:func:`stamp_path`) only after the step's script succeeded;
   the report keeps its name whatever happened. A step is **done** when its stamp is newer than everything it
   depends on (:data:`STEPS`, mirroring the Makefile's rules); **stale** when an input changed since; **failed**
-  when it has no stamp and its report records a failure or an incomplete run (kept as evidence; make redoes the
-  step); **not run** otherwise. A script that writes an incomplete report outside make removes the step's stamp
+  when it has no stamp and either make recorded the script's exit status (``<step>.failed``,
+  :func:`failure_record`) or its report records a failure or an incomplete run (kept as evidence; make redoes
+  the step); **not done** when a report is there but make recorded neither success nor failure (the run was
+  killed, or the script ran outside make); **not run** otherwise. A script that writes an incomplete report outside make removes the step's stamp
   (:func:`invalidate`). :func:`step_states` gives the table ``make status`` prints.
 """
 from __future__ import annotations
@@ -56,6 +58,28 @@ STEPS = (
 def stamp_path(work: str, step: str) -> str:
     """``<work>/.state/<step>.ok``: written by make after ``step`` succeeded (step 1's stamp is prepare.json)."""
     return os.path.join(work, PREPARE_JSON) if step == "prepare" else os.path.join(work, STATE_DIR, f"{step}.ok")
+
+
+def failure_record(work: str, step: str):
+    """The exit status make recorded for the last failed run of ``step`` (2-6), or None.
+
+    The Makefile's ``step`` macro touches ``<work>/.state/<step>.started`` before the step's script, removes
+    ``<step>.failed`` then, and writes the script's exit status to ``<work>/.state/<step>.failed`` when it failed
+    (not for an exit status it accepted). A run killed by a signal (Ctrl-C) records nothing. A record older than
+    the last ``.started`` (a later run began) does not count. Returns an int (or the file's text when it is not
+    one)."""
+    path = os.path.join(work, STATE_DIR, f"{step}.failed")
+    if step == "prepare" or not os.path.exists(path):
+        return None
+    started = _mtime(os.path.join(work, STATE_DIR, f"{step}.started"))
+    if started is not None and _mtime(path) < started:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else (text or "unknown")
 
 
 def invalidate(work: str, step: str) -> bool:
@@ -197,6 +221,16 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
                 st, detail = "stale", f"its report {report} is gone"
             else:  # make's view: the stamp stands (a failure it accepted, e.g. ACCEPT_VERIFY_FAILURES=1, is listed)
                 st, detail = "done", (detail if ok else f"accepted: {detail}")
+        elif (rc := failure_record(work, step.name)) is not None:
+            st = "failed"
+            started = _mtime(os.path.join(work, STATE_DIR, f"{step.name}.started"))
+            if have_report and (started is None or _mtime(report) >= started):
+                what = "its report is kept" + (f": {detail}" if detail else "")
+            elif have_report:
+                what = "no new report (the one there is from an earlier run)"
+            else:
+                what = "no report written"
+            detail = f"make recorded exit status {rc}; {what}; make redoes it"
         elif not have_report:
             st, detail = "not run", "; ".join(upstream)
         elif not ok:
