@@ -243,9 +243,47 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
     return rows
 
 
+SEEDED_REPORTS = ("verify.json", "flops_check.json", "performance.json")
+
+
+def recorded_seeds(work: str) -> dict:
+    """{report file name: seed} of the reports of ``work`` that draw the cases' random inputs (verify,
+    check_flops, the collector: each writes its ``--seed`` as the top-level ``seed``). A report that is absent,
+    unreadable or records no seed is left out."""
+    out = {}
+    for name in SEEDED_REPORTS:
+        path = os.path.join(work, name)
+        if not os.path.exists(path):
+            continue
+        try:
+            doc = read_json(path)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("seed") is not None:
+            out[name] = doc["seed"]
+    return out
+
+
+def seed_mismatch(work: str):
+    """A warning (str) when the reports of ``work`` were made with different ``--seed`` values (e.g. ``make all
+    SEED=1``, then ``make all COLLECT_ARGS=...`` re-ran the collector with the default SEED 0 while verify kept
+    seed 1): the cases were verified, checked and timed on different random inputs. None when they agree (or
+    fewer than two record a seed)."""
+    seeds = recorded_seeds(work)
+    if len(set(map(repr, seeds.values()))) < 2:
+        return None
+    listed = ", ".join(f"{name} seed {seed!r}" for name, seed in seeds.items())
+    return (f"{work}: the steps ran with different seeds ({listed}) - the cases were verified, checked and timed on "
+            "different random inputs; re-run every step with one seed: make SEED=<n> all (a SEED given on the "
+            "command line redoes each step that ran with another), or FORCE=1 to rebuild the work directory")
+
+
 def status_table(work: str, prepare: tuple, settings_changed: dict | None = None) -> str:
-    """The ``make status`` table (tabulate) of :func:`step_states` for ``work``."""
+    """The ``make status`` table (tabulate) of :func:`step_states` for ``work``, then :func:`seed_mismatch`'s
+    warning when the steps ran with different seeds."""
     from tabulate import tabulate
     rows = step_states(work, prepare, settings_changed)
     body = [[r["step"], r["state"], (r["detail"] or "")[:110], r["report"]] for r in rows]
-    return f"work directory {work}\n" + tabulate(body, headers=["step", "state", "detail", "report"])
+    mixed = seed_mismatch(work)
+    return (f"work directory {work}\n" + tabulate(body, headers=["step", "state", "detail", "report"])
+            + (f"\nwarning: {mixed}" if mixed else ""))
