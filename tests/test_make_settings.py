@@ -70,7 +70,7 @@ def test_a_failed_step_is_recorded_so_status_says_failed_not_interrupted(tmp_pat
     assert (work / ".state" / "collect.failed").read_text().strip() == "2"
     rows = {x["step"]: x for x in workdir_state.step_states(str(work), ("ok", ""))}
     assert rows["collect"]["state"] == "failed", rows["collect"]
-    assert rows["collect"]["detail"].startswith("make recorded exit status 2; no new report (the one there")
+    assert rows["collect"]["detail"].startswith("exit status 2; no new report (the one there")
 
     # a run killed before it could record anything (a .failed older than the last .started) is not called failed by
     # the record: with this stand-in report ("{}") the state comes from the report alone
@@ -78,7 +78,7 @@ def test_a_failed_step_is_recorded_so_status_says_failed_not_interrupted(tmp_pat
     os.utime(work / ".state" / "collect.failed", (1, 1))
     assert workdir_state.failure_record(str(work), "collect") is None
     rows = {x["step"]: x for x in workdir_state.step_states(str(work), ("ok", ""))}
-    assert "make recorded" not in rows["collect"]["detail"], rows["collect"]
+    assert "exit status" not in rows["collect"]["detail"], rows["collect"]
 
     r, calls = make(f"WORK={rel}", "collect")  # the next make redoes it; success removes the record
     assert r.returncode == 0 and "msprof_perf_summary.py" in calls, r.stdout + r.stderr

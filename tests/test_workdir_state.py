@@ -291,7 +291,7 @@ def test_a_failure_make_recorded_is_failed_even_without_a_report_and_a_later_sta
     (st / "verify.failed").write_text("2\n")
     rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
     assert rows["verify"]["state"] == "failed" and rows["verify"]["report"] == ""
-    assert rows["verify"]["detail"] == "make recorded exit status 2; no report written; make redoes it"
+    assert rows["verify"]["detail"] == "exit status 2; no report written; make redoes it"
     assert rows["collect"]["state"] == "not run" and "verify failed" in rows["collect"]["detail"]
     os.utime(st / "verify.failed", (1, 1))  # a later run started (and was killed before recording anything)
     assert workdir_state.failure_record(str(tmp_path), "verify") is None

@@ -225,12 +225,12 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
             st = "failed"
             started = _mtime(os.path.join(work, STATE_DIR, f"{step.name}.started"))
             if have_report and (started is None or _mtime(report) >= started):
-                what = "its report is kept" + (f": {detail}" if detail else "")
+                what = detail or "its report is kept"
             elif have_report:
                 what = "no new report (the one there is from an earlier run)"
             else:
                 what = "no report written"
-            detail = f"make recorded exit status {rc}; {what}; make redoes it"
+            detail = f"exit status {rc}; {what}; make redoes it"  # the report's own words first: status cuts at 110
         elif not have_report:
             st, detail = "not run", "; ".join(upstream)
         elif not ok:
