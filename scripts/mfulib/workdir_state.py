@@ -14,7 +14,8 @@ was built from, every later step by its stamp and its report.
   :func:`failure_record`) or its report records a failure or an incomplete run (kept as evidence; make redoes
   the step); **not done** when a report is there but make recorded neither success nor failure (the run was
   killed, or the script ran outside make); **not run** otherwise. A script that writes an incomplete report
-  outside make removes the step's stamp (:func:`invalidate`). :func:`step_states` gives the table ``make status`` prints.
+  outside make removes the step's stamp (:func:`invalidate`). :func:`step_states` gives the table ``make status``
+  prints; :func:`seed_mismatch` warns when the steps' reports were drawn with different seeds.
 """
 from __future__ import annotations
 
