@@ -162,18 +162,19 @@ $(WORK)/prepare.json: $(if $(or $(FORCE),$(filter-out ok,$(PREPARE_VERDICT))),_a
 # $(call step,<name>,<report>,<command>[,<accepted exit status>,<why accepted>]): run a step's script; its stamp
 # $@ is written only when it succeeded (an earlier one is removed first: a re-run forced by a changed setting that
 # fails must not leave the stamp of the run before it). A failing step keeps its report at its name (the one before
-# it is copied to $(ST)/previous/ first), says where it is, and stops make; the next `make` redoes the step.
+# it is copied to $(ST)/previous/ first), says where it is, records its exit status in $(ST)/<name>.failed (for
+# make status; removed when the step starts again) and stops make; the next `make` redoes the step.
 STATUS_HINT = make status OP=$(OP)$(if $(V), V=$(V))$(if $(BENCH), BENCH=$(BENCH) GEN=$(GEN))$(strip \
   )$(if $(REF_ROOT), REF_ROOT=$(REF_ROOT) IMPL_ROOT=$(IMPL_ROOT))$(if $(ITER), ITER=$(ITER))$(strip \
   )$(if $(VARIANT), VARIANT=$(VARIANT))$(if $(filter command line,$(WORK_ORIGIN)), WORK=$(WORK))
 define step
-@rm -f $@ && mkdir -p $(ST)/previous && if [ -f $(2) ]; then cp -p $(2) $(ST)/previous/; fi && touch $(ST)/$(1).started
-$(info $(3))@$(3) || { rc=$$?; \
+@rm -f $@ $(ST)/$(1).failed && mkdir -p $(ST)/previous && if [ -f $(2) ]; then cp -p $(2) $(ST)/previous/; fi && touch $(ST)/$(1).started
+$(info $(3))@( $(3) ) || { rc=$$?; \
 	  if [ -n "$(4)" ] && [ "$$rc" = "$(4)" ]; then echo "make: step $(1): exit status $$rc accepted ($(5)); report: $(2)" >&2; \
 	  else if [ -f $(2) ] && [ $(2) -nt $(ST)/$(1).started ]; then echo "make: step $(1) FAILED (exit status $$rc); its report is kept: $(2)" >&2; \
 	       elif [ -f $(2) ]; then echo "make: step $(1) FAILED (exit status $$rc) before writing a new $(2) - the one there is from an earlier run; the error is above" >&2; \
 	       else echo "make: step $(1) FAILED (exit status $$rc) before writing $(2)" >&2; fi; \
-	       echo "make: the next make redoes it; $(STATUS_HINT) shows every step" >&2; exit $$rc; fi; }
+	       echo $$rc > $(ST)/$(1).failed; echo "make: the next make redoes it; $(STATUS_HINT) shows every step" >&2; exit $$rc; fi; }
 @touch $@
 $(if $(SETVARS_$(1)),@printf '%s\n' $(foreach v,$(SETVARS_$(1)),'$(v)=$(subst ','\'',$(strip $($(v))))') > $(ST)/$(1).settings)
 endef

@@ -352,3 +352,20 @@ def test_a_search_in_the_work_dir_is_tied_to_the_table_by_a_note(tmp_path):
     assert "limit MFU@ach 20.00% at case 46" in note and "timed case 46 again: 18.51%" in note
     (d / "grid_search.json").write_text("{not json")  # a broken search file never breaks the decomposition
     assert not [n for n in decompose.decompose(str(d), str(d / "peak.json"))["notes"] if n.startswith("search")]
+
+
+def test_steps_run_with_different_seeds_are_a_warning_naming_the_files_and_the_fix(tmp_path):
+    # `make all SEED=1`, then `make all COLLECT_ARGS=...` (SEED default 0): verify.json seed 1, the others seed 0
+    perf = dict(PERF, seed=0)
+    d = _write_op(tmp_path, perf=perf)
+    (d / "verify.json").write_text(json.dumps({"tool": "verify_op.py", "seed": 1, "cases": []}))
+    (d / "flops_check.json").write_text(json.dumps({"tool": "check_flops.py", "seed": 0, "per_case": []}))
+    res = decompose.decompose(str(d), str(d / "peak.json"))
+    (w,) = [w for w in res["warnings"] if "different seeds" in w]
+    assert "(verify.json seed 1, flops_check.json seed 0, performance.json seed 0)" in w
+    assert "make SEED=<n> all" in w and "FORCE=1" in w
+    from mfulib import report
+    assert f"warning: {w[:40]}" in report.decompose_table(res)  # printed by mfu_decompose.py (make decompose)
+
+    (d / "verify.json").write_text(json.dumps({"tool": "verify_op.py", "seed": 0, "cases": []}))
+    assert not any("different seeds" in w for w in decompose.decompose(str(d), str(d / "peak.json"))["warnings"])

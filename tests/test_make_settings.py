@@ -55,6 +55,36 @@ def test_a_settings_forced_rerun_that_fails_leaves_no_stamp_so_the_next_make_red
     assert "msprof_perf_summary.py" in calls
 
 
+def test_a_failed_step_is_recorded_so_status_says_failed_not_interrupted(tmp_path):
+    # the user's repro: `make all`, then `make collect COLLECT_ARGS="--bogus"` (exit 2) - make status said "not done
+    # ... interrupted, or run outside make". The step macro records the exit status in .state/collect.failed (also
+    # with a relative WORK: the collector's recipe cd's into it) and status reads it; a killed run records nothing.
+    from mfulib import workdir_state
+    work, make = fake_work(tmp_path)
+    rel = os.path.relpath(work, ROOT)
+    r, calls = make(f"WORK={rel}", "collect")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r, calls = make(f"WORK={rel}", "collect", "COLLECT_ARGS=--fail-me")
+    assert r.returncode == 2 and "step collect FAILED (exit status 2)" in r.stderr, r.stdout + r.stderr
+    assert "before writing a new" in r.stderr  # the report there is the earlier run's (found from inside WORK too)
+    assert (work / ".state" / "collect.failed").read_text().strip() == "2"
+    rows = {x["step"]: x for x in workdir_state.step_states(str(work), ("ok", ""))}
+    assert rows["collect"]["state"] == "failed", rows["collect"]
+    assert rows["collect"]["detail"].startswith("exit status 2; no new report (the one there")
+
+    # a run killed before it could record anything (a .failed older than the last .started) is not called failed by
+    # the record: with this stand-in report ("{}") the state comes from the report alone
+    (work / ".state" / "collect.started").touch()
+    os.utime(work / ".state" / "collect.failed", (1, 1))
+    assert workdir_state.failure_record(str(work), "collect") is None
+    rows = {x["step"]: x for x in workdir_state.step_states(str(work), ("ok", ""))}
+    assert "exit status" not in rows["collect"]["detail"], rows["collect"]
+
+    r, calls = make(f"WORK={rel}", "collect")  # the next make redoes it; success removes the record
+    assert r.returncode == 0 and "msprof_perf_summary.py" in calls, r.stdout + r.stderr
+    assert (work / ".state" / "collect.ok").exists() and not (work / ".state" / "collect.failed").exists()
+
+
 def test_the_device_lock_is_named_by_lock_device_which_defaults_to_device_id(tmp_path):
     # a batch worker runs with DEVICE_ID=0 (its only visible device) and LOCK_DEVICE=<physical id>: its steps must
     # take that device's lock, the one a plain make with DEVICE_ID=<physical id> takes

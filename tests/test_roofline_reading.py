@@ -161,3 +161,49 @@ def test_the_collector_table_lists_measured_cases_only_and_wraps_flags(capsys):
     assert rows == []  # never-measured cases are no rows
     assert "3 case(s) not measured (never selected): 1, 2, 3 - bf16 cannot run on the cpu" in out
     assert "valid cases 1/1 measured" in out and "TAIL" in out  # wrapped, not cut at 60 characters
+
+
+def _numbers(aid):
+    return [int(s.split(".", 1)[0]) for s in aid]
+
+
+def test_the_reading_aid_is_numbered_consecutively_when_an_item_is_left_out(tmp_path):
+    # an H200 log read "1, 2, 3, 5": no PMU bound line (item 4) and the payoff line kept its 5
+    d = _write_op(tmp_path)
+    aid = decompose.decompose(str(d), str(d / "peak.json"))["reading_aid"]
+    assert not any("bound per part from PMU" in s for s in aid)
+    nums = _numbers(aid)
+    assert sorted(set(nums)) == list(range(1, max(nums) + 1)) and nums == sorted(nums), aid
+    assert any(s.startswith("4. largest payoff: ") for s in aid), aid  # was "5." here
+    assert sum(s.startswith("3. ") for s in aid) == 2  # one fp32-vs-fp16 line per part, one number
+
+
+def _vector_rows(parts):
+    """Rows of an operator without matrix work (zoo/3_RMSNorm: flops 0, MBU the headline) in two dtypes."""
+    return [{"status": "ok", "case": c, "dtype": dt, "backend": "cuda", "matrix_work": False, "flops": 0.0,
+             "mfu_ach": None, "mfu_nom": None, "mbu": mbu, "parts": copy.deepcopy(parts)}
+            for c, dt, mbu in ((0, "float32", 0.41), (1, "float16", 0.63))]
+
+
+def test_an_operator_without_matrix_work_is_compared_on_mbu_and_its_zero_flops_parts_are_not_called_absent():
+    from mfulib.decompose_reading import reading_aid
+    # zoo/3_RMSNorm: KERNEL_PARTS {"norm": ...} and flops_parts {"norm": 0.0} - the decomposition gives the part
+    # flops 0.0 and no FLOPs share (the case's flops are 0)
+    aid = reading_aid(_vector_rows([{"part": "norm", "flops": 0.0, "flops_share": None, "time_share": 1.0}]), {})
+    assert aid[0].startswith("1. dtype: no case does matrix work") and "compare the cases on MBU" in aid[0]
+    assert "MFU@ach" not in aid[0] and "best MBU 63.00% (case 1, float16)" in aid[0]
+    assert aid[1].startswith("2. the parts (norm) do no matrix work (flops_parts gives them 0 FLOPs)")
+    assert "absent" not in aid[1] and "add flops_parts" not in aid[1]
+    assert " - time share" not in aid[1]  # one part takes 100% of the time: nothing to list
+    two = reading_aid(_vector_rows([{"part": "norm", "flops": 0.0, "flops_share": None, "time_share": 0.7},
+                                    {"part": "scale", "flops": 0.0, "flops_share": None, "time_share": 0.3}]), {})
+    assert two[1].endswith("- time share case 0: norm 70%, scale 30%; case 1: norm 70%, scale 30%."), two[1]
+    assert _numbers(aid) == sorted(_numbers(aid)) and sorted(set(_numbers(aid))) == [1, 2, 3]
+
+    # KERNEL_PARTS without flops_parts: the part's flops are None - then (only then) flops_parts is asked for
+    absent = reading_aid(_vector_rows([{"part": "norm", "flops": None, "flops_share": None, "time_share": 1.0}]), {})
+    assert absent[1] == ("2. no per-part FLOPs (flops.py has KERNEL_PARTS but no flops_parts): add flops_parts to "
+                         "flops.py to see which part drags.")
+    # no KERNEL_PARTS: every kernel is 'other' - not a part that "drags", and KERNEL_PARTS is what is missing
+    none = reading_aid(_vector_rows([{"part": "other", "flops": None, "flops_share": None, "time_share": 1.0}]), {})
+    assert none[1].startswith("2. one part only (flops.py has no KERNEL_PARTS") and "unmatched" not in none[1]

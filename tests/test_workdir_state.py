@@ -280,3 +280,32 @@ def test_the_gate_refuses_a_verify_json_of_another_backend_or_of_other_model_fil
         f.write("# edited after verify\n")
     with pytest.raises(UserError, match="made for another model_new.py"):
         Gate(od, "cuda", "cuda:0")
+
+
+def test_a_failure_make_recorded_is_failed_even_without_a_report_and_a_later_start_clears_it(tmp_path):
+    # the step macro writes .state/<step>.failed (the exit status); a step that failed before writing any report
+    # used to read "not run"
+    st = tmp_path / ".state"
+    st.mkdir()
+    (st / "verify.started").touch()
+    (st / "verify.failed").write_text("2\n")
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    assert rows["verify"]["state"] == "failed" and rows["verify"]["report"] == ""
+    assert rows["verify"]["detail"] == "exit status 2; no report written; make redoes it"
+    assert rows["collect"]["state"] == "not run" and "verify failed" in rows["collect"]["detail"]
+    os.utime(st / "verify.failed", (1, 1))  # a later run started (and was killed before recording anything)
+    assert workdir_state.failure_record(str(tmp_path), "verify") is None
+    assert {r["step"]: r["state"] for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}["verify"] == "not run"
+
+
+def test_make_status_warns_when_the_steps_ran_with_different_seeds(tmp_path):
+    for name, seed in (("verify.json", 1), ("flops_check.json", 0), ("performance.json", 0)):
+        (tmp_path / name).write_text(json.dumps({"seed": seed}))
+    assert workdir_state.recorded_seeds(str(tmp_path)) == {"verify.json": 1, "flops_check.json": 0,
+                                                           "performance.json": 0}
+    table = workdir_state.status_table(str(tmp_path), ("ok", ""))
+    assert "\nwarning: " in table and "verify.json seed 1, flops_check.json seed 0, performance.json seed 0" in table
+    (tmp_path / "verify.json").write_text(json.dumps({"seed": 0}))
+    (tmp_path / "flops_check.json").unlink()
+    assert workdir_state.seed_mismatch(str(tmp_path)) is None
+    assert "warning" not in workdir_state.status_table(str(tmp_path), ("ok", ""))

@@ -40,6 +40,7 @@ from .kernel_parts import OTHER, check_kernel_parts, match_part
 from .peaks import dtype_nominal_tflops
 from .schemas.peak_json import nominal_half_tflops, read_peak_json
 from .schemas.performance_json import completeness, load_report
+from .workdir_state import seed_mismatch
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -467,6 +468,8 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
                 for rep in out_reports if not rep["complete"]]
     warnings += [f"{r['report']} case {r['case']}: {f['message']}" for r in rows for f in r.get("flags", [])
                  if f["level"] == "warning"]
+    if op_dir and (mixed := seed_mismatch(op_dir)):
+        warnings.append(mixed)
     trust = peak.get("trust") or {}
     if trust.get("trusted") is False:  # calib.trust_verdict: a noisy calibration is kept, never cached or hidden
         again = ("a CPU calibration on a shared machine: these numbers only validate the pipeline" if

@@ -35,33 +35,71 @@ def maxima(rows: list) -> dict:
 
 
 def reading_aid(rows: list, peak_tflops: dict) -> list:
-    """The reading steps of the skill spec ("输出怎么读"), made concrete for these rows: 1 dtype, 2 the part that
-    drags, 3 fp32 vs fp16 (fallback), then 4 the PMU bound per part and 5 the largest payoff (accelerator rows
-    only; CPU-interpreter rows get no optimisation advice). Returns lines."""
+    """The reading steps of the skill spec ("输出怎么读"), made concrete for these rows: dtype, the part that
+    drags, fp32 vs fp16 (fallback), then the PMU bound per part and the largest payoff (accelerator rows only;
+    CPU-interpreter rows get no optimisation advice). Returns lines "<n>. ...", numbered consecutively over the
+    items present (one item may take several lines, e.g. one fp32-vs-fp16 line per part, which share its number).
+    An operator without matrix work is compared on MBU (step 1) and its parts by time and bytes (step 2)."""
     ok = [r for r in rows if r.get("status") == "ok"]
-    lines = []
-    # 1. dtypes: only MFU@ach compares across dtypes
+    cpu = any(r.get("backend") == "cpu" for r in rows)
+    items = [[_dtype_line(ok)], [_drag_line(ok, rows, cpu)]]
+    # fp32 vs fp16/bf16 throughput of the same part: is the cube/tensor unit waiting?
+    if cpu:
+        items.append(["skipped: CPU-interpreter kernel times against torch CPU GEMM peaks say nothing about a "
+                      "cube/tensor unit; run on the NPU or GPU for this step."])
+    else:
+        items.append(_dtype_throughput_lines(ok, peak_tflops, multi=len({r.get("report") for r in rows}) > 1))
+    # bounds (PMU or fallback) and payoff, accelerator rows only
+    if not cpu:
+        bl = [f"case {r['case']}{_rep(r, rows)} {p['part']}: {p['bound']['label']} ({p['bound']['note']})"
+              for r in ok for p in r.get("parts") or [] if str((p.get("bound") or {}).get("source")).startswith("pmu")]
+        if bl:
+            items.append(["bound per part from PMU counters (thresholds and sources: kb mfu_pmu_guide.md): " +
+                          "; ".join(bl[:8]) + ("; ..." if len(bl) > 8 else "") + "."])
+        pay = []
+        for r in ok:
+            top = next((p for p in r.get("parts") or [] if p["part"] == (r.get("payoff_order") or [None])[0]), None)
+            rf = (top or {}).get("roofline") or {}
+            if top and rf.get("payoff") and rf["payoff"] > 0:
+                pay.append(f"case {r['case']}{_rep(r, rows)}: fixing {top['part']} (to {rf['target_source']}) "
+                           f"raises MFU@ach {r['mfu_ach']:.1%} -> {rf['mfu_if_fixed']:.1%}")
+        if pay:
+            items.append(["largest payoff: " + "; ".join(pay[:6]) + "."])
+    return [f"{n}. {line}" for n, item in enumerate(items, 1) for line in item]
+
+
+def _dtype_line(ok: list) -> str:
+    """Reading step 1: which figure compares the cases - MFU@ach across dtypes, MBU when no case does matrix work."""
+    if ok and not any(r.get("matrix_work", True) for r in ok):
+        best = max((r for r in ok if r.get("mbu") is not None), key=lambda r: r["mbu"], default=None)
+        top = f" - best MBU {best['mbu']:.2%} (case {best['case']}, {best.get('dtype')})" if best else ""
+        return ("dtype: no case does matrix work (flops 0, every MFU is —): compare the cases on MBU (bytes moved "
+                f"per second against the measured bandwidth), across dtypes too{top}.")
     dtypes = sorted({r["dtype"] for r in ok if r.get("dtype")})
     non_half = [r for r in ok if r.get("dtype") not in HALF_DTYPES and r.get("mfu_nom") is not None
                 and r.get("mfu_ach") is not None]
     if len(dtypes) > 1 or non_half:
         ex = "; ".join(f"case {r['case']} {r['dtype']}{' (tf32)' if r.get('tf32') else ''}: MFU@nom "
                        f"{r['mfu_nom']:.1%} vs MFU@ach {r['mfu_ach']:.1%}" for r in non_half[:3])
-        lines.append("1. dtype: compare cases of different dtypes only on MFU@ach (MFU@nom divides every dtype by "
-                     "the fp16/bf16 nominal peak)" + (f" - {ex}" if ex else "") + ".")
-    else:
-        lines.append(f"1. dtype: all cases are {dtypes[0] if dtypes else '?'}; MFU@nom and MFU@ach rank them "
-                     "alike.")
-    # 2. the part that drags
+        return ("dtype: compare cases of different dtypes only on MFU@ach (MFU@nom divides every dtype by the "
+                "fp16/bf16 nominal peak)" + (f" - {ex}" if ex else "") + ".")
+    return f"dtype: all cases are {dtypes[0] if dtypes else '?'}; MFU@nom and MFU@ach rank them alike."
+
+
+def _drag_line(ok: list, rows: list, cpu: bool) -> str:
+    """Reading step 2: the part whose time share is far above its FLOPs share - or why no such comparison exists
+    (no KERNEL_PARTS; no flops_parts; parts without matrix work, judged by time and bytes)."""
     drags = []
     for r in ok:
+        named = any(p["part"] != OTHER for p in r.get("parts") or [])
         for p in r.get("parts") or []:
             ts, fs = p.get("time_share"), p.get("flops_share")
             if ts is None or ts < DRAG_MIN_TIME_SHARE:
                 continue
             if p["part"] == OTHER:
-                drags.append(f"case {r['case']}{_rep(r, rows)}: unmatched kernels ('other') take {ts:.0%} of the "
-                             "time and do no counted FLOPs")
+                if named:  # without KERNEL_PARTS every kernel is 'other': nothing to single out
+                    drags.append(f"case {r['case']}{_rep(r, rows)}: unmatched kernels ('other') take {ts:.0%} of "
+                                 "the time and do no counted FLOPs")
                 continue
             if fs is None:
                 continue
@@ -73,39 +111,26 @@ def reading_aid(rows: list, peak_tflops: dict) -> list:
                 mfu = f", MFU@ach {p['mfu_ach']:.1%}" if p.get("mfu_ach") is not None else ""
                 drags.append(f"case {r['case']}{_rep(r, rows)}: {p['part']} takes {ts:.0%} of the time for "
                              f"{fs:.1%} of the FLOPs{mfu}")
-    cpu = any(r.get("backend") == "cpu" for r in rows)
     if drags:
-        lines.append("2. the part that drags (time share far above FLOPs share): " + "; ".join(drags[:6]) +
-                     (" - CPU-interpreter times: a pipeline check, no optimisation advice." if cpu else
-                      " - optimise it first."))
-    elif any(r.get("parts") and any(p.get("flops_share") is not None for p in r["parts"]) for r in ok):
-        lines.append("2. no part takes >= 2x its FLOPs share of the time: time follows the work.")
-    else:
-        lines.append("2. no per-part FLOPs (flops_parts/KERNEL_PARTS absent): add them to flops.py to see which "
-                     "part drags.")
-    # 3. fp32 vs fp16/bf16 throughput of the same part: is the cube/tensor unit waiting?
-    if cpu:
-        lines.append("3. skipped: CPU-interpreter kernel times against torch CPU GEMM peaks say nothing about a "
-                     "cube/tensor unit; run on the NPU or GPU for this step.")
-    else:
-        lines.extend(_dtype_throughput_lines(ok, peak_tflops, multi=len({r.get("report") for r in rows}) > 1))
-    # 4. bounds (PMU or fallback) and payoff, accelerator rows only
-    if not cpu:
-        bl = [f"case {r['case']}{_rep(r, rows)} {p['part']}: {p['bound']['label']} ({p['bound']['note']})"
-              for r in ok for p in r.get("parts") or [] if str((p.get("bound") or {}).get("source")).startswith("pmu")]
-        if bl:
-            lines.append("4. bound per part from PMU counters (thresholds and sources: kb mfu_pmu_guide.md): " + "; ".join(bl[:8]) +
-                         ("; ..." if len(bl) > 8 else "") + ".")
-        pay = []
-        for r in ok:
-            top = next((p for p in r.get("parts") or [] if p["part"] == (r.get("payoff_order") or [None])[0]), None)
-            rf = (top or {}).get("roofline") or {}
-            if top and rf.get("payoff") and rf["payoff"] > 0:
-                pay.append(f"case {r['case']}{_rep(r, rows)}: fixing {top['part']} (to {rf['target_source']}) "
-                           f"raises MFU@ach {r['mfu_ach']:.1%} -> {rf['mfu_if_fixed']:.1%}")
-        if pay:
-            lines.append("5. largest payoff: " + "; ".join(pay[:6]) + ".")
-    return lines
+        return ("the part that drags (time share far above FLOPs share): " + "; ".join(drags[:6]) +
+                (" - CPU-interpreter times: a pipeline check, no optimisation advice." if cpu else
+                 " - optimise it first."))
+    parts = [p for r in ok for p in r.get("parts") or [] if p["part"] != OTHER]
+    if any(p.get("flops_share") is not None for p in parts):
+        return "no part takes >= 2x its FLOPs share of the time: time follows the work."
+    if any(p.get("flops") is not None for p in parts):  # flops_parts given, but no case does matrix work
+        names = sorted({p["part"] for p in parts})
+        shares = "; ".join(f"case {r['case']}{_rep(r, rows)}: " + ", ".join(
+            f"{p['part']} {p['time_share']:.0%}" for p in r.get("parts") or [] if p.get("time_share") is not None)
+            for r in ok[:3] if r.get("parts")) if len(names) > 1 else ""  # one part: 100% of the time, nothing to add
+        return (f"the parts ({', '.join(names)}) do no matrix work (flops_parts gives them 0 FLOPs): there is no "
+                "FLOPs share to compare, so judge each part by its time share and bytes moved (MBU)"
+                + (f" - time share {shares}" if shares else "") + ".")
+    if parts:
+        return ("no per-part FLOPs (flops.py has KERNEL_PARTS but no flops_parts): add flops_parts to flops.py to "
+                "see which part drags.")
+    return ("one part only (flops.py has no KERNEL_PARTS: every kernel is 'other'): add KERNEL_PARTS (and "
+            "flops_parts for parts with matrix work) to flops.py to see which part drags.")
 
 
 def _rep(r, rows):
@@ -167,12 +192,12 @@ def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
         else:
             text = verdict["note"]
         rep = f" [{x['report']}]" if multi else ""
-        out.append(f"3. {x['part']}{rep}: "
+        out.append(f"{x['part']}{rep}: "
                    f"{p32['tflops']:.3g} TFLOP/s in fp32 (case {r32['case']}) vs {p16['tflops']:.3g} in "
                    f"{r16['dtype']} (case {r16['case']}) = {ratio:.2f}, expected ~{expect:.2f} ({x['src']})"
                    f"{'' if same else ' [different shapes]'} - {text}.")
     if not out:
-        out.append("3. fp32 vs fp16: no part ran in both fp32 and fp16/bf16 here; measure a case in each dtype to "
+        out.append("fp32 vs fp16: no part ran in both fp32 and fp16/bf16 here; measure a case in each dtype to "
                    "tell whether the cube/tensor unit is waiting.")
     return out
 

@@ -10,9 +10,12 @@ was built from, every later step by its stamp and its report.
 * Steps 2-6: make writes ``<work>/.state/<step>.ok`` (:func:`stamp_path`) only after the step's script succeeded;
   the report keeps its name whatever happened. A step is **done** when its stamp is newer than everything it
   depends on (:data:`STEPS`, mirroring the Makefile's rules); **stale** when an input changed since; **failed**
-  when it has no stamp and its report records a failure or an incomplete run (kept as evidence; make redoes the
-  step); **not run** otherwise. A script that writes an incomplete report outside make removes the step's stamp
-  (:func:`invalidate`). :func:`step_states` gives the table ``make status`` prints.
+  when it has no stamp and either make recorded the script's exit status (``<step>.failed``,
+  :func:`failure_record`) or its report records a failure or an incomplete run (kept as evidence; make redoes
+  the step); **not done** when a report is there but make recorded neither success nor failure (the run was
+  killed, or the script ran outside make); **not run** otherwise. A script that writes an incomplete report
+  outside make removes the step's stamp (:func:`invalidate`). :func:`step_states` gives the table ``make status``
+  prints; :func:`seed_mismatch` warns when the steps' reports were drawn with different seeds.
 """
 from __future__ import annotations
 
@@ -56,6 +59,28 @@ STEPS = (
 def stamp_path(work: str, step: str) -> str:
     """``<work>/.state/<step>.ok``: written by make after ``step`` succeeded (step 1's stamp is prepare.json)."""
     return os.path.join(work, PREPARE_JSON) if step == "prepare" else os.path.join(work, STATE_DIR, f"{step}.ok")
+
+
+def failure_record(work: str, step: str):
+    """The exit status make recorded for the last failed run of ``step`` (2-6), or None.
+
+    The Makefile's ``step`` macro touches ``<work>/.state/<step>.started`` before the step's script, removes
+    ``<step>.failed`` then, and writes the script's exit status to ``<work>/.state/<step>.failed`` when it failed
+    (not for an exit status it accepted). A run killed by a signal (Ctrl-C) records nothing. A record older than
+    the last ``.started`` (a later run began) does not count. Returns an int (or the file's text when it is not
+    one)."""
+    path = os.path.join(work, STATE_DIR, f"{step}.failed")
+    if step == "prepare" or not os.path.exists(path):
+        return None
+    started = _mtime(os.path.join(work, STATE_DIR, f"{step}.started"))
+    if started is not None and _mtime(path) < started:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else (text or "unknown")
 
 
 def invalidate(work: str, step: str) -> bool:
@@ -197,6 +222,16 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
                 st, detail = "stale", f"its report {report} is gone"
             else:  # make's view: the stamp stands (a failure it accepted, e.g. ACCEPT_VERIFY_FAILURES=1, is listed)
                 st, detail = "done", (detail if ok else f"accepted: {detail}")
+        elif (rc := failure_record(work, step.name)) is not None:
+            st = "failed"
+            started = _mtime(os.path.join(work, STATE_DIR, f"{step.name}.started"))
+            if have_report and (started is None or _mtime(report) >= started):
+                what = detail or "its report is kept"
+            elif have_report:
+                what = "no new report (the one there is from an earlier run)"
+            else:
+                what = "no report written"
+            detail = f"exit status {rc}; {what}; make redoes it"  # the report's own words first: status cuts at 110
         elif not have_report:
             st, detail = "not run", "; ".join(upstream)
         elif not ok:
@@ -209,9 +244,47 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
     return rows
 
 
+SEEDED_REPORTS = ("verify.json", "flops_check.json", "performance.json")
+
+
+def recorded_seeds(work: str) -> dict:
+    """{report file name: seed} of the reports of ``work`` that draw the cases' random inputs (verify,
+    check_flops, the collector: each writes its ``--seed`` as the top-level ``seed``). A report that is absent,
+    unreadable or records no seed is left out."""
+    out = {}
+    for name in SEEDED_REPORTS:
+        path = os.path.join(work, name)
+        if not os.path.exists(path):
+            continue
+        try:
+            doc = read_json(path)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("seed") is not None:
+            out[name] = doc["seed"]
+    return out
+
+
+def seed_mismatch(work: str):
+    """A warning (str) when the reports of ``work`` were made with different ``--seed`` values (e.g. ``make all
+    SEED=1``, then ``make all COLLECT_ARGS=...`` re-ran the collector with the default SEED 0 while verify kept
+    seed 1): the cases were verified, checked and timed on different random inputs. None when they agree (or
+    fewer than two record a seed)."""
+    seeds = recorded_seeds(work)
+    if len(set(map(repr, seeds.values()))) < 2:
+        return None
+    listed = ", ".join(f"{name} seed {seed!r}" for name, seed in seeds.items())
+    return (f"{work}: the steps ran with different seeds ({listed}) - the cases were verified, checked and timed on "
+            "different random inputs; re-run every step with one seed: make SEED=<n> all (a SEED given on the "
+            "command line redoes each step that ran with another), or FORCE=1 to rebuild the work directory")
+
+
 def status_table(work: str, prepare: tuple, settings_changed: dict | None = None) -> str:
-    """The ``make status`` table (tabulate) of :func:`step_states` for ``work``."""
+    """The ``make status`` table (tabulate) of :func:`step_states` for ``work``, then :func:`seed_mismatch`'s
+    warning when the steps ran with different seeds."""
     from tabulate import tabulate
     rows = step_states(work, prepare, settings_changed)
     body = [[r["step"], r["state"], (r["detail"] or "")[:110], r["report"]] for r in rows]
-    return f"work directory {work}\n" + tabulate(body, headers=["step", "state", "detail", "report"])
+    mixed = seed_mismatch(work)
+    return (f"work directory {work}\n" + tabulate(body, headers=["step", "state", "detail", "report"])
+            + (f"\nwarning: {mixed}" if mixed else ""))
