@@ -37,6 +37,10 @@ if action == "hang":  # a grandchild in a session of its own, as the collector's
     rec["grandchild"] = p.pid
     json.dump(rec, open(out, "w"))
     time.sleep(120)
+if action == "sigint":  # what a Ctrl-C that reached the child before its setsid does
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 if action == "fail":
     print("error: planted failure in the stub", flush=True)
     print("make: step verify FAILED (exit status 1); its report is kept: x/verify.json", flush=True)
@@ -315,3 +319,13 @@ def test_ctrl_c_under_runner_ray_kills_the_running_operators_and_records_them(tm
     s = json.loads((out / "batch_summary.json").read_text())
     assert [r["status"] for r in s["rows"]] == ["interrupted", "interrupted"] and s["runner"] == "ray"
     assert all(gone(rec["grandchild"]) for rec in stub_records(stub).values())
+
+
+def test_an_operator_ended_by_sigint_is_interrupted_not_failed(tmp_path, stub):
+    """The race CI hit under load: Ctrl-C reaching a just-forked child (before its setsid) kills it with SIGINT, and
+    the batch saw an exit status before its own interrupt - that operator is ``interrupted`` (resumable), never a
+    ``failed`` one with a bogus reason."""
+    r, s = run_batch(stub, tmp_path / "out", "--examples", "zoo", "--ops", "1_BatchMatmul,2_Softmax",
+                     plan={"zoo/1_BatchMatmul": "sigint"})
+    by = {row["name"]: row["status"] for row in s["rows"]}
+    assert by == {"zoo/1_BatchMatmul": "interrupted", "zoo/2_Softmax": "ok"}, r.stdout + r.stderr

@@ -214,7 +214,9 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
     if outcome == "timeout":
         _finish(rec, t0, "timeout", proc.returncode,
                 f"timed out after {opts['timeout_s']:g} s (OP_TIMEOUT_S): the whole process tree was killed", job)
-    elif outcome == "stopped":
+    elif outcome == "stopped" or proc.returncode == -signal.SIGINT or (proc.returncode != 0 and stop and stop()):
+        # a Ctrl-C that reached the child between fork and its setsid (start_new_session) ends it with SIGINT
+        # before the batch sees its own interrupt: that is the batch's interruption, not the operator's failure
         _finish(rec, t0, "interrupted", None, "interrupted (Ctrl-C): run the batch again to resume", job)
     elif proc.returncode != 0:
         step, why = failure_reason(job["log"], proc.returncode)
