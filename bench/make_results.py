@@ -440,13 +440,15 @@ def sec_batch(st):
         s = c.get("settings") or {}
         crows.append([i, c.get("created_at"), c.get("git_commit"), c.get("rc"), num(c.get("wall_s")),
                       len(c.get("ran") or []), len(c.get("finished") or []),
-                      "; ".join(f"{x['name']} ({x['why']})" for x in c.get("stale") or []) or None, s.get("op_timeout_s"),
+                      "; ".join(f"{x['name']} ({x['why']})" for x in c.get("stale") or []) or None,
+                      s.get("op_timeout_s"),
                       f"`{s.get('probe_args')}`", f"`{s.get('search_args')}`", s.get("pmu"), s.get("keep_prof")])
     orows, prows = [], []
     for o in ops:
         head = (o.get("maxima") or {}).get("mfu_ach") or (o.get("maxima") or {}).get("mbu") or {}
         hrow = next((x for x in o.get("rows") or [] if x.get("case") == head.get("case")), None)
-        orows.append([o["name"], o.get("status"), o.get("finished_by_call"), num(o.get("wall_s")), len(o.get("rows") or []) or None,
+        orows.append([o["name"], o.get("status"), o.get("finished_by_call"), num(o.get("wall_s")),
+                      len(o.get("rows") or []) or None,
                       _best(o, "mfu_ach"), _best(o, "mbu"), ((hrow or {}).get("bound") or {}).get("label"),
                       _limit(o), _probe(o), _flops(o), (o.get("reason") or "")[:200] or None])
         for part in (hrow or {}).get("parts") or []:
@@ -462,8 +464,8 @@ def sec_batch(st):
             + (f"**Complete:** {final}/{len(ops)} operators have a final status." if r.get("complete") else
                f"**Partial:** {final}/{len(ops)} operators have a final status; the next call resumes.")
             + "\n\nCalls and the settings each used:\n\n"
-            + table(["call", "at", "commit", "rc", "wall s", "operators run", "finished", "run again", "op timeout s",
-                     "PROBE_ARGS", "SEARCH_ARGS", "PMU", "KEEP_PROF"], crows))
+            + table(["call", "at", "commit", "rc", "wall s", "operators run", "finished", "run again",
+                     "op timeout s", "PROBE_ARGS", "SEARCH_ARGS", "PMU", "KEEP_PROF"], crows))
     by = [o.get("finished_by_call") for o in ops if o.get("finished_by_call")]
     calls, keys = r.get("calls") or [], r.get("measure_keys") or []
     sets = {json.dumps({k: (calls[i - 1].get("settings") or {}).get(k) for k in keys}, sort_keys=True)
@@ -484,8 +486,7 @@ def sec_batch(st):
             "case; limit = the search's best point; probe = candidates that passed the five gates; FLOPs check = "
             "flops.py vs the tracer, flops_check.json):\n\n"
             + table(["operator", "status", "call", "wall s", "cases", "best MFU@ach", "best MBU", "bound",
-                     "limit (search)",
-                     "probe", "FLOPs check", "reason"], orows)
+                     "limit (search)", "probe", "FLOPs check", "reason"], orows)
             + "\n\nPer part of each operator's headline case (bound source: `pmu:ncu` where the counters ran, else "
               "the fp32-vs-fp16 fallback):\n\n"
             + table(["operator", "case", "part", "MFU@ach", "time share", "bound", "source", "evidence"], prows)
@@ -520,12 +521,12 @@ def summary_rows(pack):
     """[claim, measured, criterion, met, section] for each packed stage with a pass/fail criterion - read from the
     stage's own figures, so a stage that is absent or has no result gives no row (never an invented number). A
     stage measured before a bundled kernel changed says so in its measured cell (EXAMPLE_CHANGES)."""
-    rows = _summary_rows(pack)
-    by_title = {TITLES[k]: v for k, v in pack.items() if k in TITLES}
-    for row in rows:
-        old = earlier_kernels(by_title.get(row[4]) or {})
+    rows = []
+    for stage, row in _summary_rows(pack):
+        old = earlier_kernels(pack.get(stage) or {})
         if old:
             row[1] = f"{row[1]} (before `{old[0][0]}`: the earlier {old[0][2]} kernel)"
+        rows.append(row + [TITLES[stage]])
     return rows
 
 
@@ -542,63 +543,66 @@ def bf16_peaks(pack):
 
 
 def _summary_rows(pack):
+    """(stage, [claim, measured, criterion, met]) per criterion of :func:`summary_rows`."""
     rows = []
     r = (pack.get("ncu") or {}).get("result") or {}
     if r.get("eligible"):
-        rows.append(["kernel time = Nsight Compute", f"{r.get('within')}/{r.get('eligible')} kernels within",
-                     f"{pct(r.get('tolerance'), 0)} (>= {r.get('min_us')} us)",
-                     _verdict(r.get("within") == r.get("eligible")), TITLES["ncu"]])
+        rows.append(("ncu", ["kernel time = Nsight Compute", f"{r.get('within')}/{r.get('eligible')} kernels within",
+                             f"{pct(r.get('tolerance'), 0)} (>= {r.get('min_us')} us)",
+                             _verdict(r.get("within") == r.get("eligible"))]))
     r = (pack.get("gemm") or {}).get("result") or {}
     if r.get("ratio") is not None:
-        rows.append(["MFU = independent CUDA-event timing", f"ratio {r['ratio']:.4f}",
-                     f"within {pct(r.get('tolerance'), 0)}", _verdict(r.get("pass")), TITLES["gemm"]])
+        rows.append(("gemm", ["MFU = independent CUDA-event timing", f"ratio {r['ratio']:.4f}",
+                              f"within {pct(r.get('tolerance'), 0)}", _verdict(r.get("pass"))]))
     r = (pack.get("peaks_wide") or {}).get("result") or {}
     if r.get("rows"):
         lo = min((x["ratio"] for x in r["rows"] if x.get("ratio")), default=None)
-        rows.append(["peak = best of a wide sweep", None if lo is None else f"min ratio {lo:.3f}",
-                     f">= {r.get('min_ratio')}", _verdict(r.get("pass")), TITLES["peaks_wide"]])
+        rows.append(("peaks_wide", ["peak = best of a wide sweep", None if lo is None else f"min ratio {lo:.3f}",
+                                    f">= {r.get('min_ratio')}", _verdict(r.get("pass"))]))
     r = (pack.get("peaks") or {}).get("result") or {}
     if r.get("rows"):
         ratios = ", ".join(f"{x['mode']} {x['ratio']:.3f}" for x in r["rows"] if x.get("ratio"))
-        rows.append(["int8 / fp8 peak = best of a sweep", f"ratio {ratios}", f"int8 >= {r.get('min_ratio_int8')}",
-                     _verdict(r.get("int8_within_10pct")), TITLES["peaks"]])
+        rows.append(("peaks", ["int8 / fp8 peak = best of a sweep", f"ratio {ratios}",
+                               f"int8 >= {r.get('min_ratio_int8')}", _verdict(r.get("int8_within_10pct"))]))
     peaks = bf16_peaks(pack)
     if len(peaks) > 1:
         vals = [v for _, v in peaks]
         spread = (max(vals) - min(vals)) / min(vals)
-        rows.append(["bf16 peak stable across device calls", ", ".join(num(v) for v in vals) + f" TFLOP/s (spread "
-                     f"{spread:.1%})", "none (information: each call calibrates its own peak, and MFU@ach divides by its call's)", "-",
-                     TITLES["peaks_wide"]])
+        rows.append(("peaks_wide", ["bf16 peak stable across device calls",
+                                    ", ".join(num(v) for v in vals) + f" TFLOP/s (spread {spread:.1%})",
+                                    "none (information: each call calibrates its own peak, and MFU@ach divides by "
+                                    "its call's)", "-"]))
     r = (pack.get("pmu_micro") or {}).get("result") or {}
     known = [k for k in r.get("kernels") or [] if k.get("expected")]
     if known:
         bad = [k for k in known if (k.get("bound") or {}).get("label") != k["expected"]]
-        rows.append(["bound class = a known kernel's design intent", f"{len(known) - len(bad)}/{len(known)} agree"
-                     + "".join(f"; {k['kernel'][:40]}: expected {k['expected']}, classified "
-                               f"{k['bound']['label']} (SM {num((k.get('counters') or {}).get('sm_throughput_pct'))}%, "
-                               f"memory {num((k.get('counters') or {}).get('memory_throughput_pct'))}%)" for k in bad),
-                     "all agree", _verdict(not bad), TITLES["pmu_micro"]])
+        why = "".join(f"; {k['kernel'][:40]}: expected {k['expected']}, classified {k['bound']['label']} (SM "
+                      f"{num((k.get('counters') or {}).get('sm_throughput_pct'))}%, memory "
+                      f"{num((k.get('counters') or {}).get('memory_throughput_pct'))}%)" for k in bad)
+        rows.append(("pmu_micro", ["bound class = a known kernel's design intent",
+                                   f"{len(known) - len(bad)}/{len(known)} agree{why}", "all agree",
+                                   _verdict(not bad)]))
     r = (pack.get("makeall") or {}).get("result") or {}
     warm = [x for x in r.get("runs") or [] if x.get("mode") == "warm"]
     if warm:
         ok = [x for x in warm if x.get("rc") == 0 and isinstance(x.get("wall_s"), (int, float))
               and x["wall_s"] <= r.get("target_s", 60)]
-        rows.append(["`make all` (warm Triton cache)", ", ".join(f"{x['op']} {num(x.get('wall_s'))} s" for x in warm),
-                     f"<= {r.get('target_s', 60)} s", _verdict(len(ok) == len(warm)), TITLES["makeall"]])
+        rows.append(("makeall", ["`make all` (warm Triton cache)",
+                                 ", ".join(f"{x['op']} {num(x.get('wall_s'))} s" for x in warm),
+                                 f"<= {r.get('target_s', 60)} s", _verdict(len(ok) == len(warm))]))
     r = (pack.get("search") or {}).get("result") or {}
     crit = r.get("criteria") or {}
     for op in r.get("ops") or []:
         if "metric" in op:
-            rows.append([f"search = exhaustive ({op['op']})", f"gap {pct(op.get('gap'), 2)}, cost "
-                         + ("-" if op.get("cost_ratio") is None else f"{op['cost_ratio']:.1%}"),
-                         f"gap <= {pct(crit.get('within'), 0)}, cost <= {pct(crit.get('cost_ratio'), 0)}",
-                         _verdict(bool(op.get("within_3pct") and op.get("cost_le_25pct"))), TITLES["search"]])
-    st = pack.get("batch") or {}
-    r = st.get("result") or {}
+            cost = "-" if op.get("cost_ratio") is None else f"{op['cost_ratio']:.1%}"
+            rows.append(("search", [f"search = exhaustive ({op['op']})", f"gap {pct(op.get('gap'), 2)}, cost {cost}",
+                                    f"gap <= {pct(crit.get('within'), 0)}, cost <= {pct(crit.get('cost_ratio'), 0)}",
+                                    _verdict(bool(op.get("within_3pct") and op.get("cost_le_25pct")))]))
+    r = (pack.get("batch") or {}).get("result") or {}
     if r.get("ops"):
         ok = sum(1 for o in r["ops"] if o.get("status") == "ok")
-        rows.append(["batch over every bundled and real-case operator", f"{ok}/{len(r['ops'])} ok",
-                     "all complete", _verdict(bool(r.get("complete")) and ok == len(r["ops"])), TITLES["batch"]])
+        rows.append(("batch", ["batch over every bundled and real-case operator", f"{ok}/{len(r['ops'])} ok",
+                               "all complete", _verdict(bool(r.get("complete")) and ok == len(r["ops"]))]))
     return rows
 
 

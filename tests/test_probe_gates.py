@@ -144,8 +144,8 @@ def test_a_source_already_slower_than_max_ms_is_replaced_by_the_next_case(tmp_pa
     # case 0 (m 64 > 48) sleeps 0.3 s in ModelNew at scale 1 itself; case 1 (m 16, 32 at x2) is fast. Test-double
     # peak.json of 5.04e-7 TFLOP/s: case 0's roofline floor (32768 FLOPs: 50 ms) is within 1/8 of --max-ms 100, so
     # it is timed first, found over the limit and replaced by case 1 (--top 1), whose ladder then runs
-    work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(1, 64, 32, 8), probe_ops.case_line(1, 16, 32, 8)],
-                                  peak_gbps=1000.0)
+    lines = [probe_ops.case_line(1, 64, 32, 8), probe_ops.case_line(1, 16, 32, 8)]
+    work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=1000.0)
     _peak(work, 5.04e-7)
     r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100",
                        env={"PROBE_OP_MODE": "slow", "PROBE_OP_LIMIT": "48"})

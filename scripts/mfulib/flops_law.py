@@ -51,7 +51,8 @@ def fit(symbols, traced: dict):
     rel = float(np.max(np.abs(np.exp(x @ coef - y) - 1.0)))
     if rel > EXACT_REL:
         return None, f"traced FLOPs are no power law of the symbols (a case is {rel:.1%} off the fit)"
-    odd = {n: round(float(e), 3) for n, e in zip(names, coef[1:]) if min(abs(e - k) for k in (0, 1, 2, 3)) > INTEGER_TOL}
+    odd = {n: round(float(e), 3) for n, e in zip(names, coef[1:])
+           if min(abs(e - k) for k in (0, 1, 2, 3)) > INTEGER_TOL}
     if odd:  # e.g. seq 1.65, heads -0.55 from 5 FusionAttention cases: an accident of the data, not the operator
         return None, f"exponents {odd} are not 0, 1, 2 or 3: a fit by accident, not the operator's FLOPs"
     return {"exponents": {n: round(float(e), 6) for n, e in zip(names, coef[1:])}, "n_cases": len(cases),

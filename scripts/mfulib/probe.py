@@ -307,6 +307,13 @@ def candidate_id(source_case: int, factors: dict) -> str:
     return f"c{source_case}:" + ",".join(f"{k}x{v}" for k, v in sorted(factors.items()))
 
 
+def _decided_by_floor(g4: dict, traced: bool) -> list:
+    """The gates after gate 1 (``traced``: after gate 2) of a candidate whose gate 4 the roofline floor ``g4``
+    decided: the ones it skips are recorded not run (ok null), then ``g4``."""
+    skipped = [] if traced else [pj.gate(2, None, "not run: gate 4 fails on the predicted FLOPs' roofline floor")]
+    return skipped + [pj.gate(3, None, "not run: gate 4 fails on the roofline floor alone"), g4]
+
+
 class Probe:
     """One probe run over source cases of the OpDir ``od``; ``doc`` is the probe.json being built (resumed).
 
@@ -547,8 +554,7 @@ class Probe:
             if ahead is not None:  # decided without tracing the reference at 2^k the work
                 if job is not None:
                     job.kill()
-                gates += [pj.gate(2, None, "not run: gate 4 fails on the predicted FLOPs' roofline floor"),
-                          pj.gate(3, None, "not run: gate 4 fails on the roofline floor alone"), ahead]
+                gates += _decided_by_floor(ahead, traced=False)
             elif gates[-1]["ok"]:
                 staged = staged or stage_candidate(self.od, case, tmp)
                 if job is None and not refusals:
@@ -560,7 +566,7 @@ class Probe:
                 gates.append(g2)
                 floor = gate4_floor(cand["flops"], info.input_bytes, self.bw, o["max_ms"]) if g2["ok"] else None
                 if floor is not None:  # decided by the roofline: verify and timing would only burn the budget
-                    gates += [pj.gate(3, None, "not run: gate 4 fails on the roofline floor alone"), floor]
+                    gates += _decided_by_floor(floor, traced=True)
                 elif g2["ok"]:
                     timeout, cut = self._timeout()
                     g3, g4, row, cand["time_ms"] = gates34(self._worker(), staged, o["seed"], o["max_ms"], timeout,
