@@ -32,7 +32,7 @@ import sys
 
 import pytest
 
-from mfulib import decompose, kernel_parts
+from mfulib import decompose, decompose_reading, kernel_parts
 from mfulib.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -350,6 +350,20 @@ def test_a_search_in_the_work_dir_is_tied_to_the_table_by_a_note(tmp_path):
     res = decompose.decompose(str(d), str(d / "peak.json"))
     (note,) = [n for n in res["notes"] if n.startswith("search (grid_search.json)")]
     assert "limit MFU@ach 20.00% at case 46" in note and "timed case 46 again: 18.51%" in note
+    assert "kernel time" not in note  # the search recorded no kernel time: nothing to compare, nothing claimed
+    t_here = _rows(res)[46]["kernel_time_ns"]
+    # the two kernel times against the runs' repeat spreads: 2% apart with a 5% spread is noise; 20% apart is not
+    for factor, spread, says in ((1.005, 0.001, "0.5% apart: the same time"),
+                                 (1.02, 0.05, "within the runs' repeat spread of up to 5.0%: run-to-run noise"),
+                                 (1.25, 0.05, "more than either run's repeat spread of up to 5.0%"),
+                                 (1.25, None, "no repeat spread recorded")):
+        gs2 = dict(gs, best=dict(gs["best"], kernel_time_ns=t_here * factor),
+                   stage2=[{"case": 46, "repeat_spread": spread}])
+        (d / "grid_search.json").write_text(json.dumps(gs2))
+        rows = [dict(r, repeat_spread=None) for r in res["reports"][0]["rows"]]
+        (note,) = decompose_reading.search_note(str(d), rows)
+        apart = abs(1 - 1 / factor)
+        assert f"({apart:.1%} apart" in note and says in note and note.endswith("the limit is the search's figure")
     (d / "grid_search.json").write_text("{not json")  # a broken search file never breaks the decomposition
     assert not [n for n in decompose.decompose(str(d), str(d / "peak.json"))["notes"] if n.startswith("search")]
 

@@ -214,19 +214,23 @@ def test_saturation_stops_a_ladder_whose_wall_tflops_no_longer_rises_and_one_chi
 
 
 def test_budget_bounds_the_run_inside_a_candidate(tmp_path):
-    # sleep1: every ModelNew call takes 1 s, so one candidate (verify + warm-up + 3 timed runs) needs > 5 s; a 6 s
-    # budget ends the run inside it: that candidate gets no verdict, and the probe stops within the budget
+    # sleep1 at 2 s: every ModelNew call takes 2 s, so one candidate (verify + warm-up + 3 timed runs) needs > 10 s;
+    # a 10 s budget ends the run inside it: that candidate gets no verdict, and the probe stops within the budget
     work = probe_ops.make_workdir(tmp_path)
-    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "4", "--budget-s", "6",
-                       env={"PROBE_OP_MODE": "sleep1"})
+    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "4", "--budget-s", "10",
+                       env={"PROBE_OP_MODE": "sleep1", "PROBE_OP_SLEEP_S": "2"})
     assert r.returncode == 0, r.stderr
     assert doc["complete"] is False and "--budget-s" in doc["interrupted"]
     assert all(c["verdict"] in ("pass", "fail") for c in doc["candidates"])  # the cut one is not recorded
     assert not [c for c in doc["candidates"] if c["source_case"] == 1]  # never started
-    assert doc["wall_s"] <= 6 + 5  # the budget plus the kill and clean-up, not another candidate's 5 s
-    cut = doc["cut_candidate"]  # where the cut candidate's seconds went: its trace passed, verify/timing was cut
-    assert cut["source_case"] == 0 and cut["gates_done"] == [1, 2] and cut["cut_in"].startswith("gates 3-4")
-    assert 0 < cut["wall_s"] <= 6 and "--budget-s" in cut["why"]
+    assert doc["wall_s"] <= 10 + 5  # the budget plus the kill and clean-up, not another candidate's 10 s
+    # where the cut candidate's seconds went. Its trace (gate 2, a CPU re-run) usually passes inside the budget and
+    # the 2 s calls of verify/timing are cut; on a loaded machine the trace's subprocess (a torch import) can take
+    # the whole budget - a CI run cut it there. Either way cut_in names the first gate not done.
+    cut = doc["cut_candidate"]
+    assert cut["source_case"] == 0 and cut["gates_done"] in ([1], [1, 2])
+    assert cut["cut_in"].startswith("gate 2" if cut["gates_done"] == [1] else "gates 3-4")
+    assert 0 < cut["wall_s"] <= 10 and "--budget-s" in cut["why"]
 
 
 def test_a_budget_that_ends_in_the_ranking_trace_is_an_interruption_and_a_hang_is_an_error(tmp_path):
