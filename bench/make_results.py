@@ -479,8 +479,9 @@ def sec_batch(st):
         same = f"**Mixed settings:** the final results come from {len(sets)} different settings."
     same += (" The limits here come from the batch's own probe and search settings (above) and may differ from "
              "the search section's, which probes with its own settings and reports MFU@nom; a limit is one "
-             "measurement of the best point, shown beside the collection's re-timing of the same case (the two "
-             "have differed by up to a few percent, more than the search's 3-run spread).")
+             "measurement of the best point, shown beside the collection's re-timing of the same case (two "
+             "timings in two processes; each work dir's `mfu_decompose` note compares their kernel times with the "
+             "runs' repeat spreads).")
     return (head + "\n\n" + same + "\n\nPer operator (call = the call that finished it; best MFU@ach and MBU over "
             "the measured cases; bound class of the headline "
             "case; limit = the search's best point; probe = candidates that passed the five gates; FLOPs check = "

@@ -281,8 +281,8 @@ def search_note(op_dir, rows) -> list:
     point (stage 2, measured by the collector) and the same case in this collection, which timed it again in another
     process. The note quotes both figures and compares their kernel-time difference with :data:`SAME_POINT_REL` and
     the two runs' own repeat spreads ((max - min) / median): within them it is the same time or the runs' noise;
-    beyond them the note says so and how to tell which holds (it never guesses a cause). The limit is the search's figure. [] without a search or on
-    an unreadable file."""
+    beyond them the note says so and how to tell which holds (it never guesses a cause). The limit is the search's
+    figure. [] without a search or on an unreadable file."""
     path = os.path.join(op_dir, "grid_search.json") if op_dir else None
     if not path or not os.path.exists(path):
         return []

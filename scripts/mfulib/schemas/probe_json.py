@@ -17,7 +17,8 @@ of inputs without matrix work), saturated (why the ladder ended at this passing 
 predicted FLOPs' roofline floor, gates 2-3 then ok null),
 ``cut_candidate`` {candidate_id, source_case, scale, gates_done, cut_in, wall_s, why} (the candidate the budget cut,
 without a verdict: where its seconds went; absent when none was cut), ``baselines`` {"<source case>": {time_ms,
-flops, input_bytes, figure, detail, wall_s}} (each source timed at scale 1, the saturation rule's starting point), ``wall_s`` (seconds of this run and the runs it resumed),
+flops, input_bytes, figure, detail, wall_s}} (each source timed at scale 1, the saturation rule's starting point),
+``wall_s`` (seconds of this run and the runs it resumed),
 ``appended`` {"<new_case_id>": {source_case, factors, scale, candidate_id, line (the case line as appended)}},
 ``complete`` (every planned candidate has a verdict), ``interrupted`` ("running" while a run is in progress - left
 so by a killed run -, the reason a run stopped early, or null), ``resumed`` [candidate ids whose verdict was reused
