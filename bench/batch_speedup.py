@@ -6,7 +6,7 @@
 Prints (and with -o writes) a markdown block: per run its wall time (s, the batch's own clock from first job start
 to summary) and operators per minute; the measured speed-up (one-worker wall / N-worker wall); the ideal N-worker
 makespan computed from the one-worker run's measured per-operator wall times with the longest-first list schedule
-(mfulib.batch.lpt_makespan, Graham's LPT) and the fraction of that ideal speed-up reached; and per operator both
+(mfulib.batch.plan.lpt_makespan, Graham's LPT) and the fraction of that ideal speed-up reached; and per operator both
 runs' device, wall time and headline figure (MFU@ach, else MBU) with their relative difference. Only operators ok in
 both runs are compared. A suggested device session (each command well under the 10-minute device call limit):
 
@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
-from mfulib.batch import lpt_makespan  # noqa: E402
+from mfulib.batch.plan import lpt_makespan  # noqa: E402
 from mfulib.schemas.batch_json import read_summary  # noqa: E402
 
 

@@ -26,8 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "scripts")
 sys.path.insert(0, SCRIPTS)
 
-from mfulib import prepare  # noqa: E402
-from mfulib.jsonio import provenance, read_json, write_json_atomic  # noqa: E402
+from mfulib.sources import prepare  # noqa: E402
+from mfulib.core.jsonio import provenance, read_json, write_json_atomic  # noqa: E402
 
 REF = os.path.join(ROOT, "examples", "ops", "bench", "zoo", "1_BatchMatmul.py")
 TOLERANCE = 0.03
@@ -103,7 +103,7 @@ def event_time_ns(work, device, launches, warmup):
     """
     import time
     import torch
-    from mfulib.opdir import OpDir
+    from mfulib.core.opdir import OpDir
     built = OpDir(work).build_case(0, impl="asc", seed=0, device=device)
     try:
         model, args = built.model, built.args

@@ -8,8 +8,8 @@ a trailing TAB (facts §0.2), 3-decimal durations, 6-decimal wait times after th
 on some rows and a few marker rows (``PROFILING_ENABLE``). The rows are a labelled synthetic stand-in (values
 random, never presented as hardware output); only the parser's speed and exactness are measured.
 
-Then times (best of ``--repeat``) :func:`mfulib.msprof.read_kernel_frame` (pandas typed columns, exact Int64 ns: the
-parse the 5 s target is for) and :func:`mfulib.msprof.parse_kernel_csv` (the row dicts built from it, the API the
+Then times (best of ``--repeat``) :func:`mfulib.collect.msprof.read_kernel_frame` (pandas typed columns, exact Int64 ns: the
+parse the 5 s target is for) and :func:`mfulib.collect.msprof.parse_kernel_csv` (the row dicts built from it, the API the
 collector uses), checks a sample of rows exactly against values computed while writing (start ns from the text, so
 float rounding would show), prints both times and their ratios to the 5 s target, and exits 1 when the typed parse
 misses it. Measured on the 2-core shared CI box (load ~4): typed parse ~21 s, row dicts ~66 s; the cell-by-cell
@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
-from mfulib import msprof  # noqa: E402
+from mfulib.collect import msprof  # noqa: E402
 
 TARGET_S = 5.0
 # reference/ascend_msprof_facts.md §3.1 (real file, 910B2, CANN 8.3.RC2, --aic-metrics=PipeUtilization)

@@ -20,8 +20,12 @@ import time
 T_PROCESS = time.monotonic()
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
-from mfulib import calib, device, gemm_search, gemm_timing, report  # noqa: E402
-from mfulib.jsonio import provenance, write_json_atomic  # noqa: E402
+from mfulib.peaks import calib  # noqa: E402
+from mfulib.core import device
+from mfulib.peaks import gemm_search
+from mfulib.peaks import gemm_timing
+from mfulib.report import tables as report
+from mfulib.core.jsonio import provenance, write_json_atomic  # noqa: E402
 
 GRID_MN = (1024, 2048, 3072, 4096, 5120, 6144, 8192, 12288)
 GRID_K = (1024, 2048, 4096, 6144, 8192, 12288, 16384)

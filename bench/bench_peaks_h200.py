@@ -26,8 +26,12 @@ import time
 T_PROCESS = time.monotonic()
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
-from mfulib import calib, device, gemm_search, gemm_timing, report  # noqa: E402
-from mfulib.jsonio import provenance, write_json_atomic  # noqa: E402
+from mfulib.peaks import calib  # noqa: E402
+from mfulib.core import device
+from mfulib.peaks import gemm_search
+from mfulib.peaks import gemm_timing
+from mfulib.report import tables as report
+from mfulib.core.jsonio import provenance, write_json_atomic  # noqa: E402
 
 INT8_SHAPES = ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 8192, 8192), (8192, 8192, 16384),
                (12288, 12288, 12288), (1024, 9216, 14336), (6144, 6144, 6144), (10240, 10240, 10240),

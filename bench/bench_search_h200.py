@@ -11,7 +11,7 @@ directory:
    left (``--budget-s``; a re-run resumes until probe.json says complete);
 3. ``search``: scripts/mfu_grid_search.py (pool -> stage 1 wall clock -> stage 2 collector) -> grid_search.json;
 4. ``exhaustive``: the collector over the **whole pool** (the same code and the same collector settings as stage 2,
-   mfulib.grid_search.stage2 with the search's --stage2-* options and --collect-arg: PMU included, ``--pmu auto``
+   mfulib.search.grid.stage2 with the search's --stage2-* options and --collect-arg: PMU included, ``--pmu auto``
    on cuda), in chunks of at most ``--chunk`` cases, fewer when the call's time left would not hold them at the
    search's stage-2 cost per case (each chunk pays one collector start-up: ``exhaustive_n_chunks`` says how many);
 5. ``spread``: the search's best point measured 3 more times by the collector (run-to-run spread of the limit;
@@ -24,7 +24,7 @@ directory:
 
 Compile cache: realistic use is probe -> search (or probe -> exhaustive), both after the probe has compiled every
 scaled candidate. So every part runs with ONE shared Triton cache, ``<state>/triton-cache`` (``TRITON_CACHE_DIR``,
-which mfulib.worker.child_env hands to every worker and child), warm from the probe when the search and the
+which mfulib.run.worker.child_env hands to every worker and child), warm from the probe when the search and the
 exhaustive measurement are timed; the search runs first, so cases the probe did not compile (originals at scale 1
 that verify had not run) are compiled on the search's bill, not the exhaustive one's. The cache travels in the tar
 (when under 48 MiB) so a call on a fresh machine resumes warm; each part records the cache's file count at its start
@@ -78,7 +78,7 @@ def load(path):
 
 
 def save(path, obj):
-    from mfulib.jsonio import write_json_atomic
+    from mfulib.core.jsonio import write_json_atomic
     write_json_atomic(path, obj)
 
 
@@ -126,7 +126,7 @@ def _opts(args, work, pmu=None):
     """The stage-2 collector settings the search used (its --stage2-* options from --search-arg, --collect-arg),
     so that the exhaustive measurement is the same precise measurement; ``pmu`` overrides --stage2-pmu."""
     from mfu_grid_search import build_parser
-    from mfulib.grid_search import SearchOptions
+    from mfulib.search.grid import SearchOptions
     a = build_parser().parse_args(["--dir", work] + list(args.search_arg))
     return SearchOptions(backend=args.backend, progress=False, collect_args=list(args.collect_arg), seed=a.seed,
                          stage2_warmup=a.stage2_warmup, stage2_repeats=a.stage2_repeats,
@@ -145,8 +145,8 @@ def chunk_size(gs: dict, args) -> int:
 
 def part_exhaustive_chunk(op, work, args, env, st):
     """Measure the next ``--chunk`` pool cases not yet measured exhaustively; done when every pool case is."""
-    from mfulib.grid_search import load_peaks, stage2
-    from mfulib.opdir import OpDir
+    from mfulib.search.grid import load_peaks, stage2
+    from mfulib.core.opdir import OpDir
     gs = load(os.path.join(work, "grid_search.json"))
     done = {c for ch in st.get("exhaustive_chunks", []) for c in ch["cases"]}  # attempted (verify may refuse some)
     todo = [p["case"] for p in gs["pool"] if p["case"] not in done][:chunk_size(gs, args)]
@@ -164,8 +164,8 @@ def part_exhaustive_chunk(op, work, args, env, st):
 
 
 def part_spread(op, work, args, env, st):
-    from mfulib.grid_search import load_peaks, stage2
-    from mfulib.opdir import OpDir
+    from mfulib.search.grid import load_peaks, stage2
+    from mfulib.core.opdir import OpDir
     gs = load(os.path.join(work, "grid_search.json"))
     best = gs["best"]["case"]
     runs = st.setdefault("spread_runs", [])

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The probe's gate-2 trace forked from the warm trace zygote against the same trace as a plain subprocess.
 
-Gate 2 of the probe (``mfulib.probe_gates.gate2`` through ``mfulib.probe_gates.TraceJob``) runs ``check_flops.py
---tracer-only --cases 0`` on each staged candidate. ``mfulib.trace_zygote`` forks that run from one warm process
+Gate 2 of the probe (``mfulib.search.probe_gates.gate2`` through ``mfulib.search.probe_gates.TraceJob``) runs ``check_flops.py
+--tracer-only --cases 0`` on each staged candidate. ``mfulib.run.trace_zygote`` forks that run from one warm process
 that imported torch and torch._dynamo once; ``MFU_TRACE_ZYGOTE=0`` turns it off, and each trace is then a fresh
 ``python3`` process. This bench prepares a work dir for a bundled operator (``scripts/prepare_op_dir.py --example``,
-or takes ``--work``), stages one case the way the probe stages a candidate (``mfulib.probe.stage_candidate``: a
+or takes ``--work``), stages one case the way the probe stages a candidate (``mfulib.search.probe.stage_candidate``: a
 fresh directory per trace) and times ``--n`` gate-2 traces each way, with the probe's own functions:
 
 * ``plain``: ``MFU_TRACE_ZYGOTE=0``; each run is the wall time of ``gate2`` (TraceJob start to verdict);
@@ -81,9 +81,9 @@ def one_trace(od, case: dict, seed: int, timeout_s: float, input_bytes: int, tmp
     """One gate-2 trace of ``case`` staged afresh under ``tmp_root``: {wall_s, gate_wall_s, ok, detail, flops,
     forked}. ``forked``: whether it must come from the zygote (True) or be a plain subprocess (False); a run of the
     other kind raises RuntimeError (the measurement would be of the wrong thing)."""
-    from mfulib import trace_zygote
-    from mfulib.probe import stage_candidate
-    from mfulib.probe_gates import TraceJob, gate2
+    from mfulib.run import trace_zygote
+    from mfulib.search.probe import stage_candidate
+    from mfulib.search.probe_gates import TraceJob, gate2
     staged = stage_candidate(od, case, tempfile.mkdtemp(prefix="cand_", dir=tmp_root))
     t0 = time.perf_counter()
     job = TraceJob(CHECK_FLOPS, staged, seed)
@@ -157,12 +157,12 @@ def main(argv=None) -> int:
         p.error("the trace zygote forks: Linux only")
     out = os.path.abspath(args.out or os.path.join(os.environ.get("OUT") or ".", "trace_zygote.json"))
     sys.path.insert(0, SCRIPTS)
-    from mfulib import device as dev
-    from mfulib import trace_zygote
-    from mfulib.cases import describe_case
-    from mfulib.errors import UserError
-    from mfulib.jsonio import provenance, write_json_atomic
-    from mfulib.opdir import OpDir
+    from mfulib.core import device as dev
+    from mfulib.run import trace_zygote
+    from mfulib.core.cases import describe_case
+    from mfulib.core.errors import UserError
+    from mfulib.core.jsonio import provenance, write_json_atomic
+    from mfulib.core.opdir import OpDir
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
 
     user_env = os.environ.get(ZYGOTE_ENV)

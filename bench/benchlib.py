@@ -1,7 +1,7 @@
 """What the bench/ scripts share: running a command so that nothing it started outlives it, and reading a JSON.
 
 :func:`run_tree` starts ``cmd`` in its own session and, on timeout, stops and kills its whole process tree with
-:func:`mfulib.batch_run.kill_tree` (the batch's mechanism: the group and every descendant, whatever its session);
+:func:`mfulib.batch.job.kill_tree` (the batch's mechanism: the group and every descendant, whatever its session);
 after a normal exit it kills what is left in the group. A plain ``subprocess.run(timeout=...)`` kills only the
 direct child: on 2026-12-01 that left a probe's GPU-busy gate child running into the next device call, and the
 kernel times measured there were 1.5-3x too long (bench/validation/h200, the ``call_note`` of ncu.json).
@@ -25,7 +25,7 @@ def run_tree(cmd, timeout_s=None, env=None, cwd=None, stdout=subprocess.PIPE, st
     ``interrupt``: a signal (e.g. ``signal.SIGINT``) sent to ``cmd``'s own process, not its group, at ``timeout_s``
     so that it can stop cleanly (mfu_batch.py kills its operators, writes its summary and exits 130); its exit
     status is returned when it exits within ``grace_s`` more seconds, else the tree is killed and "timeout"."""
-    from mfulib.batch_run import kill_tree
+    from mfulib.batch.job import kill_tree
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, text=True, env=env, cwd=cwd, start_new_session=True)
     try:

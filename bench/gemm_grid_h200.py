@@ -2,7 +2,7 @@
 """Why the MHA block's GEMM is not tensor-bound on the H200, and what its launch grid has to do with it (issue 14).
 
 The bundled zoo/5_MHABlock ModelNew (examples/ops/gen/zoo/5_MHABlock_triton_optimized.py) launches its
-``matmul_kernel`` Ascend-style: a persistent grid of ``cube_core_num`` programs (on CUDA, through mfulib.compat,
+``matmul_kernel`` Ascend-style: a persistent grid of ``cube_core_num`` programs (on CUDA, through mfulib.run.compat,
 the SM count: 132 on the H200), each walking output tiles. Under Nsight Compute the kernel ran at ~51% tensor pipe
 with 12.5% achieved occupancy (one 8-warp CTA per SM), so the tool's ncu rule (both SM and memory throughput < 60%)
 called it latency-bound. This script tests that reading: the same kernel, the same tiles (128 x 128 x 64, 8 warps,
@@ -21,8 +21,8 @@ also on the smaller case's projections ([1, 16384, 2048]: M = 16384, K = 2048, N
 
 Per variant: median kernel time of 20 CUDA-event-timed launches after warm-up (L2 not flushed: the projections
 read the same weights every call in the operator too), TFLOP/s = 2 M N K / time, and - when ncu is present and
-permitted - the canonical counters (:func:`mfulib.pmu.from_ncu_record` over :func:`mfulib.pmu.ncu_metrics`) and
-the bound (:func:`mfulib.bound.classify`, thresholds fixed from Nsight Compute's SOLBottleneck rule). Writes
+permitted - the canonical counters (:func:`mfulib.collect.pmu.from_ncu_record` over :func:`mfulib.collect.pmu.ncu_metrics`) and
+the bound (:func:`mfulib.report.bound.classify`, thresholds fixed from Nsight Compute's SOLBottleneck rule). Writes
 ``<out>/result.json``; nothing is typed by hand.
 
   python3 bench/gemm_grid_h200.py --out $OUT/gemm_grid        # on the GPU machine (~1 min)
@@ -42,7 +42,7 @@ EXAMPLE = os.path.join(ROOT, "examples", "ops", "gen", "zoo", "5_MHABlock_triton
 CHILD = r'''
 import importlib.util, json, statistics, sys
 sys.path.insert(0, sys.argv[1])
-from mfulib import compat
+from mfulib.run import compat
 compat.install("cuda")
 import torch, triton, triton.language as tl
 spec = importlib.util.spec_from_file_location("mha_example", sys.argv[2])
@@ -182,7 +182,9 @@ def main():
     ap.add_argument("--ncu", default=shutil.which("ncu") or "/usr/local/cuda/bin/ncu")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    from mfulib import bound, ncu, pmu
+    from mfulib.report import bound
+    from mfulib.collect import ncu
+    from mfulib.collect import pmu
     import torch
     result = {"example": os.path.relpath(EXAMPLE, ROOT), "device": torch.cuda.get_device_name(),
               "torch": torch.__version__, "pmu_unavailable": None}

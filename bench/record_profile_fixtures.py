@@ -56,7 +56,7 @@ def prepare(work):
 
 
 def pick_case(work, case):
-    from mfulib.opdir import OpDir
+    from mfulib.core.opdir import OpDir
     if case is not None:
         return case
     infos = [i for i in OpDir(work).describe_all() if i.input_bytes <= 64 << 20]
@@ -107,8 +107,8 @@ def child(args):
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from mfulib import compat
-    from mfulib.opdir import OpDir, in_directory
+    from mfulib.run import compat
+    from mfulib.core.opdir import OpDir, in_directory
     dev = args.device
     if dev.startswith("cuda"):
         torch.cuda.set_device(torch.device(dev))
@@ -166,7 +166,7 @@ def child(args):
 
 def sequence_of(trace_path, warmup, repeats):
     """The kernel names of one measured iteration, read back with this tool's own parser (ranges variant)."""
-    from mfulib import profiles
+    from mfulib.collect import profiles
     prof = profiles.load_chrome(trace_path)
     res = profiles.analyse(prof, warmup, repeats)
     return (res.get("summary") or {}).get("sequence"), res.get("status")

@@ -65,8 +65,8 @@ WANT = 4 * 2 * 8192 * 4096 * 4096 + 2 * 32 * (8192 * 8193 // 2) * 256
 
 
 def child(kind, arg):
-    from mfulib import flopcount
-    from mfulib.opdir import OpDir
+    from mfulib.flops import tracer as flopcount
+    from mfulib.core.opdir import OpDir
     if kind == "fav2":
         from test_flops_tracer import write_workdir
         import pathlib
@@ -102,8 +102,8 @@ def measure(kind, arg):
 
 def bundled_largest():
     """(name, op dir, case id) of the largest case (input bytes) of each bundled zoo operator."""
-    from mfulib.opdir import OpDir
-    from mfulib.prepare import prepare_explicit
+    from mfulib.core.opdir import OpDir
+    from mfulib.sources.prepare import prepare_explicit
     bench = os.path.join(ROOT, "examples", "ops", "bench", "zoo")
     tmp = tempfile.mkdtemp(prefix="tracer-scale-zoo-")
     out = []

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 
 def main():
-    from mfulib import examples
+    from mfulib.sources import examples
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="validate_out", help="output folder (work dirs + summary)")
     p.add_argument("--backend", default="auto")

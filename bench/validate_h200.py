@@ -308,7 +308,7 @@ def restore_batch_state(tar_path, batch_out):
 
 def batch_jobs(settings, batch_out, env):
     """(jobs, skipped) of the batch's source, found as mfu_batch.py finds them (MFU_SHARED_DATA from ``env``)."""
-    from mfulib.batch import discover_jobs
+    from mfulib.batch.plan import discover_jobs
     saved = os.environ.get("MFU_SHARED_DATA")
     try:
         if env.get("MFU_SHARED_DATA"):

@@ -55,7 +55,7 @@ PY
 python3 - >> "$R/summary.txt" 2>&1 <<'PY'
 import sys
 sys.path.insert(0, "scripts")
-from mfulib import compat
+from mfulib.run import compat
 rep = compat.install("cuda:0")
 import torch, triton
 p = triton.runtime.driver.active.utils.get_device_properties(torch.npu.current_device())

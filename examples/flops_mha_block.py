@@ -23,7 +23,7 @@ KERNEL_PARTS maps the implementation's Triton kernels to the parts (fnmatch on k
 wins; unmatched kernels form "other"): examples/ops/gen/zoo/5_MHABlock_triton_optimized.py launches
 ``matmul_kernel`` four times (the projections) and ``flash_attn_fwd_kernel`` once.
 """
-from mfulib.flops_contract import attention_flops, attention_pairs, attr, matmul_flops, shape
+from mfulib.flops.contract import attention_flops, attention_pairs, attr, matmul_flops, shape
 
 KERNEL_PARTS = {
     "attn": ["*flash_attn*", "*attention*", "*attn_fwd*"],

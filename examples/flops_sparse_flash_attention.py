@@ -23,7 +23,7 @@ If the lengths were drawn at random by get_input_groups() instead of given in th
 ``flops(case, args)`` instead: check_flops.py then passes the built forward arguments (seeded, the seed is
 recorded) and the lengths are read from them (args[3] here).
 """
-from mfulib.flops_contract import attention_flops, attention_pairs, attr, shape
+from mfulib.flops.contract import attention_flops, attention_pairs, attr, shape
 
 KERNEL_PARTS = {
     "attn": ["*varlen_attn*", "*attn_fwd*", "*flash*"],

@@ -10,7 +10,7 @@ tensors (CPU when meta fails and the case fits the caps), so no accelerator is n
 Diagnosis of the ratio flops.py / tracer: ~1 ok; flops.py = the tracer's dense count -> causal/sparse reduction
 missed; ~2 causal missed; < 0.5 projections missed; actual_seq_lengths -> padded lengths counted. flops(case) is
 matrix work only: an operator without matrix work returns 0 (no MFU: read it through MBU), and its optional
-vector_flops(case) is checked against the tracer's per-op element costs (mfulib/vector_costs.py).
+vector_flops(case) is checked against the tracer's per-op element costs (mfulib/flops/vector_costs.py).
 Also for the file: KERNEL_PARTS keys must be flops_parts keys; REVIEW markers left by the generator make the
 numerator unverified (review the named lines, then delete the markers).
 
@@ -30,7 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mfulib import cli  # noqa: E402
+from mfulib.core import cli  # noqa: E402
 
 TOOL = "check_flops.py"
 
@@ -63,7 +63,7 @@ def build_parser():
 
 
 def tracer_rows(od, ids, seed, trace_kwargs, progress):
-    from mfulib import flopcount
+    from mfulib.flops import tracer as flopcount
     rows = []
     for i in ids:
         info = od.describe(i)
@@ -85,7 +85,7 @@ def tracer_rows(od, ids, seed, trace_kwargs, progress):
 def print_table(rows, file_level, summary, out_path):
     from tabulate import tabulate
 
-    from mfulib import flops_check as fchk
+    from mfulib.flops import check as fchk
     table = []
     for r in rows:
         tr = r["tracer"]
@@ -133,7 +133,7 @@ def check_args(args):
     --cases ids (None: all). An empty --cases or --largest < 1 is refused by select_cases."""
     import math
 
-    from mfulib.errors import UserError
+    from mfulib.core.errors import UserError
     limits = [("--peak-tflops", args.peak_tflops, False), ("--max-implied-ms", args.max_implied_ms, False),
               ("--tolerance", args.tolerance, True), ("--max-cpu-bytes", args.max_cpu_bytes, True),
               ("--max-cpu-flops", args.max_cpu_flops, True)]  # (flag, value, 0 allowed)
@@ -148,12 +148,12 @@ def main(argv=None):
     case_ids = check_args(args)
     from tqdm import tqdm
 
-    from mfulib import compat
-    from mfulib import flops_check as fchk
-    from mfulib import flops_contract as fcon
-    from mfulib.jsonio import provenance
+    from mfulib.run import compat
+    from mfulib.flops import check as fchk
+    from mfulib.flops import contract as fcon
+    from mfulib.core.jsonio import provenance
     from mfulib.schemas import flops_check_json
-    from mfulib.opdir import OpDir
+    from mfulib.core.opdir import OpDir
     od = OpDir(args.op_dir)
     compat.install("cpu")  # references that call .npu() / torch.npu run here; a no-op where an NPU is present
     out_path = args.output or os.path.join(od.path, flops_check_json.FILE_NAME)
@@ -179,7 +179,7 @@ def main(argv=None):
                                         trace_kwargs=trace_kwargs))
             bar.update()
         file_level = fchk.file_checks(ff, rows)
-        from mfulib.discover import sha256
+        from mfulib.sources.discover import sha256
         doc.update(mode="check", flops_py={"path": ff.path, "sha256": sha256(ff.path),
                                            "takes_args": ff.takes_args, "kernel_parts": ff.kernel_parts},
                    peak=peak)

@@ -21,8 +21,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mfulib import cli  # noqa: E402
-from mfulib.errors import UserError  # noqa: E402
+from mfulib.core import cli  # noqa: E402
+from mfulib.core.errors import UserError  # noqa: E402
 
 
 def build_parser():
@@ -40,7 +40,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.op_dir:
-        from mfulib.opdir import OpDir
+        from mfulib.core.opdir import OpDir
         od = OpDir(args.op_dir)
         args.model = args.model or od.model_py
         args.cases = args.cases or od.cases_path
@@ -48,8 +48,8 @@ def main(argv=None):
     missing = [f for f, v in (("--model", args.model), ("--cases", args.cases), ("-o", args.output)) if not v]
     if missing:
         raise UserError(f"missing {', '.join(missing)} - give them, or --op-dir <work dir>")
-    from mfulib.flops_templates import generate
-    from mfulib.jsonio import write_text_atomic
+    from mfulib.flops.drafts import generate
+    from mfulib.core.jsonio import write_text_atomic
     for what, path in (("--model", args.model), ("--cases", args.cases)):
         if not os.path.isfile(path):
             raise UserError(f"{what} {path}: file not found")

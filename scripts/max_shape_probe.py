@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Find the largest legal scaled shapes of a work directory's cases (step 2 of triton-mfu-analyzer).
 
-Symbol analysis first (mfulib/symbols.py): (tensor, axis) positions equal in every case form one symbol, each
+Symbol analysis first (mfulib/core/symbols.py): (tensor, axis) positions equal in every case form one symbol, each
 tensor's last axis excluded, per layout group (BSH/SBH/BSND/BNSD...); symbols are classified batch / seq_q / seq_k /
 seq / heads / head_dim / hidden with the evidence, and sequence + batch scale by default (--scale-dims). Per source
 case, factors s = 2, 4, 8, ... <= --max-scale go to every chosen symbol, each candidate through five gates in cost
-order (mfulib/probe.py): 1 input bytes (from the case description, before anything is allocated) <= --max-bytes,
+order (mfulib/search/probe.py): 1 input bytes (from the case description, before anything is allocated) <= --max-bytes,
 host and free device memory; 2 the reference accepts the shape (--flops-tool --tracer-only as a subprocess: FLOPs
 > 0, same seed as the timed run); 3 ModelNew matches Model within verify's tolerance (an OOM is recorded, not
 fatal); 4 one run <= --max-ms; 5 effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of
@@ -36,7 +36,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mfulib import cli  # noqa: E402
+from mfulib.core import cli  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -81,22 +81,22 @@ def rank_sources(od, args, infos, cases=None, t_start=None):
     """Case ids by traced FLOPs, most first, and {case: FLOPs} (one --flops-tool run over all cases, or over
     ``cases`` only; output in a temp dir). Limited by ``--timeout-s`` and by what ``--budget-s`` has left
     (counted from ``t_start``, monotonic s; the trace zygote's warm-up included). Raises UserError when the trace
-    outlives ``--timeout-s`` (a reference that hangs) and :class:`mfulib.probe.OutOfBudget` when the budget cut it
+    outlives ``--timeout-s`` (a reference that hangs) and :class:`mfulib.search.probe.OutOfBudget` when the budget cut it
     (nothing wrong with the operator)."""
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory(prefix="mfu_probe_rank_") as tmp:
         out = os.path.join(tmp, "flops_check.json")
         sel = ["--cases", ",".join(map(str, cases))] if cases else []
-        from mfulib.errors import UserError
-        from mfulib.probe import OutOfBudget
+        from mfulib.core.errors import UserError
+        from mfulib.search.probe import OutOfBudget
         t0 = t_start or time.monotonic()
 
         def limits():  # (budget left or None, wait limit): the zygote's warm-up counts against the budget too
             left = None if args.budget_s is None else args.budget_s - (time.monotonic() - t0)
             return left, args.timeout_s if left is None else max(0.0, min(args.timeout_s, left))
         left, limit = limits()
-        from mfulib.trace_zygote import start_tool
+        from mfulib.run.trace_zygote import start_tool
         job = None
         try:
             if limit <= 0:
@@ -114,7 +114,7 @@ def rank_sources(od, args, infos, cases=None, t_start=None):
                       f"(cases without a traced FLOPs count rank by input bytes): {tail[-300:]}")
         except subprocess.TimeoutExpired:
             if job is not None:  # the group, and the process itself: a child forked a moment ago has no group yet
-                from mfulib.trace_zygote import stop
+                from mfulib.run.trace_zygote import stop
                 stop(job)
             if left is not None and left < args.timeout_s:
                 raise OutOfBudget(f"--budget-s {args.budget_s:g} s reached while tracing the source cases at scale "
@@ -137,14 +137,15 @@ def main(argv=None):
     from tabulate import tabulate
     from tqdm import tqdm
 
-    from mfulib import device as dev
-    from mfulib import probe, symbols
-    from mfulib.errors import UserError
-    from mfulib.jsonio import provenance
-    from mfulib.opdir import OpDir
+    from mfulib.core import device as dev
+    from mfulib.search import probe
+    from mfulib.core import symbols
+    from mfulib.core.errors import UserError
+    from mfulib.core.jsonio import provenance
+    from mfulib.core.opdir import OpDir
     from mfulib.schemas import probe_json as pj
     from mfulib.schemas import verify_json
-    from mfulib.verified_cases import default_max_input_mb, skip_reason
+    from mfulib.verify.verified_cases import default_max_input_mb, skip_reason
 
     od = OpDir(args.dir)
     path = od.file(pj.FILE_NAME)
@@ -155,7 +156,7 @@ def main(argv=None):
         names = probe.restore(od, old)
         # the probe's verdicts were about the appended cases, now gone: a later probe starts afresh (a kept
         # probe.json would resume them and append nothing), and make redoes probe and search
-        from mfulib import workdir_state
+        from mfulib.core import workdir_state
         gone = [p for p in (path, od.file("grid_search.json")) if os.path.exists(p)]
         for p in gone:
             os.unlink(p)

@@ -18,8 +18,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mfulib import cli  # noqa: E402
-from mfulib.errors import UserError  # noqa: E402
+from mfulib.core import cli  # noqa: E402
+from mfulib.core.errors import UserError  # noqa: E402
 
 
 def build_parser():
@@ -72,7 +72,7 @@ def main(argv=None):
     a = build_parser().parse_args(argv)
     if a.op_timeout_s is not None and not a.op_timeout_s > 0:
         raise UserError(f"--op-timeout-s {a.op_timeout_s}: must be > 0 seconds (OP_TIMEOUT_S=1800)")
-    from mfulib.batch_driver import run_batch
+    from mfulib.batch.driver import run_batch
     rc, _ = run_batch(source_of(a), a.out, ops=a.ops, force=a.force, search=a.search, keep_prof=bool(a.keep_prof),
                       timeout_s=a.op_timeout_s, devices=a.devices, backend=a.backend, runner=a.runner, make=a.make,
                       costs_from=a.costs_from, make_args=a.make_arg, progress=not a.no_progress)

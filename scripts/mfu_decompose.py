@@ -27,8 +27,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mfulib import cli  # noqa: E402
-from mfulib.errors import UserError  # noqa: E402
+from mfulib.core import cli  # noqa: E402
+from mfulib.core.errors import UserError  # noqa: E402
 
 
 def build_parser():
@@ -67,7 +67,7 @@ def parse_report_arg(text: str):
 def write_report_html(result: dict, path: str) -> None:
     """The HTML report of a decomposition ``result`` (mfu_decompose.json's content) at ``path``, with the
     performance.json and peak.json it names."""
-    from mfulib.html_report import write_html
+    from mfulib.report.html import write_html
     from mfulib.schemas.peak_json import read_peak_json
     from mfulib.schemas.performance_json import load_report
     perf = {rep["label"]: load_report(rep["path"]) for rep in result["reports"]}
@@ -81,8 +81,9 @@ def main(argv=None):
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
-    from mfulib import decompose, report
-    from mfulib.jsonio import provenance
+    from mfulib.report import decompose
+    from mfulib.report import tables as report
+    from mfulib.core.jsonio import provenance
     from mfulib.schemas import decompose_json
     op_dir = os.path.abspath(args.op_dir)
     if args.from_json:

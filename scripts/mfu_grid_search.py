@@ -24,11 +24,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mfulib import cli  # noqa: E402
+from mfulib.core import cli  # noqa: E402
 
 
 def build_parser():
-    from mfulib.grid_search import CHECK_FLOPS
+    from mfulib.search.grid import CHECK_FLOPS
     p = cli.parser(__doc__, prog="mfu_grid_search.py")
     p.add_argument("--dir", required=True, help="operator work directory (prepared; probe.json from the probe)")
     p.add_argument("--backend", choices=("auto", "npu", "cuda", "cpu"), default="auto",
@@ -119,7 +119,7 @@ def _pct(v):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from mfulib.grid_search import SearchOptions, run_search
+    from mfulib.search.grid import SearchOptions, run_search
     opts = SearchOptions(op_dir=args.dir, backend=args.backend, device_id=args.device, seed=args.seed,
                          top_n=args.top_n, stage2_k=args.stage2_k, warmup=args.warmup, repeats=args.repeats,
                          stage2_warmup=args.stage2_warmup, stage2_repeats=args.stage2_repeats,

@@ -27,7 +27,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mfulib import calib, cli  # noqa: E402
+from mfulib.peaks import calib  # noqa: E402
+from mfulib.core import cli
 
 
 def build_parser():
@@ -73,7 +74,7 @@ def main(argv=None):
                                 log=lambda s: print(s, file=sys.stderr), regime=args.regime)
     if progress and sys.stderr.isatty():
         sys.stderr.write("\n")
-    from mfulib import report
+    from mfulib.report import tables as report
     print(report.peak_table(out))
     print(f"wrote {os.path.abspath(args.output)}")
     return 130 if out.get("interrupted") else 0

@@ -23,7 +23,7 @@ Sources are never modified; an existing WORK is replaced only with --force (old 
 prepare.json records the request (form and choices: --src/--iter/--variant, --bench/--gen/--id, --ref-root/
 --impl-root/--id/--entry/--seed, --example) and the resolved sources with their sha256.
 
-Work-directory state (the Makefile's questions; see mfulib/workdir_state.py):
+Work-directory state (the Makefile's questions; see mfulib/core/workdir_state.py):
   <form> --dst WORK --check    one line: "ok <why>" (nothing to redo), "redo <what changed>", "new <why>", or
                                "error <message>" (the sources cannot be resolved); exit 0
   <form> --dst WORK --status   per step: done / stale (why) / failed (its report) / not run
@@ -33,8 +33,12 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mfulib import cli, discover, examples, layoutc, prepare  # noqa: E402
-from mfulib.errors import UserError  # noqa: E402
+from mfulib.core import cli  # noqa: E402
+from mfulib.sources import discover
+from mfulib.sources import examples
+from mfulib.sources import layoutc
+from mfulib.sources import prepare
+from mfulib.core.errors import UserError  # noqa: E402
 
 
 def build_parser():
@@ -139,7 +143,7 @@ def _check_choices(args, layout):
 
 def _work_state(args, request):
     """--check / --status: (verdict, reason) of step 1 for --dst (workdir_state.prepare_verdict)."""
-    from mfulib import workdir_state
+    from mfulib.core import workdir_state
     try:
         _check_choices(args, "C" if args.ref_root or args.impl_root else "A" if args.src else
                        "explicit" if (args.ref or args.cases or args.impl) else "B")
@@ -252,7 +256,7 @@ def main(argv=None):
     if args.check or args.status:
         verdict, why = _work_state(args, request)
         if args.status:
-            from mfulib import workdir_state
+            from mfulib.core import workdir_state
             changed = {k: v.split(",") for k, _, v in (t.partition(":") for t in args.settings_changed.split()) if v}
             print(workdir_state.status_table(os.path.abspath(args.dst), (verdict, why), changed))
         else:

@@ -3,7 +3,7 @@
 
 Per case: pass / fail (normalised max error above the dtype's tolerance) / rejected (the reference or the
 implementation refuses the case: `ValueError("case rejected: ...")`) / oom (out of memory) / error. Tolerances by
-dtype are in mfulib/verify.py (fp16 1e-2, bf16 2e-2, fp32 1e-4, or 1e-2 on CUDA where tl.dot uses TF32).
+dtype are in mfulib/verify/correctness.py (fp16 1e-2, bf16 2e-2, fp32 1e-4, or 1e-2 on CUDA where tl.dot uses TF32).
 Each case runs in a child process: a crash or a hang (--case-timeout-s) is recorded for that case and the
 others go on. On cpu each case row lists the Triton-interpreter adaptations it needed (cpu_adaptations: float
 arguments as fp32, autotune's first config, block pointers). Writes <op-dir>/verify.json (with the sha256 of the
@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mfulib import cli  # noqa: E402
+from mfulib.core import cli  # noqa: E402
 
 
 def build_parser():
@@ -38,15 +38,16 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from mfulib import device as dev
+    from mfulib.core import device as dev
     backend, why = dev.resolve_backend(args.backend)
     dev.prepare_process(backend)
-    from mfulib import compat, verify
-    from mfulib.verified_cases import default_max_input_mb, skip_reason, skipped_row
-    from mfulib.errors import UserError
-    from mfulib.jsonio import provenance
+    from mfulib.run import compat
+    from mfulib.verify import correctness as verify
+    from mfulib.verify.verified_cases import default_max_input_mb, skip_reason, skipped_row
+    from mfulib.core.errors import UserError
+    from mfulib.core.jsonio import provenance
     from mfulib.schemas import verify_json
-    from mfulib.opdir import OpDir
+    from mfulib.core.opdir import OpDir
 
     from tabulate import tabulate
     from tqdm import tqdm
@@ -81,7 +82,7 @@ def main(argv=None):
     verify_json.finish(out, len(infos))
     rows, counts = out["cases"], out["summary"]
     if backend == "cpu":  # what the Triton interpreter adapted, over all cases (each row has its own list)
-        from mfulib.interpreter import summary
+        from mfulib.run.interpreter import summary
         out["cpu_adaptations"] = summary(rows)
     out_path = args.output or od.file(verify_json.FILE_NAME)
     verify_json.write_verify_json(out_path, out)

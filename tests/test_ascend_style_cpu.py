@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
 
 
 def workdir(tmp_path, impl):
-    from mfulib.prepare import prepare_explicit
+    from mfulib.sources.prepare import prepare_explicit
     dst = str(tmp_path / "work")
     prepare_explicit(os.path.join(FIX, "scaled_mm_softmax.py"), os.path.join(FIX, "scaled_mm_softmax.json"),
                      os.path.join(FIX, impl), dst)
@@ -61,7 +61,7 @@ def test_ascend_style_model_new_passes_verify_on_cpu_and_the_run_says_what_it_ad
 
 
 def test_the_collector_runs_the_same_model_new_on_cpu_under_the_same_hook(tmp_path):
-    from mfulib.backends.collect import Options, collect
+    from mfulib.collect.driver import Options, collect
     work = workdir(tmp_path, "scaled_mm_softmax_ascend.py")
     rep = collect(Options(op_dir=work, output_dir=work, impl="asc", warmup=0, repeats=1, backend="cpu", cases=[0],
                           progress=False))
@@ -78,7 +78,7 @@ def test_a_block_ptr_kernel_verifies_where_the_interpreter_has_block_pointers_el
         tmp_path):
     import triton
 
-    from mfulib.interpreter import BLOCK_PTR_TRITON, block_ptr_supported
+    from mfulib.run.interpreter import BLOCK_PTR_TRITON, block_ptr_supported
     work = workdir(tmp_path, "scaled_mm_softmax_block_ptr.py")
     r, v = run_verify(work)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -98,7 +98,7 @@ def test_a_block_ptr_kernel_verifies_where_the_interpreter_has_block_pointers_el
 def test_block_ptr_support_is_detected_from_the_installed_triton():
     import triton
 
-    from mfulib.interpreter import block_ptr_supported
+    from mfulib.run.interpreter import block_ptr_supported
     major_minor = tuple(int(p) for p in triton.__version__.split(".")[:2])
     # measured: triton 3.8.0's interpreter runs tl.make_block_ptr, 3.9.0 raises (README "Running Triton-Ascend code")
     if major_minor in ((3, 8), (3, 9)):
@@ -121,7 +121,7 @@ class ModelNew(nn.Module):
 
 
 def test_host_out_of_memory_is_oom_in_verify_and_in_the_collector(tmp_path):
-    from mfulib.backends.collect import Options, collect
+    from mfulib.collect.driver import Options, collect
     (tmp_path / "src").mkdir()
     impl = tmp_path / "src" / "oom_impl.py"
     impl.write_text(OOM_IMPL)
@@ -142,7 +142,7 @@ DRIVER_QUERY = """
 import json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, sys.argv[1])
-from mfulib import compat
+from mfulib.run import compat
 report = compat.install("cpu")
 import torch, triton
 props = triton.runtime.driver.active.utils.get_device_properties(torch.npu.current_device())

@@ -16,7 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-from mfulib import batch  # noqa: E402
+from mfulib.batch import plan as batch  # noqa: E402
 from mfulib.schemas import peak_json  # noqa: E402
 
 BATCH = os.path.join(ROOT, "scripts", "mfu_batch.py")
@@ -248,7 +248,7 @@ def test_an_interrupted_batch_writes_its_summary_and_a_rerun_redoes_nothing_fini
 
 
 def test_summary_row_reads_the_headline_case_its_dragging_part_bound_and_the_search_choice(tmp_path):
-    from mfulib.batch_summary import operator_row
+    from mfulib.batch.summary import operator_row
     work = tmp_path / "ops" / "attn"
     work.mkdir(parents=True)
     parts = [{"part": "attn", "time_share": 0.7, "flops_share": 0.25, "mfu_ach": 0.1},  # 70% of time, 25% of work

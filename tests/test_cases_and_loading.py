@@ -7,9 +7,10 @@ import textwrap
 
 import pytest
 
-from mfulib import cases, definitions
-from mfulib.errors import UserError, rejection_reason
-from mfulib.opdir import OpDir
+from mfulib.core import cases
+from mfulib.core import definitions
+from mfulib.core.errors import UserError, rejection_reason
+from mfulib.core.opdir import OpDir
 
 
 @pytest.mark.parametrize("spelling,canon", [("fp16", "float16"), ("float16", "float16"), ("bf16", "bfloat16"),
@@ -110,7 +111,7 @@ def test_build_case_builds_only_that_case_seeds_every_rng_and_accepts_per_case_i
 COMPAT_PROBE = '''
 import json, sys
 sys.path.insert(0, {scripts!r})
-from mfulib import compat
+from mfulib.run import compat
 rep = compat.install("cpu")
 import torch, torch_npu
 x = torch.ones(2, device="npu:0")

@@ -10,8 +10,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_msprof"))
 import tinyops  # noqa: E402
 
-from mfulib.backends.collect import Options, collect, select_cases  # noqa: E402
-from mfulib.opdir import OpDir  # noqa: E402
+from mfulib.collect.driver import Options, collect, select_cases  # noqa: E402
+from mfulib.core.opdir import OpDir  # noqa: E402
 
 UPSTREAM_TOP = ("task", "task_dir", "n_cases_total", "n_cases_valid", "geomean_speedup", "mean_speedup",
                 "median_speedup", "min_speedup", "max_speedup", "mean_ref_us", "median_ref_us", "geomean_ref_us",
@@ -96,7 +96,7 @@ def test_the_spec_invocation_runs_from_the_work_directory(tmp_path, repo_root):
 def test_case_selection_takes_the_largest_flops_on_accelerators_and_the_smallest_eligible_on_cpu(tmp_path):
     work = tinyops.make_workdir(tmp_path)
     od = OpDir(work)
-    from mfulib.flops_contract import load_flops
+    from mfulib.flops.contract import load_flops
     ff = load_flops(od.flops_py)
     infos = od.describe_all()
     sel, skipped, info = select_cases(infos, ff, od, Options(), "cuda")
@@ -112,7 +112,7 @@ def test_case_selection_takes_the_largest_flops_on_accelerators_and_the_smallest
 
 
 def test_the_tracer_count_of_check_flops_is_recorded_beside_the_flops_py_value(tmp_path):
-    from mfulib.backends.collect import case_flops, load_flops, tracer_flops
+    from mfulib.collect.driver import case_flops, load_flops, tracer_flops
     work = tinyops.make_workdir(tmp_path)
     od = OpDir(work)
     with open(os.path.join(work, "flops_check.json"), "w") as f:

@@ -9,7 +9,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_msprof"))
 import tinyops  # noqa: E402
 
-from mfulib.backends.collect import Options, collect  # noqa: E402
+from mfulib.collect.driver import Options, collect  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)")
 

@@ -8,7 +8,10 @@ import sys
 
 import pytest
 
-from mfulib import definitions, kernels, ncu, peaks
+from mfulib.core import definitions
+from mfulib.collect import kernels
+from mfulib.collect import ncu
+from mfulib.peaks import nominal as peaks
 from mfulib.schemas import performance_json as performance
 from mfulib.backends.base import lost_problems
 from mfulib.backends.cuda import trace_launches as cuda_trace_launches
@@ -291,8 +294,8 @@ def test_ncu_launches_are_aligned_to_the_collectors_iterations_by_position(repo_
 
 def _collect_refuses(tmp_path, says, **kw):
     """collect() with ``kw`` must raise UserError containing ``says`` and leave the old performance.json alone."""
-    from mfulib.backends.collect import Options, collect
-    from mfulib.errors import UserError
+    from mfulib.collect.driver import Options, collect
+    from mfulib.core.errors import UserError
     old = tmp_path / "performance.json"
     if not old.exists():
         old.write_text('{"previous": "good result"}')
@@ -356,7 +359,7 @@ def test_mfu_above_the_peak_from_the_measured_kernel_time_is_an_error():
     ({"per_case": [3]}, "per_case[0] is int 3"),
 ])
 def test_a_performance_json_of_the_wrong_structure_is_a_user_error_naming_file_and_field(tmp_path, doc, says):
-    from mfulib.errors import UserError
+    from mfulib.core.errors import UserError
     path = tmp_path / "performance.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(UserError) as err:

@@ -32,8 +32,10 @@ import sys
 
 import pytest
 
-from mfulib import decompose, decompose_reading, kernel_parts
-from mfulib.errors import UserError
+from mfulib.report import decompose
+from mfulib.report import reading as decompose_reading
+from mfulib.flops import kernel_parts
+from mfulib.core.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "mfu_decompose.py")
@@ -218,7 +220,7 @@ def test_cases_option_selects_cases_and_two_reports_become_side_by_side_rows(tmp
 
 
 def test_table_prints_the_spec_columns_with_percentages(tmp_path):
-    from mfulib import report
+    from mfulib.report import tables as report
     d = _write_op(tmp_path)
     res = decompose.decompose(str(d), str(d / "peak.json"))
     text = report.decompose_table(res)
@@ -378,7 +380,7 @@ def test_steps_run_with_different_seeds_are_a_warning_naming_the_files_and_the_f
     (w,) = [w for w in res["warnings"] if "different seeds" in w]
     assert "(verify.json seed 1, flops_check.json seed 0, performance.json seed 0)" in w
     assert "make SEED=<n> all" in w and "FORCE=1" in w
-    from mfulib import report
+    from mfulib.report import tables as report
     assert f"warning: {w[:40]}" in report.decompose_table(res)  # printed by mfu_decompose.py (make decompose)
 
     (d / "verify.json").write_text(json.dumps({"tool": "verify_op.py", "seed": 0, "cases": []}))

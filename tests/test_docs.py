@@ -595,7 +595,7 @@ def test_hints_in_messages_work_outside_the_checkout(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"--dst {tmp_path}/w " in r.stdout + " " and "//" not in r.stdout.replace("://", "")
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    from mfulib.errors import UserError
+    from mfulib.core.errors import UserError
     from mfulib.schemas.peak_json import read_peak_json
     from mfulib.schemas.performance_json import load_report
     for reader, name in ((read_peak_json, "peak.json"), (load_report, "performance.json")):

@@ -13,12 +13,12 @@ import textwrap
 
 import pytest
 
-from mfulib import flops_check as fchk
-from mfulib import flops_contract as fcon
-from mfulib.jsonio import read_json
+from mfulib.flops import check as fchk
+from mfulib.flops import contract as fcon
+from mfulib.core.jsonio import read_json
 from mfulib.schemas import flops_check_json
-from mfulib.opdir import OpDir
-from mfulib.prepare import prepare_explicit
+from mfulib.core.opdir import OpDir
+from mfulib.sources.prepare import prepare_explicit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "examples", "ops", "bench", "zoo")
@@ -30,7 +30,7 @@ MHA_CASES = [[2, 16, 32, 4, True], [1, 12, 32, 2, False]]
 MHA_CASE0_PROJ, MHA_CASE0_ATTN = 262144, 34816
 
 CORRECT = '''
-from mfulib.flops_contract import attention_flops, attention_pairs, attr, matmul_flops, shape
+from mfulib.flops.contract import attention_flops, attention_pairs, attr, matmul_flops, shape
 KERNEL_PARTS = {"attn": ["*flash*"], "proj": ["*matmul*"]}
 def flops_parts(case):
     b, s, h = shape(case, "x")
@@ -177,7 +177,7 @@ VARLEN_CASE = {"inputs": [{"name": "q", "type": "tensor", "required": True, "dty
 
 def test_padded_lengths_in_a_variable_length_case_are_diagnosed(tmp_path):
     padded = '''
-from mfulib.flops_contract import attention_flops, shape
+from mfulib.flops.contract import attention_flops, shape
 def flops(case):
     b, s, d = shape(case, "q")
     return float(attention_flops(s * s, 1, d, d, batch=b))       # padded maximum: wrong
@@ -192,7 +192,7 @@ def test_lengths_inconsistent_with_the_shapes_fail_the_length_check(tmp_path):
     bad = json.loads(json.dumps(VARLEN_CASE))
     bad["inputs"][1]["value"] = [40, 5]  # 40 > s = 32
     fine = '''
-from mfulib.flops_contract import attention_flops, attr, shape
+from mfulib.flops.contract import attention_flops, attr, shape
 def flops(case):
     d = shape(case, "q")[-1]
     return float(sum(attention_flops(n * n, 1, d, d) for n in attr(case, "actual_seq_lengths")))
@@ -395,7 +395,7 @@ def test_a_string_from_flops_and_an_unknown_compute_dtype_fail_the_case_with_the
 ])
 def test_the_cli_refuses_options_that_select_nothing_or_no_sensible_limit(tmp_path, argv, says):
     import check_flops
-    from mfulib.errors import UserError
+    from mfulib.core.errors import UserError
     od = mha_workdir(tmp_path, CORRECT)
     with pytest.raises(UserError) as err:
         check_flops.main(["--op-dir", od.path, "--backend", "none", "--quiet"] + argv)
@@ -408,7 +408,7 @@ def test_the_cli_refuses_options_that_select_nothing_or_no_sensible_limit(tmp_pa
     ({"tool": "peak_calib", "peak_tflops": {"float16": "fast"}}, "peak_tflops.float16 is str 'fast'"),
 ])
 def test_a_peak_json_of_the_wrong_structure_is_a_user_error_naming_file_and_field(tmp_path, doc, says):
-    from mfulib.errors import UserError
+    from mfulib.core.errors import UserError
     (tmp_path / "peak.json").write_text(json.dumps(doc))
     with pytest.raises(UserError) as err:
         fchk.resolve_peak(str(tmp_path), None, "none")

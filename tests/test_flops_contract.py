@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from mfulib import flop_formulas
-from mfulib import flops_check as fchk
-from mfulib import flops_contract as fcon
+from mfulib.flops import formulas as flop_formulas
+from mfulib.flops import check as fchk
+from mfulib.flops import contract as fcon
 
 
 def brute_pairs(s_q, s_k, causal, align, wl, wr):
@@ -122,7 +122,7 @@ def test_a_flops_py_with_two_parameters_is_called_with_the_forward_arguments(tmp
 
 
 def test_a_flops_py_without_flops_is_a_user_error(tmp_path):
-    from mfulib.errors import UserError
+    from mfulib.core.errors import UserError
     p = tmp_path / "flops.py"
     p.write_text("X = 1\n")
     with pytest.raises(UserError, match="no flops"):
@@ -167,7 +167,7 @@ def test_flops_parts_values_must_be_numbers_while_numpy_scalars_count_as_numbers
 
 
 def test_an_unknown_compute_dtype_or_a_sys_exit_while_importing_is_refused_naming_the_file(tmp_path):
-    from mfulib.errors import UserError
+    from mfulib.core.errors import UserError
     p = tmp_path / "flops.py"
     p.write_text("def flops(case):\n    return 1.0\ndef compute_dtype(case):\n    return 'fp8'\n")
     with pytest.raises(UserError, match=r"flops.py: compute_dtype\(\) returned 'fp8' for case 5: unknown dtype"):

@@ -11,11 +11,11 @@ import textwrap
 
 import pytest
 
-from mfulib import flops_check as fchk
-from mfulib import flops_contract as fcon
-from mfulib import flops_templates as ft
-from mfulib.opdir import OpDir
-from mfulib.prepare import prepare_explicit
+from mfulib.flops import check as fchk
+from mfulib.flops import contract as fcon
+from mfulib.flops import drafts as ft
+from mfulib.core.opdir import OpDir
+from mfulib.sources.prepare import prepare_explicit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "examples", "ops", "bench")
@@ -350,7 +350,7 @@ def assert_checked(od, cls, want_vector):
 def test_elementwise_and_binary_math_drafts_derive_the_vector_count_exactly(tmp_path, body, shapes, want):
     """Elementwise written with Python operators (a + b, a * b + b) and binary math (torch.logaddexp, hypot):
     matrix FLOPs 0 by hand (no matrix work); vector FLOPs by hand per the tracer's per-op table
-    (mfulib/vector_costs.py: add/sub/mul/neg/gelu/sigmoid 1, hypot 3, logaddexp 4 per output element, compare and
+    (mfulib/flops/vector_costs.py: add/sub/mul/neg/gelu/sigmoid 1, hypot 3, logaddexp 4 per output element, compare and
     where 0), worked per case in the parameter comments. The draft re-plays forward() on the case's shapes (with
     broadcasting), carries no REVIEW marker and check_flops passes it with the vector count checked."""
     od = vector_workdir(tmp_path, "a, b", body, [[tensor_(n, s) for n, s in zip("ab", shapes)]])
@@ -421,7 +421,7 @@ class Model(nn.Module):
 '''
 
 
-@pytest.mark.skipif(__import__("mfulib.npu_standins").npu_standins.real_torch_npu() is not None,
+@pytest.mark.skipif(__import__("mfulib.flops.npu_standins").flops.npu_standins.real_torch_npu() is not None,
                     reason="a real torch_npu is installed: its ops run instead of the stand-ins")
 def test_a_fused_infer_attention_draft_equals_the_hand_values_on_bnsd_bsh_and_bsnd(tmp_path):
     """npu_fused_infer_attention_score, FLOPs 2 * N_q * (D + D_v) per unmasked (query, key) pair (Ascend docs):
@@ -487,7 +487,7 @@ class Model(nn.Module):
 '''
 
 
-@pytest.mark.skipif(__import__("mfulib.npu_standins").npu_standins.real_torch_npu() is not None,
+@pytest.mark.skipif(__import__("mfulib.flops.npu_standins").flops.npu_standins.real_torch_npu() is not None,
                     reason="a real torch_npu is installed: its ops run instead of the stand-ins")
 def test_sparse_attention_and_lightning_indexer_drafts_are_marked_for_review_and_never_undercount(tmp_path):
     """DeepSeek DSA: indexer (index_q [1, 16, 4, 8], index_k [1, 16, 1, 8], sparse_count 8, sparse_mode 3) feeds
@@ -550,7 +550,7 @@ class Model(nn.Module):
 '''
 
 
-@pytest.mark.skipif(__import__("mfulib.npu_standins").npu_standins.real_torch_npu() is not None,
+@pytest.mark.skipif(__import__("mfulib.flops.npu_standins").flops.npu_standins.real_torch_npu() is not None,
                     reason="a real torch_npu is installed: its ops run instead of the stand-ins")
 def test_fused_infer_attention_drafts_count_the_tnd_and_paged_kv_branches_by_hand(tmp_path):
     """npu_fused_infer_attention_score (Ascend/op-plugin docs/context/torch_npu-npu_fused_infer_attention_score.md),

@@ -10,12 +10,12 @@ import os
 
 import pytest
 
-from mfulib import flopcount as fc
-from mfulib import flops_check as fchk
-from mfulib import flops_contract as fcon
-from mfulib import npu_standins
-from mfulib.opdir import OpDir
-from mfulib.prepare import prepare_explicit
+from mfulib.flops import tracer as fc
+from mfulib.flops import check as fchk
+from mfulib.flops import contract as fcon
+from mfulib.flops import npu_standins
+from mfulib.core.opdir import OpDir
+from mfulib.sources.prepare import prepare_explicit
 from test_flops_tracer import LOADER
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

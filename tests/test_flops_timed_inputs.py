@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-from mfulib import flopcount as fc
-from mfulib import flops_check as fchk
-from mfulib import flops_contract as fcon
-from mfulib.backends import collect
+from mfulib.flops import tracer as fc
+from mfulib.flops import check as fchk
+from mfulib.flops import contract as fcon
+from mfulib.collect import driver as collect
 from test_flops_check import write_dir
 
 REF = '''
@@ -48,7 +48,7 @@ def flops(case, args):
 
 def timed_lengths(seed=0):
     """The timed child's draw, reproduced by hand: seed, then lens = randint(1, 4097, (4,)) - q (1M floats) is drawn
-    off the host stream (mfulib/input_draw.py, issue 13: on the device, or from a private CPU generator), so
+    off the host stream (mfulib/core/input_draw.py, issue 13: on the device, or from a private CPU generator), so
     on every backend the lengths are the host stream's first draw."""
     torch.manual_seed(seed)
     return torch.randint(1, 4097, (4,)).tolist()
@@ -90,7 +90,7 @@ def test_a_chunked_replay_consumes_the_generator_exactly_as_one_draw(monkeypatch
     """The replay behind "timed-ints": a draw of n elements replayed as chunks of at most 64 (tails kept >= 16)
     leaves the CPU generator where the single draw leaves it - the next randint(0, 1000, (5,)) is the same - for
     sizes around the 16-element blocks the CPU kernels use (17, 64, 65, 79, 1001) and a 2-D shape."""
-    from mfulib import meta_build
+    from mfulib.flops import meta_build
     ops = {"randn": lambda s: torch.randn(s), "randn_fp16": lambda s: torch.randn(s, dtype=torch.float16),
            "randn_bf16": lambda s: torch.randn(s, dtype=torch.bfloat16), "rand": lambda s: torch.rand(s),
            "randint": lambda s: torch.randint(0, 7, s), "normal_": lambda s: torch.empty(s).normal_(1.0, 2.0),

@@ -1,4 +1,4 @@
-"""The independent FLOP tracer (mfulib.flopcount): FlopCounterMode plus the formulas and mask handling it lacks.
+"""The independent FLOP tracer (mfulib.flops.tracer): FlopCounterMode plus the formulas and mask handling it lacks.
 
 Every expected number is worked out by hand in a comment (2 FLOPs per multiply-accumulate).
 """
@@ -11,9 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mfulib import flop_dispatch, flop_formulas, npu_standins
-from mfulib import flopcount as fc
-from mfulib.opdir import OpDir
+from mfulib.flops import dispatch as flop_dispatch
+from mfulib.flops import formulas as flop_formulas
+from mfulib.flops import npu_standins
+from mfulib.flops import tracer as fc
+from mfulib.core.opdir import OpDir
 
 # the torch_npu stand-ins and the npu:: test double apply only where no real torch_npu is importable
 needs_no_torch_npu = pytest.mark.skipif(npu_standins.real_torch_npu() is not None,

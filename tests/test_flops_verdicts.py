@@ -9,8 +9,11 @@ import os
 import subprocess
 import sys
 
-from mfulib import decompose, flops_check as fchk, flops_contract as fcon, report
-from mfulib.backends import collect
+from mfulib.report import decompose
+from mfulib.flops import check as fchk
+from mfulib.flops import contract as fcon
+from mfulib.report import tables as report
+from mfulib.collect import driver as collect
 from mfulib.schemas import flops_check_json
 from test_decompose_fixture import PEAK, _k
 from test_flops_check import write_dir
@@ -35,7 +38,7 @@ MM_CASES = [{"inputs": [_t("a", [4, 8]), _t("b", [8, 3])]},      # 2 * 4 * 8 * 3
             {"inputs": [_t("a", [4, 8]), _t("b", [5, 3])]},      # rejected by both (8 != 5)
             {"inputs": [_t("a", [0, 8]), _t("b", [8, 3])]}]      # empty a: no work
 MM_FLOPS = '''
-from mfulib.flops_contract import shape
+from mfulib.flops.contract import shape
 def flops(case):
     a, b = shape(case, "a"), shape(case, "b")
     if a[1] != b[0]:

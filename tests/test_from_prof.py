@@ -19,8 +19,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_msprof"))
 import tinyops  # noqa: E402
 
-from mfulib import ncu, profiles  # noqa: E402
-from mfulib.errors import UserError  # noqa: E402
+from mfulib.collect import ncu  # noqa: E402
+from mfulib.collect import profiles
+from mfulib.core.errors import UserError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "ops_profiling", "msprof_perf_summary.py")
@@ -265,7 +266,7 @@ def test_plain_user_trace_without_the_tools_ranges_is_measured_not_called_no_dev
     rep = run_from_prof(tmp_path / "c", chrome_trace(tmp_path / "g.json.gz", 4, SEQ, gz=True))
     assert rep["per_case"][0]["kernel_time_ns"] == 45000.0 and rep["device"]["name"] == "NVIDIA H200"
     assert rep["timing_method"] == "torch.profiler.cupti.kernel_duration"
-    assert rep["peak"]["value_tflops"] == 989.5  # H200 datasheet (mfulib.peaks) from deviceProperties
+    assert rep["peak"]["value_tflops"] == 989.5  # H200 datasheet (mfulib.peaks.nominal) from deviceProperties
 
 
 def test_do_bench_style_zero_flush_in_each_iteration_is_excluded_with_or_without_recorded_shapes(tmp_path):
@@ -384,7 +385,7 @@ def test_ncu_profiles_raw_and_details_give_kernel_times_without_spans(tmp_path):
 
 
 def test_kept_profile_reparses_to_the_collectors_own_numbers(tmp_path):
-    from mfulib.backends.collect import Options, collect
+    from mfulib.collect.driver import Options, collect
     work = tinyops.make_workdir(tmp_path)
     rep = collect(Options(op_dir=work, output_dir=work, impl="asc", backend="cpu", cases=[1], warmup=1, repeats=2,
                           keep_prof=work, progress=False, unverified_ok=True))

@@ -7,8 +7,11 @@ import json
 
 import pytest
 
-from mfulib import cases, grid_search, search_numerator as sn, search_pool
-from mfulib.errors import UserError
+from mfulib.core import cases
+from mfulib.search import grid as grid_search
+from mfulib.search import numerator as sn
+from mfulib.search import pool as search_pool
+from mfulib.core.errors import UserError
 from mfulib.schemas import grid_search_json as gsj
 
 
@@ -213,7 +216,7 @@ def test_stage2_reads_the_collectors_kernel_times_applies_min_traced_executed_an
         return str(path)
 
     monkeypatch.setattr(grid_search, "run_collector", fake_collector)
-    from mfulib.opdir import OpDir
+    from mfulib.core.opdir import OpDir
     cost = {}
     rows, _perf = grid_search.stage2(OpDir(str(work)), [1, 0, 2], pool, "npu", grid_search.SearchOptions(),
                                      {"peak_tflops": {"float16": 50.0}}, "mfu", lambda m: None, cost)
@@ -239,7 +242,7 @@ def test_stage2_of_an_operator_without_matrix_work_reports_mbu_from_bytes_moved(
     path = tmp_path / "performance.json"
     path.write_text(json.dumps(perf_doc([perf_case(0, 1000.0, out_bytes=1000)], backend="cpu")))
     monkeypatch.setattr(grid_search, "run_collector", lambda *a: str(path))
-    from mfulib.opdir import OpDir
+    from mfulib.core.opdir import OpDir
     rows, _ = grid_search.stage2(OpDir(str(work)), [0], pool, "cpu", grid_search.SearchOptions(),
                                  {"bandwidth_gbps": 8.0}, "mbu", lambda m: None, {})
     r = rows[0]
@@ -294,10 +297,10 @@ def test_search_options_that_would_search_nothing_are_refused():
 def test_stage1_ranks_what_the_probe_already_timed_and_runs_only_the_rest(tmp_path, monkeypatch):
     """The probe's gate-4 time of a passed candidate and its scale-1 baseline of a source are the same synchronised
     wall clock stage 1 measures: reused (same backend, seed, operator files); other cases run in the worker."""
-    from mfulib import verified_cases
+    from mfulib.verify import verified_cases
     from mfulib.backends import runner
     from mfulib.backends.cpu import CpuBackend
-    from mfulib.opdir import OpDir
+    from mfulib.core.opdir import OpDir
     from mfulib.schemas.verify_json import input_digests
     work = tmp_path / "w"
     (work / "search").mkdir(parents=True)

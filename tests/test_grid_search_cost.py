@@ -20,7 +20,7 @@ def gemm_work(tmp_path_factory):
 def _iterations(work, tmp, repeats, budget_s):
     from mfulib.backends import get_backend
     from mfulib.backends.runner import close_workers, run_child
-    from mfulib.grid_search import WallClockBackend
+    from mfulib.search.grid import WallClockBackend
     backend = get_backend("cpu")
     spec = {"op_dir": work, "case_id": 0, "impl": "asc", "seed": 0, "warmup": 1, "repeats": repeats,
             "backend": "cpu", "device": backend.device_string(0), "markers": False, "profile": False,
@@ -53,8 +53,8 @@ json.dump({"argv": a}, open(os.path.join(out, "performance.json"), "w"))
 
 
 def test_stage2_per_case_wall_seconds_come_from_the_collectors_progress_lines(tmp_path, monkeypatch):
-    from mfulib import grid_search
-    from mfulib.opdir import OpDir
+    from mfulib.search import grid as grid_search
+    from mfulib.core.opdir import OpDir
     fake = tmp_path / "collector.py"
     fake.write_text(FAKE_COLLECTOR)
     monkeypatch.setattr(grid_search, "COLLECTOR", str(fake))

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from mfulib.definitions import actual_tflops
+from mfulib.core.definitions import actual_tflops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")

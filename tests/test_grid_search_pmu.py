@@ -1,4 +1,4 @@
-"""The search numerator's CUDA rule (mfulib.search_numerator) against real H200 Nsight Compute counters.
+"""The search numerator's CUDA rule (mfulib.search.numerator) against real H200 Nsight Compute counters.
 
 Data: tests/fixtures/h200/pmu_mha_128x128.json, recorded H200 output (the validation pack bench/validation/h200/pmu.json
 as committed at 7af7359: the collector with --pmu ncu on the MHA block,
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from mfulib import search_numerator as sn
+from mfulib.search import numerator as sn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACK = os.path.join(ROOT, "tests", "fixtures", "h200", "pmu_mha_128x128.json")
@@ -106,7 +106,7 @@ def test_hopper_kernels_without_warpgroup_mma_count_as_mma_sync():
 
 @pytest.mark.parametrize("collect_args,expect", [([], ["--pmu", "auto"]), (["--pmu", "none"], ["--pmu", "none"])])
 def test_stage2_collector_command_asks_for_counters_on_cuda(collect_args, expect):
-    from mfulib.grid_search import SearchOptions, collector_command
+    from mfulib.search.grid import SearchOptions, collector_command
     opts = SearchOptions(collect_args=collect_args)
     cmd = collector_command("/w", [3, 1], "/w/search/stage2", "cuda", opts)
     i = cmd.index("--pmu")

@@ -1,4 +1,4 @@
-"""The HTML report (mfulib/html_report.py, mfu_decompose.py --html, make report) on a HAND-MADE decomposition:
+"""The HTML report (mfulib/report/html.py, mfu_decompose.py --html, make report) on a HAND-MADE decomposition:
 content checks on the file, then headless Chromium opens it - a screenshot that is not blank and no console error.
 
 Chromium: /usr/bin/chromium (Debian's package; .ci/run installs it). Without it the browser tests skip, except
@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
-from mfulib import decompose
-from mfulib.html_report import DASH, render_html, roofline_points, write_html
+from mfulib.report import decompose
+from mfulib.report.html import DASH, render_html, roofline_points, write_html
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "mfu_decompose.py")

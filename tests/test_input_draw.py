@@ -1,4 +1,4 @@
-"""Where a case's inputs are drawn (mfulib/input_draw.py; issue 13): large floats off the global host
+"""Where a case's inputs are drawn (mfulib/core/input_draw.py; issue 13): large floats off the global host
 stream, integers on it - so the integer values a FLOP count sees are the same on every backend and in check_flops.
 
 No accelerator here: the "device" is meta (the same code path as cuda/npu: factories redirected to the target),
@@ -9,10 +9,12 @@ import textwrap
 import pytest
 import torch
 
-from mfulib import flopcount, meta_build, opdir
-from mfulib import input_draw as draw
-from mfulib.input_draw import DEVICE_DRAW_MIN_NUMEL
-from mfulib.opdir import OpDir
+from mfulib.flops import tracer as flopcount
+from mfulib.flops import meta_build
+from mfulib.core import opdir
+from mfulib.core import input_draw as draw
+from mfulib.core.input_draw import DEVICE_DRAW_MIN_NUMEL
+from mfulib.core.opdir import OpDir
 
 BIG = DEVICE_DRAW_MIN_NUMEL  # elements: exactly at the threshold
 

@@ -10,9 +10,10 @@ import textwrap
 import pytest
 import torch
 
-from mfulib import cases, layoutc
-from mfulib.errors import UserError
-from mfulib.opdir import OpDir, seed_everything
+from mfulib.core import cases
+from mfulib.sources import layoutc
+from mfulib.core.errors import UserError
+from mfulib.core.opdir import OpDir, seed_everything
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "prepare_op_dir.py")

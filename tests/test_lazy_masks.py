@@ -1,4 +1,4 @@
-"""Issue 11 item 2: the tracer counts masks from how they were built, at any size (mfulib.lazy_masks).
+"""Issue 11 item 2: the tracer counts masks from how they were built, at any size (mfulib.flops.lazy_masks).
 
 Hand values (2 FLOPs per multiply-accumulate), FlashAttention-V2 layer x [1, s, 4096], 32 heads, d = 128:
     projections 4 * 2 * s * 4096 * 4096;  attention 2 * 32 * pairs * (128 + 128)
@@ -14,9 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mfulib import flop_dispatch, flops_check as fchk, flops_contract as fcon
-from mfulib import flopcount as fc
-from mfulib.lazy_masks import BandMask, constant
+from mfulib.flops import dispatch as flop_dispatch
+from mfulib.flops import check as fchk
+from mfulib.flops import contract as fcon
+from mfulib.flops import tracer as fc
+from mfulib.flops.lazy_masks import BandMask, constant
 from test_flops_check import write_dir
 
 S, H, D = 8192, 32, 128
@@ -150,7 +152,7 @@ class Model(nn.Module):
         return F.linear(o.transpose(1, 2).reshape(b, s, hidden), w[3])
 '''
     flops = '''
-from mfulib.flops_contract import attention_flops, attention_pairs, attr, matmul_flops, shape
+from mfulib.flops.contract import attention_flops, attention_pairs, attr, matmul_flops, shape
 def flops(case):
     b, s, hidden = shape(case, "x")
     n = attr(case, "head_num")

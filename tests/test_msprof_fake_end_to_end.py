@@ -14,11 +14,12 @@ FAKE = os.path.join(HERE, "fake_msprof")
 sys.path.insert(0, FAKE)
 import tinyops  # noqa: E402
 
-from mfulib import kernels, msprof  # noqa: E402
-from mfulib.backends.collect import Options, collect  # noqa: E402
+from mfulib.collect import kernels  # noqa: E402
+from mfulib.collect import msprof
+from mfulib.collect.driver import Options, collect  # noqa: E402
 from mfulib.backends.npu import NpuBackend, check_cann  # noqa: E402
-from mfulib.device import cann_version  # noqa: E402
-from mfulib.errors import UserError  # noqa: E402
+from mfulib.core.device import cann_version  # noqa: E402
+from mfulib.core.errors import UserError  # noqa: E402
 
 INI = "[version]\nSoC_version=Ascend910B2\n[SoCInfo]\nai_core_cnt=24\ncube_core_cnt=24\n[AICoreSpec]\ncube_freq=1800\n"
 

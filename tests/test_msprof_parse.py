@@ -8,8 +8,10 @@ import os
 
 import pytest
 
-from mfulib import msprof, msprof_fast, peaks
-from mfulib.errors import UserError
+from mfulib.collect import msprof
+from mfulib.collect import msprof_fast
+from mfulib.peaks import nominal as peaks
+from mfulib.core.errors import UserError
 
 T = "\t"
 PIPE_PMU = ("aicore_time(us),aic_total_cycles,aic_mac_time(us),aic_mac_ratio,aic_scalar_time(us),aic_scalar_ratio,"

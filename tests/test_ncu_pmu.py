@@ -13,10 +13,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "fake_msprof"))
 import tinyops  # noqa: E402
 
-from mfulib import ncu as ncu_parse  # noqa: E402
+from mfulib.collect import ncu as ncu_parse  # noqa: E402
 from mfulib.backends import cuda  # noqa: E402
-from mfulib.backends.collect import Options, collect  # noqa: E402
-from mfulib.errors import UserError  # noqa: E402
+from mfulib.collect.driver import Options, collect  # noqa: E402
+from mfulib.core.errors import UserError  # noqa: E402
 
 FAKE_NCU = os.path.join(HERE, "fake_ncu", "ncu")
 FIXTURES = os.path.join(HERE, "fixtures", "profiles", "cuda")

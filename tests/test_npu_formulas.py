@@ -1,4 +1,4 @@
-"""Issue 11 item 7: torch_npu stand-ins for the tracer (mfulib.npu_formulas), each with a hand-derived count.
+"""Issue 11 item 7: torch_npu stand-ins for the tracer (mfulib.flops.npu_formulas), each with a hand-derived count.
 
 They apply only where no real torch_npu is importable (a real one runs its own ops).
 """
@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mfulib import flopcount as fc
-from mfulib import npu_standins
-from mfulib.flopcount import _counting
+from mfulib.flops import tracer as fc
+from mfulib.flops import npu_standins
+from mfulib.flops.tracer import _counting
 
 pytestmark = pytest.mark.skipif(npu_standins.real_torch_npu() is not None,
                                 reason="a real torch_npu is installed: its ops run instead of the stand-ins")
@@ -94,7 +94,7 @@ def test_fused_infer_attention_bsh_with_a_different_value_dim_and_causal_mode():
         return o
     args = [torch.randn(1, 8, 64), torch.randn(1, 8, 16), torch.randn(1, 8, 32)]
     assert trace(ref, args + [1]).total_flops == 13824 and seen["shape"] == (1, 8, 128)
-    from mfulib.flop_formulas import npu_fused_infer_attention_score_flops
+    from mfulib.flops.formulas import npu_fused_infer_attention_score_flops
     with pytest.raises(ValueError, match="multiple of num_key_value_heads"):
         npu_fused_infer_attention_score_flops(lambda t: None, *args, num_heads=4, num_key_value_heads=3)
 
@@ -109,7 +109,7 @@ def test_npu_ffn_with_and_without_expert_tokens():
     swiglu (GLU): W1 [32, 128] -> halves of 64, W2 [64, 32]: 2 * 6 * 32 * 128 + 2 * 6 * 64 * 32 = 73728.
     Rejected as the op rejects them: x last dim 30 against K1 32; counts [3, 0, 4, 1] against 10 rows; index
     [3, 2, 7, 8] (decreasing); both given."""
-    from mfulib.flop_formulas import npu_ffn_flops
+    from mfulib.flops.formulas import npu_ffn_flops
     nov = lambda t: None  # noqa: E731
     x6, x8 = torch.empty(6, 32, device="meta"), torch.empty(8, 32, device="meta")
     w1, w2 = torch.empty(32, 64, device="meta"), torch.empty(64, 32, device="meta")
@@ -138,7 +138,7 @@ def test_npu_ffn_with_and_without_expert_tokens():
 def test_the_npu_ffn_standin_computes_each_experts_rows_with_its_own_weights():
     """The stand-in's values: rows 0-2 through expert 0, none through expert 1, rows 3-6 through expert 2, row 7
     through expert 3 (counts [3, 0, 4, 1] = index [3, 3, 7, 8]); relu(x @ W1[e] + b1[e]) @ W2[e] + b2[e]."""
-    from mfulib.npu_standins import STANDINS
+    from mfulib.flops.npu_standins import STANDINS
     g = torch.Generator().manual_seed(0)
     x, w1, w2 = (torch.randn(s, generator=g) for s in ([8, 32], [4, 32, 64], [4, 64, 32]))
     b1, b2 = torch.randn(4, 64, generator=g), torch.randn(4, 32, generator=g)

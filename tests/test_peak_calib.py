@@ -9,9 +9,14 @@ import textwrap
 
 import pytest
 
-from mfulib import calib, definitions, device, gemm_search, gemm_timing, report
+from mfulib.peaks import calib
+from mfulib.core import definitions
+from mfulib.core import device
+from mfulib.peaks import gemm_search
+from mfulib.peaks import gemm_timing
+from mfulib.report import tables as report
 from mfulib.schemas import peak_json
-from mfulib.errors import UserError
+from mfulib.core.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "peak_calib.py")
@@ -209,7 +214,7 @@ def test_noise_filter_drops_cann_tiling_warnings_written_to_the_file_descriptors
     prog = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {os.path.join(ROOT, 'scripts')!r})
-        from mfulib import noise
+        from mfulib.run import noise
         with noise.native_noise_filter() as f:
             os.write(1, b"[WARNING] TBE: tiling struct MatMulTilingData is conflict with one in file x.h\\n")
             os.write(2, b"result line kept\\n")

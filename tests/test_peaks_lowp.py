@@ -2,7 +2,12 @@
 and the above-peak check judged against the dtype's own nominal figure (MFU@nom keeps the fp16/bf16 one)."""
 import pytest
 
-from mfulib import calib, decompose, device, gemm_search, gemm_timing, peaks
+from mfulib.peaks import calib
+from mfulib.report import decompose
+from mfulib.core import device
+from mfulib.peaks import gemm_search
+from mfulib.peaks import gemm_timing
+from mfulib.peaks import nominal as peaks
 from mfulib.schemas import performance_json as performance
 
 H200 = {"backend": "cuda", "name": "NVIDIA H200"}

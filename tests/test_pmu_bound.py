@@ -7,9 +7,12 @@ import os
 
 import pytest
 
-from mfulib import bound, msprof, ncu, pmu
+from mfulib.report import bound
+from mfulib.collect import msprof
+from mfulib.collect import ncu
+from mfulib.collect import pmu
 from mfulib.backends.npu import NpuBackend, merge_group_counters, parse_groups
-from mfulib.errors import UserError
+from mfulib.core.errors import UserError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CUDA = os.path.join(HERE, "fixtures", "profiles", "cuda")

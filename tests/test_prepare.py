@@ -7,9 +7,10 @@ import sys
 import pytest
 
 import opfactory as F
-from mfulib import discover, prepare
-from mfulib.errors import UserError
-from mfulib.opdir import OpDir
+from mfulib.sources import discover
+from mfulib.sources import prepare
+from mfulib.core.errors import UserError
+from mfulib.core.opdir import OpDir
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "prepare_op_dir.py")
 

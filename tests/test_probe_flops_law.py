@@ -1,4 +1,4 @@
-"""The traced FLOPs' power law (mfulib.flops_law): fitted only when it holds on every original case, and a candidate
+"""The traced FLOPs' power law (mfulib.search.flops_law): fitted only when it holds on every original case, and a candidate
 whose predicted FLOPs already put its roofline floor over --max-ms is decided without tracing the reference."""
 import os
 import sys
@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import probe_ops  # noqa: E402
 from test_probe_gates import _peak, run_probe  # noqa: E402
 
-from mfulib import flops_law  # noqa: E402
+from mfulib.search import flops_law  # noqa: E402
 
 
 def sym(name, values):

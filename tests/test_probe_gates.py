@@ -10,7 +10,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import probe_ops  # noqa: E402
 
-from mfulib import probe  # noqa: E402
+from mfulib.search import probe  # noqa: E402
 from mfulib.schemas import probe_json as pj  # noqa: E402
 
 PROBE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "max_shape_probe.py")
@@ -104,7 +104,7 @@ def test_gate4_refuses_a_run_slower_than_max_ms(tmp_path):
 
 
 def test_gate4_floor_decides_only_when_the_roofline_alone_exceeds_max_ms():
-    from mfulib.probe_gates import gate4_floor
+    from mfulib.search.probe_gates import gate4_floor
     bw = {"peak_tflops_max": 1000.0, "bandwidth_gbps": 4000.0, "l2_bytes": 50e6}
     # 2.6e15 FLOPs at 1.3 x 1000 TFLOP/s = 2000 ms exactly: not above 2000 ms, so the candidate is timed
     assert gate4_floor(2.6e15, 1e6, bw, 2000.0) is None
@@ -303,8 +303,8 @@ def test_the_ranking_trace_counts_the_trace_start_against_the_budget_and_kills_a
     # probe waited 10 s for it. Warm-up simulated by a start_tool that sleeps first; the tracer: slowref (30 s).
     import time
     from types import SimpleNamespace
-    from mfulib import trace_zygote
-    from mfulib.opdir import OpDir
+    from mfulib.run import trace_zygote
+    from mfulib.core.opdir import OpDir
     cli_mod = _load_probe_cli()
     work = probe_ops.make_workdir(tmp_path)
     monkeypatch.setenv("PROBE_OP_MODE", "slowref")

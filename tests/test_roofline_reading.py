@@ -15,7 +15,10 @@ import json
 
 import pytest
 
-from mfulib import decompose, kernels, report, roofline
+from mfulib.report import decompose
+from mfulib.collect import kernels
+from mfulib.report import tables as report
+from mfulib.report import roofline
 from test_decompose_fixture import PEAK, PERF, _rows, _write_op
 
 
@@ -186,7 +189,7 @@ def _vector_rows(parts):
 
 
 def test_an_operator_without_matrix_work_is_compared_on_mbu_and_its_zero_flops_parts_are_not_called_absent():
-    from mfulib.decompose_reading import reading_aid
+    from mfulib.report.reading import reading_aid
     # zoo/3_RMSNorm: KERNEL_PARTS {"norm": ...} and flops_parts {"norm": 0.0} - the decomposition gives the part
     # flops 0.0 and no FLOPs share (the case's flops are 0)
     aid = reading_aid(_vector_rows([{"part": "norm", "flops": 0.0, "flops_share": None, "time_share": 1.0}]), {})

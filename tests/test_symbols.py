@@ -1,8 +1,9 @@
-"""Symbol analysis (mfulib/symbols.py) on the real case files of ../shared/data and on crafted followers."""
+"""Symbol analysis (mfulib/core/symbols.py) on the real case files of ../shared/data and on crafted followers."""
 import json
 import os
 
-from mfulib import cases, symbols
+from mfulib.core import cases
+from mfulib.core import symbols
 
 
 def _groups(shared_dir, rel):

@@ -1,4 +1,4 @@
-"""mfulib.trace_zygote: gate-2 traces forked from a warm zygote give what a plain subprocess gives, are killed as
+"""mfulib.run.trace_zygote: gate-2 traces forked from a warm zygote give what a plain subprocess gives, are killed as
 one, and leave nothing behind when their parent dies."""
 import json
 import os
@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import probe_ops  # noqa: E402
 
-from mfulib import trace_zygote as tz  # noqa: E402
+from mfulib.run import trace_zygote as tz  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECK_FLOPS = os.path.join(ROOT, "scripts", "check_flops.py")
@@ -61,7 +61,7 @@ def test_kill_ends_a_hanging_trace_and_the_zygote_dies_with_its_parent(tmp_path)
     script.write_text(textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {os.path.join(ROOT, "scripts")!r})
-        from mfulib import trace_zygote as tz
+        from mfulib.run import trace_zygote as tz
         z = tz.Zygote()
         hang = {str(tmp_path / "hang.py")!r}
         open(hang, "w").write("import time\\ntime.sleep(600)\\n")
@@ -114,7 +114,7 @@ def test_what_a_trace_started_dies_too_when_the_probe_is_sigkilled(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {os.path.join(ROOT, "scripts")!r})
-        from mfulib import trace_zygote as tz
+        from mfulib.run import trace_zygote as tz
         z = tz.Zygote()
         job = z.start([{str(tool)!r}], {str(tmp_path / "t.log")!r})
         print("pids", z.proc.pid, job.pid, flush=True)

@@ -101,7 +101,11 @@ def test_every_work_dir_json_has_exactly_the_golden_keys(pipeline_work_dir):
 
 
 def test_each_work_dir_json_reads_back_through_its_schema_module(pipeline_work_dir):
-    from mfulib.schemas import decompose_json, flops_check_json, peak_json, performance_json, verify_json
+    from mfulib.schemas import decompose_json
+    from mfulib.schemas import flops_check_json
+    from mfulib.schemas import peak_json
+    from mfulib.schemas import performance_json
+    from mfulib.schemas import verify_json
     w = pipeline_work_dir
     assert verify_json.read_verify_json(os.path.join(w, "verify.json"))["cases"]
     assert flops_check_json.tracer_flops(os.path.join(w, "flops_check.json")) == {0: 2 * 64 * 32 * 128}

@@ -16,8 +16,8 @@ import subprocess
 
 import pytest
 
-from mfulib import workdir_state
-from mfulib.errors import UserError
+from mfulib.core import workdir_state
+from mfulib.core.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOFTMAX = os.path.join(ROOT, "examples", "ops", "verify", "2_Softmax")
@@ -195,7 +195,7 @@ def test_an_interrupted_collect_is_incomplete_refused_by_decompose_and_redone_by
     assert read(work / "mfu_decompose.json")["complete"] is True
 
     # decompose refuses an incomplete collection unless told, and then marks its result
-    from mfulib import decompose
+    from mfulib.report import decompose
     with open(work / "performance.json") as f:
         doc = json.load(f)
     doc.update(complete=False, missing=[{"case": 3, "impl": "asc", "reason": "not run: interrupted"}])
@@ -260,9 +260,9 @@ def test_the_gate_refuses_a_verify_json_of_another_backend_or_of_other_model_fil
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_msprof"))
     import tinyops
-    from mfulib.opdir import OpDir
+    from mfulib.core.opdir import OpDir
     from mfulib.schemas import verify_json
-    from mfulib.verified_cases import Gate
+    from mfulib.verify.verified_cases import Gate
     od = OpDir(tinyops.make_workdir(tmp_path))
     doc = {"tool": verify_json.TOOL, "device": {"backend": "cuda"}, "inputs": verify_json.input_digests(od.path),
            "cases": [{"case": 0, "status": "pass"}, {"case": 1, "status": "skipped", "reason": "too big"}]}

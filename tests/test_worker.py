@@ -1,4 +1,4 @@
-"""Persistent workers (mfulib/worker.py, mfulib/backends/runner.py): cases run one after another in one process,
+"""Persistent workers (mfulib/run/worker.py, mfulib/backends/runner.py): cases run one after another in one process,
 and a case that crashes, hangs or runs out of memory still stays in that case - the next one gets a fresh worker."""
 import json
 import os
@@ -10,8 +10,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_msprof"))
 import tinyops  # noqa: E402
 
-from mfulib import worker  # noqa: E402
-from mfulib.backends.collect import Options, collect  # noqa: E402
+from mfulib.run import worker  # noqa: E402
+from mfulib.collect.driver import Options, collect  # noqa: E402
 
 
 def child_reports(work):
@@ -105,7 +105,7 @@ def test_mfu_worker_0_runs_every_case_in_its_own_process(tmp_path, monkeypatch):
 ECHO = textwrap.dedent('''
     import os, sys
     sys.path.insert(0, sys.argv[1])
-    from mfulib.worker import serve
+    from mfulib.run.worker import serve
 
     def handler(req):
         print("case", req["n"], "pid", os.getpid())

@@ -2,7 +2,7 @@
 and the real-case FusionAttention (examples/ops/{bench,gen}/npukernelbench/level4/3_FusionAttention*).
 
 Each ModelNew is checked against its reference through the pipeline's own path (prepare_explicit -> OpDir ->
-mfulib.verify.verify_case, tolerances by dtype there) on the interpreter-sized cases; on a CPU the kernels run in the
+mfulib.verify.correctness.verify_case, tolerances by dtype there) on the interpreter-sized cases; on a CPU the kernels run in the
 Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1 before any kernel is defined), so only fp16/fp32 cases.
 The 50 real FusionAttention lines are checked for acceptance on meta tensors: nothing big is allocated.
 """
@@ -12,8 +12,9 @@ import os
 import pytest
 import torch
 
-from mfulib import cases, verify
-from mfulib.opdir import import_file
+from mfulib.core import cases
+from mfulib.verify import correctness as verify
+from mfulib.core.opdir import import_file
 from zoo_support import OPS, install_compat_or_skip, work_dir
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ZOO = {  # op -> (reference, implementation)

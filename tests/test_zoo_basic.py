@@ -5,14 +5,14 @@
   (examples/ops/bench/npukernelbench + examples/ops/gen/npukernelbench);
 * layout A op roots: examples/ops/verify/{1_BatchMatmul,2_Softmax,4_FFN} (baseline + optimized per iteration).
 
-Correctness goes through the pipeline's own path (prepare_explicit -> OpDir -> mfulib.verify.verify_case) with the
+Correctness goes through the pipeline's own path (prepare_explicit -> OpDir -> mfulib.verify.correctness.verify_case) with the
 tolerances by dtype stated there, on the normalised max error max|out - ref| / max|ref|: float16 1e-2, bfloat16
 2e-2, float32 1e-4 (1e-2 on CUDA, where tl.dot on fp32 is TF32). Measured here in the interpreter: float16 <= 1e-3,
 float32 <= 1e-6. On a CPU the kernels run in the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1
 before any kernel is defined), so only float16/float32 cases of at most INTERPRETER_MAX_BYTES of input run
 (each well under a second); every other line - bf16 and the GPU-sized ones - is checked on fake tensors
 (torch's FakeTensorMode: shapes and dtypes, no storage), which allocate nothing. (Fake tensors rather than
-``with torch.device("meta")``: once mfulib.compat has wrapped torch's factory functions, the device context no longer
+``with torch.device("meta")``: once mfulib.run.compat has wrapped torch's factory functions, the device context no longer
 reaches them and would allocate the GPU-sized cases for real.) tests/gpu/test_zoo_basic_cuda.py runs every line on the GPU.
 """
 import json
@@ -23,8 +23,9 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from mfulib import cases, discover
-from mfulib.opdir import import_file
+from mfulib.core import cases
+from mfulib.sources import discover
+from mfulib.core.opdir import import_file
 from zoo_support import OPS, install_compat_or_skip, verify_cases, work_dir
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -35,14 +35,14 @@ Kept or foreign profiles are re-parsed without running anything:
       [--cases 3,7] [--warmup W --repeats R] [--op-dir <work dir> --mfu] --output-dir D
 --cases names the case of each profile found, in order (kept profiles name their own). Without a work directory
 only kernel times are written (FLOPs null); iterations, L2-flush kernels (--l2-flush), missing head launches and
-autotuning are found in the data and reported as flags (see mfulib/profiles.py).
+autotuning are found in the data and reported as flags (see mfulib/collect/profiles.py).
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mfulib import cli  # noqa: E402
+from mfulib.core import cli  # noqa: E402
 
 
 def build_parser():
@@ -155,10 +155,10 @@ def print_table(report):
 
 
 def main(argv=None):
-    from mfulib.backends.collect import Options, collect
+    from mfulib.collect.driver import Options, collect
     args = build_parser().parse_args(argv)
     if args.from_prof:
-        from mfulib import profiles
+        from mfulib.collect import profiles
         opts = profiles.FromProfOptions(
             paths=args.from_prof, output_dir=args.output_dir, op_dir=args.op_dir,
             cases=profiles.parse_case_sequence(args.cases) if args.cases is not None else None, impl=args.impl,
@@ -170,13 +170,13 @@ def main(argv=None):
         return 0
     cases, origins = cli.parse_case_list(args.cases) if args.cases is not None else None, {}
     if args.search_json:
-        from mfulib.errors import UserError
+        from mfulib.core.errors import UserError
         from mfulib.schemas.grid_search_json import chosen_cases
         if args.cases is not None:
             raise UserError("--cases and --search-json both choose the cases - give one of them")
         cases, origins = chosen_cases(os.path.abspath(args.search_json))
     else:  # cases the shape probe appended are marked with their origin even when no search chose them
-        from mfulib.search_pool import probe_origins
+        from mfulib.search.pool import probe_origins
         origins = probe_origins(os.path.join(args.op_dir or args.output_dir, "probe.json"))
     opts = Options(op_dir=args.op_dir or args.output_dir, output_dir=args.output_dir, impl=args.impl,
                    warmup=args.warmup, repeats=args.repeats, seed=args.seed, retry=args.retry, device_id=args.device,

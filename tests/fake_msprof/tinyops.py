@@ -143,8 +143,8 @@ def write_sources(src_dir, variant="plain", with_flops=True, cases=CASES):
 
 
 def make_workdir(root, variant="plain", with_flops=True, cases=CASES):
-    """A prepared work directory ``<root>/work`` for the tiny two-kernel operator (via mfulib.prepare)."""
-    from mfulib.prepare import prepare_explicit
+    """A prepared work directory ``<root>/work`` for the tiny two-kernel operator (via mfulib.sources.prepare)."""
+    from mfulib.sources.prepare import prepare_explicit
     p = write_sources(os.path.join(str(root), "src"), variant, with_flops, cases)
     dst = os.path.join(str(root), "work")
     prepare_explicit(p["ref"], p["cases"], p["impl"], dst, flops=p["flops"])

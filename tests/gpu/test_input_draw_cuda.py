@@ -1,4 +1,4 @@
-"""GPU check of the device draw (mfulib/input_draw.py, issue 13): on CUDA large float inputs are created on the
+"""GPU check of the device draw (mfulib/core/input_draw.py, issue 13): on CUDA large float inputs are created on the
 device from its seeded generator - reproducible, fast - while integer inputs keep the host stream's values.
 
 Run on the GPU machine from the repository root: python3 -m pytest -q tests/gpu/test_input_draw_cuda.py
@@ -13,8 +13,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/
 from test_input_draw import BIG, _op  # noqa: E402
 
-from mfulib import input_draw as draw  # noqa: E402
-from mfulib.opdir import OpDir  # noqa: E402
+from mfulib.core import input_draw as draw  # noqa: E402
+from mfulib.core.opdir import OpDir  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -3,7 +3,7 @@
 Run on the GPU machine from the repository root:
     python3 -m pytest -q tests/gpu/test_zoo_attention_cuda.py tests/test_zoo_attention.py
 (the second file's small-case tests run compiled there too). Every zoo line, up to seq 16k, goes through
-prepare_explicit -> OpDir -> mfulib.verify.verify_case on "cuda", with its tolerances: float16 1e-2, bfloat16 2e-2,
+prepare_explicit -> OpDir -> mfulib.verify.correctness.verify_case on "cuda", with its tolerances: float16 1e-2, bfloat16 2e-2,
 float32 1e-2 (tl.dot on fp32 is TF32). The references chunk their fp32 score matrices to <= 1 GiB, so the largest
 line needs a few GiB. All 50 real FusionAttention lines run too: 26 pass, 24 rejected with their reasons.
 """
@@ -12,9 +12,11 @@ import os
 import pytest
 import torch
 
-from mfulib import cases, compat, verify
-from mfulib.opdir import OpDir
-from mfulib.prepare import prepare_explicit
+from mfulib.core import cases
+from mfulib.run import compat
+from mfulib.verify import correctness as verify
+from mfulib.core.opdir import OpDir
+from mfulib.sources.prepare import prepare_explicit
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (compiled Triton kernels)")
 

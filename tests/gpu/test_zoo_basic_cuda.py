@@ -4,7 +4,7 @@ Run on the GPU machine from the repository root:
     python3 -m pytest -q tests/gpu/test_zoo_basic_cuda.py tests/test_zoo_basic.py
 (the second file's small-case tests run compiled there too). Every line of the zoo files 1_BatchMatmul, 2_Softmax,
 3_RMSNorm, 4_FFN and of the real files level3/1_BatchMatmul, level1/10_LayerNorm, level4/2_FFN goes through
-prepare_explicit -> OpDir -> mfulib.verify.verify_case on "cuda", with its tolerances on the normalised max error:
+prepare_explicit -> OpDir -> mfulib.verify.correctness.verify_case on "cuda", with its tolerances on the normalised max error:
 float16 1e-2, bfloat16 2e-2, float32 1e-2 (tl.dot on fp32 is TF32 unless TRITON_F32_DEFAULT=ieee). Expected
 rejections: zoo 4_FFN line 11 (planted) and the 21 gated lines of the real 2_FFN file. The largest lines need
 ~3 GiB of inputs (fp32 softmax [16384, 16384] in and out, FFN bf16 [8192, 4096] x [4096, 11008]).
@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from mfulib import cases
+from mfulib.core import cases
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for zoo_support
 from zoo_support import REPO, install_compat_or_skip, verify_cases, work_dir  # noqa: E402

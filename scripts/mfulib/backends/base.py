@@ -15,7 +15,7 @@ Two sides, two processes:
 
 Iterations are delimited from the data: each is wrapped in ``record_function("mfu::iter::<i>")`` (CUDA/CPU; the
 profiler records the range) or bracketed by marker-kernel launches (NPU, where msprof has no such range in the
-CSVs); the kernel-name sequence must then repeat once per iteration (:func:`mfulib.kernels.summarize`).
+CSVs); the kernel-name sequence must then repeat once per iteration (:func:`mfulib.collect.kernels.summarize`).
 """
 from __future__ import annotations
 

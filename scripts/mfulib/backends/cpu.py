@@ -1,7 +1,7 @@
 """CPU backend: Triton kernels in the interpreter (``TRITON_INTERPRET=1``), timed by a launch hook.
 
 torch.profiler does not see interpreted kernels (reference/environment_notes.md), so the launch hook that
-verify_op.py shares (:func:`mfulib.interpreter.install_launch_hook`) wraps
+verify_op.py shares (:func:`mfulib.run.interpreter.install_launch_hook`) wraps
 ``triton.runtime.interpreter.InterpretedFunction.run`` - the one call every interpreted launch goes through
 (``kernel[grid](...)`` and the autotuner alike; Triton 3.9's interpreter calls no ``launch_enter_hook``) - in
 ``record_function("triton::<kernel name>")``, so each launch becomes a timed row of the same profiler that records
@@ -14,15 +14,15 @@ numbers. bf16 cases are not run (Triton 3.9's interpreter returns garbage for bf
 
 The same hook adapts what the interpreter runs differently from compiled Triton (float arguments as fp32 scalars,
 ``@triton.autotune`` without a driver, ``tl.make_block_ptr``) and records what each case needed
-(:mod:`mfulib.interpreter`).
+(:mod:`mfulib.run.interpreter`).
 """
 from __future__ import annotations
 
 import os
 import platform
 
-from ..interpreter import install_launch_hook
-from .base import (PRIME_RANGE, TRITON_RANGE_PREFIX, Backend, iteration_ranges, launches_from_trace,
+from mfulib.run.interpreter import install_launch_hook
+from mfulib.backends.base import (PRIME_RANGE, TRITON_RANGE_PREFIX, Backend, iteration_ranges, launches_from_trace,
                    load_trace_events, range_of)
 
 # ops that only describe, view or allocate memory: no device kernel behind them on NPU/CUDA
@@ -118,12 +118,12 @@ class CpuBackend(Backend):
 
     def setup(self, spec):
         os.environ["TRITON_INTERPRET"] = "1"
-        from .. import compat
+        from mfulib.run import compat
         compat.install("cpu")
         install_launch_hook()
 
     def identity(self, spec):
-        from ..device import device_identity
+        from mfulib.core.device import device_identity
         ident = device_identity("cpu")
         ident.update(machine=platform.machine(), executor="Triton interpreter (TRITON_INTERPRET=1)",
                      note="CPU-interpreter numbers: never compared with accelerator numbers")

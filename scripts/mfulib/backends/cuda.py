@@ -14,7 +14,7 @@ Attribution of a kernel to an iteration (:func:`trace_launches`), in order of pr
 3. its device start inside the ``gpu_user_annotation`` copy of the range.
 
 Completeness: a launch call inside a range whose correlation id has no device record is a lost kernel record
-(``lost_by_iter``); a kernel record with a zero timestamp or duration is invalid (:mod:`mfulib.kernels`).
+(``lost_by_iter``); a kernel record with a zero timestamp or duration is invalid (:mod:`mfulib.collect.kernels`).
 Device memcpy/memset records are not kernels: they are reported as a flag, not added to kernel time.
 
 PMU counters (:class:`NcuPmu`): kernel *times* always come from CUPTI. Counters per kernel come from one more run
@@ -39,9 +39,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from .. import pmu as pmu_names
+from mfulib.collect import pmu as pmu_names
 
-from .base import Backend, iteration_ranges, launches_from_trace, load_trace_events, range_of
+from mfulib.backends.base import Backend, iteration_ranges, launches_from_trace, load_trace_events, range_of
 
 KERNEL_CATS = ("kernel",)
 COPY_CATS = ("gpu_memcpy", "gpu_memset")
@@ -135,7 +135,7 @@ class CudaBackend(Backend):
 
     def setup(self, spec):
         import torch
-        from .. import compat
+        from mfulib.run import compat
         torch.cuda.set_device(torch.device(spec["device"]))
         compat.install(spec["device"])
         self.pmu_nvtx = spec.get("pmu_nvtx")
@@ -158,7 +158,7 @@ class CudaBackend(Backend):
 
     def identity(self, spec):
         import torch
-        from ..device import device_identity, read_clocks
+        from mfulib.core.device import device_identity, read_clocks
         idx = torch.device(spec["device"]).index or 0
         ident = device_identity("cuda", idx)
         clocks = read_clocks("cuda", idx)
@@ -183,8 +183,8 @@ class CudaBackend(Backend):
 
 # ------------------------------------------------------------------------------------------- Nsight Compute PMU
 
-# canonical counter -> the ncu metrics passed to --metrics for it (several: combined as mfulib.pmu says, max of the
-# MMA pipes, sum of their instructions); the names, aliases and sources are owned by mfulib/pmu.py (NCU_METRIC_OF)
+# canonical counter -> the ncu metrics passed to --metrics for it (several: combined as mfulib.collect.pmu says, max of the
+# MMA pipes, sum of their instructions); the names, aliases and sources are owned by mfulib/collect/pmu.py (NCU_METRIC_OF)
 NCU_METRICS = {key: (names if key in pmu_names.SUMMED else names[:1]) for key, names in pmu_names.NCU_METRIC_OF.items()}
 PMU_NVTX_RANGE = "mfu_pmu_iter"
 PMU_BACKENDS = ("cuda",)
@@ -213,16 +213,16 @@ def find_ncu(path=None):
 
 
 def ncu_counters(rec, metrics=None) -> dict:
-    """{canonical counter: value or None} of one ncu launch record (:func:`mfulib.ncu.parse_ncu_csv`), through
-    :func:`mfulib.pmu.from_ncu_record`; a counter whose metrics are all absent or ``n/a`` is None (never 0).
+    """{canonical counter: value or None} of one ncu launch record (:func:`mfulib.collect.ncu.parse_ncu_csv`), through
+    :func:`mfulib.collect.pmu.from_ncu_record`; a counter whose metrics are all absent or ``n/a`` is None (never 0).
     ``metrics`` (the probe's surviving list) is accepted for symmetry: dropped metrics are simply absent."""
     return pmu_names.from_ncu_record(rec)
 
 
 def match_kernel(ncu_name: str, names) -> str | None:
     """The CUPTI kernel name ``ncu_name`` denotes: the same string, else the only one with the same function
-    identifier (:func:`mfulib.ncu.short_kernel_name`); None when none or several do."""
-    from ..ncu import short_kernel_name
+    identifier (:func:`mfulib.collect.ncu.short_kernel_name`); None when none or several do."""
+    from mfulib.collect.ncu import short_kernel_name
     if ncu_name in names:
         return ncu_name
     short = short_kernel_name(ncu_name)
@@ -253,7 +253,7 @@ def average_by_kernel(recs, names, metrics=None) -> tuple:
 def last_iterations(recs, sequence, iterations: int) -> tuple:
     """(records, None) of the last ``iterations`` x len(``sequence``) launches when their function names repeat the
     CUPTI ``sequence`` position by position, else ([], why)."""
-    from ..ncu import short_kernel_name
+    from mfulib.collect.ncu import short_kernel_name
     n = iterations * len(sequence)
     if len(recs) < n:
         return [], f"profiled {len(recs)} launch(es) by name, fewer than {iterations} iteration(s) x {len(sequence)}"
@@ -309,7 +309,7 @@ class NcuPmu:
 
     def __init__(self, ncu=None, cache_control="none", iterations=2, timeout_s=600.0, requested="auto", log=None):
         if cache_control not in CACHE_CONTROLS:
-            from ..errors import UserError
+            from mfulib.core.errors import UserError
             raise UserError(f"--ncu-cache-control {cache_control!r}: choose all or none (or auto)")
         self.ncu = find_ncu(ncu)
         self.ncu_given = ncu
@@ -357,7 +357,7 @@ class NcuPmu:
             for _ in range(3):  # unknown metrics are dropped and the probe repeated
                 cmd = self.base_command() + ["--launch-count", "1", sys.executable, "-c", PROBE_CODE]
                 rc, text = _run(cmd, tmp, dict(os.environ), min(self.timeout_s, 300.0), os.path.join(tmp, "p.csv"))
-                from ..ncu import parse_ncu_csv
+                from mfulib.collect.ncu import parse_ncu_csv
                 recs = parse_ncu_csv(text) if rc is not None else []
                 if recs:
                     self._verdict = {"available": True, "reason": None}
@@ -388,8 +388,8 @@ class NcuPmu:
 
         ``sequence``: the CUPTI kernel names of one iteration; ``names``: the case's kernel names. Returns
         {pmu, pmu_source, pmu_unavailable, pmu_launches, pmu_csv, flags}; never raises for the case."""
-        from ..jsonio import write_json_atomic
-        from ..ncu import parse_ncu_csv
+        from mfulib.core.jsonio import write_json_atomic
+        from mfulib.collect.ncu import parse_ncu_csv
         v = self.probe()
         out = {"pmu": None, "pmu_source": None, "pmu_unavailable": v["reason"], "pmu_launches": 0, "pmu_csv": None,
                "flags": []}
@@ -478,7 +478,7 @@ def pmu_plan(backend_name: str, mode: str, ncu=None, cache_control="auto", flush
     flushes the cache before iterations (``flush_cache_mib`` > 0), else ``none`` - the counters describe the regime
     the kernel times were measured in. Raises UserError for ``ncu`` on a backend without it.
     """
-    from ..errors import UserError
+    from mfulib.core.errors import UserError
     if mode not in ("auto", "ncu", "none"):
         raise UserError(f"--pmu {mode!r}: choose auto, ncu or none")
     if cache_control not in ("auto",) + CACHE_CONTROLS:

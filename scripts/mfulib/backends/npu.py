@@ -12,13 +12,13 @@ PipeUtilization,ArithmeticUtilization,Memory``) runs the child once per group, o
 ``sh -c`` chain (stopping at the first failure): the first group's run, under ``<attempt>/msprof``, gives the
 kernel times; each further group's run, under ``<attempt>/msprof_<Group>``, adds its counters to the kernels of the
 same name (mean over that run's measured launches, :func:`merge_group_counters`). Counters are renamed to the
-canonical names of :mod:`mfulib.pmu` (``N/A`` stays None); ``pmu_source`` = ``msprof:<G1>+<G2>...``.
+canonical names of :mod:`mfulib.collect.pmu` (``N/A`` stays None); ``pmu_source`` = ``msprof:<G1>+<G2>...``.
 
-Rows: :func:`mfulib.msprof.load_kernel_rows` (op_summary, task_time fallback, slices, old layout, torch_npu
+Rows: :func:`mfulib.collect.msprof.load_kernel_rows` (op_summary, task_time fallback, slices, old layout, torch_npu
 ``kernel_details.csv``, marker rows filtered). msprof's CSVs carry no iteration ranges, so the child launches a
 tiny Triton marker kernel (``mfu_harness_marker_kernel``: Triton-Ascend reports ``Op Name`` = the kernel function
 name, facts §9) at the start of every iteration and once after the last; rows between two markers are one
-iteration (:func:`mfulib.kernels.assign_by_markers`). Marker kernels work on every CANN version, which an mstx range
+iteration (:func:`mfulib.collect.kernels.assign_by_markers`). Marker kernels work on every CANN version, which an mstx range
 export does not (its CSV format is not pinned by the facts note); mstx ranges are still emitted where torch_npu has
 them, for people reading the timeline.
 
@@ -36,12 +36,12 @@ import shlex
 import shutil
 import subprocess
 
-from .. import kernels as _kernels
-from .. import msprof as _msprof
-from .. import pmu as _pmu
-from ..device import cann_version
-from ..errors import UserError
-from .base import Backend
+from mfulib.collect import kernels as _kernels
+from mfulib.collect import msprof as _msprof
+from mfulib.collect import pmu as _pmu
+from mfulib.core.device import cann_version
+from mfulib.core.errors import UserError
+from mfulib.backends.base import Backend
 
 SET_ENV_CANDIDATES = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/cann/set_env.sh",
                       "~/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/latest/set_env.sh")
@@ -241,13 +241,13 @@ class NpuBackend(Backend):
     def setup(self, spec):
         import torch
         import torch_npu  # noqa: F401  (registers torch.npu)
-        from .. import compat
+        from mfulib.run import compat
         torch.npu.set_device(spec["device"])
         compat.install(spec["device"])
 
     def identity(self, spec):
         import torch
-        from ..device import device_identity
+        from mfulib.core.device import device_identity
         ident = device_identity("npu", torch.device(spec["device"]).index or 0)
         ident["soc_name"] = ident.get("name")
         return ident

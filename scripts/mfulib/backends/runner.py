@@ -3,11 +3,11 @@
 Parent side, :func:`run_child`: writes ``spec.json`` into a fresh attempt directory, starts
 ``[<backend wrapper, e.g. msprof ...>] python3 runner.py --spec spec.json`` in a new process group, kills the whole
 group after ``timeout_s``, and returns a :class:`ChildResult` whose ``status`` is the child's own (``ok``,
-``rejected``, ``oom``, ``error``: :func:`mfulib.failures.classify`, shared with verify_op.py) or ``timeout`` /
+``rejected``, ``oom``, ``error``: :func:`mfulib.core.failures.classify`, shared with verify_op.py) or ``timeout`` /
 ``crashed`` (no report: a signal or an abort; SIGKILL is usually the host's out-of-memory killer).
 
-Child side, :func:`child_main` (this file run as a script): builds the case (:meth:`mfulib.opdir.OpDir.build_case`
-with the compatibility layer of :mod:`mfulib.compat` installed first), then::
+Child side, :func:`child_main` (this file run as a script): builds the case (:meth:`mfulib.core.opdir.OpDir.build_case`
+with the compatibility layer of :mod:`mfulib.run.compat` installed first), then::
 
     prime call (compilation, autotuning; never measured)     range "mfu::prime"
     profiler session starts (cpu: before the prime call)
@@ -28,7 +28,7 @@ the measured iterations stop early once at least 2 of them (``repeats`` if fewer
 (the shape search's stage 1: ranking needs a few iterations, not a precise median).
 
 Persistent workers (cpu and cuda, :attr:`Backend.persistent_worker`): instead of one process per case,
-:func:`run_child` hands the spec to a :class:`mfulib.worker.Worker` kept per (backend, device) - this file run with
+:func:`run_child` hands the spec to a :class:`mfulib.run.worker.Worker` kept per (backend, device) - this file run with
 ``--serve`` - which runs case after case; the attempt directory receives the same ``spec.json``, ``child.log``,
 ``report.json`` and trace as before. The isolation stays per case: a crash or a timeout is recorded for that case
 exactly as above and the next case gets a fresh worker; a case that ends ``oom`` or ``error`` (a device fault may
@@ -86,7 +86,7 @@ def _tail(path, n=4000):
 
 
 def _write_spec(spec: dict, attempt_dir: str):
-    from ..jsonio import write_json_atomic
+    from mfulib.core.jsonio import write_json_atomic
     os.makedirs(attempt_dir, exist_ok=True)
     spec = dict(spec, report_path=os.path.join(attempt_dir, "report.json"),
                 trace_path=os.path.join(attempt_dir, "trace.json"))
@@ -96,7 +96,7 @@ def _write_spec(spec: dict, attempt_dir: str):
 
 
 def _read_report(path) -> dict:
-    from ..jsonio import read_json
+    from mfulib.core.jsonio import read_json
     if os.path.exists(path):
         try:
             return read_json(path)
@@ -122,7 +122,7 @@ def _no_report_error(rc, tail) -> str:
 def run_child(backend, spec: dict, attempt_dir: str, timeout_s: float) -> ChildResult:
     """Run one case isolated from the others (see the module docstring): in the persistent worker of its
     backend and device where the backend has one, else in a fresh child process; never raises for a failing case."""
-    from .. import worker
+    from mfulib.run import worker
     if getattr(backend, "persistent_worker", False) and worker.enabled():
         return _POOL.run(backend, spec, attempt_dir, timeout_s)
     spec, spec_path = _write_spec(spec, attempt_dir)
@@ -158,7 +158,7 @@ RETIRE_STATUSES = ("oom", "error")  # the worker may hold fragmented memory or a
 
 
 class WorkerPool:
-    """Persistent workers (:class:`mfulib.worker.Worker`) by (backend, device): parent side of ``--serve``."""
+    """Persistent workers (:class:`mfulib.run.worker.Worker`) by (backend, device): parent side of ``--serve``."""
 
     def __init__(self):
         self.workers = {}
@@ -168,7 +168,7 @@ class WorkerPool:
     def _start(self, backend, device):
         import tempfile
 
-        from .. import worker
+        from mfulib.run import worker
         if self._tmp is None or not os.path.isdir(self._tmp):
             self._tmp = tempfile.mkdtemp(prefix="mfu_workers_")
         env = worker.child_env(backend.child_env(os.environ))
@@ -241,7 +241,7 @@ atexit.register(close_workers)
 
 
 def _output_bytes(out) -> int:
-    from ..opdir import tensors_in
+    from mfulib.core.opdir import tensors_in
     return int(sum(t.numel() * t.element_size() for t in tensors_in(out)))
 
 
@@ -255,9 +255,9 @@ def run_spec(spec: dict, backend, report: dict) -> None:
     import torch
     from torch.profiler import record_function
 
-    from .. import compat
-    from ..opdir import OpDir, in_directory
-    from .base import PRIME_RANGE
+    from mfulib.run import compat
+    from mfulib.core.opdir import OpDir, in_directory
+    from mfulib.backends.base import PRIME_RANGE
     backend.setup(spec)
     if spec["device"] not in _IDENTITY:  # one process, one device: asked once per worker
         try:
@@ -281,12 +281,12 @@ def run_spec(spec: dict, backend, report: dict) -> None:
     report["inputs_reused"] = reuse
     if built.inputs_drawn is not None:
         _INPUTS["drawn"] = built.inputs_drawn
-    report["inputs_drawn"] = _INPUTS.get("drawn")  # where they were drawn (mfulib.input_draw), reused or not
+    report["inputs_drawn"] = _INPUTS.get("drawn")  # where they were drawn (mfulib.core.input_draw), reused or not
     report["compat"] = {k: v for k, v in compat.REPORT.items() if k != "patched"}
     wall["build"] = time.perf_counter() - t
     harness = None
     if spec.get("markers") or spec.get("flush_cache_mib"):
-        from .harness import Harness
+        from mfulib.backends.harness import Harness
         harness = Harness(spec["device"], spec.get("flush_cache_mib") or 0)
     warmup = int(spec["warmup"])
     n = warmup + int(spec["repeats"])
@@ -346,10 +346,10 @@ _SERVED = [0]  # specs this process has run
 def run_and_report(spec: dict) -> dict:
     """Run one spec (child side) and write its ``report.json`` atomically; returns the report. Never raises for
     the case's own failure (KeyboardInterrupt excepted)."""
-    from .. import interpreter
-    from ..failures import classify
-    from ..jsonio import write_json_atomic
-    from . import get_backend
+    from mfulib.run import interpreter
+    from mfulib.core.failures import classify
+    from mfulib.core.jsonio import write_json_atomic
+    from mfulib.backends import get_backend
     t0 = time.perf_counter()
     first = _SERVED[0] == 0
     _SERVED[0] += 1
@@ -365,7 +365,7 @@ def run_and_report(spec: dict) -> dict:
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
-        if spec.get("backend") == "cpu":  # what the interpreter adapted or rejected (mfulib/interpreter.py)
+        if spec.get("backend") == "cpu":  # what the interpreter adapted or rejected (mfulib/run/interpreter.py)
             report["cpu_adaptations"] = interpreter.adaptations()
         if not first:  # the process start-up was paid by an earlier spec of this worker
             report["wall_s"]["imports"] = 0.0
@@ -375,8 +375,8 @@ def run_and_report(spec: dict) -> dict:
 
 
 def _serve_request(req: dict) -> dict:
-    """Worker handler (:func:`mfulib.worker.serve`): one spec, run in its attempt directory."""
-    from ..jsonio import read_json
+    """Worker handler (:func:`mfulib.run.worker.serve`): one spec, run in its attempt directory."""
+    from mfulib.core.jsonio import read_json
     spec = read_json(req["spec_path"])
     os.chdir(os.path.dirname(spec["report_path"]))
     report = run_and_report(spec)
@@ -384,14 +384,14 @@ def _serve_request(req: dict) -> dict:
 
 
 def child_main(argv=None) -> int:
-    from ..jsonio import read_json
+    from mfulib.core.jsonio import read_json
     ap = argparse.ArgumentParser(description="Run one case of an operator work directory (collector child), or "
                                              "serve specs as a persistent worker (--serve).")
     ap.add_argument("--spec", help="spec.json written by the collector")
     ap.add_argument("--serve", action="store_true", help="persistent worker: specs come on --request-fd")
     args, _ = ap.parse_known_args(argv)
     if args.serve:
-        from ..worker import serve
+        from mfulib.run.worker import serve
         return serve(_serve_request, argv)
     if not args.spec:
         ap.error("--spec or --serve is required")

@@ -2,7 +2,7 @@
 
 Both live in the batch output directory (``make batch``'s ``BATCH_OUT``), never in an operator's work directory.
 
-**Job record** (written by :func:`mfulib.batch_run.run_job`, atomically: first with status ``running``, then with
+**Job record** (written by :func:`mfulib.batch.job.run_job`, atomically: first with status ``running``, then with
 the outcome): provenance + ``name``, ``layout``, ``status`` (one of :data:`JOB_STATUSES`), ``rc`` (the pipeline's
 exit status; None when it never ran to an end), ``reason`` (why it failed: the step that failed and its last error
 line, the timeout, the interrupt; None when ok), ``failed_step``, ``wall_s`` (seconds, the ``make all`` wall time),
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import os
 
-from ..errors import UserError
-from ..jsonio import provenance, write_json_atomic
-from .common import read_work_json, wrong_type
+from mfulib.core.errors import UserError
+from mfulib.core.jsonio import provenance, write_json_atomic
+from mfulib.schemas.common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "mfu_batch"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from ..errors import UserError, short_repr
-from ..jsonio import read_json
+from mfulib.core.errors import UserError, short_repr
+from mfulib.core.jsonio import read_json
 
 
 def wrong_type(path: str, field: str, value, want: str, fix: str) -> UserError:

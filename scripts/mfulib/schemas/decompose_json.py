@@ -1,27 +1,27 @@
 """mfu_decompose.json: step 6's per-case / per-kernel-part MFU table, its writer and reader/validator.
 
-Provenance (:func:`mfulib.jsonio.provenance`) + the body :func:`mfulib.decompose.decompose` returns:
+Provenance (:func:`mfulib.core.jsonio.provenance`) + the body :func:`mfulib.report.decompose.decompose` returns:
 ``peak_json, peak_label, peak_backend, peak_device, peak_tflops, bandwidth_gbps, reports`` [{label, path, backend,
 measured_cases, device, kernel_parts, kernel_parts_source, nominal_tflops, nominal_source, warmup, repeats,
 timing_method, flush_cache_mib, complete, missing, notes, rows}], ``maxima, reading_aid, errors, warnings, notes``,
-``regime`` {flush_cache_mib_collect, flush_cache_mib_peak, note} (:func:`mfulib.decompose_reading.regime`),
+``regime`` {flush_cache_mib_collect, flush_cache_mib_peak, note} (:func:`mfulib.report.reading.regime`),
 ``complete`` (false when an interrupted collection was decomposed with --allow-incomplete) and ``missing`` (what it
 lacked) and, with ``--plot``, ``plot``.
 
-Rows and their parts carry (:func:`mfulib.decompose.attach_bounds_and_roofline`): ``bound`` {label (one of
-:data:`mfulib.bound.LABELS`), source ("pmu:ncu" | "pmu:msprof" | "fallback:fp32-vs-fp16" | None), evidence
+Rows and their parts carry (:func:`mfulib.report.decompose.attach_bounds_and_roofline`): ``bound`` {label (one of
+:data:`mfulib.report.bound.LABELS`), source ("pmu:ncu" | "pmu:msprof" | "fallback:fp32-vs-fp16" | None), evidence
 {counter: value}, note}; ``roofline`` {ai_flop_per_byte, compulsory_bytes, dram_bytes, attainable_tflops,
 achieved_tflops, headroom, mfu_if_fixed (+ rows: dram_ai_flop_per_byte, roof; + parts: target_tflops,
-target_source, payoff)} (:mod:`mfulib.roofline`); parts also ``dram_bytes``. Rows also: ``kernel_bounds``
+target_source, payoff)} (:mod:`mfulib.report.roofline`); parts also ``dram_bytes``. Rows also: ``kernel_bounds``
 {kernel: bound}, ``payoff_order`` [part names], ``pmu_view`` {official_mfu, pmu_mfu, executed_flops,
 semantic_flops, redundancy, active_core_fraction, executed_how}, ``pmu_source``, ``pmu_unavailable`` and, when
 several reports are shown side by side, ``speedup`` {baseline, value} (rows and parts of the non-baseline reports).
 """
 from __future__ import annotations
 
-from ..errors import UserError
-from ..jsonio import write_json_atomic
-from .common import read_work_json, wrong_type
+from mfulib.core.errors import UserError
+from mfulib.core.jsonio import write_json_atomic
+from mfulib.schemas.common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "mfu_decompose"

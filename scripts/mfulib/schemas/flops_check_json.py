@@ -14,7 +14,7 @@ through :func:`completeness`.
 """
 from __future__ import annotations
 
-from ..jsonio import read_json, write_json_atomic
+from mfulib.core.jsonio import read_json, write_json_atomic
 
 SCHEMA = 1
 TOOL = "check_flops.py"

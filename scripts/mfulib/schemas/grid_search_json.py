@@ -1,7 +1,7 @@
 """grid_search.json: step 2's (case, scale) search for the limit MFU (scripts/mfu_grid_search.py), its writer and
 readers. The collector reads the chosen cases (and each one's origin) through :func:`chosen_cases`.
 
-Provenance (:func:`mfulib.jsonio.provenance`) + ``op_dir``, ``cases_file``, ``backend``, ``metric`` (``mfu``: the
+Provenance (:func:`mfulib.core.jsonio.provenance`) + ``op_dir``, ``cases_file``, ``backend``, ``metric`` (``mfu``: the
 operator does matrix work; ``mbu``: it does none, bytes moved rank it), ``probe_json`` (path read, None when
 absent), ``rule`` (how the pool was built), ``notes`` [text],
 ``pool`` [{case, source_case, factors {symbol: factor}, scale (probe.json's scale of the candidate, else the
@@ -29,10 +29,10 @@ collector measures after the search, best first], ``complete`` (both stages ran 
 """
 from __future__ import annotations
 
-from ..definitions import is_number
-from ..errors import UserError
-from ..jsonio import write_json_atomic
-from .common import read_work_json, wrong_type
+from mfulib.core.definitions import is_number
+from mfulib.core.errors import UserError
+from mfulib.core.jsonio import write_json_atomic
+from mfulib.schemas.common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "mfu_grid_search"
@@ -45,7 +45,7 @@ BEST_KEYS = ("case", "source_case", "factors", "scale", "metric", "mfu", "mfu_ki
 
 
 def write_grid_search_json(path: str, doc: dict) -> None:
-    """Write ``doc`` (provenance + the body of :func:`mfulib.grid_search.run_search`) atomically to ``path``."""
+    """Write ``doc`` (provenance + the body of :func:`mfulib.search.grid.run_search`) atomically to ``path``."""
     write_json_atomic(path, doc)
 
 

@@ -1,6 +1,6 @@
 """peak.json: the measured per-dtype peaks of a device (step 5), its reader/validator and the per-device cache.
 
-Written by :func:`mfulib.calib.run_calibration` (provenance + ``backend``, ``device``, ``label``, ``method``,
+Written by :func:`mfulib.peaks.calib.run_calibration` (provenance + ``backend``, ``device``, ``label``, ``method``,
 ``measured`` {mode: {peak_tflops, unit, best_shape, confirm, sweep_tflops, spread, sweep_drift, b_layout,
 layout_probe, math_mode, n_shapes, elapsed_s, busy_s, duty_cycle, shapes, shape_errors; int8 also peak_tops}},
 ``peak_tflops`` {mode: 2*m*n*k / time / 1e12 - TFLOP/s, for int8 tera-operations/s under the same key so every
@@ -24,11 +24,11 @@ import contextlib
 import datetime as _dt
 import os
 
-from ..definitions import HALF_DTYPES, finite_or_none, is_positive
-from ..cli import script_command
-from ..errors import UserError
-from ..jsonio import read_json, versions, write_json_atomic
-from .common import read_work_json, wrong_type
+from mfulib.core.definitions import HALF_DTYPES, finite_or_none, is_positive
+from mfulib.core.cli import script_command
+from mfulib.core.errors import UserError
+from mfulib.core.jsonio import read_json, versions, write_json_atomic
+from mfulib.schemas.common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "peak_calib"

@@ -2,7 +2,7 @@
 reader and validator (:func:`load_report`, :func:`check_report_structure`); every reader of the file goes through them.
 
 Top level
-    provenance (mfulib.jsonio.provenance): ``schema, tool, tool_version, command_line, created_at, host, versions,
+    provenance (mfulib.core.jsonio.provenance): ``schema, tool, tool_version, command_line, created_at, host, versions,
     env, device``;
     upstream ops-profiling fields (reference/ascend_msprof_facts.md §10), same names and meaning:
     ``task`` (operator name), ``task_dir``, ``n_cases_total`` (entries in per_case, skipped ones included),
@@ -42,7 +42,7 @@ Top level
     ``numerator`` (check_flops.py's verdict on this case's flops: checked | unverified | failed | unchecked | None
     without flops.py) and ``numerator_reason``; ``flops_inputs_drawn`` ("timed": flops(case, args) got the timed
     child's seeded draw; "timed-ints": above the real-draw cap, big floats as shapes (meta) but every integer/bool
-    input as timed (the random stream replayed, mfulib.meta_build); "meta": shapes only, other random values; None
+    input as timed (the random stream replayed, mfulib.flops.meta_build); "meta": shapes only, other random values; None
     when flops.py takes no args) and
     ``flops_data_values`` (the data-dependent inputs that entered the count: integer lists such as realised
     actual_seq_lengths, {"density"} of bool masks); ``flops`` 0 means no matrix work (no MFU, MBU is the figure),
@@ -53,7 +53,7 @@ Top level
     ``kernel_time_mean_ns``, ``span_ns``, ``launch_overhead_ns``, ``iter_kernel_time_ns`` [...], ``iter_span_ns``
     [...], ``actual_tflops`` (= flops / kernel_time_ns / 1e3), ``mfu_nom`` (ratio, not %; None when no peak or no
     FLOPs - never 0 or infinite), ``repeat_spread`` ((max - min) / median), ``flags`` [text], ``pmu``
-    {kernel: {counter: mean}} (canonical counter names of :mod:`mfulib.pmu`: msprof PMU columns on npu; on cuda
+    {kernel: {counter: mean}} (canonical counter names of :mod:`mfulib.collect.pmu`: msprof PMU columns on npu; on cuda
     the ncu counters - duration_ns, sm_throughput_pct, dram_throughput_pct, tensor_pipe_pct, tensor_inst_executed,
     achieved_occupancy_pct, dram_bytes, l2_hit_rate_pct, grid_size, block_size - averaged over ``launches``
     profiled launches; a counter not measured is None, never 0), ``pmu_source`` ("ncu" |
@@ -73,13 +73,13 @@ import math
 import os
 import statistics
 
-from ..definitions import (LOW_PRECISION_MODES, NOISE_MARGIN, OPS_MODES, above_peak, actual_tflops, is_number,
+from mfulib.core.definitions import (LOW_PRECISION_MODES, NOISE_MARGIN, OPS_MODES, above_peak, actual_tflops, is_number,
                            mfu as mfu_of, peak_key)
-from ..cli import script_command
-from ..errors import UserError
-from ..jsonio import write_json_atomic
-from ..peaks import dtype_nominal_tflops
-from .common import read_work_json, wrong_type
+from mfulib.core.cli import script_command
+from mfulib.core.errors import UserError
+from mfulib.core.jsonio import write_json_atomic
+from mfulib.peaks.nominal import dtype_nominal_tflops
+from mfulib.schemas.common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "msprof_perf_summary"
@@ -116,10 +116,10 @@ def summary_stats(per_case) -> dict:
 def mfu_fields(flops, kernel_time_ns, peak_tflops, dtype_nominal_tflops=None, dtype_key=None):
     """(actual_tflops, mfu_nom, flags) for one case; None where an input is missing (never 0 ns / infinite MFU).
 
-    ``actual_tflops`` and ``mfu`` as :mod:`mfulib.definitions` defines them (msprof-analyze operator_mfu, DESIGN.md):
+    ``actual_tflops`` and ``mfu`` as :mod:`mfulib.core.definitions` defines them (msprof-analyze operator_mfu, DESIGN.md):
     MFU@nom divides by ``peak_tflops`` (the fp16/bf16 figure) for every dtype. Whether the throughput is impossibly
     high is judged against ``dtype_nominal_tflops`` (the nominal figure of the case's own dtype ``dtype_key``,
-    :func:`mfulib.peaks.dtype_nominal_tflops`) where there is one: a healthy int8 kernel runs near 2x the fp16
+    :func:`mfulib.peaks.nominal.dtype_nominal_tflops`) where there is one: a healthy int8 kernel runs near 2x the fp16
     figure (H200: int8 dense 1979 TOPS, fp16 989.5 TFLOP/s). Without one, MFU@nom > 100% + margin is an error,
     except for int8/fp8, where it is a warning (above the fp16 figure is legitimate there; no own figure to check).
     """
@@ -163,7 +163,7 @@ def impl_entry(result: dict) -> dict:
 def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool, nominal_by_mode=None) -> dict:
     """One ``per_case`` entry.
 
-    ``info``: :class:`mfulib.cases.CaseInfo`; ``results``: {impl: {status, error, summary (kernels.summarize
+    ``info``: :class:`mfulib.core.cases.CaseInfo`; ``results``: {impl: {status, error, summary (kernels.summarize
     output), flags, attempts, prof_dir, output_bytes, wall_s, pmu}}; ``flops``: {flops, flops_source, flops_parts,
     compute_dtype}; ``peak_tflops``: the nominal fp16/bf16 peak or None; ``nominal_by_mode``: the peak block's
     ``nominal_tflops`` {mode: value} (the above-peak check uses the case dtype's own figure, see :func:`mfu_fields`).

@@ -13,7 +13,7 @@ the candidate took; each gate has its own ``wall_s``, gate 2 also ``waited_s``: 
 trace started ahead), wall_figure (wall TFLOP/s = traced FLOPs / gate-4 time; GB/s
 of inputs without matrix work), saturated (why the ladder ended at this passing factor, or null), flops_predicted
 (the FLOPs the power law ``flops_law`` gives this candidate before its trace, or null)}], ``flops_law`` {group key:
-{exponents {symbol: e}, n_cases, max_rel_residual} | {none: why}} (mfulib.flops_law: gate 4 may be decided on the
+{exponents {symbol: e}, n_cases, max_rel_residual} | {none: why}} (mfulib.search.flops_law: gate 4 may be decided on the
 predicted FLOPs' roofline floor, gates 2-3 then ok null),
 ``cut_candidate`` {candidate_id, source_case, scale, gates_done, cut_in, wall_s, why} (the candidate the budget cut,
 without a verdict: where its seconds went; absent when none was cut), ``baselines`` {"<source case>": {time_ms,
@@ -33,9 +33,9 @@ its first timing - then the next case by traced FLOPs took its place, each once;
 """
 from __future__ import annotations
 
-from ..errors import UserError
-from ..jsonio import write_json_atomic
-from .common import read_work_json, wrong_type
+from mfulib.core.errors import UserError
+from mfulib.core.jsonio import write_json_atomic
+from mfulib.schemas.common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "max_shape_probe"

@@ -14,9 +14,9 @@ import hashlib
 import os
 from collections import Counter
 
-from ..errors import UserError
-from ..jsonio import write_json_atomic
-from .common import read_work_json, wrong_type
+from mfulib.core.errors import UserError
+from mfulib.core.jsonio import write_json_atomic
+from mfulib.schemas.common import read_work_json, wrong_type
 
 SCHEMA = 1
 TOOL = "verify_op.py"

@@ -6,7 +6,7 @@ links here: same reference). Cases the reference rejects (not 3-D, shapes that d
 rejected here too, so flops.py never prices a case that cannot run. The small cases ([1, 8, 16]) time launch
 overhead, not the GEMM: read their MFU with that in mind.
 """
-from mfulib.flops_contract import dtype, matmul_flops, shape
+from mfulib.flops.contract import dtype, matmul_flops, shape
 
 KERNEL_PARTS = {"matmul": ["*bmm*", "*matmul*", "*gemm*"]}
 

@@ -3,11 +3,11 @@
 DESIGN.md "FLOPs": flops(case) is matrix work only, so it is 0: no MFU ("—"); read this operator through MBU (x
 read, y written, weight once per row block). vector_flops(case), per element of x: square, mean (sum), multiply
 by 1/rms, multiply by the weight = 4; per row: add eps, rsqrt = 2. For x [4, 64]: 4 * 256 + 2 * 4 = 1032 - the
-sum of the reference's ops in the tracer's element-cost table (mfulib/vector_costs.py), checked by check_flops.py.
+sum of the reference's ops in the tracer's element-cost table (mfulib/flops/vector_costs.py), checked by check_flops.py.
 """
 import math
 
-from mfulib.flops_contract import attr, numel, shape
+from mfulib.flops.contract import attr, numel, shape
 
 OPS_PER_ELEMENT = 4
 OPS_PER_ROW = 2

@@ -10,7 +10,7 @@ Cases whose weights do not chain are rejected, as the reference rejects them. KE
 (examples/ops/gen/zoo/4_FFN_triton_ascend_impl.py) launches ffn_up_act_kernel (GEMM 1 + activation) and
 ffn_down_kernel.
 """
-from mfulib.flops_contract import attr, ffn_parts, shape
+from mfulib.flops.contract import attr, ffn_parts, shape
 
 GATED = ("swiglu", "geglu")
 ACTIVATIONS = ("relu", "gelu", "silu") + GATED

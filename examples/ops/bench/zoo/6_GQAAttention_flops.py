@@ -8,7 +8,7 @@ Top-left alignment would be wrong for this reference whenever s_q != s_kv (case 
 FLOPs = 2 * b * hq * pairs * (d + d): every query head does its own QK^T and PV; sharing key/value heads (GQA)
 saves memory traffic, not FLOPs.
 """
-from mfulib.flops_contract import attention_dims, attention_flops, attention_pairs, attr
+from mfulib.flops.contract import attention_dims, attention_flops, attention_pairs, attr
 
 KERNEL_PARTS = {"attn": ["*gqa_attn*", "*attn_fwd*", "*flash*"]}
 

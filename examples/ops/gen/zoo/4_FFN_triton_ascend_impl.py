@@ -2,7 +2,7 @@
 
 Written the way Triton-Ascend generated code looks: host code uses torch_npu, torch.device("npu"), .npu(), and
 sizes a persistent grid from ``get_device_limit(0)["vector_core_num"]``. Off the NPU it runs through the
-project's compatibility layer (scripts/mfulib/compat.py), which reports the real device's core counts.
+project's compatibility layer (scripts/mfulib/run/compat.py), which reports the real device's core counts.
 
 Two kernels per forward:
 * ``ffn_up_act_kernel``: H = act(x @ W1) with the activation fused in the epilogue. Gated activations

@@ -2,7 +2,7 @@
 
 Host code targets the NPU as generated Ascend files do: ``import torch_npu``, ``torch.device("npu")``, ``.npu()``,
 and persistent grids sized to ``torch_npu.npu.npu_config.get_device_limit(0)["cube_core_num"]``. Off the NPU it
-runs unchanged under mfulib.compat.install(device), which maps "npu" to the real device and reports its core counts.
+runs unchanged under mfulib.run.compat.install(device), which maps "npu" to the real device and reports its core counts.
 
 Kernels launched per forward (names are what the profiler reports):
     matmul_kernel          x [b*s, hidden] @ [Wq; Wk; Wv]^T -> qkv [b*s, 3*hidden]   (one fused QKV GEMM)

@@ -4,9 +4,9 @@ DESIGN.md "FLOPs": no matrix work, so flops(case) is 0: no MFU ("—"); this ope
 through MBU. vector_flops(case), per element of x: sum for the mean, centre, square, sum for the variance,
 normalise = 5 FLOPs, plus 1 for the weight and 1 for the bias when the case gives them (both are optional in this
 file) - the kb convention and the cost of aten::native_layer_norm in the tracer's element-cost table
-(mfulib/vector_costs.py), checked by check_flops.py.
+(mfulib/flops/vector_costs.py), checked by check_flops.py.
 """
-from mfulib.flops_contract import attr, has, numel, shape
+from mfulib.flops.contract import attr, has, numel, shape
 
 KERNEL_PARTS = {"norm": ["*layernorm*", "*layer_norm*"]}
 

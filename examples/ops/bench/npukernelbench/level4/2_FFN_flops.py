@@ -7,7 +7,7 @@ Rejections follow npu_ffn's shape rules (CANN aclnn_ffn.cpp, as the reference do
 (geglu/swiglu/reglu) halves x @ W1, so k2 must be n1 / 2 - every gated case of the public file has k2 = n1 and is
 rejected, by the reference and here; a plain activation needs k2 = n1 and n2 = k1; x has 2..8 dims; k <= 65535.
 """
-from mfulib.flops_contract import attr, ffn_parts, shape
+from mfulib.flops.contract import attr, ffn_parts, shape
 
 PLAIN = ("fastgelu", "gelu", "relu", "silu")
 GATED = ("geglu", "swiglu", "reglu")

@@ -28,7 +28,7 @@ layout and dtype as query: softmax(scale * Q K^T [masked]) with dropout, times V
 Dropout: P' = P * mask / keep_prob (mask ~ Bernoulli(keep_prob)), applied after the softmax as the operator does.
 It draws from torch's RNG, so it cannot match an implementation's RNG: correctness is compared with dropout off.
 Switch it off with the class attribute ``Model.dropout_enabled = False`` or the environment variable
-``MFU_DISABLE_DROPOUT=1`` (read at each call; mfulib.verify sets it). Dropout changes no FLOPs.
+``MFU_DISABLE_DROPOUT=1`` (read at each call; mfulib.verify.correctness sets it). Dropout changes no FLOPs.
 
 FLOPs: 4 * B * N * S_q * S_kv * D (QK^T and PV); about half for modes 2/3 with S_q == S_kv.
 Data: torch.randn on the CPU; this file seeds nothing.

@@ -2,7 +2,7 @@
 
 Layouts (input_layout): BSH [B, S, N*D], SBH [S, B, N*D], BSND [B, S, N, D], BNSD [B, N, S, D]; D = H / head_num
 for BSH/SBH. FLOPs = 2 * B * N * pairs * (D + D_v): QK^T and PV over the (i, j) pairs the sparse_mode keeps
-(torch_npu's sparse_mode documentation; mfulib.flops_contract.npu_sparse_pairs):
+(torch_npu's sparse_mode documentation; mfulib.flops.contract.npu_sparse_pairs):
 
     0 defaultMask, no atten_mask given: every pair (pre/next tokens are ignored without a mask)
     2 leftUpCausal:    j <= i                      s*(s+1)/2 when S_q == S_kv
@@ -14,7 +14,7 @@ for BSH/SBH. FLOPs = 2 * B * N * pairs * (D + D_v): QK^T and PV over the (i, j) 
 keep_prob < 1 (dropout) changes no FLOPs. The tracer agrees on every supported case: it follows the reference's
 masked_fill of the scores (values known even on meta tensors) and counts only the unmasked pairs.
 """
-from mfulib.flops_contract import attention_dims, attention_flops, attr, npu_sparse_pairs
+from mfulib.flops.contract import attention_dims, attention_flops, attr, npu_sparse_pairs
 
 UNSUPPORTED = {1: "allMask needs the full atten_mask", 5: "prefix needs the per-batch prefix list",
                6: "prefix (compressed) needs prefix and the compressed mask",

@@ -3,9 +3,9 @@
 DESIGN.md "FLOPs": flops(case) is matrix work only, so it is 0 here: this operator has no MFU ("—") and is read
 through MBU (x read once, y written once). Its vector arithmetic is vector_flops(case): 5 FLOPs per element - max,
 subtract, exp, sum, divide (the kb convention, and the cost of aten::_softmax in the tracer's element-cost table,
-mfulib/vector_costs.py), checked by check_flops.py.
+mfulib/flops/vector_costs.py), checked by check_flops.py.
 """
-from mfulib.flops_contract import numel
+from mfulib.flops.contract import numel
 
 OPS_PER_ELEMENT = 5
 KERNEL_PARTS = {"softmax": ["*softmax*"]}

@@ -1,0 +1,276 @@
+"""One batch job: the whole pipeline of one operator (``make OP=<op> ... all``) as an isolated child process.
+
+:func:`run_job` is what both runners call (the local pool in a thread per device, Ray in a task): it starts
+``make -C <skill dir> OP=<op> WORK=<batch out>/ops/<op> BACKEND=.. DEVICE_ID=.. [SEARCH=1] [FORCE=1] all`` in a
+new session (its own process group), output to ``<batch out>/logs/<op>.log`` (the log of the run before, if any,
+moved to ``logs/previous/``), and waits. The outcome is written to
+the job record (:mod:`mfulib.schemas.batch_json`) before it returns:
+
+* ``ok`` - make exited 0 (every step's stamp was written, DESIGN.md "Work directory");
+* ``failed`` - any other exit status; ``failed_step`` / ``reason`` come from the Makefile's
+  ``make: step <name> FAILED`` line and the last error line before it in the log;
+* ``timeout`` - still running after ``timeout_s``; ``interrupted`` - stopped by Ctrl-C / a cancelled task.
+  Both kill the whole process tree: the make process group and every descendant, including step children that
+  run in sessions of their own (the collector's case runners, :mod:`mfulib.backends.runner`), found through
+  ``/proc`` (Linux), stopped with SIGSTOP first so none can fork away, then SIGKILLed.
+
+Device visibility: given a device id ``d`` and ``restrict=True`` (the local pool), the child gets
+``CUDA_VISIBLE_DEVICES=d`` / ``ASCEND_RT_VISIBLE_DEVICES=d`` (the variables in ``visibility_vars``) and
+``DEVICE_ID=0``, so inside the child the device is always index 0 (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` unless
+set, so that id N is the GPU ``nvidia-smi`` numbers N); Ray sets these variables itself for a task that
+holds a GPU/NPU resource, so there ``restrict=False``. ``MAKEFLAGS`` & co. of an enclosing ``make batch`` are removed
+so the child make sees only its own variables. With a ``report`` target in the Makefile (``make report`` ->
+``$(WORK)/report.html``) it runs after ``all`` succeeded; its failure is recorded in ``reason`` without failing the
+operator. ``keep_prof=False`` removes ``<work>/prof/`` after success (a failed operator keeps its profiles).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+from mfulib.schemas.batch_json import read_job_record, write_job_record
+
+MAKE_ENV_DROP = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR", "MAKEFILES")
+STEP_FAILED = re.compile(r"make: step (\S+) FAILED \(exit status (\d+)\)")
+ERROR_LINE = re.compile(r"^(error|Error|\S*Error|FAILED|Traceback|make: \*\*\*)")
+POLL_S = 0.2
+
+
+def _now():
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def child_env(device, restrict: bool, visibility_vars) -> dict:
+    """The child's environment: ours without the enclosing make's variables, visibility restricted to ``device``."""
+    env = {k: v for k, v in os.environ.items() if k not in MAKE_ENV_DROP}
+    if restrict and device is not None:
+        for var in visibility_vars:
+            env[var] = str(device)
+        if "CUDA_VISIBLE_DEVICES" in visibility_vars:  # id N = nvidia-smi's GPU N (CUDA's default is fastest first)
+            env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return env
+
+
+def make_command(job: dict, opts: dict, device_index: int, device=None) -> list:
+    """The ``make`` argv of ``job`` (dict from :func:`mfulib.batch.plan.discover_jobs`) under ``opts``; ``device``: the
+    physical device id, None on the CPU. The child sees its device as index 0, so without ``LOCK_DEVICE`` every
+    worker of a batch - and every make on the host - would take device 0's lock (the Makefile's ``DEVICE_LOCK``)
+    and queue behind each other; by the physical id a worker shares its lock exactly with the makes that use the
+    same device."""
+    cmd = [opts["make"], "-C", opts["skill_dir"], f"OP={job['op']}", f"WORK={job['work']}",
+           f"BACKEND={opts['backend']}", f"DEVICE_ID={device_index}"]
+    if device is not None:
+        cmd.append(f"LOCK_DEVICE={device}")
+    cmd += [f"{k}={v}" for k, v in job["make_vars"].items()]
+    if opts.get("search"):
+        cmd.append("SEARCH=1")
+    if opts.get("force"):
+        cmd.append("FORCE=1")
+    cmd += list(opts.get("make_args") or [])
+    return cmd + ["all"]
+
+
+def _proc_children() -> dict:
+    """{ppid: [pid]} of every process (Linux /proc; {} elsewhere)."""
+    out = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        out.setdefault(ppid, []).append(int(name))
+    return out
+
+
+def _descendants(pid: int) -> list:
+    children, out, todo = _proc_children(), [], [pid]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """Stop, then SIGKILL ``proc``'s process group and all its descendants (whatever their session); reaps it."""
+    seen = set()
+    for _ in range(2):  # a second pass catches what forked while the first was stopping
+        for pid in [proc.pid] + _descendants(proc.pid):
+            if pid not in seen:
+                seen.add(pid)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+    groups = set()
+    for pid in seen:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            groups.add(os.getpgid(pid))
+    for g in groups | {proc.pid}:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(g, signal.SIGKILL)
+    for pid in seen:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
+def failure_reason(log_path: str, rc) -> tuple:
+    """(failed step or None, one-line reason) read from the end of a job's log."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()[-400:]
+    except OSError:
+        return None, f"exit status {rc} (no log)"
+    step, where = None, len(lines)
+    for i in range(len(lines) - 1, -1, -1):
+        m = STEP_FAILED.search(lines[i])
+        if m:
+            step, where = m.group(1), i
+            break
+    detail = next((ln.strip() for ln in reversed(lines[:where]) if ERROR_LINE.match(ln.strip())), None)
+    if detail is None:
+        detail = next((ln.strip() for ln in reversed(lines[:where]) if ln.strip()), "")
+    head = f"step {step} failed (exit status {rc})" if step else f"make exited {rc}"
+    return step, f"{head}: {detail[:300]}" if detail else head
+
+
+def _has_report_target(skill_dir: str) -> bool:
+    try:
+        with open(os.path.join(skill_dir, "Makefile"), encoding="utf-8") as f:
+            return any(re.match(r"^report\s*:", ln) for ln in f)
+    except OSError:
+        return False
+
+
+def _wait(proc, timeout_s, stop):
+    """'done' | 'timeout' | 'stopped' (``stop()`` became true); KeyboardInterrupt passes through."""
+    t_end = None if not timeout_s else time.monotonic() + timeout_s
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            return "done"
+        except subprocess.TimeoutExpired:
+            pass
+        if stop is not None and stop():
+            return "stopped"
+        if t_end is not None and time.monotonic() > t_end:
+            return "timeout"
+
+
+def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None) -> dict:
+    """Run one operator's pipeline; returns (and writes to ``job['record']``) its job record.
+
+    ``job``: {name, op, layout, work, log, record, make_vars}; ``opts``: {make, skill_dir, backend, search, force,
+    keep_prof, timeout_s, visibility_vars, runner, make_args}; ``device``: the device id (None: CPU, no
+    restriction); ``stop``: a callable polled every 0.2 s, true once the batch is being interrupted. Never raises
+    for the operator's own failure; a KeyboardInterrupt (a cancelled Ray task) kills the tree, records
+    ``interrupted`` and is re-raised."""
+    for d in (job["work"], os.path.dirname(job["log"]), os.path.dirname(job["record"])):
+        os.makedirs(d, exist_ok=True)
+    dev_index = 0
+    env = child_env(device, restrict, opts.get("visibility_vars", ()))
+    env["DEVICE_ID"] = str(dev_index)
+    cmd = make_command(job, opts, dev_index, device if restrict else None)
+    shown_env = {k: env.get(k) for k in ("DEVICE_ID", "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")}
+    rec = {"name": job["name"], "op": job["op"], "layout": job["layout"], "status": "running", "rc": None,
+           "reason": None, "failed_step": None, "wall_s": None, "device": device, "device_env": shown_env,
+           "runner": opts.get("runner", "local"), "started_at": _now(), "ended_at": None,
+           "started_unix": time.time(), "ended_unix": None, "work": job["work"], "log": job["log"],
+           "command": cmd, "report_html": None, "pruned_prof": []}
+    write_job_record(job["record"], rec)
+    if os.path.exists(job["log"]):  # the log of the run before (a failure being retried) stays as evidence
+        os.makedirs(os.path.join(os.path.dirname(job["log"]), "previous"), exist_ok=True)
+        os.replace(job["log"], os.path.join(os.path.dirname(job["log"]), "previous", os.path.basename(job["log"])))
+    t0 = time.perf_counter()
+    with open(job["log"], "w", encoding="utf-8") as log:
+        log.write(f"# mfu_batch: {job['name']} on device {device} ({shown_env}) at {rec['started_at']}\n"
+                  f"# {' '.join(cmd)}\n")
+        log.flush()
+        try:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
+        except OSError as exc:
+            _finish(rec, t0, "failed", None, f"cannot start {cmd[0]}: {exc}", job)
+            return rec
+        try:
+            outcome = _wait(proc, opts.get("timeout_s"), stop)
+        except BaseException:
+            kill_tree(proc)
+            _finish(rec, t0, "interrupted", None, "interrupted (Ctrl-C / cancelled): run the batch again to "
+                                                   "resume", job)
+            raise
+        if outcome != "done":
+            kill_tree(proc)
+    if outcome == "timeout":
+        _finish(rec, t0, "timeout", proc.returncode,
+                f"timed out after {opts['timeout_s']:g} s (OP_TIMEOUT_S): the whole process tree was killed", job)
+    elif outcome == "stopped" or proc.returncode == -signal.SIGINT or (proc.returncode != 0 and stop and stop()):
+        # a Ctrl-C that reached the child between fork and its setsid (start_new_session) ends it with SIGINT
+        # before the batch sees its own interrupt: that is the batch's interruption, not the operator's failure
+        _finish(rec, t0, "interrupted", None, "interrupted (Ctrl-C): run the batch again to resume", job)
+    elif proc.returncode != 0:
+        step, why = failure_reason(job["log"], proc.returncode)
+        rec["failed_step"] = step
+        _finish(rec, t0, "failed", proc.returncode, why, job)
+    else:
+        rec["rc"] = 0
+        _after_success(rec, job, opts, env, stop)
+        _finish(rec, t0, "ok", 0, rec["reason"], job)
+    return rec
+
+
+def _after_success(rec, job, opts, env, stop):
+    """The optional report target, then the profile pruning (KEEP_PROF=0)."""
+    html = os.path.join(job["work"], "report.html")
+    if _has_report_target(opts["skill_dir"]):
+        cmd = make_command(job, opts, 0)[:-1] + ["report"]
+        with open(job["log"], "a", encoding="utf-8") as log:
+            log.write(f"# {' '.join(cmd)}\n")
+            log.flush()
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
+            outcome = _wait(proc, opts.get("timeout_s"), stop)
+            if outcome != "done":
+                kill_tree(proc)
+        if outcome != "done" or proc.returncode != 0:
+            rec["reason"] = f"make report did not finish ({outcome}, exit status {proc.returncode}): see the log"
+    rec["report_html"] = html if os.path.isfile(html) else None
+    if not opts.get("keep_prof", True):
+        prof = os.path.join(job["work"], "prof")
+        if os.path.isdir(prof):
+            shutil.rmtree(prof, ignore_errors=True)
+            rec["pruned_prof"] = [prof]
+
+
+def _finish(rec, t0, status, rc, reason, job):
+    rec.update(status=status, rc=rc, reason=reason, wall_s=round(time.perf_counter() - t0, 3), ended_at=_now(),
+               ended_unix=time.time())
+    write_job_record(job["record"], rec)
+
+
+def finished(job: dict) -> dict | None:
+    """The job record of ``job`` when an earlier run finished it ok (it is then skipped unless FORCE=1)."""
+    rec = read_job_record(job["record"])
+    return rec if rec is not None and rec.get("status") == "ok" else None
+
+
+def failed_record(job: dict, opts: dict, reason: str, device=None) -> dict:
+    """Write and return a ``failed`` record for a job that could not report itself (its runner failed)."""
+    rec = {"name": job["name"], "op": job["op"], "layout": job["layout"], "status": "failed", "rc": None,
+           "reason": reason, "failed_step": None, "wall_s": None, "device": device, "device_env": {},
+           "runner": opts.get("runner", "local"), "started_at": None, "ended_at": _now(), "started_unix": None,
+           "ended_unix": time.time(), "work": job["work"], "log": job["log"], "command": None, "report_html": None,
+           "pruned_prof": []}
+    os.makedirs(os.path.dirname(job["record"]), exist_ok=True)
+    write_job_record(job["record"], rec)
+    return rec

@@ -1,0 +1,288 @@
+"""A whole benchmark level in one command: the batch's operators, devices, order and the local worker pool.
+
+``make batch`` (scripts/mfu_batch.py) runs every operator of a source through the whole per-operator pipeline
+(``make OP=<op> ... all``, :mod:`mfulib.batch.job`), each isolated in its own child process, work directory
+(``<out>/ops/<op>``), log (``<out>/logs/<op>.log``) and job record (``<out>/jobs/<op>.json``).
+
+Operators (:func:`discover_jobs`), one source per batch:
+
+* layout B ``BENCH=<level dir>[:<dir>...] GEN=<generated dir>``: every reference id with an implementation
+  (:func:`mfulib.sources.discover.discover_layout_b`); ids without one are skipped with that reason;
+* layout A ``ROOT=<dir>``: each sub-directory that is a layout A operator dir (an op root or verify dir,
+  :func:`mfulib.sources.discover.discover_layout_a`), named ``op_<Op>_<timestamp>`` by the generation flow (spec
+  "布局 A") - per operator the newest (largest timestamp digits, then newest mtime) runs, the older ones are listed
+  as skipped; a directory without that pattern is an operator named after the directory;
+* layout C ``REF_ROOT=<dir> IMPL_ROOT=<dir>``: every reference with an implementation at the same relative path
+  (:func:`mfulib.sources.layoutc.discover_layout_c`);
+* bundled ``EXAMPLES=<set>[,<set>...]``: the operators ``make examples`` lists whose name starts with ``<set>/``
+  (``zoo``, ``verify``, ``layoutc``, ``npukernelbench/level4``, ...) or ``all``.
+
+``OPS=a,b`` keeps a subset (by name, or its last path component). Devices (:func:`resolve_devices`): ``DEVICES=``,
+else ``ASCEND_RT_VISIBLE_DEVICES``, else ``CUDA_VISIBLE_DEVICES``, else the GPUs ``nvidia-smi -L`` lists, else the
+NPUs present as ``/dev/davinci<N>`` (the Ascend driver's device nodes), else one CPU worker; one worker per device.
+
+Order (:func:`estimate_costs`): longest first by estimated cost. The estimate is, in this order, the operator's
+measured wall time of an earlier run (its ok job record in this output dir, or ``COSTS_FROM=<batch_summary.json>``
+of another batch); else its total input bytes over all cases (the case file's tensors, shape x dtype size, summed
+over lines) times the median seconds-per-byte of the operators that have both; else unknown. Unknown estimates go
+first (by input bytes, then name): an unknown operator may be a long one, and longest-first (Graham's LPT list
+schedule) loses least by starting long jobs early. Each free worker takes the next operator in that order.
+"""
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import queue
+import re
+import shutil
+import statistics
+import subprocess
+import threading
+
+from mfulib.core.cases import describe_case, read_case_file
+from mfulib.sources.discover import discover_layout_a, discover_layout_b
+from mfulib.core.errors import UserError
+from mfulib.sources.examples import list_examples, resolve
+from mfulib.sources.layoutc import discover_layout_c
+from mfulib.schemas.batch_json import job_record_path, read_job_record, read_summary, safe_name
+
+OP_DIR = re.compile(r"^op_(?P<op>.+?)_(?P<ts>\d[\d_\-T:.]*)$")
+CUDA_VAR, NPU_VAR = "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"
+
+
+# ----------------------------------------------------------------------------------------------- operators
+def _job(out_dir, name, op, layout, make_vars, cases=None, older=()):
+    return {"name": name, "op": op, "layout": layout, "make_vars": make_vars, "cases": cases, "older": list(older),
+            "work": os.path.join(out_dir, "ops", name), "log": os.path.join(out_dir, "logs", safe_name(name) + ".log"),
+            "record": job_record_path(out_dir, name)}
+
+
+def discover_jobs(source: dict, out_dir: str):
+    """(jobs, skipped [(name, why)], broken [(name, why)]) for ``source`` ({kind: B|A|C|examples, ...}).
+
+    ``broken`` operators could not be paired (their error is recorded as a failure, never run). Raises UserError
+    for a missing directory or an unknown example set."""
+    kind = source["kind"]
+    if kind == "B":
+        bench = source["bench"].split(":")
+        pairs, missing = discover_layout_b(bench, source["gen"])
+        jobs = [_job(out_dir, p["name"], p["name"], "B", {"BENCH": source["bench"], "GEN": source["gen"]},
+                     p["cases"]) for p in pairs if "error" not in p]
+        broken = [(p["name"], p["error"]) for p in pairs if "error" in p]
+        return jobs, [(f"id {i}", f"no implementation of id {i} in GEN={source['gen']}") for i in missing], broken
+    if kind == "C":
+        pairs, missing = discover_layout_c(source["ref_root"], source["impl_root"])
+        mv = {"REF_ROOT": source["ref_root"], "IMPL_ROOT": source["impl_root"]}
+        jobs = [_job(out_dir, p["id"], p["id"], "C", mv) for p in pairs if "error" not in p]
+        broken = [(p["id"], p["error"]) for p in pairs if "error" in p]
+        return jobs, [(rel, f"no implementation of {rel}.py under IMPL_ROOT") for rel in missing], broken
+    if kind == "A":
+        return _discover_root(source["root"], out_dir)
+    if kind == "examples":
+        return _discover_examples(source["sets"], out_dir)
+    raise UserError(f"unknown batch source {kind!r}")
+
+
+def _ts_key(ts, path):
+    digits = re.sub(r"\D", "", ts or "")
+    return (int(digits) if digits else -1, os.path.getmtime(path))
+
+
+def _discover_root(root, out_dir):
+    if not os.path.isdir(root):
+        raise UserError(f"ROOT={root}: directory not found - give the directory holding the op_<Op>_<time> dirs")
+    groups, skipped = collections.defaultdict(list), []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if not os.path.isdir(path) or name.startswith("."):
+            continue
+        m = OP_DIR.match(name)
+        try:
+            info = discover_layout_a(path)
+        except UserError as exc:
+            skipped.append((name, f"not a layout A operator dir: {exc}"))
+            continue
+        groups[m.group("op") if m else name].append((_ts_key(m.group("ts") if m else None, path), path, info))
+    jobs = []
+    for op, found in sorted(groups.items()):
+        found.sort(key=lambda t: t[0], reverse=True)
+        _, newest, info = found[0]
+        older = [p for _, p, _ in found[1:]]
+        skipped += [(os.path.basename(p), f"older copy of {op}: {os.path.basename(newest)} is measured")
+                    for p in older]
+        jobs.append(_job(out_dir, op, op, "A", {"V": newest}, info["cases"], older))
+    return jobs, skipped, []
+
+
+def _discover_examples(sets, out_dir):
+    names = [n for n, _ in list_examples()]
+    wanted = [s.strip().strip("/") for s in sets.split(",") if s.strip()]
+    chosen = names if "all" in wanted else [n for n in names if any(n.startswith(s + "/") for s in wanted)]
+    if not chosen:
+        sets_known = sorted({n.split("/")[0] for n in names} | {n.rsplit("/", 1)[0] for n in names})
+        raise UserError(f"EXAMPLES={sets}: no bundled operator in that set - sets: {', '.join(sets_known)} (or all)")
+    jobs, skipped = [], []
+    for n in chosen:
+        try:
+            how = resolve(n)
+        except UserError as exc:  # npukernelbench without its shared case data: nothing to measure here
+            skipped.append((n, f"case data absent: {exc}"))
+            continue
+        cases = None
+        try:
+            if how["layout"] == "A":
+                cases = discover_layout_a(how["src"])["cases"]
+            elif how["layout"] == "B":
+                pairs, _ = discover_layout_b(how["bench"].split(":"), how["gen"], ids=[how["id"]])
+                cases = pairs[0].get("cases") if pairs else None
+        except UserError:
+            cases = None  # the pipeline's prepare step reports it
+        jobs.append(_job(out_dir, n, n, how["layout"], {}, cases))
+    return jobs, skipped, []
+
+
+def select(jobs, ops: str | None):
+    """The jobs named in ``ops`` (comma-separated names or last path components); UserError for an unknown one."""
+    if not ops:
+        return jobs
+    out = []
+    for want in [o.strip() for o in ops.split(",") if o.strip()]:
+        hit = [j for j in jobs if j["name"] == want or j["name"].split("/")[-1] == want]
+        if not hit:
+            raise UserError(f"OPS: no operator {want!r} in this batch - operators: "
+                            f"{', '.join(j['name'] for j in jobs)}")
+        out += [j for j in hit if j not in out]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- costs
+def input_bytes(case_file) -> int | None:
+    """Total input bytes of all cases of a case file (tensors: prod(shape) x dtype size); None when unreadable."""
+    if not case_file:
+        return None
+    try:
+        return sum(describe_case(c, i).input_bytes for i, c in enumerate(read_case_file(case_file)))
+    except (UserError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def history(out_dir: str, costs_from: str | None, jobs) -> dict:
+    """{name: measured wall seconds} of earlier ok runs: COSTS_FROM's rows first, then this dir's job records."""
+    out = {}
+    if costs_from:
+        for row in read_summary(costs_from)["rows"]:
+            if row.get("status") == "ok" and isinstance(row.get("wall_s"), (int, float)):
+                out[row["name"]] = float(row["wall_s"])
+    for j in jobs:
+        try:
+            rec = read_job_record(j["record"])
+        except UserError:
+            rec = None
+        if rec and rec.get("status") == "ok" and rec.get("wall_s"):
+            out[j["name"]] = float(rec["wall_s"])
+    return out
+
+
+def estimate_costs(jobs, measured: dict) -> list:
+    """Set each job's ``input_bytes``, ``est_s`` and ``est_source``; returns the jobs longest first (module doc)."""
+    for j in jobs:
+        j["input_bytes"] = input_bytes(j["cases"] or _work_case_file(j["work"]))
+    rates = [measured[j["name"]] / j["input_bytes"] for j in jobs if j["name"] in measured and j["input_bytes"]]
+    rate = statistics.median(rates) if rates else None
+    for j in jobs:
+        if j["name"] in measured:
+            j["est_s"], j["est_source"] = measured[j["name"]], "measured wall time of an earlier run"
+        elif rate and j["input_bytes"]:
+            j["est_s"], j["est_source"] = j["input_bytes"] * rate, "input bytes x median s/byte of measured ops"
+        else:
+            j["est_s"], j["est_source"] = None, "unknown (input bytes only)" if j["input_bytes"] else "unknown"
+    return sorted(jobs, key=lambda j: (j["est_s"] is not None, -(j["est_s"] or 0), -(j["input_bytes"] or 0),
+                                       j["name"]))
+
+
+def _work_case_file(work):
+    found = sorted(glob.glob(os.path.join(work, "*_perf_cases.jsonl")))
+    return found[0] if found else None
+
+
+def lpt_makespan(times, workers: int) -> float:
+    """Makespan (s) of the longest-first list schedule of ``times`` (s) on ``workers`` identical workers (Graham
+    1969, "Bounds on multiprocessing timing anomalies": LPT is within 4/3 - 1/(3m) of the optimum)."""
+    loads = [0.0] * max(1, workers)
+    for t in sorted(times, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += t
+    return max(loads)
+
+
+# ----------------------------------------------------------------------------------------------- devices
+def resolve_devices(devices: str | None, backend: str, env=None):
+    """(device ids, where they came from, visibility variables to restrict) - module docstring's order.
+
+    ids are strings as the visibility variable takes them; ``[None]`` is one CPU worker (no restriction)."""
+    env = os.environ if env is None else env
+    if devices:
+        ids = [d.strip() for d in devices.split(",") if d.strip()]
+        if not ids or len(set(ids)) != len(ids):
+            raise UserError(f"DEVICES={devices}: give distinct device ids separated by commas, e.g. DEVICES=0,1")
+        var = {"npu": (NPU_VAR,), "cuda": (CUDA_VAR,)}.get(backend, (CUDA_VAR, NPU_VAR))
+        return ids, "DEVICES=", var
+    if backend == "cpu":
+        return [None], "BACKEND=cpu: one CPU worker", ()
+    for var, ok in ((NPU_VAR, backend in ("auto", "npu")), (CUDA_VAR, backend in ("auto", "cuda"))):
+        if ok and env.get(var, "").strip():
+            return [d.strip() for d in env[var].split(",") if d.strip()], var, (var,)
+    if backend in ("auto", "cuda") and shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        n = sum(1 for ln in out.splitlines() if ln.startswith("GPU "))
+        if n:
+            return [str(i) for i in range(n)], "nvidia-smi -L", (CUDA_VAR,)
+    if backend in ("auto", "npu"):
+        nodes = sorted(int(m.group(1)) for p in glob.glob("/dev/davinci*")
+                       if (m := re.match(r"^/dev/davinci(\d+)$", p)))
+        if nodes:
+            return [str(i) for i in nodes], "/dev/davinci<N>", (NPU_VAR,)
+    return [None], "no accelerator found: one CPU worker", ()
+
+
+# ----------------------------------------------------------------------------------------------- local pool
+def run_local(jobs, devices, opts, on_done, run_job):
+    """Run ``jobs`` (in order) on one thread per device; ``on_done(record)`` after each. Returns True when
+    interrupted (Ctrl-C: the running operators are killed and recorded ``interrupted``; the others never start)."""
+    todo, lock, stop = collections.deque(jobs), threading.Lock(), threading.Event()
+    results = queue.Queue()
+
+    def worker(dev):
+        while not stop.is_set():
+            with lock:
+                if not todo:
+                    return
+                job = todo.popleft()
+            results.put(run_job(job, opts, dev, restrict=dev is not None, stop=stop.is_set))
+
+    threads = [threading.Thread(target=worker, args=(d,), name=f"batch-dev-{d}", daemon=True) for d in devices]
+    for t in threads:
+        t.start()
+    interrupted = False
+    try:
+        while any(t.is_alive() for t in threads) or not results.empty():
+            try:
+                on_done(results.get(timeout=0.3))
+            except queue.Empty:
+                continue
+    except KeyboardInterrupt:
+        interrupted = True
+        stop.set()
+        while any(t.is_alive() for t in threads):
+            try:
+                for t in threads:
+                    t.join(timeout=0.5)
+            except KeyboardInterrupt:  # a second Ctrl-C: the workers are already stopping
+                continue
+        while not results.empty():
+            on_done(results.get())
+    return interrupted

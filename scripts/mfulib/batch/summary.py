@@ -1,0 +1,193 @@
+"""The batch summary: one row per operator read from its work directory, and its CSV, markdown and HTML forms.
+
+Per operator (:func:`operator_row`, keys :data:`mfulib.schemas.batch_json.ROW_KEYS`): the job's status and
+reason, and from ``mfu_decompose.json`` (read through :mod:`mfulib.schemas.decompose_json`) its headline case -
+the case :func:`mfulib.report.reading.maxima` names, by MFU@ach, else MFU@nom, else MBU (operators without
+matrix work) - with that case's dtype, MFU@nom, MFU@ach, MBU, numerator status (``checked`` / ``unverified``, as
+the decomposition marks it), errors (the decomposition's; why a job failed is its ``reason``), bound class (the
+row's ``bound.label`` where the decomposition has one, else "—") and
+dragging part: the part with the largest time share among those holding >= ``DRAG_MIN_TIME_SHARE`` of the time and
+>= ``DRAG_RATIO`` x their FLOPs share (or unmatched "other" time) - the rule of the decomposition's reading aid
+(:mod:`mfulib.report.reading`). With the search (``SEARCH=1``) the chosen case and scale are grid_search.json's
+``best``; otherwise the scale is "—" (the cases as given).
+
+Files (:func:`write_outputs`, in the batch output dir): ``batch_summary.json`` (:mod:`mfulib.schemas.batch_json`),
+``batch_summary.csv`` (raw numbers, MFU/MBU as fractions), ``batch_summary.md`` and ``index.html`` (percentages,
+"—" where absent; the HTML links each operator's report.html, mfu_decompose.json and log, relative to the
+output dir).
+"""
+from __future__ import annotations
+
+import collections
+import html
+import os
+
+from mfulib.report.reading import DRAG_MIN_TIME_SHARE, DRAG_RATIO
+from mfulib.core.errors import UserError
+from mfulib.core.jsonio import read_json, write_text_atomic
+from mfulib.flops.kernel_parts import OTHER
+from mfulib.schemas.batch_json import ROW_KEYS
+from mfulib.schemas.decompose_json import read_decompose_json
+
+DASH = "—"
+HEADLINE_KEYS = (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom"), ("mbu", "MBU"))
+
+
+def _headline(dec):
+    rows = [r for rep in dec["reports"] for r in rep["rows"] if r.get("status") == "ok"]
+    for key, label in HEADLINE_KEYS:
+        m = (dec.get("maxima") or {}).get(key)
+        if m:
+            hit = [r for r in rows if r.get("case") == m.get("case") and r.get("report") == m.get("report")]
+            if hit:
+                return hit[0], label
+    return None, None
+
+
+def dragging_part(row: dict):
+    """The part of a decomposition row that drags (module docstring), or None."""
+    cand = []
+    for p in row.get("parts") or []:
+        ts, fs = p.get("time_share"), p.get("flops_share")
+        if ts is None or ts < DRAG_MIN_TIME_SHARE:
+            continue
+        if p.get("part") == OTHER or fs == 0 or (fs is not None and ts >= DRAG_RATIO * fs):
+            cand.append((ts, p["part"]))
+    return max(cand)[1] if cand else None
+
+
+def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
+    """The summary row of one operator from its job record (None: never ran) and its work directory."""
+    row = dict.fromkeys(ROW_KEYS)
+    row.update(name=job["name"], layout=job["layout"], work=job["work"], log=job["log"],
+               older=";".join(os.path.basename(p) for p in job.get("older") or []) or None, resumed=resumed)
+    errors = []
+    if rec is None:
+        row.update(status="not_run", reason="not started (the batch was interrupted first)")
+    else:
+        row.update(status=rec["status"], reason=rec.get("reason"), wall_s=rec.get("wall_s"),
+                   device=rec.get("device"), report_html=rec.get("report_html"))
+    html_path = os.path.join(job["work"], "report.html")
+    if row["report_html"] is None and os.path.isfile(html_path):
+        row["report_html"] = html_path
+    dec_path = os.path.join(job["work"], "mfu_decompose.json")
+    if os.path.isfile(dec_path) and row["status"] in ("ok", "failed"):
+        row["decompose_json"] = dec_path
+        try:
+            dec = read_decompose_json(dec_path)
+        except UserError as exc:
+            errors.append(str(exc))
+        else:
+            errors += [str(e) for e in dec.get("errors") or []]
+            best, label = _headline(dec)
+            if best is not None:
+                bound = best.get("bound")
+                row.update(case=best.get("case"), dtype=best.get("dtype"), mfu_nom=best.get("mfu_nom"),
+                           mfu_ach=best.get("mfu_ach"), mbu=best.get("mbu"), headline=label,
+                           numerator=best.get("numerator"), dragging_part=dragging_part(best),
+                           bound=bound.get("label") if isinstance(bound, dict) else None)
+    grid = os.path.join(job["work"], "grid_search.json")
+    if os.path.isfile(grid):
+        try:
+            best = read_json(grid).get("best") or {}
+        except (OSError, ValueError, AttributeError):
+            best = {}
+        if best.get("case") is not None:
+            row["case"], row["scale"] = best.get("case"), best.get("scale")
+    row["errors"] = "; ".join(errors) or None  # the decomposition's errors; why a job failed is its reason
+    return row
+
+
+def counts(rows, skipped) -> dict:
+    """Operators, succeeded (of them reused from an earlier run), failed / timeout / interrupted / not run with
+    their reasons, skipped with theirs."""
+    by = collections.Counter(r["status"] for r in rows)
+    why = collections.Counter()
+    for r in rows:
+        if r["status"] in ("failed", "timeout"):
+            why[_why_key(r)] += 1
+    return {"operators": len(rows), "succeeded": by["ok"], "reused": sum(1 for r in rows if r["resumed"]),
+            "failed": by["failed"], "timeout": by["timeout"], "interrupted": by["interrupted"] + by["running"],
+            "not_run": by["not_run"], "skipped": len(skipped), "failed_why": dict(why),
+            "skipped_why": dict(collections.Counter(_skip_key(w) for _, w in skipped))}
+
+
+def _why_key(row):
+    if row["status"] == "timeout":
+        return "timeout (OP_TIMEOUT_S)"
+    reason = row.get("reason") or "unknown"
+    return reason.split(":")[0]
+
+
+def _skip_key(why):
+    """The kind of a skip reason: "no implementation", "older copy", "not a layout A operator dir", ..."""
+    return why.split(":")[0].split(" of ")[0]
+
+
+def _pct(v):
+    return DASH if v is None else f"{v:.2%}"
+
+
+def _cell(v):
+    return DASH if v is None or v == "" else v
+
+
+def _frame(rows, human: bool, out_dir: str, links: bool = False):
+    import pandas as pd
+    cols = [k for k in ROW_KEYS if k not in ("work", "log", "report_html", "decompose_json")] if human else \
+        list(ROW_KEYS)
+    data = []
+    for r in rows:
+        d = {k: r.get(k) for k in cols}
+        if human:
+            for k in ("mfu_nom", "mfu_ach", "mbu"):
+                d[k] = _pct(r.get(k))
+            d["wall_s"] = DASH if r.get("wall_s") is None else f"{r['wall_s']:.1f}"
+            d = {k: _cell(v) for k, v in d.items()}
+            if links:
+                d["name"] = html.escape(str(r["name"]))
+                d["links"] = " ".join(f'<a href="{html.escape(os.path.relpath(r[k], out_dir))}">{label}</a>'
+                                      for k, label in (("report_html", "report"), ("decompose_json", "json"),
+                                                       ("log", "log")) if r.get(k) and os.path.exists(r[k])) or DASH
+                for k in cols:
+                    if k != "name":
+                        d[k] = html.escape(str(d[k]))
+        data.append(d)
+    return pd.DataFrame(data, columns=cols + (["links"] if links else []))
+
+
+def _counts_lines(c, summary) -> list:
+    lines = [f"operators {c['operators']}: succeeded {c['succeeded']} (reused from an earlier run {c['reused']}), "
+             f"failed {c['failed']}, timeout {c['timeout']}, interrupted {c['interrupted']}, not run {c['not_run']}; "
+             f"skipped {c['skipped']}"]
+    lines += [f"failed: {k}: {n}" for k, n in c["failed_why"].items()]
+    lines += [f"skipped: {k}: {n}" for k, n in c["skipped_why"].items()]
+    lines.append(f"runner {summary['runner']}, {summary['workers']} worker(s) on devices {summary['devices']} "
+                 f"({summary['devices_from']}); wall {summary['wall_s']:.1f} s; sum of operator wall times "
+                 f"{summary['sum_op_wall_s']:.1f} s; longest-first makespan on {summary['workers']} worker(s) "
+                 f"{summary['ideal_makespan_s']:.1f} s" + ("; INTERRUPTED: run again to resume"
+                                                            if summary["interrupted"] else ""))
+    return lines
+
+
+def write_outputs(out_dir: str, summary: dict) -> dict:
+    """Write batch_summary.csv, batch_summary.md and index.html beside batch_summary.json; returns their paths."""
+    rows, c = summary["rows"], summary["counts"]
+    paths = {k: os.path.join(out_dir, n) for k, n in (("csv", "batch_summary.csv"), ("md", "batch_summary.md"),
+                                                       ("html", "index.html"))}
+    write_text_atomic(paths["csv"], _frame(rows, False, out_dir).to_csv(index=False))
+    lines = _counts_lines(c, summary)
+    md = ["# MFU batch summary", "", *[f"* {ln}" for ln in lines], "",
+          _frame(rows, True, out_dir).to_markdown(index=False) if rows else "(no operators)", ""]
+    if summary["skipped"]:
+        md += ["## Skipped", "", *[f"* {n}: {w}" for n, w in ((s["name"], s["why"]) for s in summary["skipped"])], ""]
+    write_text_atomic(paths["md"], "\n".join(md))
+    table = _frame(rows, True, out_dir, links=True).to_html(index=False, escape=False, border=0) if rows else ""
+    skipped = "".join(f"<li>{html.escape(s['name'])}: {html.escape(s['why'])}</li>" for s in summary["skipped"])
+    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>MFU batch summary</title><style>"
+            "body{font-family:sans-serif} table{border-collapse:collapse} td,th{padding:2px 8px;"
+            "border-bottom:1px solid #ddd;text-align:left}</style></head><body><h1>MFU batch summary</h1>"
+            + "".join(f"<p>{html.escape(ln)}</p>" for ln in lines) + table
+            + (f"<h2>Skipped</h2><ul>{skipped}</ul>" if skipped else "") + "</body></html>\n")
+    write_text_atomic(paths["html"], page)
+    return paths

@@ -1,0 +1,290 @@
+"""The state of a work directory's steps, the way the Makefile judges it: step 1 against the source choices it
+was built from, every later step by its stamp and its report.
+
+* Step 1 (prepare): ``prepare.json`` records the ``request`` (the source form and choices given: layout, V / ITER /
+  VARIANT, BENCH / GEN / id, REF_ROOT / IMPL_ROOT / path, example, seed) and the ``sources`` it resolved to (path +
+  sha256). :func:`prepare_verdict` compares them with the current command line and the current file *contents*:
+  another choice, another resolved file (e.g. a new ``iter_<n>``) or changed content means redo (the old work
+  directory is kept as a backup); a touch without a content change means nothing to do. The Makefile asks this at
+  parse time (``prepare_op_dir.py ... --check``), so the sources are not mtime prerequisites.
+* Steps 2-6: make writes ``<work>/.state/<step>.ok`` (:func:`stamp_path`) only after the step's script succeeded;
+  the report keeps its name whatever happened. A step is **done** when its stamp is newer than everything it
+  depends on (:data:`STEPS`, mirroring the Makefile's rules); **stale** when an input changed since; **failed**
+  when it has no stamp and either make recorded the script's exit status (``<step>.failed``,
+  :func:`failure_record`) or its report records a failure or an incomplete run (kept as evidence; make redoes
+  the step); **not done** when a report is there but make recorded neither success nor failure (the run was
+  killed, or the script ran outside make); **not run** otherwise. A script that writes an incomplete report
+  outside make removes the step's stamp (:func:`invalidate`). :func:`step_states` gives the table ``make status``
+  prints; :func:`seed_mismatch` warns when the steps' reports were drawn with different seeds.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from mfulib.sources.discover import sha256
+from mfulib.core.errors import UserError
+from mfulib.core.jsonio import read_json
+from mfulib.core.opdir import PREPARE_JSON
+
+STATE_DIR = ".state"
+# request keys -> the make variable that sets them (for the "what changed" message)
+MAKE_NAMES = {"form": "source layout", "src": "V", "iter": "ITER", "variant": "VARIANT", "bench": "BENCH",
+              "gen": "GEN", "id": "OP", "ref_root": "REF_ROOT", "impl_root": "IMPL_ROOT", "example": "OP",
+              "entry": "--entry", "seed": "--seed", "ref": "--ref", "cases": "--cases", "impl": "--impl"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pipeline step as the Makefile builds it: its stamp name, its report, the steps and work-dir files its
+    stamp depends on."""
+    name: str
+    report: str
+    needs: tuple = ()
+    files: tuple = ()
+
+
+STEPS = (
+    Step("prepare", PREPARE_JSON),
+    Step("verify", "verify.json", ("prepare",), ("model_new.py",)),
+    Step("flops", "flops_check.json", ("prepare",), ("flops.py", "model.py")),
+    Step("probe", "probe.json", ("verify",), ("model.py", "model_new.py")),  # step 2 (make probe / SEARCH=1)
+    Step("search", "grid_search.json", ("probe",), ("model_new.py",)),
+    Step("collect", "performance.json", ("verify", "flops"), ("model_new.py",)),
+    Step("peak", "peak.json"),
+    Step("decompose", "mfu_decompose.json", ("collect", "peak"), ("performance.json", "peak.json")),
+)
+
+
+def stamp_path(work: str, step: str) -> str:
+    """``<work>/.state/<step>.ok``: written by make after ``step`` succeeded (step 1's stamp is prepare.json)."""
+    return os.path.join(work, PREPARE_JSON) if step == "prepare" else os.path.join(work, STATE_DIR, f"{step}.ok")
+
+
+def failure_record(work: str, step: str):
+    """The exit status make recorded for the last failed run of ``step`` (2-6), or None.
+
+    The Makefile's ``step`` macro touches ``<work>/.state/<step>.started`` before the step's script, removes
+    ``<step>.failed`` then, and writes the script's exit status to ``<work>/.state/<step>.failed`` when it failed
+    (not for an exit status it accepted). A run killed by a signal (Ctrl-C) records nothing. A record older than
+    the last ``.started`` (a later run began) does not count. Returns an int (or the file's text when it is not
+    one)."""
+    path = os.path.join(work, STATE_DIR, f"{step}.failed")
+    if step == "prepare" or not os.path.exists(path):
+        return None
+    started = _mtime(os.path.join(work, STATE_DIR, f"{step}.started"))
+    if started is not None and _mtime(path) < started:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else (text or "unknown")
+
+
+def invalidate(work: str, step: str) -> bool:
+    """Remove the stamp of ``step`` (2-6) in ``work``: a script that writes an incomplete or failed report outside
+    make (e.g. the collector interrupted by hand after make's run) calls it, so the next ``make`` redoes the step.
+    Returns whether a stamp was removed."""
+    path = stamp_path(work, step)
+    if step == "prepare" or not os.path.exists(path):
+        return False
+    os.unlink(path)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------ step 1
+
+
+def source_record(sources: dict) -> dict:
+    """{name: {path, sha256}} of the resolved source files ``sources`` ({ref|cases|impl|flops: path or None})."""
+    return {k: {"path": os.path.abspath(p), "sha256": sha256(p)} for k, p in sources.items() if p}
+
+
+def _show(value) -> str:
+    return "(unset)" if value is None else repr(value)
+
+
+def prepare_verdict(work: str, request: dict, sources: dict) -> tuple:
+    """(verdict, reason) of step 1 for the work directory ``work``.
+
+    ``request``: the source form and choices of the current command line (prepare_op_dir.py builds it);
+    ``sources``: {ref|cases|impl|flops: path} they resolve to now. Verdicts: ``new`` (no prepare.json), ``redo``
+    (reason says what changed: a choice, a resolved file, a file's content), ``ok``.
+    """
+    path = os.path.join(work, PREPARE_JSON)
+    if not os.path.exists(path):
+        return "new", f"{path} does not exist yet"
+    try:
+        doc = read_json(path)
+    except (OSError, ValueError) as exc:
+        return "redo", f"{path} is unreadable ({exc})"
+    if not isinstance(doc, dict) or "request" not in doc:
+        return "redo", f"{path} records no source choices (made by an older version)"
+    changes = [f"{MAKE_NAMES.get(k, k)} {_show(doc['request'].get(k))} -> {_show(request.get(k))}"
+               for k in sorted(set(doc["request"]) | set(request)) if doc["request"].get(k) != request.get(k)]
+    recorded, choice_changed = doc.get("sources") or {}, bool(changes)
+    for k in sorted(set(recorded) | {k for k, p in sources.items() if p}):
+        old, new = (recorded.get(k) or {}).get("path"), sources.get(k)
+        new = os.path.abspath(new) if new else None
+        if old != new:
+            if not choice_changed:  # a changed choice explains the other files; otherwise say which file changed
+                changes.append(f"{k} file {old} -> {new}")
+        elif new and os.path.isfile(new) and sha256(new) != recorded[k].get("sha256"):
+            changes.append(f"{k} content changed ({new})")
+    if changes:
+        return "redo", "; ".join(changes)
+    return "ok", "sources and choices unchanged since prepare.json was written"
+
+
+# ------------------------------------------------------------------------------------------------ steps 2-6
+
+
+def report_verdict(step: str, path: str) -> tuple:
+    """(ok, detail) of a step's report: ok False when it records a failure or an incomplete run."""
+    from mfulib.schemas import decompose_json, flops_check_json, peak_json, performance_json, verify_json
+    try:
+        if step == "verify":
+            ok, problems = verify_json.completeness(verify_json.read_verify_json(path))
+        elif step == "flops":
+            ok, problems = flops_check_json.completeness(read_json(path))
+        elif step == "collect":
+            rep = performance_json.load_report(path)
+            ok, problems = performance_json.completeness(rep)
+            timed = [c for c in rep["per_case"] if not c.get("skipped")]
+            if ok and not rep.get("n_cases_valid"):
+                ok, problems = False, ["no selected case has a kernel time"] + problems
+            elif ok:
+                problems = [f"{rep['n_cases_valid']} of {len(timed)} timed cases valid, "
+                            f"{len(rep['per_case']) - len(timed)} skipped"] + problems
+        elif step == "peak":
+            peak = peak_json.read_peak_json(path)
+            ok, problems = not peak.get("interrupted"), (["interrupted"] if peak.get("interrupted") else [])
+        elif step == "probe":
+            from mfulib.schemas import probe_json
+            doc = probe_json.read_probe_json(path)
+            ok = bool(doc.get("complete"))
+            problems = [f"{len(doc.get('appended') or {})} scaled case(s) appended from "
+                        f"{len(doc.get('candidates') or [])} candidate(s)"]
+            if not ok:
+                problems.append(f"incomplete: {doc.get('interrupted') or 'interrupted'} (make probe resumes)")
+        elif step == "search":
+            from mfulib.schemas import grid_search_json
+            doc = grid_search_json.read_grid_search_json(path)
+            best = doc.get("best") or {}
+            ok = bool(doc.get("complete"))
+            fig = best.get("mfu") if best.get("mfu") is not None else best.get("mbu")
+            problems = [f"best: case {best.get('case')} {best.get('metric', '').upper()} "
+                        f"{fig:.2%}" if fig is not None else "no best point"]
+        elif step == "decompose":
+            ok, problems = decompose_json.completeness(decompose_json.read_decompose_json(path))
+        else:
+            ok, problems = True, []
+    except (UserError, OSError, ValueError) as exc:
+        return False, str(exc)
+    return ok, "; ".join(problems)
+
+
+def _mtime(path):
+    return os.path.getmtime(path) if os.path.exists(path) else None
+
+
+def step_states(work: str, prepare: tuple, settings_changed: dict | None = None) -> list:
+    """One row per step of :data:`STEPS`: {step, state (done | stale | failed | not run | error), detail, report}.
+
+    ``prepare``: :func:`prepare_verdict`'s (verdict, reason), or ("error", message) when the sources cannot be
+    resolved. ``settings_changed``: {step: [make variable]} given with other values than the step last ran with
+    (the Makefile's ``settings_changed``): such a done step is stale, and so are the steps after it."""
+    settings_changed = settings_changed or {}
+    rows, state = [], {}
+    for step in STEPS:
+        report = os.path.join(work, step.report)
+        if step.name == "prepare":
+            verdict, why = prepare
+            st = {"ok": "done", "redo": "stale", "new": "not run"}.get(verdict, "error")
+            rows.append({"step": "prepare", "state": st, "detail": why, "report": report})
+            state["prepare"] = st
+            continue
+        stamp = stamp_path(work, step.name)
+        upstream = [f"{n} {state[n]}" for n in step.needs if state.get(n) != "done"]
+        deps = [stamp_path(work, n) for n in step.needs] + [os.path.join(work, f) for f in step.files]
+        have_report = os.path.exists(report)
+        ok, detail = report_verdict(step.name, report) if have_report else (None, "")
+        if os.path.exists(stamp):
+            newer = [os.path.relpath(d, work) for d in deps if (_mtime(d) or 0) > _mtime(stamp)]
+            given = settings_changed.get(step.name) or []
+            if upstream or newer or given:
+                st, detail = "stale", "; ".join(upstream + [f"{n} changed since this step ran" for n in newer] +
+                                                 ([f"{', '.join(given)} given with another value than its last run"]
+                                                  if given else []))
+            elif not have_report:
+                st, detail = "stale", f"its report {report} is gone"
+            else:  # make's view: the stamp stands (a failure it accepted, e.g. ACCEPT_VERIFY_FAILURES=1, is listed)
+                st, detail = "done", (detail if ok else f"accepted: {detail}")
+        elif (rc := failure_record(work, step.name)) is not None:
+            st = "failed"
+            started = _mtime(os.path.join(work, STATE_DIR, f"{step.name}.started"))
+            if have_report and (started is None or _mtime(report) >= started):
+                what = detail or "its report is kept"
+            elif have_report:
+                what = "no new report (the one there is from an earlier run)"
+            else:
+                what = "no report written"
+            detail = f"exit status {rc}; {what}; make redoes it"  # the report's own words first: status cuts at 110
+        elif not have_report:
+            st, detail = "not run", "; ".join(upstream)
+        elif not ok:
+            st = "failed"
+        else:
+            st, detail = "not done", ("report present but make recorded no success (interrupted, or run outside "
+                                      "make): make redoes it" + (f"; {detail}" if detail else ""))
+        state[step.name] = st
+        rows.append({"step": step.name, "state": st, "detail": detail, "report": report if have_report else ""})
+    return rows
+
+
+SEEDED_REPORTS = ("verify.json", "flops_check.json", "performance.json")
+
+
+def recorded_seeds(work: str) -> dict:
+    """{report file name: seed} of the reports of ``work`` that draw the cases' random inputs (verify,
+    check_flops, the collector: each writes its ``--seed`` as the top-level ``seed``). A report that is absent,
+    unreadable or records no seed is left out."""
+    out = {}
+    for name in SEEDED_REPORTS:
+        path = os.path.join(work, name)
+        if not os.path.exists(path):
+            continue
+        try:
+            doc = read_json(path)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("seed") is not None:
+            out[name] = doc["seed"]
+    return out
+
+
+def seed_mismatch(work: str):
+    """A warning (str) when the reports of ``work`` were made with different ``--seed`` values (e.g. ``make all
+    SEED=1``, then ``make all COLLECT_ARGS=...`` re-ran the collector with the default SEED 0 while verify kept
+    seed 1): the cases were verified, checked and timed on different random inputs. None when they agree (or
+    fewer than two record a seed)."""
+    seeds = recorded_seeds(work)
+    if len(set(map(repr, seeds.values()))) < 2:
+        return None
+    listed = ", ".join(f"{name} seed {seed!r}" for name, seed in seeds.items())
+    return (f"{work}: the steps ran with different seeds ({listed}) - the cases were verified, checked and timed on "
+            "different random inputs; re-run every step with one seed: make SEED=<n> all (a SEED given on the "
+            "command line redoes each step that ran with another), or FORCE=1 to rebuild the work directory")
+
+
+def status_table(work: str, prepare: tuple, settings_changed: dict | None = None) -> str:
+    """The ``make status`` table (tabulate) of :func:`step_states` for ``work``, then :func:`seed_mismatch`'s
+    warning when the steps ran with different seeds."""
+    from tabulate import tabulate
+    rows = step_states(work, prepare, settings_changed)
+    body = [[r["step"], r["state"], (r["detail"] or "")[:110], r["report"]] for r in rows]
+    mixed = seed_mismatch(work)
+    return (f"work directory {work}\n" + tabulate(body, headers=["step", "state", "detail", "report"])
+            + (f"\nwarning: {mixed}" if mixed else ""))

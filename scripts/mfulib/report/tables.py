@@ -1,0 +1,351 @@
+"""Human-readable forms of peak.json and mfu_decompose.json: terminal tables (tabulate) and a PNG plot.
+
+Stored JSON keeps full precision; only these views round. The decomposition table follows the skill spec's form
+(``case dtype total us TFLOP/s MFU@nom MFU@ach <part> us <part> MFU ...``), with MBU, the case's bound and its
+roofline headroom added, a ``report`` column and a ``speed-up`` column (against the baseline report) when several
+reports are shown side by side. A second table lists every part: time, TFLOP/s, MFU@ach, bound (with its source),
+headroom, the MFU@ach if that part were fixed, ranked by that payoff. A case without matrix work shows "—" for
+TFLOP/s and MFU and its MBU starred (the headline); a case whose numerator check_flops.py did not confirm is
+marked ``[unverified]`` (or ``[failed]``, ``[unchecked]``) with the reason below the table. Cases never measured
+(skipped by the selection) are counted in one line, not listed; long text is wrapped, never cut off.
+"""
+from __future__ import annotations
+
+import os
+import textwrap
+
+from tabulate import tabulate
+
+from mfulib.flops.kernel_parts import OTHER
+
+
+NO_MFU = "—"  # an operator without matrix work has no MFU (DESIGN.md "FLOPs")
+WRAP = 116  # terminal text width of notes below the tables
+
+
+def _wrap(text: str, indent: str = "  ") -> str:
+    return textwrap.fill(str(text), width=WRAP, subsequent_indent=indent + "  ", initial_indent="")
+
+
+def _x(v):
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _pct(x, nd=2):
+    return "-" if x is None else f"{100 * x:.{nd}f}%"
+
+
+def _f(x, nd=1):
+    """Fixed decimals; values below 1 keep three significant digits (CPU GFLOP-scale peaks are not 0.0)."""
+    if x is None:
+        return "-"
+    if 0 < abs(x) < 1:
+        return f"{x:.3g}"
+    return f"{x:.{nd}f}"
+
+
+def peak_table(peak: dict) -> str:
+    """One row per measured math mode plus the copy bandwidth; errors listed below."""
+    nom = (peak.get("nominal") or {}).get("tflops") or {}
+    rows = []
+    for mode, m in (peak.get("measured") or {}).items():
+        s = m.get("best_shape") or {}
+        frac = m.get("fraction_of_nominal")
+        rows.append([mode, _f(m.get("peak_tflops")), m.get("unit", "TFLOP/s"), _f(m.get("sweep_tflops")),
+                     _pct(m.get("spread"), 1), _f(nom.get(mode)), _pct(frac, 1),
+                     f"{s.get('m')}x{s.get('n')}x{s.get('k')}" + (f" B {m['b_layout']}" if m.get("b_layout") else ""),
+                     m.get("n_shapes"), _f(m.get("elapsed_s"), 1)])
+    if peak.get("bandwidth_gbps") is not None:
+        bw = peak.get("bandwidth") or {}
+        nbw = (peak.get("nominal") or {}).get("bandwidth_gbps")
+        rows.append(["copy bandwidth", _f(peak["bandwidth_gbps"], 0), "GB/s", "-", _pct(bw.get("spread"), 1),
+                     _f(nbw, 0),
+                     _pct(bw.get("fraction_of_nominal"), 1), f"{bw.get('buffer_bytes', 0) >> 20} MiB", bw.get("iters"),
+                     _f(bw.get("elapsed_s"), 1)])
+    head = ["mode", "confirmed", "unit", "sweep", "spread", "nominal", "of nominal", "best m x n x k", "shapes", "s"]
+    lines = [f"peaks of {peak.get('label')}", tabulate(rows, head, tablefmt="plain", disable_numparse=True),
+             "  confirmed = the reported peak (best shape re-timed); sweep = that shape's sweep figure; spread = "
+             "(p90-p10)/median of the confirm run"]
+    for mode, err in (peak.get("errors") or {}).items():
+        lines.append(f"  {mode}: {err}")
+    src = (peak.get("nominal") or {}).get("source")
+    if src:
+        lines.append(f"  nominal: {src}")
+    reg, clk = peak.get("regime") or {}, peak.get("clocks") or {}
+    if reg:
+        dc = reg.get("duty_cycle_measured")
+        lines.append(f"  regime: {reg.get('kind')} (duty cycle {'-' if dc is None else f'{dc:.0%}'} measured, "
+                     f"<= {reg.get('duty_cycle_max', 1):.0%} by design)")
+    if clk.get("sm_clock_mhz") or clk.get("throttle_reasons_seen"):
+        sm = clk.get("sm_clock_mhz") or {}
+        lines.append(f"  SM clock {sm.get('min', '-')}-{sm.get('max', '-')} MHz over {clk.get('n_samples')} samples;"
+                     f" throttle reasons seen: {', '.join(clk.get('throttle_reasons_seen') or {}) or 'none'}")
+    trust = peak.get("trust") or {}
+    if trust and not trust.get("trusted"):
+        lines.append("  NOT CACHED, noisy: " + ("; ".join(trust.get("untrusted") or []) or "interrupted"))
+    if peak.get("cache", {}).get("hit"):
+        lines.append(f"  (from the cache {peak['cache']['path']}, measured {peak['cache'].get('measured_at')})")
+    elif peak.get("elapsed_s") is not None:
+        lines.append(f"  measured in {peak['elapsed_s']:.1f} s (budget {peak.get('budget_s')} s)"
+                     + (" - INTERRUPTED, partial" if peak.get("interrupted") else ""))
+    return "\n".join(lines)
+
+
+def _part_names(reports: list) -> list:
+    names = []
+    for rep in reports:
+        for p in rep.get("kernel_parts") or {}:
+            if p not in names:
+                names.append(p)
+    has_other = any(p["part"] == OTHER for rep in reports for r in rep["rows"] for p in r.get("parts") or [])
+    return names + ([OTHER] if has_other else [])
+
+
+def shape_cell(row: dict, width: int = 28) -> str:
+    """A row's first input shape (the case file's), with its search origin when the probe appended it:
+    ``[8,256,64]<-case0x4`` (``x`` the scale of the origin's factors), without spaces."""
+    shape = str(row.get("shape") or "-").replace(" ", "")  # one token: the table stays whitespace-separated
+    if len(shape) > width:
+        shape = shape[: width - 3] + "..."
+    o = row.get("search_origin") or {}
+    if o.get("source_case") is not None and str(o["source_case"]) != str(row.get("case")):  # not an original case
+        scale = o.get("scale")  # (the search's x1 point: the case itself, no origin to name)
+        shape += f"<-case{o['source_case']}" + (f"x{scale:g}" if isinstance(scale, (int, float)) else "")
+    return shape
+
+
+def decompose_table(result: dict) -> str:
+    """The decomposition table, then maxima, reading aid, errors and warnings."""
+    reports = result["reports"]
+    multi = len(reports) > 1
+    parts = _part_names(reports)
+    head = (["report"] if multi else []) + ["case", "shape", "dtype", "total us", "TFLOP/s", "MFU@nom", "MFU@ach",
+                                            "MBU", "bound", "headroom"] + (["speed-up"] if multi else [])
+    for p in parts:
+        head += [f"{p} us"] + ([f"{p} MFU"] if p != OTHER else [])  # 'other' does no counted FLOPs
+    rows, not_ok, no_matrix, marked, skipped = [], [], [], [], []
+    for rep in reports:
+        for r in rep["rows"]:
+            lead = [rep["label"]] if multi else []
+            if r["status"] == "skipped":  # never selected/measured: counted below, not a row
+                skipped.append((rep["label"], r))
+                continue
+            if r["status"] != "ok":
+                rows.append(lead + [r["case"], shape_cell(r), r["status"]] + ["-"] * (len(head) - len(lead) - 3))
+                not_ok.append(f"{rep['label'] + ' ' if multi else ''}case {r['case']} {r['status']}: "
+                              f"{r.get('reason', '')}")
+                continue
+            dt = r["dtype"] + ("(tf32)" if r.get("tf32") else "")
+            if r.get("matrix_work", True):
+                mfus = [_f(r["actual_tflops"]), _pct(r["mfu_nom"]), _pct(r["mfu_ach"], 1)]
+            else:  # no matrix work: no MFU, MBU is the headline (DESIGN.md "FLOPs")
+                mfus = [NO_MFU, NO_MFU, NO_MFU]
+            mark = "" if r.get("numerator") in (None, "checked") else f" [{r['numerator']}]"
+            bd = (r.get("bound") or {})
+            label = bd.get("label") or "-"
+            label += " (fallback)" if str(bd.get("source") or "").startswith("fallback") else ""
+            row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, _f(r["kernel_time_us"])] + mfus + \
+                [_pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
+                 _x((r.get("roofline") or {}).get("headroom"))] + \
+                ([_x((r.get("speedup") or {}).get("value"))] if multi else [])
+            if not r.get("matrix_work", True):
+                no_matrix.append(r)
+            if mark:
+                marked.append(f"{rep['label'] + ' ' if multi else ''}case {r['case']}: numerator: {r['numerator']}"
+                              f" - {r.get('numerator_reason') or 'see flops_check.json'}")
+            by = {p["part"]: p for p in r.get("parts") or []}
+            for p in parts:
+                d = by.get(p)
+                cells = ["-", "-"] if d is None else [_f(d["time_us"]), NO_MFU if d.get("flops") == 0 else
+                                                      _pct(d.get("mfu_ach"), 1)]  # no matrix work: no MFU
+                row += cells[:1] if p == OTHER else cells
+            rows.append(row)
+    lines = [f"peak: {result.get('peak_label')}  ({result['peak_json']})"]
+    reg = result.get("regime") or {}
+    if reg.get("note"):
+        lines.append(_wrap(f"cache regime: {reg['note']}"))
+    lines.append(tabulate(rows, head, tablefmt="plain", disable_numparse=True))
+    if skipped:
+        ids = ", ".join(f"{lab + ' ' if multi else ''}{r['case']}" for lab, r in skipped)
+        why = sorted({str(r.get("reason")) for _, r in skipped})
+        lines.append(_wrap(f"{len(skipped)} case(s) never measured (skipped by the selection, no rows): {ids} - "
+                           + "; ".join(why[:3]) + ("; ..." if len(why) > 3 else "")))
+    lines.extend(_wrap(t) for t in not_ok)
+    lines.extend(_wrap(t) for t in marked)
+    ptab = parts_table(result)
+    if ptab:
+        lines.extend(["", ptab])
+    vtab = pmu_view_table(result)
+    if vtab:
+        lines.extend(["", vtab])
+    if no_matrix:
+        vec = "; ".join(f"case {r['case']} {_f(r['vector_tflops'], 3)} vector TFLOP/s" for r in no_matrix
+                        if r.get("vector_tflops"))
+        lines.append(f"* no matrix work: no MFU ({NO_MFU}); MBU is the headline" + (f" ({vec})" if vec else ""))
+    mx = result.get("maxima") or {}
+    if "mbu" in mx and not ("mfu_ach" in mx or "mfu_nom" in mx):
+        m = mx["mbu"]
+        lines.append(f"max: MBU {_pct(m['value'])} (case {m['case']} {m['dtype']}) - no matrix work: MBU is the "
+                     "headline")
+    if "mfu_ach" in mx or "mfu_nom" in mx:
+        bits = []
+        for key, name in (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom")):
+            if key in mx:
+                m = mx[key]
+                bits.append(f"{name} {_pct(m['value'])} (case {m['case']} {m['dtype']}"
+                            + (f", {m['report']}" if multi else "") + ")")
+        cpu = any(rep.get("backend") == "cpu" for rep in result.get("reports", []))
+        lines.append("max: " + "; ".join(bits) + (" - CPU-interpreter numbers: they validate the pipeline, they "
+                                                   "are not a utilisation" if cpu else ""))
+    lines.append("")
+    lines.append("how to read it:")
+    lines.extend(_wrap("  " + s, "    ") for s in result.get("reading_aid") or [])
+    for n in result.get("notes") or []:
+        lines.append(_wrap(f"note: {n}"))
+    for w in result.get("warnings") or []:
+        lines.append(_wrap(f"warning: {w}"))
+    for e in result.get("errors") or []:
+        lines.append(_wrap(f"error: {e}"))
+    return "\n".join(lines)
+
+
+def parts_table(result: dict) -> str:
+    """One row per part of every ok case with FLOPs, ranked per case by payoff (:func:`mfulib.report.roofline.
+    rank_by_payoff`): time, TFLOP/s, MFU@ach, bound (source), headroom, the case MFU@ach if that part were fixed
+    (and its target), speed-up against the baseline report when several are shown. Empty when no case has parts."""
+    from tabulate import tabulate
+    multi = len(result["reports"]) > 1
+    rows = []
+    for rep in result["reports"]:
+        for r in rep["rows"]:
+            if r.get("status") != "ok" or not r.get("parts") or not r.get("matrix_work", True):
+                continue
+            order = r.get("payoff_order") or [p["part"] for p in r["parts"]]
+            by = {p["part"]: p for p in r["parts"]}
+            for name in order:
+                p = by[name]
+                rf, bd = p.get("roofline") or {}, p.get("bound") or {}
+                src = str(bd.get("source") or "-").replace("fallback:fp32-vs-fp16", "fallback")
+                rows.append(([rep["label"]] if multi else []) + [
+                    r["case"], name, _f(p.get("time_us")), _pct(p.get("time_share"), 0), _f(p.get("tflops")),
+                    _pct(p.get("mfu_ach"), 1), f"{bd.get('label', '-')} [{src}]", _x(rf.get("headroom")),
+                    _pct(rf.get("mfu_if_fixed"), 1) + (f" ({rf['target_source']})" if rf.get("target_source") else "")]
+                    + ([_x((p.get("speedup") or {}).get("value"))] if multi else []))
+    if not rows:
+        return ""
+    head = (["report"] if multi else []) + ["case", "part", "us", "time", "TFLOP/s", "MFU@ach", "bound [source]",
+                                            "headroom", "case MFU@ach if fixed"] + (["speed-up"] if multi else [])
+    return ("parts, by payoff (what fixing each part alone buys the case):\n"
+            + tabulate(rows, head, tablefmt="plain", disable_numparse=True))
+
+
+def pmu_view_table(result: dict) -> str:
+    """Official MFU beside the PMU view (executed FLOPs over the active cores) and their ratio (redundancy), for
+    the cases whose counters give executed work; empty otherwise."""
+    from tabulate import tabulate
+    rows = []
+    for rep in result["reports"]:
+        for r in rep["rows"]:
+            v = r.get("pmu_view") or {}
+            if r.get("status") == "ok" and v.get("executed_flops"):
+                rows.append([rep["label"], r["case"], _pct(v.get("official_mfu"), 1), _pct(v.get("pmu_mfu"), 1),
+                             _pct(v.get("active_core_fraction"), 0), _x(v.get("redundancy"))])
+    if not rows:
+        return ""
+    return ("official MFU (semantic FLOPs, all cores) vs PMU view (executed FLOPs, active cores):\n"
+            + tabulate(rows, ["report", "case", "official MFU", "PMU MFU", "active cores", "executed/semantic"],
+                       tablefmt="plain", disable_numparse=True))
+
+
+def plot_decompose(result: dict, path: str) -> str | None:
+    """Per case, two stacked bars (time share, FLOPs share) split by part; PNG at ``path``, titled with the device.
+    Cases of one part only are left out of that plot (their bars would be 100% by construction); when no case has
+    two parts, the plot shows MBU and MFU@ach per case instead (:func:`_plot_utilisation`).
+
+    Returns the path, or None when no case was decomposed. Draws on a bare :class:`matplotlib.figure.Figure` with the
+    Agg canvas (no display needed): pyplot is never imported, which took about half of mfu_decompose.py's wall time
+    (pyinstrument).
+    """
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    ok = [(rep["label"], r) for rep in result["reports"] for r in rep["rows"] if r.get("status") == "ok"]
+    rows = [(lab, r) for lab, r in ok if len(r.get("parts") or []) > 1]
+    if not rows:  # single-part operators: a share bar is 100% by construction - plot what matters (MBU, MFU@ach)
+        return _plot_utilisation(result, ok, path) if ok else None
+    parts = _part_names(result["reports"])
+    multi = len(result["reports"]) > 1
+    labels, time_sh, flop_sh = [], [], []
+    for lab, r in rows:
+        by = {p["part"]: p for p in r["parts"]}
+        labels.append((f"{lab}: " if multi else "") + f"case {r['case']} {r['dtype']}\n"
+                      f"MFU@ach {_pct(r.get('mfu_ach'), 1)}")
+        time_sh.append([(by.get(p) or {}).get("time_share") or 0.0 for p in parts])
+        flop_sh.append([(by.get(p) or {}).get("flops_share") or 0.0 for p in parts])
+    fig = Figure(figsize=(9, 1.6 + 0.9 * len(rows)))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    colors = colormaps["tab10"]
+    height = 0.38
+    for i in range(len(rows)):
+        for j, (shares, yoff, hatch) in enumerate(((time_sh[i], -height / 2, None), (flop_sh[i], height / 2, "//"))):
+            left = 0.0
+            for k, p in enumerate(parts):
+                w = shares[k]
+                if w <= 0:
+                    continue
+                ax.barh(i + yoff, w, height=height * 0.95, left=left, color=colors(k % 10), hatch=hatch,
+                        edgecolor="white")
+                if w > 0.06:
+                    ax.text(left + w / 2, i + yoff, f"{w:.0%}", ha="center", va="center", fontsize=7)
+                left += w
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share (upper bar: kernel time, lower hatched bar: FLOPs)")
+    device = result.get("peak_label") or "?"
+    ax.set_title(f"time share vs FLOPs share per part - {device}", fontsize=10)
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(color=colors(k % 10), label=p) for k, p in enumerate(parts)], fontsize=8,
+              ncol=min(len(parts), 6), loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.25 / len(rows)),
+              frameon=False)
+    return _save(fig, path)
+
+
+def _save(fig, path):
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    os.replace(tmp, path)
+    return path
+
+
+def _plot_utilisation(result: dict, ok: list, path: str) -> str:
+    """Horizontal bars of MBU and MFU@ach per case (single-part operators); PNG at ``path``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    multi = len(result["reports"]) > 1
+    fig = Figure(figsize=(9, 1.6 + 0.6 * len(ok)))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    height = 0.38
+    for i, (lab, r) in enumerate(ok):
+        for off, key, name, color in ((-height / 2, "mbu", "MBU", "tab:blue"), (height / 2, "mfu_ach", "MFU@ach",
+                                                                                   "tab:orange")):
+            v = r.get(key)
+            if v is None:
+                continue
+            ax.barh(i + off, v, height=height * 0.95, color=color, label=name if i == 0 else None)
+            ax.text(v, i + off, f" {v:.1%}", va="center", fontsize=7)
+    ax.set_yticks(range(len(ok)))
+    ax.set_yticklabels([(f"{lab}: " if multi else "") + f"case {r['case']} {r.get('dtype')}" for lab, r in ok],
+                       fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("fraction of the measured peak (bandwidth for MBU, dtype's compute peak for MFU@ach)")
+    ax.set_title(f"one kernel part per case: MBU and MFU@ach - {result.get('peak_label') or '?'}", fontsize=10)
+    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    return _save(fig, path)

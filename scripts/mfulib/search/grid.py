@@ -1,0 +1,454 @@
+"""Step 2b, the (case, scale) search for the limit MFU: pool -> stage 1 (wall clock) -> stage 2 (collector).
+
+The spec (step 2) and DESIGN.md: the limit MFU is the maximum over (case, scale), not the MFU at the largest shape
+(scaled up, data fall out of cache and MFU often drops), so the search keeps scale 1 and several cases:
+
+* **pool**: the top :attr:`SearchOptions.top_n` (8) original cases by FLOPs (flops.py when present and shape-only,
+  else the reference's tracer, ``check_flops.py --tracer-only`` run as a subprocess; by input bytes for an operator
+  without matrix work, whose figure is MBU), each at scale 1, plus the legal scaled variants the probe appended for
+  them (probe.json ``appended`` whose candidate passed the five gates); the original top 3 are always in it;
+* **stage 1**: every pool case that verify passed (cases without a verify row are verified first, as the collector
+  does: :class:`mfulib.verify.verified_cases.Gate`) runs the prime call (compilation), ``warmup`` (1) and up to
+  ``repeats`` (10) iterations, stopping once at least 2 measured ones sum to :attr:`SearchOptions.stage1_budget_s`
+  (0.1 s; off on cpu), in the persistent worker (:mod:`mfulib.backends.runner`, spec ``"profile": false``,
+  ``repeat_budget_s``: no profiler, no msprof; its cost per case is the row's ``wall_s``) and is ranked by traced FLOPs
+  (bytes moved for MBU) over the median device-synchronised wall time of one iteration;
+* **stage 2**: the top :attr:`SearchOptions.stage2_k` (3) are measured by the collector
+  (``msprof_perf_summary.py --cases``; on NPU with ``--aic-metrics ArithmeticUtilization`` for the cube FLOP
+  count, on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the tensor instruction counts):
+  precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search.numerator`), MFU@nom against
+  the collector's nominal peak and MFU@ach against peak.json's measured peak where present.
+
+Writes grid_search.json (:mod:`mfulib.schemas.grid_search_json`); its ``chosen_cases`` are what ``make collect``
+measures afterwards (the collector's ``--search-json``). Scratch files live in ``<work>/search/``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from mfulib.search import numerator as _sn
+from mfulib.search.pool import ALWAYS_TOP, CHECK_FLOPS, build_pool, flops_py_values, read_probe, trace_flops
+from mfulib.core.definitions import actual_tflops, is_positive, measured_peak_tflops, peak_key
+from mfulib.core.errors import UserError
+from mfulib.core.jsonio import provenance, read_json
+from mfulib.core.opdir import OpDir
+from mfulib.schemas import grid_search_json as _gs
+
+SCRIPTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COLLECTOR = os.path.join(SCRIPTS_DIR, "ops_profiling", "msprof_perf_summary.py")
+SCRATCH = "search"
+STAGE1_BUDGET_S = 0.1  # stage-1 measured iterations stop once they sum to this (at least 2): ranking only
+PROBE_JSON = "probe.json"
+
+
+@dataclass
+class SearchOptions:
+    """The search's options (scripts/mfu_grid_search.py --help)."""
+    op_dir: str = "."
+    backend: str = "auto"
+    device_id: int = 0
+    seed: int = 0
+    top_n: int = 8
+    stage2_k: int = 3
+    warmup: int | None = None
+    repeats: int | None = None
+    stage2_warmup: int | None = None
+    stage2_repeats: int | None = None
+    case_timeout_s: float = 600.0
+    flops_tool: str = CHECK_FLOPS
+    probe_json: str | None = None
+    peak_json: str | None = None
+    output: str | None = None
+    collect_args: list = field(default_factory=list)
+    stage2_pmu: str = "auto"
+    stage1_budget_s: float | None = None
+    stage1_retime: bool = False
+    unverified_ok: bool = False
+    progress: bool = True
+
+
+# ------------------------------------------------------------------------------------------------ peaks
+
+
+def load_peaks(path: str | None) -> dict:
+    """{peak_tflops: {mode: TFLOP/s}, bandwidth_gbps, path} from a peak.json (measured peaks), {} when absent."""
+    if not path or not os.path.exists(path):
+        return {}
+    from mfulib.schemas.peak_json import read_peak_json
+    doc = read_peak_json(path)
+    return {"peak_tflops": doc.get("peak_tflops") or {}, "bandwidth_gbps": doc.get("bandwidth_gbps"), "path": path,
+            "nominal_bandwidth_gbps": (doc.get("nominal") or {}).get("bandwidth_gbps")}
+
+
+def _tf32(backend: str, dtype) -> bool:
+    return backend == "cuda" and dtype == "float32" and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee"
+
+
+# ------------------------------------------------------------------------------------------------ stage 1
+
+
+class WallClockBackend:
+    """A backend as stage 1 runs it: the same child side (:func:`mfulib.backends.get_backend` in the worker), but
+    started plainly (no msprof wrapper) in a persistent worker; the spec asks for no profiler session."""
+
+    persistent_worker = True
+
+    def __init__(self, backend):
+        self.inner, self.name = backend, backend.name
+
+    def command(self, child_cmd, attempt_dir, opts):
+        return list(child_cmd)
+
+    def child_env(self, env):
+        return self.inner.child_env(env)
+
+
+def stage1(opdir: OpDir, pool: list, backend, opts: SearchOptions, peaks: dict, metric: str, log, cost: dict,
+           probe: dict | None = None):
+    """Stage-1 rows (schema module), best first; the verify gate and the wall-clock run of every pool case.
+
+    A pool case the probe already timed (gate 4 of its candidate, or the scale-1 baseline of a source case: the same
+    synchronised wall clock without a profiler, same backend, seed and operator files -
+    :func:`mfulib.search.pool.probe_timings`) is ranked by that time (``timing_source`` says so) instead of being
+    run again, unless ``opts.stage1_retime``."""
+    from tqdm import tqdm
+
+    from mfulib.backends.runner import close_workers, run_child
+    from mfulib.verify.verified_cases import Gate
+    device = backend.device_string(opts.device_id)
+    t0 = time.perf_counter()
+    gate = Gate(opdir, backend.name, device, seed=opts.seed, case_timeout_s=opts.case_timeout_s,
+                forced=opts.unverified_ok, log=log)
+    todo = gate.pending([p["case"] for p in pool])
+    if todo:
+        gate.verify(todo)
+    cost["verify"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    from mfulib.schemas.verify_json import input_digests
+    from mfulib.search.pool import probe_timings
+    reuse, why_not = ({}, "--stage1-retime") if opts.stage1_retime else \
+        probe_timings(probe, backend.name, opts.seed, input_digests(opdir.path))
+    if metric == "mbu" and reuse:  # MBU ranks bytes moved incl. outputs, which only a stage-1 run reports
+        reuse, why_not = {}, "an MBU ranking needs each case's output bytes"
+    if probe and why_not:
+        log(f"stage 1: every pool case is timed (probe timings not reused: {why_not})")
+    wall = WallClockBackend(backend)
+    rows = []
+    root = tempfile.mkdtemp(prefix=".tmp-stage1-", dir=os.path.join(opdir.path, SCRATCH))
+    tty = opts.progress and sys.stderr.isatty()  # a bar on a terminal, one line per case in a log
+    bar = tqdm(pool, desc="search stage 1 (wall clock)", unit="case", disable=not tty, file=sys.stderr)
+    try:
+        for p in bar:
+            row = {"case": p["case"], "rank": None, "status": None, "error": None, "wall_iter_ns": None,
+                   "wall_median_ns": None, "wall_spread": None, "wall_tflops": None, "wall_gbps": None,
+                   "rank_value": None, "output_bytes": None, "wall_s": None, "timing_source": "stage 1"}
+            rows.append(row)
+            admitted, mark = gate.admits(p["case"])
+            if not admitted:
+                row.update(status="not_verified", error=mark["reason"])
+                continue
+            if metric == "mfu" and not p["flops_traced"]:
+                row.update(status="no_flops", error="the tracer counted no matrix FLOPs for this case (gate 2: FLOPs "
+                                                    "> 0) - it cannot have an MFU")
+                continue
+            if p["case"] in reuse:
+                med = reuse[p["case"]]["time_ms"] * 1e6
+                row.update(status="ok", wall_median_ns=med, wall_s=0.0, timing_source=reuse[p["case"]]["from"])
+                if p["flops_traced"]:
+                    row["wall_tflops"] = actual_tflops(p["flops_traced"], med)
+                row["wall_gbps"] = p["input_bytes"] / med  # outputs unknown here: inputs only
+                continue
+            spec = {"op_dir": opdir.path, "case_id": p["case"], "impl": "asc", "seed": opts.seed,
+                    "warmup": opts.warmup, "repeats": opts.repeats, "backend": backend.name, "device": device,
+                    "markers": False, "profile": False, "flush_cache_mib": 0, "repeat_budget_s": opts.stage1_budget_s}
+            t_case = time.perf_counter()
+            child = run_child(wall, spec, os.path.join(root, f"case{p['case']}"), opts.case_timeout_s)
+            row.update(status=child.status, error=child.error, output_bytes=child.report.get("output_bytes"),
+                       wall_s=time.perf_counter() - t_case)
+            per_iter = (child.report.get("iter_wall_ns") or [])[opts.warmup:]
+            if child.status != "ok" or not per_iter:
+                row["error"] = row["error"] or "the worker reported no iteration wall times"
+                row["status"] = row["status"] if row["status"] != "ok" else "error"
+                continue
+            med = float(statistics.median(per_iter))
+            row.update(wall_iter_ns=per_iter, wall_median_ns=med, wall_spread=(max(per_iter) - min(per_iter)) / med)
+            if p["flops_traced"]:
+                row["wall_tflops"] = actual_tflops(p["flops_traced"], med)
+            moved = p["input_bytes"] + (row["output_bytes"] or 0)
+            row["wall_gbps"] = moved / med
+            bar.set_postfix_str(f"case {p['case']}: {med / 1e3:.1f} us")
+            if opts.progress and not tty:
+                log(f"stage 1: case {p['case']}: median wall {med / 1e3:.2f} us over {len(per_iter)} iteration(s)")
+    finally:
+        bar.close()
+        close_workers()
+        shutil.rmtree(root, ignore_errors=True)
+        cost["stage1"] = time.perf_counter() - t0
+    by_case = {p["case"]: p for p in pool}
+    ach = peaks.get("peak_tflops") or {}
+    peaks_known = all(measured_peak_tflops(ach, by_case[r["case"]]["compute_dtype"] or "",
+                                           _tf32(backend.name, by_case[r["case"]]["compute_dtype"]))[0]
+                      for r in rows if r["status"] == "ok")
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        if metric == "mbu":
+            r["rank_value"] = r["wall_gbps"]
+        elif peaks_known and r["wall_tflops"] is not None:
+            dt = by_case[r["case"]]["compute_dtype"]
+            r["rank_value"] = r["wall_tflops"] / measured_peak_tflops(ach, dt, _tf32(backend.name, dt))[0]
+        else:
+            r["rank_value"] = r["wall_tflops"]
+    rows.sort(key=lambda r: (r["rank_value"] is None, -(r["rank_value"] or 0.0), r["case"]))
+    for k, r in enumerate(x for x in rows if x["rank_value"] is not None):
+        r["rank"] = k + 1
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ stage 2
+
+_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+_CASE = re.compile(r"^\[\d+/\d+\] case (\d+) ")  # the collector's per-case progress line (backends/collect.py)
+
+
+def collector_command(op_dir: str, ids: list, out_dir: str, backend_name: str, opts: SearchOptions) -> list:
+    """The stage-2 collector command line for case ``ids`` of the work dir ``op_dir`` into ``out_dir``: precise
+    kernel time, and the hardware's executed-work counters the numerator needs (npu: ``--aic-metrics
+    ArithmeticUtilization``; cuda: ``--pmu`` :attr:`SearchOptions.stage2_pmu`, default auto = Nsight Compute when
+    it is found and permitted, unless ``collect_args`` carry their own ``--pmu``)."""
+    cmd = [sys.executable, COLLECTOR, "--quick", "--impl", "asc", "--op-dir", op_dir, "--output-dir", out_dir,
+           "--cases", ",".join(map(str, ids)), "--backend", backend_name, "--device", str(opts.device_id),
+           "--seed", str(opts.seed), "--case-timeout-s", str(opts.case_timeout_s)]
+    if backend_name == "npu":
+        cmd += ["--aic-metrics", "ArithmeticUtilization"]  # aic_cube_fops: the executed cube FLOPs
+    extra = list(opts.collect_args)
+    if backend_name == "cuda" and not any(a == "--pmu" or str(a).startswith("--pmu=") for a in extra):
+        cmd += ["--pmu", opts.stage2_pmu]  # tensor instruction counts for the executed-FLOPs numerator
+    if opts.stage2_warmup is not None:
+        cmd += ["--warmup", str(opts.stage2_warmup)]
+    if opts.stage2_repeats is not None:
+        cmd += ["--repeats", str(opts.stage2_repeats)]
+    if opts.unverified_ok:
+        cmd.append("--unverified-ok")
+    return cmd + extra
+
+
+def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts: SearchOptions, log,
+                  case_wall_s: dict | None = None) -> str:
+    """Run the collector (:func:`collector_command`) on ``ids`` into ``out_dir`` (a subprocess, its progress lines
+    driving a tqdm bar); returns the performance.json path. ``case_wall_s``, when given, receives {case id: seconds
+    from the previous case's progress line (the first: from the collector's start, its start-up included) to this
+    case's} - the per-case cost of the timing run plus its PMU pass. Raises UserError when it wrote none."""
+    from tqdm import tqdm
+    cmd = collector_command(opdir.path, ids, out_dir, backend_name, opts)
+    perf = os.path.join(out_dir, "performance.json")
+    if os.path.exists(perf):
+        os.unlink(perf)
+    log("stage 2: " + " ".join(cmd[1:]))
+    tty = opts.progress and sys.stderr.isatty()
+    bar = tqdm(total=len(ids), desc="search stage 2 (collector)", unit="case", disable=not tty, file=sys.stderr)
+    tail = []
+    t_last = time.perf_counter()
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
+        for line in proc.stderr:
+            tail = (tail + [line.rstrip()])[-20:]
+            m = _PROGRESS.match(line)
+            c = _CASE.match(line) if m else None
+            if c and case_wall_s is not None:
+                now = time.perf_counter()
+                case_wall_s[int(c.group(1))] = case_wall_s.get(int(c.group(1)), 0.0) + now - t_last
+                t_last = now
+            if m and not tty:
+                log(f"stage 2: {line.rstrip()}")
+            elif m:
+                bar.total = int(m.group(2))
+                bar.n = int(m.group(1))
+                bar.refresh()
+        rc = proc.wait()
+    bar.close()
+    if not os.path.exists(perf):
+        raise UserError(f"stage 2: the collector wrote no {perf} (exit status {rc}): " + " | ".join(tail[-6:]))
+    return perf
+
+
+def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchOptions, peaks: dict, metric: str,
+           log, cost: dict, out_name: str = "stage2"):
+    """(stage-2 rows, performance.json path): the collector's precise kernel time of the ``top`` case ids and each
+    one's numerator (min(traced, executed)) and MFU / MBU. The collector writes to ``<work>/search/<out_name>/``
+    (bench/bench_search_h200.py measures the whole pool the same way under another name)."""
+    from mfulib.peaks.nominal import nominal_for_identity
+    from mfulib.schemas import performance_json as _perf
+    t0 = time.perf_counter()
+    out_dir = os.path.join(opdir.path, SCRATCH, out_name)
+    case_wall_s = {}
+    try:
+        perf_path = run_collector(opdir, top, out_dir, backend_name, opts, log, case_wall_s)
+    finally:
+        cost["stage2"] = time.perf_counter() - t0
+    rep = _perf.load_report(perf_path)
+    device = rep.get("device") or {}
+    peak_nom = (rep.get("peak") or {}).get("value_tflops")
+    ach = peaks.get("peak_tflops") or {}
+    bw = peaks.get("bandwidth_gbps") or peaks.get("nominal_bandwidth_gbps") or \
+        nominal_for_identity(dict(device, backend=backend_name)).get("bandwidth_gbps")
+    by_case = {p["case"]: p for p in pool}
+    rows = []
+    for e in rep["per_case"]:
+        p = by_case.get(e["case"])
+        if p is None:
+            continue
+        row = {"case": e["case"], "status": "skipped" if e.get("skipped") else "ok" if e.get("kernel_time_ns")
+               else "error", "error": e.get("skipped") or e.get("asc_error"), "kernel_time_ns": e.get("kernel_time_ns"),
+               "repeat_spread": e.get("repeat_spread"), "pmu_source": e.get("pmu_source"),
+               "peak_nom_tflops": peak_nom, "bandwidth_gbps": bw, "wall_s": case_wall_s.get(e["case"])}
+        dtype = e.get("compute_dtype") or p["compute_dtype"]
+        mode = peak_key(dtype, bool(e.get("tf32"))) if dtype else None
+        executed, src, why = _sn.executed_flops(e, backend_name, device.get("capability"), mode)
+        row.update(_sn.numerator(p["flops_traced"], executed, src, why))
+        row["peak_ach_tflops"] = measured_peak_tflops(ach, dtype, bool(e.get("tf32")))[0] if dtype else None
+        row["bytes_moved"] = (e.get("input_bytes") or p["input_bytes"]) + (e.get("output_bytes") or 0)
+        if metric == "mbu":
+            row.update(num_src="bytes:input+output", num_src_why="no matrix work: bytes moved (inputs read once, "
+                                                                 "outputs written once) over the kernel time")
+        row.update(_sn.point_figures(row["numerator"] if metric == "mfu" else None, row["bytes_moved"],
+                                      row["kernel_time_ns"], peak_nom, row["peak_ach_tflops"], bw))
+        rows.append(row)
+    fld, _kind = _sn.common_figure(rows, metric)
+    for r in rows:
+        r["metric_value"] = r.get(fld) if r["status"] == "ok" else None
+    rows.sort(key=lambda r: (r["metric_value"] is None, -(r["metric_value"] or 0.0), r["case"]))
+    return rows, perf_path
+
+
+def best_of(stage2_rows: list, pool: list, metric: str):
+    """The ``best`` block (schema module) of the stage-2 rows (sorted best first), None when none was measured."""
+    ok = [r for r in stage2_rows if r["metric_value"] is not None]
+    if not ok:
+        return None
+    r = ok[0]
+    p = {x["case"]: x for x in pool}[r["case"]]
+    fld, kind = _sn.common_figure(stage2_rows, metric)
+    mfu = r.get(fld) if fld in ("mfu_ach", "mfu_nom") else None
+    return {"case": r["case"], "source_case": p["source_case"], "factors": p["factors"], "scale": p["scale"],
+            "metric": metric, "mfu": mfu, "mfu_kind": kind if metric == "mfu" and mfu is not None else None,
+            "mbu": r.get("mbu"), "num_src": r.get("num_src"), "num_src_why": r.get("num_src_why"),
+            "numerator_traced": r.get("numerator_traced"), "numerator_executed": r.get("numerator_executed"),
+            "numerator": r.get("numerator"), "kernel_time_ns": r.get("kernel_time_ns")}
+
+
+# ------------------------------------------------------------------------------------------------ the search
+
+
+def check_options(opts: SearchOptions) -> None:
+    """UserError for option values that would search nothing or run forever."""
+    if opts.top_n < ALWAYS_TOP:
+        raise UserError(f"--top-n {opts.top_n}: at least {ALWAYS_TOP} (the original top 3 are always in the pool)")
+    if opts.stage2_k < 1:
+        raise UserError(f"--stage2-k {opts.stage2_k}: at least 1 case is measured precisely")
+    if opts.warmup < 0 or opts.repeats < 1:
+        raise UserError(f"--warmup {opts.warmup} / --repeats {opts.repeats}: warmup >= 0 and repeats >= 1")
+    if opts.stage1_budget_s is not None and not is_positive(opts.stage1_budget_s):
+        raise UserError(f"--stage1-budget-s {opts.stage1_budget_s}: a number of seconds > 0")
+    if opts.stage2_pmu not in ("auto", "ncu", "none"):
+        raise UserError(f"--stage2-pmu {opts.stage2_pmu}: choose auto, ncu or none")
+    if not is_positive(opts.case_timeout_s):
+        raise UserError(f"--case-timeout-s {opts.case_timeout_s}: a number of seconds > 0")
+    if not os.path.exists(opts.flops_tool):
+        raise UserError(f"--flops-tool {opts.flops_tool}: not found - pass scripts/check_flops.py")
+
+
+def run_search(opts: SearchOptions, log=None) -> dict:
+    """Run the whole search (module docstring), write grid_search.json and return it. Raises UserError for bad
+    options or work directories before anything is timed."""
+    from mfulib.backends import select_backend
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    t_start = time.perf_counter()
+    opdir = OpDir(opts.op_dir)
+    for need in (opdir.model_py, opdir.model_new_py):
+        if not os.path.exists(need):
+            raise UserError(f"{need}: missing - run prepare_op_dir.py first (make prepare)")
+    backend, reason, _env = select_backend(opts.backend)
+    if opts.warmup is None:  # the prime call before it compiles; one more absorbs first-launch effects
+        opts.warmup = 1
+    if opts.repeats is None:  # an upper bound: stage1_budget_s stops them earlier
+        opts.repeats = 2 if backend.name == "cpu" else 10
+    if opts.stage1_budget_s is None and backend.name != "cpu":
+        opts.stage1_budget_s = STAGE1_BUDGET_S
+    check_options(opts)
+    os.makedirs(opdir.file(SCRATCH), exist_ok=True)
+    probe_path = opts.probe_json or opdir.file(PROBE_JSON)
+    probe = read_probe(probe_path)
+    peaks = load_peaks(opts.peak_json or opdir.file("peak.json"))
+    infos = opdir.describe_all()
+    cost = {"flops": 0.0, "verify": 0.0, "stage1": 0.0, "stage2": 0.0, "total": None}
+    t0 = time.perf_counter()
+    originals = [i.case_id for i in infos if i.case_id not in ((probe or {}).get("appended") or {})]
+    fpy = flops_py_values(opdir, [i.case_id for i in infos])
+    traced_path = opdir.file(os.path.join(SCRATCH, "tracer_flops.json"))
+    # the probe traced the same reference with the same draw: its counts are reused (seed checked), the rest traced
+    from mfulib.schemas.verify_json import input_digests
+    same_probe = bool(probe) and probe.get("seed") == opts.seed and probe.get("inputs") == input_digests(opdir.path)
+    traced = dict(probe.get("traced") or {}) if same_probe else {}  # model.py edited since: traced again
+    if not fpy:
+        todo = [c for c in originals if c not in traced]
+        traced.update(trace_flops(opdir, todo, opts.seed, opts.flops_tool, traced_path, log,
+                                  timeout_s=opts.case_timeout_s * max(1, len(todo))))
+    first = {c: (fpy.get(c) if fpy else (traced.get(c) or {}).get("flops")) for c in originals}
+    metric = "mfu" if any(v for v in first.values()) else "mbu"
+    by_id = {i.case_id: i for i in infos}
+    rank_values = first if metric == "mfu" else {c: float(by_id[c].input_bytes) for c in originals}
+    from mfulib.verify.verified_cases import default_max_input_mb, skip_reason
+    cap = None if opts.unverified_ok else default_max_input_mb(backend.name)
+    unrunnable = {c: skip_reason(by_id[c], backend.name, cap) for c in originals}
+    unrunnable = {c: why for c, why in unrunnable.items() if why}
+    pool, excluded, rule = build_pool(infos, probe, rank_values, metric, opts.top_n, unrunnable)
+    need = [p["case"] for p in pool if p["case"] not in traced]
+    if need:
+        more = trace_flops(opdir, need, opts.seed, opts.flops_tool,
+                           opdir.file(os.path.join(SCRATCH, "tracer_flops_pool.json")), log,
+                           timeout_s=opts.case_timeout_s * max(1, len(need)))
+        traced.update(more)
+    for p in pool:
+        p["flops_traced"] = (traced.get(p["case"]) or {}).get("flops")
+        p["flops_py"] = fpy.get(p["case"])
+        if p["flops_traced"] is None and traced.get(p["case"]):
+            p["why"] += f"; tracer: {traced[p['case']].get('reason')}"
+    cost["flops"] = time.perf_counter() - t0
+    log(f"backend: {backend.name} ({reason}); metric {metric.upper()}; pool: {rule}: "
+        f"{[p['case'] for p in pool]}")
+    notes = [] if peaks else ["no peak.json: MFU@ach not reported (make peak); MFU@nom from the nominal peak"]
+    if probe is None:
+        notes.append(f"no {probe_path}: the pool holds scale 1 only - run make probe first for scaled cases")
+    doc = provenance(_gs.TOOL, _gs.SCHEMA, device={"backend": backend.name, "device_id": opts.device_id})
+    doc.update(op_dir=opdir.path, cases_file=opdir.cases_path, backend=backend.name, metric=metric,
+               probe_json=probe_path if probe is not None else None, rule=rule, notes=notes, pool=pool,
+               excluded=excluded, stage1=[], stage2=[], stage2_performance_json=None, best=None, cost_s=cost,
+               chosen_cases=[], complete=False)
+    out = opts.output or opdir.file(_gs.FILE_NAME)
+    try:
+        doc["stage1"] = stage1(opdir, pool, backend, opts, peaks, metric, log, cost, probe)
+        for r in doc["stage1"]:
+            if r["status"] == "not_verified":
+                excluded.append({"case": r["case"], "reason": r["error"]})
+        top = [r["case"] for r in doc["stage1"] if r["rank"] is not None][:opts.stage2_k]
+        if not top:
+            raise UserError(f"{opdir.cases_path}: no pool case ran in stage 1 ("
+                            + "; ".join(f"case {r['case']}: {r['status']} {r['error']}" for r in doc["stage1"][:4])
+                            + ") - fix the cases or the implementation and re-run the search")
+        doc["stage2"], doc["stage2_performance_json"] = stage2(opdir, top, pool, backend.name, opts, peaks, metric,
+                                                               log, cost)
+        doc["best"] = best_of(doc["stage2"], pool, metric)
+        doc["chosen_cases"] = [r["case"] for r in doc["stage2"] if r["metric_value"] is not None]
+        doc["complete"] = True
+    finally:
+        cost["total"] = time.perf_counter() - t_start
+        _gs.write_grid_search_json(out, doc)
+    return doc
