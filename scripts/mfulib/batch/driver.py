@@ -17,6 +17,7 @@ import os
 import signal
 import time
 
+from mfulib.core.paths import REPO_ROOT
 from mfulib.batch.plan import discover_jobs, estimate_costs, history, lpt_makespan, resolve_devices, run_local, select
 from mfulib.batch.job import finished, run_job
 from mfulib.batch.summary import counts, operator_row, write_outputs
@@ -37,7 +38,7 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
     takes it. Raises UserError for a bad source, OPS name, DEVICES list or output dir (before anything runs)."""
     from tqdm import tqdm
     out_dir = ensure_writable_dir(out_dir, f"BATCH_OUT={out_dir}")
-    skill_dir = skill_dir or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    skill_dir = skill_dir or REPO_ROOT
     jobs, skipped, broken = discover_jobs(source, out_dir)
     names_wanted = {j["name"] for j in select(jobs + [_pseudo(out_dir, n, source) for n, _ in broken], ops)}
     jobs = [j for j in jobs if j["name"] in names_wanted]

@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 import time
 
+from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.batch.job import run_job
 from mfulib.core.errors import UserError
 
-SCRIPTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CANCEL_GRACE_S = 15.0
 
 

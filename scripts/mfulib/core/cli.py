@@ -4,10 +4,10 @@ import os
 import shlex
 import sys
 
+from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.core.errors import UserError
 
 EXIT_USER_ERROR = 2
-SCRIPTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def script_command(name: str) -> str:

@@ -33,6 +33,7 @@ import numbers
 import os
 import sys
 
+from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.core import cases as _cases
 from mfulib.core.definitions import canonical_dtype
 from mfulib.core.errors import UserError, rejection_reason, short_repr
@@ -267,7 +268,7 @@ class FlopsFile:
         if not os.path.exists(self.path):
             raise UserError(f"{self.path}: no flops.py - write one (draft: flops_generator.py --model model.py "
                             "--cases <cases> -o flops.py) or copy a checked one")
-        scripts_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        scripts_dir = SCRIPTS_DIR
         if scripts_dir not in sys.path:
             sys.path.insert(0, scripts_dir)
         try:

@@ -27,6 +27,7 @@ import os
 import sys
 import threading
 import time
+from mfulib.core.paths import SCRIPTS_DIR
 
 READY = "zygote-ready"
 PARENT_ENV = "MFU_TRACE_ZYGOTE_PARENT"  # the pid the zygote was started by (parent's side sets it)
@@ -231,7 +232,7 @@ class Zygote:
     def __init__(self, ready_timeout_s: float = 120.0):
         import subprocess
         from mfulib.run.worker import die_with_parent
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        here = SCRIPTS_DIR
         env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""),
                    **{PARENT_ENV: str(os.getpid())})
         self.proc = subprocess.Popen([sys.executable, "-m", "mfulib.run.trace_zygote"], stdin=subprocess.PIPE,
@@ -351,5 +352,5 @@ def close_shared() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     sys.exit(serve())

@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.search import numerator as _sn
 from mfulib.search.pool import ALWAYS_TOP, CHECK_FLOPS, build_pool, flops_py_values, read_probe, trace_flops
 from mfulib.core.definitions import actual_tflops, is_positive, measured_peak_tflops, peak_key
@@ -42,7 +43,6 @@ from mfulib.core.jsonio import provenance, read_json
 from mfulib.core.opdir import OpDir
 from mfulib.schemas import grid_search_json as _gs
 
-SCRIPTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTOR = os.path.join(SCRIPTS_DIR, "ops_profiling", "msprof_perf_summary.py")
 SCRATCH = "search"
 STAGE1_BUDGET_S = 0.1  # stage-1 measured iterations stop once they sum to this (at least 2): ranking only

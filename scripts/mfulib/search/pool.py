@@ -15,12 +15,13 @@ import os
 import subprocess
 import sys
 
+from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.core.definitions import is_number
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import read_json
 from mfulib.core.opdir import OpDir
 
-CHECK_FLOPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "check_flops.py")
+CHECK_FLOPS = os.path.join(SCRIPTS_DIR, "check_flops.py")
 ALWAYS_TOP = 3  # the original top 3 are always in the pool (different cases take different code paths)
 
 

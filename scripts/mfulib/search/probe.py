@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import time
 
+from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.core import cases as _cases
 from mfulib.core import symbols as _sym
 from mfulib.core.definitions import actual_tflops, is_positive
@@ -53,7 +54,7 @@ SATURATION_GAIN = 0.05  # a doubling that raises wall TFLOP/s (GB/s) by less tha
 EAGER_BASELINE_FRACTION = 1.0 / 8
 NPU_DEFAULT_GBPS = 1300.0  # spec step 2, gate 5 table: "输入字节/耗时 ≤ 1.3TB/s" (Ascend 910B); measure it instead
 BACKUP_DIR = pj.BACKUP_DIR
-SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = SCRIPTS_DIR
 
 
 # ------------------------------------------------------------------------------------------------ limits

@@ -20,12 +20,13 @@ import subprocess
 import sys
 import time
 
+from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.schemas import probe_json as pj
 
 HOST_COPIES = 2
 DEVICE_COPIES = 2
 BANDWIDTH_MARGIN = 1.3
-SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = SCRIPTS_DIR
 START_TIMEOUT_S = 180.0  # a fresh child: Python, import torch, the device context, compat (before its first case)
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import glob
 import os
 
+from mfulib.core.paths import REPO_ROOT
 from mfulib.sources.discover import op_id
 from mfulib.core.errors import UserError
 from mfulib.sources.layoutc import is_layout_c_reference
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(REPO_ROOT, "examples", "ops")
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import traceback
 
+from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.core.errors import REJECT_PREFIX
 from mfulib.core.failures import classify
 from mfulib.core.opdir import clone_tensors, tensors_in
@@ -183,7 +184,7 @@ def verify_isolated(op_dir: str, case_ids: list, device: str, seed: int = 0, cas
     import time
 
     from mfulib.run.worker import child_env
-    scripts = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    scripts = SCRIPTS_DIR
     rows, remaining = {}, list(case_ids)
     tmp = tempfile.mkdtemp(prefix="mfu_verify_")
     try:
