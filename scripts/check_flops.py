@@ -179,7 +179,7 @@ def main(argv=None):
                                         trace_kwargs=trace_kwargs))
             bar.update()
         file_level = fchk.file_checks(ff, rows)
-        from mfulib.sources.discover import sha256
+        from mfulib.core.jsonio import sha256
         doc.update(mode="check", flops_py={"path": ff.path, "sha256": sha256(ff.path),
                                            "takes_args": ff.takes_args, "kernel_parts": ff.kernel_parts},
                    peak=peak)

@@ -1,5 +1,6 @@
 """Atomic JSON writes and the provenance block every result file carries (DESIGN.md, "Work directory")."""
 import datetime as _dt
+import hashlib
 import json
 import math
 import os
@@ -10,6 +11,16 @@ import tempfile
 
 from mfulib import __version__
 from mfulib.core.errors import UserError
+
+
+def sha256(path) -> str:
+    """The sha256 hex digest of a file's bytes (read in 1 MiB chunks): how a result file records what it was made
+    from."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _default(obj):

@@ -9,7 +9,7 @@ was built from, every later step by its stamp and its report.
   parse time (``prepare_op_dir.py ... --check``), so the sources are not mtime prerequisites.
 * Steps 2-6: make writes ``<work>/.state/<step>.ok`` (:func:`stamp_path`) only after the step's script succeeded;
   the report keeps its name whatever happened. A step is **done** when its stamp is newer than everything it
-  depends on (:data:`STEPS`, mirroring the Makefile's rules); **stale** when an input changed since; **failed**
+  depends on (:data:`STEPS`, read from the Makefile's rules); **stale** when an input changed since; **failed**
   when it has no stamp and either make recorded the script's exit status (``<step>.failed``,
   :func:`failure_record`) or its report records a failure or an incomplete run (kept as evidence; make redoes
   the step); **not done** when a report is there but make recorded neither success nor failure (the run was
@@ -20,12 +20,12 @@ was built from, every later step by its stamp and its report.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
-from mfulib.sources.discover import sha256
+from mfulib.core.jsonio import sha256
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import read_json
 from mfulib.core.opdir import PREPARE_JSON
+from mfulib.core.step_graph import Step, read_steps  # noqa: F401  Step: the row type of STEPS
 
 STATE_DIR = ".state"
 # request keys -> the make variable that sets them (for the "what changed" message)
@@ -34,26 +34,9 @@ MAKE_NAMES = {"form": "source layout", "src": "V", "iter": "ITER", "variant": "V
               "entry": "--entry", "seed": "--seed", "ref": "--ref", "cases": "--cases", "impl": "--impl"}
 
 
-@dataclass(frozen=True)
-class Step:
-    """One pipeline step as the Makefile builds it: its stamp name, its report, the steps and work-dir files its
-    stamp depends on."""
-    name: str
-    report: str
-    needs: tuple = ()
-    files: tuple = ()
-
-
-STEPS = (
-    Step("prepare", PREPARE_JSON),
-    Step("verify", "verify.json", ("prepare",), ("model_new.py",)),
-    Step("flops", "flops_check.json", ("prepare",), ("flops.py", "model.py")),
-    Step("probe", "probe.json", ("verify",), ("model.py", "model_new.py")),  # step 2 (make probe / SEARCH=1)
-    Step("search", "grid_search.json", ("probe",), ("model_new.py",)),
-    Step("collect", "performance.json", ("verify", "flops"), ("model_new.py",)),
-    Step("peak", "peak.json"),
-    Step("decompose", "mfu_decompose.json", ("collect", "peak"), ("performance.json", "peak.json")),
-)
+#: the steps in make status's order, their reports and inputs - read from the Makefile's rules
+#: (:mod:`mfulib.core.step_graph`), the one place the graph is written
+STEPS = read_steps()
 
 
 def stamp_path(work: str, step: str) -> str:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import ast
 import fnmatch
 import glob
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
 
 from mfulib.core.cases import case_file_verdict
 from mfulib.core.errors import UserError
+from mfulib.core.jsonio import sha256
 
 # artifacts by name (first pass); the tool's own outputs included so a re-run never mistakes them for cases
 EXCLUDE_PATTERNS = (
@@ -35,14 +35,6 @@ ID_PREFIX = re.compile(r"^(\d+)_")
 # implementation preference (spec step 1): *_triton_optimized.py > unique *_triton*.py > *_generated*.py / others
 IMPL_SUFFIXES_SEEN = ("_generated", "_triton_optimized", "_generated_code", "_triton_ascend_impl",
                       "_optimized_code", "_code", "_triton_baseline")
-
-
-def sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_source(path) -> str:

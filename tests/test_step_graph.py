@@ -1,0 +1,50 @@
+"""The step graph is written once, in the Makefile: mfulib.core.step_graph reads it, make status judges with it."""
+import pytest
+
+from mfulib.core import step_graph, workdir_state
+from mfulib.core.errors import UserError
+
+
+def test_the_project_makefile_gives_every_step_its_report_and_inputs():
+    steps = {s.name: s for s in step_graph.read_steps()}
+    assert tuple(steps) == step_graph.STEP_ORDER
+    assert steps["collect"].report == "performance.json"
+    assert set(steps["collect"].needs) == {"verify", "flops"}  # SEARCH=1's conditional edge is not an own input
+    assert steps["verify"].needs == ("prepare",) and steps["verify"].files == ("model_new.py",)
+    assert steps["peak"].needs == () and steps["peak"].files == ()  # order-only prerequisite left out
+    assert steps["decompose"].files == ("performance.json", "peak.json")
+    assert workdir_state.STEPS == step_graph.read_steps()  # make status uses the very same table
+
+
+MINI = """\
+$(ST)/verify.ok: $(WORK)/prepare.json $(WORK)/model_new.py
+\t$(call step,verify,$(WORK)/verify.json,$(VERIFY_CMD))
+$(ST)/flops.ok: $(WORK)/flops.py
+\t$(call step,flops,$(WORK)/flops_check.json,$(X))
+$(ST)/probe.ok: $(ST)/verify.ok
+\t$(call step,probe,$(WORK)/probe.json,$(X))
+$(ST)/search.ok: $(ST)/probe.ok
+\t$(call step,search,$(WORK)/grid_search.json,$(X))
+$(ST)/collect.ok: $(ST)/flops.ok $(if $(SEARCH),$(ST)/search.ok) $(WORK)/model_new.py
+\t$(call step,collect,$(WORK)/performance.json,$(X))
+$(ST)/collect.ok: $(wildcard $(ST)/search.ok)
+$(ST)/peak.ok: $(if $(N),_always) | $(WORK)/prepare.json
+\t$(call step,peak,$(WORK)/peak.json,$(X))
+$(ST)/decompose.ok: $(ST)/collect.ok $(ST)/peak.ok
+\t$(call step,decompose,$(WORK)/mfu_decompose.json,$(X))
+"""
+
+
+def test_an_edge_added_to_the_makefile_reaches_make_status():
+    steps = {s.name: s for s in step_graph.parse_makefile(MINI)}
+    assert steps["collect"].needs == ("flops",) and steps["collect"].files == ("model_new.py",)
+    edited = MINI.replace("$(ST)/decompose.ok: $(ST)/collect.ok", "$(ST)/decompose.ok: $(WORK)/flops.py $(ST)/collect.ok")
+    steps = {s.name: s for s in step_graph.parse_makefile(edited)}
+    assert steps["decompose"].files == ("flops.py",)
+
+
+def test_a_step_rule_unknown_to_the_step_order_or_missing_is_refused():
+    with pytest.raises(UserError, match="disagree"):
+        step_graph.parse_makefile(MINI + "$(ST)/lint.ok: $(WORK)/model.py\n\t$(call step,lint,$(WORK)/lint.json,x)\n")
+    with pytest.raises(UserError, match="missing in the Makefile: \\['peak'\\]"):
+        step_graph.parse_makefile(MINI.replace("$(call step,peak,", "$(call notstep,peak,"))
