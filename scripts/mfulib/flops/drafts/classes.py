@@ -19,7 +19,8 @@ _ATTN_CALLS = ("scaled_dot_product_attention", "npu_fusion_attention", "npu_fuse
 _MATMUL_CALLS = ("matmul", "bmm", "mm", "linear", "Linear", "einsum", "addmm", "baddbmm", "tensordot")
 _NORM_CALLS = ("layer_norm", "LayerNorm", "rms_norm", "RMSNorm", "group_norm", "GroupNorm", "batch_norm",
                "BatchNorm1d", "BatchNorm2d", "instance_norm", "rsqrt")
-_POOL_CALLS = tuple(f"{k}_pool{n}d" for k in ("avg", "max", "adaptive_avg", "adaptive_max", "lp") for n in (1, 2, 3)) + \
+_POOL_CALLS = tuple(f"{k}_pool{n}d" for k in ("avg", "max", "adaptive_avg", "adaptive_max", "lp")
+                    for n in (1, 2, 3)) + \
     tuple(f"{k}Pool{n}d" for k in ("Avg", "Max", "AdaptiveAvg", "AdaptiveMax", "LP") for n in (1, 2, 3))
 ORDER_CALLS = ("topk", "sort", "argsort", "argmax", "argmin", "kthvalue", "msort")
 _CONV_CALLS = ("conv1d", "conv2d", "conv3d", "Conv1d", "Conv2d", "Conv3d", "conv_transpose2d", "ConvTranspose2d")

@@ -77,7 +77,8 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         heads = cv.attr(r"head_num|num_heads|n_heads|^heads$")
         causal = cv.attr(r"causal")
         heads_check = (f'    heads = int(attr(case, "{heads}"))\n    if heads <= 0 or hidden % heads:\n'
-                       f'        raise ValueError(f"case rejected: hidden {{hidden}} not divisible by {heads} {{heads}}")\n'
+                       f'        raise ValueError(f"case rejected: hidden {{hidden}} not divisible by {heads} '
+                       f'{{heads}}")\n'
                        if heads else "")
         causal_expr = f'bool(attr(case, "{causal}", False))' if causal else \
             ("True  # REVIEW: model.py masks scores but the cases name no causal flag" if
@@ -91,7 +92,8 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         k = cv.tensor(r"k|key") or tensors[1]
         v = cv.tensor(r"v|value") or tensors[2]
         body = string.Template(T_NPU_FA).substitute(
-            q=q, k=k, v=v, mode=cv.attr(r"sparse_mode") or "sparse_mode", layout=cv.attr(r"input_layout") or "input_layout",
+            q=q, k=k, v=v, mode=cv.attr(r"sparse_mode") or "sparse_mode",
+            layout=cv.attr(r"input_layout") or "input_layout",
             heads=cv.attr(r"head_num|num_heads") or "head_num", pre=cv.attr(r"pre_tock|pre_tok") or "pre_tockens",
             next=cv.attr(r"next_tock|next_tok") or "next_tockens",
             has_mask=str(bool(cv.tensor(r"atten_mask|attn_mask|mask", floating=False))))
@@ -123,7 +125,8 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         align_note = "" if not (causal and s_differs) else \
             "  # REVIEW: s_q != s_k in some cases - top_left (torch SDPA) or bottom_right (FlashAttention-2)?"
         window = cv.attr(r"window")
-        window_line = (f'    window_left = attr(case, "{window}", -1)   # REVIEW: keys i - window_left .. i; -1 = unlimited\n'
+        window_line = (f'    window_left = attr(case, "{window}", -1)   '
+                       f'# REVIEW: keys i - window_left .. i; -1 = unlimited\n'
                        if window else "    window_left = None\n")
         lengths = cv.attr(r"actual_seq|seq_len|seqlen")
         topk_attr, block_attr = cv.attr(r"^topk$|^top_k$|n_select|num_selected"), cv.attr(r"block_size|blk")
@@ -190,7 +193,8 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         residual = [t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES and t.name != x
                     and list(t.shape) == x_shape] if cls == "norm" else []
         if cls == "norm":
-            rms = f.called("rms_norm", "RMSNorm", "rsqrt") and not f.called("layer_norm", "LayerNorm", "var", "mean_var")
+            rms = f.called("rms_norm", "RMSNorm", "rsqrt") and \
+                not f.called("layer_norm", "LayerNorm", "var", "mean_var")
             if rms:
                 ops, note = 4, "x^2, mean, * 1/rms, * weight per element; + eps, rsqrt per row: RMSNorm convention"
                 vbody = (f'    x = shape(case, "{x}")\n'
@@ -200,7 +204,8 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
             else:
                 ops, note = 5, "sum (mean), centre, square, sum (var), normalise per element: LayerNorm convention"
                 affine = [t for t in ("weight", "bias") if cv.tensor(t) or f.has_token(t)]
-                vbody = (f'    # + 1 per element for each affine tensor the case gives (weight, bias: optional per case)\n'
+                vbody = ('    # + 1 per element for each affine tensor the case gives (weight, bias: optional per '
+                         'case)\n'
                          f'    extra = {" + ".join(f"has(case, {t!r})" for t in affine) or "0"}\n'
                          f'    return float((OPS_PER_ELEMENT + extra) * numel(case, "{x}"))')
                 imports += ["has"]
@@ -244,7 +249,8 @@ def review_reminders(cls: str, f: ModelFeatures, masks_handled: bool = False) ->
     checks = [(r"masked_fill|tril|triu|attn_mask|atten_mask", "a mask: does flops.py keep only its unmasked pairs?"),
               (r"rope|rotary|\.cos\(|\.sin\(", "rope: elementwise, not counted"),
               (r"dropout|keep_prob", "dropout: changes no FLOPs"),
-              (r"actual_seq|cu_seqlens|seq_lens|varlen", "variable lengths: count the real lengths, not the padded one")]
+              (r"actual_seq|cu_seqlens|seq_lens|varlen",
+               "variable lengths: count the real lengths, not the padded one")]
     if cls in ("matmul", "ffn", "norm", "softmax", "elementwise", "conv", "unknown"):
         checks = checks[3:] if cls == "unknown" else []
     if masks_handled:

@@ -21,7 +21,8 @@ def kernel_parts_for(cls: str, part_names: list, kernels: list) -> tuple:
         generic = {"attn": ["*attn*", "*attention*", "*flash*"], "proj": ["*matmul*", "*gemm*", "*linear*"],
                    "up": ["*up*", "*ffn1*", "*fc1*"], "down": ["*down*", "*ffn2*", "*fc2*"]}
         parts = {p: generic.get(p, [f"*{p}*"]) for p in part_names}
-        return parts, "# REVIEW: no Triton kernel launch found (no model_new.py?) - generic patterns: match them to kernel names"
+        return parts, ("# REVIEW: no Triton kernel launch found (no model_new.py?) - generic patterns: match them to "
+                       "kernel names")
     note = f"# kernels launched by model_new.py: {', '.join(kernels)}"
     if len(part_names) == 1:
         mine = [k for k in kernels if re.search(_ATTN_KERNEL, k, re.I)] if "attention" in cls else []
