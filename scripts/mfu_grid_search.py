@@ -25,6 +25,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mfulib.core import cli  # noqa: E402
+from mfulib.core.fmt import pct  # noqa: E402
 
 
 def build_parser():
@@ -84,8 +85,8 @@ def print_summary(doc):
     for r in doc["stage2"]:
         p = pool[r["case"]]
         rows.append([r["case"], p["source_case"], _factors(p), r["status"],
-                     f"{r['kernel_time_ns'] / 1e3:.2f}" if r["kernel_time_ns"] else "-", _pct(r.get("mfu_nom")),
-                     _pct(r.get("mfu_ach")), _pct(r.get("mbu")), r.get("num_src") or "-", _sec(r.get("wall_s")),
+                     f"{r['kernel_time_ns'] / 1e3:.2f}" if r["kernel_time_ns"] else "-", pct(r.get("mfu_nom"), 2),
+                     pct(r.get("mfu_ach"), 2), pct(r.get("mbu"), 2), r.get("num_src") or "-", _sec(r.get("wall_s")),
                      (r.get("error") or "")[:40]])
     print(tabulate(rows, headers=["case", "from", "scale", "status", "kernel us", "MFU@nom", "MFU@ach", "MBU",
                                   "num_src", "cost s", "error"]))
@@ -93,7 +94,7 @@ def print_summary(doc):
     if best:
         value = best["mfu"] if doc["metric"] == "mfu" else best["mbu"]
         s2 = next(r for r in doc["stage2"] if r["case"] == best["case"])
-        shown = _pct(value) if value is not None else (  # no peak (cpu): the throughput itself
+        shown = pct(value, 2) if value is not None else (  # no peak (cpu): the throughput itself
             f"- (no peak; {s2['actual_tflops']:.4g} TFLOP/s)" if s2.get("actual_tflops") is not None else
             f"- (no bandwidth; {s2['achieved_gbps']:.4g} GB/s)" if s2.get("achieved_gbps") is not None else "-")
         print(f"limit {fig}: {shown}{' (' + best['mfu_kind'] + ')' if best.get('mfu_kind') else ''} at case "
@@ -111,10 +112,6 @@ def _factors(p):
 
 def _sec(v):
     return "-" if v is None else f"{v:.1f}"
-
-
-def _pct(v):
-    return "-" if v is None else f"{v:.2%}"
 
 
 def main(argv=None):

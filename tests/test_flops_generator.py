@@ -70,6 +70,16 @@ def test_each_bundled_reference_is_classified_as_expected(op):
     assert cls == EXPECTED_CLASS[op], why
 
 
+def test_the_class_table_lists_every_class_classify_returns_in_the_order_it_tries_them():
+    """CLASSES (the table the docs list) against the class names of classify's return statements, in source order."""
+    import ast
+    import inspect
+    tree = ast.parse(inspect.getsource(ft.classify))
+    returns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)
+                      and isinstance(n.value.elts[0], ast.Constant)), key=lambda n: n.lineno)
+    assert list(dict.fromkeys(n.value.elts[0].value for n in returns)) == list(ft.CLASSES)
+
+
 @pytest.mark.parametrize("op, case_ids", [("1_BatchMatmul", [0, 2, 3]), ("4_FFN", [0, 1, 2, 11]),
                                           ("5_MHABlock", [0, 1, 2])])
 def test_matmul_ffn_and_mha_drafts_pass_check_flops_unedited(tmp_path, op, case_ids):

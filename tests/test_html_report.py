@@ -113,6 +113,17 @@ def test_missing_bound_and_roofline_fields_show_a_dash(tmp_path):
     assert [round(p[2]) for p in roofline_points(doc) if p[1] == "case"] == [1250]
 
 
+
+@pytest.mark.parametrize("x, nd, want", [(0.1234, 1, "12.3%"), (0.1234, 2, "12.34%"), (0.61406, 0, "61%"),
+                                         (1, 2, "100.00%"), (0.0, 1, "0.0%"), (None, 1, "-"),
+                                         (float("nan"), 2, "-"), (float("inf"), 1, "-"), (True, 1, "-")])
+def test_the_one_percent_formatter_keeps_the_callers_decimals_and_dashes_a_missing_figure(x, nd, want):
+    from mfulib.core.fmt import pct
+    assert pct(x, nd) == want
+    assert pct(x, nd, DASH) == (DASH if want == "-" else want)                 # the HTML report's dash
+    if isinstance(x, float) and want != "-":
+        assert pct(x, nd) == f"{x:.{nd}%}"                                  # Python's own % rounding
+
 def test_mfu_decompose_writes_the_html(tmp_path):
     d, _ = _doc(tmp_path)
     out = tmp_path / "r.html"

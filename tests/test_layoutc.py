@@ -12,6 +12,7 @@ import torch
 
 from mfulib.core import cases
 from mfulib.sources import layoutc
+from mfulib.sources import layoutc_workdir
 from mfulib.core.errors import UserError
 from mfulib.core.opdir import OpDir, seed_everything
 
@@ -106,7 +107,7 @@ def test_case_file_attrs_and_value_domains_survive_through_the_reference_wrapper
     ns = {}
     exec(compile(textwrap.dedent(GATHER_REF), "ref", "exec"), ns)
     seed_everything(3)
-    with layoutc.on_host():
+    with layoutc_workdir.on_host():
         original = ns["get_inputs"]()
     for got, want in zip(built.args, original):
         assert torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want
@@ -119,6 +120,47 @@ def test_case_file_attrs_and_value_domains_survive_through_the_reference_wrapper
     assert info["wrappers"]["model_new.py"]["adds"] == ["class ModelNew"]
     assert info["wrappers"]["model.py"]["inputs_from"] == "get_inputs()"
     assert info["generated"]["cases"]["from"] == "get_inputs()" and info["generated"]["cases"]["seed"] == 0
+
+
+def test_the_runtime_is_a_module_whose_inlined_text_every_layout_c_model_py_carries(tmp_path):
+    import ast
+    from mfulib.sources import layoutc_runtime
+    text = layoutc_workdir.runtime_source()
+    with open(layoutc_runtime.__file__, encoding="utf-8") as f:
+        assert f.read().endswith(layoutc_workdir.INLINE_MARK + "\n" + text)   # the module's own code, below the mark
+    tree = ast.parse(text)                                            # plain module code, valid inside any file
+    assert not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in tree.body)
+    top = [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets] + \
+        [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] + \
+        [a.asname for n in tree.body if isinstance(n, ast.Import) for a in n.names]
+    assert top and all(name.startswith("_mfu_") for name in top)     # nothing of the reference is shadowed
+    refs, impls = gather_tree(tmp_path)
+    (pair,), _ = layoutc.discover_layout_c(refs, impls, ["static_shape/index/gather"])
+    texts, _ = layoutc_workdir.build_work_files(pair)
+    assert text in texts["model.py"]
+
+
+def test_runtime_matches_a_case_line_by_shapes_dtypes_and_values_and_draws_an_unmatched_one(tmp_path, capsys):
+    from mfulib.sources import layoutc_runtime as rt
+    draws = [[torch.zeros(2, 3), torch.arange(4), 0.5], [torch.zeros(5, 3), torch.arange(4), 0.5]]
+    lines = [rt._mfu_case(g, ["x", "idx", "scale"]) for g in draws]
+    assert lines[0]["inputs"][1] == {"name": "idx", "type": "tensor", "required": True, "dtype": "int64",
+                                     "shape": [4], "range": [0, 3]}
+    assert rt._mfu_signature(lines[0]) == rt._mfu_signature(rt._mfu_case(draws[0], [], with_range=False))
+    assert rt._mfu_signature(lines[0]) != rt._mfu_signature(lines[1])
+    moved = json.loads(json.dumps(lines[1]))
+    moved["inputs"][0]["shape"] = [7, 3]                              # a shape no draw has
+    case_path = tmp_path / "model.json"
+    case_path.write_text("\n".join(json.dumps(c) for c in (lines[1], moved, dict(lines[0], dyn_index=0))) + "\n")
+    groups = rt._mfu_pick_groups(str(case_path), draws)
+    assert groups[0] is draws[1] and groups[2] is draws[0]
+    assert list(groups[1][0].shape) == [7, 3] and groups[1][2] == 0.5
+    assert 0 <= int(groups[1][1].min()) and int(groups[1][1].max()) <= 3   # ints drawn within the line's range
+    assert "line 2 matches no draw" in capsys.readouterr().err
+    obj = {"inputs": [{"name": "cfg", "type": "attr", "dtype": "object", "value": "<Cfg>"}]}
+    with pytest.raises(ValueError, match="case rejected"):
+        rt._mfu_draw_case(obj, "model.json line 1")
+    assert rt._mfu_as_group(torch.zeros(1)).__class__ is list and rt._mfu_as_group((1, 2)) == [1, 2]
 
 
 def test_dynamic_reference_one_case_per_entry_and_a_changed_line_is_drawn_from_itself(tmp_path):

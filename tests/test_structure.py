@@ -190,6 +190,33 @@ def test_one_tflops_formula_and_one_dtype_alias_table():
     assert [t.split(":")[0] for t in alias_tables] == [DEFINITIONS, DEFINITIONS]  # DTYPE_CANON, MODE_ALIASES
 
 
+
+def _formats_a_percent(node) -> bool:
+    """An f-string that is one value formatted as a percentage, nothing else: ``f"{v:.2%}"``, ``f"{v * 100:.1f}%"``
+    (a sentence that quotes a percentage is not a formatter)."""
+    if not isinstance(node, ast.JoinedStr):
+        return False
+    parts = node.values
+    spec = lambda p: "".join(c.value for c in p.format_spec.values if isinstance(c, ast.Constant)) \
+        if isinstance(p, ast.FormattedValue) and p.format_spec else ""
+    return (len(parts) == 1 and spec(parts[0]).endswith("%")) or (
+        len(parts) == 2 and spec(parts[0]).endswith("f") and isinstance(parts[1], ast.Constant)
+        and parts[1].value == "%")
+
+
+def test_one_percent_formatter_for_the_whole_tool():
+    """No helper but mfulib.core.fmt.pct returns a ratio formatted as a percentage (or a dash when it is missing)."""
+    helpers = []
+    for name, path in all_sources():
+        for fn in (n for n in ast.walk(parse(path)) if isinstance(n, (ast.FunctionDef, ast.Lambda))):
+            body = [fn.body] if isinstance(fn, ast.Lambda) else [r.value for r in ast.walk(fn)
+                                                                 if isinstance(r, ast.Return) and r.value]
+            for value in body:
+                branches = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+                if any(_formats_a_percent(b) for b in branches):
+                    helpers.append(f"{name}:{getattr(fn, 'name', 'lambda')}")
+    assert helpers == ["mfulib.core.fmt:pct"]
+
 @pytest.mark.parametrize("spelling, canon", [
     ("float16", "float16"), ("fp16", "float16"), ("half", "float16"), ("torch.float16", "float16"),
     ("bfloat16", "bfloat16"), ("bf16", "bfloat16"), ("float32", "float32"), ("fp32", "float32"),

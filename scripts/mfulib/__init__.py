@@ -29,7 +29,7 @@ MOVED = {
     "verified_cases": "verify.verified_cases",
     "flop_dispatch": "flops.dispatch", "flop_formulas": "flops.formulas", "flopcount": "flops.tracer",
     "flops_check": "flops.check", "flops_contract": "flops.contract", "flops_templates": "flops.drafts",
-    "flops_templates_attention": "flops.drafts_attention", "flops_templates_vector": "flops.drafts_vector",
+    "flops_templates_attention": "flops.drafts.attention", "flops_templates_vector": "flops.drafts.vector",
     "vector_costs": "flops.vector_costs", "npu_formulas": "flops.npu_formulas", "npu_standins": "flops.npu_standins",
     "lazy_masks": "flops.lazy_masks", "meta_build": "flops.meta_build", "kernel_parts": "flops.kernel_parts",
     "backends.collect": "collect.driver", "kernels": "collect.kernels", "msprof": "collect.msprof",

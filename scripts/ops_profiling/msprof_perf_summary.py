@@ -43,6 +43,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from mfulib.core import cli  # noqa: E402
+from mfulib.core.fmt import pct  # noqa: E402
 
 
 def build_parser():
@@ -126,8 +127,7 @@ def print_table(report):
                      f"{c['kernel_time_ns'] / 1e3:.2f}" if c.get("kernel_time_ns") else "-",
                      f"{c['span_ns'] / 1e3:.2f}" if c.get("span_ns") else "-",
                      f"{c['actual_tflops']:.3g}" if c.get("actual_tflops") else "-",
-                     f"{c['mfu_nom']:.2%}" if c.get("mfu_nom") is not None else "-",
-                     f"{spread:.1%}" if spread is not None else "-", note])
+                     pct(c.get("mfu_nom"), 2), pct(spread, 1), note])
     headers = ["case", "impl", "dtype", "shape", "launch/it", "kernel us", "span us", "TFLOP/s", "MFU@nom", "spread",
                "flags / error"]
     widths = [None, None, None, 28, None, None, None, None, None, None, 60]

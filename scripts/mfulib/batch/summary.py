@@ -24,12 +24,12 @@ import os
 
 from mfulib.report.reading import DRAG_MIN_TIME_SHARE, DRAG_RATIO
 from mfulib.core.errors import UserError
+from mfulib.core.fmt import EM_DASH as DASH, pct
 from mfulib.core.jsonio import read_json, write_text_atomic
 from mfulib.flops.kernel_parts import OTHER
 from mfulib.schemas.batch_json import ROW_KEYS
 from mfulib.schemas.decompose_json import read_decompose_json
 
-DASH = "—"
 HEADLINE_KEYS = (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom"), ("mbu", "MBU"))
 
 
@@ -124,10 +124,6 @@ def _skip_key(why):
     return why.split(":")[0].split(" of ")[0]
 
 
-def _pct(v):
-    return DASH if v is None else f"{v:.2%}"
-
-
 def _cell(v):
     return DASH if v is None or v == "" else v
 
@@ -141,7 +137,7 @@ def _frame(rows, human: bool, out_dir: str, links: bool = False):
         d = {k: r.get(k) for k in cols}
         if human:
             for k in ("mfu_nom", "mfu_ach", "mbu"):
-                d[k] = _pct(r.get(k))
+                d[k] = pct(r.get(k), 2, DASH)
             d["wall_s"] = DASH if r.get("wall_s") is None else f"{r['wall_s']:.1f}"
             d = {k: _cell(v) for k, v in d.items()}
             if links:

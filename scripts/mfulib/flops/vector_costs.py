@@ -65,7 +65,7 @@ def element_cost(name: str):
     """(FLOPs per element, basis) of aten op ``name`` per the table above, basis "out" (output elements), "in"
     (elements of the first tensor input) or "free" (cost 0); None for an op the table does not cost (norms are
     costed by :func:`vector_cost` from their arguments, so they are None here too). The flops.py generator
-    (:mod:`mfulib.flops.drafts_vector`) writes these figures into drafts, so draft and tracer share one table."""
+    (:mod:`mfulib.flops.drafts.vector`) writes these figures into drafts, so draft and tracer share one table."""
     if name in _FREE:
         return 0, "free"
     if name in _PER_OUT:

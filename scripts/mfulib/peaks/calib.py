@@ -29,6 +29,7 @@ import time
 from mfulib.core.definitions import MATH_MODES, OPS_MODES, canonical_mode
 from mfulib.core.device import ClockSampler, device_identity, resolve_backend
 from mfulib.core.errors import UserError
+from mfulib.core.fmt import pct
 from mfulib.peaks.gemm_search import Sweep, confirm_best, hill_climb, probe_layouts
 from mfulib.peaks.gemm_timing import MIB, Device, b_layouts, low_precision_support, math_mode, measure_bandwidth
 from mfulib.core.jsonio import ensure_writable_dir, provenance, write_json_atomic
@@ -219,7 +220,7 @@ def _mode_task(dev: Device, task: str, result: dict, share: float, progress, geo
         sp = best.get("spread")
         progress(f"{task}: confirmed {_g(best['tflops'])} {unit} @ {best['m']}x{best['n']}x{best['k']} "
                  f"(B {sweep.b_layout}-major; this shape's sweep figure {_g(best['sweep_tflops'])}; "
-                 f"spread {'-' if sp is None else f'{sp:.1%}'}) - reported")
+                 f"spread {pct(sp, 1)}) - reported")
 
 
 def _progress_text(sweep: Sweep, r: dict, unit: str = "TFLOP/s") -> str:

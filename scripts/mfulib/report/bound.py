@@ -30,6 +30,7 @@ Thresholds are fixed from their sources (never tuned to a measurement):
 from __future__ import annotations
 
 from mfulib.core.definitions import finite_or_none
+from mfulib.core.fmt import pct
 
 LABELS = ("tensor-bound", "cube-bound", "memory-bound", "vector-bound", "latency-bound", "unknown")
 NCU_HIGH_PCT = 80.0  # SOLBottleneck.py no_bound_threshold
@@ -167,7 +168,7 @@ def fallback_bound(ratio, expect, mfu_ach, cube_word: str = "tensor") -> dict:
         return _bound("unknown", src, ev, "fp32 dropped much further than the peak: its fp32 path is less "
                                           "efficient (tiling, TF32/HF32 off, or different shapes)")
     if mfu_ach is None or mfu_ach < COMPUTE_ROOF_MIN:
-        m = "unknown" if mfu_ach is None else f"{mfu_ach:.1%}"
+        m = pct(mfu_ach, 1, dash="unknown")
         return _bound("unknown", src, ev, f"fp32 dropped about as far as the peak, but MFU@ach {m} is far below the "
                                           f"compute roof (< {COMPUTE_ROOF_MIN:.0%}): not compute-bound - latency, "
                                           "memory or launch overhead; collect PMU counters to tell")

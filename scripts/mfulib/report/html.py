@@ -24,10 +24,10 @@ import os
 import tempfile
 
 from mfulib.core.definitions import OPS_MODES, canonical_mode, finite_or_none
+from mfulib.core.fmt import EM_DASH as DASH, pct
 from mfulib.core.jsonio import write_text_atomic
 from mfulib.report.tables import shape_cell
 
-DASH = "\u2014"
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:24px;color:#1d2330;
 max-width:1400px}
@@ -44,12 +44,6 @@ ul{font-size:13px}code{font-size:12px}
 
 
 # ------------------------------------------------------------------------------------------------------- cells
-
-
-def fmt_pct(x, nd=1):
-    """A ratio as a percentage text (``0.1234`` -> ``12.3%``); "—" when missing."""
-    v = finite_or_none(x)
-    return DASH if v is None else f"{v * 100:.{nd}f}%"
 
 
 def fmt_num(x, nd=3):
@@ -110,8 +104,8 @@ def _roof(obj, key):
 def headline(row) -> str:
     """The case's headline figure: MFU@ach, or MBU for a case without matrix work (DESIGN.md "FLOPs")."""
     if row.get("matrix_work", True) is False or row.get("headline") == "mbu":
-        return f"MBU {fmt_pct(row.get('mbu'))}"
-    return fmt_pct(row.get("mfu_ach"))
+        return f"MBU {pct(row.get('mbu'), 1, DASH)}"
+    return pct(row.get("mfu_ach"), 1, DASH)
 
 
 # ------------------------------------------------------------------------------------------------------ figures
@@ -238,7 +232,7 @@ def case_table(doc: dict) -> str:
                 continue
             dt = f"{r.get('dtype')}{' (tf32)' if r.get('tf32') else ''}"
             rows.append(lead + [esc(r.get("case")), esc(shape_cell(r, 60)), esc(dt), fmt_us(r.get("kernel_time_us")),
-                                fmt_num(r.get("actual_tflops")), fmt_pct(r.get("mfu_nom"), 2), esc(headline(r)),
+                                fmt_num(r.get("actual_tflops")), pct(r.get("mfu_nom"), 2, DASH), esc(headline(r)),
                                 esc(r.get("numerator")), bound_cell(r.get("bound")),
                                 fmt_num(_roof(r, "headroom"))])
     left = {0, 1, 2, 3} if multi else {0, 1, 2}
@@ -260,10 +254,10 @@ def part_tables(doc: dict) -> str:
             for p in parts:
                 ks = ", ".join(p.get("kernels") or [])
                 rows.append([esc(p.get("part")), f"<code>{esc(ks[:160])}</code>", fmt_us(p.get("time_us")),
-                             fmt_pct(p.get("time_share")), fmt_pct(p.get("flops_share")),
-                             "\u2014" if p.get("flops") == 0 else fmt_pct(p.get("mfu_ach")),  # no matrix work
+                             pct(p.get("time_share"), 1, DASH), pct(p.get("flops_share"), 1, DASH),
+                             DASH if p.get("flops") == 0 else pct(p.get("mfu_ach"), 1, DASH),  # no matrix work
                              bound_cell(p.get("bound")), fmt_num(_roof(p, "headroom")),
-                             fmt_pct(_roof(p, "mfu_if_fixed"))])
+                             pct(_roof(p, "mfu_if_fixed"), 1, DASH)])
             title = (f"{rep.get('label')}: " if len(doc.get("reports")) > 1 else "") + \
                 f"case {r.get('case')} ({r.get('dtype')}, {headline(r)})"
             out.append(f"<h3>{esc(title)}</h3>" + _table(head, rows, left={0, 1, 6}))
@@ -308,7 +302,8 @@ def provenance(doc: dict, perf_docs, peak_doc) -> str:
     items.append(("measured bandwidth", f"{fmt_num(doc.get('bandwidth_gbps'), 4)} GB/s"))
     preg = (peak_doc or {}).get("regime")
     if isinstance(preg, dict):
-        items.append(("peak regime", f"{preg.get('kind')} (duty cycle {fmt_pct(preg.get('duty_cycle_measured'))})"))
+        items.append(("peak regime",
+                      f"{preg.get('kind')} (duty cycle {pct(preg.get('duty_cycle_measured'), 1, DASH)})"))
     reg = doc.get("regime")
     if isinstance(reg, dict):
         items.append(("regime", f"flush before iterations: collect {reg.get('flush_cache_mib_collect')} MiB, "

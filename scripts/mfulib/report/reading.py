@@ -15,6 +15,7 @@ import re
 
 from mfulib.report.bound import fallback_bound
 from mfulib.core.definitions import HALF_DTYPES, finite_or_none, is_number, is_positive
+from mfulib.core.fmt import pct
 from mfulib.flops.kernel_parts import OTHER
 
 DRAG_MIN_TIME_SHARE = 0.20  # a part "drags" when it holds >= 20% of the time ...
@@ -301,7 +302,7 @@ def search_note(op_dir, rows) -> list:
     key = "mbu" if metric == "mbu" else ("mfu_ach" if best.get("mfu_kind") == "ach" else "mfu_nom")
     again = (f"; this collection timed case {best['case']} again: {here[key]:.2%}" if here and here.get(key)
              is not None else f"; case {best['case']} is not in this collection")
-    fig = "-" if value is None else f"{value:.2%}"
+    fig = pct(value, 2)
     head = (f"search (grid_search.json): limit {kind} {fig} at case {best['case']} (scale {best.get('scale')}, its "
             f"stage 2){again}")
     return [head + _agreement(best, doc.get("stage2") or [], here) + "; the limit is the search's figure"]

@@ -16,6 +16,7 @@ import textwrap
 
 from tabulate import tabulate
 
+from mfulib.core.fmt import pct
 from mfulib.flops.kernel_parts import OTHER
 
 
@@ -29,10 +30,6 @@ def _wrap(text: str, indent: str = "  ") -> str:
 
 def _x(v):
     return "-" if v is None else f"{v:.2f}x"
-
-
-def _pct(x, nd=2):
-    return "-" if x is None else f"{100 * x:.{nd}f}%"
 
 
 def _f(x, nd=1):
@@ -52,15 +49,15 @@ def peak_table(peak: dict) -> str:
         s = m.get("best_shape") or {}
         frac = m.get("fraction_of_nominal")
         rows.append([mode, _f(m.get("peak_tflops")), m.get("unit", "TFLOP/s"), _f(m.get("sweep_tflops")),
-                     _pct(m.get("spread"), 1), _f(nom.get(mode)), _pct(frac, 1),
+                     pct(m.get("spread"), 1), _f(nom.get(mode)), pct(frac, 1),
                      f"{s.get('m')}x{s.get('n')}x{s.get('k')}" + (f" B {m['b_layout']}" if m.get("b_layout") else ""),
                      m.get("n_shapes"), _f(m.get("elapsed_s"), 1)])
     if peak.get("bandwidth_gbps") is not None:
         bw = peak.get("bandwidth") or {}
         nbw = (peak.get("nominal") or {}).get("bandwidth_gbps")
-        rows.append(["copy bandwidth", _f(peak["bandwidth_gbps"], 0), "GB/s", "-", _pct(bw.get("spread"), 1),
+        rows.append(["copy bandwidth", _f(peak["bandwidth_gbps"], 0), "GB/s", "-", pct(bw.get("spread"), 1),
                      _f(nbw, 0),
-                     _pct(bw.get("fraction_of_nominal"), 1), f"{bw.get('buffer_bytes', 0) >> 20} MiB", bw.get("iters"),
+                     pct(bw.get("fraction_of_nominal"), 1), f"{bw.get('buffer_bytes', 0) >> 20} MiB", bw.get("iters"),
                      _f(bw.get("elapsed_s"), 1)])
     head = ["mode", "confirmed", "unit", "sweep", "spread", "nominal", "of nominal", "best m x n x k", "shapes", "s"]
     lines = [f"peaks of {peak.get('label')}", tabulate(rows, head, tablefmt="plain", disable_numparse=True),
@@ -74,7 +71,7 @@ def peak_table(peak: dict) -> str:
     reg, clk = peak.get("regime") or {}, peak.get("clocks") or {}
     if reg:
         dc = reg.get("duty_cycle_measured")
-        lines.append(f"  regime: {reg.get('kind')} (duty cycle {'-' if dc is None else f'{dc:.0%}'} measured, "
+        lines.append(f"  regime: {reg.get('kind')} (duty cycle {pct(dc, 0)} measured, "
                      f"<= {reg.get('duty_cycle_max', 1):.0%} by design)")
     if clk.get("sm_clock_mhz") or clk.get("throttle_reasons_seen"):
         sm = clk.get("sm_clock_mhz") or {}
@@ -137,7 +134,7 @@ def decompose_table(result: dict) -> str:
                 continue
             dt = r["dtype"] + ("(tf32)" if r.get("tf32") else "")
             if r.get("matrix_work", True):
-                mfus = [_f(r["actual_tflops"]), _pct(r["mfu_nom"]), _pct(r["mfu_ach"], 1)]
+                mfus = [_f(r["actual_tflops"]), pct(r["mfu_nom"], 2), pct(r["mfu_ach"], 1)]
             else:  # no matrix work: no MFU, MBU is the headline (DESIGN.md "FLOPs")
                 mfus = [NO_MFU, NO_MFU, NO_MFU]
             mark = "" if r.get("numerator") in (None, "checked") else f" [{r['numerator']}]"
@@ -145,7 +142,7 @@ def decompose_table(result: dict) -> str:
             label = bd.get("label") or "-"
             label += " (fallback)" if str(bd.get("source") or "").startswith("fallback") else ""
             row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, _f(r["kernel_time_us"])] + mfus + \
-                [_pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
+                [pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
                  _x((r.get("roofline") or {}).get("headroom"))] + \
                 ([_x((r.get("speedup") or {}).get("value"))] if multi else [])
             if not r.get("matrix_work", True):
@@ -157,7 +154,7 @@ def decompose_table(result: dict) -> str:
             for p in parts:
                 d = by.get(p)
                 cells = ["-", "-"] if d is None else [_f(d["time_us"]), NO_MFU if d.get("flops") == 0 else
-                                                      _pct(d.get("mfu_ach"), 1)]  # no matrix work: no MFU
+                                                      pct(d.get("mfu_ach"), 1)]  # no matrix work: no MFU
                 row += cells[:1] if p == OTHER else cells
             rows.append(row)
     lines = [f"peak: {result.get('peak_label')}  ({result['peak_json']})"]
@@ -185,14 +182,14 @@ def decompose_table(result: dict) -> str:
     mx = result.get("maxima") or {}
     if "mbu" in mx and not ("mfu_ach" in mx or "mfu_nom" in mx):
         m = mx["mbu"]
-        lines.append(f"max: MBU {_pct(m['value'])} (case {m['case']} {m['dtype']}) - no matrix work: MBU is the "
+        lines.append(f"max: MBU {pct(m['value'], 2)} (case {m['case']} {m['dtype']}) - no matrix work: MBU is the "
                      "headline")
     if "mfu_ach" in mx or "mfu_nom" in mx:
         bits = []
         for key, name in (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom")):
             if key in mx:
                 m = mx[key]
-                bits.append(f"{name} {_pct(m['value'])} (case {m['case']} {m['dtype']}"
+                bits.append(f"{name} {pct(m['value'], 2)} (case {m['case']} {m['dtype']}"
                             + (f", {m['report']}" if multi else "") + ")")
         cpu = any(rep.get("backend") == "cpu" for rep in result.get("reports", []))
         lines.append("max: " + "; ".join(bits) + (" - CPU-interpreter numbers: they validate the pipeline, they "
@@ -227,9 +224,9 @@ def parts_table(result: dict) -> str:
                 rf, bd = p.get("roofline") or {}, p.get("bound") or {}
                 src = str(bd.get("source") or "-").replace("fallback:fp32-vs-fp16", "fallback")
                 rows.append(([rep["label"]] if multi else []) + [
-                    r["case"], name, _f(p.get("time_us")), _pct(p.get("time_share"), 0), _f(p.get("tflops")),
-                    _pct(p.get("mfu_ach"), 1), f"{bd.get('label', '-')} [{src}]", _x(rf.get("headroom")),
-                    _pct(rf.get("mfu_if_fixed"), 1) + (f" ({rf['target_source']})" if rf.get("target_source") else "")]
+                    r["case"], name, _f(p.get("time_us")), pct(p.get("time_share"), 0), _f(p.get("tflops")),
+                    pct(p.get("mfu_ach"), 1), f"{bd.get('label', '-')} [{src}]", _x(rf.get("headroom")),
+                    pct(rf.get("mfu_if_fixed"), 1) + (f" ({rf['target_source']})" if rf.get("target_source") else "")]
                     + ([_x((p.get("speedup") or {}).get("value"))] if multi else []))
     if not rows:
         return ""
@@ -248,8 +245,8 @@ def pmu_view_table(result: dict) -> str:
         for r in rep["rows"]:
             v = r.get("pmu_view") or {}
             if r.get("status") == "ok" and v.get("executed_flops"):
-                rows.append([rep["label"], r["case"], _pct(v.get("official_mfu"), 1), _pct(v.get("pmu_mfu"), 1),
-                             _pct(v.get("active_core_fraction"), 0), _x(v.get("redundancy"))])
+                rows.append([rep["label"], r["case"], pct(v.get("official_mfu"), 1), pct(v.get("pmu_mfu"), 1),
+                             pct(v.get("active_core_fraction"), 0), _x(v.get("redundancy"))])
     if not rows:
         return ""
     return ("official MFU (semantic FLOPs, all cores) vs PMU view (executed FLOPs, active cores):\n"
@@ -280,7 +277,7 @@ def plot_decompose(result: dict, path: str) -> str | None:
     for lab, r in rows:
         by = {p["part"]: p for p in r["parts"]}
         labels.append((f"{lab}: " if multi else "") + f"case {r['case']} {r['dtype']}\n"
-                      f"MFU@ach {_pct(r.get('mfu_ach'), 1)}")
+                      f"MFU@ach {pct(r.get('mfu_ach'), 1)}")
         time_sh.append([(by.get(p) or {}).get("time_share") or 0.0 for p in parts])
         flop_sh.append([(by.get(p) or {}).get("flops_share") or 0.0 for p in parts])
     fig = Figure(figsize=(9, 1.6 + 0.9 * len(rows)))

@@ -194,22 +194,22 @@ def write_work_dir(dst, texts, copies, info, force=False):
 
 
 def prepare_layout_c(pair, dst, force=False, seed=0, extra_source_dirs=(), layout="C", request=None):
-    """Build the work directory ``dst`` for a layout-C pair (see :mod:`mfulib.sources.layoutc`): the case file from a
-    seeded call of the reference's get_inputs() / get_inputs_dyn_list(), model.py = reference + get_input_groups()
-    wrapper, model_new.py = implementation (+ a ModelNew wrapper around a launcher function), flops.py when a
-    ``<rel>_flops.py`` sits beside the reference. ``pair`` is a dict from :func:`mfulib.sources.layoutc.discover_layout_c`
-    (or the explicit form: ref, impl, impl_kind, entry, name, flops, reasons). Returns the prepare.json dict.
-    Raises UserError (nothing written) as :func:`prepare_explicit` does, and when the reference cannot run or a
-    function implementation cannot stand in for Model.
+    """Build the work directory ``dst`` for a layout-C pair (texts from :mod:`mfulib.sources.layoutc_workdir`): the
+    case file from a seeded call of the reference's get_inputs() / get_inputs_dyn_list(), model.py = reference +
+    get_input_groups() wrapper, model_new.py = implementation (+ a ModelNew wrapper around a launcher function),
+    flops.py when a ``<rel>_flops.py`` sits beside the reference. ``pair`` is a dict from
+    :func:`mfulib.sources.layoutc.discover_layout_c` (or the explicit form: ref, impl, impl_kind, entry, name, flops,
+    reasons). Returns the prepare.json dict. Raises UserError (nothing written) as :func:`prepare_explicit` does,
+    and when the reference cannot run or a function implementation cannot stand in for Model.
     """
-    from mfulib.sources import layoutc
+    from mfulib.sources import layoutc_workdir
     ref, impl, flops = pair["ref"], pair["impl"], pair.get("flops")
     for what, p in (("--ref", ref), ("--impl", impl)):
         if not p or not os.path.isfile(p):
             raise UserError(f"{what} {p}: file not found")
     dst = os.path.abspath(dst)
     check_dst(dst, list(extra_source_dirs), [ref, impl, flops])
-    texts, part = layoutc.build_work_files(pair, seed)
+    texts, part = layoutc_workdir.build_work_files(pair, seed)
     op = pair["name"]
     sources = source_record({"ref": ref, "impl": impl, "flops": flops})
     info = provenance("prepare_op_dir.py", SCHEMA)
