@@ -35,7 +35,7 @@ Kept or foreign profiles are re-parsed without running anything:
       [--cases 3,7] [--warmup W --repeats R] [--op-dir <work dir> --mfu] --output-dir D
 --cases names the case of each profile found, in order (kept profiles name their own). Without a work directory
 only kernel times are written (FLOPs null); iterations, L2-flush kernels (--l2-flush), missing head launches and
-autotuning are found in the data and reported as flags (see mfulib/collect/profiles.py).
+autotuning are found in the data and reported as flags (see mfulib/collect/from_prof/).
 """
 import os
 import sys
@@ -158,7 +158,7 @@ def main(argv=None):
     from mfulib.collect.driver import Options, collect
     args = build_parser().parse_args(argv)
     if args.from_prof:
-        from mfulib.collect import profiles
+        from mfulib.collect import from_prof as profiles
         opts = profiles.FromProfOptions(
             paths=args.from_prof, output_dir=args.output_dir, op_dir=args.op_dir,
             cases=profiles.parse_case_sequence(args.cases) if args.cases is not None else None, impl=args.impl,
