@@ -68,7 +68,8 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
     claimed twice, or (inside a work directory) a foreign profile without ``--cases`` / a case id not in the case
     file."""
     from mfulib.schemas import performance_json as _perf
-    from mfulib.collect.driver import case_flops, load_flops, resolve_peak, tracer_flops
+    from mfulib.collect.assemble import resolve_peak
+    from mfulib.collect.case_flops import case_flops, load_flops, tracer_flops
     from mfulib.core.cases import CaseInfo
     from mfulib.core.jsonio import ensure_writable_dir, provenance
     t_start = time.perf_counter()
