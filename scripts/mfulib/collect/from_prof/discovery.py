@@ -6,7 +6,7 @@ import glob
 import os
 import re
 
-from mfulib.collect import msprof as _msprof
+from mfulib.collect.msprof_csv import has_duration_column
 from mfulib.core.errors import UserError
 
 
@@ -38,7 +38,7 @@ def _sniff_file(path):
     if any(ln.startswith('"ID",') for ln in lines) or any(ln.startswith("==PROF==") for ln in lines):
         return "ncu"
     first = head.splitlines()[0] if head.strip() else ""
-    if low.endswith(".csv") and _msprof.has_duration_column([h.strip() for h in first.split(",")]):
+    if low.endswith(".csv") and has_duration_column([h.strip() for h in first.split(",")]):
         return "msprof_csv"
     return None
 

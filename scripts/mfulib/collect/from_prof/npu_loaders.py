@@ -10,6 +10,7 @@ import os
 
 from mfulib.collect import kernels as _kernels
 from mfulib.collect import msprof as _msprof
+from mfulib.collect import msprof_csv as _csv
 from mfulib.collect.from_prof.flush import NPU_L2_BY_FREQ
 from mfulib.collect.from_prof.profile import Profile
 
@@ -24,7 +25,7 @@ def npu_tensor_bytes(row):
     """Bytes of the largest tensor of an msprof row (Input/Output Shapes x Data Types), or None when unknown."""
     best = None
     for shapes_key, dtypes_key in (("input_shapes", "input_dtypes"), ("output_shapes", "output_dtypes")):
-        shapes = _msprof.parse_shapes(row.get(shapes_key))
+        shapes = _csv.parse_shapes(row.get(shapes_key))
         dtypes = [d.strip().upper() for d in (row.get(dtypes_key) or "").split(";")]
         for i, dims in enumerate(shapes or []):
             size = NPU_DTYPE_BYTES.get(dtypes[i] if i < len(dtypes) else "")
@@ -74,21 +75,21 @@ def _npu_kernel_launches(meta):
         return None
     cands = sorted(glob.glob(os.path.join(d, "api_statistic*.csv")), reverse=True)
     for path in cands:
-        header, table = _msprof.read_csv_table(path)
+        header, table = _csv.read_csv_table(path)
         if "API Name" not in header or "Count" not in header:
             continue
         i_name, i_count = header.index("API Name"), header.index("Count")
         total = 0
         for cells in table:
-            if i_name < len(cells) and _msprof.clean(cells[i_name]) == "KernelLaunch":
-                total += int(_msprof.to_number(cells[i_count]) or 0)
+            if i_name < len(cells) and _csv.clean(cells[i_name]) == "KernelLaunch":
+                total += int(_csv.to_number(cells[i_count]) or 0)
         return total
     return None
 
 
 def load_msprof_csv(path) -> Profile:
     """One op_summary / task_time / kernel_details CSV file as a :class:`Profile`."""
-    rows = [r for r in _msprof.parse_kernel_csv(path) if not _msprof.is_marker_row(r)]
+    rows = [r for r in _csv.parse_kernel_csv(path) if not _msprof.is_marker_row(r)]
     rows.sort(key=lambda r: r.get("start_ns") or 0)
     for r in rows:
         r["config"] = (r.get("block_dim"), r.get("mix_block_dim"))
