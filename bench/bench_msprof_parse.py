@@ -8,9 +8,10 @@ a trailing TAB (facts §0.2), 3-decimal durations, 6-decimal wait times after th
 on some rows and a few marker rows (``PROFILING_ENABLE``). The rows are a labelled synthetic stand-in (values
 random, never presented as hardware output); only the parser's speed and exactness are measured.
 
-Then times (best of ``--repeat``) :func:`mfulib.collect.msprof.read_kernel_frame` (pandas typed columns, exact Int64 ns: the
-parse the 5 s target is for) and :func:`mfulib.collect.msprof.parse_kernel_csv` (the row dicts built from it, the API the
-collector uses), checks a sample of rows exactly against values computed while writing (start ns from the text, so
+Then times (best of ``--repeat``) the one parser, :mod:`mfulib.collect.msprof_csv`, on its pandas reader:
+:func:`~mfulib.collect.msprof_csv.read_kernel_frame` (typed columns, exact Int64 ns: the parse the 5 s target is
+for) and :func:`~mfulib.collect.msprof_csv.parse_kernel_csv` (the row dicts built from the same typed columns, the API
+the collector uses), checks a sample of rows exactly against values computed while writing (start ns from the text, so
 float rounding would show), prints both times and their ratios to the 5 s target, and exits 1 when the typed parse
 misses it. Measured on the 2-core shared CI box (load ~4): typed parse ~21 s, row dicts ~66 s; the cell-by-cell
 parser before took ~13 s per 100k rows (~130 s per 1M).
@@ -27,6 +28,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
 from mfulib.collect import msprof  # noqa: E402
+from mfulib.collect import msprof_csv  # noqa: E402
 
 TARGET_S = 5.0
 # reference/ascend_msprof_facts.md §3.1 (real file, 910B2, CANN 8.3.RC2, --aic-metrics=PipeUtilization)
@@ -99,13 +101,13 @@ def main():
         return best, got
 
     # (1) the typed parse: pandas typed columns, exact Int64 ns (the "parses in <= 5 s")
-    t_frame, df = best_of(lambda: msprof.read_kernel_frame(path, workers=args.workers))
+    t_frame, df = best_of(lambda: msprof_csv.read_kernel_frame(path, workers=args.workers))
     ok_frame = len(df) == args.rows and all(
         int(df["start_ns"].iloc[i]) == s_ns and int(df["duration_ns"].iloc[i]) == d_ns and df["name"].iloc[i] == nm
         for i, (s_ns, d_ns, nm) in truth["sample"].items())
     del df
     # (2) the row dicts parse_kernel_csv returns (the API the collector and --from-prof use)
-    t_rows, rows = best_of(lambda: msprof.parse_kernel_csv(path))
+    t_rows, rows = best_of(lambda: msprof_csv.parse_kernel_csv(path, workers=args.workers))
     ok_rows = len(rows) == args.rows
     for i, (start_ns, dur_ns, name) in truth["sample"].items():
         r = rows[i]

@@ -166,9 +166,9 @@ def child(args):
 
 def sequence_of(trace_path, warmup, repeats):
     """The kernel names of one measured iteration, read back with this tool's own parser (ranges variant)."""
-    from mfulib.collect import profiles
-    prof = profiles.load_chrome(trace_path)
-    res = profiles.analyse(prof, warmup, repeats)
+    from mfulib.collect.from_prof import analyse
+    from mfulib.collect.from_prof.trace_loader import load_chrome
+    res = analyse(load_chrome(trace_path), warmup, repeats)
     return (res.get("summary") or {}).get("sequence"), res.get("status")
 
 

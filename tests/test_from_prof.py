@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fak
 import tinyops  # noqa: E402
 
 from mfulib.collect import ncu  # noqa: E402
-from mfulib.collect import profiles
+from mfulib.collect import from_prof as profiles
 from mfulib.core.errors import UserError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from mfulib.collect import ncu
-from mfulib.collect import profiles
+from mfulib.collect import from_prof as profiles
 
 FIX = os.environ.get("MFU_PROFILE_FIXTURES") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
                                                              "profiles", "cuda")  # env: read a fresh $OUT copy

@@ -1,4 +1,5 @@
-"""msprof / torch_npu CSV parsing: every header variant and value quirk of reference/ascend_msprof_facts.md.
+"""msprof / torch_npu CSV parsing (mfulib.collect.msprof_csv, the one parser; mfulib.collect.msprof finds the
+exports): every header variant and value quirk, read through both cell readers (csv module, pandas C reader).
 
 Fixture rows are copied from the facts note (real 910B2 CANN 8.3.RC2 files, msprof-analyze test data); ``<TAB>``
 there is a literal tab byte here.
@@ -9,7 +10,7 @@ import os
 import pytest
 
 from mfulib.collect import msprof
-from mfulib.collect import msprof_fast
+from mfulib.collect import msprof_csv
 from mfulib.peaks import nominal as peaks
 from mfulib.core.errors import UserError
 
@@ -68,8 +69,12 @@ def write(path, text):
     return str(path)
 
 
-def test_real_op_summary_row_parses_to_exact_nanoseconds_with_the_trailing_tab_stripped(tmp_path):
-    rows = msprof.parse_kernel_csv(write(tmp_path / "op_summary_20260605161737.csv", OP_SUMMARY_83))
+READERS = pytest.mark.parametrize("fast", [False, True], ids=["csv_reader", "pandas_reader"])
+
+
+@READERS
+def test_real_op_summary_row_parses_to_exact_nanoseconds_with_the_trailing_tab_stripped(tmp_path, fast):
+    rows = msprof_csv.parse_kernel_csv(write(tmp_path / "op_summary_20260605161737.csv", OP_SUMMARY_83), fast=fast)
     a, b = rows
     assert a["name"] == "main_kernel" and a["op_type"] == "main_kernel" and a["task_type"] == "MIX_AIC"
     assert a["start_ns"] == 1780676244313289000 and b["start_ns"] == 1780676244407387120  # 19 digits: exact
@@ -85,16 +90,16 @@ def test_real_op_summary_row_parses_to_exact_nanoseconds_with_the_trailing_tab_s
 
 def test_float_parsing_would_lose_the_nanoseconds_that_us_to_ns_keeps():
     cell = "1780676244407387.120\t"
-    assert msprof.us_to_ns(cell) == 1780676244407387120
+    assert msprof_csv.us_to_ns(cell) == 1780676244407387120
     assert int(float(cell) * 1000) != 1780676244407387120  # why the parser does not use float()
-    assert msprof.us_to_ns("83095.640625") == 83095641  # msprof-op 6-decimal durations round half up to ns
-    assert msprof.us_to_ns("N/A") is None and msprof.us_to_ns("") is None
+    assert msprof_csv.us_to_ns("83095.640625") == 83095641  # msprof-op 6-decimal durations round half up to ns
+    assert msprof_csv.us_to_ns("N/A") is None and msprof_csv.us_to_ns("") is None
 
 
 def test_cann9_block_num_header_maps_to_the_same_columns_as_cann8_block_dim(tmp_path):
     text9 = OP_SUMMARY_83.replace("Block Dim,Mix Block Dim", "Block Num,Mix Block Num")
-    r8 = msprof.parse_kernel_csv(write(tmp_path / "a" / "op_summary_1.csv", OP_SUMMARY_83))
-    r9 = msprof.parse_kernel_csv(write(tmp_path / "b" / "op_summary_1.csv", text9))
+    r8 = msprof_csv.parse_kernel_csv(write(tmp_path / "a" / "op_summary_1.csv", OP_SUMMARY_83))
+    r9 = msprof_csv.parse_kernel_csv(write(tmp_path / "b" / "op_summary_1.csv", text9))
     assert [(r["block_dim"], r["mix_block_dim"]) for r in r9] == [(256, 512), (256, 512)]
     strip = [{k: v for k, v in r.items() if k != "source"} for r in r8]
     assert strip == [{k: v for k, v in r.items() if k != "source"} for r in r9]
@@ -105,8 +110,8 @@ def test_column_order_is_never_assumed(tmp_path):
     cols = [ln.split(",") for ln in lines]
     order = list(reversed(range(len(cols[0]))))
     shuffled = "\n".join(",".join(c[i] for i in order) for c in cols) + "\n"
-    a = msprof.parse_kernel_csv(write(tmp_path / "x" / "op_summary_1.csv", OP_SUMMARY_83))
-    b = msprof.parse_kernel_csv(write(tmp_path / "y" / "op_summary_1.csv", shuffled))
+    a = msprof_csv.parse_kernel_csv(write(tmp_path / "x" / "op_summary_1.csv", OP_SUMMARY_83))
+    b = msprof_csv.parse_kernel_csv(write(tmp_path / "y" / "op_summary_1.csv", shuffled))
     assert [(r["name"], r["start_ns"], r["duration_ns"]) for r in a] == [(r["name"], r["start_ns"], r["duration_ns"])
                                                                          for r in b]
 
@@ -124,11 +129,15 @@ def test_task_time_marker_rows_are_dropped_and_durations_come_from_task_time(tmp
 def test_old_task_time_header_without_device_id_parses(tmp_path):
     text = "\n".join(ln.split(",", 1)[1] for ln in TASK_TIME.splitlines()) + "\n"
     assert text.startswith("kernel_name,kernel_type,stream_id")
-    rows = [r for r in msprof.parse_kernel_csv(write(tmp_path / "task_time_1.csv", text)) if not msprof.is_marker_row(r)]
+    rows = [r for r in msprof_csv.parse_kernel_csv(write(tmp_path / "task_time_1.csv", text))
+            if not msprof.is_marker_row(r)]
     assert [r["duration_ns"] for r in rows] == [87141960, 86810080] and rows[0].get("device_id") is None
 
 
-def test_torch_npu_kernel_details_with_quoted_start_and_tripled_quote_shapes(tmp_path):
+@READERS
+def test_torch_npu_kernel_details_with_quoted_start_and_tripled_quote_shapes(tmp_path, fast, monkeypatch):
+    if fast:  # load_kernel_rows reads by size: every file through the pandas reader
+        monkeypatch.setattr(msprof_csv, "FAST_PATH_MIN_BYTES", 0)
     pt = tmp_path / "host_1_20250109_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     write(pt, KERNEL_DETAILS_2025)
     rows, meta = msprof.load_kernel_rows(tmp_path)
@@ -138,12 +147,13 @@ def test_torch_npu_kernel_details_with_quoted_start_and_tripled_quote_shapes(tmp
     assert r["task_type"] == "AI_CORE" and r["step_id"] == 19 and r["mix_block_dim"] == 0
     assert r["start_ns"] == 1736413971558972912 and r["duration_ns"] == 185504 and r["wait_ns"] == 1087
     assert r["input_shapes"] == "81920,4096;8192,512"  # msprof doubled the quotes; csv + strip undo both
-    assert msprof.parse_shapes(r["input_shapes"]) == [[81920, 4096], [8192, 512]]
+    assert msprof_csv.parse_shapes(r["input_shapes"]) == [[81920, 4096], [8192, 512]]
     assert r["input_dtypes"] == "DT_BF16;DT_BF16" and r["pmu"]["aic_mac_ratio"] == 0.824
 
 
-def test_kernel_details_2023_arithmetic_utilization_variant(tmp_path):
-    (r,) = msprof.parse_kernel_csv(write(tmp_path / "kernel_details.csv", KERNEL_DETAILS_2023))
+@READERS
+def test_kernel_details_2023_arithmetic_utilization_variant(tmp_path, fast):
+    (r,) = msprof_csv.parse_kernel_csv(write(tmp_path / "kernel_details.csv", KERNEL_DETAILS_2023), fast=fast)
     assert r["task_type"] == "AI_VECTOR_CORE" and r["start_ns"] == 1699529622790614800
     assert r["duration_ns"] == 607980 and r["input_formats"] == "FORMAT_ND" and r["input_shapes"] == "544404480"
     assert r["pmu"]["aiv_vector_fops"] == 137176320 and r["pmu"]["aiv_vec_int32_ratio"] == 0.0822
@@ -159,7 +169,7 @@ def test_level0_kernel_details_headers_of_every_torch_npu_generation(tmp_path, h
             "Accelerator Core": "AI_VECTOR_CORE", "Start Time(us)": f'"1736413971558972.912{T}"',
             "Duration(us)": "12.340", "Wait Time(us)": "0", "Block Dim": "40", "Block Num": "40"}
     line = ",".join(vals[h] for h in header.split(","))
-    (r,) = msprof.parse_kernel_csv(write(tmp_path / "kernel_details.csv", header + "\n" + line + "\n"))
+    (r,) = msprof_csv.parse_kernel_csv(write(tmp_path / "kernel_details.csv", header + "\n" + line + "\n"))
     assert (r["name"], r["duration_ns"], r["block_dim"], r["start_ns"]) == (
         "triton_poi_fused_add_0", 12340, 40, 1736413971558972912)
 
@@ -174,30 +184,34 @@ def test_old_cann_layout_with_task_start_time_without_unit_is_found_and_parsed(t
                                                                   (1780676244407387120, 86808420)]
 
 
-def test_msprof_op_basic_info_with_trailing_commas_and_na_spellings(tmp_path):
+@READERS
+def test_msprof_op_basic_info_with_trailing_commas_and_na_spellings(tmp_path, fast):
     text = ("Op Name,Op Type,Task Duration(us),Block Dim,Mix Block Dim,Device Id,Pid,Current Freq,Rated Freq,\n"
             "main_kernel_mix_aic,mix,83095.640625,256,512,0,2648560,1800,1800,\n")
-    (r,) = msprof.parse_kernel_csv(write(tmp_path / "OpBasicInfo.csv", text))
+    (r,) = msprof_csv.parse_kernel_csv(write(tmp_path / "OpBasicInfo.csv", text), fast=fast)
     assert (r["name"], r["op_type"], r["duration_ns"], r["device_id"]) == ("main_kernel_mix_aic", "mix", 83095641, 0)
     assert r["pmu"] == {"Pid": 2648560, "Current Freq": 1800, "Rated Freq": 1800}
     for na in ("N/A", "NA", "", "-", ' "N/A" '):
-        assert msprof.clean(na) is None
+        assert msprof_csv.clean(na) is None
 
 
-def test_non_a2_pmu_columns_without_prefix_and_headers_ending_at_context_id(tmp_path):
+@READERS
+def test_non_a2_pmu_columns_without_prefix_and_headers_ending_at_context_id(tmp_path, fast):
     base = OP_SUMMARY_83.splitlines()[0].split(",")[:21]
     row = OP_SUMMARY_83.splitlines()[1].split(",")[:21]
     text = ",".join(base + ["total_cycles", "mac_ratio", "vec_ratio"]) + "\n" + ",".join(row + ["1000", "0.5", "NA"])
-    (r,) = msprof.parse_kernel_csv(write(tmp_path / "a.csv", text + "\n"))
+    (r,) = msprof_csv.parse_kernel_csv(write(tmp_path / "a.csv", text + "\n"), fast=fast)
     assert r["pmu"] == {"total_cycles": 1000, "mac_ratio": 0.5}
-    (r,) = msprof.parse_kernel_csv(write(tmp_path / "b.csv", ",".join(base) + "\n" + ",".join(row) + "\n"))
+    (r,) = msprof_csv.parse_kernel_csv(write(tmp_path / "b.csv", ",".join(base) + "\n" + ",".join(row) + "\n"),
+                                       fast=fast)
     assert r["pmu"] == {} and r["duration_ns"] == 87139380  # --ai-core off / sample-based: no PMU columns
 
 
-def test_a_file_without_a_duration_column_is_refused_with_the_file_named(tmp_path):
+@READERS
+def test_a_file_without_a_duration_column_is_refused_with_the_file_named(tmp_path, fast):
     path = write(tmp_path / "op_statistic_1.csv", "Device_id,OP Type,Core Type,Count,Total Time(us)\n0,x,AI_CORE,1,2\n")
     with pytest.raises(UserError, match="op_statistic_1.csv: no duration column"):
-        msprof.parse_kernel_csv(path)
+        msprof_csv.parse_kernel_csv(path, fast=fast)
 
 
 def test_slices_are_merged_in_slice_order_and_stale_or_partial_exports_are_passed_over(tmp_path):
@@ -246,10 +260,10 @@ def test_info_json_runtime_cores_and_frequency_give_the_msprof_analyze_peak(tmp_
     assert v8 == pytest.approx(2 * v)  # 16384 vs 8192 FLOP/cycle
 
 
-# ---- the pandas typed-column fast path (issue 13 item 7): the same rows as the cell-by-cell parser
+# ---- quirks beyond the real rows, through both cell readers of the one parser
 
-ODD_ROWS = (  # quirks beyond the real rows: N/A PMU and text cells, 6-decimal half-up ns rounding, a marker row,
-    # a short row, leading spaces, a negative wait, an exponent start cell (handled by the row converter)
+ODD_ROWS = (  # N/A PMU and text cells, 6-decimal half-up ns rounding, a marker row, a short row, leading spaces, a
+    # negative wait, an exponent start cell
     f"0,4294967295,2,1756,softmax_kernel,softmax,dynamic,AI_VECTOR_CORE,1780676244500000.0005{T},1.9995,"
     "6958.620500,48,0,NO,N/A,N/A,N/A,N/A,N/A,N/A,0," + ",".join(["N/A"] * 25) + "\n"
     f"0,4294967295,3,1754,N/A,N/A,N/A,PROFILING_ENABLE,1780676244600000.000{T},0.000,-1.5,0,0,N/A,N/A,N/A,N/A,"
@@ -257,46 +271,60 @@ ODD_ROWS = (  # quirks beyond the real rows: N/A PMU and text cells, 6-decimal h
     f"0,4294967295,4,1756, main_kernel ,main_kernel,dynamic,MIX_AIC,1.7806762447e15,5.000\n")
 
 
-@pytest.mark.parametrize("extra", ["", ODD_ROWS])
-def test_the_pandas_fast_path_gives_exactly_the_rows_of_the_cell_parser(tmp_path, extra):
-    path = write(tmp_path / "op_summary_20260605161737.csv", OP_SUMMARY_83 + extra)
-    slow = msprof.parse_kernel_csv(path, fast=False)
-    fast = msprof.parse_kernel_csv(path, fast=True)
-    assert fast == slow and len(fast) == 2 + extra.count("\n")
-    assert fast[1]["start_ns"] == 1780676244407387120 and fast[1]["pmu"]["aiv_total_cycles"] == 6666151685
-    if extra:
-        assert fast[2]["start_ns"] == 1780676244500000001 and fast[2]["wait_ns"] == 6958621  # half up, exact
-        assert fast[2]["pmu"] == {} and fast[2]["input_shapes"] is None and fast[3]["wait_ns"] == -1500
-        assert fast[4]["name"] == "main_kernel" and fast[4]["wait_ns"] is None
+@READERS
+def test_odd_rows_keep_exact_ns_half_up_rounding_na_cells_short_rows_and_exponent_cells(tmp_path, fast):
+    path = write(tmp_path / "op_summary_20260605161737.csv", OP_SUMMARY_83 + ODD_ROWS)
+    rows = msprof_csv.parse_kernel_csv(path, fast=fast)
+    assert len(rows) == 5 and rows[1]["start_ns"] == 1780676244407387120
+    assert rows[1]["pmu"]["aiv_total_cycles"] == 6666151685
+    soft, marker, short = rows[2:]
+    assert soft["start_ns"] == 1780676244500000001 and soft["duration_ns"] == 2000  # half up at the ns digit
+    assert soft["wait_ns"] == 6958621 and soft["pmu"] == {} and soft["input_shapes"] is None
+    assert marker["name"] is None and marker["wait_ns"] == -1500 and msprof.is_marker_row(marker)
+    assert short["name"] == "main_kernel" and short["start_ns"] == 1780676244700000000  # exponent: via float
+    assert short["wait_ns"] is None and short["block_dim"] is None and short["pmu"] == {}
+    assert all(isinstance(r["task_id"], int) and r["source"] == "op_summary_20260605161737.csv" for r in rows)
 
 
 def test_the_typed_frame_has_exact_int64_ns_and_categorical_text(tmp_path):
     path = write(tmp_path / "kernel_details.csv", KERNEL_DETAILS_2025)
-    df = msprof.read_kernel_frame(path)
+    df = msprof_csv.read_kernel_frame(path)
     assert str(df["start_ns"].dtype) == "Int64" and int(df["start_ns"][0]) == 1736413971558972912
     assert str(df["name"].dtype) == "category" and df["input_shapes"][0] == "81920,4096;8192,512"
     assert df["pmu:aic_total_cycles"][0] == 5295467.0 and df["block_dim"][0] == 16.0
 
 
-def test_a_file_the_fast_path_cannot_type_is_parsed_cell_by_cell_with_the_line_named(tmp_path):
+@READERS
+def test_a_bad_line_is_named_by_file_and_line(tmp_path, fast):
     bad = OP_SUMMARY_83 + f"0,4294967295,9,1756,k,k,dynamic,MIX_AIC,12x.5{T},1.000,0,1,0,NO\n"
     path = write(tmp_path / "op_summary_1.csv", bad)
     with pytest.raises(UserError, match=r"op_summary_1.csv:4: column 'Task Start Time\(us\)'"):
-        msprof.parse_kernel_csv(path, fast=True)
-    text_in_pmu = OP_SUMMARY_83.replace(",0.014\n", ",busy\n", 1)  # a text PMU cell: dropped, as the row path does
-    path = write(tmp_path / "op_summary_2.csv", text_in_pmu)
-    assert msprof.parse_kernel_csv(path, fast=True) == msprof.parse_kernel_csv(path, fast=False)
+        msprof_csv.parse_kernel_csv(path, fast=fast)
+    bad_id = OP_SUMMARY_83 + "\n" + OP_SUMMARY_83.splitlines()[1].replace(",1756,", ",s1756,", 1) + "\n"
+    path = write(tmp_path / "op_summary_2.csv", bad_id)  # a blank line 4: the text id is on line 5
+    with pytest.raises(UserError, match=r"op_summary_2.csv:5: column 'Stream ID'"):
+        msprof_csv.parse_kernel_csv(path, fast=fast)
+
+
+@READERS
+def test_a_text_cell_in_a_pmu_column_is_dropped_and_the_rest_of_the_row_kept(tmp_path, fast):
+    path = write(tmp_path / "op_summary_2.csv", OP_SUMMARY_83.replace(",0.014\n", ",busy\n", 1))
+    a, b = msprof_csv.parse_kernel_csv(path, fast=fast)
+    assert "cube_utilization(%)" not in a["pmu"] and a["pmu"]["aic_total_cycles"] == 532700
+    assert b["pmu"]["cube_utilization(%)"] == 0.010 and a["duration_ns"] == 87139380
 
 
 def test_large_files_are_split_across_reader_processes_at_line_ends(tmp_path, monkeypatch):
     body = OP_SUMMARY_83.split("\n", 1)[1]
     path = write(tmp_path / "op_summary_1.csv", OP_SUMMARY_83 + body * 200)
-    ranges = msprof_fast._byte_ranges(path, 7)
+    ranges = msprof_csv._byte_ranges(path, 7)
     with open(path, "rb") as f:
         data = f.read()
     assert len(ranges) == 7 and ranges[0][0] == data.index(b"\n") + 1 and ranges[-1][1] == len(data)
     assert all(data[a - 1:a] == b"\n" for a, _b in ranges) and all(b == a2 for (_a, b), (a2, _b2) in
                                                                   zip(ranges, ranges[1:]))
-    monkeypatch.setattr(msprof_fast, "_PARALLEL_MIN_BYTES", 0)
-    par = msprof_fast.frame_rows(msprof.read_kernel_frame(path, workers=3), "x")
-    assert par == msprof.parse_kernel_csv(path, source="x", fast=False) and len(par) == 402
+    monkeypatch.setattr(msprof_csv, "_PARALLEL_MIN_BYTES", 0)
+    par = msprof_csv.parse_kernel_csv(path, source="x", fast=True, workers=3)
+    assert len(par) == 402 and [r["start_ns"] for r in par] == [1780676244313289000, 1780676244407387120] * 201
+    assert [r["pmu"]["aiv_total_cycles"] for r in par] == [6666439114, 6666151685] * 201
+    assert {r["name"] for r in par} == {"main_kernel"} and {r["source"] for r in par} == {"x"}

@@ -144,13 +144,7 @@ def test_single_part_operators_plot_mbu_and_mfu_not_a_100_percent_bar(tmp_path, 
 
 
 def test_the_collector_table_lists_measured_cases_only_and_wraps_flags(capsys):
-    import importlib.util
-    import os
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "ops_profiling",
-                        "msprof_perf_summary.py")
-    spec = importlib.util.spec_from_file_location("msprof_perf_summary_t", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from mfulib.collect import console as mod
     flag = "sequence_mismatch: iterations [3] launch a different kernel sequence " + "x" * 80 + " TAIL"
     per_case = [{"case": 0, "dtype": "float16", "shape": "[4, 1024]", "measured_impl": "asc", "launches_per_iter": 2,
                  "kernel_time_ns": 45000.0, "span_ns": 53000.0, "actual_tflops": 1.5, "mfu_nom": 0.01,

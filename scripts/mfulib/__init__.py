@@ -33,7 +33,7 @@ MOVED = {
     "vector_costs": "flops.vector_costs", "npu_formulas": "flops.npu_formulas", "npu_standins": "flops.npu_standins",
     "lazy_masks": "flops.lazy_masks", "meta_build": "flops.meta_build", "kernel_parts": "flops.kernel_parts",
     "backends.collect": "collect.driver", "kernels": "collect.kernels", "msprof": "collect.msprof",
-    "msprof_fast": "collect.msprof_fast", "ncu": "collect.ncu", "pmu": "collect.pmu", "profiles": "collect.profiles",
+    "msprof_fast": "collect.msprof_csv", "ncu": "collect.ncu", "pmu": "collect.pmu", "profiles": "collect.from_prof",
     "calib": "peaks.calib", "gemm_search": "peaks.gemm_search", "gemm_timing": "peaks.gemm_timing",
     "probe": "search.probe", "probe_child": "search.probe_child", "probe_gates": "search.probe_gates",
     "grid_search": "search.grid", "search_pool": "search.pool", "search_numerator": "search.numerator",

@@ -35,15 +35,15 @@ Kept or foreign profiles are re-parsed without running anything:
       [--cases 3,7] [--warmup W --repeats R] [--op-dir <work dir> --mfu] --output-dir D
 --cases names the case of each profile found, in order (kept profiles name their own). Without a work directory
 only kernel times are written (FLOPs null); iterations, L2-flush kernels (--l2-flush), missing head launches and
-autotuning are found in the data and reported as flags (see mfulib/collect/profiles.py).
+autotuning are found in the data and reported as flags (see mfulib/collect/from_prof/).
 """
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from mfulib.collect import console  # noqa: E402
 from mfulib.core import cli  # noqa: E402
-from mfulib.core.fmt import pct  # noqa: E402
 
 
 def build_parser():
@@ -109,91 +109,8 @@ def build_parser():
     return p
 
 
-def print_table(report):
-    """The collector's terminal table: one row per measured case (cases never measured - skipped by the
-    selection, e.g. bf16 cases on the CPU - are counted in one line, not listed); flag and error text is wrapped
-    (``maxcolwidths``), never cut off."""
-    from tabulate import tabulate
-    rows, skipped = [], []
-    for c in report["per_case"]:
-        if c.get("skipped"):
-            skipped.append(c)
-            continue
-        err = c.get("asc_error") or c.get("ref_error")
-        spread = c.get("repeat_spread")
-        note = err if err else "; ".join(c.get("flags") or [])
-        rows.append([c["case"], c.get("measured_impl"), c.get("compute_dtype"), c["shape"],
-                     c.get("launches_per_iter"),
-                     f"{c['kernel_time_ns'] / 1e3:.2f}" if c.get("kernel_time_ns") else "-",
-                     f"{c['span_ns'] / 1e3:.2f}" if c.get("span_ns") else "-",
-                     f"{c['actual_tflops']:.3g}" if c.get("actual_tflops") else "-",
-                     pct(c.get("mfu_nom"), 2), pct(spread, 1), note])
-    headers = ["case", "impl", "dtype", "shape", "launch/it", "kernel us", "span us", "TFLOP/s", "MFU@nom", "spread",
-               "flags / error"]
-    widths = [None, None, None, 28, None, None, None, None, None, None, 60]
-    if any(c.get("ref_us") for c in report["per_case"]):  # --impl both: the reference and the speedup too
-        by_case = {c["case"]: c for c in report["per_case"]}
-        for r in rows:
-            c = by_case[r[0]]
-            r[-1:-1] = [f"{c['ref_us']:.2f}" if c.get("ref_us") else "-",
-                        f"{c['speedup']:.3g}x" if c.get("speedup") else "-"]
-        headers[-1:-1] = ["ref us", "speedup"]
-        widths[-1:-1] = [None, None]
-    if rows:
-        print(tabulate(rows, headers=headers, maxcolwidths=widths))
-    if skipped:
-        why = sorted({str(c["skipped"]) for c in skipped})
-        print(f"{len(skipped)} case(s) not measured (never selected): {', '.join(str(c['case']) for c in skipped)}"
-              f" - {'; '.join(why[:3])}" + ("; ..." if len(why) > 3 else ""))
-    peak = report.get("peak") or {}
-    measured = len(report["per_case"]) - len(skipped)
-    print(f"backend {report['backend']} ({report['device'].get('name', '?')}); peak for MFU@nom: "
-          f"{peak.get('value_tflops')} TFLOP/s ({peak.get('source')}); valid cases {report['n_cases_valid']}/"
-          f"{measured} measured")
-    for f in report.get("flags") or []:
-        print(f"note: {f}")
-
-
 def main(argv=None):
-    from mfulib.collect.driver import Options, collect
-    args = build_parser().parse_args(argv)
-    if args.from_prof:
-        from mfulib.collect import profiles
-        opts = profiles.FromProfOptions(
-            paths=args.from_prof, output_dir=args.output_dir, op_dir=args.op_dir,
-            cases=profiles.parse_case_sequence(args.cases) if args.cases is not None else None, impl=args.impl,
-            warmup=args.warmup, repeats=args.repeats, l2_flush=args.l2_flush, l2_mib=args.l2_mib, mfu=args.mfu,
-            mfu_peak=args.mfu_peak, seed=args.seed)
-        report = profiles.from_prof(opts, log=None if args.quiet else lambda m: print(m, file=sys.stderr))
-        print_table(report)
-        print(f"wrote {os.path.join(os.path.abspath(args.output_dir), 'performance.json')}")
-        return 0
-    cases, origins = cli.parse_case_list(args.cases) if args.cases is not None else None, {}
-    if args.search_json:
-        from mfulib.core.errors import UserError
-        from mfulib.schemas.grid_search_json import chosen_cases
-        if args.cases is not None:
-            raise UserError("--cases and --search-json both choose the cases - give one of them")
-        cases, origins = chosen_cases(os.path.abspath(args.search_json))
-    else:  # cases the shape probe appended are marked with their origin even when no search chose them
-        from mfulib.search.pool import probe_origins
-        origins = probe_origins(os.path.join(args.op_dir or args.output_dir, "probe.json"))
-    opts = Options(op_dir=args.op_dir or args.output_dir, output_dir=args.output_dir, impl=args.impl,
-                   warmup=args.warmup, repeats=args.repeats, seed=args.seed, retry=args.retry, device_id=args.device,
-                   backend=args.backend, cases=cases, search_json=args.search_json, search_origins=origins,
-                   top_k=args.mfu_top_k, max_cases=args.max_cases, mfu=args.mfu, mfu_peak=args.mfu_peak,
-                   keep_prof=args.keep_prof, case_timeout_s=args.case_timeout_s, flush_cache_mib=args.flush_cache_mib,
-                   aic_metrics=args.aic_metrics, msprof=args.msprof, quick=True, progress=not args.quiet,
-                   unverified_ok=args.unverified_ok, pmu=args.pmu, ncu=args.ncu,
-                   ncu_cache_control=args.ncu_cache_control, pmu_iterations=args.pmu_iterations)
-    report = collect(opts)
-    print_table(report)
-    out = os.path.join(os.path.abspath(args.output_dir), 'performance.json')
-    print(f"wrote {out}")
-    if not report["n_cases_valid"]:
-        print(f"FAILED: no selected case has a kernel time (errors in {out})", file=sys.stderr)
-        return 1
-    return 0
+    return console.run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":
