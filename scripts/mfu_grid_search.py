@@ -9,11 +9,11 @@ Pool: the top --top-n (8) original cases by FLOPs (flops.py when present, else t
 are always in it. Stage 1 ranks the pool by device-synchronised wall clock, without the profiler, in one persistent
 worker (a compiling prime call, --warmup 1, then up to --repeats 10 iterations, stopped once at least 2 sum to
 --stage1-budget-s 0.1 s; median per iteration; wall_s per case); stage 2 measures the top --stage2-k (3) with the
-collector (msprof_perf_summary.py --cases; precise kernel time; PMU: npu ArithmeticUtilization, cuda --pmu from
---stage2-pmu, default auto). The result is the maximum
-MFU (MFU@ach with peak.json, else MFU@nom) of the precise kernel time; an operator without matrix work gets MBU
-(bytes moved = inputs + outputs). Numerator = min(traced, executed) where hardware counts exist (NPU aic_cube_fops;
-CUDA tensor instructions), else the tracer's, with num_src and why.
+collector (msprof_perf_summary.py --cases; precise kernel time; PMU: cuda --pmu from --stage2-pmu, default
+auto). The result is the maximum MFU (MFU@ach with peak.json, else MFU@nom) of the precise kernel time; an
+operator without matrix work gets MBU (bytes moved = inputs + outputs). Numerator = min(traced, executed) where
+hardware counts exist (CUDA tensor instructions on mma.sync devices; none on NPU), else the tracer's, with num_src
+and why.
 grid_search.json records the pool, both stages, the cost of each in seconds and chosen_cases, which the collector
 then measures (msprof_perf_summary.py --search-json grid_search.json; make collect does it after make search).
 Scratch files go to <work dir>/search/. Exit status: 0; 1 when stage 2 measured no case; 2 on bad input; 130

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from mfulib.collect import executed as ex
 from mfulib.core import cases
 from mfulib.search import grid as grid_search
 from mfulib.search import numerator as sn
@@ -129,17 +130,22 @@ def entry(pmu, kernels, **extra):
     return dict({"pmu": pmu, "kernels": [{"name": n, "launches_per_iter": k} for n, k in kernels]}, **extra)
 
 
-def test_npu_executed_flops_are_the_cube_fops_of_every_launch_and_the_smaller_count_wins():
+def test_npu_cube_fops_are_not_executed_flops_and_the_smaller_count_wins_where_one_exists():
+    # msprof aic_cube_fops has no public definition: NPU executed FLOPs are never used, the tracer's count is
     e = entry({"mm": {"aic_cube_fops": 3.0e6}, "act": {"aic_cube_fops": 0.0}, "norm": {"aiv_vector_fops": 9.0}},
-              [("mm", 2), ("act", 1), ("norm", 1)])  # norm: a vector-only task, its cube column N/A (dropped)
-    executed, src, why = sn.executed_flops(e, "npu")
-    assert executed == 6.0e6 and src == "hardware:aic_cube_fops" and why is None
+              [("mm", 2), ("act", 1), ("norm", 1)])
+    executed, src, why = ex.executed_flops(e, "npu")
+    assert executed is None and src is None and "aic_cube_fops is not used" in why
+    assert ex.kernel_flops({"aic_cube_fops": 3.0e6}, "msprof") == (None, ex.NPU_WHY)
+    npu = sn.numerator(5.0e6, executed, src, why)
+    assert npu["numerator"] == 5.0e6 and npu["num_src"] == "tracer" and "no public source" in npu["num_src_why"]
     cuda = entry({"k": {"tensor_inst_executed": 1.0}, "v": {"dram_bytes": 9.0}}, [("k", 1), ("v", 1)])
-    assert sn.executed_flops(cuda, "cuda", "8.0", "float16")[0] is None  # on ncu an absent counter is unmeasured
+    assert ex.executed_flops(cuda, "cuda", "8.0", "float16")[0] is None  # on ncu an absent counter is unmeasured
+    executed, src, why = 6.0e6, "hardware:tensor_inst_executed", None
     tile_padded = sn.numerator(5.0e6, executed, src, why)  # the kernel pads tiles: executes more than the model
     assert tile_padded["numerator"] == 5.0e6 and tile_padded["num_src"] == "tracer"
     sparse = sn.numerator(8.0e6, executed, src, why)  # a dense reference over a sparse kernel: the hardware is smaller
-    assert sparse["numerator"] == 6.0e6 and sparse["num_src"] == "hardware:aic_cube_fops"
+    assert sparse["numerator"] == 6.0e6 and sparse["num_src"] == "hardware:tensor_inst_executed"
     assert sparse["numerator_traced"] == 8.0e6 and sparse["numerator_executed"] == 6.0e6
     assert "min(traced 8e+06, executed 6e+06)" in sparse["num_src_why"]
 
@@ -147,11 +153,11 @@ def test_npu_executed_flops_are_the_cube_fops_of_every_launch_and_the_smaller_co
 def test_without_counters_the_numerator_is_the_tracers_and_says_why():
     for e, backend, expect in [
             (entry({}, [("mm", 1)]), "cpu", "backend cpu: no hardware FLOP counter"),
-            (entry({}, [("mm", 1)]), "npu", "no PMU counters"),
-            (entry({"mm": {"aic_cube_fops": None}}, [("mm", 1)]), "npu", "aic_cube_fops was not measured for "
-                                                                          "kernel 'mm'"),
+            (entry({}, [("mm", 1)]), "cuda", "no PMU counters"),
+            (entry({"mm": {"tensor_inst_executed": None}}, [("mm", 1)]), "cuda", "kernel 'mm': tensor_inst_executed "
+                                                                                  "was not measured"),
             (entry({}, [("mm", 1)], pmu_unavailable="ncu: ERR_NVGPUCTRPERM"), "cuda", "ERR_NVGPUCTRPERM")]:
-        executed, src, why = sn.executed_flops(e, backend, "8.0", "float16")
+        executed, src, why = ex.executed_flops(e, backend, "8.0", "float16")
         assert executed is None and src is None and expect in why
         n = sn.numerator(4.0e6, executed, src, why)
         assert n["numerator"] == 4.0e6 and n["num_src"] == "tracer" and expect in n["num_src_why"]
@@ -161,12 +167,12 @@ def test_without_counters_the_numerator_is_the_tracers_and_says_why():
 
 def test_cuda_tensor_instructions_count_on_mma_sync_devices_and_are_refused_on_hopper():
     e = entry({"k": {"tensor_inst_executed": 1000.0}}, [("k", 1)])
-    executed, src, _why = sn.executed_flops(e, "cuda", "8.0", "float16")
+    executed, src, _why = ex.executed_flops(e, "cuda", "8.0", "float16")
     assert executed == 1000.0 * 2 * 16 * 8 * 16 and src == "hardware:tensor_inst_executed"
-    assert sn.executed_flops(e, "cuda", "8.6", "tf32")[0] == 1000.0 * 2 * 16 * 8 * 8
-    executed, src, why = sn.executed_flops(e, "cuda", "9.0", "float16")
+    assert ex.executed_flops(e, "cuda", "8.6", "tf32")[0] == 1000.0 * 2 * 16 * 8 * 8
+    executed, src, why = ex.executed_flops(e, "cuda", "9.0", "float16")
     assert executed is None and "wgmma" in why
-    assert sn.executed_flops(e, "cuda", "8.0", "float64")[0] is None
+    assert ex.executed_flops(e, "cuda", "8.0", "float64")[0] is None
 
 
 def test_point_figures_follow_the_definitions_and_the_common_figure_never_mixes_kinds():
@@ -203,9 +209,11 @@ def test_stage2_reads_the_collectors_kernel_times_applies_min_traced_executed_an
             for i in infos_of([bmm_line(1, 16, 16, 16)] * 3)]
     for p, fl in zip(pool, (1.0e9, 2.0e9, 4.0e9)):
         p["flops_traced"] = fl
-    rep = perf_doc([perf_case(0, 1.0e4, {"mm": {"aic_cube_fops": 0.5e9}}),  # executed < traced: hardware wins
-                    perf_case(1, 1.0e4, {"mm": {"aic_cube_fops": 3.0e9}}),  # traced smaller: 2e9 / 10 us
-                    perf_case(2, None, None, asc_error="oom: out of memory")])
+    per_inst = 2 * 16 * 8 * 16  # FLOPs of one fp16 mma.sync m16n8k16 (compute capability 8.0)
+    rep = perf_doc([perf_case(0, 1.0e4, {"mm": {"tensor_inst_executed": 0.5e9 / per_inst}}),  # executed smaller
+                    perf_case(1, 1.0e4, {"mm": {"tensor_inst_executed": 3.0e9 / per_inst}}),  # traced smaller
+                    perf_case(2, None, None, asc_error="oom: out of memory")],
+                   backend="cuda", device={"name": "x", "capability": "8.0"})
     seen = {}
 
     def fake_collector(opdir, ids, out_dir, backend_name, opts, log, case_wall_s=None):
@@ -218,11 +226,11 @@ def test_stage2_reads_the_collectors_kernel_times_applies_min_traced_executed_an
     monkeypatch.setattr(grid_search, "run_collector", fake_collector)
     from mfulib.core.opdir import OpDir
     cost = {}
-    rows, _perf = grid_search.stage2(OpDir(str(work)), [1, 0, 2], pool, "npu", grid_search.SearchOptions(),
+    rows, _perf = grid_search.stage2(OpDir(str(work)), [1, 0, 2], pool, "cuda", grid_search.SearchOptions(),
                                      {"peak_tflops": {"float16": 50.0}}, "mfu", lambda m: None, cost)
-    assert seen == {"ids": [1, 0, 2], "backend": "npu"} and cost["stage2"] >= 0
+    assert seen == {"ids": [1, 0, 2], "backend": "cuda"} and cost["stage2"] >= 0
     by = {r["case"]: r for r in rows}
-    assert by[0]["numerator"] == 0.5e9 and by[0]["num_src"] == "hardware:aic_cube_fops"
+    assert by[0]["numerator"] == pytest.approx(0.5e9) and by[0]["num_src"] == "hardware:tensor_inst_executed"
     assert by[1]["numerator"] == 2.0e9 and by[1]["num_src"] == "tracer"
     assert by[1]["actual_tflops"] == pytest.approx(200.0) and by[1]["mfu_nom"] == pytest.approx(2.0)
     assert by[1]["mfu_ach"] == pytest.approx(4.0)  # a toy peak: the arithmetic is what is checked
@@ -231,7 +239,7 @@ def test_stage2_reads_the_collectors_kernel_times_applies_min_traced_executed_an
     assert [r["case"] for r in rows] == [1, 0, 2]  # best first, the failed one last
     best = grid_search.best_of(rows, pool, "mfu")
     assert best["case"] == 1 and best["mfu_kind"] == "ach" and best["mfu"] == pytest.approx(4.0)
-    assert best["factors"] == {"batch": 2} and best["numerator_executed"] == 3.0e9
+    assert best["factors"] == {"batch": 2} and best["numerator_executed"] == pytest.approx(3.0e9)
 
 
 def test_stage2_of_an_operator_without_matrix_work_reports_mbu_from_bytes_moved(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The search numerator's CUDA rule (mfulib.search.numerator) against real H200 Nsight Compute counters.
+"""The executed-FLOPs CUDA rule (mfulib.collect.executed) against real H200 Nsight Compute counters.
 
 Data: tests/fixtures/h200/pmu_mha_128x128.json, recorded H200 output (the validation pack bench/validation/h200/pmu.json
 as committed at 7af7359: the collector with --pmu ncu on the MHA block,
@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from mfulib.collect import executed as ex
 from mfulib.search import numerator as sn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +47,7 @@ def test_one_counted_gmma_instruction_of_the_mha_projection_gemm_is_512_times_it
         traced = 2 * m * 3 * c["hidden"] * c["hidden"] + 2 * m * c["hidden"] * c["hidden"]  # QKV + out, exact
         per_launch = traced / 2  # the counters are the mean of the two launches of one iteration
         per_inst = per_launch / mm["tensor_inst_executed_gmma"]
-        assert per_inst == sn.wgmma_flops_per_counted_inst(128, c["dtype"]) == 512 * 128, c["case"]
+        assert per_inst == ex.wgmma_flops_per_counted_inst(128, c["dtype"]) == 512 * 128, c["case"]
         # the hmma count includes the gmma one on sm_90: the summed counter is exactly twice the gmma count
         assert mm["tensor_inst_executed"] == 2 * mm["tensor_inst_executed_gmma"]
 
@@ -58,7 +59,7 @@ def test_with_128x256_tiles_one_counted_gmma_instruction_is_512_times_256():
         mm = c["pmu"]["matmul_kernel"]
         m = c["b"] * c["s"]
         traced = 2 * m * 3 * c["hidden"] * c["hidden"] + 2 * m * c["hidden"] * c["hidden"]
-        assert traced / 2 / mm["tensor_inst_executed_gmma"] == sn.wgmma_flops_per_counted_inst(256, c["dtype"]) \
+        assert traced / 2 / mm["tensor_inst_executed_gmma"] == ex.wgmma_flops_per_counted_inst(256, c["dtype"]) \
             == 512 * 256, c["case"]
 
 
@@ -73,12 +74,12 @@ def test_the_flash_kernel_mixes_two_wgmma_n_so_no_single_factor_exists():
         kv_blocks = sum(2 * (j + 1) for j in range(blocks_m)) if c["causal"] else blocks_m * blocks_n
         pairs = c["b"] * c["heads"] * kv_blocks  # (query block, key block) tile pairs computed
         qk, pv = 2 * (d // 16), 2 * (64 // 16)  # wgmma per pair (2 warpgroups)
-        assert fa["tensor_inst_executed_gmma"] == pairs * (qk + pv) * sn.WARPS_PER_WARPGROUP, c["case"]
-        executed = pairs * (qk * 4 * sn.wgmma_flops_per_counted_inst(64, c["dtype"])
-                            + pv * 4 * sn.wgmma_flops_per_counted_inst(128, c["dtype"]))
+        assert fa["tensor_inst_executed_gmma"] == pairs * (qk + pv) * ex.WARPS_PER_WARPGROUP, c["case"]
+        executed = pairs * (qk * 4 * ex.wgmma_flops_per_counted_inst(64, c["dtype"])
+                            + pv * 4 * ex.wgmma_flops_per_counted_inst(128, c["dtype"]))
         assert executed == pairs * 2 * (2 * 128 * 64 * d)  # q k^T and p v of every computed tile pair
         per_inst = executed / fa["tensor_inst_executed_gmma"]
-        assert sn.wgmma_flops_per_counted_inst(64, c["dtype"]) < per_inst < sn.wgmma_flops_per_counted_inst(128,
+        assert ex.wgmma_flops_per_counted_inst(64, c["dtype"]) < per_inst < ex.wgmma_flops_per_counted_inst(128,
                                                                                                         c["dtype"])
 
 
@@ -86,7 +87,7 @@ def test_hopper_counters_with_warpgroup_mma_give_no_executed_count_and_say_why()
     c = _cases()[0]
     e = {"pmu": c["pmu"], "kernels": [{"name": "matmul_kernel", "launches_per_iter": 2},
                                       {"name": "flash_attn_fwd_kernel", "launches_per_iter": 1}]}
-    executed, src, why = sn.executed_flops(e, "cuda", "9.0", c["dtype"])
+    executed, src, why = ex.executed_flops(e, "cuda", "9.0", c["dtype"])
     assert executed is None and src is None
     assert "512*N" in why and "wgmma" in why and "matmul_kernel" in why
     n = sn.numerator(2.0e12, executed, src, why)
@@ -96,12 +97,12 @@ def test_hopper_counters_with_warpgroup_mma_give_no_executed_count_and_say_why()
 def test_hopper_kernels_without_warpgroup_mma_count_as_mma_sync():
     e = {"pmu": {"k": {"tensor_inst_executed": 1000.0, "tensor_inst_executed_gmma": 0.0}},
          "kernels": [{"name": "k", "launches_per_iter": 3}]}
-    executed, src, why = sn.executed_flops(e, "cuda", "9.0", "float16")
+    executed, src, why = ex.executed_flops(e, "cuda", "9.0", "float16")
     assert executed == 3 * 1000.0 * 2 * 16 * 8 * 16 and src == "hardware:tensor_inst_executed" and why is None
     no_gmma = {"pmu": {"k": {"tensor_inst_executed": 1000.0}}, "kernels": [{"name": "k", "launches_per_iter": 1}]}
-    assert "no tensor_inst_executed_gmma" in sn.executed_flops(no_gmma, "cuda", "9.0", "float16")[2]
-    assert sn.wgmma_flops_per_counted_inst(8, "tf32") == 2 * 64 * 8 * 8 // 4
-    assert sn.wgmma_flops_per_counted_inst(8, "float64") is None
+    assert "no tensor_inst_executed_gmma" in ex.executed_flops(no_gmma, "cuda", "9.0", "float16")[2]
+    assert ex.wgmma_flops_per_counted_inst(8, "tf32") == 2 * 64 * 8 * 8 // 4
+    assert ex.wgmma_flops_per_counted_inst(8, "float64") is None
 
 
 @pytest.mark.parametrize("collect_args,expect", [([], ["--pmu", "auto"]), (["--pmu", "none"], ["--pmu", "none"])])
@@ -112,5 +113,6 @@ def test_stage2_collector_command_asks_for_counters_on_cuda(collect_args, expect
     i = cmd.index("--pmu")
     assert cmd[i:i + 2] == expect and cmd.count("--pmu") == 1
     assert "--pmu" not in collector_command("/w", [3], "/o", "cpu", SearchOptions())
+    assert "--aic-metrics" not in collector_command("/w", [3], "/o", "npu", SearchOptions())  # no NPU counter used
     ncu = collector_command("/w", [3], "/o", "cuda", SearchOptions(stage2_pmu="ncu"))
     assert ncu[ncu.index("--pmu") + 1] == "ncu"

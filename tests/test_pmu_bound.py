@@ -8,6 +8,7 @@ import os
 import pytest
 
 from mfulib.report import bound
+from mfulib.collect import executed
 from mfulib.collect import msprof
 from mfulib.collect import ncu
 from mfulib.collect import pmu
@@ -69,7 +70,8 @@ def test_arithmetic_and_memory_groups_give_executed_fops_and_main_memory_bandwid
     c = pmu.from_msprof(a["pmu"], a["block_dim"])
     assert c["aic_cube_fops"] == 8.0e9 and c["aic_mac_fp16_ratio"] == 0.91
     assert c.get("aiv_vector_fops") is None  # N/A: never 0
-    assert pmu.executed_flops(c) == (8.0e9, "msprof aic_cube_fops + aiv_vector_fops")
+    # read and kept, but not executed FLOPs: no public source defines what aic_cube_fops counts
+    assert executed.kernel_flops(c, "msprof") == (None, executed.NPU_WHY)
     (m,) = _csv(tmp_path, MEMORY, [LEAD.format(i=0, name="mm") + ",50.0,90000,10,10,600.5,200.0,N/A,N/A,50.0,90000,"
                                                                     "5,5,300.0,100.0,N/A,N/A"])
     c = pmu.from_msprof(m["pmu"], m["block_dim"])
@@ -138,7 +140,7 @@ def test_a_hopper_gemm_on_the_warpgroup_mma_pipe_is_tensor_bound_and_a_small_att
     assert gemm["tensor_pipe_pct"] == 78.4 and gemm["tensor_inst_executed"] == 1048576.0
     b = bound.classify(gemm, "ncu")
     assert b["label"] == "tensor-bound" and b["note"].endswith("tensor pipe 78% >= 60%")
-    ex, why = pmu.executed_flops(gemm, "m16n8k16")
+    ex, why = executed.kernel_flops(gemm, "ncu", "9.0", "float16")
     assert ex is None and "wgmma" in why  # wgmma N is not in any counter
     attn = _ncu_rows("_attn_fwd", "(16, 1, 1)", {
         "sm__throughput.avg.pct_of_peak_sustained_elapsed": ("%", "21.0"),
@@ -165,8 +167,11 @@ def test_the_ncu_bands_follow_the_solbottleneck_thresholds(sm, mem, tensor, labe
 
 def test_mma_sync_instructions_give_executed_flops_and_the_metric_list_is_what_ncu_accepts():
     c = {"tensor_inst_executed": 1000.0, "tensor_inst_executed_gmma": None}
-    assert pmu.executed_flops(c, "m16n8k16") == (1000.0 * 4096, "ncu tensor instructions x 4096 FLOPs (m16n8k16)")
-    assert pmu.executed_flops(c)[0] is None  # shape unknown: never guessed
+    ex, how = executed.kernel_flops(c, "ncu", "8.0", "float16")
+    assert ex == 1000.0 * 4096 and "mma.sync" in how  # m16n8k16: 2 * 16 * 8 * 16 FLOPs per instruction
+    assert executed.kernel_flops(c, "ncu", None, "float16")[0] is None  # capability unknown: never guessed
+    assert executed.kernel_flops(c, "ncu", "9.0", "float16")[0] is None  # sm_90 without a gmma count: refused
+    assert executed.kernel_flops({"tensor_inst_executed": 1.0, "vector_ops": 9.0}, "ncu", "8.0", "float64")[0] is None
     assert len(set(pmu.NCU_METRICS)) == len(pmu.NCU_METRICS) and all("__" in m for m in pmu.NCU_METRICS)
     assert "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed" in pmu.NCU_METRICS
     assert not set(pmu.GMMA_METRICS) & set(pmu.ncu_metrics(8)) and set(pmu.GMMA_METRICS) <= set(pmu.ncu_metrics(9))

@@ -1,22 +1,41 @@
-"""max_shape_probe.py: each of the five gates rejects a crafted candidate; binary refinement; the gates' order."""
+"""max_shape_probe: each of the five gates rejects a crafted candidate; binary refinement; the gates' order; budget,
+hang and saturation rules. The probe runs in-process on a fake clock with a fake tracer and gate runner
+(tests/probe_fakes.py: no sleep, no subprocess); one end-to-end test runs the real command with its real child."""
+import importlib.util
 import json
 import os
 import resource
 import subprocess
 import sys
+import tempfile
+from types import SimpleNamespace
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import probe_ops  # noqa: E402
+from probe_fakes import FakeClock, FakeGateRunner, FakeTracer, Op  # noqa: E402
 
-from mfulib.search import probe  # noqa: E402
+from mfulib.core.errors import UserError  # noqa: E402
 from mfulib.schemas import probe_json as pj  # noqa: E402
+from mfulib.search import ladder, probe_run  # noqa: E402
+from mfulib.search.probe_gates import OutOfBudget, gate1, gate4_floor  # noqa: E402
 
 PROBE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "max_shape_probe.py")
 
 
+def _load_probe_cli():
+    spec = importlib.util.spec_from_file_location("max_shape_probe_cli", PROBE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CLI = _load_probe_cli()
+
+
 def run_probe(work, *extra, env=None, preexec=None, timeout=300):
+    """The real command in a subprocess (end-to-end tests): (CompletedProcess, probe.json or None)."""
     r = subprocess.run([sys.executable, PROBE, "--dir", work, "--backend", "cpu", *extra], capture_output=True,
                        text=True, timeout=timeout, env=dict(os.environ, **(env or {})), preexec_fn=preexec)
     doc = pj.read_probe_json(os.path.join(work, "probe.json")) if os.path.exists(os.path.join(work, "probe.json")) \
@@ -24,87 +43,89 @@ def run_probe(work, *extra, env=None, preexec=None, timeout=300):
     return r, doc
 
 
+def fake_probe(work, *extra, op=None, durations=()):
+    """The probe in-process on fakes: SimpleNamespace(rc, doc, clock, tracer, runner)."""
+    clock, op = FakeClock(), op or Op()
+    tracer, runner = FakeTracer(clock, op, durations), FakeGateRunner(clock, op)
+    args = CLI.build_parser().parse_args(["--dir", work, "--backend", "cpu", *extra])
+    rc = probe_run.run(args, t_start=clock(), clock=clock, gate_runner=runner, tracer=tracer)
+    path = os.path.join(work, "probe.json")
+    return SimpleNamespace(rc=rc, doc=pj.read_probe_json(path) if os.path.exists(path) else None, clock=clock,
+                           tracer=tracer, runner=runner)
+
+
 def _gate(cand, n):
     return next(g for g in cand["gates"] if g["gate"] == n)
 
 
+def _peak(work, tflops):
+    peak = json.load(open(os.path.join(work, "peak.json")))
+    peak["peak_tflops"] = {"float32": tflops}
+    json.dump(peak, open(os.path.join(work, "peak.json"), "w"))
+
+
 def test_binary_refinement_finds_the_largest_passing_factor():
-    tried = probe.search_factor(lambda s: s <= 11, 64, refine_steps=3)
+    tried = ladder.search_factor(lambda s: s <= 11, 64, refine_steps=3)
     assert tried == [(2, True), (4, True), (8, True), (16, False), (12, False), (10, True), (11, True)]
-    tried = probe.search_factor(lambda s: s <= 37, 64, refine_steps=10)
+    tried = ladder.search_factor(lambda s: s <= 37, 64, refine_steps=10)
     assert max(s for s, ok in tried if ok) == 37 and (38, False) in tried
-    assert probe.search_factor(lambda s: False, 64) == [(2, False)]  # nothing passes: the original stays s = 1
-    assert probe.ladder(48) == [2, 4, 8, 16, 32, 48]
+    assert ladder.search_factor(lambda s: False, 64) == [(2, False)]  # nothing passes: the original stays s = 1
+    assert ladder.ladder(48) == [2, 4, 8, 16, 32, 48]
 
 
 def test_gate1_refuses_by_max_bytes_without_running_anything(tmp_path):
     work = probe_ops.make_workdir(tmp_path)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    r, doc = run_probe(work, "--cases", "0", "--max-bytes", "4000", "--max-scale", "2",
-                       env={"PROBE_OP_MARKS": str(marks)})
-    assert r.returncode == 0, r.stderr
-    (cand,) = doc["candidates"]
+    p = fake_probe(work, "--cases", "0", "--max-bytes", "4000", "--max-scale", "2")
+    (cand,) = p.doc["candidates"]
     assert cand["failed_gate"] == 1 and len(cand["gates"]) == 1
     assert _gate(cand, 1)["value"] == cand["input_bytes"] > 4000
     # the candidate (A [2, 32, 32], B [2, 32, 8]) was never built; only the original case was, by the tracer that
     # counts its scale-1 FLOPs
-    assert {p.name for p in marks.iterdir()} <= {"built_A_512", "built_B_256"}
+    assert p.tracer.traced == [(1, 16, 32, 8)] and p.runner.requests == []
 
 
-def test_gate1_refuses_a_case_whose_host_build_exceeds_host_memory(tmp_path):
-    # 64 GiB of fp32 inputs described; the probe runs under a 6 GiB address-space limit
+def test_gate1_refuses_a_case_whose_host_build_exceeds_host_memory(tmp_path, monkeypatch):
+    # 64 GiB of fp32 inputs described; the probe sees a 6 GiB address-space limit (RLIMIT_AS)
     work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(64, 65536, 4096, 1)])
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    limit = 6 << 30
-    r, doc = run_probe(work, "--cases", "0", "--max-bytes", "1e15", "--max-scale", "2",
-                       env={"PROBE_OP_MARKS": str(marks)},
-                       preexec=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
-    assert r.returncode == 0, r.stderr
-    (cand,) = doc["candidates"]
+    limit, real = 6 << 30, resource.getrlimit
+    monkeypatch.setattr(resource, "getrlimit", lambda r: (limit, limit) if r == resource.RLIMIT_AS else real(r))
+    p = fake_probe(work, "--cases", "0", "--max-bytes", "1e15", "--max-scale", "2")
+    (cand,) = p.doc["candidates"]
     g1 = _gate(cand, 1)
     assert cand["failed_gate"] == 1 and "host memory" in g1["detail"] and "RLIMIT_AS" in g1["detail"]
     assert g1["limit"] <= limit < g1["value"]
-    assert doc["limits"]["host_bytes"] <= limit
-    assert list(marks.iterdir()) == []  # nothing was built: the reference was never called
-    assert doc["appended"] == {}
+    assert p.doc["limits"]["host_bytes"] <= limit
+    assert p.tracer.traced == [] and p.runner.requests == []  # nothing was built: the reference was never called
+    assert p.doc["appended"] == {}
 
 
-def test_gate2_reference_rejection_and_refinement_end_to_end(tmp_path):
+def test_gate2_reference_rejection_and_refinement(tmp_path):
     work = probe_ops.make_workdir(tmp_path)
-    r, doc = run_probe(work, "--cases", "0", "--max-scale", "4", env={"PROBE_OP_MODE": "reject_m",
-                                                                        "PROBE_OP_LIMIT": "40"})
-    assert r.returncode == 0, r.stderr
-    scales = [(c["scale"], c["verdict"], c["failed_gate"]) for c in doc["candidates"]]
+    p = fake_probe(work, "--cases", "0", "--max-scale", "4", op=Op("reject_m", limit=40))
+    scales = [(c["scale"], c["verdict"], c["failed_gate"]) for c in p.doc["candidates"]]
     assert scales == [(2, "pass", None), (4, "fail", 2), (3, "fail", 2)]  # m 32 ok, 64 and 48 > 40
-    assert "m 64 > 40" in _gate(doc["candidates"][1], 2)["detail"]
-    assert _gate(doc["candidates"][0], 2)["value"] == 2 * 2 * 32 * 32 * 8  # traced bmm FLOPs of [2,32,32]@[2,32,8]
+    assert "m 64 > 40" in _gate(p.doc["candidates"][1], 2)["detail"]
+    assert _gate(p.doc["candidates"][0], 2)["value"] == 2 * 2 * 32 * 32 * 8  # traced bmm FLOPs of [2,32,32]@[2,32,8]
 
 
-@pytest.mark.parametrize("mode,extra,status", [("wrong", [], "fail"), ("oom", [], "oom")])
-def test_gate3_modelnew_mismatch_and_oom_are_recorded_not_fatal(tmp_path, mode, extra, status):
+@pytest.mark.parametrize("mode,status", [("wrong", "fail"), ("oom", "oom")])
+def test_gate3_modelnew_mismatch_and_oom_are_recorded_not_fatal(tmp_path, mode, status):
     work = probe_ops.make_workdir(tmp_path)
-    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "2", *extra,
-                       env={"PROBE_OP_MODE": mode, "PROBE_OP_LIMIT": "16"})
-    assert r.returncode == 0, r.stderr
-    c0, c1 = doc["candidates"]  # case 0: m 16 -> 32 > 16 misbehaves; case 1: m 8 -> 16 is fine
+    p = fake_probe(work, "--cases", "0,1", "--max-scale", "2", op=Op(mode, limit=16))
+    c0, c1 = p.doc["candidates"]  # case 0: m 16 -> 32 > 16 misbehaves; case 1: m 8 -> 16 is fine
     assert c0["failed_gate"] == 3 and _gate(c0, 3)["detail"].startswith(f"verify {status}")
     assert c1["verdict"] == "pass"  # the probe went on after the failure
 
 
 def test_gate4_refuses_a_run_slower_than_max_ms(tmp_path):
     work = probe_ops.make_workdir(tmp_path)
-    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100",
-                       env={"PROBE_OP_MODE": "slow", "PROBE_OP_LIMIT": "16"})
-    assert r.returncode == 0, r.stderr
-    (cand,) = doc["candidates"]
+    p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100", op=Op("slow", limit=16))
+    (cand,) = p.doc["candidates"]
     g4 = _gate(cand, 4)
     assert cand["failed_gate"] == 4 and g4["value"] >= 300 > g4["limit"] == 100
 
 
 def test_gate4_floor_decides_only_when_the_roofline_alone_exceeds_max_ms():
-    from mfulib.search.probe_gates import gate4_floor
     bw = {"peak_tflops_max": 1000.0, "bandwidth_gbps": 4000.0, "l2_bytes": 50e6}
     # 2.6e15 FLOPs at 1.3 x 1000 TFLOP/s = 2000 ms exactly: not above 2000 ms, so the candidate is timed
     assert gate4_floor(2.6e15, 1e6, bw, 2000.0) is None
@@ -122,34 +143,26 @@ def test_gate4_fails_on_the_roofline_floor_without_running_the_candidate(tmp_pat
     # its x2 candidate's 32768 traced FLOPs a 200 ms floor > --max-ms 100: decided without running ModelNew
     work = probe_ops.make_workdir(tmp_path, peak_gbps=1000.0)
     _peak(work, 1.26e-7)
-    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100",
-                       env={"PROBE_OP_MODE": "slow", "PROBE_OP_LIMIT": "16"})
-    assert r.returncode == 0, r.stderr
-    (cand,) = doc["candidates"]
+    p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100", op=Op("slow", limit=16))
+    (cand,) = p.doc["candidates"]
     g3, g4 = _gate(cand, 3), _gate(cand, 4)
     assert cand["failed_gate"] == 4 and g3["ok"] is None and "predicted" in g4["detail"]
     assert g4["value"] > g4["limit"] == 100
     assert cand["time_ms"] is None  # the slow ModelNew (>= 300 ms) never ran
-    assert doc["limits"]["peak_tflops_max"] == 1.26e-7  # what the floor divided by, recorded
+    assert p.runner.requests == [((1, 16, 32, 8), True)]  # only the source, timed at scale 1
+    assert p.doc["limits"]["peak_tflops_max"] == 1.26e-7  # what the floor divided by, recorded
     assert g4["value"] == pytest.approx(32768 / (1.3 * 1.26e5) * 1e3)
 
 
-def _peak(work, tflops):
-    peak = json.load(open(os.path.join(work, "peak.json")))
-    peak["peak_tflops"] = {"float32": tflops}
-    json.dump(peak, open(os.path.join(work, "peak.json"), "w"))
-
-
 def test_a_source_already_slower_than_max_ms_is_replaced_by_the_next_case(tmp_path):
-    # case 0 (m 64 > 48) sleeps 0.3 s in ModelNew at scale 1 itself; case 1 (m 16, 32 at x2) is fast. Test-double
+    # case 0 (m 64 > 48) takes 0.3 s in ModelNew at scale 1 itself; case 1 (m 16, 32 at x2) is fast. Test-double
     # peak.json of 5.04e-7 TFLOP/s: case 0's roofline floor (32768 FLOPs: 50 ms) is within 1/8 of --max-ms 100, so
     # it is timed first, found over the limit and replaced by case 1 (--top 1), whose ladder then runs
     lines = [probe_ops.case_line(1, 64, 32, 8), probe_ops.case_line(1, 16, 32, 8)]
     work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=1000.0)
     _peak(work, 5.04e-7)
-    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100",
-                       env={"PROBE_OP_MODE": "slow", "PROBE_OP_LIMIT": "48"})
-    assert r.returncode == 0, r.stderr
+    p = fake_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100", op=Op("slow", limit=48))
+    doc = p.doc
     assert "its own run at scale 1 takes" in doc["skipped_sources"]["0"] and doc["sources"] == [1]
     assert doc["baselines"]["0"]["time_ms"] >= 300
     assert [(c["source_case"], c["scale"], c["verdict"]) for c in doc["candidates"]] == [(1, 2, "pass")]
@@ -159,15 +172,15 @@ def test_a_source_already_slower_than_max_ms_is_replaced_by_the_next_case(tmp_pa
 def test_sources_whose_roofline_floor_exceeds_max_ms_are_skipped_without_running(tmp_path):
     work = probe_ops.make_workdir(tmp_path, peak_gbps=1000.0)
     _peak(work, 1e-12)  # 1 FLOP/s: every case's floor is hours
-    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100", env={"PROBE_OP_MODE": "slow"})
-    assert r.returncode == 0, r.stderr
-    assert doc["sources"] == [] and doc["candidates"] == [] and doc["baselines"] == {}
-    assert all("at scale 1 already predicted" in doc["skipped_sources"][k] for k in ("0", "1"))
+    p = fake_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100", op=Op("slow"))
+    assert p.doc["sources"] == [] and p.doc["candidates"] == [] and p.doc["baselines"] == {}
+    assert all("at scale 1 already predicted" in p.doc["skipped_sources"][k] for k in ("0", "1"))
+    assert p.runner.requests == []
 
 
 def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):
     # A [1, 32768, 256] fp32 (32 MiB, 64 MiB at x2); a stated bandwidth of 1 GB/s and L2 of 64 KiB (test-double
-    # peak.json): the lazy run would have to take > 50 ms to pass, the honest one sleeps its bytes at 0.5 GB/s
+    # peak.json): the lazy run would have to take > 50 ms to pass, the honest one runs its bytes at 0.5 GB/s
     line = probe_ops.case_line(1, 32768, 256, 8)
     results = {}
     for mode in ("membound", "lazy"):
@@ -175,10 +188,8 @@ def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):
         peak = json.load(open(os.path.join(work, "peak.json")))
         peak["device"] = {"l2_cache_bytes": 65536}
         json.dump(peak, open(os.path.join(work, "peak.json"), "w"))
-        r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq",
-                           env={"PROBE_OP_MODE": mode})
-        assert r.returncode == 0, r.stderr
-        (results[mode],) = doc["candidates"]
+        p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq", op=Op(mode))
+        (results[mode],) = p.doc["candidates"]
     honest, lazy = results["membound"], results["lazy"]
     assert honest["verdict"] == "pass" and _gate(honest, 5)["ok"] is True
     assert _gate(honest, 5)["value"] < 1.3  # ~0.5 GB/s: what a memory-bound kernel at that speed gives
@@ -187,93 +198,87 @@ def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):
     assert "did nothing" in _gate(lazy, 5)["detail"]
 
 
-def test_saturation_stops_a_ladder_whose_wall_tflops_no_longer_rises_and_one_child_serves_all(tmp_path):
-    # "flat": ModelNew runs at a constant 0.25 MFLOP/s (sleeps FLOPs / 2.5e5 s: 33 ms at scale 1, 131 ms at x2,
-    # 524 ms at x4), so doubling raises the wall figure by ~0%: the ladder ends at x2; without the stop it climbs on
+def test_saturation_stops_a_ladder_whose_wall_tflops_no_longer_rises_and_one_runner_serves_all(tmp_path):
+    # "flat": ModelNew runs at a constant 0.25 MFLOP/s (FLOPs / 2.5e5 s: 33 ms at scale 1, 131 ms at x2, 524 ms at
+    # x4), so doubling raises the wall figure by ~0%: the ladder ends at x2; without the stop it climbs on
     work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(1, 16, 32, 8)])
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    r, doc = run_probe(work, "--cases", "0", "--max-scale", "4",
-                       env={"PROBE_OP_MODE": "flat", "PROBE_OP_PIDS": str(pids)})
-    assert r.returncode == 0, r.stderr
-    (cand,) = doc["candidates"]
+    p = fake_probe(work, "--cases", "0", "--max-scale", "4", op=Op("flat"))
+    (cand,) = p.doc["candidates"]
     assert cand["scale"] == 2 and cand["verdict"] == "pass" and "not tried" in cand["saturated"]
-    base = doc["baselines"]["0"]
-    assert base["time_ms"] >= 32.0 and base["figure"] > 0  # 8192 FLOPs / 33 ms, timed at scale 1 first
+    base = p.doc["baselines"]["0"]
+    assert base["time_ms"] >= 32.0 and base["figure"] > 0  # 8192 FLOPs / 33 ms, timed at scale 1
     assert cand["wall_figure"] < 1.05 * base["figure"]
     assert cand["wall_s"] > 0 and all(g["wall_s"] is not None for g in cand["gates"])
-    assert len(list(pids.iterdir())) == 1  # the baseline and the candidate ran in one persistent child
+    # the candidate, then its source at scale 1 (time only), by the one gate runner, which the probe then closed
+    assert p.runner.requests == [((2, 32, 32, 8), False), ((1, 16, 32, 8), True)] and p.runner.closed
 
     work2 = probe_ops.make_workdir(tmp_path / "nostop", lines=[probe_ops.case_line(1, 16, 32, 8)])
-    r, doc = run_probe(work2, "--cases", "0", "--max-scale", "4", "--no-saturation-stop",
-                       env={"PROBE_OP_MODE": "flat"})
-    assert r.returncode == 0, r.stderr
-    assert [(c["scale"], c["verdict"], c["saturated"]) for c in doc["candidates"]] == \
+    p = fake_probe(work2, "--cases", "0", "--max-scale", "4", "--no-saturation-stop", op=Op("flat"))
+    assert [(c["scale"], c["verdict"], c["saturated"]) for c in p.doc["candidates"]] == \
         [(2, "pass", None), (4, "pass", None)]
-    assert doc["baselines"] == {}
+    assert p.doc["baselines"] == {}
 
 
-def test_budget_bounds_the_run_inside_a_candidate(tmp_path):
-    # sleep1 at 2 s: every ModelNew call takes 2 s, so one candidate (verify + warm-up + 3 timed runs) needs > 10 s;
-    # a 10 s budget ends the run inside it: that candidate gets no verdict, and the probe stops within the budget
+@pytest.mark.parametrize("durations, gates_done, cut_in", [((1.0, 1.0), [1, 2], "gates 3-4"),
+                                                           ((1.0, 30.0), [1], "gate 2")])
+def test_budget_bounds_the_run_inside_a_candidate(tmp_path, durations, gates_done, cut_in):
+    # sleep1 at 2 s: every ModelNew call takes 2 s, so one candidate (verify + warm-up + 3 timed runs) needs 10 s
+    # after its trace; a 10 s budget ends the run inside it - in gates 3-4 after a 1 s trace, in gate 2 when its
+    # trace takes 30 s. That candidate gets no verdict, and the probe stops within the budget
     work = probe_ops.make_workdir(tmp_path)
-    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "4", "--budget-s", "10",
-                       env={"PROBE_OP_MODE": "sleep1", "PROBE_OP_SLEEP_S": "2"})
-    assert r.returncode == 0, r.stderr
-    assert doc["complete"] is False and "--budget-s" in doc["interrupted"]
-    assert all(c["verdict"] in ("pass", "fail") for c in doc["candidates"])  # the cut one is not recorded
-    assert not [c for c in doc["candidates"] if c["source_case"] == 1]  # never started
-    assert doc["wall_s"] <= 10 + 5  # the budget plus the kill and clean-up, not another candidate's 10 s
-    # where the cut candidate's seconds went. Its trace (gate 2, a CPU re-run) usually passes inside the budget and
-    # the 2 s calls of verify/timing are cut; on a loaded machine the trace's subprocess (a torch import) can take
-    # the whole budget - a CI run cut it there. Either way cut_in names the first gate not done.
-    cut = doc["cut_candidate"]
-    assert cut["source_case"] == 0 and cut["gates_done"] in ([1], [1, 2])
-    assert cut["cut_in"].startswith("gate 2" if cut["gates_done"] == [1] else "gates 3-4")
+    p = fake_probe(work, "--cases", "0,1", "--max-scale", "4", "--budget-s", "10", "--trace-jobs", "0",
+                   op=Op("sleep1", sleep_s=2.0), durations=durations)
+    doc = p.doc
+    assert p.rc == 0 and doc["complete"] is False and "--budget-s" in doc["interrupted"]
+    assert doc["candidates"] == []  # the cut one is not recorded, case 1 never started
+    assert doc["wall_s"] <= 10
+    cut = doc["cut_candidate"]  # where the cut candidate's seconds went
+    assert cut["source_case"] == 0 and cut["gates_done"] == gates_done and cut["cut_in"].startswith(cut_in)
     assert 0 < cut["wall_s"] <= 10 and "--budget-s" in cut["why"]
+    assert p.tracer.running() == []
 
 
-def test_a_budget_that_ends_in_the_ranking_trace_is_an_interruption_and_a_hang_is_an_error(tmp_path):
+def test_a_budget_that_ends_in_the_ranking_trace_is_an_interruption_and_a_hang_is_an_error(tmp_path, capsys):
     # slowref: tracing the reference takes 30 s. Cut by --budget-s (the batch's lean settings on the H200 hit
     # this): nothing is wrong with the operator, so the probe exits 0 with probe.json incomplete and no candidate,
     # and the pipeline goes on with the original cases. Cut by --timeout-s: a reference that hangs, a clear error.
     work = probe_ops.make_workdir(tmp_path)
-    r, doc = run_probe(work, "--budget-s", "4", env={"PROBE_OP_MODE": "slowref"}, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert doc["complete"] is False and doc["candidates"] == [] and doc["appended"] == {}
-    assert "ranking trace" in doc["interrupted"] and "raise --budget-s" in doc["interrupted"]
-    assert "ranking trace" in r.stdout
-    r, _doc = run_probe(work, "--timeout-s", "4", env={"PROBE_OP_MODE": "slowref"}, timeout=120)
-    assert r.returncode == 2 and "a reference that hangs" in r.stderr, r.stderr
+    p = fake_probe(work, "--budget-s", "4", op=Op("slowref"))
+    assert p.rc == 0 and p.doc["complete"] is False and p.doc["candidates"] == [] and p.doc["appended"] == {}
+    assert "ranking trace" in p.doc["interrupted"] and "raise --budget-s" in p.doc["interrupted"]
+    assert "ranking trace" in capsys.readouterr().out
+    assert p.tracer.running() == []
+    with pytest.raises(UserError, match="a reference that hangs"):
+        fake_probe(work, "--timeout-s", "4", op=Op("slowref"))
 
 
-def test_traces_started_ahead_give_the_same_verdicts_and_leave_nothing_running(tmp_path):
+def test_traces_started_ahead_give_the_same_verdicts_and_leave_nothing_running(tmp_path, monkeypatch):
     # two source cases, ladder 2, 4: with --trace-jobs 2 the tracer of the next factor / the next source runs while
-    # the child runs the current candidate; the verdicts and traced FLOPs are those of the sequential run
+    # the runner runs the current candidate; the verdicts and traced FLOPs are those of the sequential run
     runs = {}
     for jobs in ("0", "2"):
-        work = probe_ops.make_workdir(tmp_path / f"j{jobs}")
-        r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "4", "--no-saturation-stop", "--trace-jobs", jobs,
-                           env={"TMPDIR": str(tmp_path / f"j{jobs}")})
-        assert r.returncode == 0, r.stderr
-        runs[jobs] = doc
-        assert not list((tmp_path / f"j{jobs}").glob("mfu_probe_*")), "a staged candidate was left behind"
+        tmp = tmp_path / f"j{jobs}"
+        work = probe_ops.make_workdir(tmp)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+        p = fake_probe(work, "--cases", "0,1", "--max-scale", "4", "--no-saturation-stop", "--trace-jobs", jobs)
+        runs[jobs] = p.doc
+        assert not list(tmp.glob("mfu_probe_*")), "a staged candidate was left behind"
+        assert p.tracer.running() == [] and p.tracer.closed  # no trace left running
     key = lambda d: [(c["candidate_id"], c["verdict"], c["flops"]) for c in d["candidates"]]  # noqa: E731
     assert key(runs["0"]) == key(runs["2"]) and len(key(runs["0"])) == 4
     waited = [next(g for g in c["gates"] if g["gate"] == 2) for c in runs["2"]["candidates"]]
     assert any(g["waited_s"] < g["wall_s"] for g in waited)  # at least one trace had started ahead
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert str(tmp_path) not in ps  # no tracer or gate child of either run is still alive
+    assert all(g["waited_s"] == g["wall_s"] for c in runs["0"]["candidates"] for g in c["gates"] if g["gate"] == 2)
 
 
 def test_probe_refuses_a_zero_budget_and_negative_trace_jobs(tmp_path):
     work = probe_ops.make_workdir(tmp_path)
     for extra in (["--budget-s", "0"], ["--trace-jobs", "-1"], ["--timeout-s", "0"]):
-        r, _doc = run_probe(work, "--cases", "0", *extra)
-        assert r.returncode == 2 and "--budget-s and --timeout-s must be > 0" in r.stderr, (extra, r.stderr)
+        with pytest.raises(UserError, match="--budget-s and --timeout-s must be > 0"):
+            fake_probe(work, "--cases", "0", *extra)
 
 
-def test_dry_run_with_sequence_lengths_that_are_not_integers_reports_a_refusal_not_a_traceback(tmp_path):
+def test_dry_run_with_sequence_lengths_that_are_not_integers_reports_a_refusal_not_a_traceback(tmp_path, capsys):
     # [B, S, H] activations and an actual_seq_lengths list with a null in it: scaling the sequence raised
     # TypeError from int(None) in the probe (dry run included); it is a refusal that gate 2 reports
     def line(b, s, lens):
@@ -281,52 +286,57 @@ def test_dry_run_with_sequence_lengths_that_are_not_integers_reports_a_refusal_n
                                       {"name": "actual_seq_lengths", "type": "attr", "dtype": "list",
                                        "value": lens}]})
     work = probe_ops.make_workdir(tmp_path, lines=[line(2, 8, [8, None]), line(3, 4, [4, 1, 2])])
-    r, _doc = run_probe(work, "--dry-run", "--max-scale", "2", timeout=120)
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-    assert "actual_seq_lengths holds None, not an in" in r.stdout, r.stdout
-
-
-def _load_probe_cli():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("max_shape_probe_cli", PROBE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    p = fake_probe(work, "--dry-run", "--max-scale", "2")
+    assert p.rc == 0 and p.doc is None and p.tracer.procs == []
+    assert "actual_seq_lengths holds None, not an in" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("warmup_s, budget_s", [(3.0, 5.0), (4.0, 3.0)])
 def test_the_ranking_trace_counts_the_trace_start_against_the_budget_and_kills_a_fresh_child(
-        tmp_path, monkeypatch, warmup_s, budget_s):
+        tmp_path, warmup_s, budget_s):
     # the ranking trace starts through the trace zygote, whose warm-up (torch import, seconds on a loaded host)
     # happened before the budget's wait began: a 5 s budget ran 3 s + 5 s. With the warm-up past the budget the
-    # trace is killed the moment it is forked, before its setsid: killpg found no group, the child ran on and the
-    # probe waited 10 s for it. Warm-up simulated by a start_tool that sleeps first; the tracer: slowref (30 s).
-    import time
-    from types import SimpleNamespace
-    from mfulib.run import trace_zygote
+    # trace is killed the moment it is forked (it used to run on, and the probe waited for it). The tracer:
+    # slowref (30 s), started after warmup_s
     from mfulib.core.opdir import OpDir
-    cli_mod = _load_probe_cli()
     work = probe_ops.make_workdir(tmp_path)
-    monkeypatch.setenv("PROBE_OP_MODE", "slowref")
-    real_start, started = trace_zygote.start_tool, []
-
-    def slow_start(argv, log):
-        time.sleep(warmup_s)
-        job = real_start(argv, log)
-        started.append(job)
-        return job
-    monkeypatch.setattr(trace_zygote, "start_tool", slow_start)
+    clock = FakeClock()
+    tracer = FakeTracer(clock, Op("slowref", warmup_s=warmup_s))
     od = OpDir(work)
     args = SimpleNamespace(budget_s=budget_s, timeout_s=600.0, flops_tool=os.path.join(os.path.dirname(PROBE),
                                                                                      "check_flops.py"), seed=0)
-    try:
-        trace_zygote.shared()  # warm already: only the simulated warm-up counts
-        t0 = time.monotonic()
-        with pytest.raises(probe.OutOfBudget, match="ranking trace"):
-            cli_mod.rank_sources(od, args, od.describe_all(), None, t0)
-        elapsed = time.monotonic() - t0
-        assert elapsed < max(budget_s, warmup_s) + 2.0, elapsed
-        (job,) = started
-        assert job.poll() is not None  # killed and reaped, not still tracing
-    finally:
-        trace_zygote.close_shared()
+    t0 = clock()
+    with pytest.raises(OutOfBudget, match="ranking trace"):
+        probe_run.rank_sources(od, args, od.describe_all(), None, t0, clock=clock, tracer=tracer)
+    assert clock() - t0 == pytest.approx(max(budget_s, warmup_s))
+    (job,) = tracer.procs
+    assert job.killed and tracer.running() == []  # killed, not still tracing
+
+
+def test_gate1_alone_on_a_case_description():
+    info = SimpleNamespace(input_bytes=3000)
+    assert gate1(info, {"max_bytes": 4000})["ok"] is True
+    g = gate1(info, {"max_bytes": 4000, "device_free_bytes": 5000})
+    assert g["ok"] is False and "free device memory" in g["detail"] and g["value"] == 6000  # 2 copies on the device
+
+
+@pytest.mark.e2e
+def test_end_to_end_a_real_child_retires_after_an_oom_and_the_next_one_serves_a_candidate_and_its_baseline(
+        tmp_path):
+    # the real command, tracer and persistent child on the CPU: case 0 x2 (m 32 > 16) runs out of memory in verify
+    # (recorded, the child retires); case 1 x2 passes in a fresh child, which then times case 1 at scale 1 too
+    work = probe_ops.make_workdir(tmp_path)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "2", "--trace-jobs", "1",
+                       env={"PROBE_OP_MODE": "oom", "PROBE_OP_LIMIT": "16", "PROBE_OP_PIDS": str(pids),
+                            "TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    c0, c1 = doc["candidates"]
+    assert c0["failed_gate"] == 3 and _gate(c0, 3)["detail"].startswith("verify oom")
+    assert c1["verdict"] == "pass" and doc["baselines"]["1"]["time_ms"] > 0 and doc["complete"] is True
+    assert _gate(c1, 2)["value"] == 2 * 4 * 16 * 16 * 4  # the real tracer's bmm FLOPs of [4,16,16]@[4,16,4]
+    assert len(list(pids.iterdir())) == 2  # one child per OOM, one for the rest
+    assert not list(tmp_path.glob("mfu_probe_*")), "a staged candidate was left behind"
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(tmp_path) not in ps  # no tracer or gate child is still alive

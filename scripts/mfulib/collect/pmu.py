@@ -3,7 +3,8 @@
 performance.json ``per_case[].pmu`` is ``{kernel_name: {counter: value}}`` with the names below (value None where
 not measured, never 0), ``pmu_source`` says where they came from (``"ncu"`` | ``"msprof:<Group>[+<Group>]"``).
 This module owns the names; the collector's backends (npu: :func:`from_msprof`; cuda: :func:`from_ncu_record`),
-the classification (:mod:`mfulib.report.bound`) and the roofline (:mod:`mfulib.report.roofline`) read them from here.
+the classification (:mod:`mfulib.report.bound`), the roofline (:mod:`mfulib.report.roofline`) and the executed
+matrix FLOPs (:mod:`mfulib.collect.executed`) read them from here.
 
 CUDA (Nsight Compute; metric names as ncu spells them for Hopper/sm_90, :data:`NCU_METRIC_OF`):
 
@@ -74,13 +75,6 @@ GMMA_METRICS = ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained
 # what the collector passes to ``ncu --metrics`` (comma-joined); first spelling of each counter
 NCU_METRICS = tuple(dict.fromkeys(m for key, names in NCU_METRIC_OF.items()
                                   for m in (names if key in SUMMED else names[:1])))
-
-# FLOPs of one warp-level mma.sync instruction per shape (2 * m * n * k; PTX ISA "Warp-level matrix multiply-
-# accumulate instructions", mma.sync.aligned.m16n8k16 / m16n8k8 / m16n8k32 (int8)). A warpgroup MMA (wgmma,
-# m64nNk16) has N from 8 to 256 chosen by the compiler per kernel: its FLOPs per instruction cannot be known from
-# the counters, so executed FLOPs are None whenever gmma instructions ran.
-MMA_FLOPS_PER_INST = {"m16n8k8": 2 * 16 * 8 * 8, "m16n8k16": 2 * 16 * 8 * 16, "m16n8k32": 2 * 16 * 8 * 32}
-
 
 def ncu_metrics(cc_major: int | None = None) -> list:
     """The ``--metrics`` list for a GPU of compute capability ``cc_major`` (None = Hopper's list); the warpgroup
@@ -207,32 +201,6 @@ def average_launches(records: list) -> dict:
         out[k] = float(sum(vals) / len(vals)) if vals else None
     out["launches"] = len(records)
     return out
-
-
-# --------------------------------------------------------------------------------------------------- executed work
-
-
-def executed_flops(counters: dict, mma_shape: str | None = None) -> tuple:
-    """(executed FLOPs or None, how) of one kernel launch from its counters.
-
-    NPU: ``aic_cube_fops + aiv_vector_fops`` (ArithmeticUtilization). CUDA: ``tensor_inst_executed`` x
-    :data:`MMA_FLOPS_PER_INST` [``mma_shape``] when the shape is given and no warpgroup MMA ran; otherwise None
-    with the reason (wgmma N is not in the counters; mma.sync shape unknown).
-    """
-    c = counters or {}
-    cube, vec = finite_or_none(c.get("aic_cube_fops")), finite_or_none(c.get("aiv_vector_fops"))
-    if cube is not None or vec is not None:
-        return (cube or 0.0) + (vec or 0.0), "msprof aic_cube_fops + aiv_vector_fops"
-    inst = finite_or_none(c.get("tensor_inst_executed"))
-    if inst is None:
-        return None, "no executed-work counter (msprof ArithmeticUtilization or ncu tensor instructions)"
-    if finite_or_none(c.get("tensor_inst_executed_gmma")):
-        return None, ("warpgroup MMA (wgmma) instructions ran: FLOPs per instruction depend on the N the compiler "
-                      "chose (8..256), which no counter gives")
-    per = MMA_FLOPS_PER_INST.get(mma_shape or "")
-    if per is None:
-        return None, "mma.sync shape not known: pass it (m16n8k16 for fp16/bf16) to count executed FLOPs"
-    return inst * per, f"ncu tensor instructions x {per} FLOPs ({mma_shape})"
 
 
 def source_of(counters_by_kernel: dict) -> str | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 
 from mfulib.report import bound as _bound
+from mfulib.collect import executed as _executed
 from mfulib.collect import pmu as _pmu
 from mfulib.report import roofline as _roofline
 from mfulib.core.definitions import (HALF_DTYPES, NOISE_MARGIN, above_peak, actual_tflops, canonical_dtype, canonical_mode,
@@ -225,7 +226,7 @@ def attach_bounds_and_roofline(row: dict, case: dict, peaks: dict) -> None:
         b = _kernel_dram_bytes(c, ktime.get(n))
         launches = finite_or_none((kinfo.get(n) or {}).get("launches_per_iter")) or 1.0
         dram[n] = b * launches if b is not None and per_launch else b
-        ex, how = _pmu.executed_flops(c, peaks.get("mma_shape"))
+        ex, how = _executed.kernel_flops(c, kind, peaks.get("capability"), row.get("peak_key"))
         executed[n] = (ex * launches if ex is not None else None, how)
         used = c.get("block_dim") if kind == "msprof" else c.get("grid_size")
         if cores and used and ktime.get(n):
@@ -401,6 +402,7 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
                      "pipeline and are never compared with accelerator numbers")
     peaks = peaks_for(rep, peak)
     peaks["cores"] = device_cores(rep.get("device"))
+    peaks["capability"] = (rep.get("device") or {}).get("capability")  # CUDA FLOPs per tensor instruction
     rows = []
     for c in rep["per_case"]:
         if cases is not None and c.get("case") not in cases:

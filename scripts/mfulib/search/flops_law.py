@@ -5,11 +5,11 @@ itself at 2^k the work of its source (a host-side subprocess). When the traced F
 the original cases follow ``log F = c + sum_k e_k log v_k`` exactly (every case within :data:`EXACT_REL` of the fit,
 with :data:`SPARE_CASES` more cases than unknowns, so the fit is tested and not merely solved, and every exponent
 0, 1, 2 or 3 as in a monomial count), the candidate's FLOPs are F(source) x
-prod_k s_k^e_k for its factors s_k, and the roofline floor (:func:`mfulib.search.probe_gates.gate4_floor`) can decide gate 4
-without running anything. Semantic FLOP counts of matrix operators are monomials in their dimensions (a GEMM 2mnk,
-attention 4 b h s_q s_k d), so this holds for them; data-dependent counts (masks, variable lengths), counts that
-also depend on axes that are not symbols (the last axes), and symbols that never vary (their exponent is not
-identified) give no law, and the candidate is traced as before.
+prod_k s_k^e_k for its factors s_k, and the roofline floor (:func:`mfulib.search.probe_gates.gate4_floor`) can decide
+gate 4 without running anything. Semantic FLOP counts of matrix operators are monomials in their dimensions (a GEMM
+2mnk, attention 4 b h s_q s_k d), so this holds for them; data-dependent counts (masks, variable lengths), counts that
+also depend on axes that are not symbols (the last axes), and symbols that never vary (their exponent is not identified)
+give no law, and the candidate is traced as before.
 """
 from __future__ import annotations
 

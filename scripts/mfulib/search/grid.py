@@ -14,9 +14,9 @@ The spec (step 2) and DESIGN.md: the limit MFU is the maximum over (case, scale)
   ``repeat_budget_s``: no profiler, no msprof; its cost per case is the row's ``wall_s``) and is ranked by traced FLOPs
   (bytes moved for MBU) over the median device-synchronised wall time of one iteration;
 * **stage 2**: the top :attr:`SearchOptions.stage2_k` (3) are measured by the collector
-  (``msprof_perf_summary.py --cases``; on NPU with ``--aic-metrics ArithmeticUtilization`` for the cube FLOP
-  count, on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the tensor instruction counts):
-  precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search.numerator`), MFU@nom against
+  (``msprof_perf_summary.py --cases``; on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the
+  tensor instruction counts): precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search.numerator`;
+  executed FLOPs from :mod:`mfulib.collect.executed`, none on NPU), MFU@nom against
   the collector's nominal peak and MFU@ach against peak.json's measured peak where present.
 
 Writes grid_search.json (:mod:`mfulib.schemas.grid_search_json`); its ``chosen_cases`` are what ``make collect``
@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 
 from mfulib.core.paths import SCRIPTS_DIR
+from mfulib.collect import executed as _executed
 from mfulib.search import numerator as _sn
 from mfulib.search.pool import ALWAYS_TOP, CHECK_FLOPS, build_pool, flops_py_values, read_probe, trace_flops
 from mfulib.core.definitions import actual_tflops, is_positive, measured_peak_tflops, peak_key
@@ -221,14 +222,13 @@ _CASE = re.compile(r"^\[\d+/\d+\] case (\d+) ")  # the collector's per-case prog
 
 def collector_command(op_dir: str, ids: list, out_dir: str, backend_name: str, opts: SearchOptions) -> list:
     """The stage-2 collector command line for case ``ids`` of the work dir ``op_dir`` into ``out_dir``: precise
-    kernel time, and the hardware's executed-work counters the numerator needs (npu: ``--aic-metrics
-    ArithmeticUtilization``; cuda: ``--pmu`` :attr:`SearchOptions.stage2_pmu`, default auto = Nsight Compute when
-    it is found and permitted, unless ``collect_args`` carry their own ``--pmu``)."""
+    kernel time, and on cuda the tensor instruction counts the numerator needs (``--pmu``
+    :attr:`SearchOptions.stage2_pmu`, default auto = Nsight Compute when it is found and permitted, unless
+    ``collect_args`` carry their own ``--pmu``; npu collects no counter: :mod:`mfulib.collect.executed` uses none
+    there)."""
     cmd = [sys.executable, COLLECTOR, "--quick", "--impl", "asc", "--op-dir", op_dir, "--output-dir", out_dir,
            "--cases", ",".join(map(str, ids)), "--backend", backend_name, "--device", str(opts.device_id),
            "--seed", str(opts.seed), "--case-timeout-s", str(opts.case_timeout_s)]
-    if backend_name == "npu":
-        cmd += ["--aic-metrics", "ArithmeticUtilization"]  # aic_cube_fops: the executed cube FLOPs
     extra = list(opts.collect_args)
     if backend_name == "cuda" and not any(a == "--pmu" or str(a).startswith("--pmu=") for a in extra):
         cmd += ["--pmu", opts.stage2_pmu]  # tensor instruction counts for the executed-FLOPs numerator
@@ -311,7 +311,7 @@ def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchO
                "peak_nom_tflops": peak_nom, "bandwidth_gbps": bw, "wall_s": case_wall_s.get(e["case"])}
         dtype = e.get("compute_dtype") or p["compute_dtype"]
         mode = peak_key(dtype, bool(e.get("tf32"))) if dtype else None
-        executed, src, why = _sn.executed_flops(e, backend_name, device.get("capability"), mode)
+        executed, src, why = _executed.executed_flops(e, backend_name, device.get("capability"), mode)
         row.update(_sn.numerator(p["flops_traced"], executed, src, why))
         row["peak_ach_tflops"] = measured_peak_tflops(ach, dtype, bool(e.get("tf32")))[0] if dtype else None
         row["bytes_moved"] = (e.get("input_bytes") or p["input_bytes"]) + (e.get("output_bytes") or 0)

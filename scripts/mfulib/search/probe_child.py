@@ -1,16 +1,15 @@
 """The probe's child process for gates 3 and 4: verify a staged candidate, then time ModelNew on it.
 
 A persistent worker (:func:`serve_main`, the request/reply protocol of :mod:`mfulib.run.worker`; the parent is
-:class:`mfulib.search.probe_gates.GateWorker`): Python, ``import torch``, the device context and the compat layer are set
-up once, then candidate after candidate is served. A request names a staged work directory whose case files hold
-only the candidate (case 0); the reply carries ``verify`` (:func:`mfulib.verify.correctness.verify_case`: Model vs ModelNew
-within verify's tolerance, dropout off; statuses pass | fail | rejected | oom | error; absent for ``time_only``
+:class:`mfulib.search.probe_gates.GateWorker`): Python, ``import torch``, the device context and the compat layer are
+set up once, then candidate after candidate is served. A request names a staged work directory whose case files hold
+only the candidate (case 0); the reply carries ``verify`` (:func:`mfulib.verify.correctness.verify_case`: Model vs
+ModelNew within verify's tolerance, dropout off; statuses pass | fail | rejected | oom | error; absent for ``time_only``
 requests), ``verify_s``, and - when it passed - ``time``: ``{"runs_ms": [...], "time_ms": median, "status": "ok",
-"wall_s"}`` or a status oom | error. An out-of-memory or error status retires the child after its reply (a sticky
-device fault must not reach the next candidate). Timing: one warm-up call (compilation), then up to ``repeats``
-calls, stopped early once their sum exceeds ``max_ms``; each call is bracketed by a device synchronize (wall clock
-of one synchronised run - this gate bounds the cost of later profiling, it is not the kernel time the collector
-measures).
+"wall_s"}`` or a status oom | error. An out-of-memory or error status retires the child after its reply (a sticky device
+fault must not reach the next candidate). Timing: one warm-up call (compilation), then up to ``repeats`` calls, stopped
+early once their sum exceeds ``max_ms``; each call is bracketed by a device synchronize (wall clock of one synchronised
+run - this gate bounds the cost of later profiling, it is not the kernel time the collector measures).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The probe's five gates (:mod:`mfulib.search.probe`, spec step 2) and the persistent child that runs gates 3 and 4.
+"""The probe's five gates (:mod:`mfulib.search.probe`, spec step 2) and the persistent child that runs gates 3-4.
 
 Each gate returns :func:`mfulib.schemas.probe_json.gate` dicts with its numbers and its own ``wall_s`` (seconds the
 gate took, so probe.json shows where a probe's time went). Gate 1 allocates nothing; gate 2 runs the
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from mfulib.core.paths import SCRIPTS_DIR
@@ -34,8 +36,8 @@ class OutOfBudget(Exception):
     """A gate was cut short by ``--budget-s`` (not by its own limit): the candidate stays without a verdict."""
 
 
-def _timed(g: dict, t0: float) -> dict:
-    g["wall_s"] = round(time.monotonic() - t0, 3)
+def _timed(g: dict, t0: float, clock=time.monotonic) -> dict:
+    g["wall_s"] = round(clock() - t0, 3)
     return g
 
 
@@ -64,19 +66,21 @@ def gate1(info, limits: dict) -> dict:
 class TraceJob:
     """One ``--flops-tool --tracer-only --cases 0`` run on a staged candidate, started at construction (its own
     process group, stdout/stderr to files beside the staged dir; forked from the warm zygote of
-    :mod:`mfulib.run.trace_zygote` when it runs, else a plain subprocess) and read by :func:`gate2` - at once, or later when
-    the probe started it ahead (:class:`mfulib.search.probe.Probe`'s trace prefetch, while the device runs another
-    candidate). ``kill()`` ends it and whatever it started."""
+    :mod:`mfulib.run.trace_zygote` when it runs, else a plain subprocess) and read by :func:`gate2` - at once, or later
+    when the probe started it ahead (:class:`mfulib.search.probe.Probe`'s trace prefetch, while the device runs another
+    candidate). ``kill()`` ends it and whatever it started. ``tracer``: what starts and stops it (``start_tool``,
+    ``stop`` of :mod:`mfulib.run.trace_zygote`, the default); ``clock``: seconds (``t0``, its start)."""
 
-    def __init__(self, flops_tool: str, staged: str, seed: int):
+    def __init__(self, flops_tool: str, staged: str, seed: int, tracer=None, clock=time.monotonic):
+        if tracer is None:
+            from mfulib.run import trace_zygote as tracer
         root = os.path.dirname(staged)
         self.flops_tool, self.out = flops_tool, os.path.join(root, "flops_check.json")
         self.log = os.path.join(root, "flops_tool.log")
         cmd = [sys.executable, flops_tool, "--op-dir", staged, "--tracer-only", "--cases", "0", "--seed", str(seed),
                "--quiet", "-o", self.out]
-        self.t0 = time.monotonic()
-        from mfulib.run.trace_zygote import start_tool
-        self.proc = start_tool(cmd[1:], self.log)  # forked warm (torch imported once) or a plain subprocess
+        self.tracer, self.t0 = tracer, clock()
+        self.proc = tracer.start_tool(cmd[1:], self.log)  # forked warm (torch imported once) or a plain subprocess
 
     def wait(self, timeout_s: float):
         """The exit status, or None when it did not end within ``timeout_s`` (it is killed then)."""
@@ -87,47 +91,46 @@ class TraceJob:
             return None
 
     def kill(self) -> None:
-        from mfulib.run.trace_zygote import stop
-        stop(self.proc)  # its group, and the pid itself (a fresh fork may not lead a group yet)
+        self.tracer.stop(self.proc)  # its group, and the pid itself (a fresh fork may not lead a group yet)
 
     def tail(self, n: int = 2) -> str:
         return _log_tail(self.log, n)
 
 
 def gate2(flops_tool: str, staged: str, seed: int, timeout_s: float, no_matrix: bool, input_bytes: int,
-          refusals: list, budget_cut: bool = False, job: TraceJob | None = None) -> tuple:
+          refusals: list, budget_cut: bool = False, job: TraceJob | None = None, clock=time.monotonic) -> tuple:
     """(gate dict, flops or None): the reference traced on the staged candidate by ``flops_tool`` (a subprocess:
     ``--tracer-only --cases 0`` with the seed of the timed run - data-dependent FLOPs from the same draw).
     ``job``: that run, started earlier (prefetch); ``wall_s`` then counts from its start and ``waited_s`` says how
     long the probe waited for it. ``budget_cut``: ``timeout_s`` is what is left of the budget, so running out of
-    it raises :class:`OutOfBudget`."""
-    t0 = time.monotonic()
+    it raises :class:`OutOfBudget`. ``clock``: seconds, the one ``job`` was started with."""
+    t0 = clock()
     if refusals:
         return _timed(pj.gate(2, False, "the scaling cannot keep the case consistent: " + "; ".join(refusals)),
-                      t0), None
-    job = job or TraceJob(flops_tool, staged, seed)
+                      t0, clock), None
+    job = job or TraceJob(flops_tool, staged, seed, clock=clock)
     try:
         rc = job.wait(timeout_s)
     except BaseException:  # Ctrl-C / SIGTERM while it runs: it must not outlive the probe
         job.kill()
         raise
-    waited = round(time.monotonic() - t0, 3)
+    waited = round(clock() - t0, 3)
     t0 = job.t0
     if rc is None:
         if budget_cut:
             raise OutOfBudget(f"gate 2 ({os.path.basename(flops_tool)}) cut at --budget-s") from None
-        return dict(_timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} took more than {timeout_s:g} s"), t0),
-                    waited_s=waited), None
+        return dict(_timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} took more than {timeout_s:g} s"), t0,
+                           clock), waited_s=waited), None
     out = job.out
     if not os.path.exists(out):
-        return dict(_timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} exit {rc}: {job.tail()}"), t0),
+        return dict(_timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} exit {rc}: {job.tail()}"), t0, clock),
                     waited_s=waited), None
-    g, flops = _gate2_verdict(out, seed, no_matrix, input_bytes, t0)
+    g, flops = _gate2_verdict(out, seed, no_matrix, input_bytes, t0, clock)
     g["waited_s"] = waited
     return g, flops
 
 
-def _gate2_verdict(out: str, seed: int, no_matrix: bool, input_bytes: int, t0: float) -> tuple:
+def _gate2_verdict(out: str, seed: int, no_matrix: bool, input_bytes: int, t0: float, clock) -> tuple:
     """Gate 2 from the flops tool's flops_check.json ``out``."""
     with open(out) as f:
         row = (json.load(f).get("per_case") or [{}])[0]
@@ -137,26 +140,28 @@ def _gate2_verdict(out: str, seed: int, no_matrix: bool, input_bytes: int, t0: f
         f", data values {tr.get('data_values')}" if tr.get("data_values") else "")
     if row.get("status") == "rejected" or tr.get("status") == "rejected":
         return _timed(pj.gate(2, False, f"the reference rejects the shape: {tr.get('reason') or row.get('diagnosis')}"),
-                      t0), None
+                      t0, clock), None
     if tr.get("status") != "ok":
         return _timed(pj.gate(2, False, f"the tracer could not run the reference ({tr.get('status')}: "
-                              f"{tr.get('reason')})"), t0), None
+                              f"{tr.get('reason')})"), t0, clock), None
     unseen = f"; unseen ops {tr.get('unseen_ops')}" if tr.get("unseen_ops") else ""
     if no_matrix:
         ok = input_bytes > 0
         return _timed(pj.gate(2, ok, f"no matrix work (the source case traces 0 FLOPs): bytes {input_bytes} "
-                              f"{'>' if ok else '<='} 0; {drawn}", input_bytes, 0), t0), flops
+                              f"{'>' if ok else '<='} 0; {drawn}", input_bytes, 0), t0, clock), flops
     ok = bool(flops) and flops > 0
     return _timed(pj.gate(2, ok, f"traced FLOPs {flops:.4g} {'>' if ok else '<='} 0; {drawn}{unseen}"
-                          if flops is not None else "traced no FLOPs", flops, 0), t0), flops
+                          if flops is not None else "traced no FLOPs", flops, 0), t0, clock), flops
 
 
 class GateWorker:
-    """Parent side of the persistent gate-3/4 child (:func:`mfulib.search.probe_child.serve_main`). One per probe run;
-    ``close()`` ends it. A child that died, timed out or retired is replaced on the next request."""
+    """Parent side of the persistent gate-3/4 child (:func:`mfulib.search.probe_child.serve_main`): the probe's
+    default gate runner. One per probe run; ``close()`` ends it and removes its log dir (a temp dir of its own).
+    A child that died, timed out or retired is replaced on the next request."""
 
-    def __init__(self, device: str, log_dir: str):
-        self.device, self.log_dir, self.worker, self.starts = device, log_dir, None, 0
+    def __init__(self, device: str):
+        self.device, self.worker, self.starts = device, None, 0
+        self.log_dir = tempfile.mkdtemp(prefix="mfu_probe_child_")
 
     def _ensure(self):
         from mfulib.run.worker import Worker, child_env
@@ -186,6 +191,7 @@ class GateWorker:
         if self.worker is not None:
             self.worker.close(grace_s=5.0)
             self.worker = None
+        shutil.rmtree(self.log_dir, ignore_errors=True)  # the child's own log (a case logs beside its staged dir)
 
 
 def _log_tail(path: str, n: int = 2) -> str:
@@ -199,10 +205,11 @@ def _log_tail(path: str, n: int = 2) -> str:
     return " | ".join(fatal + [ln for ln in lines[-n:] if ln not in fatal])
 
 
-def gates34(worker: GateWorker, staged: str, seed: int, max_ms: float, timeout_s: float,
+def gates34(worker, staged: str, seed: int, max_ms: float, timeout_s: float,
             budget_cut: bool = False, time_only: bool = False) -> tuple:
     """(gate 3 dict, gate 4 dict or None, verify row, time_ms): ModelNew verified against Model and timed in the
-    persistent child. ``time_only``: skip verify (the source case at scale 1, verified by verify.py before) -
+    persistent child. ``worker``: the gate runner (:class:`GateWorker` or a stand-in with its ``call``).
+    ``time_only``: skip verify (the source case at scale 1, verified by verify.py before) -
     gate 3 is then None. ``budget_cut`` as in :func:`gate2`."""
     log_path = os.path.join(os.path.dirname(staged), "child.log")
     req = {"op_dir": staged, "seed": seed, "max_ms": max_ms, "repeats": 3, "time_only": time_only,
@@ -275,7 +282,8 @@ def gate4_floor(flops, input_bytes: int, bw: dict, max_ms: float):
 
 def gate5(input_bytes: int, time_ms: float, bw: dict) -> dict:
     """Effective bandwidth input_bytes / time against :data:`BANDWIDTH_MARGIN` x the memory bandwidth ``bw``
-    (:func:`mfulib.search.probe.bandwidth_limit`); inputs that fit in L2 are exempt (they may beat HBM legitimately)."""
+    (:func:`mfulib.search.probe_limits.bandwidth_limit`); inputs that fit in L2 are exempt (they may beat HBM
+    legitimately)."""
     t0 = time.monotonic()
     eff_gbps = effective_gbps(input_bytes, time_ms)
     eff_gbps = float("inf") if eff_gbps is None else eff_gbps

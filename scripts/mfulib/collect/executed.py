@@ -1,0 +1,121 @@
+"""Executed matrix FLOPs from hardware counters: the one definition, with the one per-instruction table.
+
+Executed FLOPs are the **matrix work only** the hardware says it ran (cube / tensor-core instructions, each at its
+instruction shape and math mode; vector work is never added), so they compare with the traced FLOPs of the
+numerator rule min(traced, executed) (``docs/ARCHITECTURE.md``; :func:`mfulib.search.numerator.numerator` records
+the choice in ``num_src``). Counter names are those of :mod:`mfulib.collect.pmu`. Two callers: the shape search's
+numerator (:func:`executed_flops`, per iteration of a performance.json ``per_case`` entry) and the decompose PMU
+view (:func:`kernel_flops`, per launch of one kernel).
+
+CUDA (Nsight Compute ``tensor_inst_executed`` = ``sm__inst_executed_pipe_tensor_op_hmma.sum``, warp-level
+instructions, Nsight Compute Kernel Profiling Guide "Metrics Decoder": ``inst_executed`` counts per warp):
+
+* compute capability 8.x: each counted instruction is one warp-level ``mma.sync`` of the shape Triton's MMAv2
+  lowering issues for the math mode, 2*m*n*k FLOPs each (:data:`MMA_SYNC_FLOPS_PER_INST`; PTX ISA, "Warp-level
+  Matrix Multiply-Accumulate Instructions", "Matrix shape": ``mma.sync.aligned.m16n8k16`` for .f16/.bf16,
+  ``m16n8k8`` for .tf32, ``m16n8k32`` for .s8/.e4m3);
+* capability >= 9 (Hopper): a kernel that ran no warpgroup MMA (``tensor_inst_executed_gmma`` 0) counts as on 8.x.
+  One that did is refused: a ``wgmma.mma_async`` has the shape m64nNk (PTX ISA, "Asynchronous Warpgroup Level
+  Matrix Multiply-Accumulate", "Matrix shape": k16 for .f16/.bf16, k8 .tf32, k32 8-bit; N = 8..256 in steps of 8)
+  and is issued by a warpgroup of 4 warps (PTX ISA "Warpgroup"; NVIDIA Hopper Tuning Guide), so ncu counts it 4
+  times, 2*64*N*k/4 FLOPs per counted instruction (:func:`wgmma_flops_per_counted_inst`: 512*N for 16-bit) - and
+  the N the compiler chose is in no counter (one kernel may issue several). On sm_90 the hmma count includes the
+  gmma ones (equal on every real H200 kernel of tests/fixtures/h200/pmu_mha_128x128.json), so a missing gmma count
+  is a refusal too.
+
+Ascend NPU: msprof's ``aic_cube_fops`` (``--aic-metrics ArithmeticUtilization``) is documented only as the cube
+unit's floating-point operations; no public source found says whether it counts FLOPs or MACs, per task or per
+core, or how it treats padded fractal tiles, so it cannot be compared with traced FLOPs. NPU executed FLOPs are
+therefore not used (None, with :data:`NPU_WHY`), and the numerator is the tracer's.
+"""
+from __future__ import annotations
+
+from mfulib.core.definitions import finite_or_none
+
+CUDA_COUNTER = "tensor_inst_executed"
+GMMA_COUNTER = "tensor_inst_executed_gmma"
+# 2*m*n*k of the mma.sync shape per math mode (PTX ISA "Matrix shape" of mma.sync; module docstring)
+MMA_SYNC_FLOPS_PER_INST = {"float16": 2 * 16 * 8 * 16, "bfloat16": 2 * 16 * 8 * 16, "tf32": 2 * 16 * 8 * 8,
+                           "int8": 2 * 16 * 8 * 32, "float8_e4m3fn": 2 * 16 * 8 * 32}
+# k of the warpgroup MMA shape m64nNk per math mode (PTX ISA wgmma "Matrix shape"); M is 64, 4 warps issue it
+WGMMA_K = {"float16": 16, "bfloat16": 16, "tf32": 8, "int8": 32, "float8_e4m3fn": 32}
+WGMMA_M, WARPS_PER_WARPGROUP = 64, 4
+NPU_WHY = ("npu: msprof aic_cube_fops is not used - no public source found defines what it counts (FLOPs or MACs, "
+           "per task or per core, padded fractal tiles or not), so it cannot be compared with traced FLOPs")
+
+
+def wgmma_flops_per_counted_inst(n: int, mode: str):
+    """FLOPs of one instruction counted by ``sm__inst_executed_pipe_tensor_op_gmma`` for a wgmma of N ``n`` in math
+    mode ``mode``: 2 * 64 * n * k / 4 (module docstring; 512 * n for fp16/bf16); None for a mode without a wgmma
+    shape here."""
+    k = WGMMA_K.get(mode)
+    return None if k is None else 2 * WGMMA_M * int(n) * k // WARPS_PER_WARPGROUP
+
+
+def _major(capability):
+    try:
+        return int(str(capability).split(".")[0])
+    except (TypeError, ValueError):
+        return None
+
+
+def kernel_flops(counters: dict, backend: str, capability=None, mode=None) -> tuple:
+    """(executed matrix FLOPs of one launch or None, how or why not) from one kernel's canonical counters.
+
+    ``backend``: npu | cuda | cpu (or the counter source ncu | msprof); ``capability``: the CUDA compute capability
+    ``"9.0"``; ``mode``: the case's math mode (:func:`mfulib.core.definitions.peak_key`: float16, tf32, ...).
+    Never raises: every refusal is a None with its reason (module docstring)."""
+    backend = {"ncu": "cuda", "msprof": "npu"}.get(backend, backend)
+    if backend == "npu":
+        return None, NPU_WHY
+    if backend != "cuda":
+        return None, f"backend {backend}: no hardware FLOP counter"
+    c = counters or {}
+    inst = finite_or_none(c.get(CUDA_COUNTER))
+    if inst is None:
+        return None, f"{CUDA_COUNTER} was not measured"
+    major = _major(capability)
+    if major is None:
+        return None, f"unknown compute capability {capability!r}: FLOPs per tensor instruction unknown"
+    if major >= 9:
+        gmma = finite_or_none(c.get(GMMA_COUNTER))
+        per_n = wgmma_flops_per_counted_inst(1, mode)
+        factor = f"{per_n}*N" if per_n else "2*64*N*k/4"
+        if gmma is None:
+            return None, (f"compute capability {capability}: no {GMMA_COUNTER} count, so warpgroup MMA (wgmma) "
+                          f"instructions (FLOPs {factor} each) cannot be told from mma.sync ones")
+        if gmma > 0:
+            return None, (f"compute capability {capability}: {gmma:.6g} warpgroup MMA (wgmma) instructions ran (ncu "
+                          f"counts a wgmma m64nNk once per warp of its warpgroup: {factor} FLOPs per counted "
+                          "instruction) and the N the compiler chose (8..256, possibly several per kernel) is in no "
+                          "counter, so executed FLOPs are unknown")
+    per = MMA_SYNC_FLOPS_PER_INST.get(mode)
+    if per is None:
+        return None, f"no mma.sync shape known for math mode {mode!r}"
+    return inst * per, f"ncu {CUDA_COUNTER} x {per} FLOPs (mma.sync, {mode})"
+
+
+def executed_flops(entry: dict, backend: str, capability=None, mode=None) -> tuple:
+    """(executed matrix FLOPs per iteration, source, why not) of one performance.json ``per_case`` entry: the sum
+    over its ``kernels`` of :func:`kernel_flops` x ``launches_per_iter``. ``source`` is
+    ``"hardware:tensor_inst_executed"`` when counted; the value and source are None (``why`` says why) where any
+    kernel gives no usable count, the counters were unavailable (``pmu_unavailable``) or the backend has none.
+    Never raises."""
+    if entry.get("pmu_unavailable"):
+        return None, None, f"counters unavailable: {entry['pmu_unavailable']}"
+    if backend == "npu":
+        return None, None, NPU_WHY
+    if backend != "cuda":
+        return None, None, f"backend {backend}: no hardware FLOP counter"
+    pmu, kernels = entry.get("pmu") or {}, entry.get("kernels") or []
+    if not pmu:
+        return None, None, f"no PMU counters in the collection ({CUDA_COUNTER} not measured)"
+    if not kernels:
+        return None, None, "the collection lists no kernels for this case"
+    total = 0.0
+    for k in kernels:
+        v, why = kernel_flops(pmu.get(k.get("name")), backend, capability, mode)
+        if v is None:
+            return None, None, f"kernel {k.get('name')!r}: {why}"
+        total += v * float(k.get("launches_per_iter") or 1)
+    return total, f"hardware:{CUDA_COUNTER}", None

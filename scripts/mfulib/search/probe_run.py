@@ -1,0 +1,371 @@
+"""The max-shape probe as a command (``max_shape_probe.py``): restore, argument checks, symbol choice, the ranking
+trace of the source cases, resume, the source loop with its replacements, probe.json and the summary table.
+
+:func:`run` takes the parsed arguments of ``max_shape_probe.py`` (its ``build_parser``) and returns the exit status;
+a bad input raises :class:`mfulib.core.errors.UserError`. Time and processes are injected: ``clock`` (seconds,
+:func:`time.monotonic` by default) counts ``--budget-s`` and every ``wall_s``; ``gate_runner`` runs gates 3-4
+(default: :class:`mfulib.search.probe_gates.GateWorker`, the persistent child); ``tracer`` starts the ranking and
+gate-2 traces (default: :mod:`mfulib.run.trace_zygote`). The rules themselves are :mod:`mfulib.search.probe`'s.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from mfulib.core import cli
+from mfulib.core.errors import UserError
+from mfulib.schemas import probe_json as pj
+from mfulib.search import probe_files, probe_limits
+from mfulib.search.ladder import ladder, search_factor
+from mfulib.search.probe import Probe
+from mfulib.search.probe_gates import OutOfBudget, gate1, gate4_floor
+
+
+def _default_tracer(tracer):
+    if tracer is None:
+        from mfulib.run import trace_zygote as tracer
+    return tracer
+
+
+def rank_sources(od, args, infos, cases=None, t_start=None, clock=time.monotonic, tracer=None):
+    """Case ids by traced FLOPs, most first, and {case: FLOPs} (one --flops-tool run over all cases, or over
+    ``cases`` only; output in a temp dir). Limited by ``--timeout-s`` and by what ``--budget-s`` has left
+    (counted from ``t_start``, ``clock`` seconds; the trace zygote's warm-up included). Raises UserError when the
+    trace outlives ``--timeout-s`` (a reference that hangs) and :class:`mfulib.search.probe_gates.OutOfBudget` when
+    the budget cut it (nothing wrong with the operator)."""
+    tracer = _default_tracer(tracer)
+    with tempfile.TemporaryDirectory(prefix="mfu_probe_rank_") as tmp:
+        out = os.path.join(tmp, "flops_check.json")
+        sel = ["--cases", ",".join(map(str, cases))] if cases else []
+        t0 = clock() if t_start is None else t_start
+
+        def limits():  # (budget left or None, wait limit): the zygote's warm-up counts against the budget too
+            left = None if args.budget_s is None else args.budget_s - (clock() - t0)
+            return left, args.timeout_s if left is None else max(0.0, min(args.timeout_s, left))
+        left, limit = limits()
+        job = None
+        try:
+            if limit <= 0:
+                raise subprocess.TimeoutExpired(args.flops_tool, 0)
+            job = tracer.start_tool([args.flops_tool, "--op-dir", od.path, "--tracer-only", "--seed", str(args.seed),
+                                     "--quiet", "-o", out] + sel, os.path.join(tmp, "flops_tool.log"))
+            if left is not None:
+                left, limit = limits()
+            rc = job.wait(timeout=limit)
+            job = None
+            if rc:  # the ranking falls back to input bytes below; say why rather than rank silently
+                with open(os.path.join(tmp, "flops_tool.log"), errors="replace") as f:
+                    tail = " | ".join(ln.strip() for ln in f.read().splitlines()[-3:] if ln.strip())
+                print(f"warning: {args.flops_tool} --tracer-only exit status {rc} while ranking the source cases "
+                      f"(cases without a traced FLOPs count rank by input bytes): {tail[-300:]}")
+        except subprocess.TimeoutExpired:
+            if job is not None:  # the group, and the process itself: a child forked a moment ago has no group yet
+                tracer.stop(job)
+            if left is not None and left < args.timeout_s:
+                raise OutOfBudget(f"--budget-s {args.budget_s:g} s reached while tracing the source cases at scale "
+                                  f"1 (the ranking trace, {limit:.0f} s left for it): raise --budget-s") from None
+            raise UserError(f"{args.flops_tool} --tracer-only did not trace the source cases at scale 1 within "
+                            f"{limit:g} s (--timeout-s / --budget-s): a reference that hangs? fix model.py, or pick "
+                            "sources with --cases") from None
+        rows = []
+        if os.path.exists(out):
+            with open(out) as f:
+                rows = json.load(f).get("per_case", [])
+    # FLOPs of a case the tracer counted; None where it could not (an error is not "no matrix work")
+    flops = {r["case"]: (float((r.get("tracer") or {})["total_flops"])
+                         if (r.get("tracer") or {}).get("status") == "ok"
+                         and (r.get("tracer") or {}).get("total_flops") is not None else None) for r in rows}
+    key = (lambda i: flops.get(i) or 0.0) if any(flops.values()) else (lambda i: infos[i].input_bytes)
+    return sorted(range(len(infos)), key=lambda i: -key(i)), flops
+
+
+def restore(od, old, path) -> int:
+    """``--restore``: the original case files back, probe.json and grid_search.json removed and the make stamps of
+    probe and search invalidated (the probe's verdicts were about the appended cases, now gone: a later probe
+    starts afresh, and make redoes probe and search)."""
+    if old is None:
+        raise UserError(f"{path}: not found - nothing was appended, nothing to restore")
+    names = probe_files.restore(od, old)
+    from mfulib.core import workdir_state
+    gone = [p for p in (path, od.file("grid_search.json")) if os.path.exists(p)]
+    for p in gone:
+        os.unlink(p)
+    stamps = [s for s in ("probe", "search") if workdir_state.invalidate(od.path, s)]
+    print(f"restored the original {', '.join(names)} in {od.path}; removed "
+          f"{', '.join(os.path.basename(p) for p in gone)}" + (f" and the make stamps of {', '.join(stamps)}"
+                                                              if stamps else ""))
+    return 0
+
+
+def check_args(args) -> None:
+    """UserError for limits out of range, a missing --flops-tool or a --peak-json naming no file."""
+    if args.max_scale < 2 or args.max_bytes <= 0 or args.max_ms <= 0 or args.top < 1:
+        raise UserError("--max-scale must be >= 2 and --max-bytes, --max-ms, --top > 0")
+    if (args.budget_s is not None and args.budget_s <= 0) or args.timeout_s <= 0 or \
+            (args.trace_jobs is not None and args.trace_jobs < 0):
+        raise UserError("--budget-s and --timeout-s must be > 0 seconds and --trace-jobs >= 0")
+    if not os.path.isfile(args.flops_tool):
+        raise UserError(f"--flops-tool {args.flops_tool}: not found - pass scripts/check_flops.py")
+    if args.peak_json and not os.path.isfile(args.peak_json):  # silently ignored, it took gate 5 and the floor away
+        raise UserError(f"--peak-json {args.peak_json}: not found - pass the file peak_calib.py -o wrote, or leave "
+                        "the option out (<dir>/peak.json)")
+
+
+def choose_symbols(od, infos, scale_dims_arg):
+    """(groups, scale_dims, chosen) of :mod:`mfulib.core.symbols`, printed; UserError when nothing can scale."""
+    from mfulib.core import symbols
+    groups = symbols.analyse(infos)
+    symbols.unique_names(groups)
+    scale_dims = [s.strip() for s in scale_dims_arg.split(",") if s.strip()] if scale_dims_arg else None
+    chosen = symbols.choose(groups, scale_dims)
+    if not chosen:
+        names = sorted({s.name for g in groups for s in g.symbols})
+        if not names:
+            raise UserError(f"{od.cases_path}: no axis to scale - every tensor axis here is a last axis (excluded: "
+                            "usually head_dim / hidden) or a 1-D tensor's only axis, so the case files give no batch "
+                            "or sequence symbol; scale the cases by hand, or give the tensors a batch/sequence axis")
+        raise UserError(f"--scale-dims {scale_dims_arg!r} selects no symbol; symbols are {names}" if scale_dims_arg
+                        else f"{od.cases_path}: no batch or sequence symbol among {names} - pick the ones to scale "
+                             "with --scale-dims")
+    print("symbols (scaled marked *):")
+    for g in groups:
+        print(f"  group {g.key}: cases {g.cases[:10]}{'...' if len(g.cases) > 10 else ''}" +
+              (f" - {'; '.join(g.notes)}" if g.notes else ""))
+        for s in g.symbols:
+            print(f"   {'*' if s.scaled else ' '} {s.name:<22} {s.kind:<8} {s.positions} values "
+                  f"{sorted(set(s.values))[:6]} - {s.evidence[0]}")
+    print("scaling: " + ", ".join(n for n, _w in chosen) + f" ({chosen[0][1]})")
+    return groups, scale_dims, chosen
+
+
+def pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, tracer) -> dict:
+    """The source cases: ``--cases``, or the ``--top`` ones by traced FLOPs that this backend runs (ranked by one
+    trace), the ``reserve`` ranked after them, ``skipped`` ({case: why}), ``traced`` ({case: FLOPs}), ``order``
+    (the whole ranking) and ``rank_cut`` (why the budget ended in the ranking trace, else None)."""
+    from mfulib.verify.verified_cases import default_max_input_mb, skip_reason
+    rank_cut = None  # the budget ended during the ranking trace: probe.json records it, no candidate runs
+    try:
+        if args.cases:
+            sources = cli.parse_case_list(args.cases)
+            bad = [i for i in sources if i >= n_orig]
+            if bad:
+                raise UserError(f"--cases {args.cases}: no original case {bad} (ids 0..{n_orig - 1})")
+            fits = [i for i in sources if gate1(infos[i], limits)["ok"]]  # never build what gate 1 refuses
+            traced = {} if args.dry_run or not fits else rank_sources(od, args, infos, fits, t_start, clock,
+                                                                      tracer)[1]
+        elif args.dry_run:
+            sources, traced = sorted(range(n_orig), key=lambda i: -infos[i].input_bytes), {}
+        else:
+            fits = [i for i in range(n_orig) if gate1(infos[i], limits)["ok"]]
+            sources, traced = rank_sources(od, args, infos, fits if len(fits) < n_orig else None, t_start, clock,
+                                           tracer)
+            sources = [i for i in sources if i in fits] + [i for i in sources if i not in fits]
+    except OutOfBudget as exc:
+        rank_cut, sources, traced = str(exc), [], {}
+        print(f"stopped: {exc}")
+    order = sources
+    # chosen automatically, the sources are among the cases verify runs on this backend (the CPU interpreter: small
+    # ones); cases named with --cases are the user's choice (only what the backend cannot run at all is skipped)
+    cap = None if args.cases else default_max_input_mb(backend)
+    skipped = {i: skip_reason(infos[i], backend, cap) for i in order if skip_reason(infos[i], backend, cap)}
+    cap_skipped = dict(skipped)
+    sources = [i for i in order if i not in skipped]
+    reserve = [] if args.cases else sources[args.top:]  # ranked next: a source at the time limit is replaced
+    if not args.cases:  # the top ones among the cases this backend can run; report the skipped ones ranked above
+        sources = sources[: args.top]
+        last = order.index(sources[-1]) if sources else len(order)
+        skipped = {i: r for i, r in skipped.items() if order.index(i) < last}
+    return {"sources": sources, "reserve": reserve, "skipped": skipped, "cap_skipped": cap_skipped,
+            "traced": traced, "order": order, "rank_cut": rank_cut}
+
+
+def dry_run(od, groups, sources, skipped, limits, max_scale) -> int:
+    """``--dry-run``: the ladder candidates of every source with their gate-1 bytes and refusals; nothing runs."""
+    from tabulate import tabulate
+    pr = Probe(od, {"candidates": [], "appended": {}}, groups, {}, limits, {})
+    rows = []
+    for i in sources:
+        for s in ladder(max_scale):
+            cand, _case, info, refusals = pr.plan(i, s)
+            g1 = gate1(info, limits)
+            rows.append([i, s, ",".join(f"{k}x{v}" for k, v in cand["factors"].items()), info.input_bytes,
+                         "ok" if g1["ok"] else "FAIL: " + g1["detail"][:60], "; ".join(refusals)[:40]])
+    print(tabulate(rows, headers=["case", "scale", "factors", "input_bytes", "gate 1", "refusal"], tablefmt="plain"))
+    for i, r in skipped.items():
+        print(f"case {i} skipped: {r}")
+    return 0
+
+
+def _new_doc(od, old, backend, device, why, limits, groups, chosen, picked, run_key, inputs) -> dict:
+    """probe.json of this run: what it searches, and the candidates, appended cases and backup of the run it
+    resumes (``old``)."""
+    from mfulib.core.jsonio import provenance
+    doc = provenance(pj.TOOL, pj.SCHEMA, device={"backend": backend, "device": device, "why": why})
+    doc.update(op_dir=od.path, limits=limits, groups=[{"key": g.key, "layout": g.layout, "cases": g.cases,
+                                                       "notes": g.notes} for g in groups],
+               symbols=[s.to_dict() for g in groups for s in g.symbols],
+               scale_dims=[{"symbol": n, "why": w} for n, w in chosen], sources=picked["sources"],
+               skipped_sources={str(k): v for k, v in picked["skipped"].items()},
+               traced_flops={str(k): v for k, v in picked["traced"].items()},
+               candidates=(old or {}).get("candidates", []), appended=(old or {}).get("appended", {}),
+               backup=(old or {}).get("backup"), resumed=[], complete=False, interrupted="running",
+               inputs=inputs, run_key=run_key)
+    return doc
+
+
+def _check_run_key(old, run_key, path):
+    """``old`` to resume from under this run's settings: verdicts of another backend / seed / limits must not sit
+    beside this run's (the search would reuse them) - UserError when cases were appended under them, a fresh
+    start when nothing was."""
+    strict = lambda k: {n: v for n, v in json.loads(json.dumps(k or {})).items() if n != "peak"}  # noqa: E731
+    if old and strict(old.get("run_key")) != strict(run_key):
+        if old.get("appended"):
+            diff = sorted(k for k in strict(run_key) if strict(old.get("run_key")).get(k) != strict(run_key)[k])
+            raise UserError(f"{path}: made with other settings ({', '.join(diff)} differ) and "
+                            f"{len(old['appended'])} case(s) appended under them - run --restore first, then probe "
+                            "again with the new settings")
+        old = dict(old, candidates=[], baselines={})  # nothing appended: start afresh
+    return old
+
+
+def run_sources(pr, doc, picked, infos, bw, args, save, bar) -> None:
+    """The source loop: each source's ladder (:func:`mfulib.search.ladder.search_factor` over
+    :meth:`Probe.evaluate`), a source already over --max-ms replaced by the next reserve case (each once).
+    OutOfBudget ends it (``pr.out_of_budget``); KeyboardInterrupt reaches the caller."""
+    sources, reserve, traced = picked["sources"], picked["reserve"], picked["traced"]
+    order, cap_skipped = picked["order"], picked["cap_skipped"]
+    k = 0
+    try:
+        while k < len(sources):
+            i = sources[k]
+            no_matrix = traced.get(i) == 0.0 and not any(traced.values())  # traced, and nothing has matrix work
+            pr.set_source(i, no_matrix, traced.get(i))
+            # traced ahead while this source runs: not the sources that their scale-1 floor already rules out
+            pr.upcoming = [u for u in sources[k + 1:]
+                           if gate4_floor(traced.get(u), infos[u].input_bytes, bw, args.max_ms) is None]
+            why = pr.source_too_slow(i, no_matrix, traced.get(i))
+            if why:  # at the time limit already: the next case by traced FLOPs takes its place (chosen sources)
+                doc["skipped_sources"][str(i)] = why
+                pr.end_source(i)  # traces started ahead for it (its x2, while the previous source ran) go
+                nxt = reserve.pop(0) if reserve else None  # each reserve case once: a skipped one never returns
+                pr.log(f"case {i}: not a source: {why}" + (f"; case {nxt} takes its place" if nxt is not None
+                                                           else ""))
+                sources.pop(k)
+                if nxt is not None:
+                    sources.append(nxt)
+                    # the backend's size cap skipped these, ranked above the new last source: reported too
+                    doc["skipped_sources"].update({str(j): r for j, r in cap_skipped.items()
+                                                   if order.index(j) < order.index(nxt)
+                                                   and str(j) not in doc["skipped_sources"]})
+                doc["sources"] = list(sources)
+                save()
+                continue
+            search_factor(lambda s: (bar.update(1), pr.evaluate(i, s, no_matrix, save))[1], args.max_scale,
+                          args.refine_steps)
+            pr.end_source(i)
+            k += 1
+    except OutOfBudget as exc:  # from a gate, or the scale-1 timing of a source near the limit
+        pr.out_of_budget = True
+        pr.log(f"stopped: {exc}; a re-run resumes from {pr.od.file(pj.FILE_NAME)}")
+
+
+def print_summary(od, doc, traced, max_ms, path) -> None:
+    """The candidates table, the appended count, and why nothing was scaled when every source was skipped."""
+    from tabulate import tabulate
+    unit = "GB/s" if traced and not any(traced.values()) else "TFLOP/s"
+    table = [[c["source_case"], c.get("scale"), c.get("input_bytes"), c.get("verdict"), c.get("failed_gate") or "",
+              c["new_case_id"] if c.get("new_case_id") is not None else "",
+              "" if c.get("wall_figure") is None else f"{c['wall_figure']:.4g}",
+              "" if c.get("wall_s") is None else f"{c['wall_s']:.1f}",
+              ("saturated" if c.get("saturated") else
+               (next((g["detail"] for g in c.get("gates") or [] if g["gate"] == c.get("failed_gate")), "")
+                or ""))[:60]]
+             for c in doc["candidates"]]
+    print(tabulate(table, headers=["case", "scale", "input_bytes", "verdict", "gate", "new id", f"wall {unit}",
+                                   "wall_s", "why"], tablefmt="plain"))
+    print(f"{len(doc['appended'])} case(s) appended to {', '.join(od.case_file_names())}; {path}"
+          + (f"; {doc['interrupted']}" if doc["interrupted"] else ""))
+    if not doc["sources"] and doc["complete"]:  # every source skipped (or none chosen): say so, not an empty table
+        sk = doc["skipped_sources"]
+        print(f"no source case left to scale: case(s) {', '.join(sk) or 'none'} skipped (probe.json "
+              f"skipped_sources" + (f"; case {next(iter(sk))}: {next(iter(sk.values()))}" if sk else "") +
+              f"); the search measures the original cases at scale 1 - raise --max-ms (now {max_ms:g}) to "
+              "scale them")
+
+
+def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None) -> int:
+    """The whole probe of ``args`` (``max_shape_probe.py``'s parsed arguments; ``t_start``: ``clock`` seconds of
+    the script's start, where ``--budget-s`` counts from). Returns 0; UserError on bad input; KeyboardInterrupt
+    after probe.json was saved as interrupted."""
+    from tqdm import tqdm
+
+    from mfulib.core import device as dev
+    from mfulib.core.opdir import OpDir
+    from mfulib.schemas import verify_json
+    t_start = clock() if t_start is None else t_start
+    od = OpDir(args.dir)
+    path = od.file(pj.FILE_NAME)
+    old = pj.read_probe_json(path) if os.path.exists(path) else None
+    if args.restore:
+        return restore(od, old, path)
+    check_args(args)
+    if old:
+        probe_files.check_resumable(od, old)
+    n_orig = old["backup"]["n_cases"] if old and old.get("backup") else len(od.read_cases())
+    infos = od.describe_all()[:n_orig]
+    groups, scale_dims, chosen = choose_symbols(od, infos, args.scale_dims)
+    backend, why = dev.resolve_backend(args.backend)
+    device = dev.device_string(backend, args.device)
+    host, host_src = probe_limits.host_free_bytes()
+    limits = {"max_bytes": args.max_bytes, "max_ms": args.max_ms, "max_scale": args.max_scale,
+              "host_bytes": host, "host_source": host_src,
+              "device_free_bytes": None if args.dry_run else probe_limits.device_free_bytes(backend, args.device)}
+    picked = pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, tracer)
+    if args.dry_run:
+        return dry_run(od, groups, picked["sources"], picked["skipped"], limits, args.max_scale)
+    if old and old.get("backup"):  # an interrupted run: the case files are re-derived from what it recorded
+        probe_files.rewrite_case_files(od, old)
+    bw = probe_limits.bandwidth_limit(od.path, backend, args.device, args.peak_json)
+    limits.update(bandwidth_gbps=bw["bandwidth_gbps"], bandwidth_source=bw["source"], l2_bytes=bw["l2_bytes"],
+                  peak_tflops_max=bw["peak_tflops_max"])
+    run_key = {"backend": backend, "seed": args.seed, "max_bytes": args.max_bytes, "max_ms": args.max_ms,
+               "scale_dims": scale_dims, "peak": bw, "saturation_stop": not args.no_saturation_stop}
+    old = _check_run_key(old, run_key, path)
+    doc = _new_doc(od, old, backend, device, why, limits, groups, chosen, picked, run_key,
+                   verify_json.input_digests(od.path))
+    save = lambda: pj.write_probe_json(path, doc)  # noqa: E731
+    save()
+    opts = {"flops_tool": os.path.abspath(args.flops_tool), "seed": args.seed, "timeout_s": args.timeout_s,
+            "max_ms": args.max_ms, "device": device, "backend": backend, "budget_s": args.budget_s,
+            "reuse_verdicts": bool(old) and old.get("run_key") == json.loads(json.dumps(run_key)),
+            "saturation": not args.no_saturation_stop, "t0": t_start,
+            "trace_jobs": args.trace_jobs if args.trace_jobs is not None else min(4, (os.cpu_count() or 1) // 4)}
+    if opts["reuse_verdicts"]:
+        doc["baselines"] = (old or {}).get("baselines") or {}
+    bar = tqdm(total=len(picked["sources"]) * len(ladder(args.max_scale)), desc=f"probe {od.op_name}", unit="cand",
+               file=sys.stderr, disable=not sys.stderr.isatty())
+    pr = Probe(od, doc, groups, opts, limits, bw, log=lambda m: (bar.write(m) if not bar.disable else print(m)),
+               clock=clock, gate_runner=gate_runner, tracer=tracer)
+    t_run = clock()
+    try:
+        run_sources(pr, doc, picked, infos, bw, args, save, bar)
+    except KeyboardInterrupt as exc:
+        doc["interrupted"] = f"{'SIGTERM' if str(exc).startswith('signal') else 'KeyboardInterrupt'}: a re-run resumes"
+        doc["wall_s"] = round(clock() - t_run, 3)
+        save()
+        raise
+    finally:
+        bar.close()
+        pr.close()
+        earlier = (old or {}).get("wall_s") or 0.0 if opts["reuse_verdicts"] else 0.0
+        doc["wall_s"] = round(earlier + clock() - t_run, 3)  # this run and the runs it resumed
+    rank_cut = picked["rank_cut"]
+    doc["interrupted"] = rank_cut or (f"--budget-s {args.budget_s:g} s reached" if pr.out_of_budget else None)
+    doc["complete"] = not (pr.out_of_budget or rank_cut)
+    save()
+    print_summary(od, doc, picked["traced"], args.max_ms, path)
+    return 0
