@@ -39,7 +39,7 @@ def roofline(flops, compulsory_bytes, time_ns, peak_tflops, bandwidth_gbps, dram
     achieved_tflops, headroom, mfu_if_fixed`` (here: the MFU@ach at the attainable throughput) plus ``roof``
     (``"compute"`` | ``"memory"``: which roof bounds the attainable figure). Units: FLOPs, bytes, ns, TFLOP/s, GB/s.
 
-    Example (hand-derived, tests/test_roofline.py): 2e9 FLOPs, 1e7 bytes, 100_000 ns, peak 100 TFLOP/s,
+    Example (hand-derived, tests/test_roofline_reading.py): 2e9 FLOPs, 1e7 bytes, 100_000 ns, peak 100 TFLOP/s,
     1000 GB/s -> ai = 2e9 / 1e7 = 200 FLOP/B; memory roof 200 x 1000 / 1e3 = 200 TFLOP/s > peak, so attainable =
     100 (compute roof); achieved = 2e9 / 1e5 / 1e3 = 20 TFLOP/s; headroom 100 / 20 = 5; mfu_if_fixed 1.0.
     """
