@@ -38,9 +38,9 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    from mfulib.core import device as dev
-    backend, why = dev.resolve_backend(args.backend)
-    dev.prepare_process(backend)
+    from mfulib import backends
+    backend, why = backends.resolve_backend(args.backend)
+    backends.prepare_process(backend)
     from mfulib.run import compat
     from mfulib.verify import correctness as verify
     from mfulib.verify.verified_cases import default_max_input_mb, skip_reason, skipped_row
@@ -53,7 +53,7 @@ def main(argv=None):
     from tqdm import tqdm
 
     od = OpDir(args.op_dir)
-    device = dev.device_string(backend, args.device)
+    device = backends.device_string(backend, args.device)
     report = compat.install(device)
     infos = od.describe_all()
     ids = cli.parse_case_list(args.cases) if args.cases else [c.case_id for c in infos]
@@ -74,14 +74,14 @@ def main(argv=None):
             runnable.append(i)
     # each case runs in a child process: a crash or a hang is recorded for that case and the others go on
     with tqdm(total=len(runnable), desc=f"verify {od.op_name} on {device}", unit="case", file=sys.stderr) as bar:
-        rows += verify.verify_isolated(od.path, runnable, device, seed=args.seed,
-                                       case_timeout_s=args.case_timeout_s, progress=lambda _row: bar.update(1))
+        rows += verify.verify_isolated(od.path, runnable, device, seed=args.seed, case_timeout_s=args.case_timeout_s,
+                                       progress=lambda _row: bar.update(1), backend=backend)
     out = provenance(verify_json.TOOL, verify_json.SCHEMA, device={"backend": backend, "device": device, "why": why, "compat": report})
     out.update({"op": od.op_name, "work_dir": od.path, "seed": args.seed, "tolerance": verify.TOLERANCE,
                 "tolerance_tf32": verify.TOLERANCE_TF32, "inputs": verify_json.input_digests(od.path), "cases": rows})
     verify_json.finish(out, len(infos))
     rows, counts = out["cases"], out["summary"]
-    if backend == "cpu":  # what the Triton interpreter adapted, over all cases (each row has its own list)
+    if backends.backend_class(backend).interpreter:  # what the interpreter adapted, over all cases (rows: their own)
         from mfulib.run.interpreter import summary
         out["cpu_adaptations"] = summary(rows)
     out_path = args.output or od.file(verify_json.FILE_NAME)

@@ -1,4 +1,4 @@
-"""The collector's Nsight Compute PMU pass (mfulib/backends/cuda.py NcuPmu): parsing the recorded ncu pages into
+"""The collector's Nsight Compute PMU pass (mfulib/backends/ncu_pmu.py NcuPmu): parsing the recorded ncu pages into
 canonical counters, the probe's verdicts, and the pass end to end with the ncu TEST DOUBLE (tests/fake_ncu/ncu),
 which runs the collector's child on the cpu backend and prints the recorded raw-page layout with made-up values.
 A last test runs the real ncu on a GPU and is skipped without one."""
@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.join(HERE, "fake_msprof"))
 import tinyops  # noqa: E402
 
 from mfulib.collect import ncu as ncu_parse  # noqa: E402
-from mfulib.backends import cuda  # noqa: E402
+from mfulib.backends import ncu_pmu  # noqa: E402
 from mfulib.collect.driver import Options, collect  # noqa: E402
 from mfulib.core.errors import UserError  # noqa: E402
 
@@ -29,7 +29,7 @@ def recorded(name):
 
 def test_recorded_raw_page_gives_canonical_counters_and_none_where_not_measured():
     recs = recorded("ncu_raw.csv")
-    c = cuda.ncu_counters(recs[0])
+    c = ncu_pmu.ncu_counters(recs[0])
     assert c["duration_ns"] == 228192.0  # "228,192" ns in the recorded file
     assert c["sm_throughput_pct"] == 15.58 and c["dram_throughput_pct"] == 8.15
     assert (c["grid_size"], c["block_size"]) == (512.0, 256.0)
@@ -38,7 +38,7 @@ def test_recorded_raw_page_gives_canonical_counters_and_none_where_not_measured(
 
 
 def test_recorded_details_page_reads_the_same_counters():
-    c = cuda.ncu_counters(recorded("ncu_details.csv")[0])
+    c = ncu_pmu.ncu_counters(recorded("ncu_details.csv")[0])
     assert c["duration_ns"] == 226944.0 and c["sm_throughput_pct"] == 15.65 and c["dram_throughput_pct"] == 8.21
 
 
@@ -51,7 +51,7 @@ def test_tensor_pipe_is_the_busier_mma_pipe_and_the_instruction_count_the_larger
                        "sm__inst_executed_pipe_tensor_op_gmma.sum": 4096.0,
                        "dram__bytes.sum": 2.0, "gpu__time_duration.sum": 3.0},
            "units": {"dram__bytes.sum": "Mbyte", "gpu__time_duration.sum": "usecond"}}
-    c = cuda.ncu_counters(rec)
+    c = ncu_pmu.ncu_counters(rec)
     assert c["tensor_pipe_pct"] == 71.5 and c["tensor_inst_executed"] == 4096.0
     assert c["dram_bytes"] == 2e6 and c["duration_ns"] == 3000.0
 
@@ -59,8 +59,8 @@ def test_tensor_pipe_is_the_busier_mma_pipe_and_the_instruction_count_the_larger
 def test_average_by_kernel_matches_cupti_names_and_counts_launches():
     recs = recorded("ncu_raw.csv")  # 7 launches of bmm_tile_kernel
     cupti = ["void bmm_tile_kernel<64>(float*)", "other_kernel"]
-    pmu, unmatched = cuda.average_by_kernel(recs, cupti)
-    want = sum(cuda.ncu_counters(r)["duration_ns"] for r in recs) / len(recs)
+    pmu, unmatched = ncu_pmu.average_by_kernel(recs, cupti)
+    want = sum(ncu_pmu.ncu_counters(r)["duration_ns"] for r in recs) / len(recs)
     assert pmu[cupti[0]]["launches"] == 7 and pmu[cupti[0]]["duration_ns"] == pytest.approx(want)
     assert pmu["other_kernel"]["launches"] == 0 and pmu["other_kernel"]["sm_throughput_pct"] is None
     assert unmatched == []
@@ -68,18 +68,18 @@ def test_average_by_kernel_matches_cupti_names_and_counts_launches():
 
 def test_name_fallback_keeps_the_last_iterations_only_when_they_repeat_the_sequence():
     recs = [{"kernel_name": n} for n in ["a", "a", "b", "a", "b", "a", "b"]]  # priming/autotune launches first
-    tail, why = cuda.last_iterations(recs, ["a", "b"], 2)
+    tail, why = ncu_pmu.last_iterations(recs, ["a", "b"], 2)
     assert why is None and [r["kernel_name"] for r in tail] == ["a", "b", "a", "b"]
-    assert cuda.last_iterations(recs[:3], ["a", "b"], 2)[1].startswith("profiled 3 launch(es)")
-    assert "do not repeat" in cuda.last_iterations(recs + [{"kernel_name": "c"}], ["a", "b"], 2)[1]
+    assert ncu_pmu.last_iterations(recs[:3], ["a", "b"], 2)[1].startswith("profiled 3 launch(es)")
+    assert "do not repeat" in ncu_pmu.last_iterations(recs + [{"kernel_name": "c"}], ["a", "b"], 2)[1]
 
 
 def test_failure_reasons_name_the_cause():
-    assert cuda.ncu_failure("==PROF== x\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", 1) \
+    assert ncu_pmu.ncu_failure("==PROF== x\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", 1) \
         .startswith("ncu: ERR_NVGPUCTRPERM - the GPU's performance counters are restricted")
-    assert cuda.ncu_failure("==ERROR== Failed to load the profiler library\n", 1) == \
+    assert ncu_pmu.ncu_failure("==ERROR== Failed to load the profiler library\n", 1) == \
         "ncu: Failed to load the profiler library"
-    assert "exit status 0" in cuda.ncu_failure("==WARNING== No kernels were profiled.\n", 0)
+    assert "exit status 0" in ncu_pmu.ncu_failure("==WARNING== No kernels were profiled.\n", 0)
 
 
 @pytest.mark.parametrize("mode, reason", [
@@ -88,15 +88,15 @@ def test_failure_reasons_name_the_cause():
 ])
 def test_probe_says_why_counters_cannot_be_read(monkeypatch, mode, reason):
     monkeypatch.setenv("FAKE_NCU_MODE", mode)
-    v = cuda.NcuPmu(FAKE_NCU).probe()
+    v = ncu_pmu.NcuPmu(FAKE_NCU).probe()
     assert v["available"] is False and v["reason"].startswith(reason)
 
 
 def test_probe_without_ncu_and_the_verdict_is_cached(tmp_path, monkeypatch):
-    assert cuda.NcuPmu(str(tmp_path / "no-ncu")).probe()["reason"].startswith("ncu not found")
+    assert ncu_pmu.NcuPmu(str(tmp_path / "no-ncu")).probe()["reason"].startswith("ncu not found")
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("FAKE_NCU_LOG", str(log))
-    p = cuda.NcuPmu(FAKE_NCU)
+    p = ncu_pmu.NcuPmu(FAKE_NCU)
     assert p.probe()["available"] and p.probe()["available"]
     calls = [json.loads(ln) for ln in log.read_text().splitlines()]
     assert len(calls) == 1  # one probe per run (plus the --version call, not logged)
@@ -105,26 +105,26 @@ def test_probe_without_ncu_and_the_verdict_is_cached(tmp_path, monkeypatch):
 
 def test_probe_drops_metrics_this_ncu_does_not_know(monkeypatch):
     monkeypatch.setenv("FAKE_NCU_MODE", "unknown_metric")
-    p = cuda.NcuPmu(FAKE_NCU)
+    p = ncu_pmu.NcuPmu(FAKE_NCU)
     assert p.probe()["available"]
     assert "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active" in p.dropped
     assert p.metrics["tensor_pipe_pct"] == ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",)
 
 
 def test_plan_follows_the_backend_and_the_flush_regime():
-    assert cuda.pmu_plan("cuda", "auto", FAKE_NCU, flush_cache_mib=256).cache_control == "all"
-    assert cuda.pmu_plan("cuda", "ncu", FAKE_NCU).cache_control == "none"
-    assert cuda.pmu_plan("cpu", "auto").probe()["reason"].startswith("cpu backend: no hardware counters")
-    assert cuda.pmu_plan("cuda", "none").probe()["reason"].startswith("--pmu none")
+    assert ncu_pmu.pmu_plan("cuda", "auto", FAKE_NCU, flush_cache_mib=256).cache_control == "all"
+    assert ncu_pmu.pmu_plan("cuda", "ncu", FAKE_NCU).cache_control == "none"
+    assert ncu_pmu.pmu_plan("cpu", "auto").probe()["reason"].startswith("cpu backend: no hardware counters")
+    assert ncu_pmu.pmu_plan("cuda", "none").probe()["reason"].startswith("--pmu none")
     with pytest.raises(UserError, match="--pmu ncu: Nsight Compute profiles CUDA kernels"):
-        cuda.pmu_plan("cpu", "ncu")
+        ncu_pmu.pmu_plan("cpu", "ncu")
     with pytest.raises(UserError, match="--ncu-cache-control"):
-        cuda.pmu_plan("cuda", "ncu", FAKE_NCU, cache_control="some")
+        ncu_pmu.pmu_plan("cuda", "ncu", FAKE_NCU, cache_control="some")
 
 
 def _collect_under_fake(tmp_path, monkeypatch, **kw):
     # the double runs the child on the cpu: let the cpu backend take the ncu path for this test only
-    monkeypatch.setattr(cuda, "PMU_BACKENDS", ("cuda", "cpu"))
+    monkeypatch.setattr(ncu_pmu, "PMU_BACKENDS", ("cuda", "cpu"))
     work = tinyops.make_workdir(tmp_path)
     opts = dict(op_dir=work, output_dir=work, impl="asc", backend="cpu", cases=[1], warmup=0, repeats=2,
                 progress=False, unverified_ok=True, pmu="ncu", ncu=FAKE_NCU, keep_prof=work)
@@ -190,12 +190,12 @@ def _gpu():
 
 @pytest.mark.skipif(not _gpu() or shutil.which("ncu") is None, reason="needs a CUDA GPU and Nsight Compute (ncu)")
 def test_real_ncu_probe_on_the_gpu():
-    v = cuda.NcuPmu().probe()
+    v = ncu_pmu.NcuPmu().probe()
     # either counters are readable, or the reason names the cause (permission / library), never an empty verdict
     assert v["available"] or v["reason"].startswith("ncu")
 
 
-@pytest.mark.skipif(not _gpu() or cuda.find_ncu() is None, reason="needs a CUDA GPU and Nsight Compute (ncu)")
+@pytest.mark.skipif(not _gpu() or ncu_pmu.find_ncu() is None, reason="needs a CUDA GPU and Nsight Compute (ncu)")
 def test_real_ncu_pass_on_the_gpu_counts_the_iterations_launches(tmp_path):
     work = tinyops.make_workdir(tmp_path)
     rep = collect(Options(op_dir=work, output_dir=work, impl="asc", backend="cuda", cases=[2], warmup=1, repeats=3,

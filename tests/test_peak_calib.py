@@ -11,7 +11,7 @@ import pytest
 
 from mfulib.peaks import calib
 from mfulib.core import definitions
-from mfulib.core import device
+from mfulib.backends import device_identity, get_backend
 from mfulib.peaks import gemm_search
 from mfulib.peaks import gemm_timing
 from mfulib.report import tables as report
@@ -198,7 +198,7 @@ def test_fp32_run_with_tf32_reads_the_tf32_peak():
 
 
 def test_cpu_timing_returns_one_positive_duration_per_iteration():
-    dev = gemm_timing.Device("cpu")
+    dev = gemm_timing.Bench(get_backend("cpu"))
     dev.flush_bytes = 1 << 20
     times = gemm_timing.time_iterations(dev, lambda: sum(range(1000)), iters=4)
     assert len(times) == 4 and all(t > 0 for t in times)
@@ -259,7 +259,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_anything_is_measured
 
 
 def test_a_cache_that_is_valid_json_but_not_an_object_is_ignored_with_a_note(tmp_path):
-    ident = device.device_identity("cpu")
+    ident = device_identity("cpu")
     path = tmp_path / f"peak-{ident['key']}.json"
     for doc in ([1, 2], {"tool": "peak_calib", "peak_tflops": {}, "measured": {"float32": 5}}):
         path.write_text(json.dumps(doc))

@@ -4,6 +4,7 @@ import pytest
 
 from mfulib.peaks import calib
 from mfulib.report import decompose
+from mfulib.backends import get_backend
 from mfulib.core import device
 from mfulib.peaks import gemm_search
 from mfulib.peaks import gemm_timing
@@ -45,7 +46,7 @@ def test_a_layout_the_library_rejects_is_recorded_and_the_other_kept():
 
 
 def test_fp8_is_not_available_on_cpu_and_int8_says_which_path_it_times():
-    dev = gemm_timing.Device("cpu")
+    dev = gemm_timing.Bench(get_backend("cpu"))
     ok, why = gemm_timing.low_precision_support(dev, "float8_e4m3fn")
     assert ok is False and why.startswith("not available on cpu") and "capability >= 8.9" in why
     ok, why = gemm_timing.low_precision_support(dev, "int8")
@@ -53,7 +54,7 @@ def test_fp8_is_not_available_on_cpu_and_int8_says_which_path_it_times():
 
 
 def test_int8_operands_with_b_column_major_compute_the_same_product_on_cpu():
-    dev = gemm_timing.Device("cpu")
+    dev = gemm_timing.Bench(get_backend("cpu"))
     a, b = gemm_timing._operands(dev, "int8", 32, 24, 16, "col")
     assert b.shape == (16, 24) and b.stride() == (1, 16)  # column-major [k, n]
     got = gemm_timing.gemm_call(dev, "int8", a, b)()
@@ -99,13 +100,13 @@ def test_clocks_fall_back_to_the_older_throttle_field_name(monkeypatch):
         if "clocks_event_reasons.active" in fields:
             return {}
         return {"clocks.sm": "1755", "clocks_throttle_reasons.active": "0x0000000000000004", "power.draw": "690.1"}
-    monkeypatch.setattr(device, "_nvidia_smi_query", fake_query)
+    monkeypatch.setattr(device, "nvidia_smi_query", fake_query)
     monkeypatch.setattr(device, "_reason_field", {})
-    got = device.read_clocks("cuda", 0)
+    got = device.nvidia_smi_clocks(0)
     assert got == {"clocks_sm_mhz": "1755", "clocks_throttle_reasons_active": "0x0000000000000004",
                    "throttle_reasons": ["sw_power_cap"], "power_draw_w": "690.1"}
     assert "clocks_event_reasons.active" in asked[0] and "clocks_throttle_reasons.active" in asked[1]
-    device.read_clocks("cuda", 0)
+    device.nvidia_smi_clocks(0)
     assert len(asked) == 3 and "clocks_throttle_reasons.active" in asked[2]  # the working name is remembered
 
 
@@ -113,14 +114,14 @@ def test_the_clock_sampler_summarises_clocks_and_throttle_reasons_seen():
     readings = iter([{"clocks_sm_mhz": "1980", "throttle_reasons": []},
                      {"clocks_sm_mhz": "1650", "throttle_reasons": ["sw_power_cap"]},
                      {"clocks_sm_mhz": "1700", "throttle_reasons": ["sw_power_cap", "gpu_idle"]}])
-    sampler = device.ClockSampler("cuda", 0, interval_s=0.0, reader=lambda *_a: next(readings, {}))
+    sampler = device.ClockSampler(lambda: next(readings, {}), interval_s=0.0)
     with sampler:
         while len(sampler.samples) < 3:
             pass
     s = sampler.summary()
     assert s["n_samples"] == 3 and s["sm_clock_mhz"] == {"min": 1650.0, "median": 1700.0, "max": 1980.0}
     assert s["throttle_reasons_seen"] == {"sw_power_cap": 2, "gpu_idle": 1}
-    with device.ClockSampler("cpu") as cpu_sampler:
+    with device.ClockSampler(None) as cpu_sampler:  # a device without a vendor clock tool (cpu)
         pass
     assert cpu_sampler.summary()["n_samples"] == 0
 
@@ -187,7 +188,7 @@ def test_the_fp8_call_the_gpu_times_computes_the_product_of_its_operands():
     torch = pytest.importorskip("torch")
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip("this torch has no float8_e4m3fn")
-    dev = gemm_timing.Device("cpu")
+    dev = gemm_timing.Bench(get_backend("cpu"))
     a, b = gemm_timing._operands(dev, "float8_e4m3fn", 32, 48, 64, "col")
     assert b.shape == (64, 48) and b.stride() == (1, 64) and a.dtype == torch.float8_e4m3fn
     try:

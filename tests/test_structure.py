@@ -124,7 +124,7 @@ ONE_OWNER = {  # name -> module that alone defines it (function, class or module
     "canonical_dtype": DEFINITIONS, "canonical_mode": DEFINITIONS, "DTYPE_CANON": DEFINITIONS,
     "MATH_MODES": DEFINITIONS, "HALF_DTYPES": DEFINITIONS, "FLOAT_DTYPES": DEFINITIONS,
     "is_number": DEFINITIONS, "is_positive": DEFINITIONS, "finite_or_none": DEFINITIONS,
-    "cann_version": "mfulib.core.device", "device_identity": "mfulib.core.device", "slug": "mfulib.core.device",
+    "cann_version": "mfulib.core.device", "device_identity": "mfulib.backends", "slug": "mfulib.core.device",
     "read_peak_json": "mfulib.schemas.peak_json", "check_peak": "mfulib.schemas.peak_json",
     "load_report": "mfulib.schemas.performance_json", "check_report_structure": "mfulib.schemas.performance_json",
     "check_kernel_parts": "mfulib.flops.kernel_parts", "wrong_type": "mfulib.schemas.common", "short_repr": "mfulib.core.errors",

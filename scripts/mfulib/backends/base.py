@@ -26,6 +26,7 @@ import gzip
 import json
 import os
 import re
+import time
 
 ITER_RANGE_PREFIX = "mfu::iter::"
 PRIME_RANGE = "mfu::prime"
@@ -34,21 +35,162 @@ _ITER_RE = re.compile(r"^mfu::iter::(\d+)$")
 
 
 class Backend:
-    """Base class; subclasses set ``name``, ``timing_method`` and override what differs."""
+    """Base class; subclasses set ``name``, ``timing_method`` and override what differs.
+
+    Callers branch on the capabilities below (class attributes, readable from :func:`mfulib.backends.backend_class`
+    without creating a backend or importing torch) and call the methods, never on the backend's name.
+    """
 
     name = "base"
     timing_method = None
     profile_prime = False  # is the priming call inside the profiled window (it never counts either way)
     markers = False  # launch marker kernels around iterations (backends whose profiler has no ranges)
     persistent_worker = False  # cases run one after another in a kept worker process (runner.py), not one child each
+    # ---- capabilities
+    accelerator = True  # False: numbers validate the pipeline only, never compared with accelerator numbers
+    interpreter = False  # Triton kernels run in the Triton interpreter (TRITON_INTERPRET=1)
+    runs_bf16 = True  # False: bf16 cases are skipped (:attr:`bf16_skip_reason` says why)
+    bf16_skip_reason = None
+    torch_namespace = None  # "cuda" / "npu": torch.<namespace> has Event, synchronize, memory stats; None: host
+    reduced_fp32_matmul = None  # "TF32" / "HF32": what an fp32 matmul may run as on this device; None: IEEE only
+    matrix_unit = "tensor"  # the word for the matrix unit in reports ("cube" on Ascend)
+    verify_max_input_mb = None  # verify's default input cap in MB (the interpreter is slow); None: no cap
+    calib_budget_s = 18.0  # peak_calib's default time budget (accelerators: under 30 s with start-up)
+    idle_between_bursts = True  # calibration idles after each timed burst (power-capped clocks to protect)
+    native_noise = False  # the runtime prints known-harmless native warnings that peak_calib filters
+    visible_devices_var = None  # the environment variable that restricts the visible devices (batch workers)
+    device_id_var = None  # the environment variable that names the device id in a child process, if any
+    unavailable_fix = "use --backend cpu (Triton interpreter)"  # said when --backend <name> cannot run here
+    checks_environment = False  # check() verifies a tool chain (and takes options): asked instead of available()
+    clock_tool = None  # the vendor tool :meth:`read_clocks` asks ("nvidia-smi", "npu-smi"); None: no clocks
+
+    # ---------------------------------------------------------------- capability rules
+    @classmethod
+    def fp32_dot_is_reduced(cls, dtype) -> bool:
+        """Does an fp32 ``tl.dot`` / matmul of a case of compute dtype ``dtype`` run in the reduced-precision mode
+        (:attr:`reduced_fp32_matmul`) by default? The one home of this rule: verify's tolerance, the performance
+        record's ``tf32`` flag and the peak a case is judged against all ask it. Base: never."""
+        return False
+
+    @classmethod
+    def available(cls):
+        """(ok, why): can this backend run in this process? ``--backend auto`` takes the first that can."""
+        return False, f"{cls.name}: not probed"
+
+    @staticmethod
+    def discover_devices() -> tuple:
+        """(device ids, how they were found) of the devices present on this host, without importing torch (batch
+        workers: one per device); ids [] when none is found this way."""
+        return [], None
+
+    @classmethod
+    def device_string(cls, device_id: int = 0) -> str:
+        """The torch device string of device ``device_id`` (``cuda:0``)."""
+        return f"{cls.torch_namespace or cls.name}:{device_id}"
+
+    @classmethod
+    def prepare_process(cls) -> None:
+        """Process set-up that must precede any Triton kernel definition (the interpreter's switch)."""
+        if cls.interpreter:
+            os.environ["TRITON_INTERPRET"] = "1"
+
+    # ---------------------------------------------------------------- device facts (parent or child)
+    def torch_module(self):
+        """``torch.cuda`` / ``torch.npu`` (the device namespace), or None on the host."""
+        if self.torch_namespace is None:
+            return None
+        import torch
+        return getattr(torch, self.torch_namespace)
+
+    def device_identity(self, index: int = 0) -> dict:
+        """Identity of device ``index``: the common fields of :func:`mfulib.backends.device_identity` plus what
+        :meth:`identity_fields` reads (name, cores, memory, versions)."""
+        from mfulib.core.device import slug
+        ident = {"backend": self.name, "index": index, "accelerator": self.accelerator}
+        ident.update(self.identity_fields(index))
+        ident["key"] = f"{self.name}-{slug(ident.get('name', 'unknown'))}"
+        return ident
+
+    def identity_fields(self, index: int) -> dict:
+        return {"name": self.name}
+
+    def read_clocks(self, index: int = 0) -> dict:
+        """Clocks and power as the vendor tool reports them (:mod:`mfulib.core.device`); {} where none answers."""
+        return {}
+
+    def l2_bytes(self, index: int = 0):
+        """Last-level cache size in bytes from the device properties, or None."""
+        mod = self.torch_module()
+        if mod is None:
+            return None
+        props = mod.get_device_properties(index)
+        return getattr(props, "L2_cache_size", None) or getattr(props, "l2_cache_size", None)
+
+    def empty_cache(self) -> None:
+        """Give cached device memory back (after an out-of-memory or before a large case)."""
+        mod = self.torch_module()
+        if mod is not None and hasattr(mod, "empty_cache"):
+            mod.empty_cache()
+
+    def set_device(self, index: int) -> None:
+        mod = self.torch_module()
+        if mod is not None:
+            mod.set_device(index)
+
+    def event(self):
+        """A timing event with ``record()``: the device's own (``torch.<ns>.Event(enable_timing=True)``), or a
+        host clock event where the device is the host (ops are synchronous there)."""
+        mod = self.torch_module()
+        return mod.Event(enable_timing=True) if mod is not None else HostEvent()
+
+    @staticmethod
+    def elapsed_ns(start, end) -> float:
+        """Nanoseconds between two events of :meth:`event`."""
+        if isinstance(start, HostEvent):
+            return float(end.t_ns - start.t_ns)
+        return start.elapsed_time(end) * 1e6  # elapsed_time is in ms
+
+    @property
+    def event_timing(self) -> str:
+        """How :meth:`event` times (recorded in peak.json's method block)."""
+        if self.torch_namespace is None:
+            return "time.perf_counter_ns per iteration (CPU ops are synchronous)"
+        return f"device events per iteration (torch.{self.torch_namespace}.Event)"
+
+    def fp32_matmul_mode(self, allow: bool):
+        """Context manager: fp32 matmuls in :attr:`reduced_fp32_matmul` mode (``allow``) or IEEE; yields the
+        setting's description. Raises UserError where the switch is missing. Base: no such mode."""
+        return contextlib.nullcontext("fp32 (IEEE)")
+
+    # ---------------------------------------------------------------- low-precision GEMM paths (peak calibration)
+    fp8_note = "fp8 is measured only on CUDA capability >= 8.9"  # why this backend has no fp8 GEMM peak
+
+    def int8_gemm_support(self):
+        """(ok, why) of :meth:`int8_gemm`: ``torch._int_mm`` (int8 x int8 -> int32) where this torch has it."""
+        import torch
+        if not hasattr(torch, "_int_mm"):
+            return False, f"not available: this torch ({torch.__version__}) has no torch._int_mm"
+        return True, "torch._int_mm (int8 x int8 -> int32)"
+
+    def int8_gemm(self, a, b):
+        """A zero-argument callable computing the int8 product ``a @ b``."""
+        import torch
+        return lambda: torch._int_mm(a, b)
+
+    def fp8_gemm_support(self, index: int = 0):
+        """(ok, why) of an fp8 e4m3 GEMM (``torch._scaled_mm``) on device ``index``. Base: none."""
+        return False, f"not available on {self.name}: {self.fp8_note}"
+
+    def write_flush(self, buf) -> None:
+        """Write every element of ``buf`` (the cache-flush buffer of :class:`mfulib.backends.flush.CacheFlush`)
+        with the collector's named flush kernel, which profilers attribute to the harness, never to operators."""
+        from mfulib.backends.harness import flush_kernel_write
+        flush_kernel_write(buf)
 
     # ---------------------------------------------------------------- parent side
     def check(self, args=None) -> dict:
         """Environment checks before any case runs; returns facts to record, raises UserError with the fix."""
         return {}
-
-    def device_string(self, device_id: int) -> str:
-        return f"{self.name}:{device_id}"
 
     def child_env(self, env: dict) -> dict:
         return dict(env)
@@ -72,7 +214,10 @@ class Backend:
         return {"backend": self.name}
 
     def sync(self) -> None:
-        """Wait for the device."""
+        """Wait for the device (``torch.<namespace>.synchronize()``; nothing to wait for on the host)."""
+        mod = self.torch_module()
+        if mod is not None:
+            mod.synchronize()
 
     def session(self, spec: dict):
         """Context manager around the profiled window; yields an object passed to :meth:`finish`."""
@@ -86,6 +231,29 @@ class Backend:
     def finish(self, spec: dict, session) -> dict:
         """After the session: write the profile (trace file) and return what to add to the child report."""
         return {}
+
+
+@contextlib.contextmanager
+def setting(obj, attr: str, value, description: str):
+    """Set ``obj.attr = value`` for the duration of the block (the old value restored after); yields
+    ``description``."""
+    old = getattr(obj, attr)
+    setattr(obj, attr, value)
+    try:
+        yield description
+    finally:
+        setattr(obj, attr, old)
+
+
+class HostEvent:
+    """A host-clock stand-in for a device timing event (``record()`` takes ``time.perf_counter_ns``)."""
+    __slots__ = ("t_ns",)
+
+    def __init__(self):
+        self.t_ns = 0
+
+    def record(self, *_a):
+        self.t_ns = time.perf_counter_ns()
 
 
 # ------------------------------------------------------------------------------------------- chrome traces

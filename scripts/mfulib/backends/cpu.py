@@ -104,9 +104,38 @@ class CpuBackend(Backend):
     timing_method = "triton_interpreter.launch_hook+torch.profiler.cpu"
     profile_prime = True
     persistent_worker = True  # one worker per operator, replaced after a crash/hang/OOM (runner.py)
+    accelerator = False
+    interpreter = True
+    runs_bf16 = False
+    bf16_skip_reason = "bf16 cannot run in the Triton interpreter"
+    matrix_unit = None
+    verify_max_input_mb = 1.0  # the interpreter is slow: larger cases are verified on an accelerator
+    calib_budget_s = 4.0  # torch CPU GEMM on small shapes: a few seconds
+    idle_between_bursts = False  # no power-capped clocks to protect
+    fp8_note = ("fp8 is measured only on CUDA capability >= 8.9; a CPU has no fp8 matrix unit (torch's CPU "
+                "torch._scaled_mm is a software path, no hardware peak)")
 
-    def device_string(self, device_id: int) -> str:
+    @classmethod
+    def available(cls):
+        return True, "Triton interpreter on CPU"
+
+    @classmethod
+    def device_string(cls, device_id: int = 0) -> str:
         return "cpu"
+
+    def identity_fields(self, index: int) -> dict:
+        import torch
+        from mfulib.core.device import cpu_model
+        return {"name": cpu_model(), "threads": torch.get_num_threads(), "logical_cpus": os.cpu_count(),
+                "note": "CPU numbers (torch CPU GEMM), not an accelerator; never compare them with NPU/GPU numbers"}
+
+    def write_flush(self, buf) -> None:
+        """The named flush kernel where Triton interprets (the collector's child); else (the peak calibration:
+        no interpreter, ~2.5 ms per interpreted program would eat its budget) a torch fill of the buffer."""
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            super().write_flush(buf)
+        else:
+            buf.fill_(1.0)
 
     def child_env(self, env):
         env = dict(env)
@@ -119,12 +148,11 @@ class CpuBackend(Backend):
     def setup(self, spec):
         os.environ["TRITON_INTERPRET"] = "1"
         from mfulib.run import compat
-        compat.install("cpu")
+        compat.install(self.device_string())
         install_launch_hook()
 
     def identity(self, spec):
-        from mfulib.core.device import device_identity
-        ident = device_identity("cpu")
+        ident = self.device_identity(0)
         ident.update(machine=platform.machine(), executor="Triton interpreter (TRITON_INTERPRET=1)",
                      note="CPU-interpreter numbers: never compared with accelerator numbers")
         return ident

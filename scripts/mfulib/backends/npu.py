@@ -41,7 +41,7 @@ from mfulib.collect import msprof as _msprof
 from mfulib.collect import pmu as _pmu
 from mfulib.core.device import cann_version
 from mfulib.core.errors import UserError
-from mfulib.backends.base import Backend
+from mfulib.backends.base import Backend, setting
 
 SET_ENV_CANDIDATES = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/cann/set_env.sh",
                       "~/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/latest/set_env.sh")
@@ -147,6 +147,82 @@ class NpuBackend(Backend):
     name = "npu"
     timing_method = "msprof.op_summary.Task_Duration"
     markers = True
+    torch_namespace = "npu"
+    reduced_fp32_matmul = "HF32"
+    matrix_unit = "cube"
+    native_noise = True  # CANN prints "tiling struct ... is conflict" while GEMM tilings are looked up
+    visible_devices_var = "ASCEND_RT_VISIBLE_DEVICES"
+    device_id_var = "ASCEND_DEVICE_ID"
+    unavailable_fix = "source <CANN>/set_env.sh and install torch_npu, or use --backend cuda/cpu"
+    checks_environment = True
+    clock_tool = "npu-smi"
+    fp8_note = ("fp8 is measured only on CUDA capability >= 8.9; the Ascend cube dtypes this tool measures are "
+                "fp16/bf16, fp32 (HF32 off/on) and int8")
+
+    @classmethod
+    def available(cls):
+        """torch_npu importable, an NPU visible and ASCEND_HOME_PATH set (an ``msprof`` on PATH is not enough)."""
+        if not os.environ.get("ASCEND_HOME_PATH"):
+            return False, "ASCEND_HOME_PATH is not set (CANN's set_env.sh not sourced)"
+        try:
+            import torch_npu  # noqa: F401
+            import torch
+        except Exception as exc:  # torch_npu absent or CANN libraries missing
+            return False, f"torch_npu does not import ({type(exc).__name__}: {exc})"
+        if not torch.npu.is_available():
+            return False, "torch_npu imports but no NPU is available"
+        return True, "torch_npu imports, an NPU is available and ASCEND_HOME_PATH is set"
+
+    @staticmethod
+    def discover_devices():
+        """The NPUs present as ``/dev/davinci<N>`` (the Ascend driver's device nodes)."""
+        nodes = sorted(int(m.group(1)) for p in glob.glob("/dev/davinci*")
+                       if (m := re.match(r"^/dev/davinci(\d+)$", p)))
+        return [str(i) for i in nodes], "/dev/davinci<N>"
+
+    def identity_fields(self, index: int) -> dict:
+        import sys
+
+        import torch
+        from mfulib.core.device import ascend_home
+        name = torch.npu.get_device_name(index)
+        p = torch.npu.get_device_properties(index)
+        return dict(name=name, soc_name=name, cube_core_num=getattr(p, "cube_core_num", None),
+                    vector_core_num=getattr(p, "vector_core_num", None),
+                    total_memory_bytes=getattr(p, "total_memory", None),
+                    l2_cache_bytes=getattr(p, "L2_cache_size", None), cann=cann_version(ascend_home()),
+                    torch_npu=getattr(sys.modules.get("torch_npu"), "__version__", None))
+
+    def read_clocks(self, index: int = 0) -> dict:
+        from mfulib.core.device import npu_smi_clocks
+        return npu_smi_clocks(index)
+
+    def int8_gemm_support(self):
+        """``torch_npu.npu_quant_matmul`` (Ascend API reference: x1, x2 int8 ND, scale float32 [1], output_dtype
+        bfloat16 on Atlas A2; not yet run on hardware by this tool)."""
+        try:
+            import torch_npu
+        except Exception:  # absent, or CANN libraries missing
+            torch_npu = None
+        if torch_npu is None or not hasattr(torch_npu, "npu_quant_matmul"):
+            return False, "not available: torch_npu.npu_quant_matmul is missing in this torch_npu"
+        return True, "torch_npu.npu_quant_matmul (int8 x int8, scale 1.0, bf16 out) - untested on hardware"
+
+    def int8_gemm(self, a, b):
+        import torch
+        import torch_npu
+        scale = torch.ones(1, dtype=torch.float32, device=a.device)
+        return lambda: torch_npu.npu_quant_matmul(a, b, scale, output_dtype=torch.bfloat16)
+
+    def fp32_matmul_mode(self, allow: bool):
+        """HF32 on/off through ``torch.npu.matmul.allow_hf32``; UserError where this torch_npu lacks it."""
+        import torch
+        obj = getattr(getattr(torch, "npu", None), "matmul", None)
+        if obj is None or not hasattr(obj, "allow_hf32"):
+            raise UserError("torch.npu.matmul.allow_hf32 is missing in this torch_npu - cannot measure the HF32 "
+                            "mode")
+        return setting(obj, "allow_hf32", allow, f"fp32 inputs, HF32 {'allowed' if allow else 'off'} "
+                                                 f"(torch.npu.matmul.allow_hf32={allow})")
 
     def __init__(self, aic_metrics=DEFAULT_AIC_METRICS, msprof_path=None):
         self.groups = parse_groups(aic_metrics)
@@ -247,14 +323,7 @@ class NpuBackend(Backend):
 
     def identity(self, spec):
         import torch
-        from mfulib.core.device import device_identity
-        ident = device_identity("npu", torch.device(spec["device"]).index or 0)
-        ident["soc_name"] = ident.get("name")
-        return ident
-
-    def sync(self):
-        import torch
-        torch.npu.synchronize()
+        return self.device_identity(torch.device(spec["device"]).index or 0)
 
     @contextlib.contextmanager
     def iteration(self, index):

@@ -247,8 +247,7 @@ def _output_bytes(out) -> int:
 
 def run_spec(spec: dict, backend, report: dict) -> None:
     """Run the iterations of one case (child side); fills ``report``; exceptions propagate to the caller."""
-    if spec["backend"] == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
+    backend.prepare_process()
     wall = report.setdefault("wall_s", {})
     wall["imports"] = time.perf_counter() - _T_START
     t = time.perf_counter()
@@ -272,9 +271,9 @@ def run_spec(spec: dict, backend, report: dict) -> None:
     reuse = _INPUTS.get("key") == key
     if not reuse:  # drop the previous case's inputs before building the next (one case in memory at a time)
         _INPUTS.clear()
-        if str(spec["device"]).startswith("cuda"):  # device memory back before a large case is built (0.1-0.3 s)
+        if backend.torch_namespace is not None:  # device memory back before a large case is built (0.1-0.3 s)
             gc.collect()  # tensors held by reference cycles (a traceback, a module) go now, not at a later GC
-            torch.cuda.empty_cache()
+            backend.empty_cache()
     built = OpDir(spec["op_dir"]).build_case(spec["case_id"], impl=spec["impl"], seed=spec["seed"],
                                              device=spec["device"], args=_INPUTS.get("args"))
     _INPUTS.update(key=key, args=built.args)
@@ -287,7 +286,7 @@ def run_spec(spec: dict, backend, report: dict) -> None:
     harness = None
     if spec.get("markers") or spec.get("flush_cache_mib"):
         from mfulib.backends.harness import Harness
-        harness = Harness(spec["device"], spec.get("flush_cache_mib") or 0)
+        harness = Harness(backend, spec["device"], spec.get("flush_cache_mib") or 0)
     warmup = int(spec["warmup"])
     n = warmup + int(spec["repeats"])
     budget_ns = None if spec.get("repeat_budget_s") is None else float(spec["repeat_budget_s"]) * 1e9
@@ -309,7 +308,7 @@ def run_spec(spec: dict, backend, report: dict) -> None:
             t = time.perf_counter()
             iter_wall_ns = report["iter_wall_ns"] = []  # host wall clock of each iteration, device synchronised
             for i in range(n):
-                if harness is not None and harness.flush_buf is not None:
+                if harness is not None and harness.flushes:
                     harness.flush()
                     backend.sync()
                 t_iter = time.perf_counter_ns()
@@ -356,8 +355,10 @@ def run_and_report(spec: dict) -> dict:
     report = {"status": "error", "case": spec.get("case_id"), "impl": spec.get("impl"), "backend": spec.get("backend"),
               "pid": os.getpid(), "specs_in_process": _SERVED[0], "wall_s": {}}
     interpreter.reset()
+    backend = None
     try:
-        run_spec(spec, get_backend(spec["backend"]), report)
+        backend = get_backend(spec["backend"])
+        run_spec(spec, backend, report)
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded for this case
         status, msg = classify(exc)
         report.update(status=status, error=msg, traceback=traceback.format_exc(limit=8))
@@ -365,7 +366,7 @@ def run_and_report(spec: dict) -> dict:
         if isinstance(exc, KeyboardInterrupt):
             raise
     finally:
-        if spec.get("backend") == "cpu":  # what the interpreter adapted or rejected (mfulib/run/interpreter.py)
+        if backend is not None and backend.interpreter:  # what the interpreter adapted or rejected (run/interpreter.py)
             report["cpu_adaptations"] = interpreter.adaptations()
         if not first:  # the process start-up was paid by an earlier spec of this worker
             report["wall_s"]["imports"] = 0.0

@@ -35,11 +35,10 @@ import glob
 import os
 import queue
 import re
-import shutil
 import statistics
-import subprocess
 import threading
 
+from mfulib.backends import NAMES, backend_class
 from mfulib.core.cases import describe_case, read_case_file
 from mfulib.sources.discover import discover_layout_a, discover_layout_b
 from mfulib.core.errors import UserError
@@ -48,7 +47,6 @@ from mfulib.sources.layoutc import discover_layout_c
 from mfulib.schemas.batch_json import job_record_path, read_job_record, read_summary, safe_name
 
 OP_DIR = re.compile(r"^op_(?P<op>.+?)_(?P<ts>\d[\d_\-T:.]*)$")
-CUDA_VAR, NPU_VAR = "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES"
 
 
 # ----------------------------------------------------------------------------------------------- operators
@@ -220,32 +218,29 @@ def lpt_makespan(times, workers: int) -> float:
 def resolve_devices(devices: str | None, backend: str, env=None):
     """(device ids, where they came from, visibility variables to restrict) - module docstring's order.
 
-    ids are strings as the visibility variable takes them; ``[None]`` is one CPU worker (no restriction)."""
+    ids are strings as the visibility variable takes them; ``[None]`` is one CPU worker (no restriction). The
+    variables and the device discovery are the backends' (:attr:`~mfulib.backends.base.Backend.visible_devices_var`,
+    :meth:`~mfulib.backends.base.Backend.discover_devices`; ``auto``: every built-in backend, npu first)."""
     env = os.environ if env is None else env
+    candidates = [backend_class(n) for n in (NAMES if backend == "auto" else (backend,))]
+    accelerators = [c for c in candidates if c.accelerator]
+    known_vars = tuple(v for v in (backend_class(n).visible_devices_var for n in NAMES) if v)
     if devices:
         ids = [d.strip() for d in devices.split(",") if d.strip()]
         if not ids or len(set(ids)) != len(ids):
             raise UserError(f"DEVICES={devices}: give distinct device ids separated by commas, e.g. DEVICES=0,1")
-        var = {"npu": (NPU_VAR,), "cuda": (CUDA_VAR,)}.get(backend, (CUDA_VAR, NPU_VAR))
+        var = tuple(c.visible_devices_var for c in accelerators if c.visible_devices_var) or known_vars
         return ids, "DEVICES=", var
-    if backend == "cpu":
-        return [None], "BACKEND=cpu: one CPU worker", ()
-    for var, ok in ((NPU_VAR, backend in ("auto", "npu")), (CUDA_VAR, backend in ("auto", "cuda"))):
-        if ok and env.get(var, "").strip():
+    if not accelerators:
+        return [None], f"BACKEND={backend}: one CPU worker", ()
+    for c in accelerators:
+        var = c.visible_devices_var
+        if var and env.get(var, "").strip():
             return [d.strip() for d in env[var].split(",") if d.strip()], var, (var,)
-    if backend in ("auto", "cuda") and shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        n = sum(1 for ln in out.splitlines() if ln.startswith("GPU "))
-        if n:
-            return [str(i) for i in range(n)], "nvidia-smi -L", (CUDA_VAR,)
-    if backend in ("auto", "npu"):
-        nodes = sorted(int(m.group(1)) for p in glob.glob("/dev/davinci*")
-                       if (m := re.match(r"^/dev/davinci(\d+)$", p)))
-        if nodes:
-            return [str(i) for i in nodes], "/dev/davinci<N>", (NPU_VAR,)
+    for c in accelerators:
+        ids, where = c.discover_devices()
+        if ids:
+            return ids, where, ((c.visible_devices_var,) if c.visible_devices_var else ())
     return [None], "no accelerator found: one CPU worker", ()
 
 

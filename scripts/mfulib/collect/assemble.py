@@ -3,10 +3,10 @@ MFU@nom divides by (:func:`resolve_peak`), the per_case entries (FLOPs, PMU coun
 run block (:func:`build_report` from a :class:`Collection`, the state of one finished or interrupted run)."""
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
+from mfulib.backends import fp32_dot_is_tf32
 from mfulib.collect.options import Options
 from mfulib.core.definitions import MATH_MODES
 from mfulib.core.jsonio import provenance
@@ -44,7 +44,7 @@ class Collection:
     backend_reason: str
     env_facts: dict | None
     device_source: str
-    pmu: object  # mfulib.backends.cuda pmu_plan(): probe(), run_record()
+    pmu: object  # mfulib.backends.ncu_pmu pmu_plan(): probe(), run_record()
     gate: object | None  # mfulib.verify.verified_cases.Gate, None for --impl ref
     ff: object | None  # mfulib.flops.contract.FlopsFile
     selection: dict
@@ -88,8 +88,7 @@ def build_report(c: Collection) -> dict:
     for info in selected:
         if info.case_id not in results:
             continue
-        tf32 = (backend.name == "cuda" and (flops[info.case_id].get("compute_dtype") or info.compute_dtype)
-                == "float32" and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee")
+        tf32 = fp32_dot_is_tf32(backend.name, flops[info.case_id].get("compute_dtype") or info.compute_dtype)
         entry = _perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32,
                                  nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None)
         if backend.name != "npu":  # npu counters come from msprof's own columns

@@ -18,7 +18,7 @@ Completeness: performance.json records ``complete`` and ``missing`` (the selecte
 after Ctrl-C), so make and decompose never take an interrupted collection for a finished one.
 
 PMU counters (``--pmu auto|ncu|none``, default auto): on cuda each measured case's child runs once more under
-Nsight Compute (:class:`mfulib.backends.cuda.NcuPmu`, probed once per run) and per_case ``pmu`` {kernel:
+Nsight Compute (:class:`mfulib.backends.ncu_pmu.NcuPmu`, probed once per run) and per_case ``pmu`` {kernel:
 {canonical counter: mean}}, ``pmu_source`` ("ncu") and ``pmu_unavailable`` (None, or why not: ERR_NVGPUCTRPERM,
 ncu not found, ...) are filled; kernel times stay CUPTI's. The run's ``pmu_collection`` records the verdict.
 
@@ -39,7 +39,7 @@ import sys
 import time
 
 from mfulib.backends import select_backend
-from mfulib.backends.cuda import pmu_plan
+from mfulib.backends.ncu_pmu import pmu_plan
 from mfulib.collect.assemble import Collection, build_report, resolve_peak
 from mfulib.collect.case_flops import case_flops, flops_entry, load_flops, numerator_of, numerator_verdicts, tracer_flops
 from mfulib.collect.options import Options, apply_iteration_defaults, check_options, device_select

@@ -1,12 +1,9 @@
-"""The device this process runs on: backend selection, device identity, clocks and the CANN version.
+"""Facts of the machine a backend reads: the vendor tools' clocks, the CANN version, the host CPU's name.
 
-Backend selection (``--backend auto|npu|cuda|cpu``) as DESIGN.md "Device backends" defines it: ``auto`` picks npu
-only when torch_npu imports and CANN is set up (``ASCEND_HOME_PATH``), not merely because an ``msprof`` is on PATH;
-then cuda when torch sees a GPU; else cpu (Triton interpreter). The reason is recorded.
-
-Identity (:func:`device_identity`: name, key, core counts, memory, driver/CANN versions) names the per-device peak
-cache and is recorded in peak.json and performance.json; :func:`read_clocks` reads clocks/power from nvidia-smi or
-npu-smi; :func:`cann_version` is the one reader of the CANN toolkit version.
+These are the readers; the backends (:mod:`mfulib.backends`) decide which apply: device identity
+(:func:`mfulib.backends.device_identity`) uses :func:`slug`, :func:`cpu_model`, :func:`nvidia_smi_query` and
+:func:`cann_version` (the one reader of the CANN toolkit version); clocks come from :func:`nvidia_smi_clocks` or
+:func:`npu_smi_clocks`, sampled under load by :class:`ClockSampler`.
 """
 from __future__ import annotations
 
@@ -17,63 +14,8 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import threading
 import time
-
-from mfulib.core.errors import UserError
-
-BACKENDS = ("auto", "npu", "cuda", "cpu")
-
-
-def npu_ready():
-    """(ok, why): torch_npu importable, an NPU visible and ASCEND_HOME_PATH set."""
-    if not os.environ.get("ASCEND_HOME_PATH"):
-        return False, "ASCEND_HOME_PATH is not set (CANN's set_env.sh not sourced)"
-    try:
-        import torch_npu  # noqa: F401
-        import torch
-    except Exception as exc:  # torch_npu absent or CANN libraries missing
-        return False, f"torch_npu does not import ({type(exc).__name__}: {exc})"
-    if not torch.npu.is_available():
-        return False, "torch_npu imports but no NPU is available"
-    return True, "torch_npu imports, an NPU is available and ASCEND_HOME_PATH is set"
-
-
-def resolve_backend(name: str = "auto"):
-    """Return (backend, reason). Raises UserError when an explicit backend cannot run here, with the fix."""
-    if name not in BACKENDS:
-        raise UserError(f"--backend {name!r}: choose one of {', '.join(BACKENDS)}")
-    if name == "cpu":  # nothing to probe: no torch import in the parent (2-3 s per step)
-        return "cpu", "--backend cpu"
-    import torch
-    if name == "npu":
-        ok, why = npu_ready()
-        if not ok:
-            raise UserError(f"--backend npu: {why} - source <CANN>/set_env.sh and install torch_npu, "
-                            "or use --backend cuda/cpu")
-        return "npu", why
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError("--backend cuda: torch sees no CUDA device - use --backend cpu (Triton interpreter)")
-        return "cuda", "--backend cuda"
-    ok, why = npu_ready()
-    if ok:
-        return "npu", "auto: " + why
-    if torch.cuda.is_available():
-        return "cuda", f"auto: no NPU ({why}); torch sees {torch.cuda.get_device_name(0)}"
-    return "cpu", f"auto: no NPU ({why}) and no CUDA device: Triton interpreter on CPU"
-
-
-def device_string(backend: str, device_id: int = 0) -> str:
-    """torch device string for a backend and device index (``npu:0``, ``cuda:0``, ``cpu``)."""
-    return "cpu" if backend == "cpu" else f"{backend}:{device_id}"
-
-
-def prepare_process(backend: str) -> None:
-    """Process set-up that must precede any Triton kernel definition: the interpreter on cpu."""
-    if backend == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -112,40 +54,8 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "unknown"
 
 
-def device_identity(backend: str, index: int = 0) -> dict:
-    """Identity of device ``index`` of ``backend``: name, key (``<backend>-<slug(name)>``), cores, memory, versions.
-
-    ``key`` names the cache file; two devices of the same model share a calibration.
-    """
-    import torch
-    ident = {"backend": backend, "index": index, "accelerator": backend != "cpu"}
-    if backend == "cuda":
-        p = torch.cuda.get_device_properties(index)
-        ident.update(name=p.name, capability=f"{p.major}.{p.minor}", multiprocessor_count=p.multi_processor_count,
-                     total_memory_bytes=int(p.total_memory),
-                     l2_cache_bytes=getattr(p, "L2_cache_size", None),
-                     uuid=str(getattr(p, "uuid", "")) or None,
-                     cuda_runtime=torch.version.cuda)
-        smi = _nvidia_smi_query(index, "driver_version,clocks.max.sm")
-        ident["driver"] = smi.get("driver_version")
-        if smi.get("clocks.max.sm"):
-            ident["max_sm_clock_mhz"] = float(smi["clocks.max.sm"])
-    elif backend == "npu":
-        name = torch.npu.get_device_name(index)
-        p = torch.npu.get_device_properties(index)
-        ident.update(name=name, soc_name=name, cube_core_num=getattr(p, "cube_core_num", None),
-                     vector_core_num=getattr(p, "vector_core_num", None),
-                     total_memory_bytes=getattr(p, "total_memory", None),
-                     l2_cache_bytes=getattr(p, "L2_cache_size", None),
-                     cann=cann_version(ascend_home()), torch_npu=getattr(sys.modules.get("torch_npu"), "__version__", None))
-    else:
-        ident.update(name=_cpu_model(), threads=torch.get_num_threads(), logical_cpus=os.cpu_count(),
-                     note="CPU numbers (torch CPU GEMM), not an accelerator; never compare them with NPU/GPU numbers")
-    ident["key"] = f"{backend}-{slug(ident['name'])}"
-    return ident
-
-
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The host CPU's model name (/proc/cpuinfo, else the platform's processor or machine name)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -167,7 +77,9 @@ THROTTLE_REASON_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4
 _reason_field = {}  # index -> the reasons field this driver accepts ("" = none)
 
 
-def _nvidia_smi_query(index: int, fields: str) -> dict:
+def nvidia_smi_query(index: int, fields: str) -> dict:
+    """{field: value} of ``nvidia-smi --query-gpu=<fields>`` for GPU ``index`` (unsupported fields left out); {}
+    without nvidia-smi or when it fails."""
     exe = shutil.which("nvidia-smi")
     if not exe:
         return {}
@@ -198,12 +110,16 @@ def decode_throttle_reasons(mask) -> list:
     return names
 
 
-def _cuda_clocks(index: int) -> dict:
+def nvidia_smi_clocks(index: int = 0) -> dict:
+    """Clocks and power of GPU ``index`` as nvidia-smi reports them (strings, units in the keys):
+    ``clocks_*_mhz``, ``power_*_w``, ``temperature_gpu_c``, ``clocks_throttle_reasons_active`` (the raw hex mask of
+    clocks_event_reasons.active / clocks_throttle_reasons.active) and ``throttle_reasons`` (its decoded names);
+    {} where nvidia-smi does not answer."""
     field = _reason_field.get(index)
     tries = [field] if field is not None else list(_SMI_REASON_FIELDS) + [""]
     got = {}
     for f in tries:
-        got = _nvidia_smi_query(index, ",".join(_SMI_FIELDS + ((f,) if f else ())))
+        got = nvidia_smi_query(index, ",".join(_SMI_FIELDS + ((f,) if f else ())))
         if got:  # older drivers reject an unknown field for the whole query: fall back to the next name
             _reason_field[index] = f
             break
@@ -221,43 +137,37 @@ def _cuda_clocks(index: int) -> dict:
     return out
 
 
-def read_clocks(backend: str, index: int = 0) -> dict:
-    """Clocks and power as the vendor tool reports them (strings, units in the keys): nvidia-smi ``clocks_*_mhz``,
-    ``power_*_w``, ``temperature_gpu_c``, ``clocks_throttle_reasons_active`` (the raw hex mask of
-    clocks_event_reasons.active / clocks_throttle_reasons.active) and ``throttle_reasons`` (its decoded names);
-    npu-smi ``Key : Value`` lines that mention a frequency or power. Returns {} where no tool answers."""
-    if backend == "cuda":
-        return _cuda_clocks(index)
-    if backend == "npu":
-        exe = shutil.which("npu-smi")
-        if not exe:
-            return {}
-        try:
-            out = subprocess.run([exe, "info", "-t", "common", "-i", str(index)], capture_output=True, text=True,
-                                 timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return {}
-        res = {}
-        for line in out.stdout.splitlines():
-            if ":" in line:
-                k, v = (s.strip() for s in line.split(":", 1))
-                if re.search(r"freq|power|temp", k, re.I):
-                    res[k] = v
-        return res
-    return {}
+def npu_smi_clocks(index: int = 0) -> dict:
+    """npu-smi's ``Key : Value`` lines for NPU ``index`` that mention a frequency, power or temperature; {} where
+    npu-smi does not answer."""
+    exe = shutil.which("npu-smi")
+    if not exe:
+        return {}
+    try:
+        out = subprocess.run([exe, "info", "-t", "common", "-i", str(index)], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    res = {}
+    for line in out.stdout.splitlines():
+        if ":" in line:
+            k, v = (s.strip() for s in line.split(":", 1))
+            if re.search(r"freq|power|temp", k, re.I):
+                res[k] = v
+    return res
 
 
 class ClockSampler:
-    """Samples :func:`read_clocks` every ``interval_s`` in a thread while active (``with ClockSampler(...) as s``).
+    """Samples ``reader()`` (a backend's :meth:`~mfulib.backends.base.Backend.read_clocks` of one device) every
+    ``interval_s`` in a thread while active (``with ClockSampler(...) as s``).
 
     Why: one reading before and one after a calibration miss the clocks under load; the H200 drops its SM clock
     ~15% at its 700 W cap (throttle reason sw_power_cap). :meth:`summary` gives the SM clock range and every
-    throttle reason seen. On CPU nothing is sampled (no vendor tool); never raises.
+    throttle reason seen. ``reader`` None (a device without a vendor clock tool): nothing is sampled; never raises.
     """
 
-    def __init__(self, backend: str, index: int = 0, interval_s: float = 0.5, reader=None):
-        self.backend, self.index, self.interval_s = backend, index, interval_s
-        self.reader = reader or read_clocks
+    def __init__(self, reader=None, interval_s: float = 0.5):
+        self.reader, self.interval_s = reader, interval_s
         self.samples = []
         self._stop = threading.Event()
         self._thread = None
@@ -265,7 +175,7 @@ class ClockSampler:
 
     def __enter__(self):
         self._t0 = time.monotonic()
-        if self.backend != "cpu":
+        if self.reader is not None:
             self._thread = threading.Thread(target=self._run, daemon=True)
             self._thread.start()
         return self
@@ -273,7 +183,7 @@ class ClockSampler:
     def _run(self):
         while not self._stop.is_set():
             try:
-                got = self.reader(self.backend, self.index)
+                got = self.reader()
             except Exception:  # a sampler must never break the measurement
                 got = {}
             if got:

@@ -17,7 +17,7 @@ import re
 from mfulib.core import cases as _cases
 from mfulib.flops import tracer as flopcount
 from mfulib.core.definitions import FLOAT_DTYPES, is_positive, time_ns_at
-from mfulib.core.device import device_identity, resolve_backend
+from mfulib.backends import device_identity, resolve_backend
 from mfulib.core.errors import UserError, rejection_reason
 from mfulib.flops.contract import REVIEW_MARK, FlopsContractError, FlopsFile, evaluate_case
 from mfulib.peaks.nominal import nominal_peak_tflops

@@ -27,11 +27,12 @@ import os
 import time
 
 from mfulib.core.definitions import MATH_MODES, OPS_MODES, canonical_mode
-from mfulib.core.device import ClockSampler, device_identity, resolve_backend
+from mfulib.backends import backend_class, get_backend, resolve_backend
+from mfulib.core.device import ClockSampler
 from mfulib.core.errors import UserError
 from mfulib.core.fmt import pct
 from mfulib.peaks.gemm_search import Sweep, confirm_best, hill_climb, probe_layouts
-from mfulib.peaks.gemm_timing import MIB, Device, b_layouts, low_precision_support, math_mode, measure_bandwidth
+from mfulib.peaks.gemm_timing import MIB, Bench, b_layouts, low_precision_support, math_mode, measure_bandwidth
 from mfulib.core.jsonio import ensure_writable_dir, provenance, write_json_atomic
 from mfulib.run.noise import native_noise_filter
 from mfulib.schemas import peak_json
@@ -70,8 +71,9 @@ OPS_UNIT = {mode: "TOPS" for mode in OPS_MODES}
 
 
 def default_budget_s(backend: str) -> float:
-    """Default time budget for the measurements: 18 s on accelerators (under 30 s with start-up), 4 s on CPU."""
-    return 4.0 if backend == "cpu" else 18.0
+    """Default time budget for the measurements (:attr:`mfulib.backends.base.Backend.calib_budget_s`): 18 s on
+    accelerators (under 30 s with start-up), 4 s on CPU."""
+    return backend_class(backend).calib_budget_s
 
 
 def parse_modes(text: str) -> list:
@@ -103,12 +105,12 @@ def calibrate(backend: str, index: int = 0, modes=DEFAULT_MODES, budget_s: float
         raise UserError(f"--regime {regime!r}: choose one of {', '.join(REGIMES)}")
     t0 = time.monotonic()
     budget_s = default_budget_s(backend) if budget_s is None else float(budget_s)
-    dev = Device(backend, index)
+    dev = Bench(get_backend(backend), index)
     dev.regime = regime
     ident = dev.identity()
-    cpu = backend == "cpu"
+    accel = dev.backend.accelerator
     total_mem = ident.get("total_memory_bytes") or 0
-    if cpu:
+    if not accel:
         max_operand_bytes, max_flop, lo, hi = 256 * MIB, 2 * 1024 ** 3 * 2, 128, 2048
         seeds, steps, target_ms = CPU_SEEDS, CPU_STEPS, 5.0
     else:
@@ -117,18 +119,18 @@ def calibrate(backend: str, index: int = 0, modes=DEFAULT_MODES, budget_s: float
         max_flop, lo, hi = 5e12, 256, 32768
         seeds, steps, target_ms = ACCEL_SEEDS, ACCEL_STEPS, 15.0
     clocks_before = dev.clocks()
-    result = {"backend": backend, "accelerator": not cpu, "device": ident,
-              "label": (f"{ident['name']} ({backend}:{index})" if not cpu else
+    result = {"backend": backend, "accelerator": accel, "device": ident,
+              "label": (f"{ident['name']} ({backend}:{index})" if accel else
                         f"CPU {ident['name']} (torch CPU GEMM, {ident.get('threads')} threads) - not an accelerator"),
               "method": method_block(dev, target_ms), "measured": {}, "peak_tflops": {}, "peak_tops": {},
               "errors": {}, "budget_s": budget_s, "interrupted": False}
     tasks = list(modes) + (["bandwidth"] if bandwidth else [])
     weights = {t: _TASK_WEIGHT[t] for t in tasks}
     interrupted = False
-    sampler = ClockSampler(backend, index)
+    sampler = ClockSampler((lambda: dev.backend.read_clocks(index)) if dev.backend.clock_tool else None)
     try:
         with sampler:
-            _warm_up(dev, 0.3 if not cpu else 0.05)
+            _warm_up(dev, 0.3 if accel else 0.05)
             for i, task in enumerate(tasks):
                 left = budget_s - (time.monotonic() - t0)
                 share = left * weights[task] / sum(weights[t] for t in tasks[i:])
@@ -153,10 +155,9 @@ def calibrate(backend: str, index: int = 0, modes=DEFAULT_MODES, budget_s: float
     return result
 
 
-def _bandwidth_task(dev: Device, result: dict, total_mem: int, progress) -> None:
+def _bandwidth_task(dev: Bench, result: dict, total_mem: int, progress) -> None:
     t_task = time.monotonic()
-    cpu = dev.backend == "cpu"
-    nbytes = 64 * MIB if cpu else int(min(2 * 1024 ** 3, (total_mem or 8 * 1024 ** 3) / 8))
+    nbytes = 64 * MIB if not dev.backend.accelerator else int(min(2 * 1024 ** 3, (total_mem or 8 * 1024 ** 3) / 8))
     try:
         bw = measure_bandwidth(dev, nbytes)
         bw["elapsed_s"] = time.monotonic() - t_task
@@ -168,21 +169,22 @@ def _bandwidth_task(dev: Device, result: dict, total_mem: int, progress) -> None
         progress(f"bandwidth: {result.get('bandwidth_gbps', float('nan')):.0f} GB/s")
 
 
-def _mode_task(dev: Device, task: str, result: dict, share: float, progress, geometry) -> None:
+def _mode_task(dev: Bench, task: str, result: dict, share: float, progress, geometry) -> None:
     """Sweep + confirm one math mode; writes ``result["measured"][task]`` or ``result["errors"][task]``."""
     seeds, steps, target_ms, max_operand_bytes, max_flop, lo, hi = geometry
-    cpu = dev.backend == "cpu"
+    accel = dev.backend.accelerator
     t_task, busy0 = time.monotonic(), dev.busy_ns
     deadline = t_task + max(share, 0.0)
-    if task == "tf32" and cpu:
-        result["errors"][task] = "not applicable: torch CPU GEMM has no TF32 mode; fp32 cases use the float32 peak"
+    if task == "tf32" and dev.backend.reduced_fp32_matmul is None:
+        result["errors"][task] = (f"not applicable: torch {dev.backend.name.upper()} GEMM has no TF32 mode; fp32 cases use the "
+                                  "float32 peak")
         return
     ok, why = low_precision_support(dev, task)
     if not ok:
         result["errors"][task] = why
         return
     if task in ("int8", "float8_e4m3fn"):
-        seeds, steps = (CPU_INT8_SEEDS, ()) if cpu else (LOWP_SEEDS, steps)
+        seeds, steps = (LOWP_SEEDS, steps) if accel else (CPU_INT8_SEEDS, ())
     unit = OPS_UNIT.get(task, "TFLOP/s")
     try:
         with math_mode(dev, task) as desc:
@@ -234,19 +236,20 @@ def _g(x: float) -> str:
     return f"{x:.3g}" if 0 < abs(x) < 1 else f"{x:.1f}"
 
 
-def regime_block(dev: Device, elapsed_s: float) -> dict:
+def regime_block(dev: Bench, elapsed_s: float) -> dict:
     """Which load regime the numbers are: ``burst`` (idle as long as busy after each timed burst, duty cycle
     <= 50%) or ``sustained`` (back to back; always on CPU), ``requested`` (what --regime asked), with the duty
     cycle measured over the whole run (device busy time of timed + warm-up iterations / wall time)."""
     busy_s = dev.busy_ns / 1e9
-    burst = dev.regime == "burst" and dev.backend != "cpu"
+    burst = dev.regime == "burst" and dev.backend.idle_between_bursts
     return {"kind": "burst" if burst else "sustained", "requested": dev.regime,
             "duty_cycle_max": 0.5 if burst else 1.0,
             "duty_cycle_measured": busy_s / elapsed_s if elapsed_s > 0 else None, "busy_s": busy_s,
             "why": ("timed bursts separated by as much idle time (gemm_timing.cool_down): the regime operators are "
                     "profiled in; an H200 under sustained load hits its power cap and runs ~15% slower"
                     if burst else
-                    "CPU: no idle time inserted (no power-capped clocks to protect)" if dev.backend == "cpu" else
+                    f"{dev.backend.name.upper()}: no idle time inserted (no power-capped clocks to protect)"
+                    if not dev.backend.idle_between_bursts else
                     "back-to-back load (--regime sustained): the power-capped steady state")}
 
 
@@ -272,26 +275,26 @@ def trust_block(result: dict) -> dict:
             "drift_definition": "(sweep figure - confirmed figure) / confirmed figure of the reported shape"}
 
 
-def _warm_up(dev: Device, seconds: float):
+def _warm_up(dev: Bench, seconds: float):
     """Run GEMMs for ``seconds`` so clocks leave idle (an H200 idles at 345 MHz SM; device notes)."""
     torch = dev.torch
-    dtype = torch.float32 if dev.backend == "cpu" else torch.bfloat16
-    n = 512 if dev.backend == "cpu" else 4096
+    accel = dev.backend.accelerator
+    dtype = torch.bfloat16 if accel else torch.float32
+    n = 4096 if accel else 512
     a = torch.randn(n, n, dtype=dtype, device=dev.device)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         for _ in range(10):
             torch.mm(a, a)
-        dev.synchronize()
+        dev.backend.sync()
 
 
-def method_block(dev: Device, target_ms: float) -> dict:
+def method_block(dev: Bench, target_ms: float) -> dict:
     return {"method_version": METHOD_VERSION,
             "gemm": ("torch.mm(A[m,k], B[k,n], out=C) on torch.randn data; int8: torch._int_mm on randint (NPU: "
                      "torch_npu.npu_quant_matmul, scale 1, bf16 out); fp8 e4m3: torch._scaled_mm (scales 1, bf16 "
                      "out); B row- or column-major per mode, the faster of both for int8 (measured.<mode>.b_layout)"),
-            "timing": ("device events per iteration (torch.%s.Event)" % dev.backend) if dev.backend != "cpu"
-            else "time.perf_counter_ns per iteration (CPU ops are synchronous)",
+            "timing": dev.backend.event_timing,
             "cache_flush": f"zero a {dev.flush_bytes // MIB} MiB buffer before every timed iteration (untimed)",
             "per_shape_statistic": "median iteration time after warm-up; tflops = 2*m*n*k / median_ns / 1e3",
             "peak": ("max over shapes after re-timing the best 3 with more iterations (the confirmed figure is "
@@ -350,7 +353,7 @@ def run_calibration(output: str, backend: str = "auto", index: int = 0, modes=DE
         raise UserError(f"--max-age-days {max_age_days}: must be >= 0 (inf: any age)")
     check_output_path(output)
     be, why = resolve_backend(backend)
-    ident = device_identity(be, index)
+    ident = get_backend(be).device_identity(index)
     cache_dir = cache_dir or default_cache_dir()
     cpath = cache_path(cache_dir, ident)
     if regime not in REGIMES:
@@ -376,7 +379,8 @@ def _reuse_or_measure(output, be, why, ident, index, cpath, modes, budget_s, ban
         return out
     log(f"peak_calib: backend {be} ({why}); device {ident['name']}; measuring ({reason})")
     nominal = nominal_block(ident)
-    with native_noise_filter(enabled=(be == "npu") if filter_noise is None else filter_noise) as noise:
+    noisy = backend_class(be).native_noise if filter_noise is None else filter_noise
+    with native_noise_filter(enabled=noisy) as noise:
         body = calibrate(be, index, modes, budget_s, bandwidth, progress, nominal, regime)
     out = {**head, "backend_reason": why, **body, "software": peak_json.software(ident),
            "noise_filtered": noise.summary(),

@@ -11,7 +11,8 @@ import math
 import time
 
 from mfulib.core.definitions import time_ns_at
-from mfulib.peaks.gemm_timing import DEFAULT_B_LAYOUT, Device, measure_gemm
+from mfulib.core.failures import is_out_of_memory
+from mfulib.peaks.gemm_timing import DEFAULT_B_LAYOUT, Bench, measure_gemm
 
 # bytes per element of A/B and of C per math mode (int8 -> int32 out; fp8 -> bf16 out; NPU int8 -> bf16, fewer)
 _IN_BYTES = {"int8": 1, "float8_e4m3fn": 1, "float32": 4, "tf32": 4}
@@ -37,7 +38,7 @@ class Sweep:
     deadline is skipped (the first shape of a sweep always runs, with at least 3 iterations).
     """
 
-    def __init__(self, dev: Device, mode: str, target_ms: float, max_operand_bytes: int, max_flop: float,
+    def __init__(self, dev: Bench, mode: str, target_ms: float, max_operand_bytes: int, max_flop: float,
                  deadline: float = math.inf, on_result=None, timer=None, b_layout: str = DEFAULT_B_LAYOUT):
         self.dev, self.mode, self.target_ms = dev, mode, target_ms
         self.b_layout = b_layout  # B operand layout every shape is timed with (see gemm_timing.b_layouts)
@@ -75,8 +76,8 @@ class Sweep:
             raise
         except Exception as exc:  # unsupported mode/shape, OOM: recorded, the sweep goes on
             self.errors[shape] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            if self.dev is not None and self.dev.backend == "cuda" and "out of memory" in str(exc).lower():
-                self.dev.torch.cuda.empty_cache()
+            if self.dev is not None and is_out_of_memory(exc):
+                self.dev.backend.empty_cache()  # the allocator's cached blocks back before the next shape
             return None
         self.results[shape] = r
         if self.on_result:

@@ -5,7 +5,8 @@ The method is mamf-finder's (stas00/ml-engineering ``compute/accelerator/benchma
 warmed up, then timed iteration by iteration: flush the last-level cache by writing a buffer of
 ``max(256 MiB, 4 x L2)`` (outside the timed region), record a start event, launch, record an end event. The per-shape
 statistic is the median iteration time; throughput is :func:`mfulib.core.definitions.actual_tflops` of ``2*m*n*k``.
-:class:`Device` is the small interface this needs (events, synchronize, flush) on cuda, npu and cpu (host clock).
+:class:`Bench` holds one run's state; events, synchronisation and the flush write are the backend's
+(:class:`mfulib.backends.base.Backend`: device events on cuda and npu, the host clock on cpu).
 
 GEMM per math mode (:func:`gemm_call`): ``torch.mm`` for the float modes; int8 ``torch._int_mm`` (CUDA, CPU) or
 ``torch_npu.npu_quant_matmul`` (NPU, scale 1.0, bf16 out); fp8 e4m3 ``torch._scaled_mm`` (CUDA capability >= 8.9,
@@ -21,135 +22,72 @@ import math
 import statistics
 import time
 
+from mfulib.backends.flush import MIB, CacheFlush
 from mfulib.core.definitions import actual_tflops
-from mfulib.core.device import device_identity, read_clocks
-from mfulib.core.errors import UserError
 
-MIB = 1 << 20
 FLUSH_MIN_BYTES = 256 * MIB  # KernelBench / mamf-finder flush size; >= 4 x L2 of an H200 (60 MB)
 
 
-class Device:
-    """The small interface the measurement needs: events, synchronize, cache flush, identity.
+def flush_bytes(l2_bytes, accelerator: bool) -> int:
+    """Calibration's flush size (its policy: always flushed): ``max(256 MiB, 4 x L2)`` on accelerators, ``max(32
+    MiB, 4 x L2)`` on the host (larger than any LLC seen on CI machines; keeps CPU runs quick)."""
+    return max(FLUSH_MIN_BYTES if accelerator else 32 * MIB, 4 * (l2_bytes or 0))
 
-    ``backend`` is ``cuda``, ``npu`` or ``cpu``; ``index`` the device index. On CPU the "events" are host
-    timestamps (CPU torch ops are synchronous).
-    """
 
-    def __init__(self, backend: str, index: int = 0):
+class Bench:
+    """One calibration run on device ``index`` of ``backend`` (a :class:`mfulib.backends.base.Backend`): the device,
+    its cache flush (:class:`mfulib.backends.flush.CacheFlush`, :func:`flush_bytes`), the load regime and the busy
+    time so far. Timing, synchronisation, identity and clocks are the backend's."""
+
+    def __init__(self, backend, index: int = 0):
         import torch
         self.torch = torch
         self.backend = backend
         self.index = index
-        if backend in ("cuda", "npu"):
-            self.mod = getattr(torch, backend)
-            self.mod.set_device(index)
-            self.device = torch.device(backend, index)
-        else:
-            self.mod = None
-            self.device = torch.device("cpu")
-        self._flush_buf = None
-        self.flush_bytes = self._flush_size()
+        backend.set_device(index)
+        self.device = torch.device(backend.device_string(index))
+        self.flush_bytes = flush_bytes(backend.l2_bytes(index), backend.accelerator)
+        self._flush = None
         # "burst": idle after every timed burst (duty cycle <= 50%, :func:`cool_down`); "sustained": back to back
         self.regime = "burst"
         self.busy_ns = 0.0  # device time of every timed and warm-up iteration so far (for the duty cycle)
 
-    # ---- timing
-    def synchronize(self):
-        if self.mod is not None:
-            self.mod.synchronize()
-
-    def event(self):
-        if self.mod is not None:
-            return self.mod.Event(enable_timing=True)
-        return _HostEvent()
-
-    @staticmethod
-    def elapsed_ns(start, end) -> float:
-        if isinstance(start, _HostEvent):
-            return float(end.t_ns - start.t_ns)
-        return start.elapsed_time(end) * 1e6  # elapsed_time is in ms
-
-    # ---- cache flush
-    def _flush_size(self) -> int:
-        l2 = self.l2_bytes() or 0
-        if self.backend == "cpu":
-            return max(32 * MIB, 4 * l2)  # larger than any LLC seen on CI machines; keeps CPU runs quick
-        return max(FLUSH_MIN_BYTES, 4 * l2)
-
     def flush(self):
-        """Evict the last-level cache by writing ``flush_bytes`` (mamf-finder/KernelBench: zero a 256 MiB buffer)."""
-        if self._flush_buf is None:
-            self._flush_buf = self.torch.empty(self.flush_bytes // 4, dtype=self.torch.int32, device=self.device)
-        self._flush_buf.zero_()
+        """Evict the last-level cache by writing ``flush_bytes`` (the buffer is made on first use)."""
+        if self._flush is None:
+            self._flush = CacheFlush(self.backend, self.device, self.flush_bytes)
+        self._flush.flush()
 
     def release(self):
-        self._flush_buf = None
-
-    # ---- identity
-    def l2_bytes(self):
-        if self.mod is None:
-            return None
-        props = self.mod.get_device_properties(self.index)
-        return getattr(props, "L2_cache_size", None) or getattr(props, "l2_cache_size", None)
+        self._flush = None
 
     def identity(self) -> dict:
         """Device description recorded in peak.json: name, key, core counts, memory, versions."""
-        return device_identity(self.backend, self.index)
+        return self.backend.device_identity(self.index)
 
     def clocks(self) -> dict:
         """Current clocks/power where readable (nvidia-smi, npu-smi); {} otherwise. Never raises."""
-        return read_clocks(self.backend, self.index)
-
-
-class _HostEvent:
-    __slots__ = ("t_ns",)
-
-    def __init__(self):
-        self.t_ns = 0
-
-    def record(self, *_a):
-        self.t_ns = time.perf_counter_ns()
+        return self.backend.read_clocks(self.index)
 
 
 @contextlib.contextmanager
-def math_mode(dev: Device, mode: str):
+def math_mode(dev: Bench, mode: str):
     """Set the backend's fp32 matmul precision for ``mode`` and restore it afterwards.
 
-    ``float32``: TF32 (CUDA: ``torch.backends.cuda.matmul.fp32_precision``, or ``allow_tf32`` on torch < 2.9) / HF32
-    (NPU: ``torch.npu.matmul.allow_hf32``) off; ``tf32``: on. Other modes leave the settings as they are. Yields a
-    description of the setting.
+    ``float32``: the reduced-precision fp32 mode (:attr:`mfulib.backends.base.Backend.reduced_fp32_matmul`: TF32
+    on CUDA, HF32 on the NPU) off; ``tf32``: on (:meth:`~mfulib.backends.base.Backend.fp32_matmul_mode`). Other
+    modes, and backends without such a mode, leave the settings as they are. Yields a description of the setting.
     """
-    torch = dev.torch
     if mode in ("int8", "float8_e4m3fn"):
         yield low_precision_support(dev, mode)[1]
         return
-    if mode not in ("float32", "tf32") or dev.backend == "cpu":
+    if mode not in ("float32", "tf32") or dev.backend.reduced_fp32_matmul is None:
         yield {"float16": "fp16 inputs (backend default accumulation)",
                "bfloat16": "bf16 inputs (backend default accumulation)",
                "float32": "fp32 (CPU: IEEE)"}.get(mode, mode)
         return
-    allow = mode == "tf32"
-    if dev.backend == "cuda":
-        obj, label = torch.backends.cuda.matmul, "TF32"
-        # torch >= 2.9: fp32_precision ("tf32" | "ieee"); mixing it with the legacy allow_tf32 raises, so use the new
-        # API where it exists and the legacy flag before that
-        if hasattr(obj, "fp32_precision"):
-            attr, value = "fp32_precision", ("tf32" if allow else "ieee")
-        else:
-            attr, value = "allow_tf32", allow
-        where = f"torch.backends.cuda.matmul.{attr}={value!r}"
-    else:
-        obj, attr, value, label = getattr(getattr(torch, "npu", None), "matmul", None), "allow_hf32", allow, "HF32"
-        if obj is None or not hasattr(obj, attr):
-            raise UserError(f"torch.npu.matmul.{attr} is missing in this torch_npu - cannot measure the {mode} mode")
-        where = f"torch.npu.matmul.allow_hf32={allow}"
-    old = getattr(obj, attr)
-    setattr(obj, attr, value)
-    try:
-        yield f"fp32 inputs, {label} {'allowed' if allow else 'off'} ({where})"
-    finally:
-        setattr(obj, attr, old)
+    with dev.backend.fp32_matmul_mode(mode == "tf32") as desc:
+        yield desc
 
 
 # B layouts each math mode is timed with, best first to try; the calibration probes them and keeps the fastest
@@ -162,49 +100,22 @@ def b_layouts(mode: str) -> tuple:
     return B_LAYOUTS.get(mode, (DEFAULT_B_LAYOUT,))
 
 
-def low_precision_support(dev: Device, mode: str):
-    """(ok, why) for the int8 / fp8 GEMM paths on ``dev``; float modes are always (True, ...).
+def low_precision_support(dev: Bench, mode: str):
+    """(ok, why) for the int8 / fp8 GEMM paths of ``dev``'s backend; float modes are always (True, ...).
 
-    int8: ``torch._int_mm`` on CUDA and CPU (CPU: torch's reference kernel, not a matrix unit),
-    ``torch_npu.npu_quant_matmul`` on the NPU (Ascend API reference: x1, x2 int8 ND, scale float32 [1],
-    output_dtype bfloat16 on Atlas A2; not yet run on hardware by this tool). fp8 e4m3: ``torch._scaled_mm`` on CUDA
-    devices of capability >= 8.9 (Ada / Hopper fp8 tensor cores); nowhere else.
+    int8: :meth:`~mfulib.backends.base.Backend.int8_gemm_support` (``torch._int_mm`` on CUDA and CPU - CPU: torch's
+    reference kernel, not a matrix unit - ``torch_npu.npu_quant_matmul`` on the NPU). fp8 e4m3:
+    :meth:`~mfulib.backends.base.Backend.fp8_gemm_support` (``torch._scaled_mm`` on CUDA devices of capability >=
+    8.9, Ada / Hopper fp8 tensor cores; nowhere else).
     """
-    torch = dev.torch
     if mode == "int8":
-        if dev.backend == "npu":
-            tnpu = _torch_npu()
-            if tnpu is None or not hasattr(tnpu, "npu_quant_matmul"):
-                return False, "not available: torch_npu.npu_quant_matmul is missing in this torch_npu"
-            return True, "torch_npu.npu_quant_matmul (int8 x int8, scale 1.0, bf16 out) - untested on hardware"
-        if not hasattr(torch, "_int_mm"):
-            return False, f"not available: this torch ({torch.__version__}) has no torch._int_mm"
-        return True, "torch._int_mm (int8 x int8 -> int32)"
+        return dev.backend.int8_gemm_support()
     if mode == "float8_e4m3fn":
-        if dev.backend != "cuda":
-            where = ("the Ascend cube dtypes this tool measures are fp16/bf16, fp32 (HF32 off/on) and int8"
-                     if dev.backend == "npu" else
-                     "a CPU has no fp8 matrix unit (torch's CPU torch._scaled_mm is a software path, no hardware peak)")
-            return False, f"not available on {dev.backend}: fp8 is measured only on CUDA capability >= 8.9; {where}"
-        if not (hasattr(torch, "float8_e4m3fn") and hasattr(torch, "_scaled_mm")):
-            return False, f"not available: this torch ({torch.__version__}) lacks float8_e4m3fn / torch._scaled_mm"
-        cap = torch.cuda.get_device_capability(dev.index)
-        if tuple(cap) < (8, 9):
-            return False, (f"not available: capability {cap[0]}.{cap[1]} < 8.9 (fp8 tensor cores: Ada sm_89, "
-                           "Hopper sm_90 and later)")
-        return True, "torch._scaled_mm (fp8 e4m3 x e4m3, scale tensors 1.0, bf16 out)"
+        return dev.backend.fp8_gemm_support(dev.index)
     return True, "torch.mm"
 
 
-def _torch_npu():
-    try:
-        import torch_npu
-    except Exception:  # absent, or CANN libraries missing
-        return None
-    return torch_npu
-
-
-def _operands(dev: Device, mode: str, m: int, n: int, k: int, b_layout: str = DEFAULT_B_LAYOUT):
+def _operands(dev: Bench, mode: str, m: int, n: int, k: int, b_layout: str = DEFAULT_B_LAYOUT):
     """A[m, k] and B[k, n] (B column-major for ``b_layout="col"``) on the device, random data of ``mode``."""
     torch = dev.torch
     bshape = (n, k) if b_layout == "col" else (k, n)
@@ -220,15 +131,11 @@ def _operands(dev: Device, mode: str, m: int, n: int, k: int, b_layout: str = DE
     return a, (b.t() if b_layout == "col" else b)
 
 
-def gemm_call(dev: Device, mode: str, a, b):
+def gemm_call(dev: Bench, mode: str, a, b):
     """A zero-argument callable computing ``a @ b`` in ``mode`` (see the module docstring for the paths)."""
     torch = dev.torch
     if mode == "int8":
-        if dev.backend == "npu":
-            tnpu = _torch_npu()
-            scale = torch.ones(1, dtype=torch.float32, device=dev.device)
-            return lambda: tnpu.npu_quant_matmul(a, b, scale, output_dtype=torch.bfloat16)
-        return lambda: torch._int_mm(a, b)
+        return dev.backend.int8_gemm(a, b)
     if mode == "float8_e4m3fn":
         one = torch.tensor(1.0, dtype=torch.float32, device=dev.device)
         return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
@@ -236,24 +143,25 @@ def gemm_call(dev: Device, mode: str, a, b):
     return lambda: torch.mm(a, b, out=out)
 
 
-def time_iterations(dev: Device, fn, iters: int, flush: bool = True) -> list:
+def time_iterations(dev: Bench, fn, iters: int, flush: bool = True) -> list:
     """Per-iteration device time (ns) of ``fn``: flush (untimed), start event, ``fn()``, end event; one sync at the end.
 
     Each iteration has its own event pair (mamf-finder), so the flush never enters the timed region.
     """
-    starts = [dev.event() for _ in range(iters)]
-    ends = [dev.event() for _ in range(iters)]
+    backend = dev.backend
+    starts = [backend.event() for _ in range(iters)]
+    ends = [backend.event() for _ in range(iters)]
     for i in range(iters):
         if flush:
             dev.flush()
         starts[i].record()
         fn()
         ends[i].record()
-    dev.synchronize()
-    return [dev.elapsed_ns(s, e) for s, e in zip(starts, ends)]
+    backend.sync()
+    return [backend.elapsed_ns(s, e) for s, e in zip(starts, ends)]
 
 
-def measure_fn(dev: Device, fn, target_ms: float, min_iters: int = 5, max_iters: int = 60, warmup: int = 2,
+def measure_fn(dev: Bench, fn, target_ms: float, min_iters: int = 5, max_iters: int = 60, warmup: int = 2,
                flush: bool = True, max_ms: float | None = None) -> dict:
     """Warm ``fn`` up, pick an iteration count so that the timed work is about ``target_ms``, time it.
 
@@ -289,20 +197,21 @@ def spread_stats(times) -> dict:
             "spread": (p90 - p10) / med if med > 0 else None}
 
 
-def cool_down(dev: Device, busy_ns: float) -> None:
+def cool_down(dev: Bench, busy_ns: float) -> None:
     """Idle as long as the device was just busy (duty cycle <= 50%) on accelerators.
 
     Why: under sustained GEMM load an H200 hits its 700 W cap (nvidia-smi throttle reason 0x4, SW power cap) and
     drops its clocks ~15%, so back-to-back shapes of a long sweep are timed slower than the same kernels in the
     collector's short bursts (seen on the H200: 8192^3 bf16 at 788 TFLOP/s in a 15-iteration profiled burst vs
     672-692 sustained). Short timed bursts separated by idle time keep every measurement in the burst regime the
-    operators are measured in. ``dev.regime == "sustained"`` skips the idle time (back-to-back load).
+    operators are measured in. ``dev.regime == "sustained"`` skips the idle time (back-to-back load), and so does a
+    backend without power-capped clocks (:attr:`~mfulib.backends.base.Backend.idle_between_bursts`).
     """
-    if dev.backend != "cpu" and dev.regime == "burst" and busy_ns > 0:
+    if dev.backend.idle_between_bursts and dev.regime == "burst" and busy_ns > 0:
         time.sleep(min(busy_ns * 1e-9, 0.25))
 
 
-def measure_gemm(dev: Device, mode: str, m: int, n: int, k: int, target_ms: float = 20.0,
+def measure_gemm(dev: Bench, mode: str, m: int, n: int, k: int, target_ms: float = 20.0,
                  b_layout: str = DEFAULT_B_LAYOUT, **kw) -> dict:
     """Time ``A[m,k] @ B[k,n]`` in ``mode`` with B in ``b_layout``; returns the shape, timing and ``tflops`` =
     2*m*n*k / median_ns / 1e3.
@@ -318,7 +227,7 @@ def measure_gemm(dev: Device, mode: str, m: int, n: int, k: int, target_ms: floa
             **t}
 
 
-def measure_bandwidth(dev: Device, nbytes: int, target_ms: float = 30.0) -> dict:
+def measure_bandwidth(dev: Bench, nbytes: int, target_ms: float = 30.0) -> dict:
     """Device-to-device copy of ``nbytes``: ``gbps`` = 2 * nbytes (read + write) / median_ns.
 
     No flush: the buffers are many times the cache. GB/s here is 1e9 bytes per second.

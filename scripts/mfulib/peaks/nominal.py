@@ -180,6 +180,16 @@ def _cuda_peak(info: dict, dtype: str):
                   f"does not cover {mode} on capability {cc} - pass --mfu-peak TFLOPS")
 
 
+def _cuda_bandwidth(ident: dict):
+    spec = cuda_spec(ident.get("name", ""))
+    return spec[1] if spec else None
+
+
+# backend name (the ``backend`` of a device identity) -> its datasheet / formula peak and bandwidth; a backend
+# without an entry has no nominal figure (MFU@nom absent, never 0)
+DATASHEET_PEAK = {"npu": _npu_peak, "cuda": _cuda_peak}
+DATASHEET_BANDWIDTH = {"cuda": _cuda_bandwidth}
+
 # --------------------------------------------------------------------------------------------------------- API
 
 
@@ -190,11 +200,11 @@ def nominal_peak_tflops(device_info: dict, dtype: str):
     and ``source`` then says why and what to do. Never raises for an unknown device.
     """
     backend = (device_info or {}).get("backend")
-    if backend == "npu":
-        return _npu_peak(device_info, dtype)
-    if backend == "cuda":
-        return _cuda_peak(device_info, dtype)
-    return None, "cpu: no nominal peak (Triton interpreter / CPU numbers are not compared with accelerators)"
+    peak = DATASHEET_PEAK.get(backend)
+    if peak is None:
+        return None, (f"{backend or 'cpu'}: no nominal peak (Triton interpreter / CPU numbers are not compared with "
+                      "accelerators)")
+    return peak(device_info, dtype)
 
 
 def dtype_nominal_tflops(nominal_by_mode, dtype, tf32: bool = False):
@@ -225,9 +235,7 @@ def nominal_for_identity(ident: dict) -> dict:
             out[mode] = v
         if src not in sources:
             sources.append(src)
-    bw = None
-    if ident.get("backend") == "cuda":
-        spec = cuda_spec(ident.get("name", ""))
-        bw = spec[1] if spec else None
+    bandwidth = DATASHEET_BANDWIDTH.get(ident.get("backend"))
+    bw = bandwidth(ident) if bandwidth else None
     # NPU HBM bandwidth is not verified from an official spec (facts §8.2): measure it (peak_calib) instead.
     return {"tflops": out, "bandwidth_gbps": bw, "source": "; ".join(sources)}

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 
+from mfulib.backends import validates_only
 from mfulib.report import bound as _bound
 from mfulib.collect import executed as _executed
 from mfulib.collect import pmu as _pmu
@@ -397,7 +398,7 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
                         "(marked incomplete)")
     parts, parts_src = find_kernel_parts(rep, path, op_dir)
     notes = check_same_device(rep, peak, path, peak_path)
-    if rep.get("backend") == "cpu":
+    if validates_only(rep.get("backend")):
         notes.append(f"{path}: CPU-interpreter numbers (Triton interpreter, torch CPU GEMM peak) - they validate the "
                      "pipeline and are never compared with accelerator numbers")
     peaks = peaks_for(rep, peak)
@@ -409,7 +410,7 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
             continue
         # CPU "peaks" are a few seconds of torch CPU GEMM on a shared host: an interpreter kernel beating them
         # says nothing about flops.py, so above-peak is a warning there, never the accelerator's error
-        r = decompose_case(c, parts, peaks, path, "CPU numbers" if rep.get("backend") == "cpu" else None)
+        r = decompose_case(c, parts, peaks, path, "CPU numbers" if validates_only(rep.get("backend")) else None)
         r["report"] = label
         r["backend"] = rep.get("backend")
         rows.append(r)
@@ -474,7 +475,7 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
     trust = peak.get("trust") or {}
     if trust.get("trusted") is False:  # calib.trust_verdict: a noisy calibration is kept, never cached or hidden
         again = ("a CPU calibration on a shared machine: these numbers only validate the pipeline" if
-                 peak.get("backend") == "cpu" else "the next make measures the peak again")
+                 validates_only(peak.get("backend")) else "the next make measures the peak again")
         warnings.append(f"{peak_path}: the peak calibration is NOT trusted ("
                         f"{'; '.join(trust.get('untrusted') or []) or 'interrupted'}) - MFU@ach, headroom and the "
                         f"roofline divide by it; {again}")

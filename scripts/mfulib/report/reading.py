@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 
+from mfulib.backends import matrix_unit, validates_only
 from mfulib.report.bound import fallback_bound
 from mfulib.core.definitions import HALF_DTYPES, finite_or_none, is_number, is_positive
 from mfulib.core.fmt import pct
@@ -42,7 +43,7 @@ def reading_aid(rows: list, peak_tflops: dict) -> list:
     items present (one item may take several lines, e.g. one fp32-vs-fp16 line per part, which share its number).
     An operator without matrix work is compared on MBU (step 1) and its parts by time and bytes (step 2)."""
     ok = [r for r in rows if r.get("status") == "ok"]
-    cpu = any(r.get("backend") == "cpu" for r in rows)
+    cpu = any(validates_only(r.get("backend")) for r in rows)
     items = [[_dtype_line(ok)], [_drag_line(ok, rows, cpu)]]
     # fp32 vs fp16/bf16 throughput of the same part: is the cube/tensor unit waiting?
     if cpu:
@@ -168,9 +169,9 @@ def apply_fallback_bounds(rows: list, peak_tflops: dict) -> None:
     :func:`mfulib.report.bound.fallback_bound` where the part ran in both dtypes (in place; accelerator rows only: CPU
     interpreter times say nothing about a cube/tensor unit). Each part is judged with its own MFU@ach. A row
     without counters takes the bound of its longest part."""
-    ok = [r for r in rows if r.get("status") == "ok" and r.get("backend") != "cpu"]
+    ok = [r for r in rows if r.get("status") == "ok" and not validates_only(r.get("backend"))]
     for pair in fp32_fp16_pairs(ok, peak_tflops):
-        word = "cube" if pair["r16"].get("backend") == "npu" else "tensor"
+        word = matrix_unit(pair["r16"].get("backend"))
         for r, p in ((pair["r32"], pair["p32"]), (pair["r16"], pair["p16"])):
             for q in r.get("parts") or []:
                 if q["part"] == pair["part"] and not (q.get("bound") or {}).get("source"):

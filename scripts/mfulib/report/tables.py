@@ -16,6 +16,7 @@ import textwrap
 
 from tabulate import tabulate
 
+from mfulib.backends import validates_only
 from mfulib.core.fmt import pct
 from mfulib.flops.kernel_parts import OTHER
 
@@ -191,7 +192,7 @@ def decompose_table(result: dict) -> str:
                 m = mx[key]
                 bits.append(f"{name} {pct(m['value'], 2)} (case {m['case']} {m['dtype']}"
                             + (f", {m['report']}" if multi else "") + ")")
-        cpu = any(rep.get("backend") == "cpu" for rep in result.get("reports", []))
+        cpu = any(validates_only(rep.get("backend")) for rep in result.get("reports", []))
         lines.append("max: " + "; ".join(bits) + (" - CPU-interpreter numbers: they validate the pipeline, they "
                                                    "are not a utilisation" if cpu else ""))
     lines.append("")

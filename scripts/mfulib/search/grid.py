@@ -90,7 +90,8 @@ def load_peaks(path: str | None) -> dict:
 
 
 def _tf32(backend: str, dtype) -> bool:
-    return backend == "cuda" and dtype == "float32" and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee"
+    from mfulib.backends import fp32_dot_is_tf32
+    return fp32_dot_is_tf32(backend, dtype)
 
 
 # ------------------------------------------------------------------------------------------------ stage 1

@@ -86,7 +86,7 @@ def bandwidth_limit(op_dir: str, backend: str, index: int, peak_json_path=None) 
         top = max(vals) if vals else None
         l2 = (peak.get("device") or {}).get("l2_cache_bytes") if isinstance(peak.get("device"), dict) else None
     if backend != "cpu":
-        from mfulib.core.device import device_identity
+        from mfulib.backends import device_identity
         ident = device_identity(backend, index)
         l2 = l2 or ident.get("l2_cache_bytes")
         if bw is None and backend == "cuda":

@@ -303,7 +303,7 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None)
     after probe.json was saved as interrupted."""
     from tqdm import tqdm
 
-    from mfulib.core import device as dev
+    from mfulib import backends as dev
     from mfulib.core.opdir import OpDir
     from mfulib.schemas import verify_json
     t_start = clock() if t_start is None else t_start

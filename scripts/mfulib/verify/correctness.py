@@ -5,20 +5,21 @@ tolerance of the case's compute dtype. Stated tolerances (:data:`TOLERANCE`):
 
 * float16 1e-2, bfloat16 2e-2: half-precision outputs round at 2^-11 / 2^-8 relative; accumulation-order
   differences add a few ulps;
-* float32 1e-4 where fp32 matmuls are exact (CPU, Triton interpreter, NPU), 1e-2 on CUDA, where Triton's
-  ``tl.dot`` on fp32 inputs uses TF32 (10-bit mantissa) by default (environment notes) - recorded as ``tf32``.
+* float32 1e-4 where fp32 matmuls are exact (CPU, Triton interpreter, NPU), 1e-2 where an fp32 ``tl.dot`` runs as
+  TF32 (10-bit mantissa; CUDA by default, :func:`mfulib.backends.fp32_dot_is_tf32`) - recorded as ``tf32``.
 
 A case that the reference or the implementation rejects (``ValueError("case rejected: ...")``) is reported as
 ``rejected`` with the reason, one that runs out of memory as ``oom``, any other exception as ``error``
 (:func:`mfulib.core.failures.classify`, shared with the collector). On cpu the Triton interpreter runs under the launch
 hook the collector uses (:func:`mfulib.run.interpreter.install_launch_hook`); each row lists the adaptations its case
-needed in ``cpu_adaptations``.
+needed in ``cpu_adaptations`` (on every backend that interprets Triton).
 """
 from __future__ import annotations
 
 import os
 import traceback
 
+from mfulib.backends import backend_for_device, fp32_dot_is_tf32, get_backend
 from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.core.errors import REJECT_PREFIX
 from mfulib.core.failures import classify
@@ -29,9 +30,9 @@ TOLERANCE_TF32 = 1e-2
 DISABLE_DROPOUT_ENV = "MFU_DISABLE_DROPOUT"
 
 
-def tolerance(dtype: str, device: str) -> tuple:
-    """(tolerance, note) for a compute dtype on a device type."""
-    if dtype == "float32" and str(device).startswith("cuda") and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee":
+def tolerance(dtype: str, backend: str) -> tuple:
+    """(tolerance, note) for a compute dtype on a backend (note ``tf32`` where its fp32 matmuls run as TF32)."""
+    if fp32_dot_is_tf32(backend, dtype):
         return TOLERANCE_TF32, "tf32"
     return TOLERANCE.get(dtype or "float32", 1e-4), "exact"
 
@@ -60,17 +61,20 @@ def compare_outputs(ref_out, impl_out, tol: float) -> dict:
             "reason": None if worst <= tol else f"max normalised error {worst:.3g} > tolerance {tol:g}"}
 
 
-def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0) -> dict:
+def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0, backend: str | None = None) -> dict:
     """Run Model and ModelNew on one case of an :class:`~mfulib.core.opdir.OpDir` and compare.
 
     Returns ``{"case", "status": pass|fail|rejected|error, "reason", "max_norm_err", "tol", "dtype",
     "inputs_drawn", ...}`` (``inputs_drawn``: :func:`mfulib.core.input_draw.input_draw`'s account - "host", "device:cuda:0",
     or "host (device draw failed: ...)"). Both implementations run on the same inputs (one draw).
     Dropout: ``MFU_DISABLE_DROPOUT=1`` is set for the call; operators with dropout honour it (README).
+    ``backend``: the backend name the tolerance is judged for (None: the one of ``device``,
+    :func:`mfulib.backends.backend_for_device`).
     """
     import torch
     info = opdir.describe(case_id)
-    tol, note = tolerance(info.compute_dtype, device)
+    be = get_backend(backend or backend_for_device(device))
+    tol, note = tolerance(info.compute_dtype, be.name)
     row = {"case": case_id, "dtype": info.compute_dtype, "shape": info.shape_str, "tol": tol, "tol_mode": note}
     old = os.environ.get(DISABLE_DROPOUT_ENV)
     os.environ[DISABLE_DROPOUT_ENV] = "1"
@@ -90,8 +94,7 @@ def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0) -> dict
                     _share_weights(built[0].model, b.model)
                 with torch.no_grad():
                     outs[impl] = b.run()
-                if str(device).startswith("cuda"):
-                    torch.cuda.synchronize()
+                be.sync()
             except (Exception, SystemExit) as exc:  # rejection / oom / error (sys.exit() in operator code too)
                 status, msg = classify(exc)
                 side = "reference" if impl == "ref" else "implementation"
@@ -139,13 +142,13 @@ def child_main(spec_path: str) -> None:
     import json
     with open(spec_path) as f:
         spec = json.load(f)
-    if spec["device"] == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
+    backend = get_backend(spec["backend"])
+    backend.prepare_process()
     from mfulib.run import compat
     from mfulib.run import interpreter
     from mfulib.core.opdir import OpDir
     compat.install(spec["device"])
-    if spec["device"] == "cpu":  # the collector's launch hook (interpreter adaptations), installed before any kernel
+    if backend.interpreter:  # the collector's launch hook (interpreter adaptations), installed before any kernel
         interpreter.install_launch_hook()
     od = OpDir(spec["op_dir"])
     with open(spec["out"], "a", encoding="utf-8") as out:
@@ -154,27 +157,26 @@ def child_main(spec_path: str) -> None:
             out.flush()
             interpreter.reset()
             try:
-                row = verify_case(od, case_id, device=spec["device"], seed=spec["seed"])
+                row = verify_case(od, case_id, device=spec["device"], seed=spec["seed"], backend=backend.name)
             except BaseException as exc:  # SystemExit from operator code included
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 status, msg = classify(exc)
                 row = {"case": case_id, "status": status, "reason": msg}
-            if spec["device"] == "cpu":
+            if backend.interpreter:
                 row["cpu_adaptations"] = interpreter.adaptations()
             out.write(json.dumps({"row": row}, default=str) + "\n")
             out.flush()
             if row.get("status") in RETIRE_STATUSES:  # the parent restarts a fresh child for the remaining cases
                 return
-            if str(spec["device"]).startswith("cuda"):
-                import torch
-                torch.cuda.empty_cache()
+            backend.empty_cache()
 
 
 def verify_isolated(op_dir: str, case_ids: list, device: str, seed: int = 0, case_timeout_s: float = 600.0,
-                    progress=None) -> list:
+                    progress=None, backend: str | None = None) -> list:
     """Verify ``case_ids`` in child processes; a crash or a hang is recorded for its case and the rest go on.
 
+    ``backend``: the backend name (None: the one of ``device``, :func:`mfulib.backends.backend_for_device`).
     Returns one row per case (see :func:`verify_case`); statuses add ``crashed`` and ``timeout``.
     """
     import json
@@ -192,7 +194,8 @@ def verify_isolated(op_dir: str, case_ids: list, device: str, seed: int = 0, cas
             out = os.path.join(tmp, f"rows{len(rows)}.jsonl")
             spec = os.path.join(tmp, "spec.json")
             with open(spec, "w") as f:
-                json.dump({"op_dir": op_dir, "cases": remaining, "device": device, "seed": seed, "out": out}, f)
+                json.dump({"op_dir": op_dir, "cases": remaining, "device": device, "seed": seed, "out": out,
+                           "backend": backend or backend_for_device(device)}, f)
             # TMPDIR: the child's staging dirs live under ``tmp``, so a killed child leaves nothing behind; its
             # stderr goes to a file (a pipe read only at the end would block a chatty child: a false "timeout")
             err_path = os.path.join(tmp, f"stderr{len(rows)}.log")

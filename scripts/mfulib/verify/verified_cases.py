@@ -17,25 +17,26 @@ from __future__ import annotations
 
 import os
 
+from mfulib.backends import backend_class
 from mfulib.core.errors import UserError
 from mfulib.schemas import verify_json as _vj
 
-CPU_MAX_INPUT_MB = 1.0  # the interpreter is slow: larger cases are verified on an accelerator (verify_op.py)
-BF16_CPU_REASON = "bf16 cannot run in the Triton interpreter"
-
 
 def default_max_input_mb(backend: str):
-    """verify_op.py's default input cap in MB: :data:`CPU_MAX_INPUT_MB` on cpu, None (no cap) elsewhere."""
-    return CPU_MAX_INPUT_MB if backend == "cpu" else None
+    """verify_op.py's default input cap in MB: the backend's
+    :attr:`~mfulib.backends.base.Backend.verify_max_input_mb` (1 on cpu, where the interpreter is slow and larger
+    cases are verified on an accelerator), None (no cap) elsewhere."""
+    return backend_class(backend).verify_max_input_mb
 
 
 def skip_reason(info, backend: str, max_input_mb=None, skip_bf16: bool = False):
     """Why verify does not run a case (:class:`mfulib.core.cases.CaseInfo` ``info``) on ``backend``, or None.
 
-    bf16 cases on cpu (the interpreter cannot run them) or with ``skip_bf16``; cases whose inputs exceed
-    ``max_input_mb`` (1 MB = 1e6 bytes)."""
-    if (backend == "cpu" or skip_bf16) and info.compute_dtype == "bfloat16":
-        return BF16_CPU_REASON if backend == "cpu" else "--skip-bf16"
+    bf16 cases on a backend that cannot run them (cpu: the interpreter) or with ``skip_bf16``; cases whose inputs
+    exceed ``max_input_mb`` (1 MB = 1e6 bytes)."""
+    cls = backend_class(backend)
+    if (not cls.runs_bf16 or skip_bf16) and info.compute_dtype == "bfloat16":
+        return cls.bf16_skip_reason if not cls.runs_bf16 else "--skip-bf16"
     if max_input_mb is not None and info.input_bytes > max_input_mb * 1e6:
         return f"inputs {info.input_bytes / 1e6:.1f} MB > --max-input-mb {max_input_mb:g}"
     return None
@@ -50,7 +51,7 @@ def skipped_row(info, reason: str) -> dict:
 class Gate:
     """The verify verdicts of one work directory for one backend.
 
-    ``opdir``: :class:`mfulib.core.opdir.OpDir`; ``backend``: npu | cuda | cpu; ``device``: the torch device string the
+    ``opdir``: :class:`mfulib.core.opdir.OpDir`; ``backend``: a backend name (npu, cuda, cpu, ...); ``device``: the torch device string the
     missing rows are verified on; ``forced``: ``--unverified-ok`` (every case admitted, marked).
     Raises UserError (from the constructor) for a verify.json of another backend or of other model files, unless
     ``forced``."""
@@ -121,7 +122,7 @@ class Gate:
                  "verified cases)")
         if todo:
             rows += _verify.verify_isolated(self.opdir.path, todo, self.device, seed=self.seed,
-                                            case_timeout_s=self.case_timeout_s)
+                                            case_timeout_s=self.case_timeout_s, backend=self.backend)
         n_cases = len(self.opdir.read_cases())
 
         def new_doc():
@@ -134,7 +135,7 @@ class Gate:
 
         merged = {**self.rows, **{r["case"]: r for r in rows}}
         updates = {"inputs": _vj.input_digests(self.opdir.path)}
-        if self.backend == "cpu":
+        if backend_class(self.backend).interpreter:
             updates["cpu_adaptations"] = summary(list(merged.values()))
         _vj.merge_rows(self.path, rows, n_cases, new_doc=new_doc, updates=updates)
         for r in rows:

@@ -8,6 +8,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from mfulib.backends import fp32_dot_is_tf32
 from mfulib.collect.from_prof.analyse import analyse
 from mfulib.collect.from_prof.discovery import discover
 from mfulib.collect.from_prof.flush import L2_FLUSH_MODES
@@ -148,8 +149,7 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
         if opdir is not None:
             fl = case_flops(ff, opdir, infos[cid], opts.seed)
             fl["flops_tracer"] = tracer.get(cid)
-        tf32 = (backends[0] == "cuda" and (fl.get("compute_dtype") or infos[cid].compute_dtype) == "float32"
-                and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee")
+        tf32 = fp32_dot_is_tf32(backends[0], fl.get("compute_dtype") or infos[cid].compute_dtype)
         entry = _perf.case_entry(infos[cid], results[cid], fl, nominal, tf32,
                                  nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None)
         entry["from_profile"] = {impl: res.get("from_profile") for impl, res in results[cid].items()}
