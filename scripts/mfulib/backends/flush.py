@@ -2,8 +2,8 @@
 
 :class:`CacheFlush` holds the buffer; :meth:`mfulib.backends.base.Backend.write_flush` writes it - with the
 collector's named flush kernel (``mfu_harness_flush_kernel``, :mod:`mfulib.backends.harness`), which every
-profiler attributes to the harness and never to an operator; on the CPU host outside the Triton interpreter (the
-peak calibration) with a torch fill of the same buffer. Writing more bytes than the last-level cache holds evicts
+profiler attributes to the harness and never to an operator; on the CPU (:class:`mfulib.backends.cpu.CpuBackend`)
+with a torch fill recorded under that kernel's name. Writing more bytes than the last-level cache holds evicts
 it, so the next timed iteration starts cold (the flush of KernelBench and of mamf-finder,
 stas00/ml-engineering ``compute/accelerator/benchmarks/mamf-finder.py``).
 
