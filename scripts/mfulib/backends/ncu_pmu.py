@@ -24,8 +24,9 @@ import time
 
 from mfulib.collect import pmu as pmu_names
 
-# canonical counter -> the ncu metrics passed to --metrics for it (several: combined as mfulib.collect.pmu says, max of the
-# MMA pipes, sum of their instructions); the names, aliases and sources are owned by mfulib/collect/pmu.py (NCU_METRIC_OF)
+# canonical counter -> the ncu metrics passed to --metrics for it (several: combined as mfulib.collect.pmu says, max of
+# the MMA pipes, sum of their instructions); the names, aliases and sources are owned by mfulib/collect/pmu.py
+# (NCU_METRIC_OF)
 NCU_METRICS = {key: (names if key in pmu_names.SUMMED else names[:1]) for key, names in pmu_names.NCU_METRIC_OF.items()}
 PMU_NVTX_RANGE = "mfu_pmu_iter"
 PMU_BACKENDS = ("cuda",)
