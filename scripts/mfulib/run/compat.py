@@ -36,16 +36,27 @@ _FACTORIES = ("empty", "zeros", "ones", "full", "rand", "randn", "randint", "ran
               "randn_like", "randint_like", "empty_strided", "eye")
 
 
+def device_runtime(device):
+    """The torch device module of ``device`` (``torch.get_device_module``: ``torch.cuda`` for a CUDA or ROCm
+    device) when it is a device with its own runtime - device properties, streams, caches, seeds - else None (the
+    host, whose ops are synchronous)."""
+    import torch
+    mod = torch.get_device_module(torch.device(device))
+    return mod if hasattr(mod, "get_device_properties") else None
+
+
 def core_counts(device: str) -> dict:
     """Core counts reported to operator code for ``device`` ("cuda", "cuda:N", "cpu"), with their source."""
     import torch
     dev = torch.device(device)
-    if dev.type == "cuda":
-        idx = dev.index if dev.index is not None else torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(idx)
+    rt = device_runtime(dev)
+    if rt is not None:
+        idx = dev.index if dev.index is not None else rt.current_device()
+        props = rt.get_device_properties(idx)
         sms = int(props.multi_processor_count)
         return {"cube_core_num": sms, "vector_core_num": 2 * sms, "device_name": props.name,
-                "source": f"torch.cuda.get_device_properties({idx}).multi_processor_count={sms}; vector = 2 x SMs"}
+                "source": f"torch.{dev.type}.get_device_properties({idx}).multi_processor_count={sms}; "
+                          "vector = 2 x SMs"}
     n = os.cpu_count() or 1
     return {"cube_core_num": n, "vector_core_num": 2 * n, "device_name": "cpu",
             "source": f"os.cpu_count()={n}; vector = 2 x cores"}
@@ -75,8 +86,9 @@ def install(device: str = "cpu") -> dict:
         _INSTALLED["device"] = device
         return REPORT
     target = torch.device(device)
-    if target.type == "cuda" and target.index is None:
-        target = torch.device("cuda", torch.cuda.current_device())
+    rt = device_runtime(target)  # None on the host
+    if rt is not None and target.index is None:
+        target = torch.device(target.type, rt.current_device())
     counts = core_counts(str(target))
     REPORT.update({"active": True, "target_device": str(target), "cube_core_num": counts["cube_core_num"],
                    "vector_core_num": counts["vector_core_num"], "core_count_source": counts["source"],
@@ -154,8 +166,8 @@ def install(device: str = "cpu") -> dict:
 
     # 3. torch.npu stand-in
     def sync(*_a, **_k):
-        if target.type == "cuda":
-            torch.cuda.synchronize(target)
+        if rt is not None:
+            rt.synchronize(target)
 
     def limits(*_a, **_k):
         REPORT["device_limit_queries"] += 1
@@ -163,7 +175,7 @@ def install(device: str = "cpu") -> dict:
 
     def props(*_a, **_k):
         REPORT["device_limit_queries"] += 1
-        base = torch.cuda.get_device_properties(target) if target.type == "cuda" else None
+        base = rt.get_device_properties(target) if rt is not None else None
         return types.SimpleNamespace(
             name=counts["device_name"], cube_core_num=counts["cube_core_num"],
             vector_core_num=counts["vector_core_num"],
@@ -172,22 +184,23 @@ def install(device: str = "cpu") -> dict:
     npu = types.ModuleType("torch.npu")
     npu.__doc__ = "mfulib.run.compat stand-in for torch.npu (redirects to %s)" % target
     npu.is_available = lambda: True
-    npu.device_count = lambda: torch.cuda.device_count() if target.type == "cuda" else 1
+    npu.device_count = lambda: rt.device_count() if rt is not None else 1
     npu.current_device = lambda: target.index or 0
     npu.set_device = lambda *_a, **_k: None
     npu.synchronize = sync
     # torch.manual_seed() calls these for the renamed backend: seed the target device itself, never
     # torch.manual_seed again (that would recurse)
     npu.manual_seed = npu.manual_seed_all = (
-        (lambda seed: torch.cuda.manual_seed_all(seed)) if target.type == "cuda" else (lambda seed: None))
-    npu.empty_cache = lambda: torch.cuda.empty_cache() if target.type == "cuda" else None
+        (lambda seed: rt.manual_seed_all(seed)) if rt is not None else (lambda seed: None))
+    npu.empty_cache = lambda: rt.empty_cache() if rt is not None else None
     npu.get_device_name = lambda *_a, **_k: counts["device_name"]
     npu.get_device_properties = props
     npu.get_device_limit = limits
     npu.is_bf16_supported = lambda: True
     npu._is_in_bad_fork = lambda: False  # lets torch.manual_seed() seed the renamed backend without a warning
     npu.device = lambda *_a, **_k: torch.device(target)
-    npu.current_stream = (lambda *_a, **_k: torch.cuda.current_stream(target)) if target.type == "cuda" else (lambda *_a, **_k: None)
+    npu.current_stream = ((lambda *_a, **_k: rt.current_stream(target)) if rt is not None
+                          else (lambda *_a, **_k: None))
     npu_config = types.ModuleType("torch_npu.npu.npu_config")
     npu_config.get_device_limit = limits
     npu.npu_config = npu_config
@@ -242,7 +255,7 @@ def _triton_device_properties(target, counts) -> str:
         return f"triton driver properties not adapted ({type(exc).__name__}: {exc})"
     extra = {"num_aicore": counts["cube_core_num"], "num_vectorcore": counts["vector_core_num"]}
     try:
-        if target.type == "cuda":
+        if device_runtime(target) is not None:  # a compiled Triton driver: add the Ascend keys to its answers
             utils = triton_driver.active.utils
             orig = utils.get_device_properties
 
