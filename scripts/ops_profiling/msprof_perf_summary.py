@@ -75,8 +75,9 @@ def build_parser():
     p.add_argument("--retry", type=int, default=2, help="retries of an incomplete profile (lost/zero records)")
     p.add_argument("--device", type=int, default=None, metavar="N",
                    help="device index (default: ASCEND_DEVICE_ID on npu, else 0)")
-    p.add_argument("--backend", choices=("auto", "npu", "cuda", "cpu"), default="auto",
-                   help="auto = npu if torch_npu + CANN are set up, else cuda, else cpu")
+    p.add_argument("--backend", default="auto", metavar="{auto,npu,cuda,cpu}",
+                   help="auto = npu if torch_npu + CANN are set up, else cuda, else cpu; a backend registered "
+                        "through MFU_BACKEND_PLUGINS is accepted too")
     p.add_argument("--aic-metrics", default="PipeUtilization",
                    help="msprof --aic-metrics group(s) (npu); a comma-separated list runs msprof once per group, "
                         "the first run timing the kernels, e.g. PipeUtilization,ArithmeticUtilization,Memory")

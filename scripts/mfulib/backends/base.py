@@ -63,6 +63,9 @@ class Backend:
     unavailable_fix = "use --backend cpu (Triton interpreter)"  # said when --backend <name> cannot run here
     checks_environment = False  # check() verifies a tool chain (and takes options): asked instead of available()
     clock_tool = None  # the vendor tool :meth:`read_clocks` asks ("nvidia-smi", "npu-smi"); None: no clocks
+    pmu_in_profile = False  # PMU counters come in the profile's own tables (msprof), not from a separate pass (ncu)
+    matrix_counter = None  # the hardware counter of matrix instructions/FLOPs, if any (executed FLOPs)
+    matrix_counter_documented = False  # a public source says what matrix_counter counts (else it is not used)
 
     # ---------------------------------------------------------------- capability rules
     @classmethod
@@ -117,6 +120,23 @@ class Backend:
     def read_clocks(self, index: int = 0) -> dict:
         """Clocks and power as the vendor tool reports them (:mod:`mfulib.core.device`); {} where none answers."""
         return {}
+
+    def memory_free_bytes(self, index: int = 0):
+        """Free device memory in bytes (``torch.<namespace>.mem_get_info``), None on the host (the host memory check
+        covers it)."""
+        if self.torch_namespace is None:
+            return None
+        return int(self.torch_module().mem_get_info(index)[0])
+
+    def nominal_bandwidth(self, identity: dict) -> tuple:
+        """(GB/s, source) of the device's datasheet memory bandwidth for ``identity``
+        (:meth:`device_identity`); (None, None) where none is known. The search's gate 5 uses it without a
+        measured peak.json."""
+        return None, None
+
+    def complete_identity(self, device: dict, env_facts: dict, device_id: int) -> None:
+        """Fill what a case run's device record lacks from the run-level environment facts (in place); the
+        collector calls it once per run. Default: nothing to add."""
 
     def l2_bytes(self, index: int = 0):
         """Last-level cache size in bytes from the device properties, or None."""

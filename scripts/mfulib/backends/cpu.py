@@ -108,7 +108,7 @@ class CpuBackend(Backend):
     accelerator = False
     interpreter = True
     runs_bf16 = False
-    bf16_skip_reason = "bf16 cannot run in the Triton interpreter"
+    bf16_skip_reason = BF16_REASON
     matrix_unit = None
     verify_max_input_mb = 1.0  # the interpreter is slow: larger cases are verified on an accelerator
     calib_budget_s = 4.0  # torch CPU GEMM on small shapes: a few seconds

@@ -116,6 +116,12 @@ class CudaBackend(Backend):
     reduced_fp32_matmul = "TF32"
     visible_devices_var = "CUDA_VISIBLE_DEVICES"
     clock_tool = "nvidia-smi"
+    matrix_counter = "tensor_inst_executed"  # ncu's tensor-pipe instruction count; FLOPs per instruction: PTX ISA
+    matrix_counter_documented = True
+
+    def nominal_bandwidth(self, identity):
+        from mfulib.peaks.nominal import nominal_for_identity
+        return nominal_for_identity(identity).get("bandwidth_gbps"), "CUDA datasheet (mfulib.peaks.nominal)"
 
     @classmethod
     def fp32_dot_is_reduced(cls, dtype) -> bool:

@@ -43,6 +43,8 @@ from mfulib.core.device import cann_version
 from mfulib.core.errors import UserError
 from mfulib.backends.base import Backend, setting
 
+# gate 5's bandwidth without a measured peak.json: the spec's 1.3 TB/s for the 910B ("输入字节/耗时 <= 1.3TB/s")
+DEFAULT_BANDWIDTH_GBPS = 1300.0
 SET_ENV_CANDIDATES = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/cann/set_env.sh",
                       "~/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/latest/set_env.sh")
 DEFAULT_AIC_METRICS = "PipeUtilization"
@@ -154,10 +156,23 @@ class NpuBackend(Backend):
     visible_devices_var = "ASCEND_RT_VISIBLE_DEVICES"
     device_id_var = "ASCEND_DEVICE_ID"
     unavailable_fix = "source <CANN>/set_env.sh and install torch_npu, or use --backend cuda/cpu"
+    pmu_in_profile = True  # msprof --aic-metrics writes the counters into the kernel table itself
+    matrix_counter = "aic_cube_fops"  # what it counts (FLOPs or MACs, padded tiles) has no public definition
     checks_environment = True
     clock_tool = "npu-smi"
     fp8_note = ("fp8 is measured only on CUDA capability >= 8.9; the Ascend cube dtypes this tool measures are "
                 "fp16/bf16, fp32 (HF32 off/on) and int8")
+
+    def nominal_bandwidth(self, identity):
+        return DEFAULT_BANDWIDTH_GBPS, "spec default 1.3 TB/s (910B); run peak_calib.py to measure"
+
+    def complete_identity(self, device, env_facts, device_id):
+        smi = (env_facts or {}).get("npu_smi") or []
+        if smi and not device.get("soc_name"):
+            pick = next((d for d in smi if d["npu_id"] == device_id), smi[0])
+            device.setdefault("name", pick["soc_name"])
+            device["soc_name"] = pick["soc_name"]
+            device["identity_source"] = "npu-smi info"
 
     @classmethod
     def available(cls):

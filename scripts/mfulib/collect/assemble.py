@@ -66,15 +66,9 @@ def build_report(c: Collection) -> dict:
     ok = [r for per in results.values() for r in per.values() if r.get("device")]
     device = dict(ok[0]["device"]) if ok else {"backend": backend.name}
     runtime = next((r["runtime"] for per in results.values() for r in per.values() if r.get("runtime")), None)
-    if backend.name == "npu":
-        smi = (c.env_facts or {}).get("npu_smi") or []
-        if smi and not device.get("soc_name"):
-            pick = next((d for d in smi if d["npu_id"] == opts.device_id), smi[0])
-            device.setdefault("name", pick["soc_name"])
-            device["soc_name"] = pick["soc_name"]
-            device["identity_source"] = "npu-smi info"
-        if runtime:
-            device["runtime"] = runtime
+    backend.complete_identity(device, c.env_facts, opts.device_id)
+    if runtime:  # the runtime facts a device run reported (npu: info.json.N)
+        device["runtime"] = runtime
     peak = resolve_peak(backend.name, device, runtime, opts.mfu_peak)
     nominal = peak["value_tflops"] if opts.mfu else None
     # a case the verify gate refused is never timed and never a per_case row (no MFU row, no plot point): it is
@@ -91,7 +85,7 @@ def build_report(c: Collection) -> dict:
         tf32 = fp32_dot_is_tf32(backend.name, flops[info.case_id].get("compute_dtype") or info.compute_dtype)
         entry = _perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32,
                                  nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None)
-        if backend.name != "npu":  # npu counters come from msprof's own columns
+        if not backend.pmu_in_profile:  # else the counters came with the profile's own columns (msprof)
             got = results[info.case_id][impls[-1]].get("pmu_run") or {}
             entry.update(pmu=got.get("pmu") if got.get("pmu") is not None else entry.get("pmu") or None,
                          pmu_source=got.get("pmu_source"),
@@ -116,7 +110,7 @@ def build_report(c: Collection) -> dict:
         "impl": opts.impl, "mfu": opts.mfu, "peak": peak, "flops_file": opdir.flops_py if ff else None,
         "kernel_parts": ff.kernel_parts if ff else None, "selection": selection, "retry": opts.retry,
         "flush_cache_mib": opts.flush_cache_mib, "pmu_collection": pmu.run_record(),
-        "aic_metrics": opts.aic_metrics if backend.name == "npu" else None,
+        "aic_metrics": opts.aic_metrics if backend.pmu_in_profile else None,
         "flags": (["interrupted: not every selected case was measured"] if c.interrupted else []) + list(opts.flags),
         "wall_s": time.perf_counter() - c.t_start,
     }

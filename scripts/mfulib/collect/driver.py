@@ -78,7 +78,7 @@ def collect(opts: Options, log=None) -> dict:
     log(f"backend: {backend.name} ({reason}); warmup {opts.warmup}, repeats {opts.repeats}")
     pmu = pmu_plan(backend.name, opts.pmu, opts.ncu, opts.ncu_cache_control, opts.flush_cache_mib,
                    opts.pmu_iterations, opts.case_timeout_s, log=log if opts.progress else None)
-    if backend.name != "npu":  # probed first thing: a device run says at once whether counters can be read
+    if not backend.pmu_in_profile:  # a separate PMU pass: probed first, a device run says at once if it can read
         verdict = pmu.probe()
         log(f"PMU: {pmu.source} (--cache-control {pmu.cache_control})" if verdict["available"] else
             f"PMU: none - {verdict['reason']}")

@@ -52,6 +52,20 @@ def wgmma_flops_per_counted_inst(n: int, mode: str):
     return None if k is None else 2 * WGMMA_M * int(n) * k // WARPS_PER_WARPGROUP
 
 
+def _no_counter(backend: str):
+    """Why ``backend`` gives no usable executed-FLOPs count (None: it does - its matrix counter is documented)."""
+    from mfulib.backends import backend_class
+    try:
+        cls = backend_class(backend)
+    except Exception:  # noqa: BLE001 - never raises: an unknown backend simply has no counter
+        return f"backend {backend}: no hardware FLOP counter"
+    if cls.matrix_counter is None:
+        return f"backend {backend}: no hardware FLOP counter"
+    if not cls.matrix_counter_documented:
+        return NPU_WHY
+    return None
+
+
 def _major(capability):
     try:
         return int(str(capability).split(".")[0])
@@ -66,10 +80,9 @@ def kernel_flops(counters: dict, backend: str, capability=None, mode=None) -> tu
     ``"9.0"``; ``mode``: the case's math mode (:func:`mfulib.core.definitions.peak_key`: float16, tf32, ...).
     Never raises: every refusal is a None with its reason (module docstring)."""
     backend = {"ncu": "cuda", "msprof": "npu"}.get(backend, backend)
-    if backend == "npu":
-        return None, NPU_WHY
-    if backend != "cuda":
-        return None, f"backend {backend}: no hardware FLOP counter"
+    why = _no_counter(backend)
+    if why:
+        return None, why
     c = counters or {}
     inst = finite_or_none(c.get(CUDA_COUNTER))
     if inst is None:
@@ -103,10 +116,9 @@ def executed_flops(entry: dict, backend: str, capability=None, mode=None) -> tup
     Never raises."""
     if entry.get("pmu_unavailable"):
         return None, None, f"counters unavailable: {entry['pmu_unavailable']}"
-    if backend == "npu":
-        return None, None, NPU_WHY
-    if backend != "cuda":
-        return None, None, f"backend {backend}: no hardware FLOP counter"
+    why = _no_counter(backend)
+    if why:
+        return None, None, why
     pmu, kernels = entry.get("pmu") or {}, entry.get("kernels") or []
     if not pmu:
         return None, None, f"no PMU counters in the collection ({CUDA_COUNTER} not measured)"

@@ -48,15 +48,18 @@ class Options:
 
 
 def device_select(opts: Options, backend_name: str):
-    """(device_id, source) as upstream: cli (--device), env (ASCEND_DEVICE_ID on npu), else auto (0)."""
+    """(device_id, source) as upstream: cli (--device), env (the backend's device-id variable, ASCEND_DEVICE_ID on
+    npu), else auto (0)."""
+    from mfulib.backends import backend_class
     if opts.device_id is not None:
         return int(opts.device_id), "cli"
-    env = os.environ.get("ASCEND_DEVICE_ID") if backend_name == "npu" else None
+    var = backend_class(backend_name).device_id_var
+    env = os.environ.get(var) if var else None
     if env not in (None, ""):
         try:
             return int(env), "env"
         except ValueError:
-            raise UserError(f"ASCEND_DEVICE_ID={env!r} is not a device index - unset it or pass --device N") from None
+            raise UserError(f"{var}={env!r} is not a device index - unset it or pass --device N") from None
     return 0, "auto"
 
 
@@ -86,11 +89,13 @@ def check_options(opts: Options) -> None:
 
 
 def apply_iteration_defaults(opts: Options, backend_name: str) -> None:
-    """Fill ``opts.warmup`` / ``opts.repeats`` left None (cpu: 1 / 2, else 5 / 5); UserError for warmup < 0 or
-    repeats < 1."""
+    """Fill ``opts.warmup`` / ``opts.repeats`` left None (a Triton-interpreter backend such as cpu: 1 / 2, else
+    5 / 5); UserError for warmup < 0 or repeats < 1."""
+    from mfulib.backends import backend_class
+    slow = backend_class(backend_name).interpreter
     if opts.warmup is None:
-        opts.warmup = CPU_DEFAULT_WARMUP if backend_name == "cpu" else DEFAULT_WARMUP
+        opts.warmup = CPU_DEFAULT_WARMUP if slow else DEFAULT_WARMUP
     if opts.repeats is None:
-        opts.repeats = CPU_DEFAULT_REPEATS if backend_name == "cpu" else DEFAULT_REPEATS
+        opts.repeats = CPU_DEFAULT_REPEATS if slow else DEFAULT_REPEATS
     if opts.warmup < 0 or opts.repeats < 1:
         raise UserError(f"--warmup {opts.warmup} / --repeats {opts.repeats}: warmup must be >= 0 and repeats >= 1")

@@ -3,7 +3,6 @@ cases verify passed on this backend (:func:`select_verified` verifies the select
 first), and the reserve a rejected case hands its slot to (:func:`next_admitted`)."""
 from __future__ import annotations
 
-from mfulib.backends.cpu import BF16_REASON
 from mfulib.collect.options import Options
 from mfulib.core.errors import UserError
 from mfulib.core.opdir import OpDir
@@ -19,7 +18,9 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str, gate
     """
     by_id = {i.case_id: i for i in infos}
     skipped = []
-    smallest = backend_name == "cpu"
+    from mfulib.backends import backend_class
+    cls = backend_class(backend_name)
+    smallest = cls.interpreter  # the interpreter is slow: smallest cases first
     if opts.cases is not None:
         bad = [c for c in opts.cases if c not in by_id]
         if bad:
@@ -49,11 +50,11 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str, gate
                                              else i.case_id), reverse=not smallest)
         k = opts.max_cases or opts.top_k
         rule = f"{'smallest' if smallest else 'top'}-{k} by {what}" + \
-            (" (cpu backend: smallest first, to keep the interpreter fast)" if smallest else "")
+            (f" ({backend_name} backend: smallest first, to keep the interpreter fast)" if smallest else "")
     selected, reserve, marks = [], [], {}
     for info in order:
-        if backend_name == "cpu" and info.compute_dtype == "bfloat16":
-            skipped.append((info, BF16_REASON, None))
+        if not cls.runs_bf16 and info.compute_dtype == "bfloat16":
+            skipped.append((info, cls.bf16_skip_reason, None))
             continue
         empty = [t.name for t in info.tensors if any(int(d) == 0 for d in t.shape)]
         if empty:  # check_flops.py reports these as "no work" too (flops_check.NO_WORK)

@@ -231,7 +231,9 @@ def collector_command(op_dir: str, ids: list, out_dir: str, backend_name: str, o
            "--cases", ",".join(map(str, ids)), "--backend", backend_name, "--device", str(opts.device_id),
            "--seed", str(opts.seed), "--case-timeout-s", str(opts.case_timeout_s)]
     extra = list(opts.collect_args)
-    if backend_name == "cuda" and not any(a == "--pmu" or str(a).startswith("--pmu=") for a in extra):
+    from mfulib.backends import backend_class
+    counted = backend_class(backend_name).matrix_counter_documented and not backend_class(backend_name).pmu_in_profile
+    if counted and not any(a == "--pmu" or str(a).startswith("--pmu=") for a in extra):
         cmd += ["--pmu", opts.stage2_pmu]  # tensor instruction counts for the executed-FLOPs numerator
     if opts.stage2_warmup is not None:
         cmd += ["--warmup", str(opts.stage2_warmup)]
@@ -380,8 +382,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     if opts.warmup is None:  # the prime call before it compiles; one more absorbs first-launch effects
         opts.warmup = 1
     if opts.repeats is None:  # an upper bound: stage1_budget_s stops them earlier
-        opts.repeats = 2 if backend.name == "cpu" else 10
-    if opts.stage1_budget_s is None and backend.name != "cpu":
+        opts.repeats = 2 if backend.interpreter else 10
+    if opts.stage1_budget_s is None and not backend.interpreter:
         opts.stage1_budget_s = STAGE1_BUDGET_S
     check_options(opts)
     os.makedirs(opdir.file(SCRATCH), exist_ok=True)

@@ -60,6 +60,7 @@ RETIRE = ("oom", "error")
 
 def handle(req: dict, device: str) -> dict:
     """One candidate (module docstring): the reply of one request."""
+    from mfulib.backends import backend_class
     from mfulib.run import interpreter
     from mfulib.core.opdir import OpDir
     from mfulib.verify.correctness import verify_case
@@ -68,7 +69,7 @@ def handle(req: dict, device: str) -> dict:
     if not req.get("time_only"):
         t0 = time.monotonic()
         row = verify_case(od, 0, device=device, seed=req["seed"])
-        if device == "cpu":
+        if backend_class(device).interpreter:
             row["cpu_adaptations"] = interpreter.adaptations()
         reply.update(verify=row, verify_s=round(time.monotonic() - t0, 3))
         if row.get("status") != "pass":
@@ -81,14 +82,16 @@ def handle(req: dict, device: str) -> dict:
 
 def serve_main(device: str) -> int:
     """Entry point of the persistent child: ``python -c '... serve_main(device)' --request-fd R --reply-fd W``."""
+    from mfulib.backends import backend_class
     from mfulib.run.worker import die_with_parent
     die_with_parent()  # a killed probe never leaves a candidate running on the device
-    if device == "cpu":
+    interpreted = backend_class(device).interpreter
+    if interpreted:
         os.environ["TRITON_INTERPRET"] = "1"
     from mfulib.run import compat
     from mfulib.run import interpreter
     from mfulib.run.worker import serve
     compat.install(device)
-    if device == "cpu":
+    if interpreted:
         interpreter.install_launch_hook()
     return serve(lambda req: handle(req, device), sys.argv[1:])

@@ -4,16 +4,14 @@ peak of peak.json (gates 1, 4 and 5 of :mod:`mfulib.search.probe`).
 Sources: MemAvailable of Linux ``/proc/meminfo`` (proc(5)) and the RLIMIT_AS soft limit (getrlimit(2)) minus this
 process's VmSize (``/proc/self/status``); free device memory from ``torch.cuda.mem_get_info`` / ``torch.npu``'s; the
 CPU L2 from sysfs ``/sys/devices/system/cpu/cpu0/cache/index*/{level,size}``; the memory bandwidth measured in
-peak.json (``peak_calib.py``), else the CUDA datasheet (:mod:`mfulib.peaks.nominal`), else on NPU the spec's 1.3 TB/s
-default (:data:`NPU_DEFAULT_GBPS`, Ascend 910B).
+peak.json (``peak_calib.py``), else the backend's datasheet figure
+(:meth:`mfulib.backends.base.Backend.nominal_bandwidth`: the CUDA datasheet table, the spec's 1.3 TB/s on NPU).
 """
 from __future__ import annotations
 
 import os
 
 from mfulib.core.definitions import is_positive
-
-NPU_DEFAULT_GBPS = 1300.0  # spec step 2, gate 5 table: "输入字节/耗时 ≤ 1.3TB/s" (Ascend 910B); measure it instead
 
 
 def host_free_bytes() -> tuple:
@@ -42,12 +40,9 @@ def host_free_bytes() -> tuple:
 
 
 def device_free_bytes(backend: str, index: int):
-    """Free memory of the accelerator (None on cpu, where the host check covers it)."""
-    if backend == "cpu":
-        return None
-    import torch
-    mod = torch.cuda if backend == "cuda" else getattr(torch, "npu")
-    return int(mod.mem_get_info(index)[0])
+    """Free memory of the accelerator in bytes (None on a host backend, where the host check covers it)."""
+    from mfulib.backends import get_backend
+    return get_backend(backend).memory_free_bytes(index)
 
 
 def cpu_l2_bytes():
@@ -85,15 +80,12 @@ def bandwidth_limit(op_dir: str, backend: str, index: int, peak_json_path=None) 
                 for v in d.values() if is_positive(v)]
         top = max(vals) if vals else None
         l2 = (peak.get("device") or {}).get("l2_cache_bytes") if isinstance(peak.get("device"), dict) else None
-    if backend != "cpu":
-        from mfulib.backends import device_identity
+    from mfulib.backends import backend_class, device_identity, get_backend
+    if backend_class(backend).torch_namespace is not None:  # a device with its own memory and L2
         ident = device_identity(backend, index)
         l2 = l2 or ident.get("l2_cache_bytes")
-        if bw is None and backend == "cuda":
-            from mfulib.peaks.nominal import nominal_for_identity
-            bw, src = nominal_for_identity(ident).get("bandwidth_gbps"), "CUDA datasheet (mfulib.peaks.nominal)"
-        if bw is None and backend == "npu":
-            bw, src = NPU_DEFAULT_GBPS, "spec default 1.3 TB/s (910B); run peak_calib.py to measure"
+        if bw is None:
+            bw, src = get_backend(backend).nominal_bandwidth(ident)
     else:
         l2 = l2 or cpu_l2_bytes()
     return {"bandwidth_gbps": bw, "source": src or "none: no peak.json with bandwidth_gbps", "l2_bytes": l2,

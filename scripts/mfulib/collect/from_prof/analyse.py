@@ -42,7 +42,7 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
                        "--task-time=on)")
         return res
     n_records = len(prof.rows)
-    if prof.backend == "npu" and prof.host_launches and prof.host_launches > n_records:
+    if prof.launches_counted_apart and prof.host_launches and prof.host_launches > n_records:
         flags.append(f"api_statistic counts {prof.host_launches} KernelLaunch calls but the kernel table has "
                      f"{n_records} rows: {prof.host_launches - n_records} launch(es) without a kernel record (profiler "
                      "buffer not drained?) - re-record if the iterations below are incomplete")

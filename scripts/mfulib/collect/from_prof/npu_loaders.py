@@ -53,6 +53,7 @@ def load_msprof(root, n_iters=None) -> Profile:
     if meta["ignored"]:
         prof.flags.append(f"passed over {len(meta['ignored'])} stale/partial export(s): {meta['ignored'][0]}")
     prof.host_launches = _npu_kernel_launches(meta)
+    prof.launches_counted_apart = True
     if any(r.get("name") == _kernels.MARKER_KERNEL for r in rows):
         n = n_iters if n_iters else sum(r.get("name") == _kernels.MARKER_KERNEL for r in rows) - 1
         tagged, info = _kernels.assign_by_markers(rows, n)

@@ -18,6 +18,8 @@ class Profile:
     tagged: bool = False  # rows carry iterations from this tool's ranges / markers
     delimiter: str | None = None
     host_launches: int | None = None  # launches the host side recorded (None: not known)
+    launches_counted_apart: bool = False  # host_launches is a total from another table (msprof api_statistic),
+    #                                       not matched launch by launch to kernel records (as CUDA correlation ids are)
     lost_launches: int = 0  # host launches without a kernel record
     lost_by_iter: dict = field(default_factory=dict)
     timestamps: bool = True
