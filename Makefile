@@ -229,7 +229,9 @@ peak: $(ST)/peak.ok ## step 5: measured per-dtype GEMM peaks and bandwidth (cach
 
 # an accelerator calibration that came out noisy (peak.json trust.trusted false: kept, never cached) is measured
 # again by the next make; a CPU one is kept (a shared CPU is noisy every time; its numbers only validate the pipeline)
-PEAK_NOISY = $(shell grep -qs '"backend": "cpu"' $(WORK)/peak.json || grep -ls '"trusted": false' $(WORK)/peak.json 2>/dev/null)
+PEAK_NOISY = $(if $(wildcard $(WORK)/peak.json),$(shell $(PY) -c 'import sys; sys.path.insert(0, sys.argv[1]); \
+  from mfulib.schemas.peak_json import measure_again_reason as m; print(1 if m(sys.argv[2]) else "")' \
+  $(SCRIPTS) $(WORK)/peak.json 2>/dev/null))
 $(ST)/peak.ok: $(if $(PEAK_NOISY),_always) | $(WORK)/prepare.json
 	$(call step,peak,$(WORK)/peak.json,$(PEAK_CMD))
 

@@ -67,7 +67,7 @@ def test_official_mfu_beside_the_pmu_view_and_npu_cube_fops_are_not_executed_flo
 def test_the_regime_says_the_operator_ran_warm_against_a_flushed_peak(tmp_path):
     perf, peak = copy.deepcopy(PERF), copy.deepcopy(PEAK)
     perf["flush_cache_mib"] = 0.0
-    peak["method"] = {"cache_flush": "zero a 256 MiB buffer before every timed iteration (untimed)"}
+    peak["method"] = {"cache_flush": "zero a 256 MiB buffer before every timed iteration (untimed)", "flush_cache_mib": 256}
     d = _write_op(tmp_path, perf=perf, peak=peak)
     res = decompose.decompose(str(d), str(d / "peak.json"))
     reg = res["regime"]

@@ -15,3 +15,27 @@ def test_cpu_above_peak_is_demoted_by_a_parameter_not_by_matching_the_message():
     flags = []
     decompose.check_utilisation(0.5, "MFU@ach (fp16)", flags, "fix the peak", demoted_by="CPU numbers")
     assert flags == []
+
+
+def test_step_5_is_measured_again_only_for_an_untrusted_accelerator_calibration(tmp_path):
+    import json
+    from mfulib.schemas.peak_json import measure_again_reason
+    path = tmp_path / "peak.json"
+    assert measure_again_reason(str(path)) is None  # no file: make's own rules decide
+    doc = {"accelerator": True, "trust": {"trusted": False, "untrusted": ["float32: spread 40% > 30%"]},
+           "method": {"cache_flush": 'text that says "trusted": false and nothing else'}}
+    path.write_text(json.dumps(doc))
+    assert measure_again_reason(str(path)) == "float32: spread 40% > 30%"
+    doc["accelerator"] = False  # a CPU calibration is kept, noisy or not
+    path.write_text(json.dumps(doc))
+    assert measure_again_reason(str(path)) is None
+    doc.update(accelerator=True, trust={"trusted": True})
+    path.write_text(json.dumps(doc))
+    assert measure_again_reason(str(path)) is None
+
+
+def test_the_peak_cache_regime_is_read_from_its_field_not_from_the_flush_sentence():
+    from mfulib.report.reading import peak_flush_mib
+    assert peak_flush_mib({"method": {"flush_cache_mib": 32, "cache_flush": "zero a 256 MiB buffer"}}) == 32.0
+    assert peak_flush_mib({"method": {"flush_cache_mib": 0}}) == 0.0
+    assert peak_flush_mib({"method": {"cache_flush": "zero a 256 MiB buffer before every timed iteration"}}) is None

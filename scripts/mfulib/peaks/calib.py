@@ -296,6 +296,7 @@ def method_block(dev: Bench, target_ms: float) -> dict:
                      "out); B row- or column-major per mode, the faster of both for int8 (measured.<mode>.b_layout)"),
             "timing": dev.backend.event_timing,
             "cache_flush": f"zero a {dev.flush_bytes // MIB} MiB buffer before every timed iteration (untimed)",
+            "flush_cache_mib": dev.flush_bytes / MIB,
             "per_shape_statistic": "median iteration time after warm-up; tflops = 2*m*n*k / median_ns / 1e3",
             "peak": ("max over shapes after re-timing the best 3 with more iterations (the confirmed figure is "
                      "reported; its shape's sweep figure and the confirm spread are kept beside it)"),

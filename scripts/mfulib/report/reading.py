@@ -11,7 +11,6 @@ the operator and the peak were measured in (:func:`regime`) and the fp32-vs-fp16
 from __future__ import annotations
 
 import os
-import re
 
 from mfulib.backends import matrix_unit, validates_only
 from mfulib.report.bound import fallback_bound
@@ -204,9 +203,6 @@ def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
     return out
 
 
-FLUSH_TEXT = re.compile(r"(\d+(?:\.\d+)?)\s*MiB")
-
-
 def speedups(reports: list) -> None:
     """Side-by-side reports: add ``speedup`` {``baseline``, ``value``} to every ok row (and part) of every report
     but the baseline - the report labelled ``baseline`` if any, else the first - for the same case id (and part):
@@ -232,19 +228,11 @@ def speedups(reports: list) -> None:
 
 
 def peak_flush_mib(peak: dict):
-    """The L2 flush of peak.json's timing in MiB: ``method.flush_cache_mib`` where written, else the MiB figure in
-    ``method.cache_flush`` (calib: "zero a <N> MiB buffer before every timed iteration"); 0 when that text says
-    no flush; None when peak.json says nothing."""
+    """The L2 flush of peak.json's timing in MiB: its structured ``method.flush_cache_mib`` (0: no flush); None
+    when peak.json does not record it (a calibration written before the field existed: measure again to know)."""
     m = peak.get("method") or {}
-    if finite_or_none(m.get("flush_cache_mib")) is not None:
-        return float(m["flush_cache_mib"])
-    text = m.get("cache_flush")
-    if not isinstance(text, str):
-        return None
-    hit = FLUSH_TEXT.search(text)
-    if hit:
-        return float(hit.group(1))
-    return 0.0 if re.search(r"\b(no|none|off)\b", text, re.I) else None
+    mib = finite_or_none(m.get("flush_cache_mib"))
+    return float(mib) if mib is not None else None
 
 
 def regime(reports: list, peak: dict) -> dict:

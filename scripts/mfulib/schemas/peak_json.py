@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import json
 import os
 
 from mfulib.core.definitions import HALF_DTYPES, finite_or_none, is_positive
@@ -33,8 +34,8 @@ from mfulib.schemas.common import read_work_json, wrong_type
 SCHEMA = 1
 TOOL = "peak_calib"
 # bump when the measurement changes meaning (invalidates caches). 2: int8 B layout probed (column-major fast path),
-# fp8, regime/clocks/trust recorded
-METHOD_VERSION = 2
+# fp8, regime/clocks/trust recorded; 3: method.flush_cache_mib recorded (the decomposition's cache regime reads it)
+METHOD_VERSION = 3
 FILE_NAME = "peak.json"
 
 
@@ -127,6 +128,24 @@ def load_cached(path: str, ident: dict, modes, bandwidth: bool, max_age_days: fl
 def write_cache(path: str, doc: dict) -> None:
     """Store ``doc`` (a peak.json body without its ``cache`` block) as the cached calibration at ``path``."""
     write_json_atomic(path, {k: v for k, v in doc.items() if k != "cache"})
+
+
+def measure_again_reason(path: str):
+    """Why make should run step 5 again over the peak.json at ``path``, or None: an accelerator calibration that
+    came out noisy (``trust.trusted`` false: kept as evidence, never cached) is measured again; a CPU one is kept
+    (a shared CPU is noisy every time; its numbers only validate the pipeline). A missing or unreadable file: None
+    (make's own rules decide then). Read from the file's fields, never from its text."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("accelerator") is False:
+        return None
+    trust = doc.get("trust")
+    if isinstance(trust, dict) and trust.get("trusted") is False:
+        return "; ".join(trust.get("untrusted") or []) or "untrusted"
+    return None
 
 
 def read_peak_json(path: str) -> dict:
