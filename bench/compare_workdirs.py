@@ -50,12 +50,12 @@ def facts(work):
     for row in ver.get("cases", []) or []:
         out[f"verify case {row.get('case')} status"] = row.get("status")
     chk = load(work, "flops_check.json") or {}
-    out["flops_check verdict"] = chk.get("verdict")
-    for row in chk.get("cases", []) or []:
+    out["flops_check verdict"] = (chk.get("summary") or {}).get("verdict")
+    for row in chk.get("per_case", []) or []:
         c = row.get("case")
-        for k in ("flops", "tracer_flops", "flops_tracer", "status", "verdict", "vector_flops"):
-            if k in row:
-                out[f"flops_check case {c} {k}"] = row[k]
+        for k in ("flops", "flops_parts", "vector_flops", "ratio", "status", "flops_status"):
+            out[f"flops_check case {c} {k}"] = row.get(k)
+        out[f"flops_check case {c} tracer flops"] = (row.get("tracer") or {}).get("total_flops")
     perf = load(work, "performance.json") or {}
     out["performance cases"] = [e.get("case") for e in perf.get("per_case", [])]
     for e in perf.get("per_case", []):
@@ -67,12 +67,16 @@ def facts(work):
                                                       for k in e.get("kernels", []) or [])
         out[f"performance case {c} measured"] = e.get("asc_us") is not None
     dec = load(work, "mfu_decompose.json") or {}
-    rows = dec.get("cases") or dec.get("rows") or []
-    out["decompose cases"] = [r.get("case") for r in rows]
-    for r in rows:
-        out[f"decompose case {r.get('case')} parts"] = sorted((r.get("parts") or {}).keys()) \
-            if isinstance(r.get("parts"), dict) else sorted(p.get("part", "") for p in r.get("parts") or [])
-        out[f"decompose case {r.get('case')} flops"] = r.get("flops")
+    for n, rep in enumerate(dec.get("reports") or []):  # by position: a report's label is its directory's name
+        rows = rep.get("rows") or []
+        out[f"decompose report {n} cases"] = [r.get("case") for r in rows]
+        for r in rows:
+            key = f"decompose report {n} case {r.get('case')}"
+            out[f"{key} status"] = r.get("status")
+            out[f"{key} flops"] = r.get("flops")
+            out[f"{key} parts"] = sorted((p.get("part"), tuple(sorted(p.get("kernels") or [])))
+                                         for p in r.get("parts") or [])
+            out[f"{key} flag levels"] = sorted(f.get("level") for f in r.get("flags") or [])
     out["decompose complete"] = dec.get("complete")
     return out
 
