@@ -1,5 +1,5 @@
-"""mfulib.run.trace_zygote: gate-2 traces forked from a warm zygote give what a plain subprocess gives, are killed as
-one, and leave nothing behind when their parent dies."""
+"""mfulib.run.trace_zygote: gate-2 traces forked from the warm forkserver give what a plain subprocess gives, are
+killed as one, and leave nothing behind when their parent dies."""
 import json
 import os
 import signal
@@ -21,6 +21,11 @@ CHECK_FLOPS = os.path.join(ROOT, "scripts", "check_flops.py")
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")
 
 
+def _ppid(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def _alive(pid):
     try:
         os.kill(pid, 0)
@@ -32,14 +37,15 @@ def _alive(pid):
 
 def test_a_forked_trace_writes_what_a_plain_subprocess_writes(tmp_path):
     work = probe_ops.make_workdir(tmp_path)
-    z = tz.Zygote()
+    assert tz.shared() is not None, tz._SHARED["failed"]
     try:
         outs = {}
         for how in ("zygote", "plain"):
             out = str(tmp_path / f"{how}.json")
             argv = [CHECK_FLOPS, "--op-dir", work, "--tracer-only", "--seed", "0", "--quiet", "-o", out]
             if how == "zygote":
-                job = z.start(argv, str(tmp_path / "z.log"))
+                job = tz.start_tool(argv, str(tmp_path / "z.log"))
+                assert isinstance(job, tz.ZygoteJob) and _ppid(job.pid) != os.getpid()  # forked by the server
                 assert job.wait(120) == 0, open(tmp_path / "z.log").read()
             else:
                 assert subprocess.run([sys.executable] + argv, capture_output=True, timeout=120).returncode == 0
@@ -49,29 +55,32 @@ def test_a_forked_trace_writes_what_a_plain_subprocess_writes(tmp_path):
                 r["tracer"].pop("wall_s", None)
         assert outs["zygote"] == outs["plain"] and len(outs["zygote"]) >= 2
         # a failing tool reports its exit status and its output lands in the log
-        job = z.start([CHECK_FLOPS, "--op-dir", str(tmp_path / "missing")], str(tmp_path / "bad.log"))
+        job = tz.start_tool([CHECK_FLOPS, "--op-dir", str(tmp_path / "missing")], str(tmp_path / "bad.log"))
         assert job.wait(60) not in (0, None)
         assert open(tmp_path / "bad.log").read().strip()
     finally:
-        z.close()
+        tz.close_shared()
 
 
 def test_kill_ends_a_hanging_trace_and_the_zygote_dies_with_its_parent(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(f"""
-        import sys, time
+        import os, signal, sys, time
         sys.path.insert(0, {os.path.join(ROOT, "scripts")!r})
         from mfulib.run import trace_zygote as tz
-        z = tz.Zygote()
-        hang = {str(tmp_path / "hang.py")!r}
-        open(hang, "w").write("import time\\ntime.sleep(600)\\n")
-        a = z.start([hang], {str(tmp_path / "a.log")!r})
-        b = z.start([hang], {str(tmp_path / "b.log")!r})
-        import os, signal
-        os.killpg(a.pid, signal.SIGKILL)
-        print("killed rc", a.wait(20), flush=True)
-        print("pids", z.proc.pid, b.pid, flush=True)
-        time.sleep(600)
+        if __name__ == "__main__":  # the forkserver imports the caller's main
+            hang = {str(tmp_path / "hang.py")!r}
+            open(hang, "w").write("import time\\ntime.sleep(600)\\n")
+            a = tz.start_tool([hang], {str(tmp_path / "a.log")!r})
+            b = tz.start_tool([hang], {str(tmp_path / "b.log")!r})
+            assert isinstance(a, tz.ZygoteJob), tz._SHARED["failed"]
+            while not os.path.exists({str(tmp_path / "a.log")!r}):  # opened after its setsid: a group to kill
+                time.sleep(0.01)
+            os.killpg(a.pid, signal.SIGKILL)
+            print("killed rc", a.wait(20), flush=True)
+            ppid = open(f"/proc/{{b.pid}}/stat").read().rsplit(")", 1)[1].split()[1]
+            print("pids", ppid, b.pid, flush=True)
+            time.sleep(600)
     """))
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
@@ -115,10 +124,12 @@ def test_what_a_trace_started_dies_too_when_the_probe_is_sigkilled(tmp_path):
         import sys, time
         sys.path.insert(0, {os.path.join(ROOT, "scripts")!r})
         from mfulib.run import trace_zygote as tz
-        z = tz.Zygote()
-        job = z.start([{str(tool)!r}], {str(tmp_path / "t.log")!r})
-        print("pids", z.proc.pid, job.pid, flush=True)
-        time.sleep(600)
+        if __name__ == "__main__":
+            job = tz.start_tool([{str(tool)!r}], {str(tmp_path / "t.log")!r})
+            assert isinstance(job, tz.ZygoteJob), tz._SHARED["failed"]
+            ppid = open(f"/proc/{{job.pid}}/stat").read().rsplit(")", 1)[1].split()[1]
+            print("pids", ppid, job.pid, flush=True)
+            time.sleep(600)
     """))
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     gpid = None
@@ -159,12 +170,11 @@ def test_a_forked_tool_ends_like_a_process_threads_atexit_and_unclosed_files_inc
         threading.Thread(target=late).start()
         sys.exit(3)
     """))
-    z = tz.Zygote()
     try:
-        job = z.start([str(tool), str(tmp_path / "z")], str(tmp_path / "z.log"))
-        assert job.wait(60) == 3
+        job = tz.start_tool([str(tool), str(tmp_path / "z")], str(tmp_path / "z.log"))
+        assert isinstance(job, tz.ZygoteJob) and job.wait(60) == 3
     finally:
-        z.close()
+        tz.close_shared()
     assert subprocess.run([sys.executable, str(tool), str(tmp_path / "p")], timeout=60).returncode == 3
     for kind in ("atexit", "unclosed", "thread"):
         assert (tmp_path / f"p.{kind}").read_text() == kind  # the plain subprocess
@@ -175,12 +185,38 @@ def test_a_forked_tool_runs_in_the_callers_directory_and_environment(tmp_path, m
     # a relative tool path, relative files and an environment variable set after the zygote started
     (tmp_path / "tool.py").write_text("import os\nopen('where.txt', 'w').write(os.getcwd() + ' ' + "
                                       "os.environ.get('MFU_TEST_LATE', '-'))\n")
-    z = tz.Zygote()
+    assert tz.shared() is not None, tz._SHARED["failed"]
     try:
         monkeypatch.chdir(tmp_path)
         monkeypatch.setenv("MFU_TEST_LATE", "set-later")
-        job = z.start(["tool.py"], "tool.log")
-        assert job.wait(60) == 0, (tmp_path / "tool.log").read_text()
+        job = tz.start_tool(["tool.py"], "tool.log")
+        assert isinstance(job, tz.ZygoteJob) and job.wait(60) == 0, (tmp_path / "tool.log").read_text()
     finally:
-        z.close()
+        tz.close_shared()
     assert (tmp_path / "where.txt").read_text() == f"{tmp_path} set-later"
+
+
+def test_a_trace_dies_with_its_forkserver_and_the_next_trace_gets_a_fresh_one(tmp_path):
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\ntime.sleep(600)\n")
+    job = tz.start_tool([str(hang)], str(tmp_path / "h.log"))
+    try:
+        assert isinstance(job, tz.ZygoteJob), tz._SHARED["failed"]
+        server = _ppid(job.pid)
+        assert server != os.getpid()
+        end = time.monotonic() + 60
+        while not (tmp_path / "h.log").exists():  # opened after the child's prctl
+            assert time.monotonic() < end, "the trace did not start"
+            time.sleep(0.05)
+        os.kill(server, signal.SIGKILL)
+        assert job.wait(20) not in (0, None)
+        end = time.monotonic() + 20
+        while _alive(job.pid) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not _alive(job.pid)  # PR_SET_PDEATHSIG: the server was its parent
+        (tmp_path / "ok.py").write_text("print('ok')\n")
+        again = tz.start_tool([str(tmp_path / "ok.py")], str(tmp_path / "ok.log"))  # the dead server restarted
+        assert isinstance(again, tz.ZygoteJob) and again.wait(120) == 0
+        assert (tmp_path / "ok.log").read_text() == "ok\n"
+    finally:
+        tz.close_shared()

@@ -51,15 +51,14 @@ def triton_cache_dir(env=None) -> str:
     return os.path.join(home, ".triton", "cache")
 
 
-def die_with_parent(sig=None) -> None:
-    """Linux: have the kernel send ``sig`` (default SIGKILL) to the calling process when its parent dies (prctl
-    PR_SET_PDEATHSIG = 1, kept across exec), so a killed tool never leaves its children running (a tracer spinning a
-    CPU, a candidate on the device). Use as ``preexec_fn`` of a subprocess, or call it first thing in a child; a
-    catchable ``sig`` lets the process clean up first (:mod:`mfulib.run.trace_zygote`). Elsewhere a no-op."""
+def die_with_parent() -> None:
+    """Linux: have the kernel send SIGKILL to the calling process when its parent dies (prctl PR_SET_PDEATHSIG = 1,
+    kept across exec), so a killed tool never leaves its children running (a tracer spinning a CPU, a candidate on
+    the device). Use as ``preexec_fn`` of a subprocess, or call it first thing in a child. Elsewhere a no-op."""
     import ctypes
     import signal
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL if sig is None else sig), 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
