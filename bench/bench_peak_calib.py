@@ -21,7 +21,7 @@ T_PROCESS = time.monotonic()
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
 from mfulib.peaks import calib  # noqa: E402
-from mfulib.core import device
+from mfulib import backends
 from mfulib.peaks import gemm_search
 from mfulib.peaks import gemm_timing
 from mfulib.report import tables as report
@@ -66,7 +66,7 @@ def main():
                     + ")")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    backend, why = device.resolve_backend(args.backend)
+    backend, why = backends.resolve_backend(args.backend)
 
     t_cal = time.monotonic()
     peak = calib.run_calibration(os.path.join(args.out, "peak.json"), backend=backend, index=args.device,
@@ -81,19 +81,19 @@ def main():
     except ValueError:
         ap.error(f"--grid-mn {args.grid_mn} / --grid-k {args.grid_k}: give comma-separated integers, e.g. 2048,4096")
     shapes = list(itertools.product(mn, mn, ks))
-    dev = gemm_timing.Device(backend, args.device)
+    dev = gemm_timing.Bench(backends.get_backend(backend), args.device)
     total = dev.identity().get("total_memory_bytes") or 8 * 1024 ** 3
-    max_bytes = int(min(8 * 1024 ** 3, total / 4)) if backend != "cpu" else 256 << 20
+    max_bytes = int(min(8 * 1024 ** 3, total / 4)) if dev.backend.accelerator else 256 << 20
     calib._warm_up(dev, 0.3)
     wide = {}
     for mode in MODES:
         print(f"wide sweep {mode}: {len(shapes)} shapes", file=sys.stderr, flush=True)
-        wide[mode] = wide_sweep(dev, mode, shapes, args.target_ms, max_bytes, 5e12 if backend != "cpu" else 4e9)
+        wide[mode] = wide_sweep(dev, mode, shapes, args.target_ms, max_bytes, 5e12 if dev.backend.accelerator else 4e9)
     dev.release()
 
     # the 30 s count from this process's start: Python start-up, torch import, device init and the calibration
     process_s = t_cal - T_PROCESS + calib_s
-    rows, ok = [], process_s <= MAX_CALIB_S or backend == "cpu"
+    rows, ok = [], process_s <= MAX_CALIB_S or not backends.backend_class(backend).accelerator
     for mode in MODES:
         m = peak["measured"].get(mode)
         w = wide[mode]["best"]
@@ -108,7 +108,7 @@ def main():
               "backend_reason": why, "calibration_s": calib_s, "process_s_at_calibration_end": process_s,
               "max_calibration_s": MAX_CALIB_S, "min_ratio": MIN_RATIO, "grid": grid, "rows": rows, "pass": ok,
               "wide": wide,
-              "clocks_end": device.read_clocks(backend, args.device)}
+              "clocks_end": backends.get_backend(backend).read_clocks(args.device)}
     write_json_atomic(os.path.join(args.out, "bench_peak_calib.json"), result)
     print(f"\ncalibration took {calib_s:.1f} s; {process_s:.1f} s from process start (limit {MAX_CALIB_S:g} s)")
     print(f"{'mode':<10} {'calib':>9} {'calib shape':>18} {'wide best':>10} {'wide shape':>18} {'shapes':>7} ratio")

@@ -27,6 +27,7 @@ T_PROCESS = time.monotonic()
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
 from mfulib.peaks import calib  # noqa: E402
+from mfulib import backends
 from mfulib.core import device
 from mfulib.peaks import gemm_search
 from mfulib.peaks import gemm_timing
@@ -80,7 +81,7 @@ def main():
     ap.add_argument("--small", action="store_true", help="tiny shapes (CPU smoke test; not the criterion)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    backend, why = device.resolve_backend(args.backend)
+    backend, why = backends.resolve_backend(args.backend)
 
     t_cal = time.monotonic()
     peak = calib.run_calibration(os.path.join(args.out, "peak.json"), backend=backend, index=args.device,
@@ -91,14 +92,15 @@ def main():
     process_s = time.monotonic() - T_PROCESS
     print(report.peak_table(peak), flush=True)
 
-    dev = gemm_timing.Device(backend, args.device)
+    dev = gemm_timing.Bench(backends.get_backend(backend), args.device)
     total = dev.identity().get("total_memory_bytes") or 8 * 1024 ** 3
-    max_bytes = int(min(8 * 1024 ** 3, total / 4)) if backend != "cpu" else 64 << 20
+    max_bytes = int(min(8 * 1024 ** 3, total / 4)) if dev.backend.accelerator else 64 << 20
     int8_shapes = ((256, 256, 256), (512, 256, 256)) if args.small else INT8_SHAPES
     fp8_shapes = ((256, 256, 256),) if args.small else FP8_SHAPES
-    calib._warm_up(dev, 0.3 if backend != "cpu" else 0.05)
+    calib._warm_up(dev, 0.3 if dev.backend.accelerator else 0.05)
     sweeps = {"int8": [], "float8_e4m3fn": []}
-    with device.ClockSampler(backend, args.device) as sampler:
+    with device.ClockSampler((lambda: dev.backend.read_clocks(args.device)) if dev.backend.clock_tool else None) \
+            as sampler:
         for mode, shapes in (("int8", int8_shapes), ("float8_e4m3fn", fp8_shapes)):
             ok, note = gemm_timing.low_precision_support(dev, mode)
             if not ok:

@@ -157,7 +157,7 @@ def main(argv=None) -> int:
         p.error("the trace zygote forks: Linux only")
     out = os.path.abspath(args.out or os.path.join(os.environ.get("OUT") or ".", "trace_zygote.json"))
     sys.path.insert(0, SCRIPTS)
-    from mfulib.core import device as dev
+    from mfulib import backends
     from mfulib.run import trace_zygote
     from mfulib.core.cases import describe_case
     from mfulib.core.errors import UserError
@@ -168,8 +168,8 @@ def main(argv=None) -> int:
     user_env = os.environ.get(ZYGOTE_ENV)
     tmp = tempfile.TemporaryDirectory(prefix="mfu_zygote_bench_")
     try:
-        backend, why = dev.resolve_backend(args.backend)
-        dev.prepare_process(backend)  # as max_shape_probe.py: TRITON_INTERPRET=1 on cpu, inherited by the traces
+        backend, why = backends.resolve_backend(args.backend)
+        backends.prepare_process(backend)  # as max_shape_probe.py: TRITON_INTERPRET=1 on cpu, inherited by the traces
         work = os.path.abspath(args.work) if args.work else prepare(args.op, os.path.join(tmp.name, "work"))
         od = OpDir(work)
         cases = od.read_cases()
