@@ -1,4 +1,4 @@
-"""verify.json: step 2's per-case correctness of ModelNew against Model, its builder, writer, merger and reader.
+"""verify.json: the verify step's per-case correctness of ModelNew against Model, its builder, writer, merger and reader.
 
 Provenance (``tool`` = ``verify_op.py``, ``device`` {backend, device, why, compat}) + ``op, work_dir, seed,
 tolerance`` {dtype: tol}, ``tolerance_tf32``, ``inputs`` {model.py: sha256, model_new.py: sha256} (the files the

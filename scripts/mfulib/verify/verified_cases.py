@@ -1,4 +1,4 @@
-"""The verify gate: which cases a timing step may run. A case is timed only when step 2 (verify.json) passed it on
+"""The verify gate: which cases a timing step may run. A case is timed only when the verify step (verify.json) passed it on
 this backend for the work directory's current model.py / model_new.py, or when the user forces it
 (``--unverified-ok``, marked per case in the output).
 
