@@ -56,7 +56,7 @@ comma := ,
 .DEFAULT_GOAL := help
 # deletes a half-made stamp or flops.py; the reports are not targets, so a failing step's report stays
 .DELETE_ON_ERROR:
-.PHONY: help setup test test-fast test-e2e prepare verify flops collect peak decompose report all examples clean-work status _always
+.PHONY: help setup test test-fast test-e2e golden prepare verify flops collect peak decompose report all examples clean-work status _always
 
 VALID_BACKENDS := auto npu cuda cpu
 ifeq ($(filter $(BACKEND),$(VALID_BACKENDS)),)
@@ -139,6 +139,9 @@ test-fast: ## the unit tier of the test suite (no subprocess pipelines, no sleep
 	$(PYTEST_RUN) -m "not e2e" tests
 test-e2e: ## the end-to-end tier of the test suite (whole CPU pipelines through make and the step scripts)
 	$(PYTEST_RUN) -m e2e tests
+golden: ## regenerate tests/golden/work_dir_keys.json from a real CPU pipeline (after a deliberate format change)
+	cd $(SKILL_DIR) && MFU_UPDATE_GOLDEN=1 $(PY) -m pytest -q $(PYTEST_ARGS) \
+	  tests/test_work_dir_schemas.py::test_every_work_dir_json_has_exactly_the_golden_keys
 
 examples: ## list the bundled operators usable as OP=<name>
 	@$(PY) $(SCRIPTS)/prepare_op_dir.py --list-examples

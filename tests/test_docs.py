@@ -3,16 +3,20 @@ every field table matches the keys the tools write.
 
 What is checked (issue 16; markers per /work/notes COMMON.md "Doc-test markers"):
 
-* **Shell blocks run.** Every ```bash / ```sh / ```console fenced block of a doc runs on CPU, in order, as a user
-  would type them into one terminal: each block is its own ``bash -e -o pipefail`` process that starts in the
-  directory and with the exported variables the previous block of the same doc left (``cd`` carries over). The
+* **Shell blocks.** Every ```bash / ```sh / ```console fenced block of every doc is checked without running it:
+  its placeholders have a test value, it installs nothing and does not run the suite, an npu block calls no make;
+  the scripts, flags, targets and variables it names exist (below). The end-to-end tier (marker ``e2e``) runs the
+  blocks of :data:`RUN_DOCS` only (the README's quick start and pipeline walk, SKILL.md's walk) on CPU, in order,
+  as a user would type them into one terminal: each block is its own ``bash -e -o pipefail`` process that starts in
+  the directory and with the exported variables the previous block of the same doc left (``cd`` carries over). The
   terminal starts in a temporary directory that stands for the checkout: a ``Makefile`` that includes the real one,
   symlinks to the checkout's other top-level entries (so ``python3 scripts/...`` and ``examples/...`` work), and
-  ``work/<op>`` already run through ``make OP=<op> all`` (built once per session and copied in, so the checkout is
-  never written to). Variables: ``$SKILL_DIR`` = the checkout, ``$KB_ROOT`` = its ``kb/``; the peak cache
-  (``MFU_PEAK_CACHE_DIR``) is a session temp directory, ``MFU_SHARED_DATA`` the real case files of ../shared.
-  Placeholders (:data:`PLACEHOLDERS`) stand for :data:`DOC_OP`; any other ``<...>`` in a block that runs fails
-  the test (write a runnable value or mark the block). ``console`` blocks run their ``$ `` lines only.
+  ``work/<op>`` already run through ``make OP=<op> all`` (tests/pipelines.py builds it once per session; each doc
+  gets a copy, so the checkout is never written to). Variables: ``$SKILL_DIR`` = the checkout, ``$KB_ROOT`` = its
+  ``kb/``; the peak cache (``MFU_PEAK_CACHE_DIR``) is the session's (tests/conftest.py), ``MFU_SHARED_DATA`` the
+  real case files of ../shared. Placeholders (:data:`PLACEHOLDERS`) stand for :data:`DOC_OP`; any other ``<...>``
+  in a block that is not skip-marked fails (write a runnable value or mark the block). ``console`` blocks run their
+  ``$ `` lines only.
 * **Markers** on the line directly above a fence: ``<!-- doc-test: skip: <reason> -->`` (not run; the reason is
   required, an empty one fails) and ``<!-- doc-test: npu -->`` (run against the msprof TEST DOUBLE
   tests/fake_msprof: a fake CANN tree is ``ASCEND_HOME_PATH``, its ``set_env.sh`` replaces
@@ -49,6 +53,9 @@ import time
 
 import pytest
 
+import pipelines
+from pipelines import checkout_stand_in
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.join(ROOT, "tests")
 GOLDEN = os.path.join(ROOT, "tests", "golden", "work_dir_keys.json")
@@ -58,6 +65,8 @@ DOCS = ["SKILL.md", "README.md"] + sorted(os.path.relpath(p, ROOT)
 PROFILING_GUIDE = os.path.join("kb", "ops", "triton", "guides", "tooling", "mfu_profiling_guide.md")
 FULLY_DOCUMENTED = ("performance.json", "peak.json", "mfu_decompose.json", "grid_search.json")
 
+# the docs whose shell blocks the end-to-end tier runs (every doc's blocks are checked statically)
+RUN_DOCS = ["README.md", "SKILL.md"]
 # the bundled operator the docs' placeholders stand for (a small MHA block: two parts, attn + proj, ~25 s on CPU)
 DOC_OP = "5_MHABlock"
 PLACEHOLDERS = {"<N>_<Op>": DOC_OP, "<Op>": DOC_OP, "<op>": DOC_OP, "<OP>": DOC_OP,
@@ -197,10 +206,11 @@ def commands(block) -> list:
     return out
 
 
-def strip_comment(cmd: str) -> str:
-    """A command without its trailing ``# comment`` (outside quotes)."""
+def strip_comment(cmd: str, punctuation: bool = True) -> str:
+    """A command without its trailing ``# comment`` (outside quotes); ``punctuation``: ``<``, ``>``, ``|``, ``;``,
+    ``&``, ``(``, ``)`` become words of their own (for splitting at operators; False keeps ``<op>`` whole)."""
     try:
-        lex = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+        lex = shlex.shlex(cmd, posix=True, punctuation_chars=punctuation)
         lex.commenters = "#"
         lex.whitespace_split = True
         return " ".join(shlex.quote(t) if re.search(r"\s", t) else t for t in lex)
@@ -444,33 +454,12 @@ def test_field_tables_match_the_keys_the_tools_write():
 
 # ---------------------------------------------------------------------------------------------- running
 @pytest.fixture(scope="session")
-def doc_env(tmp_path_factory):
-    """Environment and a prepared, fully-run work/<DOC_OP> shared by every doc's terminal."""
-    base = tmp_path_factory.mktemp("docs")
-    env = dict(os.environ, SKILL_DIR=ROOT, KB_ROOT=os.path.join(ROOT, "kb"),
-               MFU_PEAK_CACHE_DIR=str(base / "peak-cache"), PYTHONDONTWRITEBYTECODE="1")
-    env.pop("MFU_WORKER", None)
+def doc_env(mha_all_checkout):
+    """Environment and the session's fully-run work/<DOC_OP> (tests/pipelines.py) shared by every doc's terminal."""
+    env = pipelines.pipeline_env(SKILL_DIR=ROOT, KB_ROOT=os.path.join(ROOT, "kb"))
     if os.path.isdir(SHARED_DATA):
         env["MFU_SHARED_DATA"] = SHARED_DATA
-    seed = base / "seed"
-    checkout_stand_in(seed)
-    r = subprocess.run(["make", f"OP={DOC_OP}", "all"], cwd=seed, env=env, capture_output=True, text=True,
-                       timeout=900)
-    assert r.returncode == 0, f"make OP={DOC_OP} all: {r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return env, seed / "work"
-
-
-def checkout_stand_in(d):
-    """A directory standing for the checkout: a Makefile including the real one, symlinks to the rest."""
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "Makefile").write_text(f"include {ROOT}/Makefile\n")
-    shared = os.path.join(os.path.dirname(ROOT), "shared")
-    if os.path.isdir(shared) and not os.path.exists(d.parent / "shared"):
-        os.symlink(shared, d.parent / "shared")  # ../shared beside the checkout, as the docs assume
-    for name in os.listdir(ROOT):
-        if name in ("Makefile", "work", ".git") or name.startswith("."):
-            continue
-        os.symlink(os.path.join(ROOT, name), d / name)
+    return env, os.path.join(mha_all_checkout, "work")
 
 
 def substitute(cmd: str) -> str:
@@ -483,6 +472,27 @@ def npu_env(tmp):
     sys.path.insert(0, HERE)
     from test_msprof_fake_end_to_end import make_fake_cann
     return make_fake_cann(tmp)
+
+
+def block_problems(doc: Doc, b) -> list:
+    """What keeps block ``b`` of ``doc`` from running in the test terminal, found without running it: placeholders
+    without a test value, installs or a run of the suite, make in an npu block. Skip-marked blocks have none."""
+    kind = b["marker"][0] if b["marker"] else "run"
+    if kind in ("skip", "unknown"):
+        return []
+    cmds = [substitute(c) for c in commands(b)]
+    left = [p for c in cmds for p in PLACEHOLDER_RE.findall(strip_comment(c, punctuation=False))]
+    if left:
+        return [f"{doc.rel}:{b['line']}: placeholders {left} have no test value (write a runnable value, one of "
+                f"{sorted(PLACEHOLDERS)}, or mark the block skip with a reason)"]
+    unsafe = [c for c in cmds if re.search(r"\bmake\b.*\b(setup|test)\b|\bpip3? install\b|\bpytest\b", c)]
+    if unsafe:
+        return [f"{doc.rel}:{b['line']}: {unsafe} installs packages or runs the test suite (which runs this test): "
+                "mark the block `<!-- doc-test: skip: <reason> -->`"]
+    if kind == "npu" and any(re.search(r"(^|\s)make\s", c) for c in cmds):
+        return [f"{doc.rel}:{b['line']}: an npu block cannot call make (the double cannot verify); call the "
+                "collector directly"]
+    return []
 
 
 def run_blocks(doc: Doc, env: dict, work_seed, tmp) -> list:
@@ -504,15 +514,9 @@ def run_blocks(doc: Doc, env: dict, work_seed, tmp) -> list:
         cmds = [substitute(c) for c in commands(b)]
         if any("shared/data" in c for c in cmds) and not os.path.isdir(SHARED_DATA):
             continue  # the real case files live in ../shared, absent here (as in tests/conftest.py shared_dir)
-        left = [p for c in cmds for p in PLACEHOLDER_RE.findall(strip_comment(c))]
-        if left:
-            problems.append(f"{doc.rel}:{b['line']}: placeholders {left} have no test value (write a runnable "
-                            f"value, one of {sorted(PLACEHOLDERS)}, or mark the block skip with a reason)")
-            continue
-        unsafe = [c for c in cmds if re.search(r"\bmake\b.*\b(setup|test)\b|\bpip3? install\b|\bpytest\b", c)]
-        if unsafe:
-            problems.append(f"{doc.rel}:{b['line']}: {unsafe} installs packages or runs the test suite (which runs "
-                            "this test): mark the block `<!-- doc-test: skip: <reason> -->`")
+        found = block_problems(doc, b)
+        if found:
+            problems += found
             continue
         benv = dict(env)
         if kind == "npu":
@@ -524,10 +528,6 @@ def run_blocks(doc: Doc, env: dict, work_seed, tmp) -> list:
             cmds = [c.replace(SET_ENV, set_env) for c in cmds]
             cmds = [re.sub(r"(msprof_perf_summary\.py\b[^;&|]*)", r"\1 --backend npu --unverified-ok", c)
                     if "msprof_perf_summary.py" in c else c for c in cmds]
-            if any(re.search(r"(^|\s)make\s", c) for c in cmds):
-                problems.append(f"{doc.rel}:{b['line']}: an npu block cannot call make (the double cannot "
-                                "verify); call the collector directly")
-                continue
         script = "\n".join(cmds)
         # the fake CANN's variables win over what the previous blocks exported (PATH above all)
         forced = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in (fake or {}).items()) if kind == "npu" else ""
@@ -557,6 +557,25 @@ def run_blocks(doc: Doc, env: dict, work_seed, tmp) -> list:
 
 
 @pytest.mark.parametrize("rel", DOCS)
+def test_every_shell_block_of_a_doc_could_run_in_the_test_terminal(rel):
+    (doc,) = [d for d in all_docs() if d.rel == rel] or [None]
+    if doc is None:
+        pytest.skip(f"{rel} does not exist")
+    problems = [p for b in doc.blocks for p in block_problems(doc, b)]
+    assert not problems, "\n".join(problems)
+
+
+def test_block_checks_catch_a_placeholder_an_install_and_make_in_an_npu_block():
+    text = ("```bash\nls <Nope>\n```\n```bash\npip install x\n```\n<!-- doc-test: npu -->\n```bash\n"
+            "make OP=x all\n```\n<!-- doc-test: skip: not here -->\n```bash\npip install y <Nope>\n```\n")
+    doc = Doc("synthetic.md", text)
+    found = [block_problems(doc, b) for b in doc.blocks]
+    assert [len(f) for f in found] == [1, 1, 1, 0]
+    assert "<Nope>" in found[0][0] and "pip install" in found[1][0] and "npu block" in found[2][0]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("rel", RUN_DOCS)
 def test_every_shell_block_of_a_doc_runs(rel, doc_env, tmp_path):
     (doc,) = [d for d in all_docs() if d.rel == rel] or [None]
     if doc is None:

@@ -4,9 +4,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_msprof"))
 import tinyops  # noqa: E402
 
+pytestmark = pytest.mark.e2e  # every test runs verify_op.py, which runs each case in a child process
 VERIFY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "verify_op.py")
 
 
