@@ -121,6 +121,37 @@ def test_two_fake_device_ids_get_one_worker_each_running_in_parallel_longest_fir
     assert s["lpt_makespan_s"]["2"] < s["lpt_makespan_s"]["1"] == pytest.approx(s["sum_op_wall_s"])
 
 
+class FakeProc:
+    """Stands for a subprocess.Popen whose wait(timeout=) advances a fake clock instead of sleeping."""
+
+    def __init__(self, clock, exits_at=None):
+        self.clock, self.exits_at, self.waits = clock, exits_at, 0
+
+    def wait(self, timeout=None):
+        self.waits += 1
+        self.clock[0] += timeout
+        if self.exits_at is not None and self.clock[0] >= self.exits_at:
+            return 0
+        raise subprocess.TimeoutExpired("fake", timeout)
+
+
+@pytest.mark.parametrize("exits_at, timeout_s, stop_at, outcome", [
+    (3.0, 10.0, None, "done"),       # the child ends before its limit
+    (None, 4.0, None, "timeout"),    # it never ends: the limit (OP_TIMEOUT_S) ends the wait
+    (None, None, 2.0, "stopped"),    # no limit: the batch's interruption ends the wait
+    (30.0, 0, None, "done"),         # 0 = no limit
+])
+def test_the_wait_for_an_operator_ends_by_exit_timeout_or_stop_on_its_clock(exits_at, timeout_s, stop_at, outcome):
+    from mfulib.batch import job
+    clock = [100.0]
+    proc = FakeProc(clock, exits_at and 100.0 + exits_at)
+    stop = (lambda: clock[0] >= 100.0 + stop_at) if stop_at else None
+    assert job.wait_outcome(proc, timeout_s, stop, clock=lambda: clock[0]) == outcome
+    ended = clock[0] - 100.0
+    limit = {"done": exits_at, "timeout": timeout_s, "stopped": stop_at}[outcome]
+    assert limit <= ended <= limit + 2 * job.POLL_S  # decided within a poll of the event, never by a real sleep
+
+
 @pytest.mark.e2e
 def test_a_failure_and_a_timeout_are_recorded_the_tree_killed_and_the_others_finish(tmp_path, stub):
     plan = {"zoo/2_Softmax": "fail", "zoo/3_RMSNorm": "hang"}
