@@ -1,7 +1,7 @@
 """Every command in SKILL.md, README.md and kb/**/*.md runs, every flag and make variable they name exists, and
 every field table matches the keys the tools write.
 
-What is checked (issue 16; markers per /work/notes COMMON.md "Doc-test markers"):
+What is checked:
 
 * **Shell blocks.** Every ```bash / ```sh / ```console fenced block of every doc is checked without running it:
   its placeholders have a test value, it installs nothing and does not run the suite, an npu block calls no make;
@@ -28,14 +28,13 @@ What is checked (issue 16; markers per /work/notes COMMON.md "Doc-test markers")
   ``--help`` of some script or in :data:`FOREIGN_FLAGS` (flags of other tools: msprof, ncu, pip, pytest, ray). A table
   under ``<!-- flags: <script>.py -->`` is checked against that script's ``--help``. Every ``make`` target and
   ``VAR=`` a doc gives make exists in the Makefile. A skip-marked block naming a script, target or variable that
-  does not exist yet (a step another issue builds) is exempt and listed in the skip reason, nothing else.
+  does not exist yet (a step still being built) is exempt and listed in the skip reason, nothing else.
 * **Field tables.** A table under ``<!-- fields: <file> [<path>] -->`` lists backticked key names in its first
   column. Key source: tests/golden/work_dir_keys.json (the keys the real pipeline writes through the schema
-  modules, pinned by tests/test_work_dir_schemas.py) for the files it pins, plus :data:`PENDING_KEYS` (COMMON.md
-  contract keys other issues are adding to pinned files; delete them once the golden file has them); for a file it
-  does not pin yet
-  (grid_search.json, probe.json, whose writers another issue builds) the COMMON.md contract keys in
-  :data:`CONTRACT_KEYS` - the golden file wins as soon as it has the file. Each documented key must exist (at
+  modules, pinned by tests/test_work_dir_schemas.py) for the files it pins, plus :data:`PENDING_KEYS` (contract
+  keys a writer is still adding to pinned files; delete them once the golden file has them); for a file it
+  does not pin yet (grid_search.json, probe.json) the writers' contract keys in :data:`CONTRACT_KEYS` - the
+  golden file wins as soon as it has the file. Each documented key must exist (at
   ``<path>`` when given, dotted names ``a.b`` resolved below it); kb/ops/triton/guides/tooling/
   mfu_profiling_guide.md must document every key of every pinned path of performance.json, peak.json,
   mfu_decompose.json and grid_search.json.
@@ -81,7 +80,7 @@ FOREIGN_FLAGS = {"--task-time", "--ai-core", "--aic-metrics", "--ascendcl", "--o
                  "--type", "--summary-format", "--runtime-api", "--print-summary", "--replay-mode", "--query",
                  "--head", "--address"}  # the last two: ray start (README "Batch")
 
-# COMMON.md "Cross-helper contracts": the keys of result files whose writer is built by another issue in parallel
+# the writers' contract: the keys of result files the golden file does not pin (yet)
 CONTRACT_KEYS = {
     "grid_search.json": {"<top>": ["schema", "tool", "pool", "stage1", "stage2", "best", "cost_s", "chosen_cases"],
                          "best": ["case", "scale", "mfu", "num_src", "numerator_traced", "numerator_executed"],
@@ -94,7 +93,7 @@ CONTRACT_KEYS = {
                    "candidates[].gates[]": ["gate", "name", "ok", "detail", "value", "limit"]},
 }
 
-# COMMON.md contract keys that other issues add to files the golden file already pins (PMU per case, bound and
+# contract keys a writer is adding to files the golden file already pins (PMU per case, bound and
 # roofline per row and part, the cache regime): accepted in a field table while the golden file lacks them; once
 # the writer is merged and the golden file regenerated they are checked like every other key (delete them here then)
 PENDING_KEYS = {}  # empty: every contract key of the pinned files is in the golden file now
@@ -267,7 +266,7 @@ def makefile_names():
 
 
 def schema_keys(file: str) -> dict:
-    """{path: keys} of ``file``: the golden file when it pins the file, else the COMMON.md contract."""
+    """{path: keys} of ``file``: the golden file when it pins the file, else the writers' contract."""
     with open(GOLDEN, encoding="utf-8") as f:
         golden = json.load(f)
     if file in golden:
@@ -605,7 +604,7 @@ def checkout_state():
 
 
 def test_hints_in_messages_work_outside_the_checkout(tmp_path):
-    """Issue 16: a WORK with a trailing slash gives no `work//prepare.json`, and the missing-file hints name the
+    """A WORK with a trailing slash gives no `work//prepare.json`, and the missing-file hints name the
     scripts by a path that exists from any directory (not `python3 scripts/...`)."""
     if shutil.which("make") is None:
         pytest.skip("GNU make is not installed")
