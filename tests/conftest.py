@@ -9,10 +9,12 @@ Tiers (``make test-fast`` / ``make test-e2e``; ``make test`` runs both):
 
 Every test runs with its own ``TMPDIR`` (so the Makefile's ``DEVICE_LOCK``, which defaults to
 ``$TMPDIR/triton-mfu-analyzer-device<N>.lock``, and every temp file of a child process are the test's own) and the
-session's peak cache (``MFU_PEAK_CACHE_DIR``: one CPU calibration per session, never the user's ``~/.cache``). Both
-hold under pytest-xdist: each worker has its own base temp directory.
+session's peak cache (``MFU_PEAK_CACHE_DIR``: one CPU calibration per session, never the user's ``~/.cache``); Ray
+gets a short ``RAY_TMPDIR`` (socket paths). Both hold under pytest-xdist: each worker has its own base temp
+directory.
 """
 import os
+import shutil
 import sys
 import tempfile
 
@@ -52,11 +54,16 @@ def _session_temp_and_peak_cache(tmp_path_factory):
     root = pipelines.shared_root(tmp_path_factory)
     cache, session_tmp = os.path.join(root, "peak-cache"), str(tmp_path_factory.mktemp("session-tmp"))
     os.makedirs(cache, exist_ok=True)
+    # Ray puts its AF_UNIX sockets under $RAY_TMPDIR, else $TMPDIR: a path below pytest's temp tree is longer than
+    # the 107 bytes a socket path may have, so Ray gets a short directory of its own
+    ray_tmp = tempfile.mkdtemp(prefix="mfu-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MFU_PEAK_CACHE_DIR", cache)
         mp.setenv("TMPDIR", session_tmp)
+        mp.setenv("RAY_TMPDIR", ray_tmp)
         mp.setattr(tempfile, "tempdir", session_tmp)
         yield
+    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
