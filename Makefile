@@ -56,7 +56,7 @@ comma := ,
 .DEFAULT_GOAL := help
 # deletes a half-made stamp or flops.py; the reports are not targets, so a failing step's report stays
 .DELETE_ON_ERROR:
-.PHONY: help setup test prepare verify flops collect peak decompose report all examples clean-work status _always
+.PHONY: help setup test test-fast test-e2e golden prepare verify flops collect peak decompose report all examples clean-work status _always
 
 VALID_BACKENDS := auto npu cuda cpu
 ifeq ($(filter $(BACKEND),$(VALID_BACKENDS)),)
@@ -98,7 +98,7 @@ help: ## show this help
 	@echo "variables: OP V BENCH GEN REF_ROOT IMPL_ROOT ITER VARIANT WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
 	@echo "           VERIFY_ARGS COLLECT_ARGS FLUSH_CACHE_MIB=$(FLUSH_CACHE_MIB) PMU=$(PMU) ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1 ALL_JOBS=$(ALL_JOBS)"
 	@echo "           SEARCH=1 (probe + search before collect) PROBE_ARGS SEARCH_ARGS"
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
 # torch: a host that already has torch (+ torch_npu) keeps it; a host with an NVIDIA driver gets the default
 # (CUDA) wheel; any other host gets the CPU build (the +cpu local version, which PyPI's CUDA wheels never carry:
@@ -123,8 +123,25 @@ setup: ## install the Python dependencies (CPU torch where no GPU and no torch; 
 	elif [ -n "$$now_triton" ]; then echo "triton $$now_triton: installed as a dependency of torch"; \
 	else $(PY) -m pip install "triton==3.8.0"; fi
 
-test: ## run the test suite (CPU-only machines run Triton kernels in the interpreter)
-	cd $(SKILL_DIR) && $(PY) -m pytest -q $(PYTEST_ARGS) tests
+# Test tiers (markers registered in tests/conftest.py): test-fast is the unit tier (-m "not e2e": in-process, no
+# pipeline of subprocesses, no sleeps); test-e2e the end-to-end tier (-m e2e: whole CPU pipelines through make and
+# the step scripts, built once per session by tests/pipelines.py and copied); test runs both in one pytest call.
+# Every tier runs under pytest-xdist when it is installed (.ci/run installs it; requirements.txt lists it):
+# TEST_JOBS workers (2: CI's two cores), --dist loadfile (one file's tests in one worker, so a module's fixture is
+# built once); TEST_JOBS=0 runs in this process. Each test has its own TMPDIR, so its device lock is its own.
+TEST_JOBS   ?= 2
+HAVE_XDIST   = $(shell $(PY) -c "import xdist" 2>/dev/null && echo 1)
+PYTEST_RUN   = cd $(SKILL_DIR) && $(PY) -m pytest -q $(if $(and $(HAVE_XDIST),$(filter-out 0,$(TEST_JOBS))),-n \
+  $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
+test: ## run the test suite, both tiers (CPU-only machines run Triton kernels in the interpreter)
+	$(PYTEST_RUN) tests
+test-fast: ## the unit tier of the test suite (no subprocess pipelines, no sleeps)
+	$(PYTEST_RUN) -m "not e2e" tests
+test-e2e: ## the end-to-end tier of the test suite (whole CPU pipelines through make and the step scripts)
+	$(PYTEST_RUN) -m e2e tests
+golden: ## regenerate tests/golden/work_dir_keys.json from a real CPU pipeline (after a deliberate format change)
+	cd $(SKILL_DIR) && MFU_UPDATE_GOLDEN=1 $(PY) -m pytest -q $(PYTEST_ARGS) \
+	  tests/test_work_dir_schemas.py::test_every_work_dir_json_has_exactly_the_golden_keys
 
 examples: ## list the bundled operators usable as OP=<name>
 	@$(PY) $(SCRIPTS)/prepare_op_dir.py --list-examples

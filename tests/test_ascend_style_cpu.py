@@ -40,6 +40,7 @@ def kinds(adaptations):
     return {a["kind"]: a for a in adaptations}
 
 
+@pytest.mark.e2e
 def test_ascend_style_model_new_passes_verify_on_cpu_and_the_run_says_what_it_adapted(tmp_path):
     work = workdir(tmp_path, "scaled_mm_softmax_ascend.py")
     r, v = run_verify(work)
@@ -60,6 +61,7 @@ def test_ascend_style_model_new_passes_verify_on_cpu_and_the_run_says_what_it_ad
     assert compat["cube_core_num"] == (os.cpu_count() or 1) and "os.cpu_count()" in compat["core_count_source"]
 
 
+@pytest.mark.e2e
 def test_the_collector_runs_the_same_model_new_on_cpu_under_the_same_hook(tmp_path):
     from mfulib.collect.driver import Options, collect
     work = workdir(tmp_path, "scaled_mm_softmax_ascend.py")
@@ -74,6 +76,7 @@ def test_the_collector_runs_the_same_model_new_on_cpu_under_the_same_hook(tmp_pa
     assert k["float_args_as_fp32"]["launches"] == 2 and k["autotune_first_config"]["launches"] == 2
 
 
+@pytest.mark.e2e
 def test_a_block_ptr_kernel_verifies_where_the_interpreter_has_block_pointers_else_is_rejected_with_the_reason(
         tmp_path):
     import triton
@@ -120,6 +123,7 @@ class ModelNew(nn.Module):
 '''
 
 
+@pytest.mark.e2e
 def test_host_out_of_memory_is_oom_in_verify_and_in_the_collector(tmp_path):
     from mfulib.collect.driver import Options, collect
     (tmp_path / "src").mkdir()

@@ -63,6 +63,7 @@ def test_an_unknown_backend_and_a_broken_plugin_are_user_errors_naming_the_choic
         backends.names()
 
 
+@pytest.mark.e2e
 def test_prepare_verify_and_collect_run_on_the_stub_backend(rocm, tmp_path):
     from mfulib.collect.driver import Options, collect
     work = tinyops.make_workdir(tmp_path)  # prepare (mfulib.sources.prepare)

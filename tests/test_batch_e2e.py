@@ -16,7 +16,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = os.path.join(ROOT, "scripts", "mfu_batch.py")
 ZOO_BENCH, ZOO_GEN = (os.path.join(ROOT, "examples", "ops", d, "zoo") for d in ("bench", "gen"))
-pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")]
 
 PLANTED = '''import torch
 

@@ -88,6 +88,7 @@ def stub_records(stub):
     return {json.loads(p.read_text())["op"]: json.loads(p.read_text()) for p in stub[1].glob("*.json")}
 
 
+@pytest.mark.e2e
 def test_two_fake_device_ids_get_one_worker_each_running_in_parallel_longest_first(tmp_path, stub):
     ops = "zoo/1_BatchMatmul,zoo/2_Softmax,zoo/3_RMSNorm,zoo/4_FFN"
     r, s = run_batch(stub, tmp_path / "out", "--examples", "zoo", "--ops", ops, "--devices", "0,1",
@@ -120,6 +121,38 @@ def test_two_fake_device_ids_get_one_worker_each_running_in_parallel_longest_fir
     assert s["lpt_makespan_s"]["2"] < s["lpt_makespan_s"]["1"] == pytest.approx(s["sum_op_wall_s"])
 
 
+class FakeProc:
+    """Stands for a subprocess.Popen whose wait(timeout=) advances a fake clock instead of sleeping."""
+
+    def __init__(self, clock, exits_at=None):
+        self.clock, self.exits_at, self.waits = clock, exits_at, 0
+
+    def wait(self, timeout=None):
+        self.waits += 1
+        self.clock[0] += timeout
+        if self.exits_at is not None and self.clock[0] >= self.exits_at:
+            return 0
+        raise subprocess.TimeoutExpired("fake", timeout)
+
+
+@pytest.mark.parametrize("exits_at, timeout_s, stop_at, outcome", [
+    (3.0, 10.0, None, "done"),       # the child ends before its limit
+    (None, 4.0, None, "timeout"),    # it never ends: the limit (OP_TIMEOUT_S) ends the wait
+    (None, None, 2.0, "stopped"),    # no limit: the batch's interruption ends the wait
+    (30.0, 0, None, "done"),         # 0 = no limit
+])
+def test_the_wait_for_an_operator_ends_by_exit_timeout_or_stop_on_its_clock(exits_at, timeout_s, stop_at, outcome):
+    from mfulib.batch import job
+    clock = [100.0]
+    proc = FakeProc(clock, exits_at and 100.0 + exits_at)
+    stop = (lambda: clock[0] >= 100.0 + stop_at) if stop_at else None
+    assert job.wait_outcome(proc, timeout_s, stop, clock=lambda: clock[0]) == outcome
+    ended = clock[0] - 100.0
+    limit = {"done": exits_at, "timeout": timeout_s, "stopped": stop_at}[outcome]
+    assert limit <= ended <= limit + 2 * job.POLL_S  # decided within a poll of the event, never by a real sleep
+
+
+@pytest.mark.e2e
 def test_a_failure_and_a_timeout_are_recorded_the_tree_killed_and_the_others_finish(tmp_path, stub):
     plan = {"zoo/2_Softmax": "fail", "zoo/3_RMSNorm": "hang"}
     r, s = run_batch(stub, tmp_path / "out", "--examples", "zoo", "--ops", "1_BatchMatmul,2_Softmax,3_RMSNorm",
@@ -139,6 +172,7 @@ def test_a_failure_and_a_timeout_are_recorded_the_tree_killed_and_the_others_fin
     assert job["failed_step"] == "verify" and job["rc"] == 2 and job["tool"] == "mfu_batch_job"
 
 
+@pytest.mark.e2e
 def test_finished_operators_are_skipped_on_a_rerun_unless_forced(tmp_path, stub):
     out = tmp_path / "out"
     run_batch(stub, out, "--examples", "zoo", "--ops", "2_Softmax", env={"STUB_SLEEP": "0"})
@@ -183,6 +217,7 @@ def test_lpt_makespan():
     assert batch.lpt_makespan([5, 4, 3], 1) == 12 and batch.lpt_makespan([], 2) == 0
 
 
+@pytest.mark.e2e
 def test_the_peak_cache_lock_makes_a_second_calibration_wait(tmp_path):
     path = str(tmp_path / "cache" / "peak-cuda-h200.json")
     holder = subprocess.Popen([sys.executable, "-c", (
@@ -217,6 +252,7 @@ def test_ray_is_an_optional_requirement_imported_only_lazily():
                 assert "ray" not in names, f"{fn}: ray must be imported inside the RUNNER=ray code path only"
 
 
+@pytest.mark.e2e
 def test_an_interrupted_batch_writes_its_summary_and_a_rerun_redoes_nothing_finished(tmp_path, stub):
     import signal
     out = tmp_path / "out"
@@ -295,6 +331,7 @@ def test_bench_batch_speedup_compares_a_one_and_a_two_worker_run(tmp_path):
     assert "| a | 0 | 50.0 | 0 | 50.0 | 50.00% | 51.00% | +2.0% |" in text
 
 
+@pytest.mark.e2e
 def test_ctrl_c_under_runner_ray_kills_the_running_operators_and_records_them(tmp_path, stub):
     import signal
     try:
@@ -321,6 +358,7 @@ def test_ctrl_c_under_runner_ray_kills_the_running_operators_and_records_them(tm
     assert all(gone(rec["grandchild"]) for rec in stub_records(stub).values())
 
 
+@pytest.mark.e2e
 def test_an_operator_ended_by_sigint_is_interrupted_not_failed(tmp_path, stub):
     """The race CI hit under load: Ctrl-C reaching a just-forked child (before its setsid) kills it with SIGINT, and
     the batch saw an exit status before its own interrupt - that operator is ``interrupted`` (resumable), never a

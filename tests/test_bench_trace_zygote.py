@@ -15,7 +15,8 @@ BENCH = os.path.join(ROOT, "bench")
 sys.path.insert(0, BENCH)
 import bench_trace_zygote as btz  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")]
 
 
 def _run(ok=True, flops=100.0, wall=1.0):

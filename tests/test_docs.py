@@ -1,18 +1,22 @@
 """Every command in SKILL.md, README.md and kb/**/*.md runs, every flag and make variable they name exists, and
 every field table matches the keys the tools write.
 
-What is checked (issue 16; markers per /work/notes COMMON.md "Doc-test markers"):
+What is checked:
 
-* **Shell blocks run.** Every ```bash / ```sh / ```console fenced block of a doc runs on CPU, in order, as a user
-  would type them into one terminal: each block is its own ``bash -e -o pipefail`` process that starts in the
-  directory and with the exported variables the previous block of the same doc left (``cd`` carries over). The
+* **Shell blocks.** Every ```bash / ```sh / ```console fenced block of every doc is checked without running it:
+  its placeholders have a test value, it installs nothing and does not run the suite, an npu block calls no make;
+  the scripts, flags, targets and variables it names exist (below). The end-to-end tier (marker ``e2e``) runs the
+  blocks of :data:`RUN_DOCS` only (the README's quick start and pipeline walk, SKILL.md's walk) on CPU, in order,
+  as a user would type them into one terminal: each block is its own ``bash -e -o pipefail`` process that starts in
+  the directory and with the exported variables the previous block of the same doc left (``cd`` carries over). The
   terminal starts in a temporary directory that stands for the checkout: a ``Makefile`` that includes the real one,
   symlinks to the checkout's other top-level entries (so ``python3 scripts/...`` and ``examples/...`` work), and
-  ``work/<op>`` already run through ``make OP=<op> all`` (built once per session and copied in, so the checkout is
-  never written to). Variables: ``$SKILL_DIR`` = the checkout, ``$KB_ROOT`` = its ``kb/``; the peak cache
-  (``MFU_PEAK_CACHE_DIR``) is a session temp directory, ``MFU_SHARED_DATA`` the real case files of ../shared.
-  Placeholders (:data:`PLACEHOLDERS`) stand for :data:`DOC_OP`; any other ``<...>`` in a block that runs fails
-  the test (write a runnable value or mark the block). ``console`` blocks run their ``$ `` lines only.
+  ``work/<op>`` already run through ``make OP=<op> all`` (tests/pipelines.py builds it once per session; each doc
+  gets a copy, so the checkout is never written to). Variables: ``$SKILL_DIR`` = the checkout, ``$KB_ROOT`` = its
+  ``kb/``; the peak cache (``MFU_PEAK_CACHE_DIR``) is the session's (tests/conftest.py), ``MFU_SHARED_DATA`` the
+  real case files of ../shared. Placeholders (:data:`PLACEHOLDERS`) stand for :data:`DOC_OP`; any other ``<...>``
+  in a block that is not skip-marked fails (write a runnable value or mark the block). ``console`` blocks run their
+  ``$ `` lines only.
 * **Markers** on the line directly above a fence: ``<!-- doc-test: skip: <reason> -->`` (not run; the reason is
   required, an empty one fails) and ``<!-- doc-test: npu -->`` (run against the msprof TEST DOUBLE
   tests/fake_msprof: a fake CANN tree is ``ASCEND_HOME_PATH``, its ``set_env.sh`` replaces
@@ -24,14 +28,13 @@ What is checked (issue 16; markers per /work/notes COMMON.md "Doc-test markers")
   ``--help`` of some script or in :data:`FOREIGN_FLAGS` (flags of other tools: msprof, ncu, pip, pytest, ray). A table
   under ``<!-- flags: <script>.py -->`` is checked against that script's ``--help``. Every ``make`` target and
   ``VAR=`` a doc gives make exists in the Makefile. A skip-marked block naming a script, target or variable that
-  does not exist yet (a step another issue builds) is exempt and listed in the skip reason, nothing else.
+  does not exist yet (a step still being built) is exempt and listed in the skip reason, nothing else.
 * **Field tables.** A table under ``<!-- fields: <file> [<path>] -->`` lists backticked key names in its first
   column. Key source: tests/golden/work_dir_keys.json (the keys the real pipeline writes through the schema
-  modules, pinned by tests/test_work_dir_schemas.py) for the files it pins, plus :data:`PENDING_KEYS` (COMMON.md
-  contract keys other issues are adding to pinned files; delete them once the golden file has them); for a file it
-  does not pin yet
-  (grid_search.json, probe.json, whose writers another issue builds) the COMMON.md contract keys in
-  :data:`CONTRACT_KEYS` - the golden file wins as soon as it has the file. Each documented key must exist (at
+  modules, pinned by tests/test_work_dir_schemas.py) for the files it pins, plus :data:`PENDING_KEYS` (contract
+  keys a writer is still adding to pinned files; delete them once the golden file has them); for a file it
+  does not pin yet (grid_search.json, probe.json) the writers' contract keys in :data:`CONTRACT_KEYS` - the
+  golden file wins as soon as it has the file. Each documented key must exist (at
   ``<path>`` when given, dotted names ``a.b`` resolved below it); kb/ops/triton/guides/tooling/
   mfu_profiling_guide.md must document every key of every pinned path of performance.json, peak.json,
   mfu_decompose.json and grid_search.json.
@@ -49,6 +52,9 @@ import time
 
 import pytest
 
+import pipelines
+from pipelines import checkout_stand_in
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.join(ROOT, "tests")
 GOLDEN = os.path.join(ROOT, "tests", "golden", "work_dir_keys.json")
@@ -58,6 +64,8 @@ DOCS = ["SKILL.md", "README.md"] + sorted(os.path.relpath(p, ROOT)
 PROFILING_GUIDE = os.path.join("kb", "ops", "triton", "guides", "tooling", "mfu_profiling_guide.md")
 FULLY_DOCUMENTED = ("performance.json", "peak.json", "mfu_decompose.json", "grid_search.json")
 
+# the docs whose shell blocks the end-to-end tier runs (every doc's blocks are checked statically)
+RUN_DOCS = ["README.md", "SKILL.md"]
 # the bundled operator the docs' placeholders stand for (a small MHA block: two parts, attn + proj, ~25 s on CPU)
 DOC_OP = "5_MHABlock"
 PLACEHOLDERS = {"<N>_<Op>": DOC_OP, "<Op>": DOC_OP, "<op>": DOC_OP, "<OP>": DOC_OP,
@@ -72,7 +80,7 @@ FOREIGN_FLAGS = {"--task-time", "--ai-core", "--aic-metrics", "--ascendcl", "--o
                  "--type", "--summary-format", "--runtime-api", "--print-summary", "--replay-mode", "--query",
                  "--head", "--address"}  # the last two: ray start (README "Batch")
 
-# COMMON.md "Cross-helper contracts": the keys of result files whose writer is built by another issue in parallel
+# the writers' contract: the keys of result files the golden file does not pin (yet)
 CONTRACT_KEYS = {
     "grid_search.json": {"<top>": ["schema", "tool", "pool", "stage1", "stage2", "best", "cost_s", "chosen_cases"],
                          "best": ["case", "scale", "mfu", "num_src", "numerator_traced", "numerator_executed"],
@@ -85,7 +93,7 @@ CONTRACT_KEYS = {
                    "candidates[].gates[]": ["gate", "name", "ok", "detail", "value", "limit"]},
 }
 
-# COMMON.md contract keys that other issues add to files the golden file already pins (PMU per case, bound and
+# contract keys a writer is adding to files the golden file already pins (PMU per case, bound and
 # roofline per row and part, the cache regime): accepted in a field table while the golden file lacks them; once
 # the writer is merged and the golden file regenerated they are checked like every other key (delete them here then)
 PENDING_KEYS = {}  # empty: every contract key of the pinned files is in the golden file now
@@ -197,10 +205,11 @@ def commands(block) -> list:
     return out
 
 
-def strip_comment(cmd: str) -> str:
-    """A command without its trailing ``# comment`` (outside quotes)."""
+def strip_comment(cmd: str, punctuation: bool = True) -> str:
+    """A command without its trailing ``# comment`` (outside quotes); ``punctuation``: ``<``, ``>``, ``|``, ``;``,
+    ``&``, ``(``, ``)`` become words of their own (for splitting at operators; False keeps ``<op>`` whole)."""
     try:
-        lex = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+        lex = shlex.shlex(cmd, posix=True, punctuation_chars=punctuation)
         lex.commenters = "#"
         lex.whitespace_split = True
         return " ".join(shlex.quote(t) if re.search(r"\s", t) else t for t in lex)
@@ -257,7 +266,7 @@ def makefile_names():
 
 
 def schema_keys(file: str) -> dict:
-    """{path: keys} of ``file``: the golden file when it pins the file, else the COMMON.md contract."""
+    """{path: keys} of ``file``: the golden file when it pins the file, else the writers' contract."""
     with open(GOLDEN, encoding="utf-8") as f:
         golden = json.load(f)
     if file in golden:
@@ -444,33 +453,12 @@ def test_field_tables_match_the_keys_the_tools_write():
 
 # ---------------------------------------------------------------------------------------------- running
 @pytest.fixture(scope="session")
-def doc_env(tmp_path_factory):
-    """Environment and a prepared, fully-run work/<DOC_OP> shared by every doc's terminal."""
-    base = tmp_path_factory.mktemp("docs")
-    env = dict(os.environ, SKILL_DIR=ROOT, KB_ROOT=os.path.join(ROOT, "kb"),
-               MFU_PEAK_CACHE_DIR=str(base / "peak-cache"), PYTHONDONTWRITEBYTECODE="1")
-    env.pop("MFU_WORKER", None)
+def doc_env(mha_all_checkout):
+    """Environment and the session's fully-run work/<DOC_OP> (tests/pipelines.py) shared by every doc's terminal."""
+    env = pipelines.pipeline_env(SKILL_DIR=ROOT, KB_ROOT=os.path.join(ROOT, "kb"))
     if os.path.isdir(SHARED_DATA):
         env["MFU_SHARED_DATA"] = SHARED_DATA
-    seed = base / "seed"
-    checkout_stand_in(seed)
-    r = subprocess.run(["make", f"OP={DOC_OP}", "all"], cwd=seed, env=env, capture_output=True, text=True,
-                       timeout=900)
-    assert r.returncode == 0, f"make OP={DOC_OP} all: {r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    return env, seed / "work"
-
-
-def checkout_stand_in(d):
-    """A directory standing for the checkout: a Makefile including the real one, symlinks to the rest."""
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "Makefile").write_text(f"include {ROOT}/Makefile\n")
-    shared = os.path.join(os.path.dirname(ROOT), "shared")
-    if os.path.isdir(shared) and not os.path.exists(d.parent / "shared"):
-        os.symlink(shared, d.parent / "shared")  # ../shared beside the checkout, as the docs assume
-    for name in os.listdir(ROOT):
-        if name in ("Makefile", "work", ".git") or name.startswith("."):
-            continue
-        os.symlink(os.path.join(ROOT, name), d / name)
+    return env, os.path.join(mha_all_checkout, "work")
 
 
 def substitute(cmd: str) -> str:
@@ -483,6 +471,27 @@ def npu_env(tmp):
     sys.path.insert(0, HERE)
     from test_msprof_fake_end_to_end import make_fake_cann
     return make_fake_cann(tmp)
+
+
+def block_problems(doc: Doc, b) -> list:
+    """What keeps block ``b`` of ``doc`` from running in the test terminal, found without running it: placeholders
+    without a test value, installs or a run of the suite, make in an npu block. Skip-marked blocks have none."""
+    kind = b["marker"][0] if b["marker"] else "run"
+    if kind in ("skip", "unknown"):
+        return []
+    cmds = [substitute(c) for c in commands(b)]
+    left = [p for c in cmds for p in PLACEHOLDER_RE.findall(strip_comment(c, punctuation=False))]
+    if left:
+        return [f"{doc.rel}:{b['line']}: placeholders {left} have no test value (write a runnable value, one of "
+                f"{sorted(PLACEHOLDERS)}, or mark the block skip with a reason)"]
+    unsafe = [c for c in cmds if re.search(r"\bmake\b.*\b(setup|test)\b|\bpip3? install\b|\bpytest\b", c)]
+    if unsafe:
+        return [f"{doc.rel}:{b['line']}: {unsafe} installs packages or runs the test suite (which runs this test): "
+                "mark the block `<!-- doc-test: skip: <reason> -->`"]
+    if kind == "npu" and any(re.search(r"(^|\s)make\s", c) for c in cmds):
+        return [f"{doc.rel}:{b['line']}: an npu block cannot call make (the double cannot verify); call the "
+                "collector directly"]
+    return []
 
 
 def run_blocks(doc: Doc, env: dict, work_seed, tmp) -> list:
@@ -504,15 +513,9 @@ def run_blocks(doc: Doc, env: dict, work_seed, tmp) -> list:
         cmds = [substitute(c) for c in commands(b)]
         if any("shared/data" in c for c in cmds) and not os.path.isdir(SHARED_DATA):
             continue  # the real case files live in ../shared, absent here (as in tests/conftest.py shared_dir)
-        left = [p for c in cmds for p in PLACEHOLDER_RE.findall(strip_comment(c))]
-        if left:
-            problems.append(f"{doc.rel}:{b['line']}: placeholders {left} have no test value (write a runnable "
-                            f"value, one of {sorted(PLACEHOLDERS)}, or mark the block skip with a reason)")
-            continue
-        unsafe = [c for c in cmds if re.search(r"\bmake\b.*\b(setup|test)\b|\bpip3? install\b|\bpytest\b", c)]
-        if unsafe:
-            problems.append(f"{doc.rel}:{b['line']}: {unsafe} installs packages or runs the test suite (which runs "
-                            "this test): mark the block `<!-- doc-test: skip: <reason> -->`")
+        found = block_problems(doc, b)
+        if found:
+            problems += found
             continue
         benv = dict(env)
         if kind == "npu":
@@ -524,10 +527,6 @@ def run_blocks(doc: Doc, env: dict, work_seed, tmp) -> list:
             cmds = [c.replace(SET_ENV, set_env) for c in cmds]
             cmds = [re.sub(r"(msprof_perf_summary\.py\b[^;&|]*)", r"\1 --backend npu --unverified-ok", c)
                     if "msprof_perf_summary.py" in c else c for c in cmds]
-            if any(re.search(r"(^|\s)make\s", c) for c in cmds):
-                problems.append(f"{doc.rel}:{b['line']}: an npu block cannot call make (the double cannot "
-                                "verify); call the collector directly")
-                continue
         script = "\n".join(cmds)
         # the fake CANN's variables win over what the previous blocks exported (PATH above all)
         forced = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in (fake or {}).items()) if kind == "npu" else ""
@@ -557,6 +556,25 @@ def run_blocks(doc: Doc, env: dict, work_seed, tmp) -> list:
 
 
 @pytest.mark.parametrize("rel", DOCS)
+def test_every_shell_block_of_a_doc_could_run_in_the_test_terminal(rel):
+    (doc,) = [d for d in all_docs() if d.rel == rel] or [None]
+    if doc is None:
+        pytest.skip(f"{rel} does not exist")
+    problems = [p for b in doc.blocks for p in block_problems(doc, b)]
+    assert not problems, "\n".join(problems)
+
+
+def test_block_checks_catch_a_placeholder_an_install_and_make_in_an_npu_block():
+    text = ("```bash\nls <Nope>\n```\n```bash\npip install x\n```\n<!-- doc-test: npu -->\n```bash\n"
+            "make OP=x all\n```\n<!-- doc-test: skip: not here -->\n```bash\npip install y <Nope>\n```\n")
+    doc = Doc("synthetic.md", text)
+    found = [block_problems(doc, b) for b in doc.blocks]
+    assert [len(f) for f in found] == [1, 1, 1, 0]
+    assert "<Nope>" in found[0][0] and "pip install" in found[1][0] and "npu block" in found[2][0]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("rel", RUN_DOCS)
 def test_every_shell_block_of_a_doc_runs(rel, doc_env, tmp_path):
     (doc,) = [d for d in all_docs() if d.rel == rel] or [None]
     if doc is None:
@@ -586,7 +604,7 @@ def checkout_state():
 
 
 def test_hints_in_messages_work_outside_the_checkout(tmp_path):
-    """Issue 16: a WORK with a trailing slash gives no `work//prepare.json`, and the missing-file hints name the
+    """A WORK with a trailing slash gives no `work//prepare.json`, and the missing-file hints name the
     scripts by a path that exists from any directory (not `python3 scripts/...`)."""
     if shutil.which("make") is None:
         pytest.skip("GNU make is not installed")

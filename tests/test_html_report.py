@@ -161,6 +161,7 @@ def open_in_chromium(binary, html_path, shot):
     return errors, shot, dom
 
 
+@pytest.mark.e2e
 def test_chromium_console_check_catches_a_broken_page(tmp_path, chromium):
     bad = tmp_path / "bad.html"
     bad.write_text("<html><body><p>x</p><script>undefined_function()</script></body></html>")
@@ -168,6 +169,7 @@ def test_chromium_console_check_catches_a_broken_page(tmp_path, chromium):
     assert errors and "Uncaught" in errors[0]  # the detector is live: a real console error is seen
 
 
+@pytest.mark.e2e
 def test_report_renders_in_headless_chromium(tmp_path, chromium):
     import matplotlib.image
     import numpy as np

@@ -85,6 +85,7 @@ def run_npu(work, **kw):
     return collect(Options(**opts))
 
 
+@pytest.mark.e2e
 def test_the_npu_path_runs_end_to_end_through_the_msprof_double(npu_collected):
     work, rep, _ = npu_collected
     (c,) = rep["per_case"]
@@ -123,6 +124,7 @@ def reexport(npu_collected, tmp_path, env):
     ("stale and partial exports beside the complete one", {"FAKE_MSPROF_STALE": "1"}, 0),
     ("task_time fallback (2.58 us longer per task, facts §4)", {"FAKE_MSPROF_CANN": "task_time_only"}, 2 * 2580),
 ])
+@pytest.mark.e2e
 def test_every_export_variant_of_the_same_run_gives_the_same_kernel_times(npu_collected, tmp_path, variant, env,
                                                                          extra_ns):
     attempt, c = reexport(npu_collected, tmp_path, env)
@@ -134,6 +136,7 @@ def test_every_export_variant_of_the_same_run_gives_the_same_kernel_times(npu_co
 
 @pytest.mark.parametrize("fault, expect", [("lose_rows", "lost rows"), ("zero_ts", "zero or missing timestamp"),
                                            ("drop_start", "iteration markers")])
+@pytest.mark.e2e
 def test_damaged_exports_are_detected_as_incomplete(npu_collected, tmp_path, fault, expect):
     attempt, _ = reexport(npu_collected, tmp_path, {"FAKE_MSPROF_FAULT": fault})
     rows, info = NpuBackend().launches(attempt, {}, 3)
@@ -141,6 +144,7 @@ def test_damaged_exports_are_detected_as_incomplete(npu_collected, tmp_path, fau
     assert s["status"] == "incomplete" and expect in " ".join(s["problems"])
 
 
+@pytest.mark.e2e
 def test_an_incomplete_profile_is_retried_and_the_retry_is_reported(tmp_path, fake_cann, monkeypatch):
     monkeypatch.setenv("FAKE_MSPROF_FAULT", "lose_rows")
     monkeypatch.setenv("FAKE_MSPROF_FAULT_RUNS", "1")
@@ -151,6 +155,7 @@ def test_an_incomplete_profile_is_retried_and_the_retry_is_reported(tmp_path, fa
     assert any(f.startswith("incomplete profile retried") for f in c["flags"])
 
 
+@pytest.mark.e2e
 def test_a_profile_that_stays_incomplete_is_an_error_never_a_zero_time(tmp_path, fake_cann, monkeypatch):
     monkeypatch.setenv("FAKE_MSPROF_FAULT", "zero_ts")
     work = tinyops.make_workdir(tmp_path)

@@ -132,6 +132,7 @@ def _collect_under_fake(tmp_path, monkeypatch, **kw):
     return work, collect(Options(**opts))
 
 
+@pytest.mark.e2e
 def test_collector_fills_pmu_per_kernel_from_the_ncu_pass(tmp_path, monkeypatch):
     log = tmp_path / "calls.jsonl"
     monkeypatch.setenv("FAKE_NCU_LOG", str(log))
@@ -153,6 +154,7 @@ def test_collector_fills_pmu_per_kernel_from_the_ncu_pass(tmp_path, monkeypatch)
     assert ncu_parse.parse_ncu_csv(open(kept).read())[0]["kernel_name"] == "scale_kernel"
 
 
+@pytest.mark.e2e
 def test_no_permission_leaves_a_reason_and_the_times(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_MODE", "perm")
     _, rep = _collect_under_fake(tmp_path, monkeypatch)
@@ -161,6 +163,7 @@ def test_no_permission_leaves_a_reason_and_the_times(tmp_path, monkeypatch):
     assert c["asc_us"] and rep["n_cases_valid"] == 1 and rep["pmu_collection"]["available"] is False
 
 
+@pytest.mark.e2e
 def test_nvtx_filter_that_profiles_nothing_falls_back_to_the_last_launches_by_name(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_MODE", "nvtx_empty")
     _, rep = _collect_under_fake(tmp_path, monkeypatch, ncu_cache_control="all")
@@ -170,6 +173,7 @@ def test_nvtx_filter_that_profiles_nothing_falls_back_to_the_last_launches_by_na
     assert rep["pmu_collection"]["cache_control"] == "all"
 
 
+@pytest.mark.e2e
 def test_cpu_auto_records_that_there_are_no_counters(tmp_path):
     work = tinyops.make_workdir(tmp_path)
     rep = collect(Options(op_dir=work, output_dir=work, impl="asc", backend="cpu", cases=[1], warmup=0, repeats=1,
@@ -196,6 +200,7 @@ def test_real_ncu_probe_on_the_gpu():
 
 
 @pytest.mark.skipif(not _gpu() or ncu_pmu.find_ncu() is None, reason="needs a CUDA GPU and Nsight Compute (ncu)")
+@pytest.mark.e2e
 def test_real_ncu_pass_on_the_gpu_counts_the_iterations_launches(tmp_path):
     work = tinyops.make_workdir(tmp_path)
     rep = collect(Options(op_dir=work, output_dir=work, impl="asc", backend="cuda", cases=[2], warmup=1, repeats=3,

@@ -214,6 +214,7 @@ def test_aic_metrics_lists_run_one_msprof_child_per_group_and_merge_counters_by_
     assert rows[0]["pmu"] == {"aic_mac_ratio": 0.9, "aic_cube_fops": 5.0} and rows[1]["pmu"] == {}
 
 
+@pytest.mark.e2e
 def test_the_msprof_double_writes_test_values_per_group_and_the_collector_merges_them(tmp_path, monkeypatch):
     """End to end through the msprof TEST DOUBLE: the values below are test inputs (FAKE_MSPROF_PMU_VALUES), the
     time columns the double derives from the measured CPU launch; nothing here is hardware output."""

@@ -125,6 +125,7 @@ def _adopt(pack, res, final):
     (pack / "batch.json").write_text(json.dumps({**res, "pack_files": None}))
 
 
+@pytest.mark.e2e
 def test_batch_reruns_operators_finished_under_other_settings_and_force_starts_afresh(tmp_path, monkeypatch):
     """One batch table never mixes measuring settings: a call with another PROBE_ARGS runs every finished operator
     again (its record and work dir dropped, the reason logged in the call), a call with the same settings runs none,
@@ -161,6 +162,7 @@ def test_batch_reruns_operators_finished_under_other_settings_and_force_starts_a
     assert len(res4["result"]["calls"]) == 1 and res4["result"]["calls"][0]["restored_files"] == 0
 
 
+@pytest.mark.e2e
 def test_batch_stage_stops_cleanly_at_its_limit_and_the_next_call_resumes(tmp_path, monkeypatch):
     """A fake make (test double) per operator: the first call is interrupted (SIGINT, exit 130) with some operators
     done; its state tar holds job records and work JSONs but no prof/; a second call in another directory restores

@@ -18,7 +18,8 @@ from mfulib.run import trace_zygote as tz  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHECK_FLOPS = os.path.join(ROOT, "scripts", "check_flops.py")
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")]
 
 
 def _ppid(pid):

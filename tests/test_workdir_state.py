@@ -49,6 +49,7 @@ def pipeline(src, work, peak_cache, *extra):
 # ------------------------------------------------------------------------------------------------ step 1
 
 
+@pytest.mark.e2e
 def test_another_iter_variant_or_content_redoes_step_1_a_touch_does_not_and_a_missing_v_fails(softmax_src, tmp_path):
     work = tmp_path / "w"
     args = ["OP=2_Softmax", f"V={softmax_src}", f"WORK={work}"]
@@ -106,6 +107,7 @@ def status_of(stdout: str) -> dict:
     return out
 
 
+@pytest.mark.e2e
 def test_only_verified_cases_are_timed_and_a_failing_verify_keeps_its_report_naming_the_case(softmax_src, tmp_path):
     impl = softmax_src / IMPL2
     text = impl.read_text()
@@ -172,6 +174,7 @@ def run_until_interrupted(args, marker):
     return proc.returncode, "".join(out) + rest
 
 
+@pytest.mark.e2e
 def test_an_interrupted_collect_is_incomplete_refused_by_decompose_and_redone_by_the_next_make_all(softmax_src,
                                                                                                     tmp_path):
     work = tmp_path / "w"

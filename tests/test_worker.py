@@ -34,6 +34,7 @@ def run(work, cases, **kw):
     return collect(Options(**opts))
 
 
+@pytest.mark.e2e
 def test_cases_share_one_worker_until_a_crash_and_the_next_case_gets_a_fresh_one(tmp_path):
     work = tinyops.make_workdir(tmp_path, variant="crash1024")
     rep = run(work, [0, 4, 1, 2])  # 1 (1024 elements) calls os.abort()
@@ -50,11 +51,13 @@ def test_cases_share_one_worker_until_a_crash_and_the_next_case_gets_a_fresh_one
         assert "Fatal Python error: Aborted" in f.read()
 
 
+@pytest.mark.e2e
 def test_a_hang_is_killed_by_its_timeout_and_the_next_case_still_runs_in_a_new_worker(tmp_path):
     work = tinyops.make_workdir(tmp_path, variant="hang1024")
-    rep = run(work, [0, 1, 4], case_timeout_s=15)
+    rep = run(work, [0, 1, 4], case_timeout_s=8)  # the collector's own case timeout (the one real-time test of it)
     by = {c["case"]: c for c in rep["per_case"]}
-    assert by[1]["asc_error"].startswith("timeout") and by[0]["asc_us"] > 0 and by[4]["asc_us"] > 0
+    assert by[1]["asc_error"].startswith("timeout") and by[1]["asc_us"] is None and rep["n_cases_valid"] == 2
+    assert by[0]["asc_us"] > 0 and by[4]["asc_us"] > 0
     reps = child_reports(work)
     assert reps[(4, "asc")]["pid"] != reps[(0, "asc")]["pid"]
 
@@ -72,6 +75,7 @@ class ModelNew(nn.Module):
 '''
 
 
+@pytest.mark.e2e
 def test_an_out_of_memory_case_retires_its_worker(tmp_path):
     work = tinyops.make_workdir(tmp_path)
     with open(os.path.join(work, "model_new.py"), "w") as f:
@@ -84,6 +88,7 @@ def test_an_out_of_memory_case_retires_its_worker(tmp_path):
     assert reps[(4, "asc")]["pid"] != reps[(1, "asc")]["pid"]  # ... and the worker was replaced after it
 
 
+@pytest.mark.e2e
 def test_impl_both_builds_the_inputs_once_per_case(tmp_path):
     work = tinyops.make_workdir(tmp_path)
     rep = run(work, [0, 4], impl="both", repeats=2)
@@ -93,6 +98,7 @@ def test_impl_both_builds_the_inputs_once_per_case(tmp_path):
     assert len({r["pid"] for r in reps.values()}) == 1
 
 
+@pytest.mark.e2e
 def test_mfu_worker_0_runs_every_case_in_its_own_process(tmp_path, monkeypatch):
     monkeypatch.setenv(worker.WORKER_ENV, "0")
     work = tinyops.make_workdir(tmp_path)
@@ -136,6 +142,7 @@ def echo_worker(tmp_path, repo_root):
         w.kill()
 
 
+@pytest.mark.e2e
 def test_worker_protocol_replies_logs_per_request_exit_timeout_and_retire(echo_worker, tmp_path):
     w = echo_worker()
     logs = [str(tmp_path / f"case{i}.log") for i in range(2)]

@@ -152,9 +152,11 @@ def _has_report_target(skill_dir: str) -> bool:
         return False
 
 
-def _wait(proc, timeout_s, stop):
-    """'done' | 'timeout' | 'stopped' (``stop()`` became true); KeyboardInterrupt passes through."""
-    t_end = None if not timeout_s else time.monotonic() + timeout_s
+def wait_outcome(proc, timeout_s, stop, clock=time.monotonic) -> str:
+    """How waiting for ``proc`` (a ``subprocess.Popen``: its ``wait(timeout=)`` is polled every ``POLL_S`` s) ended:
+    'done' | 'timeout' (``timeout_s`` seconds of ``clock()`` passed; None or 0: no limit) | 'stopped' (``stop()``
+    became true first). ``clock``: seconds, monotonic (tests pass a fake one). KeyboardInterrupt passes through."""
+    t_end = None if not timeout_s else clock() + timeout_s
     while True:
         try:
             proc.wait(timeout=POLL_S)
@@ -163,7 +165,7 @@ def _wait(proc, timeout_s, stop):
             pass
         if stop is not None and stop():
             return "stopped"
-        if t_end is not None and time.monotonic() > t_end:
+        if t_end is not None and clock() > t_end:
             return "timeout"
 
 
@@ -203,7 +205,7 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
             _finish(rec, t0, "failed", None, f"cannot start {cmd[0]}: {exc}", job)
             return rec
         try:
-            outcome = _wait(proc, opts.get("timeout_s"), stop)
+            outcome = wait_outcome(proc, opts.get("timeout_s"), stop)
         except BaseException:
             kill_tree(proc)
             _finish(rec, t0, "interrupted", None, "interrupted (Ctrl-C / cancelled): run the batch again to "
@@ -239,7 +241,7 @@ def _after_success(rec, job, opts, env, stop):
             log.flush()
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True)
-            outcome = _wait(proc, opts.get("timeout_s"), stop)
+            outcome = wait_outcome(proc, opts.get("timeout_s"), stop)
             if outcome != "done":
                 kill_tree(proc)
         if outcome != "done" or proc.returncode != 0:
