@@ -33,6 +33,7 @@ def _iterations(work, tmp, repeats, budget_s):
     return child.report["iter_wall_ns"]
 
 
+@pytest.mark.e2e
 def test_stage1_repeats_stop_after_two_once_the_budget_is_spent_and_run_all_without_one(gemm_work, tmp_path):
     assert len(_iterations(gemm_work, tmp_path / "a", 6, 1e-9)) == 1 + 2  # warmup + the minimum of 2
     assert len(_iterations(gemm_work, tmp_path / "b", 4, None)) == 1 + 4

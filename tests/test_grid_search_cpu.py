@@ -14,7 +14,8 @@ import pytest
 from mfulib.core.definitions import actual_tflops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+pytestmark = [pytest.mark.e2e,  # runs the search and make in subprocesses
+              pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")]
 
 
 def make(*args):

@@ -227,6 +227,7 @@ def test_function_implementation_for_a_model_with_weights_is_rejected_with_the_f
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.e2e
 def test_arity_launcher_choice_and_explicit_form(tmp_path):
     two = GATHER_IMPL.replace("def get_npu_properties():\n        return {}",
                               "def other_helper(a):\n        return a")
@@ -303,6 +304,7 @@ def test_all_lists_unpaired_and_broken_references_and_modelnew_impls_are_copied(
         layoutc.discover_layout_c(refs, impls, ["index/gather"])          # path not relative to --ref-root
 
 
+@pytest.mark.e2e
 def test_a_lone_tensor_from_get_inputs_and_a_generated_flops_draft_that_checks(tmp_path):
     old_forward = "def forward(self, table, index, mask, scale):\n            return table[index] * mask[:, None] * scale"
     ref = GATHER_REF.replace(old_forward, "def forward(self, a):\n            return torch.matmul(a, a.t())")
@@ -344,6 +346,7 @@ def test_layout_b_ids_must_be_numbers(tmp_path):
     assert r.returncode == 2 and "layout B ids are numbers" in r.stderr
 
 
+@pytest.mark.e2e
 @needs_make
 def test_make_all_runs_the_layout_c_matmul_relu_pair_on_cpu(tmp_path):
     work = tmp_path / "mr"
@@ -369,6 +372,7 @@ def test_make_all_runs_the_layout_c_matmul_relu_pair_on_cpu(tmp_path):
     assert "Nothing to be done" in again.stdout
 
 
+@pytest.mark.e2e
 @needs_make
 def test_make_layout_c_dynamic_list_sources_and_errors(tmp_path):
     trees = tmp_path / "trees"

@@ -1,6 +1,8 @@
 """The Makefile's per-step settings files ($(WORK)/.state/<step>.settings) with a stand-in Python (no torch, fast):
-the fake ``PY`` answers prepare's parse-time ``--check`` with "ok" and records every other script it is asked to
-run, failing the collector when its arguments contain ``--fail-me``."""
+the fake ``PY`` answers prepare's parse-time ``--check`` with "ok", hands the Makefile's other parse-time questions
+(``-c`` snippets reading a JSON field) to the real interpreter, and records every script it is asked to run,
+failing the collector when its arguments contain ``--fail-me``."""
+import sys
 import os
 import shutil
 import subprocess
@@ -9,6 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FAKE_PY = """#!/bin/sh
 case "$*" in *--check*) echo ok; exit 0;; esac
+case "$1" in -c) exec "%s" "$@";; esac
 echo "$(basename "$1") $*" >> "$CALLS"
 case "$*" in *--fail-me*) exit 2;; esac
 exit 0
@@ -17,7 +20,7 @@ exit 0
 
 def fake_work(tmp_path):
     py = tmp_path / "py"
-    py.write_text(FAKE_PY)
+    py.write_text(FAKE_PY % sys.executable)
     py.chmod(0o755)
     work = tmp_path / "w"
     work.mkdir()

@@ -11,6 +11,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import probe_ops  # noqa: E402
 
 from mfulib.schemas import probe_json as pj  # noqa: E402
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs the probe / search / make in subprocesses
 
 PROBE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "max_shape_probe.py")
 

@@ -44,6 +44,7 @@ def test_no_law_for_data_dependent_counts_untested_fits_or_collinear_symbols():
     assert law is None and "not 0, 1, 2 or 3" in why
 
 
+@pytest.mark.e2e
 def test_a_candidate_whose_predicted_floor_exceeds_max_ms_is_never_traced(tmp_path):
     # FLOPs = 512 b m exactly on 5 cases; test-double peak.json 2.016e-6 TFLOP/s: the source (case 3, 131072 FLOPs,
     # floor 50 ms) is timed first and is fast; its x2 (batch and seq doubled: 4x FLOPs, floor 200 ms) exceeds

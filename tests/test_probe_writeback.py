@@ -12,6 +12,9 @@ import probe_ops  # noqa: E402
 from test_probe_gates import PROBE, run_probe  # noqa: E402
 
 from mfulib.schemas import probe_json as pj  # noqa: E402
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs the probe / search / make in subprocesses
 
 
 def test_write_back_appends_to_both_copies_and_restore_puts_the_originals_back(tmp_path):
