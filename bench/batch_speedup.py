@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compare a one-worker and an N-worker `make batch` of the same operators (issue 19: the two-GPU speed-up).
+"""Compare a one-worker and an N-worker `make batch` of the same operators (the two-GPU speed-up).
 
     python3 bench/batch_speedup.py <one-worker batch_summary.json> <N-worker batch_summary.json> [-o out.md]
 

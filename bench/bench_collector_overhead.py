@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The collector's own overhead: wall time of the spec's step-4 collection (top-3 cases x (warmup 5 + repeats 5),
+"""The collector's own overhead: wall time of SKILL.md step 4's collection (top-3 cases x (warmup 5 + repeats 5),
 --impl asc) of one bundled operator (default: the MHA block), compilation excluded. Target <= 30 s on the H200
-(the spec quotes about 4 minutes for the same collection on an NPU with msprof).
+(the same collection under msprof on an NPU was quoted at about 4 minutes; not measured here).
 
 Method: prepare the operator's work directory, run the collector CLI once to fill Triton's kernel cache (the
 "cold" run, compilation included), then run the exact same command again and time it ("warm" run: the parent's

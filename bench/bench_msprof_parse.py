@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Time the msprof op_summary parser on a large synthetic export (issue 13 item 7: 1M rows in <= 5 s).
+"""Time the msprof op_summary parser on a large synthetic export (target: 1M rows in <= 5 s).
 
 Writes an ``op_summary_<ts>.csv`` of ``--rows`` rows (default 1,000,000) with the exact CANN 8.3.RC2 910B2
-PipeUtilization header of reference/ascend_msprof_facts.md §3.1 and its quirks: ``Task Start Time(us)`` cells with
-a trailing TAB (facts §0.2), 3-decimal durations, 6-decimal wait times after the first row (§0.4),
-``Model ID`` 4294967295, ``N/A`` tensor-info cells, tripled quotes around shapes on some rows (§0.3), ``N/A`` PMU cells
-on some rows and a few marker rows (``PROFILING_ENABLE``). The rows are a labelled synthetic stand-in (values
-random, never presented as hardware output); only the parser's speed and exactness are measured.
+PipeUtilization header of a real export and its quirks (docs/sources.md#msprof-csv): ``Task Start Time(us)`` cells with
+a trailing TAB, 3-decimal durations, 6-decimal wait times after the first row, ``Model ID`` 4294967295, ``N/A``
+tensor-info cells, tripled quotes around shapes on some rows, ``N/A`` PMU cells on some rows and a few marker rows
+(``PROFILING_ENABLE``). The rows are a labelled synthetic stand-in (values random, never presented as hardware output);
+only the parser's speed and exactness are measured.
 
 Then times (best of ``--repeat``) the one parser, :mod:`mfulib.collect.msprof_csv`, on its pandas reader:
 :func:`~mfulib.collect.msprof_csv.read_kernel_frame` (typed columns, exact Int64 ns: the parse the 5 s target is
@@ -31,7 +31,7 @@ from mfulib.collect import msprof  # noqa: E402
 from mfulib.collect import msprof_csv  # noqa: E402
 
 TARGET_S = 5.0
-# reference/ascend_msprof_facts.md §3.1 (real file, 910B2, CANN 8.3.RC2, --aic-metrics=PipeUtilization)
+# the header of a real export (910B2, CANN 8.3.RC2, --aic-metrics=PipeUtilization; docs/sources.md#msprof-csv)
 HEADER = ("Device_id,Model ID,Task ID,Stream ID,Op Name,OP Type,OP State,Task Type,Task Start Time(us),"
           "Task Duration(us),Task Wait Time(us),Block Dim,Mix Block Dim,HF32 Eligible,Input Shapes,Input Data Types,"
           "Input Formats,Output Shapes,Output Data Types,Output Formats,Context ID,aicore_time(us),aic_total_cycles,"

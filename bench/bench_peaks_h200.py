@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check the low-precision peaks of peak_calib on a CUDA GPU against wide sweeps in the same process (issue 13).
+"""Check the low-precision peaks of peak_calib on a CUDA GPU against wide sweeps in the same process.
 
 One process, one call (< 5 min on an H200):
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Is the two-stage (case, scale) search as good as measuring everything, at a fraction of the cost? (issue 15)
+"""Is the two-stage (case, scale) search as good as measuring everything, at a fraction of the cost?
 
 For each operator (zoo/5_MHABlock, the real FFN npukernelbench/level4/2_FFN, optionally the real
 npukernelbench/level4/3_FusionAttention), in resumable parts, each skipped when its result is already in the state
@@ -341,7 +341,7 @@ def main():
     p.add_argument("--search-arg", action="append", default=[], help="extra mfu_grid_search.py argument")
     p.add_argument("--collect-arg", action="append", default=[],
                    help="extra collector argument for stage 2 and the exhaustive measurement alike (e.g. the PMU "
-                        "option, so the precise measurement is the one the spec means: with counters)")
+                        "option, so the precise measurement is SKILL.md step 2's stage 2: with counters)")
     p.add_argument("--backend", default="cuda", help="cuda on the H200; cpu only to smoke-test the script")
     p.add_argument("--no-probe", action="store_true", help="skip the probe (pool at scale 1 only; a smoke test)")
     p.add_argument("--retry-failed", action="store_true", help="retry the part an operator failed in before")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tool's own overhead per pipeline step: wall time against device-busy time (issue 13, item 6).
+"""The tool's own overhead per pipeline step: wall time against device-busy time.
 
 For each operator (default: zoo/5_MHABlock and zoo/1_BatchMatmul) and each Triton-cache mode, an empty work
 directory is run through the Makefile one step at a time, exactly as a user runs it (``make OP=<op> WORK=<dir>
@@ -34,7 +34,7 @@ the table. Stops starting new runs once ``--budget-s`` has passed (recorded as s
 
   python3 bench/bench_tool_overhead.py --backend cpu --out /tmp/tool_overhead.json          # CPU (smoke)
   python3 bench/bench_tool_overhead.py --backend cuda --modes cold,warm --out $OUT/tool_overhead.json   # H200
-  MFU_HOST_DRAW=1 python3 bench/bench_tool_overhead.py ...    # inputs drawn on the host, as before issue 13
+  MFU_HOST_DRAW=1 python3 bench/bench_tool_overhead.py ...    # every input drawn on the host (mfulib.core.input_draw)
 """
 import argparse
 import json

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Why the MHA block's GEMM is not tensor-bound on the H200, and what its launch grid has to do with it (issue 14).
+"""Why the MHA block's GEMM is not tensor-bound on the H200, and what its launch grid has to do with it.
 
 The bundled zoo/5_MHABlock ModelNew (examples/ops/gen/zoo/5_MHABlock_triton_optimized.py) launches its
 ``matmul_kernel`` Ascend-style: a persistent grid of ``cube_core_num`` programs (on CUDA, through mfulib.run.compat,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate ``bench/RESULTS.md`` from the packed validation results (issue 18): never typed in, always regenerated.
+"""Generate ``bench/RESULTS.md`` from the packed validation results: never typed in, always regenerated.
 
 Reads every ``<stage>.json`` that ``bench/validate_h200.py`` packed into ``--pack-dir`` (committed beside this
 script, in ``bench/validation/<device>/``) and writes one Markdown file with a section per stage:

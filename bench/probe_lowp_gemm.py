@@ -1,7 +1,7 @@
 """Probe (H200): which operand layouts reach the int8 and fp8 GEMM fast paths, timed with CUDA events + L2 flush.
 
 Prints one row per (dtype, layout, m, n, k): median time in us and TOPS/TFLOP/s (2*m*n*k / t). Used to choose the
-layouts peak_calib times (issue 13). Run: python3 bench/probe_lowp_gemm.py [--out DIR]
+layouts peak_calib times. Run: python3 bench/probe_lowp_gemm.py [--out DIR]
 """
 import argparse, json, os, statistics, sys
 import torch

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The end-to-end validation on real hardware (issue 18): runs the validation stages, packs what each measured.
+"""The end-to-end validation on real hardware: runs the validation stages, packs what each measured.
 
 GPU time comes in short device calls (~9 minutes each), so the validation is a list of **stages**, each a bench
 script of bench/ with its own time limit, and is resumable across calls: a stage whose packed result already exists
@@ -15,7 +15,7 @@ Stages (``--stages`` picks and orders them; default: all, in this order):
 env            device, driver, clocks, versions, and whether Nsight Compute may read counters (a probe run)
 makeall        ``make OP=<op> BACKEND=cuda all`` from an empty work dir, cold peak cache (timed by
                bench_tool_overhead.run_all, wall + host CPU + device-busy): Triton cache cold,
-               then warm (issue 13's <= 60 s target), for zoo/5_MHABlock and zoo/1_BatchMatmul
+               then warm (the <= 60 s target), for zoo/5_MHABlock and zoo/1_BatchMatmul
 overhead       bench/bench_tool_overhead.py: wall / host CPU / device-busy per step (warm Triton cache; makeall has cold)
 peaks          bench/bench_peaks_h200.py: calibrated int8 / fp8 peaks vs a torch._int_mm / _scaled_mm sweep
 peaks_wide     bench/bench_peak_calib.py: calibrated bf16 / fp16 / fp32 peaks vs a 100-shape sweep per dtype

@@ -1,6 +1,6 @@
 """flops.py for a multi-head attention block with four projections (examples/ops/bench/zoo/5_MHABlock.py).
 
-A complete, checked example of the flops.py contract (DESIGN.md "FLOPs"; check it with
+A complete, checked example of the flops.py contract (docs/ARCHITECTURE.md#flops; check it with
 ``python3 scripts/check_flops.py --op-dir <work dir>``). The operator:
 
     x [b, s, hidden]   head_num (int)   causal (bool, top-left: query i sees keys j <= i; here s_q == s_k)

@@ -10,9 +10,9 @@ wrong without anyone noticing (check it with ``python3 scripts/check_flops.py --
 2. **Sparsity.** Query i of a sequence sees key j only if j <= i (causal) and j >= i - window_left (sliding
    window; -1 = unlimited). The FLOPs are those of the (i, j) pairs kept: attention_pairs() counts them exactly
    (about L^2/2 causal, about L*(window_left+1) with a window), never the dense L^2.
-3. **Rope.** Rotary embedding multiplies q and k elementwise by cos/sin tables: vector work, not counted (the
-   DESIGN.md convention counts matrix work only). It still costs kernel time, so it gets its own part with 0 FLOPs:
-   the decomposition then shows the rope kernel's time next to an MFU of 0 instead of hiding it in "attn".
+3. **Rope.** Rotary embedding multiplies q and k elementwise by cos/sin tables: vector work, not counted (the convention
+   of docs/ARCHITECTURE.md#flops counts matrix work only). It still costs kernel time, so it gets its own part with 0
+   FLOPs: the decomposition then shows the rope kernel's time next to an MFU of 0 instead of hiding it in "attn".
 
 FLOPs per sequence (2 per multiply-accumulate; GQA does not change them - each of the hq query heads does its
 own QK^T and PV, whatever key head it reads):

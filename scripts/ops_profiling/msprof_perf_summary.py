@@ -2,7 +2,7 @@
 """Collect kernel times of an operator work directory on NPU (msprof), CUDA (torch.profiler) or CPU (Triton
 interpreter) -> performance.json (step 4 of triton-mfu-analyzer; the ops-profiling collector extended with --mfu).
 
-Run from the work directory, as the spec does:
+Run from the work directory, as SKILL.md step 4 does:
   python3 $SKILL_DIR/scripts/ops_profiling/msprof_perf_summary.py --quick --mfu --impl asc --output-dir . \\
       --warmup 5 --repeats 5 --keep-prof .
 

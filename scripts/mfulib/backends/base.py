@@ -1,4 +1,4 @@
-"""The backend interface (DESIGN.md "Device backends") and what the CUDA and CPU backends share.
+"""The backend interface (docs/ARCHITECTURE.md#backends) and what the CUDA and CPU backends share.
 
 A backend runs ``ModelNew`` (or ``Model``) on one case for warmup + repeats iterations **in a child process** (see
 :mod:`mfulib.backends.runner`) and turns what its profiler recorded into a kernel table: one row per kernel launch

@@ -1,13 +1,14 @@
 """CPU backend: Triton kernels in the interpreter (``TRITON_INTERPRET=1``), timed by a launch hook.
 
-torch.profiler does not see interpreted kernels (reference/environment_notes.md), so the launch hook that
-verify_op.py shares (:func:`mfulib.run.interpreter.install_launch_hook`) wraps
-``triton.runtime.interpreter.InterpretedFunction.run`` - the one call every interpreted launch goes through
-(``kernel[grid](...)`` and the autotuner alike; Triton 3.9's interpreter calls no ``launch_enter_hook``) - in
-``record_function("triton::<kernel name>")``, so each launch becomes a timed row of the same profiler that records
-the iteration ranges and the torch ops. Torch ops become rows as the outermost ``aten::`` ops of an iteration that
-do work (view/alloc-only ops such as ``aten::view`` or ``aten::empty`` launch no kernel on a device and are left
-out); the interpreter's own tensor copies sit inside the ``triton::`` range and are part of that launch.
+torch.profiler does not see interpreted kernels (the interpreter runs a kernel as host numpy code, not as one profiled
+op or device kernel; docs/ARCHITECTURE.md#backends), so the launch hook that verify_op.py shares
+(:func:`mfulib.run.interpreter.install_launch_hook`) wraps ``triton.runtime.interpreter.InterpretedFunction.run`` - the
+one call every interpreted launch goes through (``kernel[grid](...)`` and the autotuner alike; Triton 3.9's interpreter
+calls no ``launch_enter_hook``) - in ``record_function("triton::<kernel name>")``, so each launch becomes a timed row of
+the same profiler that records the iteration ranges and the torch ops. Torch ops become rows as the outermost ``aten::``
+ops of an iteration that do work (view/alloc-only ops such as ``aten::view`` or ``aten::empty`` launch no kernel on a
+device and are left out); the interpreter's own tensor copies sit inside the ``triton::`` range and are part of that
+launch.
 
 The numbers are CPU-interpreter numbers: they validate the pipeline and are never compared with accelerator
 numbers. bf16 cases are not run (Triton 3.9's interpreter returns garbage for bf16, 3.7/3.8 raise).

@@ -7,7 +7,7 @@ CANN version), each failure with the exact fix. The child command becomes::
     msprof --output=<attempt>/msprof --task-time=on --ai-core=on --aic-metrics=<M> --ascendcl=on \\
            python3 runner.py --spec <spec.json>
 
-msprof collects ONE ``--aic-metrics`` group per run (facts §1.1), so a list of groups (``--aic-metrics
+msprof collects ONE ``--aic-metrics`` group per run (docs/sources.md#msprof-csv), so a list of groups (``--aic-metrics
 PipeUtilization,ArithmeticUtilization,Memory``) runs the child once per group, one after the other in one
 ``sh -c`` chain (stopping at the first failure): the first group's run, under ``<attempt>/msprof``, gives the
 kernel times; each further group's run, under ``<attempt>/msprof_<Group>``, adds its counters to the kernels of the
@@ -15,12 +15,12 @@ same name (mean over that run's measured launches, :func:`merge_group_counters`)
 canonical names of :mod:`mfulib.collect.pmu` (``N/A`` stays None); ``pmu_source`` = ``msprof:<G1>+<G2>...``.
 
 Rows: :func:`mfulib.collect.msprof.load_kernel_rows` (op_summary, task_time fallback, slices, old layout, torch_npu
-``kernel_details.csv``, marker rows filtered). msprof's CSVs carry no iteration ranges, so the child launches a
-tiny Triton marker kernel (``mfu_harness_marker_kernel``: Triton-Ascend reports ``Op Name`` = the kernel function
-name, facts §9) at the start of every iteration and once after the last; rows between two markers are one
-iteration (:func:`mfulib.collect.kernels.assign_by_markers`). Marker kernels work on every CANN version, which an mstx range
-export does not (its CSV format is not pinned by the facts note); mstx ranges are still emitted where torch_npu has
-them, for people reading the timeline.
+``kernel_details.csv``, marker rows filtered). msprof's CSVs carry no iteration ranges, so the child launches a tiny
+Triton marker kernel (``mfu_harness_marker_kernel``: Triton-Ascend reports ``Op Name`` = the kernel function name,
+docs/sources.md#msprof-csv) at the start of every iteration and once after the last; rows between two markers are one
+iteration (:func:`mfulib.collect.kernels.assign_by_markers`). Marker kernels work on every CANN version, which an mstx
+range export does not (no public page pins its CSV format); mstx ranges are still emitted where torch_npu has them, for
+people reading the timeline.
 
 Device identity: torch_npu in the child (``get_device_name`` = SoC, ``get_device_properties`` = cube/vector
 cores), ``npu-smi info`` in the parent as a fallback, and the runtime AI-core count and frequency from the PROF
@@ -43,7 +43,8 @@ from mfulib.core.device import cann_version
 from mfulib.core.errors import UserError
 from mfulib.backends.base import Backend, setting
 
-# gate 5's bandwidth without a measured peak.json: the spec's 1.3 TB/s for the 910B ("输入字节/耗时 <= 1.3TB/s")
+# gate 5's bandwidth without a measured peak.json: a 1.3 TB/s working default for the 910B, not a published figure
+# (docs/sources.md#npu-bandwidth)
 DEFAULT_BANDWIDTH_GBPS = 1300.0
 SET_ENV_CANDIDATES = ("/usr/local/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/cann/set_env.sh",
                       "~/Ascend/ascend-toolkit/set_env.sh", "/usr/local/Ascend/latest/set_env.sh")
@@ -131,7 +132,7 @@ def check_cann(msprof_path=None) -> dict:
 
 def npu_smi_devices(exe=None) -> list:
     """``[{"npu_id", "name", "soc_name"}]`` from ``npu-smi info`` (regex over the table: column widths vary by
-    driver, names lack the ``Ascend`` prefix, facts §8.3); [] when npu-smi is absent or fails."""
+    driver, names lack the ``Ascend`` prefix, docs/sources.md#npu-smi); [] when npu-smi is absent or fails."""
     exe = exe or shutil.which("npu-smi")
     if not exe:
         return []
@@ -164,7 +165,8 @@ class NpuBackend(Backend):
                 "fp16/bf16, fp32 (HF32 off/on) and int8")
 
     def nominal_bandwidth(self, identity):
-        return DEFAULT_BANDWIDTH_GBPS, "spec default 1.3 TB/s (910B); run peak_calib.py to measure"
+        return DEFAULT_BANDWIDTH_GBPS, ("default 1.3 TB/s (910B; docs/sources.md#npu-bandwidth); run peak_calib.py "
+                                        "to measure")
 
     def complete_identity(self, device, env_facts, device_id):
         smi = (env_facts or {}).get("npu_smi") or []

@@ -31,12 +31,12 @@ Persistent workers (cpu and cuda, :attr:`Backend.persistent_worker`): instead of
 :func:`run_child` hands the spec to a :class:`mfulib.run.worker.Worker` kept per (backend, device) - this file run with
 ``--serve`` - which runs case after case; the attempt directory receives the same ``spec.json``, ``child.log``,
 ``report.json`` and trace as before. The isolation stays per case: a crash or a timeout is recorded for that case
-exactly as above and the next case gets a fresh worker; a case that ends ``oom`` or ``error`` (a device fault may
-be sticky) retires its worker after the report. Within one worker the inputs of a case are built once and reused
-by the next spec of the same (work dir, case, seed, device) - ``--impl both`` and retries - as the iterations of
-one spec always reuse them. On npu every case keeps its own child under msprof (one profile per case, DESIGN.md).
-:func:`close_workers` ends the workers (the collector calls it when done; an exiting parent closes the request pipes,
-which ends them too). ``MFU_WORKER=0`` restores one fresh child per case.
+exactly as above and the next case gets a fresh worker; a case that ends ``oom`` or ``error`` (a device fault may be
+sticky) retires its worker after the report. Within one worker the inputs of a case are built once and reused by the
+next spec of the same (work dir, case, seed, device) - ``--impl both`` and retries - as the iterations of one spec
+always reuse them. On npu every case keeps its own child under msprof (one profile per case,
+docs/ARCHITECTURE.md#backends). :func:`close_workers` ends the workers (the collector calls it when done; an exiting
+parent closes the request pipes, which ends them too). ``MFU_WORKER=0`` restores one fresh child per case.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from mfulib.core.opdir import OpDir
 from mfulib.peaks import nominal as _peaks
 from mfulib.schemas import performance_json as _perf
 
-NOMINAL_DTYPE = "float16"  # MFU@nom uses the fp16/bf16 dense peak for every dtype (DESIGN.md)
+NOMINAL_DTYPE = "float16"  # MFU@nom uses the fp16/bf16 dense peak for every dtype (docs/ARCHITECTURE.md#mfu-nom)
 
 
 def resolve_peak(backend_name: str, device: dict, runtime: dict | None, mfu_peak) -> dict:

@@ -1,8 +1,8 @@
 """Step 4, kernel-time collection: select cases, run each (case, implementation) in a child process with bounded
 retries, summarise its kernels, attach FLOPs and the nominal peak, write ``performance.json``.
 
-Case selection (DESIGN.md "Case ids": 0-based lines of the work directory's case file); only cases verify passed
-on this backend are timed (:mod:`mfulib.verify.verified_cases`: a case without a verify row is verified first and
+Case selection (docs/ARCHITECTURE.md#case-ids: 0-based lines of the work directory's case file); only cases verify
+passed on this backend are timed (:mod:`mfulib.verify.verified_cases`: a case without a verify row is verified first and
 its row merged into verify.json; a case verify skipped or rejected is never a per_case row: it is listed under
 selection.not_verified with verify's reason and hands its top-k slot to the next one; ``--unverified-ok`` times such
 cases anyway, marked per case):

@@ -4,7 +4,7 @@ Input rows (one per kernel launch, from any backend): ``name``, ``start_ns``, ``
 ``iteration`` (0-based index among warmup + repeats; None = outside the timed iterations, e.g. the priming call),
 optionally ``kind`` and ``pmu`` ({counter: value}).
 
-Definitions (DESIGN.md "Precise definitions"):
+Definitions (docs/ARCHITECTURE.md#kernel-time):
 
 * kernel time of one iteration = sum of the durations of its kernels (idle gaps excluded);
 * span of one iteration = last kernel end - first kernel start; ``launch_overhead_ns`` = span - kernel time;

@@ -1,6 +1,6 @@
 """Locate msprof / torch_npu kernel tables in a profile directory and load their kernel rows.
 
-Where the rows come from (first found wins; facts §2, §11):
+Where the rows come from (first found wins; docs/sources.md#msprof-csv):
 
 1. ``PROF_*/mindstudio_profiler_output/op_summary_*.csv`` (CANN >= 7.0; sliced exports
    ``op_summary_slice_<n>_<ts>.csv`` merged in slice order);
@@ -30,8 +30,8 @@ import re
 from mfulib.collect.msprof_csv import has_duration_column, parse_kernel_csv, read_csv_table
 from mfulib.core.errors import UserError
 
-# task types that are runtime bookkeeping, not kernels (facts §3.3, §4 task_time sample; ops-profiling quick mode
-# excludes PROFILING_ENABLE/DISABLE and TASK_TIMEOUT_SET)
+# task types that are runtime bookkeeping, not kernels (as in real op_summary and task_time exports,
+# docs/sources.md#msprof-csv; ops-profiling quick mode excludes PROFILING_ENABLE/DISABLE and TASK_TIMEOUT_SET)
 MARKER_TASK_TYPES = frozenset({
     "PROFILING_ENABLE", "PROFILING_DISABLE", "TASK_TIMEOUT_SET", "EVENT_RECORD", "EVENT_WAIT", "EVENT_RESET",
     "NOTIFY_RECORD", "NOTIFY_WAIT", "WRITE_BACK", "INVALID", "MODEL_MAINTAINCE", "MODEL_EXECUTE", "STREAM_SWITCH",
@@ -177,7 +177,7 @@ def load_kernel_rows(root, device_id=None):
 
 
 def read_info_json(root, device_id=None):
-    """Runtime AI-core count and frequency from ``PROF_*/device_N/info.json.N`` (facts §4 "info.json.N").
+    """Runtime AI-core count and frequency from ``PROF_*/device_N/info.json.N`` (docs/sources.md#ascend-cube-peak).
 
     Returns ``{"ai_core_num", "aic_frequency_mhz", "aiv_num", "aiv_frequency_mhz", "platform_version",
     "device_id", "info_json_path"}`` (``PROF_*/device_N/info.json.N``) or None when none is found; ``*.done`` files

@@ -4,11 +4,11 @@
   ``"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",
   "Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"``;
 * ``--page raw``: row 0 names (``"ID",...,"Kernel Name",...,<metric names>``), row 1 units, then one row per launch
-  (reference/peers_and_anchors.md §2.5).
+  (docs/sources.md#ncu-metrics).
 
 ncu interleaves its own ``==PROF==`` lines and the application's output with the CSV on stdout: only lines that
 parse as rows of the table that starts at the ``"ID",`` header are read. Numbers carry locale thousands
-separators (``"2,097,152"``, reference/environment_notes.md): separators are removed before conversion;
+separators (``"2,097,152"``, docs/sources.md#ncu-metrics): separators are removed before conversion;
 ``n/a`` cells are None. Time metrics are converted to ns with :func:`to_ns` from their unit column.
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ CUDA (Nsight Compute; metric names as ncu spells them for Hopper/sm_90, :data:`N
   spells DRAM throughput ``dram__throughput...``; ``gpu__dram_throughput...`` and the SpeedOfLight section's display
   names ("Memory Throughput", "Compute (SM) Throughput", ...) are read as aliases.
 
-NPU (msprof op_summary PMU columns, reference/ascend_msprof_facts.md §3.1-3.2; read by column name, ``N/A`` stays
+NPU (msprof op_summary PMU columns, docs/sources.md#msprof-pmu; read by column name, ``N/A`` stays
 None): ``aic_mac_ratio, aic_mte1_ratio, aic_mte2_ratio, aic_fixpipe_ratio, aic_scalar_ratio, aiv_vec_ratio,
 aiv_mte2_ratio, aiv_mte3_ratio, aiv_scalar_ratio`` (PipeUtilization: fraction of the core's cycles the pipe was
 busy), ``aic_cube_fops``, ``aiv_vector_fops`` (ArithmeticUtilization: executed floating-point operations),
@@ -47,7 +47,7 @@ MSPROF_RATIOS = ("aic_mac_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpi
                  "aiv_vec_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio", "aiv_scalar_ratio")
 MSPROF_COUNTERS = MSPROF_RATIOS + ("aic_cube_fops", "aiv_vector_fops", "block_dim", "main_mem_bw_gbps")
 MAIN_MEM_BW = ("aic_main_mem_read_bw_gbps", "aic_main_mem_write_bw_gbps", "aiv_main_mem_read_bw_gbps",
-               "aiv_main_mem_write_bw_gbps")  # Memory group, facts §3.2
+               "aiv_main_mem_write_bw_gbps")  # Memory group, docs/sources.md#msprof-pmu
 
 # ncu metric per canonical counter (Hopper names; verified against public ncu command lines and ncu's own
 # SpeedOfLight section / SOLBottleneck rule, which reads sm__throughput and gpu__compute_memory_throughput)

@@ -2,8 +2,8 @@
 
 Each entry of ``inputs`` is a tensor ``{"name", "type": "tensor", "dtype", "shape", "required"[, "data"|"range"]}``,
 a ``tensor_list`` (``"shapes"``), or an attribute ``{"name", "type": "attr", "dtype", "value"}``
-(reference/benchmark_operator_conventions.md §3). Case ids are 0-based indices of the non-empty lines; the work
-directory's case file has no blank lines, so ids equal line numbers there (DESIGN.md, "Case ids").
+(docs/sources.md#benchmark-formats). Case ids are 0-based indices of the non-empty lines; the work
+directory's case file has no blank lines, so ids equal line numbers there (docs/ARCHITECTURE.md#case-ids).
 
 Everything here works on the parsed JSON only: :func:`describe_case` sizes a case (shapes, dtypes, bytes) before
 any tensor is allocated, so later steps can gate cases by memory first.
@@ -58,7 +58,7 @@ class CaseInfo:
 
     @property
     def compute_dtype(self) -> str | None:
-        """dtype of the first floating-point tensor input (DESIGN.md "Compute dtype"), or None."""
+        """dtype of the first floating-point tensor input (docs/ARCHITECTURE.md#compute-dtype), or None."""
         for t in self.tensors:
             if t.dtype in FLOAT_DTYPES:
                 return t.dtype

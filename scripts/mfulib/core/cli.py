@@ -12,7 +12,7 @@ EXIT_USER_ERROR = 2
 
 def script_command(name: str) -> str:
     """``python3 <absolute path of scripts/<name>>`` for hints in messages: it runs from any directory, where a
-    checkout-relative ``python3 scripts/<name>`` works only from the checkout root (issue 16).
+    checkout-relative ``python3 scripts/<name>`` works only from the checkout root.
 
     ``name``: a path below scripts/, e.g. ``"peak_calib.py"`` or ``"ops_profiling/msprof_perf_summary.py"``."""
     return "python3 " + shlex.quote(os.path.join(SCRIPTS_DIR, name))

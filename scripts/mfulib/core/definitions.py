@@ -1,16 +1,16 @@
 """The measurement definitions, in one place: TFLOP/s, MFU, MBU, the noise margin, dtype names and peak keys.
 
 Every module that computes a throughput, a utilisation or a peak key imports it from here; none writes its own
-(``tests/test_structure.py`` greps for a second spelling). Definitions (DESIGN.md "Precise definitions", after
-msprof-analyze ``operator_mfu``):
+(``tests/test_structure.py`` greps for a second spelling). Definitions (docs/ARCHITECTURE.md#definitions, after
+msprof-analyze ``operator_mfu``: docs/sources.md#operator-mfu):
 
 * ``actual_tflops = flops / kernel_time_ns / 1e3`` (= FLOPs / (ns * 1e-9) / 1e12): FLOPs counted 2 per
   multiply-accumulate, kernel time in ns;
 * ``mfu = actual_tflops / peak_tflops`` (a ratio, not %); ``mbu = bytes / time_ns / bandwidth_gbps`` (GB/s =
   1e9 bytes/s = bytes per ns);
-* above 100% of a peak by more than :data:`NOISE_MARGIN` is an error in the inputs, 100-103% a warning (DESIGN.md
-  "MFU above 100%");
-* dtype spellings of case files (reference/benchmark_operator_conventions.md §4: older files write ``fp16``,
+* above 100% of a peak by more than :data:`NOISE_MARGIN` is an error in the inputs, 100-103% a warning
+  (docs/ARCHITECTURE.md#noise-band);
+* dtype spellings of case files (docs/sources.md#benchmark-formats: older files write ``fp16``,
   ``half``, ``bf16``...) map to torch dtype names (:func:`canonical_dtype`), and the peak.json math modes
   (``bfloat16 float16 float32 tf32 int8 float8_e4m3fn``, :data:`MATH_MODES`) are those names plus ``tf32`` (fp32 inputs with
   TF32 on CUDA / HF32 on the NPU allowed; :func:`peak_key`).
@@ -21,10 +21,10 @@ import math
 
 from mfulib.core.errors import UserError
 
-NOISE_MARGIN = 0.03  # DESIGN.md "MFU above 100%": > 103% of a peak is an error in the inputs, 100-103% a warning
+NOISE_MARGIN = 0.03  # docs/ARCHITECTURE.md#noise-band: > 103% of a peak is an error in the inputs, 100-103% a warning
 
-# dtype spellings seen in case files -> canonical torch dtype name (conventions note §4: older files use fp16/...;
-# fp8 names as torch spells them: torch.float8_e4m3fn, torch.float8_e5m2)
+# dtype spellings seen in case files -> canonical torch dtype name (docs/sources.md#benchmark-formats: older files use
+# fp16/...; fp8 names as torch spells them: torch.float8_e4m3fn, torch.float8_e5m2)
 DTYPE_CANON = {
     "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
     "bfloat16": "bfloat16", "bf16": "bfloat16", "dt_bf16": "bfloat16",

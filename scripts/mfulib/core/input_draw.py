@@ -1,4 +1,4 @@
-"""Where a case's inputs are drawn (issue 13): get_input_groups() under a torch function mode.
+"""Where a case's inputs are drawn: get_input_groups() under a torch function mode.
 
 :func:`input_draw` runs ``get_input_groups()`` under a torch function mode that keeps every *large floating-point* draw (at least :data:`DEVICE_DRAW_MIN_NUMEL` elements, no explicit generator) off
 the global host random stream:
@@ -15,7 +15,7 @@ the global host random stream:
 * everything else - integer and bool tensors (lengths, indices, routing, masks), small floats, Python ``random``/
   numpy - is drawn on the host from the global stream seeded with ``seed``, exactly as before.
 
-Why this split: the values that enter a FLOP count (DESIGN.md, "FLOPs": realised lengths, mask density, routing
+Why this split: the values that enter a FLOP count (docs/ARCHITECTURE.md#flops: realised lengths, mask density, routing
 indices) are integers/bools or small tensors, and their host stream is now **the same on every backend and in the
 FLOPs step** (which builds on the CPU, or with big floats on meta - :mod:`mfulib.flops.tracer`'s meta build mode
 uses the same threshold and also leaves the global stream alone), because no large float draw consumes it

@@ -1,4 +1,4 @@
-"""Atomic JSON writes and the provenance block every result file carries (DESIGN.md, "Work directory")."""
+"""Atomic JSON writes and the provenance block every result file carries (docs/ARCHITECTURE.md#work-directory)."""
 import datetime as _dt
 import hashlib
 import json

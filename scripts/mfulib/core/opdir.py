@@ -1,4 +1,4 @@
-"""The operator work directory (DESIGN.md, "Work directory"): file names, case access, building one case.
+"""The operator work directory (docs/ARCHITECTURE.md#work-directory): file names, case access, building one case.
 
 A work directory holds ``model.py`` (class Model + get_input_groups), ``model_new.py`` (class ModelNew),
 ``<Op>_perf_cases.jsonl`` (the cases the collector reads) and ``model.json`` (the same lines, for the reference's own

@@ -21,7 +21,7 @@ from mfulib.core.errors import UserError
 from mfulib.core.opdir import PREPARE_JSON
 from mfulib.core.paths import REPO_ROOT
 
-#: the order ``make status`` lists the steps in: the spec's step numbers (1 prepare, 2 verify + the search's probe
+#: the order ``make status`` lists the steps in: SKILL.md's step numbers (1 prepare, 2 verify + the search's probe
 #: and grid search, 3 flops, 4 collect, 5 peak, 6 decompose). Only the order lives here; the edges are the Makefile's.
 STEP_ORDER = ("prepare", "verify", "flops", "probe", "search", "collect", "peak", "decompose")
 

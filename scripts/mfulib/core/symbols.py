@@ -1,10 +1,10 @@
 """Symbol analysis of a case file: which (tensor, axis) positions are one dimension, what each means, what scales.
 
-Rule (spec step 2, issue 15 item 1): positions whose values are equal in **every** case of a group are one
-symbol. Each tensor's last axis is excluded from forming symbols (usually head_dim or hidden, whose range is often
-wider than the sequence's); a last axis, an integer attribute or an element of a list attribute whose values equal
-a symbol's in every case is a *follower*: it is scaled with the symbol so the case stays consistent (the k of
-A[b, m, k] @ B[b, k, n], ``head_num`` = the N axis of BNSD, ``normalized_shape`` elements).
+Rule (SKILL.md step 2; kb/ops/triton/guides/tooling/mfu_max_shape_search.md section 1): positions whose values are equal
+in **every** case of a group are one symbol. Each tensor's last axis is excluded from forming symbols (usually head_dim
+or hidden, whose range is often wider than the sequence's); a last axis, an integer attribute or an element of a list
+attribute whose values equal a symbol's in every case is a *follower*: it is scaled with the symbol so the case stays
+consistent (the k of A[b, m, k] @ B[b, k, n], ``head_num`` = the N axis of BNSD, ``normalized_shape`` elements).
 
 Groups: cases are grouped by their layout attribute (``input_layout``/``layout``: BSH, SBH, BSND, BNSD, TND, ...,
 whose letters give each axis its meaning) and by the ranks of their tensors; symbols are formed per group.

@@ -4,9 +4,10 @@ Per case: flops finite and >= 0 (0 = no matrix work); sum(flops_parts) == flops;
 ``max_implied_ms``; actual_seq_lengths consistent with the shapes; and the tracer's count
 (:mod:`mfulib.flops.tracer`) compared with flops.py's, with a diagnosis of the ratio; ``vector_flops`` against the
 tracer's element costs (:mod:`mfulib.flops.vector_costs`). Verdict: passed, failed, or **unverified** when a check could
-not run or could not fail (DESIGN.md "FLOPs"); a case with an empty input tensor has no work. For the file: KERNEL_PARTS keys
-against flops_parts keys, REVIEW markers left by the generator. The flops.py contract itself (loading, calling,
-the authoring helpers) is :mod:`mfulib.flops.contract`; the result file is :mod:`mfulib.schemas.flops_check_json`.
+not run or could not fail (docs/ARCHITECTURE.md#flops); a case with an empty input tensor has no work. For the file:
+KERNEL_PARTS keys against flops_parts keys, REVIEW markers left by the generator. The flops.py contract itself (loading,
+calling, the authoring helpers) is :mod:`mfulib.flops.contract`; the result file is
+:mod:`mfulib.schemas.flops_check_json`.
 """
 from __future__ import annotations
 
@@ -117,7 +118,8 @@ def padded_lengths(case: dict, case_id: int = 0):
 
 RATIO_TWO_BAND = (1.8, 2.2)
 RATIO_HALF_BAND = (0.45, 0.55)
-# verdicts of one check, worst last: "unverified" = the check could not run or could not fail (DESIGN.md "FLOPs")
+# verdicts of one check, worst last: "unverified" = the check could not run or could not fail
+# (docs/ARCHITECTURE.md#flops)
 _ORDER = {"skip": 0, "pass": 1, "rejected": 2, "warn": 3, "unverified": 4, "fail": 5}
 EXIT_FAILED = 1
 EXIT_UNVERIFIED = 3   # check_flops.py's exit status for an unverified numerator (2 is bad input, cli.py)
@@ -379,8 +381,8 @@ def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: flo
 
 def file_checks(ff: FlopsFile, rows: list) -> list:
     """Checks of the file as a whole: KERNEL_PARTS against flops_parts keys; REVIEW markers left in a draft make
-    the numerator ``unverified`` (the spec: a generated draft is reviewed by a person before it counts), naming the
-    lines to review."""
+    the numerator ``unverified`` (SKILL.md step 3: a generated draft is reviewed by a person before it counts),
+    naming the lines to review."""
     checks = []
     names = next((list(r["flops_parts"]) for r in rows if r.get("flops_parts")), None)
     if ff.kernel_parts is None:

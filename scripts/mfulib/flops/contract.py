@@ -1,4 +1,4 @@
-"""The flops.py contract (DESIGN.md "Work directory" and "FLOPs"): loading, calling, helpers for its authors.
+"""The flops.py contract (docs/ARCHITECTURE.md#work-directory and #flops): loading, calling, helpers for its authors.
 
 A work directory's ``flops.py`` defines
 

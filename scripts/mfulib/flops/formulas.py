@@ -195,7 +195,7 @@ def _sdpa_python(values, query, key, value, attn_mask=None, dropout_p=0.0, is_ca
 # Other aten matrix ops FlopCounterMode has no formula for
 # ----------------------------------------------------------------------------------------------------------------
 
-_ATEN_SOURCE = "2 FLOPs per multiply-accumulate (DESIGN.md); shapes as in the aten schema"
+_ATEN_SOURCE = "2 FLOPs per multiply-accumulate (docs/ARCHITECTURE.md#flops); shapes as in the aten schema"
 
 
 @REGISTRY.register("aten::mv", _ATEN_SOURCE)

@@ -1,8 +1,8 @@
 """Independent FLOP tracer: run the reference ``Model.forward`` and count its matrix work, without an accelerator.
 
 Base: torch's ``FlopCounterMode`` (torch/utils/flop_counter.py), which counts every aten mm/addmm/bmm/baddbmm/
-convolution exactly (2 FLOPs per multiply-accumulate, the DESIGN.md convention). What it lacks, this module adds
-(reference/environment_notes.md, "FLOP counting on CPU"):
+convolution exactly (2 FLOPs per multiply-accumulate, docs/ARCHITECTURE.md#flops). What it lacks, this module adds
+(docs/sources.md#flopcountermode):
 
 * **Formulas it has none for**, in :data:`mfulib.flops.formulas.REGISTRY` (a registry that refuses duplicates; the
   formulas are pure functions of the op's arguments there, and the torch_npu stand-ins live in

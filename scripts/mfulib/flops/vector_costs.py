@@ -1,12 +1,11 @@
 """The tracer's per-aten-op element-cost table: the vector arithmetic of an operator, for the ``vector_flops`` check.
 
-DESIGN.md "FLOPs": ``flops(case)`` counts matrix work only; ``vector_flops(case)`` (optional in flops.py) counts
-the vector arithmetic and is held against this table, applied by the tracer (:mod:`mfulib.flops.dispatch`) to every
-aten op it classifies as vector work. Costs are FLOPs per element; "out" = elements of the op's output, "in" =
-elements of its first tensor input, "rows" = output elements of a reduction. The per-element figures follow the
-kb convention (kb/ops/triton/guides/tooling/mfu_flops_guide.md: RMSNorm 4, LayerNorm 5 + 1 per affine tensor,
-softmax 5 per element); one elementary function (exp, tanh, erf, ...) is one FLOP per element, as one vector
-instruction computes it.
+docs/ARCHITECTURE.md#flops: ``flops(case)`` counts matrix work only; ``vector_flops(case)`` (optional in flops.py)
+counts the vector arithmetic and is held against this table, applied by the tracer (:mod:`mfulib.flops.dispatch`) to
+every aten op it classifies as vector work. Costs are FLOPs per element; "out" = elements of the op's output, "in" =
+elements of its first tensor input, "rows" = output elements of a reduction. The per-element figures follow the kb
+convention (kb/ops/triton/guides/tooling/mfu_flops_guide.md: RMSNorm 4, LayerNorm 5 + 1 per affine tensor, softmax 5 per
+element); one elementary function (exp, tanh, erf, ...) is one FLOP per element, as one vector instruction computes it.
 
 =====================================================================  =============================================
 ops                                                                    cost

@@ -15,10 +15,10 @@ TF32 (CUDA) / HF32 (NPU) allowed, ``int8`` via ``torch._int_mm`` where it runs):
   noisy median does not set the ceiling).
 
 Bandwidth: a device-to-device copy of a large buffer (``dst.copy_(src)``), counting bytes read + bytes written,
-median over iterations (the "large device copy" of the device notes' method).
+median over iterations.
 
 On CPU the same code times torch's CPU GEMM with ``time.perf_counter_ns`` on small shapes in a few seconds; the
-result is labelled as CPU numbers and is never comparable with accelerator numbers (DESIGN.md, "cpu" backend).
+result is labelled as CPU numbers and is never comparable with accelerator numbers (docs/ARCHITECTURE.md#backends).
 """
 from __future__ import annotations
 
@@ -46,13 +46,14 @@ _TASK_WEIGHT = {"bfloat16": 0.19, "float16": 0.16, "float32": 0.21, "tf32": 0.12
                 "float8_e4m3fn": 0.11, "bandwidth": 0.07}
 
 # Seed shapes (m, n, k) for accelerators. Square powers of two (the usual benchmark), tall-k shapes (the best
-# measured bf16 shapes: 2048x2048x13312 on an H100 in the ml-engineering MAMF table; 4096x4096x12288 on an H200
-# in reference/peers_and_anchors.md) and rectangular ones (1024x9216x14336, the H200 fp8 best there).
+# measured bf16 shapes: 2048x2048x13312 on an H100 in the ml-engineering MAMF table, docs/sources.md#mamf-finder;
+# 4096x4096x12288 on an H200 in an earlier sweep of this project) and rectangular ones (1024x9216x14336, the H200
+# fp8 best of that sweep).
 ACCEL_SEEDS = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 8192), (4096, 4096, 12288),
                (4096, 4096, 16384), (2048, 2048, 13312), (8192, 8192, 4096), (2048, 8192, 8192),
                (8192, 2048, 8192), (6144, 6144, 6144), (3072, 3072, 12288), (1024, 9216, 14336),
                (5120, 5120, 10240), (4608, 4608, 9216))
-# int8 / fp8: the best H200 shapes of bench/probe_lowp_gemm.py (notes/H200_FACTS.md) first
+# int8 / fp8: the best H200 shapes of bench/probe_lowp_gemm.py first
 LOWP_SEEDS = ((8192, 8192, 8192), (12288, 12288, 12288), (8192, 8192, 16384), (16384, 8192, 8192),
               (4096, 4096, 4096)) + tuple(s for s in ACCEL_SEEDS if s not in ((8192, 8192, 8192), (4096, 4096, 4096)))
 CPU_SEEDS = ((256, 256, 256), (512, 512, 512), (512, 512, 2048), (1024, 256, 1024), (1024, 1024, 1024))
@@ -63,7 +64,7 @@ CPU_STEPS = (256, 128)
 
 # A calibration is cached only while trustworthy: per mode the confirm run's iteration spread (p90 - p10) / median
 # and the drift between the confirmed shape's sweep figure and its re-timed figure stay within these limits. CPU
-# limits are wider (shared hosts); two CPU runs were seen to differ 2-4.5x (issue 13), which these catch as drift or
+# limits are wider (shared hosts); two CPU runs were seen to differ 2-4.5x, which these catch as drift or
 # spread when it happens within a run.
 TRUST_LIMITS = {"accelerator": {"spread": 0.10, "drift": 0.15}, "cpu": {"spread": 0.30, "drift": 0.30}}
 REGIMES = ("burst", "sustained")
@@ -276,7 +277,7 @@ def trust_block(result: dict) -> dict:
 
 
 def _warm_up(dev: Bench, seconds: float):
-    """Run GEMMs for ``seconds`` so clocks leave idle (an H200 idles at 345 MHz SM; device notes)."""
+    """Run GEMMs for ``seconds`` so clocks leave idle (an H200 idled at 345 MHz SM clock when measured)."""
     torch = dev.torch
     accel = dev.backend.accelerator
     dtype = torch.bfloat16 if accel else torch.float32

@@ -116,9 +116,10 @@ def probe_layouts(sweep: Sweep, seeds, layouts) -> dict:
     """Time the first seed that fits once per B layout, keep the fastest as ``sweep.b_layout``; returns
     ``{"shape": [m, n, k], "tflops": {layout: value}, "errors": {layout: text}, "chosen": layout}``.
 
-    Why: the int8 path of torch ran 99-129 TOPS with B row-major and 707-979 TOPS with B column-major on the H200
-    (notes/H200_FACTS.md); which layout a library's fast path takes differs per library, so both are timed. The
-    chosen layout's result stays in the sweep (it is not timed again). With one layout nothing is probed.
+    Why: the int8 path of torch ran 132.5 TOPS with B row-major and 1,018.6 TOPS with B column-major on the H200
+    (bench/RESULTS.md, "Peaks: int8 and fp8"; bench/probe_lowp_gemm.py sweeps both); which layout a library's fast path
+    takes differs per library, so both are timed. The chosen layout's result stays in the sweep (it is not timed again).
+    With one layout nothing is probed.
     """
     out = {"shape": None, "tflops": {}, "errors": {}, "chosen": sweep.b_layout}
     if len(layouts) < 2:

@@ -1,7 +1,7 @@
 """Timing one GEMM or one device copy: device events per iteration after a cache flush (step 5's measurement).
 
 The method is mamf-finder's (stas00/ml-engineering ``compute/accelerator/benchmarks/mamf-finder.py``): one shape =
-``A[m, k] @ B[k, n]`` on random normal data (zeros run faster than real data; device notes saw +13% on an H200),
+``A[m, k] @ B[k, n]`` on random normal data (zeros run faster than real data: +13% on an H200 when measured),
 warmed up, then timed iteration by iteration: flush the last-level cache by writing a buffer of
 ``max(256 MiB, 4 x L2)`` (outside the timed region), record a start event, launch, record an end event. The per-shape
 statistic is the median iteration time; throughput is :func:`mfulib.core.definitions.actual_tflops` of ``2*m*n*k``.
@@ -11,8 +11,8 @@ statistic is the median iteration time; throughput is :func:`mfulib.core.definit
 GEMM per math mode (:func:`gemm_call`): ``torch.mm`` for the float modes; int8 ``torch._int_mm`` (CUDA, CPU) or
 ``torch_npu.npu_quant_matmul`` (NPU, scale 1.0, bf16 out); fp8 e4m3 ``torch._scaled_mm`` (CUDA capability >= 8.9,
 scale tensors 1.0, bf16 out). The layout of B matters for the low-precision paths: on the H200 ``torch._int_mm``
-ran 99-129 TOPS with B row-major [k, n] and 707-979 TOPS with B column-major (``randint(n, k).t()``), and
-``torch._scaled_mm`` requires B column-major (bench/probe_lowp_gemm.py, notes/H200_FACTS.md, 2026-12-01), so B's
+ran 132.5 TOPS with B row-major [k, n] and 1,018.6 TOPS with B column-major (``randint(n, k).t()``; bench/RESULTS.md,
+"Peaks: int8 and fp8"), and ``torch._scaled_mm`` requires B column-major (bench/probe_lowp_gemm.py times both), so B's
 layout is a parameter (``"row"``: contiguous [k, n]; ``"col"``: the transpose of a contiguous [n, k]).
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ Public API (used by the collector, ``check_flops`` and ``peak_calib``):
   ``capability`` and ``max_sm_clock_mhz`` for the SMs x clock fallback;
 * cpu: nothing - there is no nominal peak (``None``: MFU@nom is absent, never 0).
 
-NPU formula (msprof-analyze ``operator_mfu/chip_peak_flops.py``, reference/ascend_msprof_facts.md §0.5 and §7)::
+NPU formula (msprof-analyze ``operator_mfu/chip_peak_flops.py``, docs/sources.md#ascend-cube-peak)::
 
     peak_flops = ai_core_num * aic_frequency_MHz * 1e6 * OPS_PER_CYCLE
     OPS_PER_CYCLE = 16*16*16*2 = 8192 (FLOAT16; msprof-analyze also uses it for BF16 and FLOAT), 16*32*16*2 = 16384 (INT8)
@@ -44,13 +44,13 @@ NPU_DTYPE_CLASS = {"float16": "float16", "bfloat16": "float16", "float32": "floa
                    "int8": "int8"}
 
 # Platform ini values (CANN 8.1.RC1 data/platform_config/<SoC>.ini, [SoCInfo] cube_core_cnt, [AICoreSpec]
-# cube_freq MHz): reference/ascend_msprof_facts.md §8.1 (source S10). Used only when the ini itself is not readable.
+# cube_freq MHz): docs/sources.md#nominal-peaks-910b. Used only when the ini itself is not readable.
 # "Ascend910B" (no suffix) is the 2019 Ascend 910 (30 cores @ 900 MHz), so names are matched exactly, never by prefix.
 ASCEND_INI_TABLE = {
     "Ascend910B1": (24, 1850), "Ascend910B2": (24, 1800), "Ascend910B2C": (24, 1800),
     "Ascend910B3": (20, 1800), "Ascend910B4": (20, 1500),
 }
-ASCEND_INI_TABLE_SOURCE = "CANN 8.1.RC1 platform_config/<SoC>.ini values (ascend_msprof_facts.md §8.1, S10)"
+ASCEND_INI_TABLE_SOURCE = "CANN 8.1.RC1 platform_config/<SoC>.ini values (docs/sources.md#nominal-peaks-910b)"
 
 # NVIDIA datasheets, dense TFLOP/s (sparse headline / 2 for tensor dtypes), and HBM/GDDR bandwidth in GB/s.
 #   H200: https://www.nvidia.com/en-us/data-center/h200/ (SXM: FP32 67, TF32 989*, BF16/FP16 1979*, FP8 3958*,
@@ -211,9 +211,9 @@ def dtype_nominal_tflops(nominal_by_mode, dtype, tf32: bool = False):
     """The nominal peak of ``dtype``'s own math mode from a ``{mode: TFLOP/s (TOPS for int8)}`` table (the
     ``nominal_tflops`` of performance.json's peak block, or peak.json ``nominal.tflops``), or None.
 
-    MFU@nom divides every dtype by the fp16/bf16 figure (DESIGN.md, msprof-analyze operator_mfu); an int8 kernel is
-    legitimately near 2x that (H200 int8 dense 1979 TOPS vs bf16 989.5 TFLOP/s). Whether a throughput is
-    impossibly high is judged against this figure instead, where the table has one.
+    MFU@nom divides every dtype by the fp16/bf16 figure (docs/ARCHITECTURE.md#mfu-nom, after msprof-analyze
+    operator_mfu); an int8 kernel is legitimately near 2x that (H200 int8 dense 1979 TOPS vs bf16 989.5 TFLOP/s).
+    Whether a throughput is impossibly high is judged against this figure instead, where the table has one.
     """
     if not isinstance(nominal_by_mode, dict) or not dtype:
         return None
@@ -237,5 +237,5 @@ def nominal_for_identity(ident: dict) -> dict:
             sources.append(src)
     bandwidth = DATASHEET_BANDWIDTH.get(ident.get("backend"))
     bw = bandwidth(ident) if bandwidth else None
-    # NPU HBM bandwidth is not verified from an official spec (facts §8.2): measure it (peak_calib) instead.
+    # NPU HBM bandwidth has no official public figure (docs/sources.md#npu-bandwidth): measure it (peak_calib) instead.
     return {"tflops": out, "bandwidth_gbps": bw, "source": "; ".join(sources)}

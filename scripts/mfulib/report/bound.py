@@ -22,10 +22,10 @@ Thresholds are fixed from their sources (never tuned to a measurement):
   ``aiv_mte2_ratio``, ``aiv_mte3_ratio`` (GM <-> on-chip) -> memory-bound; ``aic_mte1_ratio`` / ``aic_fixpipe_ratio``
   (on-chip L1 -> L0, L0C -> out) -> memory-bound (on-chip); ``aiv_vec_ratio`` -> vector-bound; a scalar ratio ->
   latency-bound (control/address code, no data pipe is the wall). Every ratio < 0.8 -> latency-bound.
-* Without counters the skill spec's fp32-vs-fp16 comparison is the fallback (:func:`fallback_bound`), labelled
-  ``fallback:fp32-vs-fp16``; it never concludes tensor/cube-bound for MFU@ach below :data:`COMPUTE_ROOF_MIN`
-  (0.60: the same 60% of peak under which Nsight Compute calls a kernel latency-limited, applied to the compute roof
-  - a 4%-MFU kernel is not compute-bound whatever its fp32/fp16 ratio).
+* Without counters SKILL.md's fp32-vs-fp16 comparison ("输出怎么读", item 3) is the fallback (:func:`fallback_bound`),
+  labelled ``fallback:fp32-vs-fp16``; it never concludes tensor/cube-bound for MFU@ach below :data:`COMPUTE_ROOF_MIN`
+  (0.60: the same 60% of peak under which Nsight Compute calls a kernel latency-limited, applied to the compute roof - a
+  4%-MFU kernel is not compute-bound whatever its fp32/fp16 ratio).
 """
 from __future__ import annotations
 
@@ -152,11 +152,11 @@ def part_counters(kernel_counters: list) -> dict:
 
 
 def fallback_bound(ratio, expect, mfu_ach, cube_word: str = "tensor") -> dict:
-    """The skill spec's fp32-vs-fp16 comparison as a bound (no counters). ``ratio`` = fp32 / fp16 TFLOP/s of the
-    part, ``expect`` = the peak ratio, ``mfu_ach`` = the part's (fp16/bf16) MFU@ach. fp32 falling about as far as
-    the peak (within 2x) AND MFU@ach >= :data:`COMPUTE_ROOF_MIN` -> ``<cube_word>-bound``; falling as far but MFU@ach
-    far below the roof -> ``unknown`` (noted); fp32 not falling (> 2x expected) -> the unit waits: ``unknown``
-    (memory, vector or scalar work bounds it, which this comparison cannot tell apart)."""
+    """SKILL.md's fp32-vs-fp16 comparison as a bound (no counters; docs/sources.md#npu-fp32-ratio). ``ratio`` =
+    fp32 / fp16 TFLOP/s of the part, ``expect`` = the peak ratio, ``mfu_ach`` = the part's (fp16/bf16) MFU@ach. fp32
+    falling about as far as the peak (within 2x) AND MFU@ach >= :data:`COMPUTE_ROOF_MIN` -> ``<cube_word>-bound``;
+    falling as far but MFU@ach far below the roof -> ``unknown`` (noted); fp32 not falling (> 2x expected) -> the unit
+    waits: ``unknown`` (memory, vector or scalar work bounds it, which this comparison cannot tell apart)."""
     src = "fallback:fp32-vs-fp16"
     ev = {"fp32_over_fp16": ratio, "peak_ratio": expect, "mfu_ach": mfu_ach}
     if ratio is None or expect is None:

@@ -1,7 +1,7 @@
 """Step 6: per-case MFU (nominal and measured peak), MBU, and the per-kernel-part decomposition.
 
 Input is ``performance.json`` (the collector's result: cases, kernels per case, FLOPs, bytes) and ``peak.json``
-(:mod:`mfulib.peaks.calib`). Nothing is re-measured. Definitions (DESIGN.md "Precise definitions"):
+(:mod:`mfulib.peaks.calib`). Nothing is re-measured. Definitions (docs/ARCHITECTURE.md#definitions):
 
 * ``actual_tflops = flops / kernel_time_ns / 1e3`` (= FLOPs / (ns * 1e-9) / 1e12), kernel time = the median over
   measured iterations of the per-iteration kernel sum;
@@ -16,10 +16,10 @@ Input is ``performance.json`` (the collector's result: cases, kernels per case, 
 Per part (``KERNEL_PARTS`` in flops.py: part -> fnmatch patterns; the first matching part wins; unmatched kernels
 form ``other``): ``time_ns`` = sum over its kernels of the per-iteration time (``time_per_iter_ns``), time share of
 the sum over all kernels, FLOPs share from ``flops_parts``, and the part's own MFU. With those shares
-``mfu_op = sum_k (t_k / T) * mfu_k`` (reference/peers_and_anchors.md, complaint 8).
+``mfu_op = sum_k (t_k / T) * mfu_k`` (docs/ARCHITECTURE.md#decomposition).
 
 Checks: MFU above the measured peak by more than :data:`NOISE_MARGIN` is an **error** (FLOPs in flops.py too high,
-or a peak.json from another device / too low); 100-103% is a warning (DESIGN.md "MFU above 100%"). The same
+or a peak.json from another device / too low); 100-103% is a warning (docs/ARCHITECTURE.md#noise-band). The same
 check runs against the nominal peak of the case's own dtype where one exists (int8 in TOPS, fp8; never against the
 fp16/bf16 figure MFU@nom divides by, which a healthy int8 kernel exceeds ~2x).
 """
@@ -154,7 +154,7 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str, above_peak_
     peak_ach, key = measured_peak_tflops(peaks.get("peak_tflops"), dtype, tf32) if dtype else (None, None)
     nom = peaks.get("nominal_tflops")
     bw = peaks.get("bandwidth_gbps")
-    matrix = flops > 0  # flops 0: no matrix work - no MFU ("—"), MBU is the case's headline (DESIGN.md "FLOPs")
+    matrix = flops > 0  # flops 0: no matrix work - no MFU ("—"), MBU is the case's headline (docs/ARCHITECTURE.md#mbu)
     tflops = actual_tflops(flops, t_ns) if matrix else None
     vflops = finite_or_none(case.get("vector_flops"))
     nbytes = sum(v for v in (finite_or_none(case.get("input_bytes")), finite_or_none(case.get("output_bytes"))) if v is not None)

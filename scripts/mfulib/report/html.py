@@ -102,7 +102,7 @@ def _roof(obj, key):
 
 
 def headline(row) -> str:
-    """The case's headline figure: MFU@ach, or MBU for a case without matrix work (DESIGN.md "FLOPs")."""
+    """The case's headline figure: MFU@ach, or MBU for a case without matrix work (docs/ARCHITECTURE.md#mbu)."""
     if row.get("matrix_work", True) is False or row.get("headline") == "mbu":
         return f"MBU {pct(row.get('mbu'), 1, DASH)}"
     return pct(row.get("mfu_ach"), 1, DASH)

@@ -1,6 +1,6 @@
-"""Reading an MFU decomposition: the best cases (:func:`maxima`) and the skill spec's reading steps made concrete.
+"""Reading an MFU decomposition: the best cases (:func:`maxima`) and SKILL.md's reading steps made concrete.
 
-The spec's "输出怎么读" (how to read the output): 1. compare dtypes only on MFU@ach; 2. find the part that drags
+SKILL.md's "输出怎么读" (how to read the output): 1. compare dtypes only on MFU@ach; 2. find the part that drags
 (time share >= :data:`DRAG_MIN_TIME_SHARE` and >= :data:`DRAG_RATIO` x its FLOPs share); 3. fp32 vs fp16/bf16
 throughput of the same part against the measured peak ratio (is the cube/tensor unit waiting?); 4. the bound of
 each part (PMU counters, :mod:`mfulib.report.bound`) and the parts ranked by what fixing them buys (:mod:`mfulib.report.roofline`).
@@ -23,7 +23,7 @@ DRAG_RATIO = 2.0  # ... and at least twice its FLOPs share
 
 
 def maxima(rows: list) -> dict:
-    """The best measured case by MFU@ach and by MFU@nom (the spec's "maximum"), and by MBU (the headline of
+    """The best measured case by MFU@ach and by MFU@nom (the "maximum" of SKILL.md step 2), and by MBU (the headline of
     operators without matrix work)."""
     ok = [r for r in rows if r.get("status") == "ok"]
     out = {}
@@ -36,7 +36,7 @@ def maxima(rows: list) -> dict:
 
 
 def reading_aid(rows: list, peak_tflops: dict) -> list:
-    """The reading steps of the skill spec ("输出怎么读"), made concrete for these rows: dtype, the part that
+    """The reading steps of SKILL.md ("输出怎么读"), made concrete for these rows: dtype, the part that
     drags, fp32 vs fp16 (fallback), then the PMU bound per part and the largest payoff (accelerator rows only;
     CPU-interpreter rows get no optimisation advice). Returns lines "<n>. ...", numbered consecutively over the
     items present (one item may take several lines, e.g. one fp32-vs-fp16 line per part, which share its number).
@@ -157,7 +157,7 @@ def fp32_fp16_pairs(ok: list, peak_tflops: dict) -> list:
         if peak_tflops.get(k32) and peak_tflops.get(k16):
             expect, src = peak_tflops[k32] / peak_tflops[k16], f"measured {k32}/{k16} peak ratio"
         else:
-            expect, src = 0.25, "the ~1/4 fp32:fp16 cube ratio (skill spec)"
+            expect, src = 0.25, "the ~1/4 fp32:fp16 cube ratio (docs/sources.md#npu-fp32-ratio)"
         out.append({"report": rep, "part": part, "r32": r32, "p32": p32, "r16": r16, "p16": p16,
                     "ratio": p32["tflops"] / p16["tflops"], "expect": expect, "src": src})
     return out

@@ -15,7 +15,7 @@ Definitions (Williams, Waterman & Patterson, "Roofline: an insightful visual per
   which) - with the other parts' times unchanged:
   ``T' = T - t_k + flops_k / target_k``, ``mfu_if_fixed = flops / T' / peak``; ``payoff = mfu_if_fixed - mfu_ach``
   ranks the parts (:func:`rank_by_payoff`);
-* official vs PMU view (skill spec "与 PMU 口径的分工"): official MFU = semantic FLOPs / time / peak of all cores;
+* official vs PMU view (SKILL.md "官方口径与 PMU 口径"): official MFU = semantic FLOPs / time / peak of all cores;
   PMU MFU = executed FLOPs (counters) / time / (peak x active-core fraction); ``redundancy = executed /
   semantic`` FLOPs (> 1: work the kernel does beyond the operator's definition, e.g. masked tiles computed).
 """

@@ -1,6 +1,6 @@
 """Human-readable forms of peak.json and mfu_decompose.json: terminal tables (tabulate) and a PNG plot.
 
-Stored JSON keeps full precision; only these views round. The decomposition table follows the skill spec's form
+Stored JSON keeps full precision; only these views round. The decomposition table follows SKILL.md's form
 (``case dtype total us TFLOP/s MFU@nom MFU@ach <part> us <part> MFU ...``), with MBU, the case's bound and its
 roofline headroom added, a ``report`` column and a ``speed-up`` column (against the baseline report) when several
 reports are shown side by side. A second table lists every part: time, TFLOP/s, MFU@ach, bound (with its source),
@@ -21,7 +21,7 @@ from mfulib.core.fmt import pct
 from mfulib.flops.kernel_parts import OTHER
 
 
-NO_MFU = "—"  # an operator without matrix work has no MFU (DESIGN.md "FLOPs")
+NO_MFU = "—"  # an operator without matrix work has no MFU (docs/ARCHITECTURE.md#flops)
 WRAP = 116  # terminal text width of notes below the tables
 
 
@@ -136,7 +136,7 @@ def decompose_table(result: dict) -> str:
             dt = r["dtype"] + ("(tf32)" if r.get("tf32") else "")
             if r.get("matrix_work", True):
                 mfus = [_f(r["actual_tflops"]), pct(r["mfu_nom"], 2), pct(r["mfu_ach"], 1)]
-            else:  # no matrix work: no MFU, MBU is the headline (DESIGN.md "FLOPs")
+            else:  # no matrix work: no MFU, MBU is the headline (docs/ARCHITECTURE.md#mbu)
                 mfus = [NO_MFU, NO_MFU, NO_MFU]
             mark = "" if r.get("numerator") in (None, "checked") else f" [{r['numerator']}]"
             bd = (r.get("bound") or {})

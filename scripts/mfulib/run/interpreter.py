@@ -6,16 +6,16 @@ under the same adaptations. Every adaptation a launch needed is recorded; :func:
 per case with :func:`reset`) and they land in ``verify.json`` (``cases[i].cpu_adaptations``) and in the collector's
 per-case record (``per_case[i].impls.<impl>.cpu_adaptations``). Kinds:
 
-* ``float_args_as_fp32`` (issue 12 item 1a) - Python float kernel arguments become fp32 scalars, as compiled Triton
+* ``float_args_as_fp32`` - Python float kernel arguments become fp32 scalars, as compiled Triton
   passes them (Triton's "Python float -> fp32" argument specialisation). Triton 3.8/3.9's interpreter passes them as
   plain Python floats, so ``SCALE.to(tl.float16)`` in a kernel fails with ``AttributeError: 'float' object has no
-  attribute 'to'`` (reference/environment_notes.md).
-* ``autotune_first_config`` (item 1b) - ``@triton.autotune`` with several configs benchmarks them through the GPU
+  attribute 'to'`` (README "Running Triton-Ascend code in the CPU path").
+* ``autotune_first_config`` - ``@triton.autotune`` with several configs benchmarks them through the GPU
   driver (``driver.active.get_benchmarker()``), which the interpreter lacks (``RuntimeError: 0 active drivers``). The
   interpreter runs the **first** config left after the kernel's own pruning (``early_config_prune`` /
   ``perf_model``), no benchmark; the record names the kernel, the config and how many there were. Interpreter
   timings would not rank configs for an accelerator anyway; on npu/cuda autotuning is untouched.
-* ``block_ptr`` (item 1c) - a kernel whose source uses ``tl.make_block_ptr`` ran in an interpreter that still has
+* ``block_ptr`` - a kernel whose source uses ``tl.make_block_ptr`` ran in an interpreter that still has
   block pointers (triton 3.8.0, the version ``.ci/run`` and ``make setup`` install on a machine without Triton;
   README "Running Triton-Ascend code"). Triton 3.9 removed them ("Block pointers have been removed in favor of the
   tensor descriptor API"); there the launch raises :class:`~mfulib.core.errors.CaseRejected` naming the kernel, the

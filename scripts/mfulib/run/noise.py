@@ -1,6 +1,6 @@
 """The fd-level noise filter: drop known-harmless lines that native libraries print to file descriptors 1 and 2.
 
-CANN prints one "tiling struct ... is conflict" warning per GEMM tiling lookup (skill spec, step 5): hundreds of lines
+CANN prints one "tiling struct ... is conflict" warning per GEMM tiling lookup (SKILL.md step 5): hundreds of lines
 that bury the result table. They come from C++ straight to the fds, so Python-level redirection cannot catch them;
 :class:`NativeNoiseFilter` points fds 1 and 2 at pipes while active and forwards every other line at once.
 """

@@ -10,7 +10,7 @@ reader keeps one lookup}, ``peak_tops`` {int8: TOPS} (the same int8 figure under
 busy_s, why}, ``clocks`` {n_samples, interval_s, sm_clock_mhz {min, median, max}, throttle_reasons_seen, samples}
 with ``clocks_before`` / ``clocks_after``, ``trust`` {trusted, untrusted, max_spread, max_drift, spreads, drifts,
 ...}, ``software``, ``noise_filtered``, ``cache`` {hit, path, reason, stored, not_stored_why}, ``interrupted``...).
-peak.json is a per-device fact any step may read (DESIGN.md "Work directory"); every reader goes through
+peak.json is a per-device fact any step may read (docs/ARCHITECTURE.md#layers); every reader goes through
 :func:`read_peak_json`. Cached per device as ``peak-<device key>.json`` under :func:`default_cache_dir`; a cached
 result is reused only when the device key, software versions, method version, regime and dtype set match, it was
 trustworthy (``trust.trusted``: small confirm spread and sweep drift) and it is younger than ``max_age_days``

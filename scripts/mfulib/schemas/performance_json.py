@@ -4,7 +4,7 @@ reader and validator (:func:`load_report`, :func:`check_report_structure`); ever
 Top level
     provenance (mfulib.core.jsonio.provenance): ``schema, tool, tool_version, command_line, created_at, host, versions,
     env, device``;
-    upstream ops-profiling fields (reference/ascend_msprof_facts.md §10), same names and meaning:
+    upstream ops-profiling fields (docs/sources.md#ops-profiling), same names and meaning:
     ``task`` (operator name), ``task_dir``, ``n_cases_total`` (entries in per_case, skipped ones included),
     ``n_cases_valid`` (cases whose requested implementations all have a kernel time),
     ``geomean_speedup, mean_speedup, median_speedup, min_speedup, max_speedup, total_speedup`` (ref_us / asc_us over
@@ -116,7 +116,7 @@ def summary_stats(per_case) -> dict:
 def mfu_fields(flops, kernel_time_ns, peak_tflops, dtype_nominal_tflops=None, dtype_key=None):
     """(actual_tflops, mfu_nom, flags) for one case; None where an input is missing (never 0 ns / infinite MFU).
 
-    ``actual_tflops`` and ``mfu`` as :mod:`mfulib.core.definitions` defines them (msprof-analyze operator_mfu, DESIGN.md):
+    ``actual_tflops`` and ``mfu`` as :mod:`mfulib.core.definitions` defines them (docs/ARCHITECTURE.md#mfu-nom):
     MFU@nom divides by ``peak_tflops`` (the fp16/bf16 figure) for every dtype. Whether the throughput is impossibly
     high is judged against ``dtype_nominal_tflops`` (the nominal figure of the case's own dtype ``dtype_key``,
     :func:`mfulib.peaks.nominal.dtype_nominal_tflops`) where there is one: a healthy int8 kernel runs near 2x the fp16

@@ -1,4 +1,4 @@
-"""probe.json: what max_shape_probe.py (spec step 2) tried and appended - its builder, writer and reader.
+"""probe.json: what max_shape_probe.py (step 2a) tried and appended - its builder, writer and reader.
 
 Provenance (``tool`` = ``max_shape_probe``, ``schema``, ``device``, ``command_line``, ...) +
 ``op_dir``, ``limits`` {max_bytes, max_ms, max_scale, bandwidth_gbps, bandwidth_source, l2_bytes, host_bytes,

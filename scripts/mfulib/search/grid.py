@@ -1,7 +1,7 @@
 """Step 2b, the (case, scale) search for the limit MFU: pool -> stage 1 (wall clock) -> stage 2 (collector).
 
-The spec (step 2) and DESIGN.md: the limit MFU is the maximum over (case, scale), not the MFU at the largest shape
-(scaled up, data fall out of cache and MFU often drops), so the search keeps scale 1 and several cases:
+SKILL.md step 2 and docs/ARCHITECTURE.md#steps: the limit MFU is the maximum over (case, scale), not the MFU at the
+largest shape (scaled up, data fall out of cache and MFU often drops), so the search keeps scale 1 and several cases:
 
 * **pool**: the top :attr:`SearchOptions.top_n` (8) original cases by FLOPs (flops.py when present and shape-only,
   else the reference's tracer, ``check_flops.py --tracer-only`` run as a subprocess; by input bytes for an operator
@@ -99,7 +99,8 @@ def _tf32(backend: str, dtype) -> bool:
 
 class WallClockBackend:
     """A backend as stage 1 runs it: the same child side (:func:`mfulib.backends.get_backend` in the worker), but
-    started plainly (no msprof wrapper) in a persistent worker; the spec asks for no profiler session."""
+    started plainly (no msprof wrapper) in a persistent worker; stage 1 ranks by wall clock, without a profiler session
+    (SKILL.md step 2)."""
 
     persistent_worker = True
 

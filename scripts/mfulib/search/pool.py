@@ -1,12 +1,14 @@
 """The search pool of step 2b (mfulib/search/grid.py): probe.json's appended cases, the FLOPs that rank the
 original cases, and the pool itself.
 
-* :func:`read_probe`: the parts of probe.json (COMMON.md contract; written by max_shape_probe.py) the search needs;
+* :func:`read_probe`: the parts of probe.json (:mod:`mfulib.schemas.probe_json`; written by max_shape_probe.py) the
+  search needs;
 * :func:`trace_flops`: the reference's matrix FLOPs per case from ``check_flops.py --tracer-only`` (a subprocess,
-  the spec's ``--flops-tool``), :func:`flops_py_values`: flops.py's, when it needs no forward args;
-* :func:`build_pool`: the top-N original cases by FLOPs (bytes for an operator without matrix work) at scale 1
-  plus the probe's legal variants of them; the original top 3 are always in the pool (the spec, step 2: different
-  cases take different code paths - one public operator's case ran a single kernel at 8x the MFU).
+  max_shape_probe.py's ``--flops-tool``), :func:`flops_py_values`: flops.py's, when it needs no forward args;
+* :func:`build_pool`: the top-N original cases by FLOPs (bytes for an operator without matrix work) at scale 1 plus the
+  probe's legal variants of them; the original top 3 are always in the pool (SKILL.md step 2;
+  kb/ops/triton/guides/tooling/mfu_max_shape_search.md section 4: different cases take different code paths - one public
+  operator's case ran a single kernel at 8x the MFU).
 """
 from __future__ import annotations
 
@@ -27,14 +29,13 @@ ALWAYS_TOP = 3  # the original top 3 are always in the pool (different cases tak
 
 
 def read_probe(path: str) -> dict | None:
-    """The parts of probe.json (COMMON.md contract, written by max_shape_probe.py) the search reads, or None when
-    ``path`` does not exist: {"appended": {case id: {source_case, factors, scale (None when not recorded)}},
-    "verdicts": {case id: verdict of the candidate that made it}, "complete": bool, "traced": {case id: {flops,
-    status, reason, from}} (the probe's tracer counts: ``traced_flops`` of the originals, ``flops`` of passed
-    candidates), "seed": the probe's seed (``run_key.seed``), whose draw those counts come from, "backend",
-    "inputs" (model.py / model_new.py sha256), "timings": {case id: {time_ms, from}} (gate 4's median synchronised
-    wall clock of each passed candidate, the scale-1 baseline of each source case)}. Raises UserError naming the
-    file for a malformed one.
+    """The parts of probe.json (:mod:`mfulib.schemas.probe_json`, written by max_shape_probe.py) the search reads, or
+    None when ``path`` does not exist: {"appended": {case id: {source_case, factors, scale (None when not recorded)}},
+    "verdicts": {case id: verdict of the candidate that made it}, "complete": bool, "traced": {case id: {flops, status,
+    reason, from}} (the probe's tracer counts: ``traced_flops`` of the originals, ``flops`` of passed candidates),
+    "seed": the probe's seed (``run_key.seed``), whose draw those counts come from, "backend", "inputs" (model.py /
+    model_new.py sha256), "timings": {case id: {time_ms, from}} (gate 4's median synchronised wall clock of each passed
+    candidate, the scale-1 baseline of each source case)}. Raises UserError naming the file for a malformed one.
 
     The reader is small on purpose: it can be swapped for the probe's own schema module."""
     if not path or not os.path.exists(path):

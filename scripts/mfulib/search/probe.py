@@ -1,4 +1,4 @@
-"""The max-shape probe (spec step 2): scale cases along chosen symbols under five gates, in cost order.
+"""The max-shape probe (step 2a): scale cases along chosen symbols under five gates, in cost order.
 
 Per source case, a ladder of scale factors s = 2, 4, 8, ... <= ``max_scale`` is applied to every chosen symbol
 (:mod:`mfulib.core.symbols`); the ladder stops at the first failing factor and is refined by bisection between the last
@@ -18,9 +18,10 @@ first, each recorded with its numbers (:func:`mfulib.schemas.probe_json.gate`):
    is a recorded failure, not fatal.
 4. **one run** (median of synchronised wall-clock runs) <= ``max_ms``.
 5. **effective bandwidth** input bytes / time <= :data:`BANDWIDTH_MARGIN` x the measured memory bandwidth (peak.json
-   ``bandwidth_gbps``; without it the CUDA datasheet figure, and on NPU the spec's 1.3 TB/s default:
-   :mod:`mfulib.search.probe_limits`); inputs that fit in L2 are exempt (they may beat HBM legitimately). It catches
-   scaling that silently did nothing (a reference that ignores the scaled axis runs as fast as before).
+   ``bandwidth_gbps``; without it the CUDA datasheet figure, and on NPU a 1.3 TB/s default,
+   docs/sources.md#npu-bandwidth: :mod:`mfulib.search.probe_limits`); inputs that fit in L2 are exempt (they may beat
+   HBM legitimately). It catches scaling that silently did nothing (a reference that ignores the scaled axis runs as
+   fast as before).
 
 The ladder and its bisection are :mod:`mfulib.search.ladder`; every passing candidate is appended to every case copy
 of the work directory by :mod:`mfulib.search.probe_files`; the command around it (ranking, resume, probe.json) is

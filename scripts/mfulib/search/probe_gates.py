@@ -1,4 +1,4 @@
-"""The probe's five gates (:mod:`mfulib.search.probe`, spec step 2) and the persistent child that runs gates 3-4.
+"""The probe's five gates (:mod:`mfulib.search.probe`; SKILL.md step 2) and the persistent child that runs gates 3-4.
 
 Each gate returns :func:`mfulib.schemas.probe_json.gate` dicts with its numbers and its own ``wall_s`` (seconds the
 gate took, so probe.json shows where a probe's time went). Gate 1 allocates nothing; gate 2 runs the

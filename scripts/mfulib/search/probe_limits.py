@@ -2,10 +2,10 @@
 peak of peak.json (gates 1, 4 and 5 of :mod:`mfulib.search.probe`).
 
 Sources: MemAvailable of Linux ``/proc/meminfo`` (proc(5)) and the RLIMIT_AS soft limit (getrlimit(2)) minus this
-process's VmSize (``/proc/self/status``); free device memory from ``torch.cuda.mem_get_info`` / ``torch.npu``'s; the
-CPU L2 from sysfs ``/sys/devices/system/cpu/cpu0/cache/index*/{level,size}``; the memory bandwidth measured in
-peak.json (``peak_calib.py``), else the backend's datasheet figure
-(:meth:`mfulib.backends.base.Backend.nominal_bandwidth`: the CUDA datasheet table, the spec's 1.3 TB/s on NPU).
+process's VmSize (``/proc/self/status``); free device memory from ``torch.cuda.mem_get_info`` / ``torch.npu``'s; the CPU
+L2 from sysfs ``/sys/devices/system/cpu/cpu0/cache/index*/{level,size}``; the memory bandwidth measured in peak.json
+(``peak_calib.py``), else the backend's datasheet figure (:meth:`mfulib.backends.base.Backend.nominal_bandwidth`: the
+CUDA datasheet table, a 1.3 TB/s default on NPU: docs/sources.md#npu-bandwidth).
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""Find reference, implementation and cases by content (spec step 1; DESIGN.md "Inputs").
+"""Find reference, implementation and cases by content (step 1; docs/ARCHITECTURE.md#inputs).
 
 A reference is a ``.py`` defining ``class Model`` (+ ``get_input_groups``), an implementation a ``.py`` defining
 ``class ModelNew``, a case file a ``.json``/``.jsonl`` whose every line is an object with an ``inputs`` list.
 Artifacts (``verify_result*.json``, ``perf_result*.json``, the tool's own outputs) are excluded by name first and
 then by content, because relying on either alone misses new artifact kinds or changed artifact formats.
 
-Layouts (reference/benchmark_operator_conventions.md): **A** - one verify directory (or an op root holding
-``output/iter_<n>/verify``) with ``<Op>_torch.py``, ``<Op>_torch.json``, one or two ``<Op>_triton_*.py``;
+Layouts (docs/ARCHITECTURE.md#inputs, docs/sources.md#benchmark-formats): **A** - one verify directory (or an op root
+holding ``output/iter_<n>/verify``) with ``<Op>_torch.py``, ``<Op>_torch.json``, one or two ``<Op>_triton_*.py``;
 **B** - a benchmark level dir (``<N>_<Op>.py`` + ``<N>_<Op>.json``, possibly split over several dirs, e.g. references
 in the project and case data in ../shared) and a generated-code dir (``<N>_<Op>_<suffix>.py``), paired by ``<N>_``.
 """
@@ -32,7 +32,7 @@ EXCLUDE_PATTERNS = (
 KERNEL_DECORATOR = re.compile(r"\b(jit|autotune|heuristics)\b")  # @triton.jit, @triton.autotune(...), @jit
 ITER_DIR = re.compile(r"^iter_(\d+)$")
 ID_PREFIX = re.compile(r"^(\d+)_")
-# implementation preference (spec step 1): *_triton_optimized.py > unique *_triton*.py > *_generated*.py / others
+# implementation preference (SKILL.md step 1): *_triton_optimized.py > unique *_triton*.py > *_generated*.py / others
 IMPL_SUFFIXES_SEEN = ("_generated", "_triton_optimized", "_generated_code", "_triton_ascend_impl",
                       "_optimized_code", "_code", "_triton_baseline")
 
@@ -153,7 +153,7 @@ def _dedupe_by_content(paths):
 
 
 def choose_implementation(impls, variant="optimized", where=""):
-    """Pick the implementation by the spec's order; returns (path, reason). Raises UserError listing candidates.
+    """Pick the implementation by SKILL.md step 1's order; returns (path, reason). Raises UserError listing candidates.
 
     variant "optimized" (default): ``*_triton_optimized.py`` > the unique ``*_triton*.py`` > the unique
     ``*_generated*.py`` / other variant. variant "baseline": ``*_triton_baseline.py``.
@@ -223,7 +223,7 @@ def discover_layout_a(src, iteration=None, variant="optimized"):
     vdir, why_dir = find_verify_dir(src, iteration)
     scan = scan_dir(vdir)
     if not scan.references and os.path.abspath(vdir) != os.path.abspath(src):
-        root = scan_dir(src)  # the op root holds the same reference/cases (spec: either copy will do)
+        root = scan_dir(src)  # the op root holds the same reference/cases (either copy will do)
         scan.references, scan.cases = scan.references or root.references, scan.cases or root.cases
     ref, why_ref = _choose_one(scan.references, "reference (.py with class Model)", vdir)
     ref_stems = {_stem(ref), _stem(ref).replace("_torch", "")}

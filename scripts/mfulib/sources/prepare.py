@@ -1,4 +1,4 @@
-"""Adapt source files into a work directory (spec step 1): model.py, model_new.py, <Op>_perf_cases.jsonl,
+"""Adapt source files into a work directory (step 1): model.py, model_new.py, <Op>_perf_cases.jsonl,
 model.json, prepare.json (+ flops.py when the source ships a checked one).
 
 Why two case files: the collector reads ``<Op>_perf_cases.jsonl``; the reference, renamed ``model.py``, reads

@@ -2,7 +2,8 @@
 this backend for the work directory's current model.py / model_new.py, or when the user forces it
 (``--unverified-ok``, marked per case in the output).
 
-Rules (DESIGN.md "Work directory": the collector and the search time only cases that passed verify):
+Rules (docs/ARCHITECTURE.md#work-directory, the verify.json row: the collector and the search time only cases that
+passed verify):
 
 * a row with status ``pass`` admits its case;
 * any other status (skipped, rejected, fail, error, oom, crashed, timeout) excludes it with verify's reason; the

@@ -1,6 +1,6 @@
 """flops.py for 3_RMSNorm: y = x / sqrt(mean(x^2, -1) + eps) * weight - no matrix work.
 
-DESIGN.md "FLOPs": flops(case) is matrix work only, so it is 0: no MFU ("—"); read this operator through MBU (x
+docs/ARCHITECTURE.md#flops: flops(case) is matrix work only, so it is 0: no MFU ("—"); read this operator through MBU (x
 read, y written, weight once per row block). vector_flops(case), per element of x: square, mean (sum), multiply
 by 1/rms, multiply by the weight = 4; per row: add eps, rsqrt = 2. For x [4, 64]: 4 * 256 + 2 * 4 = 1032 - the
 sum of the reference's ops in the tracer's element-cost table (mfulib/flops/vector_costs.py), checked by check_flops.py.

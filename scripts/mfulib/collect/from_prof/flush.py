@@ -8,7 +8,7 @@ chrome trace recorded with ``record_shapes``), ncu ``dram__bytes_write.sum``; el
 the device's nominal DRAM bandwidth (:mod:`mfulib.peaks.nominal` datasheet table; a fill is bandwidth-bound, and the
 estimate is an upper bound of its bytes, so a fill just under the L2 size can be misjudged - it is labelled
 estimated). L2 size: ``--l2-mib``, the profile (ncu ``device__attribute_l2_cache_size``; kept profiles' device
-record ``l2_cache_bytes``; msprof info.json.N AI-core frequency -> 910B variant, facts §8.1), else
+record ``l2_cache_bytes``; msprof info.json.N AI-core frequency -> 910B variant; docs/sources.md#l2-sizes), else
 :data:`L2_FACTS` by device name.
 ``--l2-flush exclude`` (default) drops them, counted in ``harness_launches_dropped``; ``keep`` leaves them in
 the operator's time, flagged. A flush-like kernel whose size or the L2 size is unknown is kept and flagged.
@@ -24,15 +24,17 @@ L2_FLUSH_MODES = ("exclude", "keep")
 
 # L2 sizes by device name (regex, bytes, source); used when neither --l2-mib nor the profile gives one
 L2_FACTS = [
-    (r"H200", 60 * MIB, "reference/environment_notes.md (GPU machine: one NVIDIA H200, 60 MB L2)"),
-    (r"^Ascend910B4$", 100663296, "ascend_msprof_facts.md §8.1 (Ascend910B4.ini l2_size 96 MiB)"),
-    (r"^Ascend910B[123]C?$", 201326592, "ascend_msprof_facts.md §8.1 (Ascend910B1/B2/B2C/B3.ini l2_size 192 MiB)"),
+    (r"H200", 60 * MIB, "torch L2_cache_size of an H200, 60 MiB (docs/sources.md#l2-sizes)"),
+    (r"^Ascend910B4$", 100663296, "Ascend910B4.ini l2_size 96 MiB (docs/sources.md#l2-sizes)"),
+    (r"^Ascend910B[123]C?$", 201326592, "Ascend910B1/B2/B2C/B3.ini l2_size 192 MiB (docs/sources.md#l2-sizes)"),
 ]
-# runtime (ai_core_num, aic_frequency MHz) of info.json.N -> L2 of the 910B variant with that pair (facts §8.1:
-# only 910B4, 20 cores at 1500 MHz, has 96 MiB; 910B1/B2/B2C/B3 run 20-25 cores at 1800/1850 MHz with 192 MiB) [I]
+# runtime (ai_core_num, aic_frequency MHz) of info.json.N -> L2 of the 910B variant with that pair
+# (docs/sources.md#l2-sizes: inferred from the ini table: only 910B4, 20 cores at 1500 MHz, has 96 MiB; 910B1/B2/B2C/B3
+# run 20-25 cores at 1800/1850 MHz with 192 MiB)
 NPU_L2_BY_FREQ = {1500.0: 100663296, 1800.0: 201326592, 1850.0: 201326592}
 
-# msprof OP Type -> flush kind (facts §3.3 / §5 vocabulary; torch_npu's zero_ runs ZerosLike, fill_ Fill/Fills)
+# msprof OP Type -> flush kind (the OP Type vocabulary of real exports, docs/sources.md#msprof-csv; torch_npu's zero_
+# runs ZerosLike, fill_ Fill/Fills)
 FLUSH_OP_TYPES = {"cast": "cast", "reducesum": "reduce_sum", "zeroslike": "fill", "fill": "fill", "fills": "fill",
                   "memset": "memset"}
 # kernel / host-op names -> flush kind (CUDA: at::native FillFunctor = fill_/zero_, sum_functor = sum,

@@ -65,7 +65,7 @@ def load_msprof(root, n_iters=None) -> Profile:
         prof.l2_bytes = NPU_L2_BY_FREQ.get(prof.runtime.get("aic_frequency_mhz"))
         if prof.l2_bytes:
             prof.l2_source = (f"910B L2 for {prof.runtime.get('aic_frequency_mhz'):g} MHz AI cores "
-                              f"({prof.runtime.get('info_json_path')}; ascend_msprof_facts.md §8.1)")
+                              f"({prof.runtime.get('info_json_path')}; docs/sources.md#l2-sizes)")
     return prof
 
 

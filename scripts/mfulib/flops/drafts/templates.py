@@ -9,7 +9,7 @@ PyTorch's output-size formula), ``T_RNN`` (LSTM gate GEMMs, PyTorch nn.LSTM equa
 
 HEADER = '''"""flops.py DRAFT for $op, written by flops_generator.py - class "$cls" ($why).
 
-Contract (DESIGN.md "FLOPs"): flops(case) returns the operator's matrix FLOPs only, 2 per multiply-accumulate
+Contract (docs/ARCHITECTURE.md#flops): flops(case) returns the operator's matrix FLOPs only, 2 per multiply-accumulate
 (softmax, activations, norms, casts not counted; 0 for an operator without matrix work, which has no MFU and is
 read through MBU); optional vector_flops(case) counts the vector arithmetic (checked against the tracer's per-op
 element costs); flops_parts(case) splits flops(case) by part and must add up;
@@ -104,8 +104,8 @@ def flops(case):
 '''
 
 T_VECTOR = '''
-# No matrix work (DESIGN.md "FLOPs"): flops(case) is 0 - no MFU, MBU is the headline figure. The vector arithmetic
-# is vector_flops(case), checked against the tracer's per-op element costs (mfulib/flops/vector_costs.py).
+# No matrix work (docs/ARCHITECTURE.md#flops): flops(case) is 0 - no MFU, MBU is the headline figure. The vector
+# arithmetic is vector_flops(case), checked against the tracer's per-op element costs (mfulib/flops/vector_costs.py).
 OPS_PER_ELEMENT = $ops   # $ops_note
 
 
@@ -122,9 +122,9 @@ $vector_body
 '''
 
 T_VECTOR_EXACT = '''
-# No matrix work (DESIGN.md "FLOPs"): flops(case) is 0 - no MFU, MBU is the headline figure. vector_flops(case)
-# re-plays forward() of model.py op by op on the case's shapes; each op's FLOPs per element are the tracer's
-# (mfulib/flops/vector_costs.py), so the count is derived from the code, not guessed.
+# No matrix work (docs/ARCHITECTURE.md#flops): flops(case) is 0 - no MFU, MBU is the headline figure.
+# vector_flops(case) re-plays forward() of model.py op by op on the case's shapes; each op's FLOPs per element are
+# the tracer's (mfulib/flops/vector_costs.py), so the count is derived from the code, not guessed.
 
 
 def flops_parts(case):
@@ -161,8 +161,8 @@ def flops(case):
 '''
 
 T_NOMATRIX = '''
-# No matrix work ($what): flops(case) is 0 (DESIGN.md "FLOPs") - no MFU; this operator is read through MBU and its
-# top cases are chosen by bytes moved. The tracer checks the 0 (it fails a draft whose reference does matrix work).
+# No matrix work ($what): flops(case) is 0 (docs/ARCHITECTURE.md#flops) - no MFU; this operator is read through MBU and
+# its top cases are chosen by bytes moved. The tracer checks the 0 (it fails a draft whose reference does matrix work).
 
 
 def flops_parts(case):

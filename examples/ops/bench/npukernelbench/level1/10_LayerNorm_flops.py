@@ -1,6 +1,6 @@
 """flops.py for 10_LayerNorm (NPUKernelBench level1, real cases): F.layer_norm over the trailing normalized_shape.
 
-DESIGN.md "FLOPs": no matrix work, so flops(case) is 0: no MFU ("—"); this operator is memory-bound, read it
+docs/ARCHITECTURE.md#flops: no matrix work, so flops(case) is 0: no MFU ("—"); this operator is memory-bound, read it
 through MBU. vector_flops(case), per element of x: sum for the mean, centre, square, sum for the variance,
 normalise = 5 FLOPs, plus 1 for the weight and 1 for the bias when the case gives them (both are optional in this
 file) - the kb convention and the cost of aten::native_layer_norm in the tracer's element-cost table

@@ -1,7 +1,7 @@
 """flops.py for matmul_relu: C = relu(A @ B), A [M, K], B [K, N].
 
 FLOPs = 2 * M * N * K (2 per multiply-accumulate: each of the M*N outputs is a K-long dot product). The relu is not
-counted (activations are not matrix work; DESIGN.md "FLOPs" and mfulib.flops.contract).
+counted (activations are not matrix work; docs/ARCHITECTURE.md#flops and mfulib.flops.contract).
 """
 from mfulib.flops.contract import dtype, matmul_flops, shape
 
