@@ -6,7 +6,7 @@ new session (its own process group), output to ``<batch out>/logs/<op>.log`` (th
 moved to ``logs/previous/``), and waits. The outcome is written to
 the job record (:mod:`mfulib.schemas.batch_json`) before it returns:
 
-* ``ok`` - make exited 0 (every step's stamp was written, DESIGN.md "Work directory");
+* ``ok`` - make exited 0 (every step's stamp was written, docs/ARCHITECTURE.md#work-directory);
 * ``failed`` - any other exit status; ``failed_step`` / ``reason`` come from the Makefile's
   ``make: step <name> FAILED`` line and the last error line before it in the log;
 * ``timeout`` - still running after ``timeout_s``; ``interrupted`` - stopped by Ctrl-C / a cancelled task.

@@ -31,6 +31,7 @@ schedule) loses least by starting long jobs early. Each free worker takes the ne
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import glob
 import os
 import queue
@@ -246,38 +247,44 @@ def resolve_devices(devices: str | None, backend: str, env=None):
 
 # ----------------------------------------------------------------------------------------------- local pool
 def run_local(jobs, devices, opts, on_done, run_job):
-    """Run ``jobs`` (in order) on one thread per device; ``on_done(record)`` after each. Returns True when
-    interrupted (Ctrl-C: the running operators are killed and recorded ``interrupted``; the others never start)."""
-    todo, lock, stop = collections.deque(jobs), threading.Lock(), threading.Event()
-    results = queue.Queue()
+    """Run ``jobs`` (in order) with one worker per device (a ``concurrent.futures`` thread pool: each job takes a
+    free device, so at most one job runs per device); ``on_done(record)`` after each, in this thread. Returns True
+    when interrupted (Ctrl-C: the running operators are killed - ``run_job`` polls ``stop`` - and recorded
+    ``interrupted``; the others never start)."""
+    stop, free = threading.Event(), queue.Queue()
+    for d in devices:
+        free.put(d)
 
-    def worker(dev):
-        while not stop.is_set():
-            with lock:
-                if not todo:
-                    return
-                job = todo.popleft()
-            results.put(run_job(job, opts, dev, restrict=dev is not None, stop=stop.is_set))
+    def task(job):
+        if stop.is_set():
+            return None
+        dev = free.get()
+        try:
+            return run_job(job, opts, dev, restrict=dev is not None, stop=stop.is_set)
+        finally:
+            free.put(dev)
 
-    threads = [threading.Thread(target=worker, args=(d,), name=f"batch-dev-{d}", daemon=True) for d in devices]
-    for t in threads:
-        t.start()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix="batch-dev")
+    futures = [pool.submit(task, job) for job in jobs]
     interrupted = False
     try:
-        while any(t.is_alive() for t in threads) or not results.empty():
-            try:
-                on_done(results.get(timeout=0.3))
-            except queue.Empty:
-                continue
+        for fut in concurrent.futures.as_completed(futures):
+            if fut.result() is not None:
+                on_done(fut.result())
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
-        while any(t.is_alive() for t in threads):
+        pool.shutdown(wait=False, cancel_futures=True)
+        pending = [f for f in futures if not f.cancelled()]
+        while pending:
             try:
-                for t in threads:
-                    t.join(timeout=0.5)
-            except KeyboardInterrupt:  # a second Ctrl-C: the workers are already stopping
+                done, _ = concurrent.futures.wait(pending, timeout=0.5)
+            except KeyboardInterrupt:  # a second Ctrl-C: the running operators are already stopping
                 continue
-        while not results.empty():
-            on_done(results.get())
+            for f in done:
+                if not f.cancelled() and f.result() is not None:
+                    on_done(f.result())
+            pending = [f for f in pending if f not in done]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return interrupted

@@ -3,7 +3,7 @@
 once per case - and it is replaced whenever a case kills it, hangs or leaves it in doubt.
 
 Why: on the H200, ``make ... all`` spent most of its 107-153 s starting processes (torch imported per child) and
-compiling, while the device work was a few seconds (issue 13). The per-case isolation guarantees stay: a case that
+compiling, while the device work was a few seconds. The per-case isolation guarantees stay: a case that
 crashes the worker (a signal, ``os._exit``, an abort) or does not finish within its timeout is recorded for that case
 and the next case gets a fresh worker; a case whose handler asks for it (``retire``: out of memory, an error that may
 have left a sticky device fault) ends the worker after its reply.
