@@ -41,7 +41,8 @@ import time
 from mfulib.backends import select_backend
 from mfulib.backends.ncu_pmu import pmu_plan
 from mfulib.collect.assemble import Collection, build_report, resolve_peak
-from mfulib.collect.case_flops import case_flops, flops_entry, load_flops, numerator_of, numerator_verdicts, tracer_flops
+from mfulib.collect.case_flops import (case_flops, flops_entry, load_flops, numerator_of, numerator_verdicts,
+                                       tracer_flops)
 from mfulib.collect.options import Options, apply_iteration_defaults, check_options, device_select
 from mfulib.collect.selection import select_cases, select_verified
 from mfulib.collect.run_case import measure_cases

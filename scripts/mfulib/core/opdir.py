@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from mfulib.core import cases as _cases
 from mfulib.core.errors import UserError
-from mfulib.core.input_draw import input_draw, seed_everything  # noqa: F401 - seed_everything: callers import it from here
+# seed_everything: callers import it from here
+from mfulib.core.input_draw import input_draw, seed_everything  # noqa: F401
 from mfulib.core.jsonio import read_json
 
 MODEL_PY = "model.py"

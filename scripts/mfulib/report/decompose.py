@@ -32,8 +32,8 @@ from mfulib.report import bound as _bound
 from mfulib.collect import executed as _executed
 from mfulib.collect import pmu as _pmu
 from mfulib.report import roofline as _roofline
-from mfulib.core.definitions import (HALF_DTYPES, NOISE_MARGIN, above_peak, actual_tflops, canonical_dtype, canonical_mode,
-                          finite_or_none, mbu, measured_peak_tflops, mfu)
+from mfulib.core.definitions import (HALF_DTYPES, NOISE_MARGIN, above_peak, actual_tflops, canonical_dtype,
+                                     canonical_mode, finite_or_none, mbu, measured_peak_tflops, mfu)
 from mfulib.core.device import slug
 from mfulib.core.errors import REJECT_PREFIX, UserError
 from mfulib.flops.contract import load_flops

@@ -74,7 +74,7 @@ import os
 import statistics
 
 from mfulib.core.definitions import (LOW_PRECISION_MODES, NOISE_MARGIN, OPS_MODES, above_peak, actual_tflops, is_number,
-                           mfu as mfu_of, peak_key)
+                                     mfu as mfu_of, peak_key)
 from mfulib.core.cli import script_command
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import write_json_atomic
