@@ -153,7 +153,7 @@ status: ## per step of the work directory: done / stale (why) / failed (its repo
 
 # ---------------------------------------------------------------------------------------------- step 1
 # Is $(WORK) built from this command line's source choice and the sources' current content? Asked once, at parse
-# time, of prepare.json (mfulib/core/workdir_state.py): "ok" leaves step 1 alone (a touch changes nothing); "redo"
+# time, of prepare.json (mfulib/pipeline/workdir_state.py): "ok" leaves step 1 alone (a touch changes nothing); "redo"
 # (another V/ITER/VARIANT/..., another resolved file, changed content), "new" or "error" (e.g. a V that does not
 # exist) runs prepare, which redoes the directory (old one kept as a backup) or fails with the reason.
 PIPELINE_GOALS := prepare verify flops collect peak decompose report all probe search

@@ -8,9 +8,9 @@ tensor-info cells, tripled quotes around shapes on some rows, ``N/A`` PMU cells 
 (``PROFILING_ENABLE``). The rows are a labelled synthetic stand-in (values random, never presented as hardware output);
 only the parser's speed and exactness are measured.
 
-Then times (best of ``--repeat``) the one parser, :mod:`mfulib.collect.msprof_csv`, on its pandas reader:
-:func:`~mfulib.collect.msprof_csv.read_kernel_frame` (typed columns, exact Int64 ns: the parse the 5 s target is
-for) and :func:`~mfulib.collect.msprof_csv.parse_kernel_csv` (the row dicts built from the same typed columns, the API
+Then times (best of ``--repeat``) the one parser, :mod:`mfulib.profiles.msprof_csv`, on its pandas reader:
+:func:`~mfulib.profiles.msprof_csv.read_kernel_frame` (typed columns, exact Int64 ns: the parse the 5 s target is
+for) and :func:`~mfulib.profiles.msprof_csv.parse_kernel_csv` (the row dicts built from the same typed columns, the API
 the collector uses), checks a sample of rows exactly against values computed while writing (start ns from the text, so
 float rounding would show), prints both times and their ratios to the 5 s target, and exits 1 when the typed parse
 misses it. Measured on the 2-core shared CI box (load ~4): typed parse ~21 s, row dicts ~66 s; the cell-by-cell
@@ -27,8 +27,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
-from mfulib.collect import msprof  # noqa: E402
-from mfulib.collect import msprof_csv  # noqa: E402
+from mfulib.profiles import msprof  # noqa: E402
+from mfulib.profiles import msprof_csv  # noqa: E402
 
 TARGET_S = 5.0
 # the header of a real export (910B2, CANN 8.3.RC2, --aic-metrics=PipeUtilization; docs/sources.md#msprof-csv)

@@ -21,7 +21,7 @@ also on the smaller case's projections ([1, 16384, 2048]: M = 16384, K = 2048, N
 
 Per variant: median kernel time of 20 CUDA-event-timed launches after warm-up (L2 not flushed: the projections
 read the same weights every call in the operator too), TFLOP/s = 2 M N K / time, and - when ncu is present and
-permitted - the canonical counters (:func:`mfulib.collect.pmu.from_ncu_record` over :func:`mfulib.collect.pmu.ncu_metrics`) and
+permitted - the canonical counters (:func:`mfulib.profiles.pmu.from_ncu_record` over :func:`mfulib.profiles.pmu.ncu_metrics`) and
 the bound (:func:`mfulib.report.bound.classify`, thresholds fixed from Nsight Compute's SOLBottleneck rule). Writes
 ``<out>/result.json``; nothing is typed by hand.
 
@@ -183,8 +183,8 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     from mfulib.report import bound
-    from mfulib.collect import ncu
-    from mfulib.collect import pmu
+    from mfulib.profiles import ncu
+    from mfulib.profiles import pmu
     import torch
     result = {"example": os.path.relpath(EXAMPLE, ROOT), "device": torch.cuda.get_device_name(),
               "torch": torch.__version__, "pmu_unavailable": None}

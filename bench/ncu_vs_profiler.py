@@ -34,7 +34,7 @@ COLLECTOR = os.path.join(ROOT, "scripts", "ops_profiling", "msprof_perf_summary.
 def align(ncu_recs, sequence, n_iters, repeats):
     """Per position of ``sequence``: the ncu durations (ns) of the last ``repeats`` iterations, or raise
     ValueError when the last ``n_iters * len(sequence)`` launches do not match the sequence by name."""
-    from mfulib.collect.ncu import duration_ns, short_kernel_name
+    from mfulib.profiles.ncu import duration_ns, short_kernel_name
     k = len(sequence)
     tail = ncu_recs[len(ncu_recs) - n_iters * k:] if len(ncu_recs) >= n_iters * k else None
     if tail is None:
@@ -54,7 +54,7 @@ def run_ncu(ncu, spec, cache_control, timeout_s):
     """Run the collector's child for ``spec`` under ncu; returns the parsed launch records."""
     from mfulib.backends.cuda import CudaBackend
     from mfulib.backends.runner import run_child
-    from mfulib.collect.ncu import parse_ncu_csv
+    from mfulib.profiles.ncu import parse_ncu_csv
 
     class UnderNcu(CudaBackend):
         # one fresh child under ncu: the persistent worker would run the case in a process ncu never wrapped

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Check the ncu metric list and the bound rules of mfulib.collect.pmu / mfulib.report.bound on a real GPU (the H200).
+"""Check the ncu metric list and the bound rules of mfulib.profiles.pmu / mfulib.report.bound on a real GPU (the H200).
 
   python3 bench/pmu_bound_h200.py --out $OUT/pmu_bound        # on the GPU machine (~1-2 min)
 
 Runs a small child program under ``ncu --csv --page details --print-units base --clock-control none --metrics
-<mfulib.collect.pmu.ncu_metrics(cc)>`` (the list the collector passes) that launches, once each after a warm-up:
+<mfulib.profiles.pmu.ncu_metrics(cc)>`` (the list the collector passes) that launches, once each after a warm-up:
 
 * ``triton_gemm_fp16``   a Triton ``tl.dot`` GEMM, 4096 x 4096 x 4096 fp16 (Hopper: warpgroup MMA) - expected tensor-bound;
 * ``torch.matmul`` fp16  the cuBLAS GEMM of the same shape - expected tensor-bound;
@@ -14,7 +14,7 @@ Runs a small child program under ``ncu --csv --page details --print-units base -
 Probes first: ``ncu --version`` and a one-kernel run; a permission error (``ERR_NVGPUCTRPERM``) or a missing ncu is
 written to ``result.json`` as ``pmu_unavailable`` and the script exits 0 (nothing else to measure). Writes
 ``ncu_details.csv`` (stdout as captured) and ``result.json``: per launch the kernel name, the canonical counters
-(:func:`mfulib.collect.pmu.from_ncu_record`), the bound (:func:`mfulib.report.bound.classify`) and the expected label above, plus
+(:func:`mfulib.profiles.pmu.from_ncu_record`), the bound (:func:`mfulib.report.bound.classify`) and the expected label above, plus
 ncu's lines about metrics it rejected. Nothing here is typed by hand: every number is what ncu wrote.
 """
 import argparse
@@ -76,8 +76,8 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     from mfulib.report import bound
-    from mfulib.collect import ncu
-    from mfulib.collect import pmu
+    from mfulib.profiles import ncu
+    from mfulib.profiles import pmu
     result = {"ncu": args.ncu, "pmu_unavailable": None}
     if not os.path.exists(args.ncu):
         result["pmu_unavailable"] = "ncu not found"

@@ -23,7 +23,7 @@ Sources are never modified; an existing WORK is replaced only with --force (old 
 prepare.json records the request (form and choices: --src/--iter/--variant, --bench/--gen/--id, --ref-root/
 --impl-root/--id/--entry/--seed, --example) and the resolved sources with their sha256.
 
-Work-directory state (the Makefile's questions; see mfulib/core/workdir_state.py):
+Work-directory state (the Makefile's questions; see mfulib/pipeline/workdir_state.py):
   <form> --dst WORK --check    one line: "ok <why>" (nothing to redo), "redo <what changed>", "new <why>", or
                                "error <message>" (the sources cannot be resolved); exit 0
   <form> --dst WORK --status   per step: done / stale (why) / failed (its report) / not run

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from mfulib.core import definitions
-from mfulib.collect import kernels
-from mfulib.collect import ncu
-from mfulib.peaks import nominal as peaks
+from mfulib.profiles import kernels
+from mfulib.profiles import ncu
+from mfulib.core import nominal_peaks as peaks
 from mfulib.schemas import performance_json as performance
 from mfulib.backends.base import lost_problems
 from mfulib.backends.cuda import trace_launches as cuda_trace_launches

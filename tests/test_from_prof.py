@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_msprof"))
 import tinyops  # noqa: E402
 
-from mfulib.collect import ncu  # noqa: E402
+from mfulib.profiles import ncu  # noqa: E402
 from mfulib.collect import from_prof as profiles
 from mfulib.core.errors import UserError  # noqa: E402
 
@@ -266,7 +266,7 @@ def test_plain_user_trace_without_the_tools_ranges_is_measured_not_called_no_dev
     rep = run_from_prof(tmp_path / "c", chrome_trace(tmp_path / "g.json.gz", 4, SEQ, gz=True))
     assert rep["per_case"][0]["kernel_time_ns"] == 45000.0 and rep["device"]["name"] == "NVIDIA H200"
     assert rep["timing_method"] == "torch.profiler.cupti.kernel_duration"
-    assert rep["peak"]["value_tflops"] == 989.5  # H200 datasheet (mfulib.peaks.nominal) from deviceProperties
+    assert rep["peak"]["value_tflops"] == 989.5  # H200 datasheet (mfulib.core.nominal_peaks) from deviceProperties
 
 
 def test_do_bench_style_zero_flush_in_each_iteration_is_excluded_with_or_without_recorded_shapes(tmp_path):

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from mfulib.collect import ncu
+from mfulib.profiles import ncu
 from mfulib.collect import from_prof as profiles
 
 FIX = os.environ.get("MFU_PROFILE_FIXTURES") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mfulib.collect import executed as ex
+from mfulib.flops import executed as ex
 from mfulib.core import cases
 from mfulib.search import grid as grid_search
 from mfulib.search import numerator as sn

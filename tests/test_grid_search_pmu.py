@@ -1,4 +1,4 @@
-"""The executed-FLOPs CUDA rule (mfulib.collect.executed) against real H200 Nsight Compute counters.
+"""The executed-FLOPs CUDA rule (mfulib.flops.executed) against real H200 Nsight Compute counters.
 
 Data: tests/fixtures/h200/pmu_mha_128x128.json, recorded H200 output (the validation pack bench/validation/h200/pmu.json
 as committed at 7af7359: the collector with --pmu ncu on the MHA block,
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from mfulib.collect import executed as ex
+from mfulib.flops import executed as ex
 from mfulib.search import numerator as sn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

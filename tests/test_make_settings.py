@@ -62,7 +62,7 @@ def test_a_failed_step_is_recorded_so_status_says_failed_not_interrupted(tmp_pat
     # the user's repro: `make all`, then `make collect COLLECT_ARGS="--bogus"` (exit 2) - make status said "not done
     # ... interrupted, or run outside make". The step macro records the exit status in .state/collect.failed (also
     # with a relative WORK: the collector's recipe cd's into it) and status reads it; a killed run records nothing.
-    from mfulib.core import workdir_state
+    from mfulib.pipeline import workdir_state
     work, make = fake_work(tmp_path)
     rel = os.path.relpath(work, ROOT)
     r, calls = make(f"WORK={rel}", "collect")

@@ -14,8 +14,8 @@ FAKE = os.path.join(HERE, "fake_msprof")
 sys.path.insert(0, FAKE)
 import tinyops  # noqa: E402
 
-from mfulib.collect import kernels  # noqa: E402
-from mfulib.collect import msprof
+from mfulib.profiles import kernels  # noqa: E402
+from mfulib.profiles import msprof
 from mfulib.collect.driver import Options, collect  # noqa: E402
 from mfulib.backends.npu import NpuBackend, check_cann  # noqa: E402
 from mfulib.core.device import cann_version  # noqa: E402

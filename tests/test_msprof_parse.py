@@ -1,4 +1,4 @@
-"""msprof / torch_npu CSV parsing (mfulib.collect.msprof_csv, the one parser; mfulib.collect.msprof finds the
+"""msprof / torch_npu CSV parsing (mfulib.profiles.msprof_csv, the one parser; mfulib.profiles.msprof finds the
 exports): every header variant and value quirk, read through both cell readers (csv module, pandas C reader).
 
 Fixture rows are copied from the facts note (real 910B2 CANN 8.3.RC2 files, msprof-analyze test data); ``<TAB>``
@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from mfulib.collect import msprof
-from mfulib.collect import msprof_csv
-from mfulib.peaks import nominal as peaks
+from mfulib.profiles import msprof
+from mfulib.profiles import msprof_csv
+from mfulib.core import nominal_peaks as peaks
 from mfulib.core.errors import UserError
 
 T = "\t"

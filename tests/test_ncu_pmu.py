@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "fake_msprof"))
 import tinyops  # noqa: E402
 
-from mfulib.collect import ncu as ncu_parse  # noqa: E402
+from mfulib.profiles import ncu as ncu_parse  # noqa: E402
 from mfulib.backends import ncu_pmu  # noqa: E402
 from mfulib.collect.driver import Options, collect  # noqa: E402
 from mfulib.core.errors import UserError  # noqa: E402

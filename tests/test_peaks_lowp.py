@@ -8,7 +8,7 @@ from mfulib.backends import get_backend
 from mfulib.core import device
 from mfulib.peaks import gemm_search
 from mfulib.peaks import gemm_timing
-from mfulib.peaks import nominal as peaks
+from mfulib.core import nominal_peaks as peaks
 from mfulib.schemas import performance_json as performance
 
 H200 = {"backend": "cuda", "name": "NVIDIA H200"}

@@ -8,10 +8,10 @@ import os
 import pytest
 
 from mfulib.report import bound
-from mfulib.collect import executed
-from mfulib.collect import msprof
-from mfulib.collect import ncu
-from mfulib.collect import pmu
+from mfulib.flops import executed
+from mfulib.profiles import msprof
+from mfulib.profiles import ncu
+from mfulib.profiles import pmu
 from mfulib.backends.npu import NpuBackend, merge_group_counters, parse_groups
 from mfulib.core.errors import UserError
 

@@ -16,7 +16,7 @@ import json
 import pytest
 
 from mfulib.report import decompose
-from mfulib.collect import kernels
+from mfulib.profiles import kernels
 from mfulib.report import tables as report
 from mfulib.report import roofline
 from test_decompose_fixture import PEAK, PERF, _rows, _write_op
@@ -55,7 +55,7 @@ def test_official_mfu_beside_the_pmu_view_and_npu_cube_fops_are_not_executed_flo
     d = _write_op(tmp_path, perf=perf)
     res = decompose.decompose(str(d), str(d / "peak.json"))
     v = _rows(res)[46]["pmu_view"]
-    # aic_cube_fops has no public definition (mfulib.collect.executed): no executed FLOPs, no redundancy
+    # aic_cube_fops has no public definition (mfulib.flops.executed): no executed FLOPs, no redundancy
     assert v["executed_flops"] is None and v["redundancy"] is None and v["pmu_mfu"] is None
     assert any("aic_cube_fops is not used" in h for h in v["executed_how"])
     frac = (166900 * 1.0 + 104900 * 0.5) / 271800  # active cores (166900 x 24/24 + 104900 x 12/24) / 271800

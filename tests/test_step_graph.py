@@ -1,7 +1,8 @@
-"""The step graph is written once, in the Makefile: mfulib.core.step_graph reads it, make status judges with it."""
+"""The step graph is written once, in the Makefile: mfulib.pipeline.step_graph reads it, make status judges with it."""
 import pytest
 
-from mfulib.core import step_graph, workdir_state
+from mfulib.pipeline import step_graph
+from mfulib.pipeline import workdir_state
 from mfulib.core.errors import UserError
 
 

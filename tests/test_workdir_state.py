@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from mfulib.core import workdir_state
+from mfulib.pipeline import workdir_state
 from mfulib.core.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -18,12 +18,12 @@ import sys
 __version__ = "0.1.0"
 
 #: old flat module name -> its home since the subpackage layout (both without the ``mfulib.`` prefix). Old names
-#: that are now packages themselves (``batch``, ``peaks``, ``report``, ``verify``) cannot be aliases; nothing outside the
-#: repository imported them.
+#: that are now packages themselves (``batch``, ``peaks``, ``profiles``, ``report``, ``verify``) cannot be aliases;
+#: nothing outside the repository imported them.
 MOVED = {
     "definitions": "core.definitions", "errors": "core.errors", "jsonio": "core.jsonio", "cases": "core.cases",
     "opdir": "core.opdir", "device": "core.device", "cli": "core.cli", "failures": "core.failures",
-    "workdir_state": "core.workdir_state", "symbols": "core.symbols", "input_draw": "core.input_draw",
+    "workdir_state": "pipeline.workdir_state", "symbols": "core.symbols", "input_draw": "core.input_draw",
     "discover": "sources.discover", "prepare": "sources.prepare", "layoutc": "sources.layoutc",
     "examples": "sources.examples",
     "verified_cases": "verify.verified_cases",
@@ -32,8 +32,8 @@ MOVED = {
     "flops_templates_attention": "flops.drafts.attention", "flops_templates_vector": "flops.drafts.vector",
     "vector_costs": "flops.vector_costs", "npu_formulas": "flops.npu_formulas", "npu_standins": "flops.npu_standins",
     "lazy_masks": "flops.lazy_masks", "meta_build": "flops.meta_build", "kernel_parts": "flops.kernel_parts",
-    "backends.collect": "collect.driver", "kernels": "collect.kernels", "msprof": "collect.msprof",
-    "msprof_fast": "collect.msprof_csv", "ncu": "collect.ncu", "pmu": "collect.pmu", "profiles": "collect.from_prof",
+    "backends.collect": "collect.driver", "kernels": "profiles.kernels", "msprof": "profiles.msprof",
+    "msprof_fast": "profiles.msprof_csv", "ncu": "profiles.ncu", "pmu": "profiles.pmu",
     "calib": "peaks.calib", "gemm_search": "peaks.gemm_search", "gemm_timing": "peaks.gemm_timing",
     "probe": "search.probe", "probe_child": "search.probe_child", "probe_gates": "search.probe_gates",
     "grid_search": "search.grid", "search_pool": "search.pool", "search_numerator": "search.numerator",

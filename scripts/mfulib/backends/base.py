@@ -15,7 +15,7 @@ Two sides, two processes:
 
 Iterations are delimited from the data: each is wrapped in ``record_function("mfu::iter::<i>")`` (CUDA/CPU; the
 profiler records the range) or bracketed by marker-kernel launches (NPU, where msprof has no such range in the
-CSVs); the kernel-name sequence must then repeat once per iteration (:func:`mfulib.collect.kernels.summarize`).
+CSVs); the kernel-name sequence must then repeat once per iteration (:func:`mfulib.profiles.kernels.summarize`).
 """
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ import os
 import re
 import time
 
+from mfulib.run.interpreter import TRITON_RANGE_PREFIX  # noqa: F401  the range name the CPU backend reads
+
 ITER_RANGE_PREFIX = "mfu::iter::"
 PRIME_RANGE = "mfu::prime"
-TRITON_RANGE_PREFIX = "triton::"
 _ITER_RE = re.compile(r"^mfu::iter::(\d+)$")
 
 

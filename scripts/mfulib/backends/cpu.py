@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import platform
 
-from mfulib.collect.kernels import FLUSH_KERNEL
+from mfulib.profiles.kernels import FLUSH_KERNEL
 from mfulib.run.interpreter import install_launch_hook
 from mfulib.backends.base import (PRIME_RANGE, TRITON_RANGE_PREFIX, Backend, iteration_ranges, launches_from_trace,
                                   load_trace_events, range_of)

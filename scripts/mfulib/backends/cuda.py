@@ -14,7 +14,7 @@ Attribution of a kernel to an iteration (:func:`trace_launches`), in order of pr
 3. its device start inside the ``gpu_user_annotation`` copy of the range.
 
 Completeness: a launch call inside a range whose correlation id has no device record is a lost kernel record
-(``lost_by_iter``); a kernel record with a zero timestamp or duration is invalid (:mod:`mfulib.collect.kernels`).
+(``lost_by_iter``); a kernel record with a zero timestamp or duration is invalid (:mod:`mfulib.profiles.kernels`).
 Device memcpy/memset records are not kernels: they are reported as a flag, not added to kernel time.
 
 PMU counters per kernel come from one more run of the same child under Nsight Compute
@@ -120,8 +120,8 @@ class CudaBackend(Backend):
     matrix_counter_documented = True
 
     def nominal_bandwidth(self, identity):
-        from mfulib.peaks.nominal import nominal_for_identity
-        return nominal_for_identity(identity).get("bandwidth_gbps"), "CUDA datasheet (mfulib.peaks.nominal)"
+        from mfulib.core.nominal_peaks import nominal_for_identity
+        return nominal_for_identity(identity).get("bandwidth_gbps"), "CUDA datasheet (mfulib.core.nominal_peaks)"
 
     @classmethod
     def fp32_dot_is_reduced(cls, dtype) -> bool:

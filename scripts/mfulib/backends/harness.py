@@ -6,7 +6,7 @@
   ``--flush-cache-mib`` MiB) before an iteration (outside its range) so that the iteration starts with a cold
   last-level cache.
 
-Both names start with :data:`mfulib.collect.kernels.HARNESS_PREFIX`, so every backend drops them by name as well as by
+Both names start with :data:`mfulib.profiles.kernels.HARNESS_PREFIX`, so every backend drops them by name as well as by
 range. Import this module only after ``TRITON_INTERPRET`` is settled (kernels are decorated at import).
 """
 import triton

@@ -22,10 +22,10 @@ import subprocess
 import sys
 import time
 
-from mfulib.collect import pmu as pmu_names
+from mfulib.profiles import pmu as pmu_names
 
-# canonical counter -> the ncu metrics passed to --metrics for it (several: combined as mfulib.collect.pmu says, max of
-# the MMA pipes, sum of their instructions); the names, aliases and sources are owned by mfulib/collect/pmu.py
+# canonical counter -> the ncu metrics passed to --metrics for it (several: combined as mfulib.profiles.pmu says, max of
+# the MMA pipes, sum of their instructions); the names, aliases and sources are owned by mfulib/profiles/pmu.py
 # (NCU_METRIC_OF)
 NCU_METRICS = {key: (names if key in pmu_names.SUMMED else names[:1]) for key, names in pmu_names.NCU_METRIC_OF.items()}
 PMU_NVTX_RANGE = "mfu_pmu_iter"
@@ -55,16 +55,16 @@ def find_ncu(path=None):
 
 
 def ncu_counters(rec, metrics=None) -> dict:
-    """{canonical counter: value or None} of one ncu launch record (:func:`mfulib.collect.ncu.parse_ncu_csv`), through
-    :func:`mfulib.collect.pmu.from_ncu_record`; a counter whose metrics are all absent or ``n/a`` is None (never 0).
+    """{canonical counter: value or None} of one ncu launch record (:func:`mfulib.profiles.ncu.parse_ncu_csv`), through
+    :func:`mfulib.profiles.pmu.from_ncu_record`; a counter whose metrics are all absent or ``n/a`` is None (never 0).
     ``metrics`` (the probe's surviving list) is accepted for symmetry: dropped metrics are simply absent."""
     return pmu_names.from_ncu_record(rec)
 
 
 def match_kernel(ncu_name: str, names) -> str | None:
     """The CUPTI kernel name ``ncu_name`` denotes: the same string, else the only one with the same function
-    identifier (:func:`mfulib.collect.ncu.short_kernel_name`); None when none or several do."""
-    from mfulib.collect.ncu import short_kernel_name
+    identifier (:func:`mfulib.profiles.ncu.short_kernel_name`); None when none or several do."""
+    from mfulib.profiles.ncu import short_kernel_name
     if ncu_name in names:
         return ncu_name
     short = short_kernel_name(ncu_name)
@@ -95,7 +95,7 @@ def average_by_kernel(recs, names, metrics=None) -> tuple:
 def last_iterations(recs, sequence, iterations: int) -> tuple:
     """(records, None) of the last ``iterations`` x len(``sequence``) launches when their function names repeat the
     CUPTI ``sequence`` position by position, else ([], why)."""
-    from mfulib.collect.ncu import short_kernel_name
+    from mfulib.profiles.ncu import short_kernel_name
     n = iterations * len(sequence)
     if len(recs) < n:
         return [], f"profiled {len(recs)} launch(es) by name, fewer than {iterations} iteration(s) x {len(sequence)}"
@@ -199,7 +199,7 @@ class NcuPmu:
             for _ in range(3):  # unknown metrics are dropped and the probe repeated
                 cmd = self.base_command() + ["--launch-count", "1", sys.executable, "-c", PROBE_CODE]
                 rc, text = _run(cmd, tmp, dict(os.environ), min(self.timeout_s, 300.0), os.path.join(tmp, "p.csv"))
-                from mfulib.collect.ncu import parse_ncu_csv
+                from mfulib.profiles.ncu import parse_ncu_csv
                 recs = parse_ncu_csv(text) if rc is not None else []
                 if recs:
                     self._verdict = {"available": True, "reason": None}
@@ -231,7 +231,7 @@ class NcuPmu:
         ``sequence``: the CUPTI kernel names of one iteration; ``names``: the case's kernel names. Returns
         {pmu, pmu_source, pmu_unavailable, pmu_launches, pmu_csv, flags}; never raises for the case."""
         from mfulib.core.jsonio import write_json_atomic
-        from mfulib.collect.ncu import parse_ncu_csv
+        from mfulib.profiles.ncu import parse_ncu_csv
         v = self.probe()
         out = {"pmu": None, "pmu_source": None, "pmu_unavailable": v["reason"], "pmu_launches": 0, "pmu_csv": None,
                "flags": []}

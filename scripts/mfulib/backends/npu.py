@@ -12,13 +12,13 @@ PipeUtilization,ArithmeticUtilization,Memory``) runs the child once per group, o
 ``sh -c`` chain (stopping at the first failure): the first group's run, under ``<attempt>/msprof``, gives the
 kernel times; each further group's run, under ``<attempt>/msprof_<Group>``, adds its counters to the kernels of the
 same name (mean over that run's measured launches, :func:`merge_group_counters`). Counters are renamed to the
-canonical names of :mod:`mfulib.collect.pmu` (``N/A`` stays None); ``pmu_source`` = ``msprof:<G1>+<G2>...``.
+canonical names of :mod:`mfulib.profiles.pmu` (``N/A`` stays None); ``pmu_source`` = ``msprof:<G1>+<G2>...``.
 
-Rows: :func:`mfulib.collect.msprof.load_kernel_rows` (op_summary, task_time fallback, slices, old layout, torch_npu
+Rows: :func:`mfulib.profiles.msprof.load_kernel_rows` (op_summary, task_time fallback, slices, old layout, torch_npu
 ``kernel_details.csv``, marker rows filtered). msprof's CSVs carry no iteration ranges, so the child launches a tiny
 Triton marker kernel (``mfu_harness_marker_kernel``: Triton-Ascend reports ``Op Name`` = the kernel function name,
 docs/sources.md#msprof-csv) at the start of every iteration and once after the last; rows between two markers are one
-iteration (:func:`mfulib.collect.kernels.assign_by_markers`). Marker kernels work on every CANN version, which an mstx
+iteration (:func:`mfulib.profiles.kernels.assign_by_markers`). Marker kernels work on every CANN version, which an mstx
 range export does not (no public page pins its CSV format); mstx ranges are still emitted where torch_npu has them, for
 people reading the timeline.
 
@@ -36,9 +36,9 @@ import shlex
 import shutil
 import subprocess
 
-from mfulib.collect import kernels as _kernels
-from mfulib.collect import msprof as _msprof
-from mfulib.collect import pmu as _pmu
+from mfulib.profiles import kernels as _kernels
+from mfulib.profiles import msprof as _msprof
+from mfulib.profiles import pmu as _pmu
 from mfulib.core.device import cann_version
 from mfulib.core.errors import UserError
 from mfulib.backends.base import Backend, setting

@@ -11,7 +11,7 @@ from mfulib.collect.options import Options
 from mfulib.core.definitions import MATH_MODES
 from mfulib.core.jsonio import provenance
 from mfulib.core.opdir import OpDir
-from mfulib.peaks import nominal as _peaks
+from mfulib.core import nominal_peaks as _peaks
 from mfulib.schemas import performance_json as _perf
 
 NOMINAL_DTYPE = "float16"  # MFU@nom uses the fp16/bf16 dense peak for every dtype (docs/ARCHITECTURE.md#mfu-nom)

@@ -114,7 +114,7 @@ def collect(opts: Options, log=None) -> dict:
                                      selected, skipped, flops, results, impls, interrupted, t_start))
     _perf.write_performance_json(output_dir, report)
     if report["missing"] or not report["n_cases_valid"]:  # make must redo this step (its stamp no longer holds)
-        from mfulib.core.workdir_state import invalidate
+        from mfulib.pipeline.workdir_state import invalidate
         invalidate(opdir.path, "collect")
     if interrupted:
         raise KeyboardInterrupt

@@ -11,7 +11,7 @@ import time
 
 from mfulib.backends.base import lost_problems
 from mfulib.backends.runner import close_workers, run_child
-from mfulib.collect import kernels as _kernels
+from mfulib.profiles import kernels as _kernels
 from mfulib.collect.options import Options
 from mfulib.collect.selection import next_admitted
 from mfulib.core.errors import UserError

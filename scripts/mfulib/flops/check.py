@@ -21,7 +21,7 @@ from mfulib.core.definitions import FLOAT_DTYPES, is_positive, time_ns_at
 from mfulib.backends import device_identity, resolve_backend
 from mfulib.core.errors import UserError, rejection_reason
 from mfulib.flops.contract import REVIEW_MARK, FlopsContractError, FlopsFile, evaluate_case
-from mfulib.peaks.nominal import nominal_peak_tflops
+from mfulib.core.nominal_peaks import nominal_peak_tflops
 from mfulib.schemas import peak_json
 
 
@@ -476,7 +476,7 @@ def resolve_peak(work_dir: str, peak_tflops=None, backend: str = "auto") -> dict
 
     Order: ``peak_tflops`` (the --peak-tflops flag); the nominal block of the work dir's peak.json (a per-device
     fact any step may read, :func:`mfulib.schemas.peak_json.nominal_half_tflops`); the nominal table of the device
-    this runs on (:func:`mfulib.peaks.nominal.nominal_peak_tflops`: NPU cube formula or CUDA datasheet); else None - CPU
+    this runs on (:func:`mfulib.core.nominal_peaks.nominal_peak_tflops`: NPU cube formula or CUDA datasheet); else None - CPU
     has no nominal peak, and the check is skipped with that reason. performance.json (step 4) is never read here.
     Raises UserError for a bad ``peak_tflops`` or a peak.json of the wrong structure (file and field named).
     """

@@ -307,12 +307,12 @@ def method_block(dev: Bench, target_ms: float) -> dict:
 
 
 def nominal_block(ident: dict) -> dict:
-    """Nominal (datasheet / formula) dense peaks for the device, from :mod:`mfulib.peaks.nominal`, recorded beside the
+    """Nominal (datasheet / formula) dense peaks for the device, from :mod:`mfulib.core.nominal_peaks`, recorded beside the
     measured ones: ``{"tflops": {mode: value}, "bandwidth_gbps": value|None, "source": text}``."""
     try:
-        from mfulib.peaks import nominal as peaks
+        from mfulib.core import nominal_peaks as peaks
     except ImportError as exc:  # pragma: no cover - the module is part of the package
-        return {"tflops": {}, "bandwidth_gbps": None, "source": f"mfulib.peaks.nominal unavailable ({exc})"}
+        return {"tflops": {}, "bandwidth_gbps": None, "source": f"mfulib.core.nominal_peaks unavailable ({exc})"}
     return peaks.nominal_for_identity(ident)
 
 

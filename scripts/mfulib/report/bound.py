@@ -1,6 +1,6 @@
 """Which wall a kernel (or a part of the operator) runs into: tensor/cube, memory, vector, latency - from PMU counters.
 
-Input: the canonical counters of :mod:`mfulib.collect.pmu` for one kernel (or a time-weighted mean over a part's kernels,
+Input: the canonical counters of :mod:`mfulib.profiles.pmu` for one kernel (or a time-weighted mean over a part's kernels,
 :func:`part_counters`). Output (the ``bound`` object of mfu_decompose.json rows and parts): ``{"label",
 "source", "evidence": {counter: value}, "note"}`` with ``label`` one of :data:`LABELS` and ``source``
 ``"pmu:ncu"`` | ``"pmu:msprof"`` | ``"fallback:fp32-vs-fp16"`` | None.

@@ -29,8 +29,8 @@ import os
 
 from mfulib.backends import validates_only
 from mfulib.report import bound as _bound
-from mfulib.collect import executed as _executed
-from mfulib.collect import pmu as _pmu
+from mfulib.flops import executed as _executed
+from mfulib.profiles import pmu as _pmu
 from mfulib.report import roofline as _roofline
 from mfulib.core.definitions import (HALF_DTYPES, NOISE_MARGIN, above_peak, actual_tflops, canonical_dtype,
                                      canonical_mode, finite_or_none, mbu, measured_peak_tflops, mfu)
@@ -39,10 +39,10 @@ from mfulib.core.errors import REJECT_PREFIX, UserError
 from mfulib.flops.contract import load_flops
 from mfulib.report.reading import apply_fallback_bounds, maxima, reading_aid, regime, search_note, speedups
 from mfulib.flops.kernel_parts import OTHER, check_kernel_parts, match_part
-from mfulib.peaks.nominal import dtype_nominal_tflops
+from mfulib.core.nominal_peaks import dtype_nominal_tflops
 from mfulib.schemas.peak_json import nominal_half_tflops, read_peak_json
 from mfulib.schemas.performance_json import completeness, load_report
-from mfulib.core.workdir_state import seed_mismatch
+from mfulib.pipeline.workdir_state import seed_mismatch
 
 
 # --------------------------------------------------------------------------------------------------------------

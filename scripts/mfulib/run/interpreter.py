@@ -35,6 +35,9 @@ import threading
 BLOCK_PTR_REMOVED = "Block pointers have been removed"
 BLOCK_PTR_TRITON = "3.8.0"  # newest triton whose interpreter still runs tl.make_block_ptr (tried: 3.8.0 yes, 3.9.0 no)
 
+#: the torch.profiler range each interpreted kernel launch is wrapped in: "triton::<kernel name>" (the CPU backend reads
+#: kernel names and times from these ranges)
+TRITON_RANGE_PREFIX = "triton::"
 _STATE = threading.local()
 _RECORD: dict = {}  # (kind, kernel) -> record dict, in first-seen order
 _INSTALLED = {"done": False}
@@ -120,7 +123,6 @@ def install_launch_hook() -> bool:
         return True
     from torch.profiler import record_function
 
-    from mfulib.backends.base import TRITON_RANGE_PREFIX
     cls = interp.InterpretedFunction
     orig_run = cls.run
     sources: dict = {}

@@ -53,7 +53,7 @@ Top level
     ``kernel_time_mean_ns``, ``span_ns``, ``launch_overhead_ns``, ``iter_kernel_time_ns`` [...], ``iter_span_ns``
     [...], ``actual_tflops`` (= flops / kernel_time_ns / 1e3), ``mfu_nom`` (ratio, not %; None when no peak or no
     FLOPs - never 0 or infinite), ``repeat_spread`` ((max - min) / median), ``flags`` [text], ``pmu``
-    {kernel: {counter: mean}} (canonical counter names of :mod:`mfulib.collect.pmu`: msprof PMU columns on npu; on cuda
+    {kernel: {counter: mean}} (canonical counter names of :mod:`mfulib.profiles.pmu`: msprof PMU columns on npu; on cuda
     the ncu counters - duration_ns, sm_throughput_pct, dram_throughput_pct, tensor_pipe_pct, tensor_inst_executed,
     achieved_occupancy_pct, dram_bytes, l2_hit_rate_pct, grid_size, block_size - averaged over ``launches``
     profiled launches; a counter not measured is None, never 0), ``pmu_source`` ("ncu" |
@@ -78,7 +78,7 @@ from mfulib.core.definitions import (LOW_PRECISION_MODES, NOISE_MARGIN, OPS_MODE
 from mfulib.core.cli import script_command
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import write_json_atomic
-from mfulib.peaks.nominal import dtype_nominal_tflops
+from mfulib.core.nominal_peaks import dtype_nominal_tflops
 from mfulib.schemas.common import read_work_json, wrong_type
 
 SCHEMA = 1
@@ -119,7 +119,7 @@ def mfu_fields(flops, kernel_time_ns, peak_tflops, dtype_nominal_tflops=None, dt
     ``actual_tflops`` and ``mfu`` as :mod:`mfulib.core.definitions` defines them (docs/ARCHITECTURE.md#mfu-nom):
     MFU@nom divides by ``peak_tflops`` (the fp16/bf16 figure) for every dtype. Whether the throughput is impossibly
     high is judged against ``dtype_nominal_tflops`` (the nominal figure of the case's own dtype ``dtype_key``,
-    :func:`mfulib.peaks.nominal.dtype_nominal_tflops`) where there is one: a healthy int8 kernel runs near 2x the fp16
+    :func:`mfulib.core.nominal_peaks.dtype_nominal_tflops`) where there is one: a healthy int8 kernel runs near 2x the fp16
     figure (H200: int8 dense 1979 TOPS, fp16 989.5 TFLOP/s). Without one, MFU@nom > 100% + margin is an error,
     except for int8/fp8, where it is a warning (above the fp16 figure is legitimate there; no own figure to check).
     """

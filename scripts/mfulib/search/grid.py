@@ -16,7 +16,7 @@ largest shape (scaled up, data fall out of cache and MFU often drops), so the se
 * **stage 2**: the top :attr:`SearchOptions.stage2_k` (3) are measured by the collector
   (``msprof_perf_summary.py --cases``; on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the
   tensor instruction counts): precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search.numerator`;
-  executed FLOPs from :mod:`mfulib.collect.executed`, none on NPU), MFU@nom against
+  executed FLOPs from :mod:`mfulib.flops.executed`, none on NPU), MFU@nom against
   the collector's nominal peak and MFU@ach against peak.json's measured peak where present.
 
 Writes grid_search.json (:mod:`mfulib.schemas.grid_search_json`); its ``chosen_cases`` are what ``make collect``
@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 
 from mfulib.core.paths import SCRIPTS_DIR
-from mfulib.collect import executed as _executed
+from mfulib.flops import executed as _executed
 from mfulib.search import numerator as _sn
 from mfulib.search.pool import ALWAYS_TOP, CHECK_FLOPS, build_pool, flops_py_values, read_probe, trace_flops
 from mfulib.core.definitions import actual_tflops, is_positive, measured_peak_tflops, peak_key
@@ -226,7 +226,7 @@ def collector_command(op_dir: str, ids: list, out_dir: str, backend_name: str, o
     """The stage-2 collector command line for case ``ids`` of the work dir ``op_dir`` into ``out_dir``: precise
     kernel time, and on cuda the tensor instruction counts the numerator needs (``--pmu``
     :attr:`SearchOptions.stage2_pmu`, default auto = Nsight Compute when it is found and permitted, unless
-    ``collect_args`` carry their own ``--pmu``; npu collects no counter: :mod:`mfulib.collect.executed` uses none
+    ``collect_args`` carry their own ``--pmu``; npu collects no counter: :mod:`mfulib.flops.executed` uses none
     there)."""
     cmd = [sys.executable, COLLECTOR, "--quick", "--impl", "asc", "--op-dir", op_dir, "--output-dir", out_dir,
            "--cases", ",".join(map(str, ids)), "--backend", backend_name, "--device", str(opts.device_id),
@@ -288,7 +288,7 @@ def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchO
     """(stage-2 rows, performance.json path): the collector's precise kernel time of the ``top`` case ids and each
     one's numerator (min(traced, executed)) and MFU / MBU. The collector writes to ``<work>/search/<out_name>/``
     (bench/bench_search_h200.py measures the whole pool the same way under another name)."""
-    from mfulib.peaks.nominal import nominal_for_identity
+    from mfulib.core.nominal_peaks import nominal_for_identity
     from mfulib.schemas import performance_json as _perf
     t0 = time.perf_counter()
     out_dir = os.path.join(opdir.path, SCRATCH, out_name)

@@ -4,7 +4,7 @@ The numerator rule (``docs/ARCHITECTURE.md``, "numerator rule"): the search runs
 the numerator from the reference's tracer; where the hardware counts the matrix work it executed, the numerator is
 **min(traced, executed)** - a dense reference over-counts sparse semantics, tile padding / masked work over-counts on
 the hardware side, so the smaller is closer to the model FLOPs - and both values are recorded with ``num_src``.
-Executed FLOPs have one definition, :func:`mfulib.collect.executed.executed_flops` (matrix instructions only; CUDA
+Executed FLOPs have one definition, :func:`mfulib.flops.executed.executed_flops` (matrix instructions only; CUDA
 tensor instructions on mma.sync devices, refused for warpgroup MMA; never on NPU, whose counter has no public
 definition); without them (cpu, npu, counters not collected or refused) ``num_src`` is ``tracer`` and
 ``num_src_why`` says why.

@@ -90,7 +90,7 @@ def restore(od, old, path) -> int:
     if old is None:
         raise UserError(f"{path}: not found - nothing was appended, nothing to restore")
     names = probe_files.restore(od, old)
-    from mfulib.core import workdir_state
+    from mfulib.pipeline import workdir_state
     gone = [p for p in (path, od.file("grid_search.json")) if os.path.exists(p)]
     for p in gone:
         os.unlink(p)

@@ -68,7 +68,7 @@ def check_choices(args, layout):
 
 def work_state(args, request):
     """--check / --status: (verdict, reason) of step 1 for --dst (workdir_state.prepare_verdict)."""
-    from mfulib.core import workdir_state
+    from mfulib.pipeline import workdir_state
     try:
         check_choices(args, "C" if args.ref_root or args.impl_root else "A" if args.src else
                        "explicit" if (args.ref or args.cases or args.impl) else "B")
@@ -182,7 +182,7 @@ def run(args) -> int:
     if args.check or args.status:
         verdict, why = work_state(args, request)
         if args.status:
-            from mfulib.core import workdir_state
+            from mfulib.pipeline import workdir_state
             changed = {k: v.split(",") for k, _, v in (t.partition(":") for t in args.settings_changed.split()) if v}
             print(workdir_state.status_table(os.path.abspath(args.dst), (verdict, why), changed))
         else:

@@ -10,7 +10,7 @@ files is replaced only with ``force=True``, after being moved to ``<dst>.bak-<ti
 
 prepare.json records what the directory was built from: ``request`` (the source form and choices given on the
 command line: layout, --src/--iter/--variant, --bench/--gen/--id, ...), ``sources`` {ref|cases|impl|flops: {path,
-sha256}} (the files they resolved to) and ``choices`` (why each file was picked); :mod:`mfulib.core.workdir_state`
+sha256}} (the files they resolved to) and ``choices`` (why each file was picked); :mod:`mfulib.pipeline.workdir_state`
 compares them with a later command line to decide whether step 1 must be redone.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from mfulib.sources.discover import inspect_py, read_source
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import current_umask, provenance, write_json_atomic, write_text_atomic
 from mfulib.core.opdir import MODEL_JSON, MODEL_NEW_PY, MODEL_PY, PERF_CASES_SUFFIX, PREPARE_JSON, FLOPS_PY
-from mfulib.core.workdir_state import source_record
+from mfulib.pipeline.workdir_state import source_record
 
 SCHEMA = 1
 

@@ -5,11 +5,11 @@ Accepted inputs (one ``--from-prof`` path may hold several profiles; each is one
 
 * this tool's kept profiles (``--keep-prof``): ``<dir>/prof/case<N>_<impl>/`` with ``spec.json`` (case, impl,
   warmup, repeats, backend), ``report.json`` (device) and ``trace.json`` (cuda/cpu) or ``msprof/PROF_*`` (npu);
-* msprof ``PROF_*`` directories and torch_npu ``*_ascend_pt`` directories (:mod:`mfulib.collect.msprof` reads them), or
+* msprof ``PROF_*`` directories and torch_npu ``*_ascend_pt`` directories (:mod:`mfulib.profiles.msprof` reads them), or
   one ``op_summary_*.csv`` / ``task_time_*.csv`` / ``kernel_details.csv`` file;
 * torch.profiler chrome traces (``.json`` / ``.json.gz``, ``export_chrome_trace``), with or without this tool's
   ``mfu::iter::<i>`` ranges (:func:`mfulib.backends.cuda.trace_launches` reads them);
-* ``ncu --csv`` output, ``--page raw`` or ``--page details`` (:func:`mfulib.collect.ncu.parse_ncu_csv`).
+* ``ncu --csv`` output, ``--page raw`` or ``--page details`` (:func:`mfulib.profiles.ncu.parse_ncu_csv`).
 
 What a foreign profile lacks is found in the data, and every finding is written to the case's ``flags``:
 

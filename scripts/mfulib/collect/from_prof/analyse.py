@@ -1,12 +1,12 @@
 """One loaded profile -> one collector-style result (:func:`analyse`): the L2-flush rule
 (:mod:`~mfulib.collect.from_prof.flush`), the iterations (:mod:`~mfulib.collect.from_prof.iterations`),
-then the kernel summary of :func:`mfulib.collect.kernels.summarize`. A profile that recorded nothing is
+then the kernel summary of :func:`mfulib.profiles.kernels.summarize`. A profile that recorded nothing is
 ``no_kernels``; launches recorded on the host without a kernel record make it ``incomplete`` (never 0 ns)."""
 from __future__ import annotations
 
 import time
 
-from mfulib.collect import kernels as _kernels
+from mfulib.profiles import kernels as _kernels
 from mfulib.collect.from_prof.flush import apply_flush_rule
 from mfulib.collect.from_prof.iterations import delimit_by_sequence, renumber, screen_head
 from mfulib.collect.from_prof.profile import Profile

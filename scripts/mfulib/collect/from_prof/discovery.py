@@ -6,7 +6,7 @@ import glob
 import os
 import re
 
-from mfulib.collect.msprof_csv import has_duration_column
+from mfulib.profiles.msprof_csv import has_duration_column
 from mfulib.core.errors import UserError
 
 

@@ -5,7 +5,7 @@ An L2-flush launch is a fill / zero / memset, cast or sum kernel
 (:data:`FLUSH_OP_TYPES`, :data:`FLUSH_NAME_PATTERNS`) over a buffer at least the L2 size. Buffer bytes: the
 largest tensor of its shapes (msprof Input/Output Shapes x dtype size; the host op's ``Input Dims`` in a
 chrome trace recorded with ``record_shapes``), ncu ``dram__bytes_write.sum``; else *estimated* as duration x
-the device's nominal DRAM bandwidth (:mod:`mfulib.peaks.nominal` datasheet table; a fill is bandwidth-bound, and the
+the device's nominal DRAM bandwidth (:mod:`mfulib.core.nominal_peaks` datasheet table; a fill is bandwidth-bound, and the
 estimate is an upper bound of its bytes, so a fill just under the L2 size can be misjudged - it is labelled
 estimated). L2 size: ``--l2-mib``, the profile (ncu ``device__attribute_l2_cache_size``; kept profiles' device
 record ``l2_cache_bytes``; msprof info.json.N AI-core frequency -> 910B variant; docs/sources.md#l2-sizes), else
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from mfulib.collect import kernels as _kernels
+from mfulib.profiles import kernels as _kernels
 from mfulib.collect.from_prof.profile import MIB
 
 L2_FLUSH_MODES = ("exclude", "keep")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from mfulib.collect import kernels as _kernels
+from mfulib.profiles import kernels as _kernels
 
 GAP_RATIO = 4.0
 

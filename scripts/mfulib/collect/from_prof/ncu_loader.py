@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from mfulib.collect import ncu as _ncu
+from mfulib.profiles import ncu as _ncu
 from mfulib.collect.from_prof.flush import l2_from_facts
 from mfulib.collect.from_prof.profile import Profile
 
@@ -41,7 +41,7 @@ def load_ncu(path) -> Profile:
     if l2:
         prof.l2_bytes, prof.l2_source = l2, "ncu device__attribute_l2_cache_size"
     if dev_name:
-        from mfulib.peaks import nominal as _peaks
+        from mfulib.core import nominal_peaks as _peaks
         prof.device = {"backend": "cuda", "name": dev_name, "identity_source": "ncu device__attribute_display_name"}
         prof.bandwidth_gbps = _peaks.nominal_for_identity(dict(prof.device)).get("bandwidth_gbps")
         if not prof.l2_bytes:

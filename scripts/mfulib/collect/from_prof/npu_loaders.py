@@ -8,9 +8,9 @@ import glob
 import math
 import os
 
-from mfulib.collect import kernels as _kernels
-from mfulib.collect import msprof as _msprof
-from mfulib.collect import msprof_csv as _csv
+from mfulib.profiles import kernels as _kernels
+from mfulib.profiles import msprof as _msprof
+from mfulib.profiles import msprof_csv as _csv
 from mfulib.collect.from_prof.flush import NPU_L2_BY_FREQ
 from mfulib.collect.from_prof.profile import Profile
 

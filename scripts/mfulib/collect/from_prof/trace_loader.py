@@ -44,7 +44,7 @@ def _host_op_bytes(op):
 
 def load_chrome(path, n_iters=None) -> Profile:
     """A torch.profiler chrome trace (CUDA, or this tool's CPU-backend trace) as a :class:`Profile`."""
-    from mfulib.peaks import nominal as _peaks
+    from mfulib.core import nominal_peaks as _peaks
     from mfulib.backends import base as _base
     from mfulib.backends import cpu as _cpu
     from mfulib.backends import cuda as _cuda

@@ -4,7 +4,7 @@ Each step of steps 2-6 is a Makefile rule ``$(ST)/<step>.ok: <prerequisites>`` w
 ``$(call step,<step>,$(WORK)/<report>,...)``. Its prerequisites name the steps it needs (``$(ST)/<other>.ok``;
 ``$(WORK)/prepare.json`` is step 1) and the work-directory files it depends on (``$(WORK)/<file>``); order-only
 prerequisites (after ``|``) and conditional ones (``$(if ...)``, ``$(wildcard ...)``: the search's extra edges under
-``SEARCH=1``) are not part of a step's own inputs. ``make status`` (:mod:`mfulib.core.workdir_state`) judges a work
+``SEARCH=1``) are not part of a step's own inputs. ``make status`` (:mod:`mfulib.pipeline.workdir_state`) judges a work
 directory with this graph, so it cannot drift from what make does.
 
 :func:`read_steps` raises :class:`~mfulib.core.errors.UserError` when the Makefile has no rule for a step of
@@ -89,7 +89,7 @@ def parse_makefile(text: str, where: str = "Makefile") -> tuple:
     unknown = sorted(set(found) - set(STEP_ORDER))
     missing = [s for s in STEP_ORDER[1:] if s not in found]
     if unknown or missing:
-        raise UserError(f"{where}: step rules and mfulib.core.step_graph.STEP_ORDER disagree (missing in the Makefile:"
+        raise UserError(f"{where}: step rules and mfulib.pipeline.step_graph.STEP_ORDER disagree (missing in the Makefile:"
                         f" {missing or 'none'}; unknown to STEP_ORDER: {unknown or 'none'}) - add the step to both")
     return (Step("prepare", PREPARE_JSON),) + tuple(found[s] for s in STEP_ORDER[1:])
 

@@ -4,7 +4,7 @@ performance.json ``per_case[].pmu`` is ``{kernel_name: {counter: value}}`` with 
 not measured, never 0), ``pmu_source`` says where they came from (``"ncu"`` | ``"msprof:<Group>[+<Group>]"``).
 This module owns the names; the collector's backends (npu: :func:`from_msprof`; cuda: :func:`from_ncu_record`),
 the classification (:mod:`mfulib.report.bound`), the roofline (:mod:`mfulib.report.roofline`) and the executed
-matrix FLOPs (:mod:`mfulib.collect.executed`) read them from here.
+matrix FLOPs (:mod:`mfulib.flops.executed`) read them from here.
 
 CUDA (Nsight Compute; metric names as ncu spells them for Hopper/sm_90, :data:`NCU_METRIC_OF`):
 
@@ -99,7 +99,7 @@ def msprof_counter_name(header: str) -> str:
 
 
 def from_msprof(pmu_columns: dict, block_dim=None) -> dict:
-    """Canonical counters of one msprof row: ``pmu_columns`` {header: number or None} (mfulib.collect.msprof's row["pmu"],
+    """Canonical counters of one msprof row: ``pmu_columns`` {header: number or None} (mfulib.profiles.msprof's row["pmu"],
     any metric group) and the row's ``block_dim`` (``Block Dim``/``Block Num``). Values that are not finite numbers
     (``N/A``) stay None; ``main_mem_bw_gbps`` is the sum of the main-memory bandwidths present (None if none)."""
     out = {}
@@ -156,15 +156,15 @@ def _metric(rec: dict, name: str):
 
 
 def from_ncu_record(rec: dict) -> dict:
-    """Canonical counters of one launch parsed by :func:`mfulib.collect.ncu.parse_ncu_csv` (``{"metrics", "units", ...}``).
+    """Canonical counters of one launch parsed by :func:`mfulib.profiles.ncu.parse_ncu_csv` (``{"metrics", "units", ...}``).
 
-    ``duration_ns`` through :func:`mfulib.collect.ncu.to_ns` and ``dram_bytes`` through :func:`mfulib.collect.ncu.to_bytes` (from
+    ``duration_ns`` through :func:`mfulib.profiles.ncu.to_ns` and ``dram_bytes`` through :func:`mfulib.profiles.ncu.to_bytes` (from
     their unit column; without one, as ``--print-units base`` writes them: ns, bytes); ``tensor_pipe_pct`` = max of the hmma and gmma pipe metrics present; ``tensor_inst_executed``
     = max of the hmma and gmma instruction counts present (the hmma count includes gmma on sm_90); ``grid_size`` / ``block_size`` from the launch metrics,
     else from the row's ``Grid Size`` / ``Block Size`` columns (``(64, 8, 1)`` -> 512). A metric absent from the
     record gives None.
     """
-    from mfulib.collect.ncu import to_bytes, to_ns
+    from mfulib.profiles.ncu import to_bytes, to_ns
     units = rec.get("units") or {}
     out = {k: None for k in NCU_COUNTERS if k != "launches"}
     for key, names in NCU_METRIC_OF.items():

@@ -11,7 +11,7 @@ Public API (used by the collector, ``check_flops`` and ``peak_calib``):
 ``device_info`` / ``ident`` is a dict with ``backend`` (``npu|cuda|cpu``) and what is known of the device:
 
 * npu: ``ai_core_num`` + ``aic_frequency_mhz`` (runtime values from ``PROF_*/device_N/info.json.N``, see
-  :func:`mfulib.collect.msprof.read_info_json`), else ``soc_name`` (``Ascend910B2``; torch_npu / npu-smi) for the platform
+  :func:`mfulib.profiles.msprof.read_info_json`), else ``soc_name`` (``Ascend910B2``; torch_npu / npu-smi) for the platform
   ``.ini`` under ``$ASCEND_HOME_PATH`` or the ini table below, with ``cube_core_num`` from torch_npu if known;
 * cuda: ``name`` (``torch.cuda.get_device_properties(i).name``), optionally ``multiprocessor_count``,
   ``capability`` and ``max_sm_clock_mhz`` for the SMs x clock fallback;

@@ -3,7 +3,7 @@
 Executed FLOPs are the **matrix work only** the hardware says it ran (cube / tensor-core instructions, each at its
 instruction shape and math mode; vector work is never added), so they compare with the traced FLOPs of the
 numerator rule min(traced, executed) (``docs/ARCHITECTURE.md``; :func:`mfulib.search.numerator.numerator` records
-the choice in ``num_src``). Counter names are those of :mod:`mfulib.collect.pmu`. Two callers: the shape search's
+the choice in ``num_src``). Counter names are those of :mod:`mfulib.profiles.pmu`. Two callers: the shape search's
 numerator (:func:`executed_flops`, per iteration of a performance.json ``per_case`` entry) and the decompose PMU
 view (:func:`kernel_flops`, per launch of one kernel).
 

@@ -25,7 +25,7 @@ from mfulib.core.jsonio import sha256
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import read_json
 from mfulib.core.opdir import PREPARE_JSON
-from mfulib.core.step_graph import Step, read_steps  # noqa: F401  Step: the row type of STEPS
+from mfulib.pipeline.step_graph import Step, read_steps  # noqa: F401  Step: the row type of STEPS
 
 STATE_DIR = ".state"
 # request keys -> the make variable that sets them (for the "what changed" message)
@@ -35,7 +35,7 @@ MAKE_NAMES = {"form": "source layout", "src": "V", "iter": "ITER", "variant": "V
 
 
 #: the steps in make status's order, their reports and inputs - read from the Makefile's rules
-#: (:mod:`mfulib.core.step_graph`), the one place the graph is written
+#: (:mod:`mfulib.pipeline.step_graph`), the one place the graph is written
 STEPS = read_steps()
 
 

@@ -13,7 +13,7 @@ one, exports by the 14-digit ``<ts>`` of the file names. The **newest complete**
 when its slices are numbered 0..n without a gap and every file has a header with a duration column. Everything
 passed over is listed in the result (``ignored``), never silently merged.
 
-Each file is read by :func:`mfulib.collect.msprof_csv.parse_kernel_csv` (the one CSV parser: headers, units,
+Each file is read by :func:`mfulib.profiles.msprof_csv.parse_kernel_csv` (the one CSV parser: headers, units,
 bad lines).
 
 Marker rows (no kernel name, or a task type of :data:`MARKER_TASK_TYPES` such as ``PROFILING_ENABLE``,
@@ -27,7 +27,7 @@ import json
 import os
 import re
 
-from mfulib.collect.msprof_csv import has_duration_column, parse_kernel_csv, read_csv_table
+from mfulib.profiles.msprof_csv import has_duration_column, parse_kernel_csv, read_csv_table
 from mfulib.core.errors import UserError
 
 # task types that are runtime bookkeeping, not kernels (as in real op_summary and task_time exports,
