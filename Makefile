@@ -125,7 +125,8 @@ setup: ## install the Python dependencies (CPU torch where no GPU and no torch; 
 
 # Test tiers (markers registered in tests/conftest.py): test-fast is the unit tier (-m "not e2e": in-process, no
 # pipeline of subprocesses, no sleeps); test-e2e the end-to-end tier (-m e2e: whole CPU pipelines through make and
-# the step scripts, built once per session by tests/pipelines.py and copied); test runs both in one pytest call.
+# the step scripts, built once per session by tests/pipelines.py and copied); test runs both, the unit tier first
+# (a failure there stops before the slow tier; each tier's pytest prints its own count and time).
 # Every tier runs under pytest-xdist when it is installed (.ci/run installs it; requirements.txt lists it):
 # TEST_JOBS workers (2: CI's two cores), --dist loadfile (one file's tests in one worker, so a module's fixture is
 # built once); TEST_JOBS=0 runs in this process. Each test has its own TMPDIR, so its device lock is its own.
@@ -134,7 +135,8 @@ HAVE_XDIST   = $(shell $(PY) -c "import xdist" 2>/dev/null && echo 1)
 PYTEST_RUN   = cd $(SKILL_DIR) && $(PY) -m pytest -q $(if $(and $(HAVE_XDIST),$(filter-out 0,$(TEST_JOBS))),-n \
   $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
 test: ## run the test suite, both tiers (CPU-only machines run Triton kernels in the interpreter)
-	$(PYTEST_RUN) tests
+	$(PYTEST_RUN) -m "not e2e" tests
+	$(PYTEST_RUN) -m e2e tests
 test-fast: ## the unit tier of the test suite (no subprocess pipelines, no sleeps)
 	$(PYTEST_RUN) -m "not e2e" tests
 test-e2e: ## the end-to-end tier of the test suite (whole CPU pipelines through make and the step scripts)
