@@ -1,2 +1,3 @@
-"""The definitions every step shares: MFU/MBU formulas, errors, JSON I/O and provenance, case files, the work
-directory, the device, symbol analysis of case files, input drawing and the step state."""
+"""The definitions every layer shares: MFU/MBU formulas, errors, JSON I/O and provenance, case files, the work
+directory, the device's identity and nominal peaks, symbol analysis of case files, input drawing, the percent
+format and where the project's files are. It imports no other subpackage."""

@@ -1,1 +1,2 @@
-"""Step 5, peaks: nominal dense peaks per device and dtype, and the measured per-dtype GEMM peaks and bandwidth."""
+"""Step 5, peaks: the measured per-dtype GEMM peaks and copy bandwidth of the device (peak.json); the nominal
+(datasheet) peaks they are set beside are device facts in :mod:`mfulib.core.nominal_peaks`."""
