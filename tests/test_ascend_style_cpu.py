@@ -1,4 +1,4 @@
-"""Real Triton-Ascend-style code in the CPU path (issue 12 item 1): one launch hook for verify_op.py and the
+"""Real Triton-Ascend-style code in the CPU path: one launch hook for verify_op.py and the
 collector, float kernel arguments as fp32 scalars, @triton.autotune under the interpreter, tl.make_block_ptr
 kernels verified or rejected with the reason; every adaptation recorded per case.
 

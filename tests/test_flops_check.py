@@ -238,7 +238,7 @@ def flops(case):
 
 def test_a_forged_vector_count_fails_against_the_element_costs(tmp_path):
     """A Sum operator forged at 10^9 FLOPs per element: x [64, 128] sums to 8192 FLOPs (1 per input element of
-    aten::sum), vector_flops says 8192e9 - the vector check fails (the issue's 'passed with exit 0' case)."""
+    aten::sum), vector_flops says 8192e9 - the vector check fails (the defect: 'passed with exit 0')."""
     ref = '''
 class Model(nn.Module):
     def forward(self, x):

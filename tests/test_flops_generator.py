@@ -210,8 +210,9 @@ NO_MATRIX_REFS = {
 
 @pytest.mark.parametrize("name", sorted(NO_MATRIX_REFS))
 def test_pooling_and_top_k_drafts_equal_the_hand_value_zero_and_pass(tmp_path, name):
-    """Pooling (avg/max, 1-3D) and sort/top-k do no matrix work: the hand value of flops(case) is 0 (DESIGN.md
-    "FLOPs"); the draft says 0 with no REVIEW line, and the tracer (0 matrix FLOPs, vector ops only) agrees."""
+    """Pooling (avg/max, 1-3D) and sort/top-k do no matrix work: the hand value of flops(case) is 0
+    (docs/ARCHITECTURE.md#flops); the draft says 0 with no REVIEW line, and the tracer (0 matrix FLOPs, vector ops only)
+    agrees."""
     from test_flops_tracer import LOADER, write_workdir
     body, shp = NO_MATRIX_REFS[name]
     ref = LOADER + textwrap.dedent(f'''

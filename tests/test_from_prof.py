@@ -1,9 +1,9 @@
 """msprof_perf_summary.py --from-prof: kept and foreign profiles re-parsed without running anything.
 
-msprof fixtures are built here from the exact headers of reference/ascend_msprof_facts.md (§3.1 op_summary 8.3.RC2
-PipeUtilization, §4 api_statistic / info.json, §5 kernel_details Level0) with its quirks (trailing TAB on start
-times, tripled quotes around shapes). The chrome-trace and ncu inputs below are SYNTHETIC STAND-INS derived from the
-documented formats (torch.profiler export_chrome_trace events; ncu --csv details/raw layouts) until the H200
+msprof fixtures are built here from the exact headers of real exports (docs/sources.md#msprof-csv, #msprof-pmu:
+op_summary 8.3.RC2 PipeUtilization, api_statistic / info.json, kernel_details Level0) with its quirks (trailing TAB on
+start times, tripled quotes around shapes). The chrome-trace and ncu inputs below are SYNTHETIC STAND-INS derived from
+the documented formats (torch.profiler export_chrome_trace events; ncu --csv details/raw layouts) until the H200
 recordings of bench/record_profile_fixtures.py land in tests/fixtures/profiles/cuda/ (tests/test_from_prof_recorded.py
 reads those). Durations are chosen so that every expected number can be worked out by hand.
 """

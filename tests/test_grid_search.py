@@ -1,7 +1,7 @@
 """The (case, scale) search's parts, without running an operator: the pool, the numerator rule min(traced, executed)
 with and without hardware counters, MBU operators, the stage-2 reading of the collector's report, grid_search.json.
 
-probe.json fixtures follow the COMMON.md contract (written here, not by max_shape_probe.py, so these tests do not
+probe.json fixtures follow mfulib/schemas/probe_json.py (written here, not by max_shape_probe.py, so these tests do not
 depend on the probe's code)."""
 import json
 
@@ -22,7 +22,8 @@ def bmm_line(b, m, k, n, dtype="float16"):
 
 
 def probe_doc(appended, verdicts=None):
-    """A probe.json as COMMON.md fixes it: {new id: (source case, factors)}; verdicts {new id: verdict}."""
+    """A probe.json as mfulib/schemas/probe_json.py fixes it: {new id: (source case, factors)};
+    verdicts {new id: verdict}."""
     verdicts = verdicts or {}
     cands = [{"candidate_id": k, "source_case": src, "factors": f, "input_bytes": 0, "gates": [],
               "verdict": verdicts.get(cid, "pass"), "failed_gate": None, "new_case_id": cid}

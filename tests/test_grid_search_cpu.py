@@ -2,8 +2,8 @@
 the leaders with the collector, and `make collect` afterwards measures exactly the chosen cases, each marked with
 its origin; `make SEARCH=1 all` orders probe -> flops and search -> collect.
 
-The probe step is played by a fixture: probe.json in the COMMON.md format plus the cases it would have appended to
-both case copies, and its stamp (so these tests do not depend on max_shape_probe.py)."""
+The probe step is played by a fixture: probe.json in the format of mfulib/schemas/probe_json.py plus the cases it would
+have appended to both case copies, and its stamp (so these tests do not depend on max_shape_probe.py)."""
 import json
 import os
 import shutil

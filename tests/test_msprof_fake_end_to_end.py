@@ -122,7 +122,8 @@ def reexport(npu_collected, tmp_path, env):
     ("torch_npu kernel_details.csv", {"FAKE_MSPROF_CANN": "torch_npu"}, 0),
     ("sliced export", {"FAKE_MSPROF_SLICES": "3"}, 0),
     ("stale and partial exports beside the complete one", {"FAKE_MSPROF_STALE": "1"}, 0),
-    ("task_time fallback (2.58 us longer per task, facts §4)", {"FAKE_MSPROF_CANN": "task_time_only"}, 2 * 2580),
+    ("task_time fallback (2.58 us longer per task, as in a real export)", {"FAKE_MSPROF_CANN": "task_time_only"},
+     2 * 2580),
 ])
 @pytest.mark.e2e
 def test_every_export_variant_of_the_same_run_gives_the_same_kernel_times(npu_collected, tmp_path, variant, env,

@@ -1,7 +1,7 @@
-"""Out of memory is ``oom`` on every backend (issue 12 item 4): one classifier (mfulib.core.failures) for verify_op.py and
-the collector's child. Messages: the host allocator's is raised for real here; the CUDA and Ascend ones are the
-documented texts cited in mfulib/core/failures.py (torch's CUDA caching allocator, torch_npu's allocator as reported in
-vllm-ascend#19 / sglang#29838 / vllm-ascend#1993, CANN's error-code reference and rt_error_codes.h)."""
+"""Out of memory is ``oom`` on every backend (docs/ARCHITECTURE.md#bad-input): one classifier (mfulib.core.failures) for
+verify_op.py and the collector's child. Messages: the host allocator's is raised for real here; the CUDA and Ascend ones
+are the documented texts cited in mfulib/core/failures.py (torch's CUDA caching allocator, torch_npu's allocator as
+reported in vllm-ascend#19 / sglang#29838 / vllm-ascend#1993, CANN's error-code reference and rt_error_codes.h)."""
 import pytest
 import torch
 

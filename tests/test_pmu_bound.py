@@ -1,5 +1,5 @@
-"""PMU counters -> bound labels: msprof op_summary rows built from the exact headers of the shared reference
-(reference/ascend_msprof_facts.md §3.1 real 910B2 rows, §3.2 group headers), the recorded H200 ncu CSVs of
+"""PMU counters -> bound labels: msprof op_summary rows built from the exact headers of real exports
+(docs/sources.md#msprof-pmu: real 910B2 rows, the --aic-metrics group headers), the recorded H200 ncu CSVs of
 tests/fixtures/profiles/cuda, and ncu-shaped rows for the cases that recording does not hold (a Hopper GEMM on the
 warpgroup MMA pipe, a small-grid attention kernel). Fixture rows here are HAND-MADE unless named "recorded"/"real".
 """
@@ -28,7 +28,7 @@ PIPE = ("aicore_time(us),aic_total_cycles,aic_mac_time(us),aic_mac_ratio,aic_sca
         "cube_utilization(%)")
 REAL_ROW = ("0,4294967295,0,1756,main_kernel,main_kernel,dynamic,MIX_AIC,1780676244313289.000\t,87139.380,0,256,512,"
             "NO,N/A,N/A,N/A,N/A,N/A,N/A,0,12.716,532700,0.0,0.0,10.213,0.803,0.031,0.002,0.024,0.002,0.006,0.0,0.037,"
-            "79569.043,6666439114,0.189,0.0,79457.736,0.999,0.012,0.0,0.012,0.0,0.0,0.014")  # facts §3.1, real
+            "79569.043,6666439114,0.189,0.0,79457.736,0.999,0.012,0.0,0.012,0.0,0.0,0.014")  # a real 910B2 row
 ARITH = ("aicore_time(us),aic_total_cycles,aic_mac_fp16_ratio,aic_mac_int8_ratio,aic_cube_fops,aiv_time(us),"
          "aiv_total_cycles,aiv_vec_fp32_ratio,aiv_vec_fp16_ratio,aiv_vec_int32_ratio,aiv_vec_misc_ratio,aiv_vector_fops")
 MEMORY = ("aicore_time(us),aic_total_cycles,aic_l1_read_bw(GB/s),aic_l1_write_bw(GB/s),aic_main_mem_read_bw(GB/s),"
@@ -188,7 +188,7 @@ def test_part_counters_are_time_weighted_and_the_fallback_never_says_compute_bou
     # 30 ns at ratio 0.9 and 10 ns at 0.5: (27 + 5) / 40 = 0.8
     assert bound.part_counters([(30.0, {"aic_mac_ratio": 0.9}), (10.0, {"aic_mac_ratio": 0.5})]) == \
         {"aic_mac_ratio": pytest.approx(0.8)}
-    # the issue's misreading: fp32 fell as far as the peak, MFU@ach 4% -> not compute-bound
+    # the misreading guarded against: fp32 fell as far as the peak, MFU@ach 4% -> not compute-bound
     b = bound.fallback_bound(0.27, 0.271, 0.04)
     assert b["label"] == "unknown" and b["source"] == "fallback:fp32-vs-fp16" and "far below" in b["note"]
     assert bound.fallback_bound(0.27, 0.271, 0.61, "cube")["label"] == "cube-bound"

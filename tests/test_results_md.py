@@ -1,4 +1,4 @@
-"""bench/RESULTS.md is generated from the packed validation results, never typed in (issue 18).
+"""bench/RESULTS.md is generated from the packed validation results, never typed in.
 
 * the committed RESULTS.md is exactly what bench/make_results.py regenerates from the committed pack directory;
 * each section renders the numbers of its stage (checked on a synthetic pack: TEST DATA, not hardware output);

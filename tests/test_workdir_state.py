@@ -1,5 +1,6 @@
-"""The work directory's state is the truth (issue 10), driven through make on CPU with copies of the bundled
-layout-A 2_Softmax (output/iter_1, iter_2, optimized + baseline kernels; 11 cases, the 4 small ones run on CPU):
+"""The work directory's state is the truth (docs/ARCHITECTURE.md#work-directory), driven through make on CPU with copies
+of the bundled layout-A 2_Softmax (output/iter_1, iter_2, optimized + baseline kernels; 11 cases, the 4 small ones run
+on CPU):
 
 * step 1 is redone for another ITER / VARIANT / V or a source whose content changed, never for a touch; a V that
   does not exist is an error even though the work directory exists; VARIANT=baseline has its own work directory;
