@@ -60,7 +60,7 @@ def test_the_real_910b2_row_parses_by_column_name_into_canonical_counters_and_is
     b = bound.classify(c, "msprof:PipeUtilization")
     # the busiest pipe is the vector core's scalar unit at 99.9% >= 80%: no data pipe is the wall
     assert (b["label"], b["source"]) == ("latency-bound", "pmu:msprof")
-    assert b["note"] == "aiv_scalar_ratio = 100% >= 80% (scalar pipe (vector core))"
+    assert b["note"].startswith("aiv_scalar_ratio = 100%") and "scalar pipe" in b["note"]
     assert b["evidence"]["aiv_scalar_ratio"] == 0.999 and b["evidence"]["block_dim"] == 256
 
 
@@ -80,15 +80,16 @@ def test_arithmetic_and_memory_groups_give_executed_fops_and_main_memory_bandwid
 
 
 @pytest.mark.parametrize("cells, label, note", [
-    ({"aic_mac_ratio": 0.91, "aic_mte2_ratio": 0.4}, "cube-bound", "aic_mac_ratio = 91% >= 80%"),
-    ({"aic_mac_ratio": 0.2, "aiv_mte2_ratio": 0.85}, "memory-bound", "aiv_mte2_ratio = 85% >= 80% (GM -> UB (mte2))"),
-    ({"aiv_vec_ratio": 0.82, "aiv_mte3_ratio": 0.5}, "vector-bound", "aiv_vec_ratio = 82% >= 80%"),
-    ({"aic_mac_ratio": 0.3, "aiv_vec_ratio": 0.5}, "latency-bound", "no pipe >= 80% (busiest aiv_vec_ratio = 50%)"),
-    ({"aic_mac_ratio": 0.795}, "latency-bound", "no pipe >= 80% (busiest aic_mac_ratio = 80%)"),  # 0.795 < 0.8
+    ({"aic_mac_ratio": 0.91, "aic_mte2_ratio": 0.4}, "cube-bound", "aic_mac_ratio = 91%"),
+    ({"aic_mac_ratio": 0.2, "aiv_mte2_ratio": 0.85}, "memory-bound", "aiv_mte2_ratio = 85%"),
+    ({"aiv_vec_ratio": 0.82, "aiv_mte3_ratio": 0.5}, "vector-bound", "aiv_vec_ratio = 82%"),
+    ({"aic_mac_ratio": 0.3, "aiv_vec_ratio": 0.5}, "latency-bound", "busiest aiv_vec_ratio = 50%"),
+    ({"aic_mac_ratio": 0.795}, "latency-bound", "busiest aic_mac_ratio = 80%"),  # 0.795 < 0.8
 ])
 def test_msprof_pipe_ratios_classify_with_the_msprof_analyze_80_percent_rule(tmp_path, cells, label, note):
+    """``note``: the counter that decided and its value, the key phrase of the bound's note."""
     b = bound.classify(_npu(tmp_path, "k", **cells), "msprof")
-    assert b["label"] == label and b["note"].startswith(note)
+    assert b["label"] == label and note in b["note"]
 
 
 def test_the_recorded_h200_ncu_details_page_is_memory_bound_on_chip_as_ncu_itself_says():
@@ -101,7 +102,7 @@ def test_the_recorded_h200_ncu_details_page_is_memory_bound_on_chip_as_ncu_itsel
     assert (bmm["grid_size"], bmm["block_size"]) == (512.0, 256.0)  # from the "(64, 8, 1)" / "(256, 1, 1)" columns
     b = bound.classify(bmm, "ncu")
     assert b["label"] == "memory-bound"
-    assert b["note"] == "high throughput: SM 16%, memory 85% (>= 80%); on-chip memory (L1/L2), DRAM only 8%"
+    assert "SM 16%" in b["note"] and "memory 85%" in b["note"] and "DRAM only 8%" in b["note"]
     fill = bound.classify(pmu.from_ncu_record(recs[1]), "ncu")  # at::FillFunctor: DRAM 84.6 % - the flush kernel
     assert fill["label"] == "memory-bound" and "DRAM only" not in fill["note"]
 
@@ -149,8 +150,9 @@ def test_a_hopper_gemm_on_the_warpgroup_mma_pipe_is_tensor_bound_and_a_small_att
         "sm__warps_active.avg.pct_of_peak_sustained_active": ("%", "11.9")})
     b = bound.classify(attn, "ncu")
     assert b["label"] == "latency-bound"
-    assert b["note"] == ("SM 21% and memory 18% both < 60% of peak; small grid: 0.12 waves per SM < 1; achieved "
-                         "occupancy 12%")
+    assert b["evidence"]["waves_per_sm"] == 0.12
+    assert "SM 21%" in b["note"] and "memory 18%" in b["note"]
+    assert "small grid: 0.12 waves" in b["note"] and "occupancy 12%" in b["note"]
 
 
 @pytest.mark.parametrize("sm, mem, tensor, label", [
