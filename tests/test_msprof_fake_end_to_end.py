@@ -102,7 +102,8 @@ def test_the_npu_path_runs_end_to_end_through_the_msprof_double(npu_collected):
     assert c["harness_launches_dropped"] == 4  # 3 iteration-start markers + the end marker
     # the double writes N/A PMU cells by default (a CPU has no AI-core PMU): no counters, and the reason is said
     assert c["pmu"] == {} and c["pmu_source"] is None
-    assert c["pmu_unavailable"] == "msprof: every PMU cell is N/A (no --ai-core data in this export)"
+    assert c["pmu_unavailable"].startswith("msprof: ") and "N/A" in c["pmu_unavailable"]
+    assert "--ai-core" in c["pmu_unavailable"]
 
 
 def reexport(npu_collected, tmp_path, env):

@@ -72,7 +72,7 @@ def test_the_regime_says_the_operator_ran_warm_against_a_flushed_peak(tmp_path):
     res = decompose.decompose(str(d), str(d / "peak.json"))
     reg = res["regime"]
     assert reg["flush_cache_mib_collect"] == 0.0 and reg["flush_cache_mib_peak"] == 256.0
-    assert reg["note"].startswith("operator warm (no flush), peak cold (256 MiB flushed per iteration)")
+    assert reg["note"].startswith("operator warm") and "peak cold (256 MiB" in reg["note"]
     assert "--flush-cache-mib 256" in reg["note"]
     assert "cache regime: operator warm" in report.decompose_table(res)
     perf["flush_cache_mib"] = 256
@@ -196,7 +196,8 @@ def test_an_operator_without_matrix_work_is_compared_on_mbu_and_its_zero_flops_p
     assert " - time share" not in aid[1]  # one part takes 100% of the time: nothing to list
     two = reading_aid(_vector_rows([{"part": "norm", "flops": 0.0, "flops_share": None, "time_share": 0.7},
                                     {"part": "scale", "flops": 0.0, "flops_share": None, "time_share": 0.3}]), {})
-    assert two[1].endswith("- time share case 0: norm 70%, scale 30%; case 1: norm 70%, scale 30%."), two[1]
+    shares = two[1].split(" - time share ")[1]
+    assert "case 0: norm 70%, scale 30%" in shares and "case 1: norm 70%, scale 30%" in shares, two[1]
     assert _numbers(aid) == sorted(_numbers(aid)) and sorted(set(_numbers(aid))) == [1, 2, 3]
 
     # KERNEL_PARTS without flops_parts: the part's flops are None - then (only then) flops_parts is asked for
@@ -204,4 +205,4 @@ def test_an_operator_without_matrix_work_is_compared_on_mbu_and_its_zero_flops_p
     assert absent[1].startswith("2. no per-part FLOPs") and "add flops_parts" in absent[1]
     # no KERNEL_PARTS: every kernel is 'other' - not a part that "drags", and KERNEL_PARTS is what is missing
     none = reading_aid(_vector_rows([{"part": "other", "flops": None, "flops_share": None, "time_share": 1.0}]), {})
-    assert none[1].startswith("2. one part only (flops.py has no KERNEL_PARTS") and "unmatched" not in none[1]
+    assert none[1].startswith("2. one part only") and "no KERNEL_PARTS" in none[1] and "unmatched" not in none[1]
