@@ -44,7 +44,3 @@ def md_row(text, **where):
     assert len(hits) == 1, f"{len(hits)} table rows match {where!r}; rows: {rows!r}"
     return hits[0]
 
-
-def md_first_cells(text):
-    """The first cell of every data row, in order (what a table lists, e.g. the operators of a summary)."""
-    return [next(iter(r.values()), None) for r in md_rows(text)]
