@@ -182,7 +182,7 @@ def test_finished_operators_are_skipped_on_a_rerun_unless_forced(tmp_path, stub)
     assert r.returncode == 0 and stub_records(stub)["zoo/2_Softmax"]["start"] == first
     assert s["rows"][0]["resumed"] is True and s["counts"]["reused"] == 1
     # the earlier wall time now orders the batch
-    assert s["estimates"]["zoo/2_Softmax"]["source"] == "measured wall time of an earlier run"
+    assert "earlier run" in s["estimates"]["zoo/2_Softmax"]["source"]
     r, s = run_batch(stub, out, "--examples", "zoo", "--ops", "2_Softmax", "--force", env={"STUB_SLEEP": "0"})
     rec = stub_records(stub)["zoo/2_Softmax"]
     assert rec["start"] > first and rec["args"]["FORCE"] == "1" and s["rows"][0]["resumed"] is False
