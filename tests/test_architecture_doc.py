@@ -1,5 +1,5 @@
 """docs/ARCHITECTURE.md and docs/sources.md stay true to the code: every library module they name exists, and every
-``docs/<page>.md#<anchor>`` the code or the docs cite is an anchor of that page."""
+``docs/<page>.md#<anchor>`` the code, the tests or the docs cite is an anchor of that page."""
 import glob
 import os
 import re
@@ -34,6 +34,9 @@ def test_every_cited_anchor_exists():
     anchors = {page: _anchors(page) for page in PAGES}
     assert all(anchors.values())
     files = glob.glob(os.path.join(ROOT, "scripts", "**", "*.py"), recursive=True)
+    files += glob.glob(os.path.join(ROOT, "tests", "**", "*.py"), recursive=True)
+    files += [os.path.join(ROOT, "tests", *t) for t in (("fake_msprof", "msprof"), ("fake_msprof", "npu-smi"),
+                                                        ("fake_ncu", "ncu"))]
     files += [os.path.join(ROOT, "docs", p) for p in PAGES] + [os.path.join(ROOT, "README.md")]
     cites = re.compile(r"(?:docs/)?(ARCHITECTURE\.md|sources\.md)#([\w-]+)")
     broken = sorted({f"{os.path.relpath(f, ROOT)}: {page}#{a}" for f in files

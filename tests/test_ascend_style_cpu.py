@@ -1,4 +1,4 @@
-"""Real Triton-Ascend-style code in the CPU path (issue 12 item 1): one launch hook for verify_op.py and the
+"""Real Triton-Ascend-style code in the CPU path: one launch hook for verify_op.py and the
 collector, float kernel arguments as fp32 scalars, @triton.autotune under the interpreter, tl.make_block_ptr
 kernels verified or rejected with the reason; every adaptation recorded per case.
 
@@ -54,8 +54,10 @@ def test_ascend_style_model_new_passes_verify_on_cpu_and_the_run_says_what_it_ad
         assert tuned["config"].startswith("BM: 32, BN: 32, BK: 32")  # the first config, not the second (64)
         assert k["float_args_as_fp32"]["kernel"] == "scaled_softmax_kernel"
         assert k["float_args_as_fp32"]["float_args"] == 1  # SCALE
-    assert v["cpu_adaptations"] == ["autotune_first_config (matmul_persistent_kernel: first of 2 configs, BM: 32, "
-                                    "BN: 32, BK: 32)", "float_args_as_fp32 (scaled_softmax_kernel)"]
+    summary = v["cpu_adaptations"]  # one line per kind over all cases: kind, then kernel and detail
+    assert [a.split()[0] for a in summary] == ["autotune_first_config", "float_args_as_fp32"]
+    assert "matmul_persistent_kernel" in summary[0] and "BM: 32" in summary[0]
+    assert "scaled_softmax_kernel" in summary[1]
     # the persistent grid was sized from the compat layer's core counts: this machine's, with their source
     compat = v["device"]["compat"]
     assert compat["cube_core_num"] == (os.cpu_count() or 1) and "os.cpu_count()" in compat["core_count_source"]
@@ -92,7 +94,7 @@ def test_a_block_ptr_kernel_verifies_where_the_interpreter_has_block_pointers_el
             assert rec["kernel"] == "matmul_block_ptr_kernel" and rec["supported"] is True
         else:  # triton 3.9: rejected with the reason and the fix, never an error
             assert case["status"] == "rejected"
-            assert "matmul_block_ptr_kernel uses tl.make_block_ptr" in case["reason"]
+            assert "matmul_block_ptr_kernel" in case["reason"] and "tl.make_block_ptr" in case["reason"]
             assert f"triton {triton.__version__}" in case["reason"] and f"triton=={BLOCK_PTR_TRITON}" in case["reason"]
             rec = kinds(case["cpu_adaptations"])["block_ptr"]
             assert rec["kernel"] == "matmul_block_ptr_kernel" and rec["supported"] is False
@@ -134,7 +136,7 @@ def test_host_out_of_memory_is_oom_in_verify_and_in_the_collector(tmp_path):
     assert r.returncode == 1  # not verified
     for case in v["cases"]:
         assert case["status"] == "oom"
-        assert "DefaultCPUAllocator: can't allocate memory" in case["reason"] and "implementation" in case["reason"]
+        assert "DefaultCPUAllocator" in case["reason"] and "implementation" in case["reason"]
     # unverified_ok: verify found the case oom; the collector's own oom classification is under test
     rep = collect(Options(op_dir=work, output_dir=work, impl="asc", warmup=0, repeats=1, backend="cpu", cases=[0],
                           retry=0, progress=False, unverified_ok=True))

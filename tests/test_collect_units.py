@@ -240,7 +240,7 @@ def test_cpu_has_no_nominal_peak_and_mfu_is_absent_not_zero():
 
 def test_npu_peak_from_the_platform_ini_table_matches_soc_names_exactly():
     v, src = peaks.nominal_peak_tflops({"backend": "npu", "soc_name": "Ascend910B2"}, "float16")
-    assert v == pytest.approx(24 * 1800e6 * 8192 / 1e12)  # 353.89 TFLOP/s (facts §8.2)
+    assert v == pytest.approx(24 * 1800e6 * 8192 / 1e12)  # 353.89 TFLOP/s (docs/sources.md#nominal-peaks-910b)
     assert peaks.nominal_peak_tflops({"backend": "npu", "soc_name": "Ascend910B"}, "float16")[0] is None
 
 

@@ -150,10 +150,14 @@ def test_a_skipped_case_is_reported_with_its_reason(tmp_path):
 def test_reading_aid_names_the_dragging_part_and_the_waiting_cube(tmp_path):
     d = _write_op(tmp_path)
     res = decompose.decompose(str(d), str(d / "peak.json"))
-    aid = "\n".join(res["reading_aid"])
-    assert "compare cases of different dtypes only on MFU@ach" in aid
-    assert "case 46: attn takes 61% of the time for 5.1% of the FLOPs" in aid
-    assert "case 12: other" not in aid and "unmatched kernels ('other') take 25% of the time" in aid
+    aid = res["reading_aid"]
+    assert aid[0].startswith("1. dtype") and "only on MFU@ach" in aid[0]
+    drags = aid[1].split("; ")  # item 2: one clause per (case, part) that drags
+    c46 = next(c for c in drags if "case 46: attn" in c)
+    assert "61% of the time" in c46 and "5.1% of the FLOPs" in c46
+    assert not any("case 12: other" in c for c in drags)  # 'other' is not a part that drags ...
+    other = next(c for c in drags if "('other')" in c)  # ... but its time is named
+    assert other.startswith("case 12") and "25% of the time" in other
     attn = next(s for s in res["reading_aid"] if s.startswith("3. attn"))
     assert "= 0.84" in attn and "waiting" in attn
     proj = next(s for s in res["reading_aid"] if s.startswith("3. proj"))
@@ -168,10 +172,12 @@ def test_mfu_beyond_three_percent_above_the_peak_is_an_error_and_the_cli_exits_1
     d = _write_op(tmp_path, perf=perf)
     res = subprocess.run([sys.executable, SCRIPT, "--op-dir", str(d)], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 1, res.stderr
-    assert "error: op case 46: MFU@ach (float16) 111.1% exceeds the peak" in res.stdout
+    assert any(ln.startswith("error: ") and "111.1%" in ln for ln in res.stdout.splitlines())
     assert "flops.py" in res.stdout
     out = json.loads((d / "mfu_decompose.json").read_text())
-    assert out["errors"] and out["tool"] == "mfu_decompose"
+    assert out["tool"] == "mfu_decompose"
+    (err,) = [e for e in out["errors"] if "case 46" in e and "MFU@ach (float16)" in e]
+    assert "111.1%" in err and "exceeds" in err
 
 
 def test_mfu_between_100_and_103_percent_is_a_warning_not_an_error(tmp_path):
@@ -183,7 +189,8 @@ def test_mfu_between_100_and_103_percent_is_a_warning_not_an_error(tmp_path):
     d = _write_op(tmp_path, perf=perf)
     res = decompose.decompose(str(d), str(d / "peak.json"))
     assert not [e for e in res["errors"] if "case 46" in e]
-    assert any("case 46: MFU@ach (float16) 101.5% is above the peak but within" in w for w in res["warnings"])
+    (w,) = [w for w in res["warnings"] if "case 46" in w and "MFU@ach (float16)" in w]
+    assert "101.5%" in w and "within" in w
 
 
 def test_fp32_with_tf32_is_read_against_the_tf32_peak(tmp_path):
@@ -239,7 +246,7 @@ def test_peak_from_another_backend_is_refused_with_the_fix(tmp_path):
 def test_missing_inputs_name_the_file_and_the_fix(tmp_path):
     d = _write_op(tmp_path)
     os.remove(d / "performance.json")
-    with pytest.raises(UserError, match="performance.json: not found - run the collector"):
+    with pytest.raises(UserError, match="performance.json: not found.*collector"):
         decompose.decompose(str(d), str(d / "peak.json"))
     with pytest.raises(UserError, match="peak_calib.py"):
         decompose.decompose(str(d), str(d / "nope.json"))
@@ -263,7 +270,8 @@ def test_flops_parts_without_matching_kernels_are_flagged(tmp_path):
     d = _write_op(tmp_path, perf=perf)
     (d / "flops.py").write_text(FLOPS_PY.replace(', "*gemm*"', ""))
     r = _rows(decompose.decompose(str(d), str(d / "peak.json")))[46]
-    assert any("part 'proj' has 1.5e+10 FLOPs but no kernel matched" in f["message"] for f in r["flags"])
+    (flag,) = [f for f in r["flags"] if "'proj'" in f["message"]]
+    assert "1.5e+10 FLOPs" in flag["message"] and "no kernel matched" in flag["message"]
     assert _part(r, "other")["kernels"] == ["sgemm_nn"]
 
 
@@ -292,7 +300,8 @@ def test_pmu_counters_recorded_by_the_collector_become_bound_labels_per_kernel_a
     assert parts["attn"]["bound"]["evidence"]["aiv_mte2_ratio"] == pytest.approx(0.86)
     assert parts["proj"]["bound"]["label"] == "cube-bound"
     line = next(s for s in res["reading_aid"] if s.startswith("4. bound per part from PMU"))
-    assert "case 46 attn: memory-bound (aiv_mte2_ratio = 86% >= 80% (GM -> UB (mte2)))" in line
+    (attn,) = [c for c in line.split("; ") if "case 46 attn:" in c]
+    assert "memory-bound" in attn and "aiv_mte2_ratio = 86%" in attn
     # the fp32 case 48 has no counters: its parts fall back to fp32-vs-fp16, and neither part is called
     # compute-bound: attn's cube unit waits, proj's MFU@ach 45.1% is below the 60% compute-roof minimum
     r48 = {p["part"]: p for p in _rows(res)[48]["parts"]}
@@ -378,7 +387,7 @@ def test_steps_run_with_different_seeds_are_a_warning_naming_the_files_and_the_f
     (d / "flops_check.json").write_text(json.dumps({"tool": "check_flops.py", "seed": 0, "per_case": []}))
     res = decompose.decompose(str(d), str(d / "peak.json"))
     (w,) = [w for w in res["warnings"] if "different seeds" in w]
-    assert "(verify.json seed 1, flops_check.json seed 0, performance.json seed 0)" in w
+    assert "verify.json seed 1" in w and "flops_check.json seed 0" in w and "performance.json seed 0" in w
     assert "make SEED=<n> all" in w and "FORCE=1" in w
     from mfulib.report import tables as report
     assert f"warning: {w[:40]}" in report.decompose_table(res)  # printed by mfu_decompose.py (make decompose)

@@ -307,7 +307,7 @@ def check_names(doc: Doc) -> list:
     """Problems with the scripts, flags, make targets and variables ``doc`` names."""
     problems = []
     targets, variables = makefile_names()
-    # scripts another issue builds, named by a skip-marked block of this doc: their inline mentions and the flags in
+    # scripts not written yet, named by a skip-marked block of this doc: their inline mentions and the flags in
     # those blocks are exempt until the script exists (then everything is checked)
     pending_blocks = [b for b in doc.blocks if b["marker"] and b["marker"][0] == "skip"
                       and any(script_help(sc) is None for c in commands(b) for sc, _ in script_uses(c))]

@@ -238,7 +238,7 @@ def flops(case):
 
 def test_a_forged_vector_count_fails_against_the_element_costs(tmp_path):
     """A Sum operator forged at 10^9 FLOPs per element: x [64, 128] sums to 8192 FLOPs (1 per input element of
-    aten::sum), vector_flops says 8192e9 - the vector check fails (the issue's 'passed with exit 0' case)."""
+    aten::sum), vector_flops says 8192e9 - the vector check fails (the defect: 'passed with exit 0')."""
     ref = '''
 class Model(nn.Module):
     def forward(self, x):
@@ -380,7 +380,8 @@ def test_a_string_from_flops_and_an_unknown_compute_dtype_fail_the_case_with_the
     od = mha_workdir(tmp_path, bad)
     row = check(od, 0)
     assert row["status"] == "fail" and row["flops"] is None and row["compute_dtype"] is None
-    assert f"{od.flops_py}: flops() returned str '384' for case 0: return a float" in row["diagnosis"]
+    diag = row["diagnosis"]
+    assert f"{od.flops_py}: " in diag and "returned str '384'" in diag and "case 0" in diag
     assert status_of(row, "compute_dtype") == "fail" and "'fp8'" in row["compute_dtype_error"]
 
 

@@ -1,9 +1,9 @@
-"""Issue 11 item 1: the FLOPs of a case come from the inputs that are timed (one seeded draw), and the
+"""The FLOPs of a case come from the inputs that are timed (one seeded draw), and the
 data-dependent values that entered the count are recorded.
 
 The reference draws a big q first and then random per-sequence lengths (as public references do, unseeded: the
 tool seeds torch before get_input_groups()). A meta build skips the big draw, so the lengths it sees are other
-lengths than the timed child's - the issue saw a 2.1x MFU error with check_flops passing at ratio 1.0.
+lengths than the timed child's - the defect guarded against was a 2.1x MFU error with check_flops passing at ratio 1.0.
 """
 import math
 
@@ -48,7 +48,7 @@ def flops(case, args):
 
 def timed_lengths(seed=0):
     """The timed child's draw, reproduced by hand: seed, then lens = randint(1, 4097, (4,)) - q (1M floats) is drawn
-    off the host stream (mfulib/core/input_draw.py, issue 13: on the device, or from a private CPU generator), so
+    off the host stream (mfulib/core/input_draw.py: on the device, or from a private CPU generator), so
     on every backend the lengths are the host stream's first draw."""
     torch.manual_seed(seed)
     return torch.randint(1, 4097, (4,)).tolist()

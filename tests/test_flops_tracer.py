@@ -81,7 +81,7 @@ def test_cpu_sdpa_is_counted_where_flopcountermode_alone_sees_zero():
     q = torch.randn(1, 2, 16, 8)
     with FlopCounterMode(display=False) as plain:
         F.scaled_dot_product_attention(q, q, q)
-    assert plain.get_total_flops() == 0  # the gap this tracer closes (environment notes)
+    assert plain.get_total_flops() == 0  # the gap this tracer closes (docs/sources.md#flopcountermode)
     r = fc.trace_callable(lambda x: F.scaled_dot_product_attention(x, x, x), [q], "cpu")
     assert r.total_flops == 2 * 2 * 16 * 16 * (8 + 8)  # b*h * s*s pairs * (d + d) * 2 = 16384
 

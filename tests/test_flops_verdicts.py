@@ -1,4 +1,4 @@
-"""Issue 11: checks that cannot fail are `unverified`, rejected and empty cases are counted apart, and an operator
+"""Checks that cannot fail are `unverified`, rejected and empty cases are counted apart, and an operator
 without matrix work has no MFU - down to check_flops.py's exit status, performance.json and the decomposition.
 
 Every hand value is worked in its test's docstring. Fixtures are hand-made (no measurement).
@@ -53,10 +53,10 @@ def _run(od, *extra):
 
 
 def test_rejected_and_empty_cases_are_counted_and_shown_apart(tmp_path):
-    """Case 0: a [4, 8] @ b [8, 3] = 2 * 4 * 8 * 3 = 192 FLOPs on both sides (pass). Case 1: inner dims 8 != 5,
-    rejected by flops.py and by the reference: status "rejected", counted in n_rejected (the issue saw
-    n_rejected 0 beside 17 rejected cases). Case 2: a [0, 8] is empty: 0 FLOPs of work, "no work: nothing to
-    time", neither flops.py nor the tracer is asked, and the collector never selects it."""
+    """Case 0: a [4, 8] @ b [8, 3] = 2 * 4 * 8 * 3 = 192 FLOPs on both sides (pass). Case 1: inner dims 8 != 5, rejected
+    by flops.py and by the reference: status "rejected", counted in n_rejected (the defect guarded against: n_rejected 0
+    beside 17 rejected cases). Case 2: a [0, 8] is empty: 0 FLOPs of work, "no work: nothing to time", neither flops.py
+    nor the tracer is asked, and the collector never selects it."""
     od = write_dir(tmp_path, MM_REF, MM_CASES, MM_FLOPS)
     ff = fcon.load_flops(od.flops_py)
     rows = [fchk.check_case(ff, od, i) for i in range(3)]
@@ -99,8 +99,8 @@ def test_a_draft_with_review_markers_is_unverified_with_exit_3_unless_accepted(t
 
 def test_a_reference_the_tracer_cannot_run_is_unverified_not_passed(tmp_path):
     """A reference whose forward cannot run on its own inputs (it calls an NPU-only function with no stand-in):
-    the tracer errors, so flops.py's 192 cannot be held against anything - unverified, exit 3 (the issue saw
-    "PASSED" with only warnings)."""
+    the tracer errors, so flops.py's 192 cannot be held against anything - unverified, exit 3 (the defect guarded
+    against: "PASSED" with only warnings)."""
     ref = MM_REF.replace("return a @ b", "return torch.ops.no_such_ns.no_such_op(a, b)")
     od = write_dir(tmp_path, ref, MM_CASES[:1], MM_FLOPS)
     row = fchk.check_case(fcon.load_flops(od.flops_py), od, 0)

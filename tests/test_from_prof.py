@@ -1,9 +1,9 @@
 """msprof_perf_summary.py --from-prof: kept and foreign profiles re-parsed without running anything.
 
-msprof fixtures are built here from the exact headers of reference/ascend_msprof_facts.md (§3.1 op_summary 8.3.RC2
-PipeUtilization, §4 api_statistic / info.json, §5 kernel_details Level0) with its quirks (trailing TAB on start
-times, tripled quotes around shapes). The chrome-trace and ncu inputs below are SYNTHETIC STAND-INS derived from the
-documented formats (torch.profiler export_chrome_trace events; ncu --csv details/raw layouts) until the H200
+msprof fixtures are built here from the exact headers of real exports (docs/sources.md#msprof-csv, #msprof-pmu:
+op_summary 8.3.RC2 PipeUtilization, api_statistic / info.json, kernel_details Level0) with its quirks (trailing TAB on
+start times, tripled quotes around shapes). The chrome-trace and ncu inputs below are SYNTHETIC STAND-INS derived from
+the documented formats (torch.profiler export_chrome_trace events; ncu --csv details/raw layouts) until the H200
 recordings of bench/record_profile_fixtures.py land in tests/fixtures/profiles/cuda/ (tests/test_from_prof_recorded.py
 reads those). Durations are chosen so that every expected number can be worked out by hand.
 """
@@ -149,8 +149,10 @@ def test_launches_missing_at_the_head_are_reported_found_over_expected_and_measu
     prof = write_prof(tmp_path, rows)
     c = run_from_prof(tmp_path, prof, warmup=0, repeats=5)["per_case"][0]
     assert c["asc_error"] is None and c["kernel_time_ns"] == 120000.0 and len(c["iter_kernel_time_ns"]) == 4
-    assert any("first iteration has 1 of 2 launches" in f for f in c["flags"])
-    assert any("found 4 of 5 expected iterations (9 of 10 launches)" in f for f in c["flags"])
+    (first,) = [f for f in c["flags"] if "first iteration" in f]
+    assert "1 of 2 launches" in first
+    (found,) = [f for f in c["flags"] if "expected iterations" in f]
+    assert "4 of 5" in found and "9 of 10 launches" in found
     assert any("measured from 4 of 5" in f for f in c["flags"])
     assert c["from_profile"]["asc"]["partial"] == 1 and c["from_profile"]["asc"]["found"] == 4
 
@@ -293,15 +295,15 @@ def test_trace_with_kernel_records_missing_at_head_or_tail(tmp_path):
     tail = chrome_trace(tmp_path / "tail.json", 5, SEQ, lost_tail=2)
     c = run_from_prof(tmp_path / "t", tail, warmup=0, repeats=5)["per_case"][0]
     assert c["kernel_time_ns"] is None and c["asc_us"] is None
-    assert "2 kernel launch(es) recorded on the host have no kernel record" in c["asc_error"]
+    assert "2 kernel launch(es)" in c["asc_error"] and "no kernel record" in c["asc_error"]
     assert "buffer not drained" in c["asc_error"] and "retry" in c["asc_error"]
     ranged = chrome_trace(tmp_path / "r.json", 5, SEQ, ranges=True, lost_tail=1)
     c = run_from_prof(tmp_path / "r", ranged, warmup=1, repeats=4)["per_case"][0]
     assert c["kernel_time_ns"] is None and "buffer not drained" in c["asc_error"]
     none = chrome_trace(tmp_path / "n.json", 3, SEQ, lost_tail=6)
     c = run_from_prof(tmp_path / "n", none)["per_case"][0]
-    assert c["kernel_time_ns"] is None and "6 kernel launch(es) recorded on the host but no kernel record" in \
-        c["asc_error"]
+    assert c["kernel_time_ns"] is None
+    assert "6 kernel launch(es)" in c["asc_error"] and "no kernel record" in c["asc_error"]
 
 
 def test_autotuning_in_a_trace_and_in_a_ranged_first_iteration_is_left_out(tmp_path):
@@ -470,7 +472,7 @@ def test_a_directory_scan_takes_traces_and_ncu_outputs_but_not_other_json(tmp_pa
     rep = run_from_prof(tmp_path / "o", str(d))
     a, n = rep["per_case"]
     assert a["kernel_time_ns"] == 45000.0 and n["kernel_time_ns"] is None
-    assert "no device kernel (ncu: No kernels were profiled)" in n["asc_error"]
+    assert "no device kernel" in n["asc_error"] and "No kernels were profiled" in n["asc_error"]
     with pytest.raises(UserError, match="traceEvents"):
         run_from_prof(tmp_path / "o", str(d / "manifest.json"))
 
@@ -546,4 +548,5 @@ def test_one_op_summary_file_given_directly_and_a_launch_count_above_the_rows_is
     assert c["kernel_time_ns"] == 120000.0 and c["from_profile"]["asc"]["format"] == "msprof_csv"
     c = run_from_prof(tmp_path / "d", prof)["per_case"][0]
     assert c["kernel_time_ns"] == 120000.0
-    assert any("9 KernelLaunch calls but the kernel table has 6 rows" in f for f in c["flags"])
+    (flag,) = [f for f in c["flags"] if "KernelLaunch" in f]
+    assert "9 KernelLaunch calls" in flag and "6 rows" in flag

@@ -62,7 +62,7 @@ def _doc(tmp_path, with_bounds=True):
     (d / "flops.py").write_text(FLOPS_PY)
     doc = decompose.decompose(str(d), str(d / "peak.json"))
     doc.update(tool="mfu_decompose", created_at="2026-12-01T00:00:00Z", versions={"torch": "fixture"})
-    if with_bounds:  # the decomposition's bound/roofline fields (COMMON.md contract), hand-made here
+    if with_bounds:  # the decomposition's bound/roofline fields (mfulib/schemas/decompose_json.py), hand-made here
         row = doc["reports"][0]["rows"][0]
         row["bound"] = {"label": "memory-bound", "source": "pmu:ncu", "evidence": {"dram_throughput_pct": 81.0}}
         row["roofline"] = {"ai_flop_per_byte": 1250.0, "headroom": 1.9}

@@ -1,4 +1,4 @@
-"""Where a case's inputs are drawn (mfulib/core/input_draw.py; issue 13): large floats off the global host
+"""Where a case's inputs are drawn (mfulib/core/input_draw.py): large floats off the global host
 stream, integers on it - so the integer values a FLOP count sees are the same on every backend and in check_flops.
 
 No accelerator here: the "device" is meta (the same code path as cuda/npu: factories redirected to the target),
@@ -48,7 +48,7 @@ def _op(tmp_path, n):
 
 
 def _plain_draw(od, seed):
-    """The pre-issue-13 draw: seed, then get_input_groups() with no mode at all."""
+    """The earlier draw: seed, then get_input_groups() with no mode at all."""
     built = od.build_case(0, seed=seed)
     try:
         mod = opdir.import_file(od.model_py, "plain")

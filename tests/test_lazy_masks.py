@@ -1,4 +1,4 @@
-"""Issue 11 item 2: the tracer counts masks from how they were built, at any size (mfulib.flops.lazy_masks).
+"""The tracer counts masks from how they were built, at any size (mfulib.flops.lazy_masks).
 
 Hand values (2 FLOPs per multiply-accumulate), FlashAttention-V2 layer x [1, s, 4096], 32 heads, d = 128:
     projections 4 * 2 * s * 4096 * 4096;  attention 2 * 32 * pairs * (128 + 128)
@@ -61,8 +61,8 @@ def fav2(x, mask, s=S):
 @pytest.mark.parametrize("mask", ["triu_ones", "arange", "tril_bias", "where_tril", "float_bias_mul",
                                   "sdpa_is_causal"])
 def test_a_causal_8192_token_layer_counts_1_649e12_however_its_mask_is_built(mask):
-    """The issue's case: causal FA-V2 [1, 8192, 4096], 32 heads = 1.6493e12 (module docstring), not the dense
-    2.1990e12, on meta tensors with no s^2 mask values materialised."""
+    """The case that was miscounted: causal FA-V2 [1, 8192, 4096], 32 heads = 1.6493e12 (module docstring), not the
+    dense 2.1990e12, on meta tensors with no s^2 mask values materialised."""
     x = torch.empty(1, S, HIDDEN, dtype=torch.float16, device="meta")
     r = fc.trace_callable(lambda t: fav2(t, mask), [x], "meta")
     assert r.total_flops == FAV2_CAUSAL_8192 and not r.needs_values, r.notes
@@ -137,7 +137,7 @@ def test_a_chunked_reference_slicing_a_big_described_mask_counts_each_chunk(tmp_
 
 
 def test_check_flops_passes_a_correct_flops_py_on_the_8192_causal_layer(tmp_path):
-    """End to end through a work dir (the issue: check_flops failed the correct 1.649e12 and `make all` stopped)."""
+    """End to end through a work dir (the defect: check_flops failed the correct 1.649e12 and `make all` stopped)."""
     ref = '''
 import math
 class Model(nn.Module):

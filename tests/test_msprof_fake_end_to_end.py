@@ -102,7 +102,8 @@ def test_the_npu_path_runs_end_to_end_through_the_msprof_double(npu_collected):
     assert c["harness_launches_dropped"] == 4  # 3 iteration-start markers + the end marker
     # the double writes N/A PMU cells by default (a CPU has no AI-core PMU): no counters, and the reason is said
     assert c["pmu"] == {} and c["pmu_source"] is None
-    assert c["pmu_unavailable"] == "msprof: every PMU cell is N/A (no --ai-core data in this export)"
+    assert c["pmu_unavailable"].startswith("msprof: ") and "N/A" in c["pmu_unavailable"]
+    assert "--ai-core" in c["pmu_unavailable"]
 
 
 def reexport(npu_collected, tmp_path, env):
@@ -122,7 +123,8 @@ def reexport(npu_collected, tmp_path, env):
     ("torch_npu kernel_details.csv", {"FAKE_MSPROF_CANN": "torch_npu"}, 0),
     ("sliced export", {"FAKE_MSPROF_SLICES": "3"}, 0),
     ("stale and partial exports beside the complete one", {"FAKE_MSPROF_STALE": "1"}, 0),
-    ("task_time fallback (2.58 us longer per task, facts §4)", {"FAKE_MSPROF_CANN": "task_time_only"}, 2 * 2580),
+    ("task_time fallback (2.58 us longer per task, as in a real export)", {"FAKE_MSPROF_CANN": "task_time_only"},
+     2 * 2580),
 ])
 @pytest.mark.e2e
 def test_every_export_variant_of_the_same_run_gives_the_same_kernel_times(npu_collected, tmp_path, variant, env,

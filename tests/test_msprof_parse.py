@@ -1,8 +1,8 @@
 """msprof / torch_npu CSV parsing (mfulib.profiles.msprof_csv, the one parser; mfulib.profiles.msprof finds the
 exports): every header variant and value quirk, read through both cell readers (csv module, pandas C reader).
 
-Fixture rows are copied from the facts note (real 910B2 CANN 8.3.RC2 files, msprof-analyze test data); ``<TAB>``
-there is a literal tab byte here.
+Fixture rows are copied from real 910B2 CANN 8.3.RC2 files and msprof-analyze test data (docs/sources.md#msprof-csv);
+``<TAB>`` there is a literal tab byte here.
 """
 import json
 import os
@@ -53,7 +53,7 @@ KERNEL_DETAILS_2023 = (
     "aiv_vec_misc_ratio,aiv_cube_fops,aiv_vector_fops\n"
     '1,4294967295,1259,16,ZerosLike46,ZerosLike,AI_VECTOR_CORE,1699529622790614.8,607.98,0,48,0,"""544404480""",'
     'FLOAT16,FORMAT_ND,"""544404480""",FLOAT16,FORMAT_ND,N/A,0,0,0,0,0,0,587.05,52130051,0,0,0.0822,0,0,137176320\n')
-INFO_JSON_FIXTURE = {  # facts §4: msprof-analyze fixture (25 cores, 1850 MHz)
+INFO_JSON_FIXTURE = {  # msprof-analyze fixture (25 cores, 1850 MHz; docs/sources.md#ascend-cube-peak)
     "DeviceInfo": [{"id": 7, "env_type": 3, "ctrl_cpu_id": "ARMv8_Cortex_A55", "ctrl_cpu_core_num": 1,
                     "ctrl_cpu_endian_little": 1, "ts_cpu_core_num": 0, "ai_cpu_core_num": 6, "ai_core_num": 25,
                     "ai_cpu_core_id": 2, "ai_core_id": 0, "aicpu_occupy_bitmap": 252, "ctrl_cpu": "0",
@@ -254,7 +254,7 @@ def test_info_json_runtime_cores_and_frequency_give_the_msprof_analyze_peak(tmp_
     assert (info["ai_core_num"], info["aic_frequency_mhz"], info["aiv_num"]) == (25, 1850.0, 50)
     assert info["info_json_path"] == f"{PROF}/device_7/info.json.7"
     v, src = peaks.nominal_peak_tflops(dict(info, backend="npu"), "bfloat16")
-    assert v == pytest.approx(25 * 1850e6 * 8192 / 1e12)  # 378.88 TFLOP/s (facts §8.2 caveat a)
+    assert v == pytest.approx(25 * 1850e6 * 8192 / 1e12)  # 378.88 TFLOP/s (docs/sources.md#ascend-cube-peak)
     assert "ai_core_num=25" in src and "8192" in src
     v8, _ = peaks.nominal_peak_tflops(dict(info, backend="npu"), "int8")
     assert v8 == pytest.approx(2 * v)  # 16384 vs 8192 FLOP/cycle

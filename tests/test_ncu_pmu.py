@@ -75,10 +75,10 @@ def test_name_fallback_keeps_the_last_iterations_only_when_they_repeat_the_seque
 
 
 def test_failure_reasons_name_the_cause():
-    assert ncu_pmu.ncu_failure("==PROF== x\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", 1) \
-        .startswith("ncu: ERR_NVGPUCTRPERM - the GPU's performance counters are restricted")
-    assert ncu_pmu.ncu_failure("==ERROR== Failed to load the profiler library\n", 1) == \
-        "ncu: Failed to load the profiler library"
+    perm = ncu_pmu.ncu_failure("==PROF== x\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", 1)
+    assert perm.startswith("ncu: ERR_NVGPUCTRPERM") and "performance counters" in perm
+    lib = ncu_pmu.ncu_failure("==ERROR== Failed to load the profiler library\n", 1)
+    assert lib.startswith("ncu: ") and "Failed to load the profiler library" in lib  # ncu's own words, kept
     assert "exit status 0" in ncu_pmu.ncu_failure("==WARNING== No kernels were profiled.\n", 0)
 
 
@@ -116,7 +116,7 @@ def test_plan_follows_the_backend_and_the_flush_regime():
     assert ncu_pmu.pmu_plan("cuda", "ncu", FAKE_NCU).cache_control == "none"
     assert ncu_pmu.pmu_plan("cpu", "auto").probe()["reason"].startswith("cpu backend: no hardware counters")
     assert ncu_pmu.pmu_plan("cuda", "none").probe()["reason"].startswith("--pmu none")
-    with pytest.raises(UserError, match="--pmu ncu: Nsight Compute profiles CUDA kernels"):
+    with pytest.raises(UserError, match="--pmu ncu: .*CUDA"):
         ncu_pmu.pmu_plan("cpu", "ncu")
     with pytest.raises(UserError, match="--ncu-cache-control"):
         ncu_pmu.pmu_plan("cuda", "ncu", FAKE_NCU, cache_control="some")

@@ -1,4 +1,4 @@
-"""Issue 11 item 7: torch_npu stand-ins for the tracer (mfulib.flops.npu_formulas), each with a hand-derived count.
+"""torch_npu stand-ins for the tracer (mfulib.flops.npu_formulas), each with a hand-derived count.
 
 They apply only where no real torch_npu is importable (a real one runs its own ops).
 """

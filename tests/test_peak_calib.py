@@ -243,7 +243,7 @@ def test_cuda_calibration_measures_bf16_close_to_but_below_the_nominal_peak(tmp_
 @pytest.mark.parametrize("budget", ["nan", "inf"])
 def test_a_non_finite_budget_is_a_user_error_with_exit_2(tmp_path, budget):
     res = _run(["--budget-s", budget, "--backend", "cpu", "--cache", "off"], cwd=tmp_path)
-    assert res.returncode == 2 and f"error: --budget-s {budget}: must be > 0 seconds and finite" in res.stderr
+    assert res.returncode == 2 and f"error: --budget-s {budget}: " in res.stderr and "finite" in res.stderr
     assert not (tmp_path / "peak.json").exists()
 
 

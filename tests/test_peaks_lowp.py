@@ -1,4 +1,4 @@
-"""Low-precision peaks (issue 13): B-layout probe, fp8/int8 availability, trust rule, clocks and throttle reasons,
+"""Low-precision peaks: B-layout probe, fp8/int8 availability, trust rule, clocks and throttle reasons,
 and the above-peak check judged against the dtype's own nominal figure (MFU@nom keeps the fp16/bf16 one)."""
 import pytest
 

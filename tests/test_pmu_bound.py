@@ -1,5 +1,5 @@
-"""PMU counters -> bound labels: msprof op_summary rows built from the exact headers of the shared reference
-(reference/ascend_msprof_facts.md §3.1 real 910B2 rows, §3.2 group headers), the recorded H200 ncu CSVs of
+"""PMU counters -> bound labels: msprof op_summary rows built from the exact headers of real exports
+(docs/sources.md#msprof-pmu: real 910B2 rows, the --aic-metrics group headers), the recorded H200 ncu CSVs of
 tests/fixtures/profiles/cuda, and ncu-shaped rows for the cases that recording does not hold (a Hopper GEMM on the
 warpgroup MMA pipe, a small-grid attention kernel). Fixture rows here are HAND-MADE unless named "recorded"/"real".
 """
@@ -28,7 +28,7 @@ PIPE = ("aicore_time(us),aic_total_cycles,aic_mac_time(us),aic_mac_ratio,aic_sca
         "cube_utilization(%)")
 REAL_ROW = ("0,4294967295,0,1756,main_kernel,main_kernel,dynamic,MIX_AIC,1780676244313289.000\t,87139.380,0,256,512,"
             "NO,N/A,N/A,N/A,N/A,N/A,N/A,0,12.716,532700,0.0,0.0,10.213,0.803,0.031,0.002,0.024,0.002,0.006,0.0,0.037,"
-            "79569.043,6666439114,0.189,0.0,79457.736,0.999,0.012,0.0,0.012,0.0,0.0,0.014")  # facts §3.1, real
+            "79569.043,6666439114,0.189,0.0,79457.736,0.999,0.012,0.0,0.012,0.0,0.0,0.014")  # a real 910B2 row
 ARITH = ("aicore_time(us),aic_total_cycles,aic_mac_fp16_ratio,aic_mac_int8_ratio,aic_cube_fops,aiv_time(us),"
          "aiv_total_cycles,aiv_vec_fp32_ratio,aiv_vec_fp16_ratio,aiv_vec_int32_ratio,aiv_vec_misc_ratio,aiv_vector_fops")
 MEMORY = ("aicore_time(us),aic_total_cycles,aic_l1_read_bw(GB/s),aic_l1_write_bw(GB/s),aic_main_mem_read_bw(GB/s),"
@@ -60,7 +60,7 @@ def test_the_real_910b2_row_parses_by_column_name_into_canonical_counters_and_is
     b = bound.classify(c, "msprof:PipeUtilization")
     # the busiest pipe is the vector core's scalar unit at 99.9% >= 80%: no data pipe is the wall
     assert (b["label"], b["source"]) == ("latency-bound", "pmu:msprof")
-    assert b["note"] == "aiv_scalar_ratio = 100% >= 80% (scalar pipe (vector core))"
+    assert b["note"].startswith("aiv_scalar_ratio = 100%") and "scalar pipe" in b["note"]
     assert b["evidence"]["aiv_scalar_ratio"] == 0.999 and b["evidence"]["block_dim"] == 256
 
 
@@ -80,15 +80,16 @@ def test_arithmetic_and_memory_groups_give_executed_fops_and_main_memory_bandwid
 
 
 @pytest.mark.parametrize("cells, label, note", [
-    ({"aic_mac_ratio": 0.91, "aic_mte2_ratio": 0.4}, "cube-bound", "aic_mac_ratio = 91% >= 80%"),
-    ({"aic_mac_ratio": 0.2, "aiv_mte2_ratio": 0.85}, "memory-bound", "aiv_mte2_ratio = 85% >= 80% (GM -> UB (mte2))"),
-    ({"aiv_vec_ratio": 0.82, "aiv_mte3_ratio": 0.5}, "vector-bound", "aiv_vec_ratio = 82% >= 80%"),
-    ({"aic_mac_ratio": 0.3, "aiv_vec_ratio": 0.5}, "latency-bound", "no pipe >= 80% (busiest aiv_vec_ratio = 50%)"),
-    ({"aic_mac_ratio": 0.795}, "latency-bound", "no pipe >= 80% (busiest aic_mac_ratio = 80%)"),  # 0.795 < 0.8
+    ({"aic_mac_ratio": 0.91, "aic_mte2_ratio": 0.4}, "cube-bound", "aic_mac_ratio = 91%"),
+    ({"aic_mac_ratio": 0.2, "aiv_mte2_ratio": 0.85}, "memory-bound", "aiv_mte2_ratio = 85%"),
+    ({"aiv_vec_ratio": 0.82, "aiv_mte3_ratio": 0.5}, "vector-bound", "aiv_vec_ratio = 82%"),
+    ({"aic_mac_ratio": 0.3, "aiv_vec_ratio": 0.5}, "latency-bound", "busiest aiv_vec_ratio = 50%"),
+    ({"aic_mac_ratio": 0.795}, "latency-bound", "busiest aic_mac_ratio = 80%"),  # 0.795 < 0.8
 ])
 def test_msprof_pipe_ratios_classify_with_the_msprof_analyze_80_percent_rule(tmp_path, cells, label, note):
+    """``note``: the counter that decided and its value, the key phrase of the bound's note."""
     b = bound.classify(_npu(tmp_path, "k", **cells), "msprof")
-    assert b["label"] == label and b["note"].startswith(note)
+    assert b["label"] == label and note in b["note"]
 
 
 def test_the_recorded_h200_ncu_details_page_is_memory_bound_on_chip_as_ncu_itself_says():
@@ -101,7 +102,7 @@ def test_the_recorded_h200_ncu_details_page_is_memory_bound_on_chip_as_ncu_itsel
     assert (bmm["grid_size"], bmm["block_size"]) == (512.0, 256.0)  # from the "(64, 8, 1)" / "(256, 1, 1)" columns
     b = bound.classify(bmm, "ncu")
     assert b["label"] == "memory-bound"
-    assert b["note"] == "high throughput: SM 16%, memory 85% (>= 80%); on-chip memory (L1/L2), DRAM only 8%"
+    assert "SM 16%" in b["note"] and "memory 85%" in b["note"] and "DRAM only 8%" in b["note"]
     fill = bound.classify(pmu.from_ncu_record(recs[1]), "ncu")  # at::FillFunctor: DRAM 84.6 % - the flush kernel
     assert fill["label"] == "memory-bound" and "DRAM only" not in fill["note"]
 
@@ -149,8 +150,9 @@ def test_a_hopper_gemm_on_the_warpgroup_mma_pipe_is_tensor_bound_and_a_small_att
         "sm__warps_active.avg.pct_of_peak_sustained_active": ("%", "11.9")})
     b = bound.classify(attn, "ncu")
     assert b["label"] == "latency-bound"
-    assert b["note"] == ("SM 21% and memory 18% both < 60% of peak; small grid: 0.12 waves per SM < 1; achieved "
-                         "occupancy 12%")
+    assert b["evidence"]["waves_per_sm"] == 0.12
+    assert "SM 21%" in b["note"] and "memory 18%" in b["note"]
+    assert "small grid: 0.12 waves" in b["note"] and "occupancy 12%" in b["note"]
 
 
 @pytest.mark.parametrize("sm, mem, tensor, label", [
@@ -188,7 +190,7 @@ def test_part_counters_are_time_weighted_and_the_fallback_never_says_compute_bou
     # 30 ns at ratio 0.9 and 10 ns at 0.5: (27 + 5) / 40 = 0.8
     assert bound.part_counters([(30.0, {"aic_mac_ratio": 0.9}), (10.0, {"aic_mac_ratio": 0.5})]) == \
         {"aic_mac_ratio": pytest.approx(0.8)}
-    # the issue's misreading: fp32 fell as far as the peak, MFU@ach 4% -> not compute-bound
+    # the misreading guarded against: fp32 fell as far as the peak, MFU@ach 4% -> not compute-bound
     b = bound.fallback_bound(0.27, 0.271, 0.04)
     assert b["label"] == "unknown" and b["source"] == "fallback:fp32-vs-fp16" and "far below" in b["note"]
     assert bound.fallback_bound(0.27, 0.271, 0.61, "cube")["label"] == "cube-bound"

@@ -1,4 +1,4 @@
-"""bench/RESULTS.md is generated from the packed validation results, never typed in (issue 18).
+"""bench/RESULTS.md is generated from the packed validation results, never typed in.
 
 * the committed RESULTS.md is exactly what bench/make_results.py regenerates from the committed pack directory;
 * each section renders the numbers of its stage (checked on a synthetic pack: TEST DATA, not hardware output);
@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 
 import make_results  # noqa: E402
 import validate_h200  # noqa: E402
+from mdtable import md_row  # noqa: E402
 
 
 def test_committed_results_md_is_regenerated_from_the_committed_pack():
@@ -47,9 +48,13 @@ def test_sections_render_their_stage_numbers(tmp_path):
         {"op": "zoo/1_BatchMatmul", "mode": "warm", "rc": 0, "wall_s": 71.0, "maxima": {}, "cases": []}]}})
     text = make_results.render(str(tmp_path))
     assert "3,387.90" in text and "+0.14%" in text and "**1/1**" in text
-    assert "| zoo/5_MHABlock | warm | 0 | 48.5 | yes | 56.4% |" in text
-    assert "| zoo/1_BatchMatmul | warm | 0 | 71.0 | no |" in text  # over the 60 s target: said so
-    assert "| zoo/5_MHABlock | 11 | float16 | 2e+12 | 2e+12 | 1.0000 | checked |" in text
+    mha = md_row(text, op="zoo/5_MHABlock", **{"Triton cache": "warm"})
+    assert (mha["rc"], mha["wall s"], mha["<= target"], mha["best MFU@ach"]) == ("0", "48.5", "yes", "56.4%")
+    bmm = md_row(text, op="zoo/1_BatchMatmul")
+    assert (bmm["wall s"], bmm["<= target"]) == ("71.0", "no")  # over the 60 s target: said so
+    fl = md_row(text, op="zoo/5_MHABlock", case="11")
+    assert (fl["dtype"], fl["flops.py"], fl["tracer"], fl["ratio"], fl["numerator"]) == \
+        ("float16", "2e+12", "2e+12", "1.0000", "checked")
     assert "## Not run yet" in text and "`peaks`" in text and "`ncu`" not in text.split("## Not run yet")[1]
 
 
@@ -72,8 +77,9 @@ def test_driver_skips_packed_stages_and_records_absent_scripts(tmp_path, monkeyp
     rc = validate_h200.main(["--pack-dir", str(pack), "--stages", "env,search", "--out", str(tmp_path / "out")])
     text = capsys.readouterr().out
     assert rc == 0
-    assert "env        packed already" in text
-    assert "search     absent: bench/does_not_exist.py not in this checkout" in text
+    lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.split()}
+    assert "packed already" in lines["env"]
+    assert "absent" in lines["search"] and "bench/does_not_exist.py" in lines["search"]
     assert not (tmp_path / "out" / "pack.tgz").exists()  # nothing ran, nothing packed
 
 
@@ -236,10 +242,12 @@ def test_search_section_renders_gap_cost_spread_and_limit(tmp_path):
                  "cost_le_25pct": False, "spread": 0.008, "dataset_best_case": 7, "dataset_value": 0.51},
                 {"op": "npukernelbench/level4/2_FFN", "parts_done": ["prepare"], "errors": ["probe: boom | x"]}]}})
     text = make_results.render(str(tmp_path))
-    row = next(ln for ln in text.splitlines() if ln.startswith("| zoo/5_MHABlock"))
-    assert "| 61.20% (case 13, scale 4) | 62.00% (case 13) | 1.29% | yes | 41.0 | 120.5 | 34.0% | NO |" in row
-    assert "| 0.80% | 62.00% | 51.00% (case 7) |" in row
-    assert "**Partial:** parts pending: ffn:probe" in text
+    row = md_row(text, operator="zoo/5_MHABlock", metric="MFU@ach")
+    assert (row["search best"], row["exhaustive best"]) == ("61.20% (case 13, scale 4)", "62.00% (case 13)")
+    assert (row["gap"], row["within"], row["cost ratio"], row["cost ok"]) == ("1.29%", "yes", "34.0%", "NO")
+    assert (row["search cost s"], row["exhaustive cost s"]) == ("41.0", "120.5")
+    assert (row["spread (3 runs)"], row["limit"], row["dataset shapes"]) == ("0.80%", "62.00%", "51.00% (case 7)")
+    assert "**Partial:**" in text and "ffn:probe" in text
     assert "probe: boom \\| x" in text  # a pipe in an error does not break the table
     batch = text.split("## Batch over")[1]
     assert "Not run yet: no `batch.json`" in batch
@@ -272,17 +280,26 @@ def test_batch_section_renders_status_mfu_bound_limit_and_flops_check(tmp_path):
         "calls": [{"created_at": "2026-12-01T12:00:00Z", "git_commit": "abc1234", "rc": 130, "wall_s": 498.0,
                    "ran": ["a", "b", "c"], "finished": ["a", "b"], "settings": settings}]}})
     text = make_results.render(str(tmp_path)).split("## Batch over")[1]
-    assert "**Partial:** 2/2 operators have a final status" in text
-    assert "| 1 | 2026-12-01T12:00:00Z | abc1234 | 130 | 498.0 | 3 | 2 | - | 300.0 | `--budget-s 40` | `--top-n 4` | ncu | 0 |" \
-        in text
-    assert ("| zoo/5_MHABlock | ok | 1 | 171.2 | 2 | 56.4% (case 11, float16) | 31.0% (case 3, float16) | latency-bound "
-            "| 61.2% MFU@ach (case 13, scale 4; pool 11, 3 scaled) | 3/6 passed, 3 appended (saturated) | "
-            "passed (14 cases, ratio 1..1) | - |") in text
-    assert "Every final result was measured under one setting (probe_args, pmu)" in text
-    assert "| npukernelbench/level4/2_FFN | timeout | 1 | 300.1 | - | - | - | - | - | 0/2 passed, 0 appended (running) |" \
-        in text
-    assert "| zoo/5_MHABlock | 11 | qkv_proj | 70.0% | 41.0% | tensor-bound | pmu:ncu | tensor_pipe_pct 81.6, " \
-           "waves_per_sm 1 |" in text
+    assert "**Partial:**" in text and "2/2 operators" in text
+    call = md_row(text, call="1", commit="abc1234")
+    assert (call["rc"], call["wall s"], call["operators run"], call["finished"], call["op timeout s"]) == \
+        ("130", "498.0", "3", "2", "300.0")
+    assert (call["PROBE_ARGS"], call["SEARCH_ARGS"], call["PMU"], call["KEEP_PROF"]) == \
+        ("`--budget-s 40`", "`--top-n 4`", "ncu", "0")
+    mha = md_row(text, operator="zoo/5_MHABlock", status="ok")
+    assert (mha["call"], mha["wall s"], mha["cases"], mha["bound"]) == ("1", "171.2", "2", "latency-bound")
+    assert (mha["best MFU@ach"], mha["best MBU"]) == ("56.4% (case 11, float16)", "31.0% (case 3, float16)")
+    assert mha["limit (search)"] == "61.2% MFU@ach (case 13, scale 4; pool 11, 3 scaled)"
+    assert mha["probe"] == "3/6 passed, 3 appended (saturated)"
+    assert mha["FLOPs check"] == "passed (14 cases, ratio 1..1)" and mha["reason"] == "-"
+    assert "one setting (probe_args, pmu)" in text
+    ffn = md_row(text, operator="npukernelbench/level4/2_FFN")
+    assert (ffn["status"], ffn["wall s"], ffn["best MFU@ach"], ffn["probe"]) == \
+        ("timeout", "300.1", "-", "0/2 passed, 0 appended (running)")
+    part = md_row(text, operator="zoo/5_MHABlock", part="qkv_proj")
+    assert (part["case"], part["MFU@ach"], part["time share"], part["bound"], part["source"]) == \
+        ("11", "70.0%", "41.0%", "tensor-bound", "pmu:ncu")
+    assert part["evidence"] == "tensor_pipe_pct 81.6, waves_per_sm 1"
     assert "* npukernelbench/level1/10_LayerNorm: case data absent" in text
 
 
@@ -300,9 +317,12 @@ def test_peaks_wide_section_states_its_grid_and_every_calibrated_dtype(tmp_path)
                                                          "wide_shape": {"m": 4096, "n": 4096, "k": 2048},
                                                          "wide_shapes": 4, "ratio": 0.994}]}})
     text = make_results.render(str(tmp_path)).split("## Peaks: calibration vs a wide sweep")[1].split("\n## ")[0]
-    assert "m, n in [2048, 4096], k in [2048], 10.0 ms per shape" in text
-    assert "| bfloat16 | 830.0 | 8192x8192x8192 | 835.0 | 4096x4096x2048 | 4 | 0.994 |" in text
-    assert "bfloat16 830.0; tf32 417.9; int8 1,032.5 TOPS; copy bandwidth 4,262 GB/s" in text
+    assert "m, n in [2048, 4096]" in text and "k in [2048]" in text and "10.0 ms per shape" in text
+    bf16 = md_row(text, dtype="bfloat16")
+    assert (bf16["calibrated TFLOP/s"], bf16["shape"], bf16["sweep best"], bf16["sweep shape"]) == \
+        ("830.0", "8192x8192x8192", "835.0", "4096x4096x2048")
+    assert (bf16["shapes"], bf16["ratio"]) == ("4", "0.994")
+    assert "tf32 417.9" in text and "int8 1,032.5 TOPS" in text and "bandwidth 4,262 GB/s" in text
 
 
 def test_batch_is_complete_only_with_every_set_run_and_its_case_data_present():
@@ -323,8 +343,10 @@ def test_at_a_glance_states_each_criterion_as_measured_and_omits_absent_stages(t
     _write(tmp_path, "batch", {**SYNTH, "stage": "batch", "complete": False, "result": {
         "complete": False, "ops": [{"name": "a", "status": "ok"}, {"name": "b", "status": "interrupted"}]}})
     text = make_results.render(str(tmp_path)).split("## At a glance")[1].split("\n## ")[0]
-    assert "| kernel time = Nsight Compute | 5/6 kernels within | 3% (>= 50.0 us) | **NO** |" in text
-    assert "| batch over every bundled and real-case operator | 1/2 ok | all complete | **NO** |" in text
+    ncu = md_row(text, claim="kernel time = Nsight Compute")
+    assert (ncu["measured"], ncu["criterion"], ncu["met"]) == ("5/6 kernels within", "3% (>= 50.0 us)", "**NO**")
+    batch = md_row(text, claim="batch over every bundled and real-case operator")
+    assert (batch["measured"], batch["criterion"], batch["met"]) == ("1/2 ok", "all complete", "**NO**")
     assert "search = exhaustive" not in text and "peak = best" not in text
 
 
@@ -337,7 +359,8 @@ def test_a_stage_measured_before_a_bundled_kernel_changed_says_so_and_a_limit_sh
     _write(tmp_path, "makeall", {**SYNTH, "created_at": "2026-12-01T10:00:00Z", "stage": "makeall",
                                  "result": {"runs": [run], "target_s": 60}})
     text = make_results.render(str(tmp_path))
-    assert f"(before `{commit}`: the earlier {example} kernel)" in text.split("## At a glance")[1].split("\n## ")[0]
+    glance = md_row(text.split("## At a glance")[1].split("\n## ")[0], claim="`make all` (warm Triton cache)")
+    assert f"before `{commit}`" in glance["measured"] and example in glance["measured"]
     assert "**Earlier kernel:**" in text.split("## Tool wall time")[1]
     _write(tmp_path, "makeall", {**SYNTH, "created_at": "2099-01-01T00:00:00Z", "stage": "makeall",
                                  "result": {"runs": [run], "target_s": 60}})
@@ -348,5 +371,6 @@ def test_a_stage_measured_before_a_bundled_kernel_changed_says_so_and_a_limit_sh
     assert make_results._clip("one two three", 9) == "one two …" and make_results._clip("short", 9) == "short"
     probe = {"passed": 0, "candidates": 0, "appended": 0, "interrupted": "--budget-s 45 s reached",
              "cut": {"cut_in": "gate 2 (trace)", "source_case": 7, "scale": 2, "wall_s": 25.2}}
-    assert make_results._probe({"probe": probe}) == ("0/0 passed, 0 appended (--budget-s 45 s reached; cut in gate 2 "
-                                                     "(trace) of case 7 x2 after 25.2 s)")
+    cell = make_results._probe({"probe": probe})
+    assert cell.startswith("0/0 passed, 0 appended") and "--budget-s 45 s reached" in cell
+    assert "gate 2 (trace)" in cell and "case 7 x2" in cell and "25.2 s" in cell

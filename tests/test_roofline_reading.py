@@ -61,7 +61,7 @@ def test_official_mfu_beside_the_pmu_view_and_npu_cube_fops_are_not_executed_flo
     frac = (166900 * 1.0 + 104900 * 0.5) / 271800  # active cores (166900 x 24/24 + 104900 x 12/24) / 271800
     assert v["active_core_fraction"] == pytest.approx(frac)
     assert v["official_mfu"] == pytest.approx(0.18513, rel=1e-4)
-    assert "official MFU (semantic FLOPs, all cores) vs PMU view" not in report.decompose_table(res)
+    assert "vs PMU view" not in report.decompose_table(res)
 
 
 def test_the_regime_says_the_operator_ran_warm_against_a_flushed_peak(tmp_path):
@@ -72,7 +72,7 @@ def test_the_regime_says_the_operator_ran_warm_against_a_flushed_peak(tmp_path):
     res = decompose.decompose(str(d), str(d / "peak.json"))
     reg = res["regime"]
     assert reg["flush_cache_mib_collect"] == 0.0 and reg["flush_cache_mib_peak"] == 256.0
-    assert reg["note"].startswith("operator warm (no flush), peak cold (256 MiB flushed per iteration)")
+    assert reg["note"].startswith("operator warm") and "peak cold (256 MiB" in reg["note"]
     assert "--flush-cache-mib 256" in reg["note"]
     assert "cache regime: operator warm" in report.decompose_table(res)
     perf["flush_cache_mib"] = 256
@@ -112,7 +112,8 @@ def test_the_table_counts_never_measured_cases_in_one_line_and_wraps_long_text(t
     text = report.decompose_table(decompose.decompose(str(d), str(d / "peak.json")))
     lines = text.splitlines()
     assert not any(ln.split()[:1] == ["50"] for ln in lines)  # the skipped case is no row
-    assert "1 case(s) never measured (skipped by the selection, no rows): 50 - bf16 cannot run in the interpreter" in text
+    (never,) = [ln for ln in lines if "never measured" in ln]
+    assert "1 case(s)" in never and ": 50 - " in never and "interpreter" in never
     note = [ln for ln in lines if "numerator: unverified" in ln or "aten.weird_op" in ln]
     assert len(note) > 1 and all(len(ln) <= report.WRAP for ln in note)
     assert "END" in " ".join(note)  # wrapped, never cut off
@@ -156,7 +157,8 @@ def test_the_collector_table_lists_measured_cases_only_and_wraps_flags(capsys):
     out = capsys.readouterr().out
     rows = [ln for ln in out.splitlines() if "bfloat16" in ln]
     assert rows == []  # never-measured cases are no rows
-    assert "3 case(s) not measured (never selected): 1, 2, 3 - bf16 cannot run on the cpu" in out
+    (unmeasured,) = [ln for ln in out.splitlines() if "not measured" in ln]
+    assert "3 case(s)" in unmeasured and ": 1, 2, 3 - " in unmeasured and "bf16" in unmeasured
     assert "valid cases 1/1 measured" in out and "TAIL" in out  # wrapped, not cut at 60 characters
 
 
@@ -189,18 +191,18 @@ def test_an_operator_without_matrix_work_is_compared_on_mbu_and_its_zero_flops_p
     aid = reading_aid(_vector_rows([{"part": "norm", "flops": 0.0, "flops_share": None, "time_share": 1.0}]), {})
     assert aid[0].startswith("1. dtype: no case does matrix work") and "compare the cases on MBU" in aid[0]
     assert "MFU@ach" not in aid[0] and "best MBU 63.00% (case 1, float16)" in aid[0]
-    assert aid[1].startswith("2. the parts (norm) do no matrix work (flops_parts gives them 0 FLOPs)")
+    assert aid[1].startswith("2. the parts (norm)") and "no matrix work" in aid[1]
     assert "absent" not in aid[1] and "add flops_parts" not in aid[1]
     assert " - time share" not in aid[1]  # one part takes 100% of the time: nothing to list
     two = reading_aid(_vector_rows([{"part": "norm", "flops": 0.0, "flops_share": None, "time_share": 0.7},
                                     {"part": "scale", "flops": 0.0, "flops_share": None, "time_share": 0.3}]), {})
-    assert two[1].endswith("- time share case 0: norm 70%, scale 30%; case 1: norm 70%, scale 30%."), two[1]
+    shares = two[1].split(" - time share ")[1]
+    assert "case 0: norm 70%, scale 30%" in shares and "case 1: norm 70%, scale 30%" in shares, two[1]
     assert _numbers(aid) == sorted(_numbers(aid)) and sorted(set(_numbers(aid))) == [1, 2, 3]
 
     # KERNEL_PARTS without flops_parts: the part's flops are None - then (only then) flops_parts is asked for
     absent = reading_aid(_vector_rows([{"part": "norm", "flops": None, "flops_share": None, "time_share": 1.0}]), {})
-    assert absent[1] == ("2. no per-part FLOPs (flops.py has KERNEL_PARTS but no flops_parts): add flops_parts to "
-                         "flops.py to see which part drags.")
+    assert absent[1].startswith("2. no per-part FLOPs") and "add flops_parts" in absent[1]
     # no KERNEL_PARTS: every kernel is 'other' - not a part that "drags", and KERNEL_PARTS is what is missing
     none = reading_aid(_vector_rows([{"part": "other", "flops": None, "flops_share": None, "time_share": 1.0}]), {})
-    assert none[1].startswith("2. one part only (flops.py has no KERNEL_PARTS") and "unmatched" not in none[1]
+    assert none[1].startswith("2. one part only") and "no KERNEL_PARTS" in none[1] and "unmatched" not in none[1]

@@ -1,5 +1,6 @@
-"""The work directory's state is the truth (issue 10), driven through make on CPU with copies of the bundled
-layout-A 2_Softmax (output/iter_1, iter_2, optimized + baseline kernels; 11 cases, the 4 small ones run on CPU):
+"""The work directory's state is the truth (docs/ARCHITECTURE.md#work-directory), driven through make on CPU with copies
+of the bundled layout-A 2_Softmax (output/iter_1, iter_2, optimized + baseline kernels; 11 cases, the 4 small ones run
+on CPU):
 
 * step 1 is redone for another ITER / VARIANT / V or a source whose content changed, never for a touch; a V that
   does not exist is an error even though the work directory exists; VARIANT=baseline has its own work directory;
@@ -125,7 +126,8 @@ def test_only_verified_cases_are_timed_and_a_failing_verify_keeps_its_report_nam
     v = read(work / "verify.json")
     assert v["failed"] == [1] and {c["case"]: c["status"] for c in v["cases"]}[1] == "fail"
     assert v["complete"] is False and v["missing"] == [0]
-    assert f"step verify FAILED (exit status 1); its report is kept: {work}/verify.json" in r.stderr
+    (failed,) = [ln for ln in r.stderr.splitlines() if "step verify FAILED" in ln]
+    assert "exit status 1" in failed and f"{work}/verify.json" in failed  # the kept report, named
     assert not (work / ".state" / "verify.ok").exists()
     st = status_of(make(*args, "status").stdout)
     assert st["verify"][0] == "failed" and "case 1 fail" in st["verify"][1]
@@ -135,8 +137,11 @@ def test_only_verified_cases_are_timed_and_a_failing_verify_keeps_its_report_nam
     # slot goes to case 2) nor the verify-skipped 4, 5, 7.. (the selection runs out of verified cases)
     r = make(*args, "ACCEPT_VERIFY_FAILURES=1", "COLLECT_ARGS=--max-cases 4", "collect")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "exit status 1 accepted (ACCEPT_VERIFY_FAILURES=1" in r.stderr
-    assert "verifying case(s) [0] first" in r.stderr and "case 1 not timed: not verified: verify fail" in r.stderr
+    (accepted,) = [ln for ln in r.stderr.splitlines() if "ACCEPT_VERIFY_FAILURES=1" in ln]
+    assert "exit status 1 accepted" in accepted
+    assert "verifying case(s) [0] first" in r.stderr
+    (untimed,) = [ln for ln in r.stderr.splitlines() if "case 1 not timed" in ln]
+    assert "not verified" in untimed
     perf = read(work / "performance.json")
     timed = [c["case"] for c in perf["per_case"] if not c.get("skipped")]
     # softmax has no matrix work, so the cpu backend ranks by bytes moved, smallest first: case 3 (fp16 [2, 4, 48],
@@ -148,7 +153,8 @@ def test_only_verified_cases_are_timed_and_a_failing_verify_keeps_its_report_nam
     refused = {d["case"]: d for d in perf["selection"]["not_verified"]}
     assert {1, 4, 5, 7} <= set(refused)
     assert refused[1]["reason"].startswith("not verified: verify fail")
-    assert refused[4]["reason"].startswith("not verified: verify skipped (inputs 33.6 MB > --max-input-mb 0.1)")
+    assert refused[4]["reason"].startswith("not verified: verify skipped")
+    assert "33.6 MB > --max-input-mb 0.1" in refused[4]["reason"]
     assert refused[1]["verify"] == {"status": "fail", "reason": refused[1]["verify"]["reason"], "forced": False}
     assert all(c["verify"] == {"status": "pass", "reason": None, "forced": False} for c in perf["per_case"]
                if c["case"] in timed)
@@ -182,8 +188,9 @@ def test_an_interrupted_collect_is_incomplete_refused_by_decompose_and_redone_by
     rc, out = run_until_interrupted(args + ["all"], "[1/2] case 0")
     assert rc != 0, out[-2000:]
     perf = read(work / "performance.json")
-    assert perf["complete"] is False and perf["missing"] == [
-        {"case": 3, "impl": "asc", "reason": "not run: the collection was interrupted"}]
+    (missing,) = perf["missing"]
+    assert perf["complete"] is False and (missing["case"], missing["impl"]) == (3, "asc")
+    assert missing["reason"].startswith("not run") and "interrupted" in missing["reason"]
     assert not (work / ".state" / "collect.ok").exists() and not (work / "mfu_decompose.json").exists()
     st = status_of(make(*args, "status").stdout)
     assert st["collect"][0] == "failed" and "case 3 asc: not run" in st["collect"][1]
@@ -205,12 +212,13 @@ def test_an_interrupted_collect_is_incomplete_refused_by_decompose_and_redone_by
     (tmp_path / "partial").mkdir()
     with open(tmp_path / "partial" / "performance.json", "w") as f:
         json.dump(doc, f)
-    with pytest.raises(UserError, match="incomplete collection .case 3 asc: not run: interrupted. - re-run"):
+    with pytest.raises(UserError, match="incomplete collection .*case 3 asc.* re-run"):
         decompose.decompose(str(work), str(work / "peak.json"), reports=[("partial", str(tmp_path / "partial" /
                                                                                         "performance.json"))])
     marked = decompose.decompose(str(work), str(work / "peak.json"), allow_incomplete=True,
                                  reports=[("partial", str(tmp_path / "partial" / "performance.json"))])
-    assert marked["complete"] is False and marked["missing"] == ["partial: case 3 asc: not run: interrupted"]
+    (missing,) = marked["missing"]
+    assert marked["complete"] is False and missing.startswith("partial: case 3 asc") and "interrupted" in missing
     assert marked["warnings"][0].startswith("INCOMPLETE collection")
 
     # a content-identical touch of a source rebuilds nothing; status says every step is done
@@ -230,7 +238,7 @@ def test_an_interrupted_collect_is_incomplete_refused_by_decompose_and_redone_by
     seeded = make(*args, "FLUSH_CACHE_MIB=8", "VERIFY_ARGS=--case-timeout-s 500", "-n", "all").stdout
     assert "verify_op.py" in seeded  # a verify setting redoes verify (dry run: -n)
     st = status_of(make(*args, "FLUSH_CACHE_MIB=16", "status").stdout)  # make status says so before the redo
-    assert st["collect"][0] == "stale" and "FLUSH_CACHE_MIB given with another value" in st["collect"][1]
+    assert st["collect"][0] == "stale" and "FLUSH_CACHE_MIB" in st["collect"][1]
     assert st["decompose"][0] == "stale" and st["verify"][0] == "done"
 
 
@@ -270,7 +278,7 @@ def test_the_gate_refuses_a_verify_json_of_another_backend_or_of_other_model_fil
     doc = {"tool": verify_json.TOOL, "device": {"backend": "cuda"}, "inputs": verify_json.input_digests(od.path),
            "cases": [{"case": 0, "status": "pass"}, {"case": 1, "status": "skipped", "reason": "too big"}]}
     verify_json.write_verify_json(od.file("verify.json"), doc)
-    with pytest.raises(UserError, match="verified on cuda, this run is on cpu - re-run verify"):
+    with pytest.raises(UserError, match="verified on cuda.* on cpu.*re-run verify"):
         Gate(od, "cpu", "cpu")
     forced = Gate(od, "cpu", "cpu", forced=True)  # --unverified-ok: the rows are ignored, every case is marked
     ok, mark = forced.admits(0)
@@ -294,7 +302,7 @@ def test_a_failure_make_recorded_is_failed_even_without_a_report_and_a_later_sta
     (st / "verify.failed").write_text("2\n")
     rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
     assert rows["verify"]["state"] == "failed" and rows["verify"]["report"] == ""
-    assert rows["verify"]["detail"] == "exit status 2; no report written; make redoes it"
+    assert rows["verify"]["detail"].startswith("exit status 2") and "no report written" in rows["verify"]["detail"]
     assert rows["collect"]["state"] == "not run" and "verify failed" in rows["collect"]["detail"]
     os.utime(st / "verify.failed", (1, 1))  # a later run started (and was killed before recording anything)
     assert workdir_state.failure_record(str(tmp_path), "verify") is None
@@ -307,7 +315,9 @@ def test_make_status_warns_when_the_steps_ran_with_different_seeds(tmp_path):
     assert workdir_state.recorded_seeds(str(tmp_path)) == {"verify.json": 1, "flops_check.json": 0,
                                                            "performance.json": 0}
     table = workdir_state.status_table(str(tmp_path), ("ok", ""))
-    assert "\nwarning: " in table and "verify.json seed 1, flops_check.json seed 0, performance.json seed 0" in table
+    (warning,) = [ln for ln in table.splitlines() if ln.startswith("warning: ")]
+    assert "verify.json seed 1" in warning and "flops_check.json seed 0" in warning
+    assert "performance.json seed 0" in warning
     (tmp_path / "verify.json").write_text(json.dumps({"seed": 0}))
     (tmp_path / "flops_check.json").unlink()
     assert workdir_state.seed_mismatch(str(tmp_path)) is None

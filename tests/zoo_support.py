@@ -26,7 +26,7 @@ def install_compat_or_skip(device):
 
 
 def work_dir(root, op, ref, impl, case_path):
-    """A prepared work directory ``root/op`` for reference/implementation paths relative to examples/ops."""
+    """A prepared work directory ``root/op`` for reference and implementation paths relative to examples/ops."""
     dst = os.path.join(str(root), op.replace("/", "__"))
     prepare_explicit(os.path.join(OPS, ref), str(case_path), os.path.join(OPS, impl), dst)
     return OpDir(dst)

@@ -1,4 +1,4 @@
-"""GPU check of the device draw (mfulib/core/input_draw.py, issue 13): on CUDA large float inputs are created on the
+"""GPU check of the device draw (mfulib/core/input_draw.py): on CUDA large float inputs are created on the
 device from its seeded generator - reproducible, fast - while integer inputs keep the host stream's values.
 
 Run on the GPU machine from the repository root: python3 -m pytest -q tests/gpu/test_input_draw_cuda.py
