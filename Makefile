@@ -236,7 +236,9 @@ $(WORK)/flops.py: | $(WORK)/prepare.json
 	@if [ -f $@ ]; then echo "$@: shipped with the operator, kept"; else \
 	  $(PY) $(SCRIPTS)/flops_generator.py --model $(WORK)/model.py --cases $(WORK)/model.json -o $@; fi
 
-$(ST)/flops.ok: $(WORK)/flops.py $(WORK)/model.py
+# prepare.json is a normal prerequisite of every step that builds on step 1 (verify, flops, peak): a redo of step 1
+# replaces the directory, and make, which stats a stamp once, would otherwise keep the old directory's stamps
+$(ST)/flops.ok: $(WORK)/prepare.json $(WORK)/flops.py $(WORK)/model.py
 	$(call step,flops,$(WORK)/flops_check.json,$(CHECK_FLOPS_CMD))
 
 collect: $(ST)/collect.ok ## step 4: kernel times of the top-3 verified cases by FLOPs (cpu: the smallest 3; raw profiles kept)
@@ -251,7 +253,7 @@ peak: $(ST)/peak.ok ## step 5: measured per-dtype GEMM peaks and bandwidth (cach
 PEAK_NOISY = $(if $(wildcard $(WORK)/peak.json),$(shell $(PY) -c 'import sys; sys.path.insert(0, sys.argv[1]); \
   from mfulib.schemas.peak_json import measure_again_reason as m; print(1 if m(sys.argv[2]) else "")' \
   $(SCRIPTS) $(WORK)/peak.json 2>/dev/null))
-$(ST)/peak.ok: $(if $(PEAK_NOISY),_always) | $(WORK)/prepare.json
+$(ST)/peak.ok: $(WORK)/prepare.json $(if $(PEAK_NOISY),_always)
 	$(call step,peak,$(WORK)/peak.json,$(PEAK_CMD))
 
 decompose: $(ST)/decompose.ok ## step 6: per-case and per-kernel-part MFU table

@@ -1,5 +1,5 @@
 """The Makefile's per-step settings files ($(WORK)/.state/<step>.settings) with a stand-in Python (no torch, fast):
-the fake ``PY`` answers prepare's parse-time ``--check`` with "ok", hands the Makefile's other parse-time questions
+the fake ``PY`` answers prepare's parse-time ``--check`` with "ok" (a prepare run rewrites prepare.json), hands the Makefile's other parse-time questions
 (``-c`` snippets reading a JSON field) to the real interpreter, and records every script it is asked to run,
 failing the collector when its arguments contain ``--fail-me``."""
 import sys
@@ -13,6 +13,8 @@ FAKE_PY = """#!/bin/sh
 case "$*" in *--check*) echo ok; exit 0;; esac
 case "$1" in -c) exec "%s" "$@";; esac
 echo "$(basename "$1") $*" >> "$CALLS"
+case "$1" in */prepare_op_dir.py) while [ $# -gt 0 ]; do [ "$1" = --dst ] && touch "$2/prepare.json"; shift; done;;
+esac
 case "$*" in *--fail-me*) exit 2;; esac
 exit 0
 """
@@ -124,3 +126,17 @@ def test_a_step_rerun_by_a_cascade_keeps_the_arguments_it_last_ran_with(tmp_path
     r, calls = make("collect", "SEED=7", "COLLECT_ARGS=")
     assert r.returncode == 0 and "msprof_perf_summary.py" in calls and "--keep-me" not in calls, calls
     assert "COLLECT_ARGS=\n" in (work / ".state" / "collect.settings").read_text()
+
+
+def test_a_redo_of_step_1_redoes_every_step_that_builds_on_it(tmp_path):
+    """A redo of step 1 replaces the work directory; flops and peak must run again there, not keep the stamps make
+    read from the directory before (their rules name prepare.json as a normal prerequisite)."""
+    work, make = fake_work(tmp_path)
+    r, calls = make("verify", "flops", "peak")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r, calls = make("verify", "flops", "peak")
+    assert r.returncode == 0 and calls == "", calls  # all done: nothing runs
+    r, calls = make("verify", "flops", "peak", "FORCE=1")  # step 1 redone
+    assert r.returncode == 0, r.stdout + r.stderr
+    for script in ("prepare_op_dir.py", "verify_op.py", "check_flops.py", "peak_calib.py"):
+        assert script in calls, (script, calls)
