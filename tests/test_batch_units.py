@@ -371,3 +371,25 @@ def test_an_operator_ended_by_sigint_is_interrupted_not_failed(tmp_path, stub):
                      plan={"zoo/1_BatchMatmul": "sigint"})
     by = {row["name"]: row["status"] for row in s["rows"]}
     assert by == {"zoo/1_BatchMatmul": "interrupted", "zoo/2_Softmax": "ok"}, r.stdout + r.stderr
+
+
+def test_a_job_whose_runner_raises_is_recorded_failed_and_the_pool_runs_the_others(tmp_path):
+    """The local pool (concurrent.futures) turns an exception of the runner itself into that job's failed record;
+    every other job still runs and reaches on_done (no sleeps: the jobs return at once)."""
+    from mfulib.batch.plan import run_local
+    jobs = [{"name": f"op{i}", "op": f"op{i}", "layout": "B", "work": str(tmp_path / f"w{i}"),
+             "log": str(tmp_path / "logs" / f"op{i}.log"), "record": str(tmp_path / "jobs" / f"op{i}.json")}
+            for i in range(5)]
+
+    def run_job(job, opts, dev, restrict, stop):
+        if job["name"] == "op2":
+            raise OSError(39, "Directory not empty")
+        return {"name": job["name"], "status": "ok", "device": dev}
+
+    done = []
+    interrupted = run_local(jobs, [0, 1], {"runner": "local"}, done.append, run_job)
+    assert interrupted is False
+    assert sorted(r["name"] for r in done) == [f"op{i}" for i in range(5)]
+    failed = [r for r in done if r["status"] == "failed"]
+    assert [r["name"] for r in failed] == ["op2"] and "OSError" in failed[0]["reason"]
+    assert os.path.exists(jobs[2]["record"])  # the failed record is written, not left "running"

@@ -261,6 +261,9 @@ def run_local(jobs, devices, opts, on_done, run_job):
         dev = free.get()
         try:
             return run_job(job, opts, dev, restrict=dev is not None, stop=stop.is_set)
+        except Exception as exc:  # noqa: BLE001 - the runner itself failed: this job is failed, the batch goes on
+            from mfulib.batch.job import failed_record
+            return failed_record(job, opts, f"the batch could not run it: {type(exc).__name__}: {exc}", dev)
         finally:
             free.put(dev)
 
