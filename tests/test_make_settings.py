@@ -3,6 +3,7 @@ the fake ``PY`` answers prepare's parse-time ``--check`` with "ok" (a prepare ru
 (``-c`` snippets reading a JSON field) to the real interpreter, and records every script it is asked to run,
 failing the collector when its arguments contain ``--fail-me``."""
 import sys
+import json
 import os
 import shutil
 import subprocess
@@ -26,8 +27,10 @@ def fake_work(tmp_path):
     py.chmod(0o755)
     work = tmp_path / "w"
     work.mkdir()
-    for name in ("prepare.json", "model.py", "model_new.py", "flops.py", "performance.json", "peak.json"):
+    for name in ("prepare.json", "model.py", "model_new.py", "flops.py", "performance.json"):
         (work / name).write_text("{}\n")
+    from mfulib.schemas.peak_json import METHOD_VERSION  # a peak.json of today's method: make keeps it
+    (work / "peak.json").write_text(json.dumps({"method": {"method_version": METHOD_VERSION}}) + "\n")
     calls = tmp_path / "calls"
     env = dict(os.environ, CALLS=str(calls))
     for k in ("COLLECT_ARGS", "SEED", "BACKEND", "PMU", "FLUSH_CACHE_MIB", "DEVICE_ID", "MAKEFLAGS", "MFLAGS"):

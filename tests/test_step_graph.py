@@ -49,3 +49,26 @@ def test_a_step_rule_unknown_to_the_step_order_or_missing_is_refused():
         step_graph.parse_makefile(MINI + "$(ST)/lint.ok: $(WORK)/model.py\n\t$(call step,lint,$(WORK)/lint.json,x)\n")
     with pytest.raises(UserError, match="missing in the Makefile: \\['peak'\\]"):
         step_graph.parse_makefile(MINI.replace("$(call step,peak,", "$(call notstep,peak,"))
+
+
+def test_every_rule_line_of_a_stamp_counts_with_continuations_and_variables_expanded():
+    text = MINI.replace("$(ST)/collect.ok: $(wildcard $(ST)/search.ok)\n",
+                        "$(ST)/collect.ok: $(ST)/verify.ok\n")  # an unconditional extra edge on its own line
+    assert {s.name: s for s in step_graph.parse_makefile(text)}["collect"].needs == ("flops", "verify")
+    text = "COLLECT_NEEDS := $(ST)/verify.ok\nEXTRA = $(COLLECT_NEEDS) $(WORK)/x.py\n" + MINI.replace(
+        "$(ST)/collect.ok: $(ST)/flops.ok $(if $(SEARCH),$(ST)/search.ok) $(WORK)/model_new.py",
+        "$(ST)/collect.ok: $(ST)/flops.ok \\\n  $(EXTRA) $(WORK)/model_new.py")
+    collect = {s.name: s for s in step_graph.parse_makefile(text)}["collect"]
+    assert collect.needs == ("flops", "verify") and collect.files == ("x.py", "model_new.py")
+
+
+def test_edges_make_status_could_not_judge_are_refused_with_the_fix():
+    with pytest.raises(UserError, match="lint.ok, which no step writes"):
+        step_graph.parse_makefile(MINI.replace("$(ST)/decompose.ok: $(ST)/collect.ok",
+                                               "$(ST)/decompose.ok: $(ST)/lint.ok $(ST)/collect.ok"))
+    with pytest.raises(UserError, match="listed after it"):
+        step_graph.parse_makefile(MINI.replace("$(ST)/verify.ok: $(WORK)/prepare.json",
+                                               "$(ST)/verify.ok: $(ST)/peak.ok $(WORK)/prepare.json"))
+    with pytest.raises(UserError, match=r"uses \$\(NOWHERE\)"):
+        step_graph.parse_makefile(MINI.replace("$(ST)/flops.ok: $(WORK)/flops.py",
+                                               "$(ST)/flops.ok: $(NOWHERE) $(WORK)/flops.py"))

@@ -22,8 +22,9 @@ def test_step_5_is_measured_again_only_for_an_untrusted_accelerator_calibration(
     from mfulib.schemas.peak_json import measure_again_reason
     path = tmp_path / "peak.json"
     assert measure_again_reason(str(path)) is None  # no file: make's own rules decide
+    from mfulib.schemas.peak_json import METHOD_VERSION
     doc = {"accelerator": True, "trust": {"trusted": False, "untrusted": ["float32: spread 40% > 30%"]},
-           "method": {"cache_flush": 'text that says "trusted": false and nothing else'}}
+           "method": {"method_version": METHOD_VERSION, "cache_flush": 'text that says "trusted": false'}}
     path.write_text(json.dumps(doc))
     assert measure_again_reason(str(path)) == "float32: spread 40% > 30%"
     doc["accelerator"] = False  # a CPU calibration is kept, noisy or not
@@ -32,6 +33,12 @@ def test_step_5_is_measured_again_only_for_an_untrusted_accelerator_calibration(
     doc.update(accelerator=True, trust={"trusted": True})
     path.write_text(json.dumps(doc))
     assert measure_again_reason(str(path)) is None
+    doc["trust"] = {"trusted": False, "untrusted": [{"mode": "fp16"}]}  # odd entries still give a reason
+    path.write_text(json.dumps(doc))
+    assert "fp16" in measure_again_reason(str(path))
+    doc.update(accelerator=False, method={"method_version": METHOD_VERSION - 1})  # an older method, even on CPU
+    path.write_text(json.dumps(doc))
+    assert "method version" in measure_again_reason(str(path))
 
 
 def test_the_peak_cache_regime_is_read_from_its_field_not_from_the_flush_sentence():
@@ -39,3 +46,4 @@ def test_the_peak_cache_regime_is_read_from_its_field_not_from_the_flush_sentenc
     assert peak_flush_mib({"method": {"flush_cache_mib": 32, "cache_flush": "zero a 256 MiB buffer"}}) == 32.0
     assert peak_flush_mib({"method": {"flush_cache_mib": 0}}) == 0.0
     assert peak_flush_mib({"method": {"cache_flush": "zero a 256 MiB buffer before every timed iteration"}}) is None
+    assert peak_flush_mib({"method": {"flush_cache_mib": -1}}) is None  # not a flush size

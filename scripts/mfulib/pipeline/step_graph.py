@@ -41,10 +41,9 @@ class Step:
     files: tuple = ()
 
 
-def _prerequisites(text: str) -> list:
-    """The normal prerequisites of a rule line: tokens before ``|``, with make function calls (``$(if ...)``,
-    ``$(wildcard ...)``: conditional edges, not a step's own inputs) left out."""
-    text = text.split("|", 1)[0]
+def _strip_calls(text: str) -> str:
+    """``text`` without make function calls (``$(if ...)``, ``$(wildcard ...)``: conditional edges, not a step's own
+    inputs)."""
     while True:
         m = re.search(r"\$\([a-z]+\s", text)
         if not m:
@@ -55,47 +54,117 @@ def _prerequisites(text: str) -> list:
             if depth == 0:
                 break
         text = text[:m.start()] + " " + text[j + 1:]
-    return text.split()
+    return text
+
+
+def _prerequisites(text: str, variables: dict, where: str) -> list:
+    """The normal prerequisites of a rule line's right-hand side: tokens before ``|``, conditional function calls
+    left out, plain variables expanded (:func:`_expand`)."""
+    text = _strip_calls(text.split("|", 1)[0])
+    return _strip_calls(_expand(text, variables, where).split("|", 1)[0]).split()
+
+
+def _logical_lines(text: str) -> list:
+    """(line number, text) of the Makefile's logical lines: backslash-newline continuations joined, as make does."""
+    out, buf, start = [], "", None
+    for n, line in enumerate(text.split("\n"), 1):
+        if start is None:
+            start = n
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        out.append((start, buf + line))
+        buf, start = "", None
+    if buf:
+        out.append((start, buf))
+    return out
+
+
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?:\?|:|::|\+)?=\s*(.*)$")
+_VAR = re.compile(r"\$[({]([A-Za-z_][A-Za-z0-9_]*)[)}]")
+_KEEP_VARS = ("ST", "WORK")  # the tokens a prerequisite is recognised by
+
+
+def _expand(text: str, variables: dict, where: str, depth: int = 0) -> str:
+    """``text`` with plain ``$(NAME)`` references replaced by the Makefile's own assignments (``+=`` appended), as
+    often as they nest (at most 10 deep); ``$(ST)`` and ``$(WORK)`` stay. UserError for a reference to a variable the
+    Makefile does not assign (its value would come from the command line or the environment: not a fixed edge)."""
+    def sub(m):
+        name = m.group(1)
+        if name in _KEEP_VARS:
+            return m.group(0)
+        if name not in variables:
+            raise UserError(f"{where}: a step rule's prerequisite uses $({name}), which the Makefile does not assign -"
+                            " write the prerequisite itself, or assign the variable in the Makefile")
+        return variables[name]
+    if depth > 10:
+        raise UserError(f"{where}: variables in a step rule's prerequisites nest more than 10 deep")
+    new = _VAR.sub(sub, text)
+    return new if new == text else _expand(new, variables, where, depth + 1)
 
 
 def parse_makefile(text: str, where: str = "Makefile") -> tuple:
     """The steps of a Makefile's text, in :data:`STEP_ORDER`; step 1 (prepare) first, with no inputs of its own.
 
-    Raises UserError naming ``where`` when a step of STEP_ORDER has no ``$(call step,...)`` rule or the Makefile has
-    a step rule not in STEP_ORDER."""
-    lines = text.split("\n")
-    found = {}
-    for i, line in enumerate(lines):
+    Every rule line of a stamp counts (make merges them): a step's inputs are the union of the normal prerequisites
+    of all its ``$(ST)/<step>.ok:`` lines, continuation lines joined and plain variables expanded; conditional ones
+    (inside ``$(if ...)`` / ``$(wildcard ...)``) are left out. Raises UserError naming ``where`` when a step of
+    STEP_ORDER has no ``$(call step,...)`` rule, a step rule is not in STEP_ORDER, a prerequisite names a stamp that
+    is no step, or a step needs one listed after it in STEP_ORDER (make status judges them in that order)."""
+    lines = _logical_lines(text)
+    variables = {}
+    for _n, line in lines:
+        m = _ASSIGN.match(line)
+        if m and not line.startswith("\t"):
+            op = line[len(m.group(1)):].lstrip()[:2]
+            variables[m.group(1)] = (variables.get(m.group(1), "") + " " + m.group(2)) if op.startswith("+") \
+                else m.group(2)
+    reports, needs, files = {}, {}, {}
+    for k, (n, line) in enumerate(lines):
         m = _RULE.match(line)
         if not m:
             continue
-        recipe = lines[i + 1] if i + 1 < len(lines) else ""
+        stamp = m.group(1)
+        recipe = lines[k + 1][1] if k + 1 < len(lines) else ""
         call = _CALL.search(recipe)
-        if not call:
-            continue  # an extra-edge rule (e.g. the search's SEARCH=1 edges): no recipe of its own
-        name, report = call.groups()
-        if name != m.group(1):
-            raise UserError(f"{where}:{i + 2}: the rule for $(ST)/{m.group(1)}.ok calls step {name!r}")
-        needs, files = [], []
-        for tok in _prerequisites(m.group(2)):
+        if call:
+            if call.group(1) != stamp:
+                raise UserError(f"{where}:{lines[k + 1][0]}: the rule for $(ST)/{stamp}.ok calls step "
+                                f"{call.group(1)!r}")
+            reports[stamp] = call.group(2)
+        for tok in _prerequisites(m.group(2), variables, f"{where}:{n}"):
             st, wf = _STAMP.match(tok), _WORKFILE.match(tok)
             if st:
-                needs.append(st.group(1))
+                needs.setdefault(stamp, []).append(st.group(1))
             elif wf and wf.group(1) == PREPARE_JSON:
-                needs.append("prepare")
+                needs.setdefault(stamp, []).append("prepare")
             elif wf:
-                files.append(wf.group(1))
-        found[name] = Step(name, report, tuple(needs), tuple(files))
-    unknown = sorted(set(found) - set(STEP_ORDER))
-    missing = [s for s in STEP_ORDER[1:] if s not in found]
+                files.setdefault(stamp, []).append(wf.group(1))
+    unknown = sorted(set(reports) - set(STEP_ORDER))
+    missing = [s for s in STEP_ORDER[1:] if s not in reports]
     if unknown or missing:
-        raise UserError(f"{where}: step rules and mfulib.pipeline.step_graph.STEP_ORDER disagree (missing in the Makefile:"
-                        f" {missing or 'none'}; unknown to STEP_ORDER: {unknown or 'none'}) - add the step to both")
-    return (Step("prepare", PREPARE_JSON),) + tuple(found[s] for s in STEP_ORDER[1:])
+        raise UserError(f"{where}: step rules and mfulib.pipeline.step_graph.STEP_ORDER disagree (missing in the "
+                        f"Makefile: {missing or 'none'}; unknown to STEP_ORDER: {unknown or 'none'}) - add the step "
+                        "to both")
+    steps = [Step("prepare", PREPARE_JSON)]
+    for pos, name in enumerate(STEP_ORDER[1:], 1):
+        own = tuple(dict.fromkeys(needs.get(name, ())))
+        not_steps = [x for x in own if x not in STEP_ORDER]
+        later = [x for x in own if x in STEP_ORDER and STEP_ORDER.index(x) >= pos]
+        if not_steps:
+            raise UserError(f"{where}: step {name} needs $(ST)/{not_steps[0]}.ok, which no step writes - make it a "
+                            "step (a $(call step,...) rule and an entry in STEP_ORDER) or drop the prerequisite")
+        if later:
+            raise UserError(f"{where}: step {name} needs {later}, listed after it in "
+                            "mfulib.pipeline.step_graph.STEP_ORDER - reorder STEP_ORDER so every step follows what "
+                            "it needs")
+        steps.append(Step(name, reports[name], own, tuple(dict.fromkeys(files.get(name, ())))))
+    return tuple(steps)
 
 
 @functools.lru_cache(maxsize=None)
 def read_steps(makefile: str = os.path.join(REPO_ROOT, "Makefile")) -> tuple:
-    """:func:`parse_makefile` of the project's Makefile (read once per process)."""
+    """:func:`parse_makefile` of the project's Makefile (read once per process, on first use - a Makefile it cannot
+    read breaks ``make status``, not every command that imports this module)."""
     with open(makefile, encoding="utf-8") as f:
         return parse_makefile(f.read(), makefile)

@@ -36,7 +36,12 @@ MAKE_NAMES = {"form": "source layout", "src": "V", "iter": "ITER", "variant": "V
 
 #: the steps in make status's order, their reports and inputs - read from the Makefile's rules
 #: (:mod:`mfulib.pipeline.step_graph`), the one place the graph is written
-STEPS = read_steps()
+def __getattr__(name):
+    """``STEPS``: the steps in make status's order (:func:`mfulib.pipeline.step_graph.read_steps`), read on first
+    use, so that a Makefile it cannot read breaks make status with its reason, not every importer."""
+    if name == "STEPS":
+        return read_steps()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def stamp_path(work: str, step: str) -> str:
@@ -125,7 +130,8 @@ def prepare_verdict(work: str, request: dict, sources: dict) -> tuple:
 
 
 def report_verdict(step: str, path: str) -> tuple:
-    """(ok, detail) of a step's report: ok False when it records a failure or an incomplete run."""
+    """(ok, detail) of a step's report: ok False when it records a failure or an incomplete run, None when it cannot
+    be read (not valid JSON, wrong structure) - ``detail`` says why."""
     from mfulib.schemas import decompose_json, flops_check_json, peak_json, performance_json, verify_json
     try:
         if step == "verify":
@@ -164,8 +170,8 @@ def report_verdict(step: str, path: str) -> tuple:
             ok, problems = decompose_json.completeness(decompose_json.read_decompose_json(path))
         else:
             ok, problems = True, []
-    except (UserError, OSError, ValueError) as exc:
-        return False, str(exc)
+    except (UserError, OSError, ValueError, RecursionError) as exc:
+        return None, f"its report cannot be read ({type(exc).__name__}: {str(exc)[:200]})"
     return ok, "; ".join(problems)
 
 
@@ -181,7 +187,7 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
     (the Makefile's ``settings_changed``): such a done step is stale, and so are the steps after it."""
     settings_changed = settings_changed or {}
     rows, state = [], {}
-    for step in STEPS:
+    for step in read_steps():
         report = os.path.join(work, step.report)
         if step.name == "prepare":
             verdict, why = prepare
@@ -203,6 +209,8 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
                                                   if given else []))
             elif not have_report:
                 st, detail = "stale", f"its report {report} is gone"
+            elif ok is None:  # the stamp stands, so make takes the step as done - but nothing can read its report
+                st, detail = "error", f"{detail}; make takes the step as done - make FORCE=1 {step.name} redoes it"
             else:  # make's view: the stamp stands (a failure it accepted, e.g. ACCEPT_VERIFY_FAILURES=1, is listed)
                 st, detail = "done", (detail if ok else f"accepted: {detail}")
         elif (rc := failure_record(work, step.name)) is not None:

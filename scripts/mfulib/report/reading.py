@@ -232,7 +232,7 @@ def peak_flush_mib(peak: dict):
     when peak.json does not record it (a calibration written before the field existed: measure again to know)."""
     m = peak.get("method") or {}
     mib = finite_or_none(m.get("flush_cache_mib"))
-    return float(mib) if mib is not None else None
+    return float(mib) if mib is not None and mib >= 0 else None
 
 
 def regime(reports: list, peak: dict) -> dict:
@@ -244,7 +244,8 @@ def regime(reports: list, peak: dict) -> dict:
     pk = peak_flush_mib(peak)
     if c is None or pk is None:
         note = ("regime unknown: " + ("performance.json records no flush_cache_mib" if c is None else
-                                      "peak.json does not say how it flushed the cache"))
+                                      "peak.json does not say how it flushed the cache (one from before "
+                                      "method.flush_cache_mib: measure again, make FORCE=1 peak)"))
     elif c > 0 and pk > 0:
         note = f"both cold: L2 flushed before every iteration (operator {c:g} MiB, peak {pk:g} MiB)"
     elif c == 0 and pk == 0:

@@ -131,20 +131,28 @@ def write_cache(path: str, doc: dict) -> None:
 
 
 def measure_again_reason(path: str):
-    """Why make should run step 5 again over the peak.json at ``path``, or None: an accelerator calibration that
-    came out noisy (``trust.trusted`` false: kept as evidence, never cached) is measured again; a CPU one is kept
-    (a shared CPU is noisy every time; its numbers only validate the pipeline). A missing or unreadable file: None
+    """Why make should run step 5 again over the peak.json at ``path``, or None: one measured by another
+    :data:`METHOD_VERSION` (its fields differ, e.g. no ``method.flush_cache_mib``) is measured again, and so is an
+    accelerator calibration that came out noisy (``trust.trusted`` false: kept as evidence, never cached); a noisy
+    CPU one is kept (a shared CPU is noisy every time; its numbers only validate the pipeline). A missing or unreadable file: None
     (make's own rules decide then). Read from the file's fields, never from its text."""
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("accelerator") is False:
+    if not isinstance(doc, dict):
+        return None
+    method = doc.get("method") if isinstance(doc.get("method"), dict) else {}
+    if method.get("method_version") != METHOD_VERSION:
+        return (f"measured by method version {method.get('method_version')!r}, this tool measures version "
+                f"{METHOD_VERSION}")
+    if doc.get("accelerator") is False:
         return None
     trust = doc.get("trust")
     if isinstance(trust, dict) and trust.get("trusted") is False:
-        return "; ".join(trust.get("untrusted") or []) or "untrusted"
+        why = trust.get("untrusted")
+        return "; ".join(map(str, why)) if isinstance(why, list) and why else "untrusted"
     return None
 
 
