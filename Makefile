@@ -58,7 +58,9 @@ comma := ,
 .DELETE_ON_ERROR:
 .PHONY: help setup test test-fast test-e2e golden prepare verify flops collect peak decompose report all examples clean-work status _always
 
-VALID_BACKENDS := auto npu cuda cpu
+# backends registered through MFU_BACKEND_PLUGINS (name=module:Class[,...]) are valid too
+comma := ,
+VALID_BACKENDS := auto npu cuda cpu $(foreach p,$(subst $(comma), ,$(MFU_BACKEND_PLUGINS)),$(firstword $(subst =, ,$(p))))
 ifeq ($(filter $(BACKEND),$(VALID_BACKENDS)),)
 $(error BACKEND=$(BACKEND) is not one of: $(VALID_BACKENDS))
 endif

@@ -45,8 +45,9 @@ def build_parser():
     p.add_argument("--tolerance", type=float, default=0.01, help="relative tolerance of flops.py / tracer")
     p.add_argument("--peak-tflops", type=float, help="nominal peak in TFLOP/s for the implied-time check "
                    "(default: the nominal block of peak.json in the work dir, else the device's nominal table)")
-    p.add_argument("--backend", default="auto", choices=["auto", "npu", "cuda", "cpu", "none"],
-                   help="device whose nominal peak is used when the work dir has none ('none': skip)")
+    p.add_argument("--backend", default="auto", metavar="{auto,npu,cuda,cpu,none}",
+                   help="device whose nominal peak is used when the work dir has none ('none': skip; a backend "
+                        "registered through MFU_BACKEND_PLUGINS is accepted too)")
     p.add_argument("--max-implied-ms", type=float, default=4000.0,
                    help="fail when FLOPs / peak exceeds this many ms")
     p.add_argument("--max-cpu-bytes", type=float, default=float(1 << 30),

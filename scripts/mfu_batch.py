@@ -40,7 +40,8 @@ def build_parser():
                    help="0: remove an operator's kept profiles (<work>/prof) after it succeeded")
     p.add_argument("--op-timeout-s", type=float, help="kill an operator's pipeline after this many seconds")
     p.add_argument("--devices", help="device ids, one worker each, e.g. 0,1 (default: from the environment)")
-    p.add_argument("--backend", default="auto", choices=("auto", "npu", "cuda", "cpu"), help="BACKEND of each make")
+    p.add_argument("--backend", default="auto", metavar="{auto,npu,cuda,cpu}",
+                   help="BACKEND of each make (a backend registered through MFU_BACKEND_PLUGINS is accepted too)")
     p.add_argument("--runner", default="local", choices=("local", "ray"), help="local worker pool or Ray tasks")
     p.add_argument("--make", default="make", help="the make program that runs each operator's pipeline")
     p.add_argument("--costs-from", help="a batch_summary.json whose measured wall times order this batch")

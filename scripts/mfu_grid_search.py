@@ -32,8 +32,9 @@ def build_parser():
     from mfulib.search.grid import CHECK_FLOPS
     p = cli.parser(__doc__, prog="mfu_grid_search.py")
     p.add_argument("--dir", required=True, help="operator work directory (prepared; probe.json from the probe)")
-    p.add_argument("--backend", choices=("auto", "npu", "cuda", "cpu"), default="auto",
-                   help="auto = npu if torch_npu + CANN are set up, else cuda, else cpu")
+    p.add_argument("--backend", default="auto", metavar="{auto,npu,cuda,cpu}",
+                   help="auto = npu if torch_npu + CANN are set up, else cuda, else cpu; a backend registered "
+                        "through MFU_BACKEND_PLUGINS is accepted too")
     p.add_argument("--device", type=int, default=0, metavar="N", help="device index")
     p.add_argument("--seed", type=int, default=0, help="seed for inputs and weights (the tracer gets the same)")
     p.add_argument("--top-n", type=int, default=8, help="original cases in the pool, most FLOPs first (>= 3)")

@@ -82,3 +82,36 @@ def test_prepare_verify_and_collect_run_on_the_stub_backend(rocm, tmp_path):
         assert c["asc_error"] is None and c["asc_us"] > 0
         assert [k["name"] for k in c["kernels"]] == ["scale_kernel", "add_one_kernel"]
         assert c["harness_launches_dropped"] == 3  # the flush before each iteration, never operator time
+
+
+def test_a_plugin_class_is_bound_to_the_name_it_is_registered_by(monkeypatch):
+    from mfulib.backends.cpu import CpuBackend
+    monkeypatch.setattr(backends, "_REGISTERED", {})
+
+    class Unnamed(CpuBackend):  # inherits name "cpu": records and cache keys must still say "other"
+        pass
+    backends.register("other", Unnamed)
+    cls = backends.backend_class("other")
+    assert cls.name == "other" and issubclass(cls, Unnamed) and CpuBackend.name == "cpu"
+
+
+def test_a_record_says_itself_whether_its_numbers_validate_only():
+    """A process that does not know a plug-in's name reads the record's own device.accelerator field."""
+    assert backends.validates_only("never-registered", accelerator=False) is True
+    assert backends.validates_only("cpu", accelerator=True) is False
+    assert backends.validates_only("cpu") is True and backends.validates_only("never-registered") is False
+
+
+def test_make_accepts_a_backend_registered_through_the_plugin_variable(tmp_path):
+    import shutil
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("GNU make is not installed")
+    root = os.path.dirname(SCRIPTS)
+    env = dict(os.environ, MFU_BACKEND_PLUGINS="rocm=mfu_rocm_stub:RocmBackend")
+    r = subprocess.run([make, "-C", root, "-n", "BACKEND=rocm", "help"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([make, "-C", root, "-n", "BACKEND=rocm", "help"], capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if k != "MFU_BACKEND_PLUGINS"}, timeout=60)
+    assert r.returncode != 0 and "BACKEND=rocm is not one of" in r.stderr

@@ -24,8 +24,10 @@ _REGISTERED: dict = {}
 
 
 def register(name: str, cls) -> None:
-    """Register ``cls`` (a :class:`~mfulib.backends.base.Backend` subclass) as backend ``name``."""
-    _REGISTERED[name] = cls
+    """Register ``cls`` (a :class:`~mfulib.backends.base.Backend` subclass) as backend ``name``. The class is bound
+    to that name (``cls.name``; a subclass named so when it carries another name), so every record, cache key and
+    check says the name it was asked by."""
+    _REGISTERED[name] = cls if getattr(cls, "name", None) == name else type(cls.__name__, (cls,), {"name": name})
 
 
 def _builtin(name: str):
@@ -73,8 +75,8 @@ def backend_class(name: str):
     except (ImportError, AttributeError) as exc:
         raise UserError(f"{PLUGINS_ENV}: backend {name!r} = {target} does not load ({type(exc).__name__}: "
                         f"{exc})") from exc
-    _REGISTERED[name] = cls
-    return cls
+    register(name, cls)
+    return _REGISTERED[name]
 
 
 def backend_for_device(device) -> str:
@@ -101,10 +103,13 @@ def fp32_dot_is_tf32(backend: str, dtype) -> bool:
         return False
 
 
-def validates_only(backend) -> bool:
+def validates_only(backend, accelerator=None) -> bool:
     """Are numbers recorded by ``backend`` (a name from a JSON record) the kind that validate the pipeline only -
-    the CPU interpreter's, never compared with accelerator numbers? False for None or a name this process does not
-    know (a record made elsewhere)."""
+    the CPU interpreter's, never compared with accelerator numbers? ``accelerator``: the record's own device field
+    (``device.accelerator``), which decides where given; else the registry; False for None or a name this process
+    does not know."""
+    if accelerator is not None:
+        return not accelerator
     try:
         return bool(backend) and not backend_class(backend).accelerator
     except UserError:

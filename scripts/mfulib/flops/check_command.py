@@ -87,6 +87,9 @@ def check_args(args):
     for flag, v, allow_zero in limits:
         if v is not None and (not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero)):
             raise UserError(f"{flag} {v}: must be a finite number {'>= 0' if allow_zero else '> 0'}")
+    if args.backend not in ("auto", "none"):
+        from mfulib.backends import backend_class
+        backend_class(args.backend)  # UserError naming the choices for an unknown name
     return cli.parse_case_list(args.cases) if args.cases is not None else None
 
 

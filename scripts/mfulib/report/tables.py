@@ -192,7 +192,8 @@ def decompose_table(result: dict) -> str:
                 m = mx[key]
                 bits.append(f"{name} {pct(m['value'], 2)} (case {m['case']} {m['dtype']}"
                             + (f", {m['report']}" if multi else "") + ")")
-        cpu = any(validates_only(rep.get("backend")) for rep in result.get("reports", []))
+        cpu = any(validates_only(rep.get("backend"), (rep.get("device") or {}).get("accelerator"))
+                  for rep in result.get("reports", []))
         lines.append("max: " + "; ".join(bits) + (" - CPU-interpreter numbers: they validate the pipeline, they "
                                                    "are not a utilisation" if cpu else ""))
     lines.append("")

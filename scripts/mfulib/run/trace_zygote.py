@@ -31,8 +31,10 @@ What the forkserver does not do, and this module does by hand:
   the traces are plain subprocesses (a server stuck in its preload is left; it ends once that import returns).
 
 As with every forkserver or spawn child, the caller's ``__main__`` must be safe to import (its work under
-``if __name__ == "__main__":``): the server imports it once (the stdlib's default ``"__main__"`` preload), so the
-children do not. :func:`shared` gives this process's context (None where forking is not available or the server
+``if __name__ == "__main__":``): each child imports the caller's main module as ``__mp_main__`` before the tool
+runs (multiprocessing's preparation of a forkserver child; the ``"__main__"`` preload does not spare it on Python
+3.11, whose server looks for another key of the preparation data), so a caller's top level runs once per trace.
+``max_shape_probe.py`` has none (a few imports). :func:`shared` gives this process's context (None where forking is not available or the server
 did not come up: the caller then starts a plain subprocess). The forkserver is one per process, shared with any
 other forkserver use in it, and ends when its caller exits.
 """
