@@ -93,8 +93,9 @@ def main(argv=None):
         write_report_html(decompose_json.read_decompose_json(src), args.html)
         return 0
     peak_path = args.peak_json
-    if not os.path.isabs(peak_path) and not os.path.exists(peak_path):
-        peak_path = os.path.join(op_dir, peak_path)
+    if not os.path.isabs(peak_path) and not os.path.exists(peak_path) \
+            and os.path.exists(os.path.join(op_dir, peak_path)):
+        peak_path = os.path.join(op_dir, peak_path)  # else the path as given: the error then names that one
     cases = cli.parse_case_list(args.cases) if args.cases is not None else None
     reports = [parse_report_arg(r) for r in args.report]
     body = decompose.decompose(op_dir, peak_path, reports=reports, cases=cases, include_current=not args.no_current,

@@ -394,8 +394,9 @@ def _reuse_or_measure(output, be, why, ident, index, cpath, modes, budget_s, ban
                                       "untrusted: " + "; ".join(trust["untrusted"]))
     if cache != "off" and not trust["trusted"]:
         out["cache"]["path"] = None
-        log(f"peak_calib: not caching this calibration ({out['cache']['not_stored_why']}); the next run measures "
-            "again")
+        log(f"peak_calib: not caching this calibration ({out['cache']['not_stored_why']}); the next peak_calib.py "
+            "run measures again" + ("" if backend_class(be).accelerator else " (make keeps a CPU calibration: its numbers "
+                                     "only validate the pipeline)"))
     write_json_atomic(output, out)
     if out["cache"]["stored"]:
         try:

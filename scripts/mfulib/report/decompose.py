@@ -475,7 +475,8 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
     trust = peak.get("trust") or {}
     if trust.get("trusted") is False:  # calib.trust_verdict: a noisy calibration is kept, never cached or hidden
         again = ("a CPU calibration on a shared machine: these numbers only validate the pipeline" if
-                 validates_only(peak.get("backend")) else "the next make measures the peak again")
+                 validates_only(peak.get("backend"), peak.get("accelerator")) else "the next make measures the peak "
+                 "again")
         warnings.append(f"{peak_path}: the peak calibration is NOT trusted ("
                         f"{'; '.join(trust.get('untrusted') or []) or 'interrupted'}) - MFU@ach, headroom and the "
                         f"roofline divide by it; {again}")
