@@ -280,8 +280,9 @@ def flops(case):
     assert "cannot see" in row["diagnosis"] and "mfu_testdouble::mystery_mm" in row["diagnosis"]
     summary = fchk.summarize([row], [])
     assert summary["verdict"] == "unverified" and not summary["passed"] and summary["n_unverified"] == 1
-    assert fchk.exit_status(summary) == fchk.EXIT_UNVERIFIED == 3
-    assert fchk.exit_status(summary, accept_unverified=True) == 0
+    from mfulib.flops.check_command import exit_status
+    assert exit_status(summary) == fchk.EXIT_UNVERIFIED == 3
+    assert exit_status(summary, accept_unverified=True) == 0
 
 
 def test_flops_py_must_reject_what_the_reference_rejects(tmp_path):
@@ -414,3 +415,16 @@ def test_a_peak_json_of_the_wrong_structure_is_a_user_error_naming_file_and_fiel
     with pytest.raises(UserError) as err:
         fchk.resolve_peak(str(tmp_path), None, "none")
     assert str(tmp_path / "peak.json") in str(err.value) and says in str(err.value)
+
+
+def test_a_flops_parts_that_raised_everywhere_is_not_called_missing():
+    """KERNEL_PARTS beside a flops_parts that raised on every case: the cases carry the error; the file check must not
+    advise defining a flops_parts that is there."""
+    import types
+    ff = types.SimpleNamespace(kernel_parts={"proj": ["matmul*"]}, has_parts=True, review_lines=lambda: [])
+    rows = [{"case": 0, "flops_parts": None, "status": "fail"}]
+    (kp,) = [c for c in fchk.file_checks(ff, rows) if c["name"] == "kernel_parts"]
+    assert kp["status"] == "skip" and "define flops_parts" not in kp["detail"]
+    ff.has_parts = False  # truly missing: the advice stands, and it fails
+    (kp,) = [c for c in fchk.file_checks(ff, rows) if c["name"] == "kernel_parts"]
+    assert kp["status"] == "fail" and "define flops_parts" in kp["detail"]

@@ -388,6 +388,8 @@ def file_checks(ff: FlopsFile, rows: list) -> list:
     if ff.kernel_parts is None:
         checks.append(_check("kernel_parts", "warn" if ff.has_parts else "skip",
                              "no KERNEL_PARTS: every kernel is reported as 'other' in the decomposition"))
+    elif ff.has_parts and names is None:  # flops_parts is defined but gave no parts on any case (it raised)
+        checks.append(_check("kernel_parts", "skip", "not checked: flops_parts gave no parts on any case"))
     else:
         probs = ff.check_kernel_parts_keys(names if ff.has_parts else None)
         checks.append(_check("kernel_parts", "fail" if probs else "pass",
@@ -460,15 +462,6 @@ def rejected_by(row: dict) -> str | None:
     by_flops = row.get("flops_status") == "rejected"
     by_ref = (row.get("tracer") or {}).get("status") == "rejected"
     return "both" if by_flops and by_ref else "flops.py" if by_flops else "reference" if by_ref else None
-
-
-def exit_status(summary: dict, accept_unverified: bool = False) -> int:
-    """check_flops.py's exit status: 0 passed, 1 failed, 3 unverified (0 with ``accept_unverified``)."""
-    if summary["verdict"] == "failed":
-        return EXIT_FAILED
-    if summary["verdict"] == "unverified" and not accept_unverified:
-        return EXIT_UNVERIFIED
-    return 0
 
 
 def resolve_peak(work_dir: str, peak_tflops=None, backend: str = "auto") -> dict:

@@ -93,10 +93,20 @@ def check_args(args):
     return cli.parse_case_list(args.cases) if args.cases is not None else None
 
 
+def exit_status(summary: dict, accept_unverified: bool = False) -> int:
+    """check_flops.py's exit status: 0 passed, 1 failed, 3 unverified (0 with ``accept_unverified``)."""
+    from mfulib.flops.check import EXIT_FAILED, EXIT_UNVERIFIED
+    if summary["verdict"] == "failed":
+        return EXIT_FAILED
+    if summary["verdict"] == "unverified" and not accept_unverified:
+        return EXIT_UNVERIFIED
+    return 0
+
+
 def run(args) -> int:
     """Carry out a parsed check_flops.py command line (argparse Namespace of its flags): check (or, with
     ``--tracer-only``, trace) the selected cases, write flops_check.json, print the table; returns the exit status
-    (:func:`mfulib.flops.check.exit_status`). Raises UserError for bad input."""
+    (:func:`exit_status`). Raises UserError for bad input."""
     case_ids = check_args(args)
     from tqdm import tqdm
 
@@ -147,4 +157,4 @@ def run(args) -> int:
         print("the numerator is UNVERIFIED: " + ("accepted (--accept-unverified); it is marked so in "
               "performance.json and the decomposition" if args.accept_unverified else "resolve the reasons above, "
               "or accept it (check_flops.py --accept-unverified; make ACCEPT_UNVERIFIED=1)"), file=sys.stderr)
-    return fchk.exit_status(summary, args.accept_unverified)
+    return exit_status(summary, args.accept_unverified)
