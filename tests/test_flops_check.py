@@ -421,7 +421,9 @@ def test_a_flops_parts_that_raised_everywhere_is_not_called_missing():
     """KERNEL_PARTS beside a flops_parts that raised on every case: the cases carry the error; the file check must not
     advise defining a flops_parts that is there."""
     import types
+    from mfulib.flops.contract import FlopsFile
     ff = types.SimpleNamespace(kernel_parts={"proj": ["matmul*"]}, has_parts=True, review_lines=lambda: [])
+    ff.check_kernel_parts_keys = lambda names: FlopsFile.check_kernel_parts_keys(ff, names)
     rows = [{"case": 0, "flops_parts": None, "status": "fail"}]
     (kp,) = [c for c in fchk.file_checks(ff, rows) if c["name"] == "kernel_parts"]
     assert kp["status"] == "skip" and "define flops_parts" not in kp["detail"]
