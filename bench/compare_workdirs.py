@@ -9,13 +9,18 @@ kernel names and launches per iteration, and the decomposition's cases and parts
     python3 bench/compare_workdirs.py WORK_BEFORE WORK_AFTER      # exit 0: same; 1: differences listed
 
 Fields that are per-run by nature (times, dates, host, command line, paths, versions) are left out of the value
-comparison but kept in the key comparison.
+comparison but kept in the key comparison; the keys of peak.json's ``cache`` block (a cache hit or miss) and the
+collector's repeat-spread notes (timing noise of a loaded host) are left out of both.
 """
 import argparse
 import json
 import os
 import sys
 
+#: flags that report the run's timing noise, not a result of the code (a loaded host raises them at random)
+TIMING_FLAGS = ("collector: repeat_spread",)
+#: key paths that say whether a cached peak was reused (the machine's state, not the code's output)
+RUN_STATE_KEYS = (".cache.",)
 FILES = ("prepare.json", "verify.json", "flops_check.json", "performance.json", "peak.json", "mfu_decompose.json",
          "probe.json", "grid_search.json")
 
@@ -76,7 +81,8 @@ def facts(work):
             out[f"{key} flops"] = r.get("flops")
             out[f"{key} parts"] = sorted((p.get("part"), tuple(sorted(p.get("kernels") or [])))
                                          for p in r.get("parts") or [])
-            out[f"{key} flag levels"] = sorted(f.get("level") for f in r.get("flags") or [])
+            out[f"{key} flag levels"] = sorted(f.get("level") for f in r.get("flags") or []
+                                               if not str(f.get("message", "")).startswith(TIMING_FLAGS))
     out["decompose complete"] = dec.get("complete")
     return out
 
@@ -94,7 +100,7 @@ def main(argv=None):
             continue
         if a is None:
             continue
-        ka, kb = key_paths(a), key_paths(b)
+        ka, kb = ({p for p in key_paths(x) if not any(k in p for k in RUN_STATE_KEYS)} for x in (a, b))
         for p in sorted(ka - kb):
             diffs.append(f"{name}: key {p} only before")
         for p in sorted(kb - ka):
