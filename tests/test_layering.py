@@ -4,6 +4,8 @@ import ast
 import collections
 import os
 
+from test_structure import find_cycle as cycle  # the one cycle finder, also the module graph's
+
 LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "mfulib")
 
 
@@ -27,32 +29,6 @@ def package_graph() -> dict:
                     if parts[0] == "mfulib" and len(parts) > 1 and parts[1] != rel[0]:
                         graph[rel[0]].add(parts[1])
     return graph
-
-
-def cycle(graph: dict):
-    """One cycle of packages (first == last) or None."""
-    color, stack = {}, []
-
-    def visit(n):
-        color[n] = 1
-        stack.append(n)
-        for m in sorted(graph.get(n, ())):
-            if color.get(m) == 1:
-                return stack[stack.index(m):] + [m]
-            if m not in color:
-                found = visit(m)
-                if found:
-                    return found
-        color[n] = 2
-        stack.pop()
-        return None
-
-    for n in sorted(graph):
-        if n not in color:
-            found = visit(n)
-            if found:
-                return found
-    return None
 
 
 def test_the_cycle_finder_sees_a_package_cycle():
