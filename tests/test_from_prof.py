@@ -396,6 +396,9 @@ def test_kept_profile_reparses_to_the_collectors_own_numbers(tmp_path):
     assert b["case"] == 1 and b["from_profile"]["asc"]["format"] == "kept chrome_trace_cpu"
     assert b["kernel_time_ns"] == a["kernel_time_ns"] and b["sequence"] == a["sequence"]
     assert b["iter_kernel_time_ns"] == a["iter_kernel_time_ns"] and b["flops"] == a["flops"] == 2 * 1024
+    # check_flops' verdict on the numerator travels too, as the live collection records it
+    assert a["numerator"] is not None and b["numerator"] == a["numerator"]
+    assert b["numerator_reason"] == a["numerator_reason"]
 
 
 PEAK_CUDA = {  # hand-made peak.json (a test double, not a measurement)
@@ -550,3 +553,28 @@ def test_one_op_summary_file_given_directly_and_a_launch_count_above_the_rows_is
     assert c["kernel_time_ns"] == 120000.0
     (flag,) = [f for f in c["flags"] if "KernelLaunch" in f]
     assert "9 KernelLaunch calls" in flag and "6 rows" in flag
+
+
+def test_repeats_without_warmup_measures_the_last_iterations_found(tmp_path):
+    prof = write_prof(tmp_path, iterations_rows([MM, ADD], 5))
+    (c,) = run_from_prof(tmp_path, prof, repeats=3)["per_case"]  # no --warmup: it crashed with a TypeError before
+    assert c["asc_error"] is None and len(c["iter_kernel_time_ns"]) == 3 and c["kernel_time_ns"] == 120000.0
+    assert any("no --warmup: the last 3 of the 5 iterations" in f for f in c["flags"])
+
+
+def test_the_cli_exits_1_when_no_case_got_a_time_and_refuses_live_only_flags(tmp_path):
+    import subprocess
+    import sys
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "ops_profiling",
+                       "msprof_perf_summary.py")
+    empty = write_prof(tmp_path / "a", [])
+    r = subprocess.run([sys.executable, cli, "--from-prof", str(empty), "--output-dir", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "no case of the profile(s) has a kernel time" in r.stderr  # as --help says
+    good = write_prof(tmp_path / "b", iterations_rows([MM, ADD], 5))
+    r = subprocess.run([sys.executable, cli, "--from-prof", str(good), "--output-dir", str(tmp_path / "o2"),
+                        "--pmu", "none", "--flush-cache-mib", "256"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--flush-cache-mib, --pmu" in r.stderr and "runs nothing" in r.stderr
+    r = subprocess.run([sys.executable, cli, "--from-prof", str(good), "--output-dir", str(tmp_path / "o3"),
+                        "--warmup", "2", "--repeats", "3"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

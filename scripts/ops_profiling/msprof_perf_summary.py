@@ -111,7 +111,8 @@ def build_parser():
 
 
 def main(argv=None):
-    return console.run(build_parser().parse_args(argv))
+    parser = build_parser()
+    return console.run(parser.parse_args(argv), default=parser.get_default)
 
 
 if __name__ == "__main__":

@@ -53,10 +53,29 @@ def print_table(report):
         print(f"note: {f}")
 
 
-def run(args) -> int:
+#: flags that steer a live run only (what is run and how): refused with --from-prof, which runs nothing
+LIVE_ONLY = ("keep_prof", "mfu_top_k", "search_json", "max_cases", "retry", "device", "backend", "aic_metrics",
+             "msprof", "case_timeout_s", "flush_cache_mib", "unverified_ok", "pmu", "ncu", "ncu_cache_control",
+             "pmu_iterations")
+
+
+def refuse_live_only(args, default) -> None:
+    """UserError naming the live-only flags given with ``--from-prof`` (``default(dest)``: the parser's default)."""
+    given = [d for d in LIVE_ONLY if getattr(args, d, None) != default(d)]
+    if given:
+        from mfulib.core.errors import UserError
+        flags = ", ".join("--" + d.replace("_", "-") for d in given)
+        raise UserError(f"{flags}: steer(s) a live run, and --from-prof runs nothing - leave them out (or drop "
+                        "--from-prof to measure)")
+
+
+def run(args, default=None) -> int:
     """Run the collector (or ``--from-prof``) for the parsed arguments ``args`` of msprof_perf_summary.py; returns
-    the exit status (0; 1 when no selected case got a kernel time). Raises UserError on bad input."""
+    the exit status (0; 1 when no selected case got a kernel time, live or from a profile). ``default``: the
+    parser's ``get_default``, to refuse live-only flags given with ``--from-prof``. Raises UserError on bad input."""
     if args.from_prof:
+        if default is not None:
+            refuse_live_only(args, default)
         from mfulib.collect.from_prof import FromProfOptions, from_prof, parse_case_sequence
         opts = FromProfOptions(
             paths=args.from_prof, output_dir=args.output_dir, op_dir=args.op_dir,
@@ -65,7 +84,11 @@ def run(args) -> int:
             mfu_peak=args.mfu_peak, seed=args.seed)
         report = from_prof(opts, log=None if args.quiet else lambda m: print(m, file=sys.stderr))
         print_table(report)
-        print(f"wrote {os.path.join(os.path.abspath(args.output_dir), 'performance.json')}")
+        out = os.path.join(os.path.abspath(args.output_dir), "performance.json")
+        print(f"wrote {out}")
+        if not report["n_cases_valid"]:
+            print(f"FAILED: no case of the profile(s) has a kernel time (why in {out})", file=sys.stderr)
+            return 1
         return 0
     from mfulib.collect.driver import Options, collect
     cases, origins = cli.parse_case_list(args.cases) if args.cases is not None else None, {}

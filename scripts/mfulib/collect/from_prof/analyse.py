@@ -67,7 +67,7 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
     else:
         harness_n = sum(1 for x in rows if _kernels.is_harness(x.get("name")))
         dropped_flush += harness_n
-        expected = (w or 0) + r if r is not None else None
+        expected = w + r if (w is not None and r is not None) else None
         tagged, info = delimit_by_sequence([x for x in rows if not _kernels.is_harness(x.get("name"))], expected,
                                            prof.timestamps)
         rows = tagged
@@ -80,6 +80,10 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
             if r < 1:
                 problems.append(f"--warmup {w} leaves no measured iteration of the {info.get('found')} found")
             flags.append(f"no --repeats: all {info.get('found')} iterations found are used (warmup {w})")
+        elif w is None:  # --repeats alone: the last repeats iterations are the measured ones, as with tagged ones
+            w = max((info.get("found") or 0) - r, 0)
+            flags.append(f"no --warmup: the last {r} of the {info.get('found')} iterations found are measured "
+                         f"(warmup {w})")
         if prof.lost_launches:
             problems.append(f"{prof.lost_launches} kernel launch(es) recorded on the host have no kernel record: "
                             "profiler buffer not drained - re-record the profile (retry), synchronizing the device "

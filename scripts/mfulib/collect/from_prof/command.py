@@ -70,7 +70,7 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
     file."""
     from mfulib.schemas import performance_json as _perf
     from mfulib.collect.assemble import resolve_peak
-    from mfulib.collect.case_flops import case_flops, load_flops, tracer_flops
+    from mfulib.collect.case_flops import flops_entry, load_flops, numerator_verdicts, tracer_flops
     from mfulib.core.cases import CaseInfo
     from mfulib.core.jsonio import ensure_writable_dir, provenance
     t_start = time.perf_counter()
@@ -130,6 +130,7 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
         seen[key] = p.path
     ff = load_flops(opdir) if opdir is not None else None
     tracer = tracer_flops(opdir) if opdir is not None else {}
+    verdicts = numerator_verdicts(opdir) if opdir is not None else {}
     results, infos = {}, {}
     for p in profs:
         res = analyse(p, opts.warmup, opts.repeats, opts.l2_flush, opts.l2_mib * MIB if opts.l2_mib else None)
@@ -147,8 +148,7 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
     for cid in sorted(results, key=lambda c: [p.case_id for p in profs].index(c)):
         fl = {}
         if opdir is not None:
-            fl = case_flops(ff, opdir, infos[cid], opts.seed)
-            fl["flops_tracer"] = tracer.get(cid)
+            fl = flops_entry(ff, opdir, infos[cid], opts.seed, tracer, verdicts)  # check_flops' verdict too
         tf32 = fp32_dot_is_tf32(backends[0], fl.get("compute_dtype") or infos[cid].compute_dtype)
         entry = _perf.case_entry(infos[cid], results[cid], fl, nominal, tf32,
                                  nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None)
