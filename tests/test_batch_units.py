@@ -393,3 +393,22 @@ def test_a_job_whose_runner_raises_is_recorded_failed_and_the_pool_runs_the_othe
     failed = [r for r in done if r["status"] == "failed"]
     assert [r["name"] for r in failed] == ["op2"] and "OSError" in failed[0]["reason"]
     assert os.path.exists(jobs[2]["record"])  # the failed record is written, not left "running"
+
+
+def test_a_ctrl_c_in_the_pool_delivers_each_finished_record_once(tmp_path):
+    """Ctrl-C arriving right after a record was handed on (on_done raising KeyboardInterrupt once): that record is
+    not handed on again while the pool winds down, and the run says it was interrupted."""
+    from mfulib.batch.plan import run_local
+    jobs = [{"name": f"op{i}", "op": f"op{i}", "layout": "B", "work": str(tmp_path / f"w{i}"),
+             "log": str(tmp_path / f"op{i}.log"), "record": str(tmp_path / f"op{i}.json")} for i in range(3)]
+    done, raised = [], []
+
+    def on_done(rec):
+        done.append(rec["name"])
+        if not raised:
+            raised.append(True)
+            raise KeyboardInterrupt
+
+    interrupted = run_local(jobs, [0], {}, on_done, lambda job, opts, dev, restrict, stop: {"name": job["name"]})
+    assert interrupted is True
+    assert len(done) == len(set(done)) and done[0] == "op0"

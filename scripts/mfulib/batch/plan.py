@@ -269,24 +269,28 @@ def run_local(jobs, devices, opts, on_done, run_job):
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix="batch-dev")
     futures = [pool.submit(task, job) for job in jobs]
-    interrupted = False
+    interrupted, delivered = False, set()
+
+    def deliver(done):
+        for f in done:  # each record reaches on_done once, whether before or after a Ctrl-C
+            if f not in delivered and not f.cancelled():
+                delivered.add(f)
+                if f.result() is not None:
+                    on_done(f.result())
     try:
         for fut in concurrent.futures.as_completed(futures):
-            if fut.result() is not None:
-                on_done(fut.result())
+            deliver([fut])
     except KeyboardInterrupt:
         interrupted = True
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
-        pending = [f for f in futures if not f.cancelled()]
+        pending = [f for f in futures if f not in delivered and not f.cancelled()]
         while pending:
             try:
                 done, _ = concurrent.futures.wait(pending, timeout=0.5)
             except KeyboardInterrupt:  # a second Ctrl-C: the running operators are already stopping
                 continue
-            for f in done:
-                if not f.cancelled() and f.result() is not None:
-                    on_done(f.result())
+            deliver(done)
             pending = [f for f in pending if f not in done]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
