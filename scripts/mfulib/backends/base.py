@@ -28,8 +28,6 @@ import os
 import re
 import time
 
-from mfulib.run.interpreter import TRITON_RANGE_PREFIX  # noqa: F401  the range name the CPU backend reads
-
 ITER_RANGE_PREFIX = "mfu::iter::"
 PRIME_RANGE = "mfu::prime"
 _ITER_RE = re.compile(r"^mfu::iter::(\d+)$")

@@ -23,8 +23,8 @@ import os
 import platform
 
 from mfulib.profiles.kernels import FLUSH_KERNEL
-from mfulib.run.interpreter import install_launch_hook
-from mfulib.backends.base import (PRIME_RANGE, TRITON_RANGE_PREFIX, Backend, iteration_ranges, launches_from_trace,
+from mfulib.run.interpreter import TRITON_RANGE_PREFIX, install_launch_hook
+from mfulib.backends.base import (PRIME_RANGE, Backend, iteration_ranges, launches_from_trace,
                                   load_trace_events, range_of)
 
 # ops that only describe, view or allocate memory: no device kernel behind them on NPU/CUDA

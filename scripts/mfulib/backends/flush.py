@@ -11,7 +11,6 @@ The users set the policy: the collector flushes ``--flush-cache-mib`` MiB before
 (:class:`mfulib.backends.harness.Harness`); the peak calibration always flushes ``max(256 MiB, 4 x L2)``
 (:func:`mfulib.peaks.gemm_timing.flush_bytes`).
 """
-MIB = 1 << 20
 
 
 class CacheFlush:

@@ -12,7 +12,8 @@ range. Import this module only after ``TRITON_INTERPRET`` is settled (kernels ar
 import triton
 import triton.language as tl
 
-from mfulib.backends.flush import MIB, CacheFlush
+from mfulib.backends.flush import CacheFlush
+from mfulib.core.definitions import MIB
 
 FLUSH_BLOCK = 65536  # big tiles: the interpreter pays ~2.5 ms per program
 

@@ -83,13 +83,7 @@ def run(args, default=None) -> int:
             warmup=args.warmup, repeats=args.repeats, l2_flush=args.l2_flush, l2_mib=args.l2_mib, mfu=args.mfu,
             mfu_peak=args.mfu_peak, seed=args.seed)
         report = from_prof(opts, log=None if args.quiet else lambda m: print(m, file=sys.stderr))
-        print_table(report)
-        out = os.path.join(os.path.abspath(args.output_dir), "performance.json")
-        print(f"wrote {out}")
-        if not report["n_cases_valid"]:
-            print(f"FAILED: no case of the profile(s) has a kernel time (why in {out})", file=sys.stderr)
-            return 1
-        return 0
+        return _finish(report, args.output_dir, "no case of the profile(s) has a kernel time")
     from mfulib.collect.driver import Options, collect
     cases, origins = cli.parse_case_list(args.cases) if args.cases is not None else None, {}
     if args.search_json:
@@ -109,11 +103,16 @@ def run(args, default=None) -> int:
                    aic_metrics=args.aic_metrics, msprof=args.msprof, quick=True, progress=not args.quiet,
                    unverified_ok=args.unverified_ok, pmu=args.pmu, ncu=args.ncu,
                    ncu_cache_control=args.ncu_cache_control, pmu_iterations=args.pmu_iterations)
-    report = collect(opts)
+    return _finish(collect(opts), args.output_dir, "no selected case has a kernel time")
+
+
+def _finish(report: dict, output_dir: str, none_timed: str) -> int:
+    """Print the table and where performance.json is; exit status 1 (``none_timed`` said) when no case has a kernel
+    time, else 0 - the same rule live and with --from-prof."""
     print_table(report)
-    out = os.path.join(os.path.abspath(args.output_dir), 'performance.json')
+    out = os.path.join(os.path.abspath(output_dir), "performance.json")
     print(f"wrote {out}")
     if not report["n_cases_valid"]:
-        print(f"FAILED: no selected case has a kernel time (errors in {out})", file=sys.stderr)
+        print(f"FAILED: {none_timed} (why in {out})", file=sys.stderr)
         return 1
     return 0

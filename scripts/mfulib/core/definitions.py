@@ -21,6 +21,7 @@ import math
 
 from mfulib.core.errors import UserError
 
+MIB = 1 << 20  # bytes in a MiB (sizes of caches and flush buffers)
 NOISE_MARGIN = 0.03  # docs/ARCHITECTURE.md#noise-band: > 103% of a peak is an error in the inputs, 100-103% a warning
 
 # dtype spellings seen in case files -> canonical torch dtype name (docs/sources.md#benchmark-formats: older files use

@@ -31,6 +31,7 @@ therefore not used (None, with :data:`NPU_WHY`), and the numerator is the tracer
 from __future__ import annotations
 
 from mfulib.core.definitions import finite_or_none
+from mfulib.core.errors import UserError
 
 CUDA_COUNTER = "tensor_inst_executed"
 GMMA_COUNTER = "tensor_inst_executed_gmma"
@@ -57,7 +58,7 @@ def _no_counter(backend: str):
     from mfulib.backends import backend_class
     try:
         cls = backend_class(backend)
-    except Exception:  # noqa: BLE001 - never raises: an unknown backend simply has no counter
+    except UserError:  # never raises: an unknown (or unloadable plug-in) backend simply has no counter
         return f"backend {backend}: no hardware FLOP counter"
     if cls.matrix_counter is None:
         return f"backend {backend}: no hardware FLOP counter"

@@ -32,7 +32,8 @@ from mfulib.core.device import ClockSampler
 from mfulib.core.errors import UserError
 from mfulib.core.fmt import pct
 from mfulib.peaks.gemm_search import Sweep, confirm_best, hill_climb, probe_layouts
-from mfulib.peaks.gemm_timing import MIB, Bench, b_layouts, low_precision_support, math_mode, measure_bandwidth
+from mfulib.core.definitions import MIB
+from mfulib.peaks.gemm_timing import Bench, b_layouts, low_precision_support, math_mode, measure_bandwidth
 from mfulib.core.jsonio import ensure_writable_dir, provenance, write_json_atomic
 from mfulib.run.noise import native_noise_filter
 from mfulib.schemas import peak_json

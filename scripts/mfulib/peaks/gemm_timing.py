@@ -22,7 +22,8 @@ import math
 import statistics
 import time
 
-from mfulib.backends.flush import MIB, CacheFlush
+from mfulib.backends.flush import CacheFlush
+from mfulib.core.definitions import MIB
 from mfulib.core.definitions import actual_tflops
 
 FLUSH_MIN_BYTES = 256 * MIB  # KernelBench / mamf-finder flush size; >= 4 x L2 of an H200 (60 MB)

@@ -398,7 +398,8 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
                         "(marked incomplete)")
     parts, parts_src = find_kernel_parts(rep, path, op_dir)
     notes = check_same_device(rep, peak, path, peak_path)
-    if validates_only(rep.get("backend"), (rep.get("device") or {}).get("accelerator")):
+    cpu_numbers = validates_only(rep.get("backend"), (rep.get("device") or {}).get("accelerator"))
+    if cpu_numbers:
         notes.append(f"{path}: CPU-interpreter numbers (Triton interpreter, torch CPU GEMM peak) - they validate the "
                      "pipeline and are never compared with accelerator numbers")
     peaks = peaks_for(rep, peak)
@@ -410,7 +411,7 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
             continue
         # CPU "peaks" are a few seconds of torch CPU GEMM on a shared host: an interpreter kernel beating them
         # says nothing about flops.py, so above-peak is a warning there, never the accelerator's error
-        r = decompose_case(c, parts, peaks, path, "CPU numbers" if validates_only(rep.get("backend"), (rep.get("device") or {}).get("accelerator")) else None)
+        r = decompose_case(c, parts, peaks, path, "CPU numbers" if cpu_numbers else None)
         r["report"] = label
         r["backend"] = rep.get("backend")
         rows.append(r)

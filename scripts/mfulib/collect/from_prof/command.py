@@ -13,7 +13,7 @@ from mfulib.collect.from_prof.analyse import analyse
 from mfulib.collect.from_prof.discovery import discover
 from mfulib.collect.from_prof.flush import L2_FLUSH_MODES
 from mfulib.collect.from_prof.loaders import load
-from mfulib.collect.from_prof.profile import MIB
+from mfulib.core.definitions import MIB
 from mfulib.core.errors import UserError
 
 

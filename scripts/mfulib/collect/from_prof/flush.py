@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from mfulib.profiles import kernels as _kernels
-from mfulib.collect.from_prof.profile import MIB
+from mfulib.core.definitions import MIB
 
 L2_FLUSH_MODES = ("exclude", "keep")
 

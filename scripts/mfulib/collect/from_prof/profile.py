@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MIB = 1 << 20
-
 
 @dataclass
 class Profile:

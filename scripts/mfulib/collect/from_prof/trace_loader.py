@@ -11,6 +11,7 @@ from mfulib.collect.from_prof.discovery import head_text
 from mfulib.collect.from_prof.flush import l2_from_facts
 from mfulib.collect.from_prof.profile import Profile
 from mfulib.core.errors import UserError
+from mfulib.run.interpreter import TRITON_RANGE_PREFIX
 
 TORCH_TYPE_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8, "int": 4, "long int": 8, "long": 8,
                     "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
@@ -60,7 +61,7 @@ def load_chrome(path, n_iters=None) -> Profile:
     cats = Counter(e.get("cat") for e in events)
     has_cuda = cats.get("kernel") or cats.get("cuda_runtime") or cats.get("cuda_driver") or cats.get("gpu_memset")
     props = (top.get("deviceProperties") or [{}])[0] if isinstance(top.get("deviceProperties"), list) else {}
-    if has_cuda or not any(str(e.get("name", "")).startswith(_base.TRITON_RANGE_PREFIX) for e in events):
+    if has_cuda or not any(str(e.get("name", "")).startswith(TRITON_RANGE_PREFIX) for e in events):
         rows, info = _cuda.trace_launches(path, events)
         ops = _host_ops(events)
         for r in rows:
