@@ -14,6 +14,11 @@ auto). The result is the maximum MFU (MFU@ach with peak.json, else MFU@nom) of t
 operator without matrix work gets MBU (bytes moved = inputs + outputs). Numerator = min(traced, executed) where
 hardware counts exist (CUDA tensor instructions on mma.sync devices; none on NPU), else the tracer's, with num_src
 and why.
+Re-timing: the top --retime-top (3) of stage 2 are timed again in --retime-runs (3) separate collector runs, each
+a fresh process measuring them in a rotated order, without the PMU pass (--pmu none: only the kernel time is
+measured again); the limit is the highest median over the runs (stage 2's counts as one), printed with its min..max
+and spread ((max - min) / median); two leaders whose medians differ by less than the sum of their ranges are a tie
+(both printed). 0 for either turns it off. A probe.json its --budget-s cut makes the search incomplete (said so).
 grid_search.json records the pool, both stages, the cost of each in seconds and chosen_cases, which the collector
 then measures (msprof_perf_summary.py --search-json grid_search.json; make collect does it after make search).
 Scratch files go to <work dir>/search/. Exit status: 0; 1 when stage 2 measured no case; 2 on bad input; 130
@@ -56,6 +61,11 @@ def build_parser():
                    help="collector --pmu on cuda (tensor instruction counts for the executed-FLOPs numerator): auto "
                         "= Nsight Compute when found and permitted; ncu = required; none = no counters (numerator "
                         "from the tracer). A --collect-arg=--pmu ... wins")
+    p.add_argument("--retime-top", type=int, default=3, metavar="K",
+                   help="stage-2 leaders timed again across collector runs (0: no re-timing)")
+    p.add_argument("--retime-runs", type=int, default=3, metavar="R",
+                   help="separate, interleaved collector runs re-timing them, PMU off (0: no re-timing); the limit "
+                        "is the median over these and stage 2's own run")
     p.add_argument("--case-timeout-s", type=float, default=600.0, help="wall-clock limit of one case")
     p.add_argument("--flops-tool", default=CHECK_FLOPS, help="FLOPs tool run with --tracer-only (check_flops.py)")
     p.add_argument("--probe-json", default=None, help="probe result (default: <dir>/probe.json; absent: scale 1)")
@@ -92,19 +102,59 @@ def print_summary(doc):
     print(tabulate(rows, headers=["case", "from", "scale", "status", "kernel us", "MFU@nom", "MFU@ach", "MBU",
                                   "num_src", "cost s", "error"]))
     best, cost = doc["best"], doc["cost_s"]
+    if doc.get("retime"):
+        print_retime(doc, pool)
     if best:
         value = best["mfu"] if doc["metric"] == "mfu" else best["mbu"]
         s2 = next(r for r in doc["stage2"] if r["case"] == best["case"])
         shown = pct(value, 2) if value is not None else (  # no peak (cpu): the throughput itself
             f"- (no peak; {s2['actual_tflops']:.4g} TFLOP/s)" if s2.get("actual_tflops") is not None else
             f"- (no bandwidth; {s2['achieved_gbps']:.4g} GB/s)" if s2.get("achieved_gbps") is not None else "-")
+        rt = best.get("retimed")
+        if rt:
+            shown = (f"{_figure(rt['median'], rt['figure'])}, median of {rt['runs']} run(s) "
+                     f"({_figure(rt['min'], rt['figure'])}..{_figure(rt['max'], rt['figure'])}, spread "
+                     f"{pct(rt['spread'], 1)})")
         print(f"limit {fig}: {shown}{' (' + best['mfu_kind'] + ')' if best.get('mfu_kind') else ''} at case "
               f"{best['case']} (case {best['source_case']} x {_factors(pool[best['case']])}); numerator "
               f"{best['num_src']}: {best['num_src_why']}")
+        tie = (rt or {}).get("tie")
+        if tie:
+            by = {r["case"]: r["retimed"] for r in doc["stage2"] if r.get("retimed")}
+            print(f"tie: case {tie[0]} ({_figure(by[tie[0]]['median'], rt['figure'])}) and case {tie[1]} "
+                  f"({_figure(by[tie[1]]['median'], rt['figure'])}): their medians differ by less than the sum of "
+                  "their ranges over the runs - either is the limit")
+    if doc.get("probe_cut"):
+        print(f"search incomplete: the probe was cut by its budget ({doc['probe_cut']})")
     print(f"cost: flops {cost['flops']:.1f} s, verify {cost['verify']:.1f} s, stage 1 {cost['stage1']:.1f} s, "
-          f"stage 2 {cost['stage2']:.1f} s; chosen cases {doc['chosen_cases']}")
+          f"stage 2 {cost['stage2']:.1f} s, re-timing {cost.get('retime') or 0.0:.1f} s; chosen cases "
+          f"{doc['chosen_cases']}")
     for n in doc.get("notes") or []:
         print(f"note: {n}")
+
+
+def print_retime(doc, pool):
+    """The re-timed leaders: per run value, median, min..max and spread, best median first."""
+    from tabulate import tabulate
+    rt = doc["retime"]
+    rows = [[r["case"], pool[r["case"]]["source_case"], _factors(pool[r["case"]]), r["retimed"]["runs"],
+             " ".join(_figure(v, rt["figure"]) for v in r["retimed"]["values"]),
+             _figure(r["retimed"]["median"], rt["figure"]),
+             f"{_figure(r['retimed']['min'], rt['figure'])}..{_figure(r['retimed']['max'], rt['figure'])}",
+             pct(r["retimed"]["spread"], 1)] for r in doc["stage2"] if r.get("retimed")]
+    print(f"re-timed in {rt['runs']} more collector run(s), interleaved, PMU off (run 0 = stage 2):")
+    print(tabulate(rows, headers=["case", "from", "scale", "runs", "values", "median", "min..max", "spread"]))
+    for run in rt["runs_done"]:
+        if run["error"]:
+            print(f"re-timing run {run['run']} failed: {run['error'][:200]}")
+
+
+def _figure(v, figure):
+    """A value of the figure ``figure`` (mfu_ach | mfu_nom | mbu: a percentage; actual_tflops, achieved_gbps)."""
+    if v is None:
+        return "-"
+    return pct(v, 2) if figure in ("mfu_ach", "mfu_nom", "mbu") else \
+        f"{v:.4g} {'TFLOP/s' if figure == 'actual_tflops' else 'GB/s'}"
 
 
 def _factors(p):
@@ -125,7 +175,8 @@ def main(argv=None):
                          stage1_retime=args.stage1_retime,
                          case_timeout_s=args.case_timeout_s, flops_tool=args.flops_tool, probe_json=args.probe_json,
                          peak_json=args.peak_json, output=args.output, collect_args=args.collect_arg,
-                         unverified_ok=args.unverified_ok, progress=not args.quiet)
+                         unverified_ok=args.unverified_ok, progress=not args.quiet,
+                         retime_top=args.retime_top, retime_runs=args.retime_runs)
     doc = run_search(opts, log=(lambda m: None) if args.quiet else None)
     print_summary(doc)
     out = args.output or os.path.join(os.path.abspath(args.dir), "grid_search.json")

@@ -20,12 +20,25 @@ or the probe.json timing it reused: gate 4 of a passed candidate / a source's sc
 num_src ("tracer" | "hardware:<counter>" | None), num_src_why, pmu_source, actual_tflops, mfu_nom, mfu_ach,
 peak_nom_tflops, peak_ach_tflops, bytes_moved, achieved_gbps, mbu, bandwidth_gbps, metric_value, wall_s (seconds
 between the collector's progress line of the previous case - the first: the collector's start - and this case's:
-its timing child plus its PMU pass; None when the collector printed no line for it)}],
+its timing child plus its PMU pass; None when the collector printed no line for it), retimed (the re-timed leaders
+only, :func:`mfulib.search.retime.summarize`: {runs, values [the figure per run, stage 2's first], kernel_time_ns
+[per run, None where a run gave none], median, min, max, spread ((max - min) / median)})}] - best first: the re-timed
+ones by median, then the rest as stage 2 ranked them,
 ``stage2_performance_json`` (the collector's report of stage 2),
+``retime`` {top_k, runs (re-timing runs asked for), figure (the field the values are: mfu_ach | mfu_nom |
+actual_tflops | mbu | achieved_gbps), runs_done [{run, order [case ids in the order that run measured them],
+performance_json, error}], ranked [case ids by median], tie [leader case, runner-up case] | None (their medians differ
+by less than the sum of their ranges)} (None: re-timing off, ``--retime-top 0`` / ``--retime-runs 0``, or nothing
+measured; :mod:`mfulib.search.retime`),
 ``best`` {case, source_case, factors, scale, metric, mfu, mfu_kind (ach | nom | None), mbu, num_src, num_src_why,
-numerator_traced, numerator_executed, numerator, kernel_time_ns} (None when stage 2 measured nothing),
-``cost_s`` {flops, verify, stage1, stage2, total} (wall seconds of each part), ``chosen_cases`` [case ids the
-collector measures after the search, best first], ``complete`` (both stages ran to the end).
+numerator_traced, numerator_executed, numerator, kernel_time_ns, retimed} (None when stage 2 measured nothing) - the
+limit: with re-timing, the candidate of the highest median, ``mfu`` / ``mbu`` and ``kernel_time_ns`` its medians over
+the runs and ``retimed`` its stage-2 row's ``retimed`` plus ``figure`` and ``tie`` (the retime block's); absent
+without re-timing,
+``cost_s`` {flops, verify, stage1, stage2, retime, total} (wall seconds of each part), ``chosen_cases`` [case ids the
+collector measures after the search, best first], ``probe_cut`` (the probe.json ``interrupted`` text when its budget
+cut the probe - :func:`mfulib.schemas.probe_json.budget_cut`: the search is then incomplete -, else None),
+``complete`` (both stages ran to the end).
 """
 from __future__ import annotations
 
@@ -39,9 +52,9 @@ TOOL = "mfu_grid_search"
 FILE_NAME = "grid_search.json"
 REQUIRED = ("pool", "stage1", "stage2", "best", "cost_s", "chosen_cases")
 TOP_KEYS = ("op_dir", "cases_file", "backend", "metric", "probe_json", "rule", "notes", "pool", "excluded", "stage1",
-            "stage2", "stage2_performance_json", "best", "cost_s", "chosen_cases", "complete")
+            "stage2", "stage2_performance_json", "retime", "best", "cost_s", "chosen_cases", "probe_cut", "complete")
 BEST_KEYS = ("case", "source_case", "factors", "scale", "metric", "mfu", "mfu_kind", "mbu", "num_src", "num_src_why",
-             "numerator_traced", "numerator_executed", "numerator", "kernel_time_ns")
+             "numerator_traced", "numerator_executed", "numerator", "kernel_time_ns", "retimed")
 
 
 def write_grid_search_json(path: str, doc: dict) -> None:

@@ -21,7 +21,8 @@ flops, input_bytes, figure, detail, wall_s}} (each source timed at scale 1, the 
 ``wall_s`` (seconds of this run and the runs it resumed),
 ``appended`` {"<new_case_id>": {source_case, factors, scale, candidate_id, line (the case line as appended)}},
 ``complete`` (every planned candidate has a verdict), ``interrupted`` ("running" while a run is in progress - left
-so by a killed run -, the reason a run stopped early, or null), ``resumed`` [candidate ids whose verdict was reused
+so by a killed run -, the reason a run stopped early, or null; one naming ``--budget-s`` is a run its budget cut:
+:func:`budget_cut`), ``resumed`` [candidate ids whose verdict was reused
 from the previous run], ``inputs`` {model.py, model_new.py: sha256} and ``run_key`` {backend, seed, max_bytes,
 max_ms, scale_dims, peak, saturation_stop} (a re-run reuses verdicts only for the same files and run key), ``sources``
 (the source cases in the order their ladders run - a run cut by --budget-s lists those still to run; a source
@@ -112,3 +113,12 @@ def _factors(v) -> bool:
 def passing(doc: dict) -> list:
     """The candidates with verdict pass (the legal scaled variants), in the order they were tried."""
     return [c for c in doc.get("candidates") or [] if c.get("verdict") == "pass"]
+
+
+def budget_cut(doc: dict) -> str | None:
+    """Why the probe of ``doc`` (a probe.json) stopped at its ``--budget-s`` - its ``interrupted`` text, e.g.
+    "--budget-s 150 s reached" - when it did (``complete`` false and ``interrupted`` naming --budget-s: the ladders
+    it did not finish were never tried, so a search over its cases is incomplete); None for a complete probe or one
+    stopped otherwise (a Ctrl-C, a killed run)."""
+    why = doc.get("interrupted") if isinstance(doc, dict) and not doc.get("complete") else None
+    return why if isinstance(why, str) and "--budget-s" in why else None

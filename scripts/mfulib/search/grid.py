@@ -17,7 +17,11 @@ largest shape (scaled up, data fall out of cache and MFU often drops), so the se
   (``msprof_perf_summary.py --cases``; on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the
   tensor instruction counts): precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search.numerator`;
   executed FLOPs from :mod:`mfulib.flops.executed`, none on NPU), MFU@nom against
-  the collector's nominal peak and MFU@ach against peak.json's measured peak where present.
+  the collector's nominal peak and MFU@ach against peak.json's measured peak where present;
+* **re-timing**: the top :attr:`SearchOptions.retime_top` (3) of stage 2 are timed again in
+  :attr:`SearchOptions.retime_runs` (3) fresh, interleaved collector runs without the PMU pass
+  (:mod:`mfulib.search.retime`): the limit is the highest median over the runs (stage 2's counts as one), with its
+  spread, and a gap smaller than the combined spread is called a tie.
 
 Writes grid_search.json (:mod:`mfulib.schemas.grid_search_json`); its ``chosen_cases`` are what ``make collect``
 measures afterwards (the collector's ``--search-json``). Scratch files live in ``<work>/search/``.
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.flops import executed as _executed
 from mfulib.search import numerator as _sn
+from mfulib.search import retime as _rt
 from mfulib.search.pool import ALWAYS_TOP, CHECK_FLOPS, build_pool, flops_py_values, read_probe, trace_flops
 from mfulib.core.definitions import actual_tflops, is_positive, measured_peak_tflops, peak_key
 from mfulib.core.errors import UserError
@@ -74,6 +79,8 @@ class SearchOptions:
     stage1_retime: bool = False
     unverified_ok: bool = False
     progress: bool = True
+    retime_top: int = 3
+    retime_runs: int = 3
 
 
 # ------------------------------------------------------------------------------------------------ peaks
@@ -222,16 +229,21 @@ _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 _CASE = re.compile(r"^\[\d+/\d+\] case (\d+) ")  # the collector's per-case progress line (backends/collect.py)
 
 
-def collector_command(op_dir: str, ids: list, out_dir: str, backend_name: str, opts: SearchOptions) -> list:
+def collector_command(op_dir: str, ids: list, out_dir: str, backend_name: str, opts: SearchOptions,
+                      timing_only: bool = False) -> list:
     """The stage-2 collector command line for case ``ids`` of the work dir ``op_dir`` into ``out_dir``: precise
     kernel time, and on cuda the tensor instruction counts the numerator needs (``--pmu``
     :attr:`SearchOptions.stage2_pmu`, default auto = Nsight Compute when it is found and permitted, unless
     ``collect_args`` carry their own ``--pmu``; npu collects no counter: :mod:`mfulib.flops.executed` uses none
-    there)."""
+    there). ``timing_only`` (the re-timing runs): ``--pmu none`` on every backend, a ``--pmu`` of ``collect_args``
+    dropped."""
     cmd = [sys.executable, COLLECTOR, "--quick", "--impl", "asc", "--op-dir", op_dir, "--output-dir", out_dir,
            "--cases", ",".join(map(str, ids)), "--backend", backend_name, "--device", str(opts.device_id),
            "--seed", str(opts.seed), "--case-timeout-s", str(opts.case_timeout_s)]
     extra = list(opts.collect_args)
+    if timing_only:
+        extra = [a for i, a in enumerate(extra) if not (a == "--pmu" or str(a).startswith("--pmu=")
+                                                        or (i and extra[i - 1] == "--pmu"))] + ["--pmu", "none"]
     from mfulib.backends import backend_class
     counted = backend_class(backend_name).matrix_counter_documented and not backend_class(backend_name).pmu_in_profile
     if counted and not any(a == "--pmu" or str(a).startswith("--pmu=") for a in extra):
@@ -246,19 +258,20 @@ def collector_command(op_dir: str, ids: list, out_dir: str, backend_name: str, o
 
 
 def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts: SearchOptions, log,
-                  case_wall_s: dict | None = None) -> str:
+                  case_wall_s: dict | None = None, label: str = "stage 2", timing_only: bool = False) -> str:
     """Run the collector (:func:`collector_command`) on ``ids`` into ``out_dir`` (a subprocess, its progress lines
     driving a tqdm bar); returns the performance.json path. ``case_wall_s``, when given, receives {case id: seconds
     from the previous case's progress line (the first: from the collector's start, its start-up included) to this
-    case's} - the per-case cost of the timing run plus its PMU pass. Raises UserError when it wrote none."""
+    case's} - the per-case cost of the timing run plus its PMU pass. ``label`` prefixes its log lines and bar;
+    ``timing_only``: :func:`collector_command`'s. Raises UserError when it wrote none."""
     from tqdm import tqdm
-    cmd = collector_command(opdir.path, ids, out_dir, backend_name, opts)
+    cmd = collector_command(opdir.path, ids, out_dir, backend_name, opts, timing_only)
     perf = os.path.join(out_dir, "performance.json")
     if os.path.exists(perf):
         os.unlink(perf)
-    log("stage 2: " + " ".join(cmd[1:]))
+    log(f"{label}: " + " ".join(cmd[1:]))
     tty = opts.progress and sys.stderr.isatty()
-    bar = tqdm(total=len(ids), desc="search stage 2 (collector)", unit="case", disable=not tty, file=sys.stderr)
+    bar = tqdm(total=len(ids), desc=f"search {label} (collector)", unit="case", disable=not tty, file=sys.stderr)
     tail = []
     t_last = time.perf_counter()
     with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
@@ -271,7 +284,7 @@ def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts
                 case_wall_s[int(c.group(1))] = case_wall_s.get(int(c.group(1)), 0.0) + now - t_last
                 t_last = now
             if m and not tty:
-                log(f"stage 2: {line.rstrip()}")
+                log(f"{label}: {line.rstrip()}")
             elif m:
                 bar.total = int(m.group(2))
                 bar.n = int(m.group(1))
@@ -279,7 +292,7 @@ def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts
         rc = proc.wait()
     bar.close()
     if not os.path.exists(perf):
-        raise UserError(f"stage 2: the collector wrote no {perf} (exit status {rc}): " + " | ".join(tail[-6:]))
+        raise UserError(f"{label}: the collector wrote no {perf} (exit status {rc}): " + " | ".join(tail[-6:]))
     return perf
 
 
@@ -361,6 +374,9 @@ def check_options(opts: SearchOptions) -> None:
         raise UserError(f"--warmup {opts.warmup} / --repeats {opts.repeats}: warmup >= 0 and repeats >= 1")
     if opts.stage1_budget_s is not None and not is_positive(opts.stage1_budget_s):
         raise UserError(f"--stage1-budget-s {opts.stage1_budget_s}: a number of seconds > 0")
+    for flag, v in (("--retime-top", opts.retime_top), ("--retime-runs", opts.retime_runs)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise UserError(f"{flag} {v}: a whole number >= 0 (0 turns the re-timing off)")
     if opts.stage2_pmu not in ("auto", "ncu", "none"):
         raise UserError(f"--stage2-pmu {opts.stage2_pmu}: choose auto, ncu or none")
     if not is_positive(opts.case_timeout_s):
@@ -392,7 +408,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     probe = read_probe(probe_path)
     peaks = load_peaks(opts.peak_json or opdir.file("peak.json"))
     infos = opdir.describe_all()
-    cost = {"flops": 0.0, "verify": 0.0, "stage1": 0.0, "stage2": 0.0, "total": None}
+    cost = {"flops": 0.0, "verify": 0.0, "stage1": 0.0, "stage2": 0.0, "retime": 0.0, "total": None}
     t0 = time.perf_counter()
     originals = [i.case_id for i in infos if i.case_id not in ((probe or {}).get("appended") or {})]
     fpy = flops_py_values(opdir, [i.case_id for i in infos])
@@ -431,11 +447,16 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     notes = [] if peaks else ["no peak.json: MFU@ach not reported (make peak); MFU@nom from the nominal peak"]
     if probe is None:
         notes.append(f"no {probe_path}: the pool holds scale 1 only - run make probe first for scaled cases")
+    from mfulib.schemas.probe_json import budget_cut
+    probe_cut = budget_cut(probe) if probe is not None else None
+    if probe_cut:
+        notes.append(f"search incomplete: the probe was cut by its budget ({probe_cut}), so scaled points it did not "
+                     "reach were never tried - make probe resumes it (or raise PROBE_ARGS=--budget-s), then make search")
     doc = provenance(_gs.TOOL, _gs.SCHEMA, device={"backend": backend.name, "device_id": opts.device_id})
     doc.update(op_dir=opdir.path, cases_file=opdir.cases_path, backend=backend.name, metric=metric,
                probe_json=probe_path if probe is not None else None, rule=rule, notes=notes, pool=pool,
-               excluded=excluded, stage1=[], stage2=[], stage2_performance_json=None, best=None, cost_s=cost,
-               chosen_cases=[], complete=False)
+               excluded=excluded, stage1=[], stage2=[], stage2_performance_json=None, retime=None, best=None,
+               cost_s=cost, chosen_cases=[], probe_cut=probe_cut, complete=False)
     out = opts.output or opdir.file(_gs.FILE_NAME)
     try:
         doc["stage1"] = stage1(opdir, pool, backend, opts, peaks, metric, log, cost, probe)
@@ -449,7 +470,14 @@ def run_search(opts: SearchOptions, log=None) -> dict:
                             + ") - fix the cases or the implementation and re-run the search")
         doc["stage2"], doc["stage2_performance_json"] = stage2(opdir, top, pool, backend.name, opts, peaks, metric,
                                                                log, cost)
+        doc["retime"] = _rt.retime(
+            doc["stage2"], metric, opts.retime_top, opts.retime_runs,
+            lambda ids, r: run_collector(opdir, ids, opdir.file(os.path.join(SCRATCH, f"retime{r}")), backend.name,
+                                         opts, log, label=f"re-timing {r}/{opts.retime_runs}", timing_only=True),
+            log, cost)
         doc["best"] = best_of(doc["stage2"], pool, metric)
+        if doc["best"] and doc["retime"]:
+            doc["best"] = _rt.retimed_limit(doc["best"], doc["stage2"], doc["retime"])
         doc["chosen_cases"] = [r["case"] for r in doc["stage2"] if r["metric_value"] is not None]
         doc["complete"] = True
     finally:
