@@ -107,25 +107,27 @@ def print_summary(doc):
     if best:
         value = best["mfu"] if doc["metric"] == "mfu" else best["mbu"]
         s2 = next(r for r in doc["stage2"] if r["case"] == best["case"])
-        shown = pct(value, 2) if value is not None else (  # no peak (cpu): the throughput itself
+        kind = f" ({best['mfu_kind']})" if best.get("mfu_kind") else ""
+        shown = pct(value, 2) + kind if value is not None else (  # no peak (cpu): the throughput itself
             f"- (no peak; {s2['actual_tflops']:.4g} TFLOP/s)" if s2.get("actual_tflops") is not None else
             f"- (no bandwidth; {s2['achieved_gbps']:.4g} GB/s)" if s2.get("achieved_gbps") is not None else "-")
         rt = best.get("retimed")
         if rt:
-            shown = (f"{_figure(rt['median'], rt['figure'])}, median of {rt['runs']} run(s) "
-                     f"({_figure(rt['min'], rt['figure'])}..{_figure(rt['max'], rt['figure'])}, spread "
-                     f"{pct(rt['spread'], 1)})")
-        print(f"limit {fig}: {shown}{' (' + best['mfu_kind'] + ')' if best.get('mfu_kind') else ''} at case "
+            f, unit = rt["figure"], _unit(rt["figure"])
+            over = (f"median of {rt['runs']} run(s), {_figure(rt['min'], f)}..{_figure(rt['max'], f)}{unit}, "
+                    f"spread {pct(rt['spread'], 1)}")
+            shown = f"{_figure(rt['median'], f)}{kind}, {over}," if not unit else \
+                f"- (no {'peak' if doc['metric'] == 'mfu' else 'bandwidth'}; {_figure(rt['median'], f)}{unit}, {over})"
+        cut = " (search incomplete: the probe was cut by its budget - see the note)" if doc.get("probe_cut") else ""
+        print(f"limit {fig}{cut}: {shown} at case "
               f"{best['case']} (case {best['source_case']} x {_factors(pool[best['case']])}); numerator "
               f"{best['num_src']}: {best['num_src_why']}")
         tie = (rt or {}).get("tie")
         if tie:
             by = {r["case"]: r["retimed"] for r in doc["stage2"] if r.get("retimed")}
-            print(f"tie: case {tie[0]} ({_figure(by[tie[0]]['median'], rt['figure'])}) and case {tie[1]} "
-                  f"({_figure(by[tie[1]]['median'], rt['figure'])}): their medians differ by less than the sum of "
-                  "their ranges over the runs - either is the limit")
-    if doc.get("probe_cut"):
-        print(f"search incomplete: the probe was cut by its budget ({doc['probe_cut']})")
+            print(f"tie: case {tie[0]} ({_figure(by[tie[0]]['median'], f)}{unit}) and case {tie[1]} "
+                  f"({_figure(by[tie[1]]['median'], f)}{unit}): their medians differ by less than the sum of their "
+                  "ranges over the runs - either is the limit")
     print(f"cost: flops {cost['flops']:.1f} s, verify {cost['verify']:.1f} s, stage 1 {cost['stage1']:.1f} s, "
           f"stage 2 {cost['stage2']:.1f} s, re-timing {cost.get('retime') or 0.0:.1f} s; chosen cases "
           f"{doc['chosen_cases']}")
@@ -137,24 +139,30 @@ def print_retime(doc, pool):
     """The re-timed leaders: per run value, median, min..max and spread, best median first."""
     from tabulate import tabulate
     rt = doc["retime"]
+    f = rt["figure"]
     rows = [[r["case"], pool[r["case"]]["source_case"], _factors(pool[r["case"]]), r["retimed"]["runs"],
-             " ".join(_figure(v, rt["figure"]) for v in r["retimed"]["values"]),
-             _figure(r["retimed"]["median"], rt["figure"]),
-             f"{_figure(r['retimed']['min'], rt['figure'])}..{_figure(r['retimed']['max'], rt['figure'])}",
+             " ".join(_figure(v, f) for v in r["retimed"]["values"]), _figure(r["retimed"]["median"], f),
+             f"{_figure(r['retimed']['min'], f)}..{_figure(r['retimed']['max'], f)}",
              pct(r["retimed"]["spread"], 1)] for r in doc["stage2"] if r.get("retimed")]
+    unit = _unit(f) or " " + f.upper().replace("_", "@")
     print(f"re-timed in {rt['runs']} more collector run(s), interleaved, PMU off (run 0 = stage 2):")
-    print(tabulate(rows, headers=["case", "from", "scale", "runs", "values", "median", "min..max", "spread"]))
+    print(tabulate(rows, headers=["case", "from", "scale", "runs", f"values ({unit.strip()})", "median", "min..max",
+                                  "spread"]))
     for run in rt["runs_done"]:
         if run["error"]:
             print(f"re-timing run {run['run']} failed: {run['error'][:200]}")
 
 
 def _figure(v, figure):
-    """A value of the figure ``figure`` (mfu_ach | mfu_nom | mbu: a percentage; actual_tflops, achieved_gbps)."""
+    """A value of the figure ``figure``: a percentage (mfu_ach, mfu_nom, mbu), else a number in :func:`_unit`."""
     if v is None:
         return "-"
-    return pct(v, 2) if figure in ("mfu_ach", "mfu_nom", "mbu") else \
-        f"{v:.4g} {'TFLOP/s' if figure == 'actual_tflops' else 'GB/s'}"
+    return pct(v, 2) if not _unit(figure) else f"{v:.4g}"
+
+
+def _unit(figure):
+    """' TFLOP/s' (actual_tflops), ' GB/s' (achieved_gbps), '' for the utilisations."""
+    return {"actual_tflops": " TFLOP/s", "achieved_gbps": " GB/s"}.get(figure, "")
 
 
 def _factors(p):

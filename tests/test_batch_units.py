@@ -312,6 +312,44 @@ def test_summary_row_reads_the_headline_case_its_dragging_part_bound_and_the_sea
     assert row["dragging_part"] is None and row["bound"] is None
 
 
+def test_a_probe_cut_by_its_budget_makes_the_row_say_search_incomplete_never_a_plain_ok(tmp_path):
+    from mfulib.batch.summary import counts, operator_row, write_outputs
+    probe = {"tool": "max_shape_probe", "schema": 1, "symbols": [], "candidates": [], "appended": {},
+             "complete": False, "interrupted": "--budget-s 150 s reached"}
+    jobs, recs = [], {}
+    for name, end in (("cut", {}), ("whole", {"complete": True, "interrupted": None}),
+                      ("ctrl_c", {"interrupted": "KeyboardInterrupt: a re-run resumes"})):
+        work = tmp_path / "ops" / name
+        work.mkdir(parents=True)
+        (work / "probe.json").write_text(json.dumps(dict(probe, **end)))
+        tie = [3, 5] if name == "whole" else None
+        (work / "grid_search.json").write_text(json.dumps({"best": {"case": 3, "scale": 2, "retimed": {"tie": tie}}}))
+        jobs.append({"name": name, "layout": "B", "work": str(work), "log": str(tmp_path / f"{name}.log")})
+        recs[name] = {"status": "ok", "reason": None, "wall_s": 1.0, "device": None, "report_html": None}
+    rows = [operator_row(j, recs[j["name"]]) for j in jobs]
+    by = {r["name"]: r for r in rows}
+    assert by["cut"]["search"] == "search incomplete: the probe was cut by its budget (--budget-s 150 s reached)"
+    assert by["whole"]["search"] == "complete; tie: case 3 / case 5" and by["ctrl_c"]["search"] == "complete"
+    assert by["cut"]["status"] == "ok" and (by["cut"]["case"], by["cut"]["scale"]) == (3, 2)  # the job itself ran
+    c = counts(rows, [])
+    assert c["search_incomplete"] == 1 and c["succeeded"] == 3
+    summary = {"rows": rows, "counts": c, "skipped": [], "runner": "local", "workers": 1, "devices": [],
+               "devices_from": "cpu", "wall_s": 3.0, "sum_op_wall_s": 3.0, "ideal_makespan_s": 3.0,
+               "interrupted": False}
+    paths = write_outputs(str(tmp_path), summary)
+    md = open(paths["md"]).read()
+    assert md_row(md, name="cut")["status"] == "ok (search incomplete)"
+    assert md_row(md, name="cut")["search"].startswith("search incomplete")
+    assert md_row(md, name="whole")["status"] == "ok" and "search incomplete 1 (probe cut by its budget)" in md
+    assert "ok (search incomplete)" in open(paths["html"]).read()
+    csv = open(paths["csv"]).read().splitlines()
+    assert csv[0].split(",")[:7] == ["name", "layout", "status", "reason", "case", "scale", "search"]
+    no_search = tmp_path / "ops" / "plain"
+    no_search.mkdir()
+    assert operator_row({"name": "plain", "layout": "B", "work": str(no_search), "log": "x"},
+                        recs["cut"])["search"] is None
+
+
 def test_bench_batch_speedup_compares_a_one_and_a_two_worker_run(tmp_path):
     from mfulib.schemas.batch_json import write_summary
     sys.path.insert(0, os.path.join(ROOT, "bench"))

@@ -56,7 +56,7 @@ def test_make_search_then_make_collect_measures_the_chosen_points(tmp_path):
     r = make(*common, "verify")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     (work / ".state" / "probe.ok").touch()  # the probe step, played by the fixture above
-    r = make(*common, "search", "SEARCH_ARGS=--top-n 3 --stage2-k 2 --quiet")
+    r = make(*common, "search", "SEARCH_ARGS=--top-n 3 --stage2-k 2 --retime-top 2 --retime-runs 2 --quiet")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads((work / "grid_search.json").read_text())
     assert doc["tool"] == "mfu_grid_search" and doc["complete"] and doc["metric"] == "mfu"
@@ -76,6 +76,27 @@ def test_make_search_then_make_collect_measures_the_chosen_points(tmp_path):
     # stage 2: the top 2 of stage 1 by the collector's kernel time; no counters on cpu: the tracer's numerator
     s2 = doc["stage2"]
     assert sorted(r["case"] for r in s2) == sorted(r["case"] for r in s1[:2])
+    # re-timing: both leaders again in 2 fresh collector runs, interleaved (run r rotates stage 2's order by r), no
+    # PMU pass; stage 2's own figure is run 0; the rows and the limit follow the medians
+    rt = doc["retime"]
+    assert rt["top_k"] == 2 and rt["runs"] == 2 and all(d["error"] is None for d in rt["runs_done"])
+    first = rt["runs_done"][0]["order"]
+    assert rt["runs_done"][1]["order"] == first[::-1] and sorted(first) == sorted(r["case"] for r in s2)
+    for d in rt["runs_done"]:
+        again = json.loads(open(d["performance_json"]).read())
+        assert [c["case"] for c in again["per_case"]] == d["order"]
+        assert "--pmu none" in again["command_line"]
+    fig = rt["figure"]
+    for r in s2:
+        t = r["retimed"]
+        assert t["runs"] == 3 and t["values"][0] == pytest.approx(r[fig]) and len(t["kernel_time_ns"]) == 3
+        assert t["kernel_time_ns"][0] == r["kernel_time_ns"] and all(k > 0 for k in t["kernel_time_ns"])
+        assert t["median"] == pytest.approx(sorted(t["values"])[1]) and t["min"] <= t["median"] <= t["max"]
+        assert t["spread"] == pytest.approx((t["max"] - t["min"]) / t["median"])
+    assert [r["case"] for r in s2] == rt["ranked"] and s2[0]["retimed"]["median"] >= s2[1]["retimed"]["median"]
+    assert doc["best"]["retimed"]["median"] == s2[0]["retimed"]["median"]
+    assert doc["best"]["kernel_time_ns"] == pytest.approx(sorted(s2[0]["retimed"]["kernel_time_ns"])[1])
+    assert doc["cost_s"]["retime"] > 0 and doc["probe_cut"] is None
     assert all(r["status"] == "ok" and r["kernel_time_ns"] > 0 and r["num_src"] == "tracer" for r in s2)
     # why no executed count: the collector's own verdict on cpu ("cpu backend: no hardware counters") or the rule's
     assert all("no hardware" in r["num_src_why"] for r in s2), [r["num_src_why"] for r in s2]

@@ -145,3 +145,34 @@ def test_negative_retime_options_are_refused(change):
     flag = "--" + next(iter(change)).replace("_", "-")
     with pytest.raises(UserError, match=flag):
         grid_search.check_options(grid_search.SearchOptions(warmup=1, repeats=1, **change))
+
+
+def test_only_a_probe_its_budget_cut_makes_the_search_incomplete():
+    from mfulib.schemas.probe_json import budget_cut
+    assert budget_cut({"complete": False, "interrupted": "--budget-s 150 s reached"}) == "--budget-s 150 s reached"
+    why = "--budget-s 60 s reached while tracing the source cases at scale 1 (the ranking trace, 3 s left for it)"
+    assert budget_cut({"complete": False, "interrupted": why}) == why
+    for doc in ({"complete": True, "interrupted": None}, {"complete": False, "interrupted": "running"},
+                {"complete": False, "interrupted": "KeyboardInterrupt: a re-run resumes"}, {}, None):
+        assert budget_cut(doc) is None
+
+
+def test_the_summary_prints_the_median_spread_tie_and_an_incomplete_search(capsys):
+    import mfu_grid_search
+    pool = [{"case": c, "source_case": c, "factors": {}} for c in (7, 9)]
+    s = {7: rt.summarize([0.61, 0.64, 0.62], [1, 1, 1]), 9: rt.summarize([0.60, 0.62, 0.61], [1, 1, 1])}
+    stage2 = [dict(row(c, 1.0e7), retimed=s[c], wall_s=1.0, num_src="tracer") for c in (7, 9)]
+    block = {"top_k": 2, "runs": 2, "figure": "mfu_ach", "ranked": [7, 9], "tie": [7, 9],
+             "runs_done": [{"run": 1, "order": [9, 7], "error": None},
+                           {"run": 2, "order": [7, 9], "error": "re-timing 2/2: the collector wrote no file"}]}
+    best = {"case": 7, "source_case": 7, "metric": "mfu", "mfu": 0.62, "mfu_kind": "ach", "num_src": "tracer",
+            "num_src_why": "no executed count", "retimed": dict(s[7], figure="mfu_ach", tie=[7, 9])}
+    doc = {"pool": pool, "stage1": [], "stage2": stage2, "retime": block, "best": best, "metric": "mfu",
+           "cost_s": {"flops": 0, "verify": 0, "stage1": 0, "stage2": 1.0, "retime": 2.0}, "chosen_cases": [7, 9],
+           "probe_cut": "--budget-s 150 s reached", "notes": []}
+    mfu_grid_search.print_summary(doc)
+    out = capsys.readouterr().out
+    assert "limit MFU (search incomplete: the probe was cut by its budget - see the note): 62.00% (ach), median of 3 " \
+           "run(s), 61.00%..64.00%, spread 4.8%, at case 7" in out
+    assert "tie: case 7 (62.00%) and case 9 (61.00%)" in out and "re-timing 2.0 s" in out
+    assert "re-timing run 2 failed: re-timing 2/2: the collector wrote no file" in out

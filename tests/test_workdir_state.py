@@ -322,3 +322,34 @@ def test_make_status_warns_when_the_steps_ran_with_different_seeds(tmp_path):
     (tmp_path / "flops_check.json").unlink()
     assert workdir_state.seed_mismatch(str(tmp_path)) is None
     assert "warning" not in workdir_state.status_table(str(tmp_path), ("ok", ""))
+
+
+def test_make_status_says_search_incomplete_when_the_budget_cut_the_probe(tmp_path):
+    # unit level: the reports and stamps as make and the two steps leave them, no pipeline run
+    probe = {"tool": "max_shape_probe", "schema": 1, "symbols": [], "candidates": [], "appended": {},
+             "complete": False, "interrupted": "--budget-s 150 s reached"}
+    retimed = {"runs": 4, "values": [0.61, 0.64, 0.62, 0.63], "median": 0.625, "min": 0.61, "max": 0.64,
+               "spread": 0.03 / 0.625, "tie": [7, 9], "figure": "mfu_ach"}
+    grid = {"tool": "mfu_grid_search", "schema": 1, "pool": [{"case": 7}, {"case": 9}], "stage1": [], "stage2": [],
+            "cost_s": {}, "chosen_cases": [7, 9], "complete": True,
+            "best": {"case": 7, "metric": "mfu", "mfu": 0.625, "mfu_kind": "ach", "retimed": retimed}}
+    (tmp_path / "probe.json").write_text(json.dumps(probe))
+    (tmp_path / "grid_search.json").write_text(json.dumps(grid))
+    verify = {"tool": "verify_op.py", "cases": [{"case": 7, "status": "pass"}]}
+    (tmp_path / "verify.json").write_text(json.dumps(verify))
+    st = tmp_path / ".state"
+    st.mkdir()
+    for k, step in enumerate(("verify", "probe", "search")):
+        (st / f"{step}.ok").touch()
+        os.utime(st / f"{step}.ok", (2e9 + k, 2e9 + k))  # each stamp newer than the one before (and every input)
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    search = rows["search"]["detail"]
+    assert rows["search"]["state"] == "done"  # make's view: the stamp stands ...
+    assert search.startswith("search incomplete: the probe was cut by its budget (--budget-s 150 s reached)")
+    assert "best so far: case 7 MFU 62.50% (median of 4 runs, spread 4.8%; tie with case 9)" in search
+    assert "search incomplete" in workdir_state.status_table(str(tmp_path), ("ok", ""))
+    # a complete probe: the best point plainly, with its re-timing; a probe stopped by Ctrl-C is not a budget cut
+    for end in ({"complete": True, "interrupted": None}, {"interrupted": "KeyboardInterrupt: a re-run resumes"}):
+        (tmp_path / "probe.json").write_text(json.dumps(dict(probe, **end)))
+        ok, detail = workdir_state.report_verdict("search", str(tmp_path / "grid_search.json"))
+        assert ok and detail == "best: case 7 MFU 62.50% (median of 4 runs, spread 4.8%; tie with case 9)"

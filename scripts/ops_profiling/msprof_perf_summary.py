@@ -63,7 +63,8 @@ def build_parser():
     p.add_argument("--keep-prof", nargs="?", const=".", default=None, metavar="DIR",
                    help="keep raw profiles under DIR/prof/case<N>_<impl>/ (PROF_* dirs or chrome traces)")
     p.add_argument("--mfu-top-k", type=int, default=3, help="without --cases: how many cases, largest FLOPs first")
-    p.add_argument("--cases", default=None, help="explicit 0-based case ids, e.g. 3,7,9 or 0-4")
+    p.add_argument("--cases", default=None,
+                   help="explicit 0-based case ids, e.g. 3,7,9 or 0-4, measured in the order given")
     p.add_argument("--search-json", default=None, metavar="GRID_SEARCH_JSON",
                    help="measure the cases a search chose (grid_search.json chosen_cases, best first) instead of "
                         "the top-k; each is marked with its origin (per_case[].search_origin)")

@@ -9,7 +9,10 @@ row's ``bound.label`` where the decomposition has one, else "—") and
 dragging part: the part with the largest time share among those holding >= ``DRAG_MIN_TIME_SHARE`` of the time and
 >= ``DRAG_RATIO`` x their FLOPs share (or unmatched "other" time) - the rule of the decomposition's reading aid
 (:mod:`mfulib.report.reading`). With the search (``SEARCH=1``) the chosen case and scale are grid_search.json's
-``best``; otherwise the scale is "—" (the cases as given).
+``best``; otherwise the scale is "—" (the cases as given). ``search`` (:func:`search_state`) says whether that
+search is complete: "search incomplete: ..." when the budget cut the probe (probe.json,
+:func:`mfulib.schemas.probe_json.budget_cut`) - the human tables' status then reads "ok (search incomplete)", never a
+plain "ok" - and the tie of its re-timed leaders where there is one.
 
 Files (:func:`write_outputs`, in the batch output dir): ``batch_summary.json`` (:mod:`mfulib.schemas.batch_json`),
 ``batch_summary.csv`` (raw numbers, MFU/MBU as fractions), ``batch_summary.md`` and ``index.html`` (percentages,
@@ -29,6 +32,7 @@ from mfulib.core.jsonio import read_json, write_text_atomic
 from mfulib.flops.kernel_parts import OTHER
 from mfulib.schemas.batch_json import ROW_KEYS
 from mfulib.schemas.decompose_json import read_decompose_json
+from mfulib.schemas.probe_json import budget_cut
 
 HEADLINE_KEYS = (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom"), ("mbu", "MBU"))
 
@@ -54,6 +58,30 @@ def dragging_part(row: dict):
         if p.get("part") == OTHER or fs == 0 or (fs is not None and ts >= DRAG_RATIO * fs):
             cand.append((ts, p["part"]))
     return max(cand)[1] if cand else None
+
+
+def _read(path):
+    """The JSON object at ``path``, {} when absent or unreadable (a summary row never fails on one file)."""
+    try:
+        doc = read_json(path) if os.path.isfile(path) else {}
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def search_state(work: str, grid: dict) -> str | None:
+    """The ``search`` cell of work directory ``work`` with its grid_search.json ``grid`` ({} when none): "search
+    incomplete: the probe was cut by its budget (<probe.json interrupted>)" when the probe's --budget-s cut it
+    (probe.json, else grid_search.json's ``probe_cut``), else "complete" after a search (with "; tie: case a / case b"
+    when its re-timed leaders tie), None without either file."""
+    probe = _read(os.path.join(work, "probe.json"))
+    cut = budget_cut(probe) or grid.get("probe_cut")
+    if cut:
+        return f"search incomplete: the probe was cut by its budget ({cut})"
+    if not grid:
+        return None
+    tie = ((grid.get("best") or {}).get("retimed") or {}).get("tie")
+    return "complete" + (f"; tie: case {tie[0]} / case {tie[1]}" if tie else "")
 
 
 def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
@@ -86,14 +114,11 @@ def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
                            mfu_ach=best.get("mfu_ach"), mbu=best.get("mbu"), headline=label,
                            numerator=best.get("numerator"), dragging_part=dragging_part(best),
                            bound=bound.get("label") if isinstance(bound, dict) else None)
-    grid = os.path.join(job["work"], "grid_search.json")
-    if os.path.isfile(grid):
-        try:
-            best = read_json(grid).get("best") or {}
-        except (OSError, ValueError, AttributeError):
-            best = {}
-        if best.get("case") is not None:
-            row["case"], row["scale"] = best.get("case"), best.get("scale")
+    grid = _read(os.path.join(job["work"], "grid_search.json"))
+    best = grid.get("best") if isinstance(grid.get("best"), dict) else {}
+    if best.get("case") is not None:
+        row["case"], row["scale"] = best.get("case"), best.get("scale")
+    row["search"] = search_state(job["work"], grid)
     row["errors"] = "; ".join(errors) or None  # the decomposition's errors; why a job failed is its reason
     return row
 
@@ -109,7 +134,13 @@ def counts(rows, skipped) -> dict:
     return {"operators": len(rows), "succeeded": by["ok"], "reused": sum(1 for r in rows if r["resumed"]),
             "failed": by["failed"], "timeout": by["timeout"], "interrupted": by["interrupted"] + by["running"],
             "not_run": by["not_run"], "skipped": len(skipped), "failed_why": dict(why),
+            "search_incomplete": sum(1 for r in rows if incomplete(r)),
             "skipped_why": dict(collections.Counter(_skip_key(w) for _, w in skipped))}
+
+
+def incomplete(row: dict) -> bool:
+    """Whether the summary row's search is incomplete (its ``search`` cell, :func:`search_state`)."""
+    return str(row.get("search") or "").startswith("search incomplete")
 
 
 def _why_key(row):
@@ -139,6 +170,8 @@ def _frame(rows, human: bool, out_dir: str, links: bool = False):
             for k in ("mfu_nom", "mfu_ach", "mbu"):
                 d[k] = pct(r.get(k), 2, DASH)
             d["wall_s"] = DASH if r.get("wall_s") is None else f"{r['wall_s']:.1f}"
+            if incomplete(r):  # its limit is a lower bound: never a plain "ok"
+                d["status"] = f"{r['status']} (search incomplete)"
             d = {k: _cell(v) for k, v in d.items()}
             if links:
                 d["name"] = html.escape(str(r["name"]))
@@ -155,7 +188,8 @@ def _frame(rows, human: bool, out_dir: str, links: bool = False):
 def _counts_lines(c, summary) -> list:
     lines = [f"operators {c['operators']}: succeeded {c['succeeded']} (reused from an earlier run {c['reused']}), "
              f"failed {c['failed']}, timeout {c['timeout']}, interrupted {c['interrupted']}, not run {c['not_run']}; "
-             f"skipped {c['skipped']}"]
+             f"skipped {c['skipped']}" + (f"; search incomplete {c['search_incomplete']} (probe cut by its budget)"
+                                          if c.get("search_incomplete") else "")]
     lines += [f"failed: {k}: {n}" for k, n in c["failed_why"].items()]
     lines += [f"skipped: {k}: {n}" for k, n in c["skipped_why"].items()]
     lines.append(f"runner {summary['runner']}, {summary['workers']} worker(s) on devices {summary['devices']} "

@@ -4,7 +4,6 @@ with ``--from-prof``), runs the core, prints :func:`print_table` and gives the e
 import os
 import sys
 
-from mfulib.core import cli
 from mfulib.core.fmt import pct
 
 
@@ -85,7 +84,8 @@ def run(args, default=None) -> int:
         report = from_prof(opts, log=None if args.quiet else lambda m: print(m, file=sys.stderr))
         return _finish(report, args.output_dir, "no case of the profile(s) has a kernel time")
     from mfulib.collect.driver import Options, collect
-    cases, origins = cli.parse_case_list(args.cases) if args.cases is not None else None, {}
+    from mfulib.collect.from_prof import parse_case_sequence  # in the order given: the search's re-timing interleaves
+    cases, origins = list(dict.fromkeys(parse_case_sequence(args.cases))) if args.cases is not None else None, {}
     if args.search_json:
         from mfulib.core.errors import UserError
         from mfulib.schemas.grid_search_json import chosen_cases

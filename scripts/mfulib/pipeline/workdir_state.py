@@ -159,13 +159,7 @@ def report_verdict(step: str, path: str) -> tuple:
             if not ok:
                 problems.append(f"incomplete: {doc.get('interrupted') or 'interrupted'} (make probe resumes)")
         elif step == "search":
-            from mfulib.schemas import grid_search_json
-            doc = grid_search_json.read_grid_search_json(path)
-            best = doc.get("best") or {}
-            ok = bool(doc.get("complete"))
-            fig = best.get("mfu") if best.get("mfu") is not None else best.get("mbu")
-            problems = [f"best: case {best.get('case')} {best.get('metric', '').upper()} "
-                        f"{fig:.2%}" if fig is not None else "no best point"]
+            ok, problems = _search_verdict(path)
         elif step == "decompose":
             ok, problems = decompose_json.completeness(decompose_json.read_decompose_json(path))
         else:
@@ -173,6 +167,32 @@ def report_verdict(step: str, path: str) -> tuple:
     except (UserError, OSError, ValueError, RecursionError) as exc:
         return None, f"its report cannot be read ({type(exc).__name__}: {str(exc)[:200]})"
     return ok, "; ".join(problems)
+
+
+def _search_verdict(path: str) -> tuple:
+    """(ok, problems) of a grid_search.json: its best point (with the re-timing's run count, spread and tie), led by
+    "search incomplete" when the budget cut the probe (the probe.json beside it, else the search's ``probe_cut``:
+    :func:`mfulib.schemas.probe_json.budget_cut`) - the limit is then a lower bound, not a plain result."""
+    from mfulib.schemas import grid_search_json, probe_json
+    doc = grid_search_json.read_grid_search_json(path)
+    best = doc.get("best") or {}
+    fig = best.get("mfu") if best.get("mfu") is not None else best.get("mbu")
+    text = f"case {best.get('case')}" + (f" {best.get('metric', '').upper()} {fig:.2%}" if fig is not None else
+                                         " (no peak known: no utilisation)") if best.get("case") is not None else None
+    rt = best.get("retimed") or {}
+    if text and rt.get("runs"):
+        text += f" (median of {rt['runs']} runs, spread {rt['spread'] or 0.0:.1%}" + \
+            (f"; tie with case {rt['tie'][1]})" if rt.get("tie") else ")")
+    probe_path = os.path.join(os.path.dirname(path), probe_json.FILE_NAME)
+    try:
+        cut = probe_json.budget_cut(read_json(probe_path)) if os.path.exists(probe_path) else None
+    except (OSError, ValueError):
+        cut = None
+    cut = cut or doc.get("probe_cut")
+    if cut:
+        return bool(doc.get("complete")), [f"search incomplete: the probe was cut by its budget ({cut}); best so far: "
+                                           f"{text or 'none'}; make probe resumes it, then make search"]
+    return bool(doc.get("complete")), [f"best: {text}" if text else "no best point"]
 
 
 def _mtime(path):

@@ -14,9 +14,12 @@ line, the timeout, the interrupt; None when ok), ``failed_step``, ``wall_s`` (se
 
 **Summary** (:func:`write_summary`): provenance + ``source`` {layout, what was given}, ``out_dir``, ``runner``,
 ``devices``, ``workers``, ``wall_s``, ``interrupted``, ``counts`` {operators, succeeded, reused, failed, timeout,
-interrupted, not_run, skipped, failed_why {reason: n}, skipped_why {reason: n}}, ``sum_op_wall_s``,
+interrupted, not_run, skipped, failed_why {reason: n}, skipped_why {reason: n}, search_incomplete (rows whose
+search is incomplete: the budget cut the probe)}, ``sum_op_wall_s``,
 ``ideal_makespan_s`` (longest-first list schedule of the measured per-operator times on ``workers`` workers,
-Graham's LPT rule), ``rows`` (one per operator, keys :data:`ROW_KEYS`) and ``skipped`` [{name, why}].
+Graham's LPT rule), ``rows`` (one per operator, keys :data:`ROW_KEYS`; ``search``: None without a search,
+"complete" (+ "; tie: case a / case b"), or "search incomplete: ..." when the probe's --budget-s cut it -
+:func:`mfulib.batch.summary.search_state`) and ``skipped`` [{name, why}].
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ SUMMARY_NAME = "batch_summary.json"
 # running: started, no outcome yet (a batch killed hard leaves it; the next run redoes the operator)
 JOB_STATUSES = ("running", "ok", "failed", "timeout", "interrupted")
 # one summary row per operator (CSV / markdown / HTML columns, in this order)
-ROW_KEYS = ("name", "layout", "status", "reason", "case", "scale", "dtype", "mfu_nom", "mfu_ach", "mbu",
+ROW_KEYS = ("name", "layout", "status", "reason", "case", "scale", "search", "dtype", "mfu_nom", "mfu_ach", "mbu",
             "headline", "dragging_part", "bound", "numerator", "errors", "wall_s", "device", "resumed", "older",
             "work", "log", "report_html", "decompose_json")
 

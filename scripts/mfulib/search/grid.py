@@ -451,7 +451,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     probe_cut = budget_cut(probe) if probe is not None else None
     if probe_cut:
         notes.append(f"search incomplete: the probe was cut by its budget ({probe_cut}), so scaled points it did not "
-                     "reach were never tried - make probe resumes it (or raise PROBE_ARGS=--budget-s), then make search")
+                     "reach were never tried - make probe resumes it (or raise PROBE_ARGS=--budget-s), then make "
+                     "search")
     doc = provenance(_gs.TOOL, _gs.SCHEMA, device={"backend": backend.name, "device_id": opts.device_id})
     doc.update(op_dir=opdir.path, cases_file=opdir.cases_path, backend=backend.name, metric=metric,
                probe_json=probe_path if probe is not None else None, rule=rule, notes=notes, pool=pool,

@@ -31,7 +31,8 @@ ALWAYS_TOP = 3  # the original top 3 are always in the pool (different cases tak
 def read_probe(path: str) -> dict | None:
     """The parts of probe.json (:mod:`mfulib.schemas.probe_json`, written by max_shape_probe.py) the search reads, or
     None when ``path`` does not exist: {"appended": {case id: {source_case, factors, scale (None when not recorded)}},
-    "verdicts": {case id: verdict of the candidate that made it}, "complete": bool, "traced": {case id: {flops, status,
+    "verdicts": {case id: verdict of the candidate that made it}, "complete": bool, "interrupted" (why it stopped
+    early, or None: :func:`mfulib.schemas.probe_json.budget_cut` reads it), "traced": {case id: {flops, status,
     reason, from}} (the probe's tracer counts: ``traced_flops`` of the originals, ``flops`` of passed candidates),
     "seed": the probe's seed (``run_key.seed``), whose draw those counts come from, "backend", "inputs" (model.py /
     model_new.py sha256), "timings": {case id: {time_ms, from}} (gate 4's median synchronised wall clock of each passed
@@ -86,7 +87,8 @@ def read_probe(path: str) -> dict | None:
         if c.get("verdict") == "pass" and is_number(c.get("time_ms")) and c["time_ms"] > 0:
             timings[c["new_case_id"]] = {"time_ms": float(c["time_ms"]), "from": f"probe.json gate 4 of "
                                                                                  f"{c.get('candidate_id')}"}
-    return {"appended": out, "verdicts": verdicts, "complete": bool(doc.get("complete")), "traced": traced,
+    return {"appended": out, "verdicts": verdicts, "complete": bool(doc.get("complete")),
+            "interrupted": doc.get("interrupted"), "traced": traced,
             "seed": run_key.get("seed"), "backend": run_key.get("backend"), "inputs": doc.get("inputs"),
             "timings": timings}
 
