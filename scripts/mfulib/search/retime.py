@@ -3,7 +3,7 @@
 Stage 2 times each case in one collector process, so its figure is one process's measurement; the spread between
 processes (clocks, placement, the device's state) is larger than the spread of the repeats inside one (a GQA limit of
 64.0% was re-timed at 60.6% in another process). So the top ``k`` stage-2 rows are measured again in ``R`` fresh
-collector processes, **interleaved**: run ``r`` (1..R) measures them in the stage-2 order rotated by ``r``
+collector processes, **interleaved**: run ``r`` (1..R) measures them in stage 2's ranking (best first) rotated by ``r``
 (:func:`run_order`), so that no case always runs first or last and a drift over time (warming, throttling) spreads
 over all of them instead of favouring one. Stage 2's own measurement is run 0. Only the kernel time is measured again
 (the collector's PMU pass is off, ``--pmu none``): each run's figure is the stage-2 row's figure
@@ -27,8 +27,8 @@ from mfulib.search import numerator as _sn
 
 
 def run_order(cases: list, r: int) -> list:
-    """The order run ``r`` measures ``cases`` (stage 2's order, best first) in: rotated left by ``r`` (run 0 is stage
-    2's own order). E.g. run_order([7, 9, 4], 1) == [9, 4, 7]."""
+    """The order run ``r`` measures ``cases`` (stage 2's ranking, best first) in: rotated left by ``r`` (``r`` = 0
+    or a multiple of len(cases): the ranking itself). E.g. run_order([7, 9, 4], 1) == [9, 4, 7]."""
     if not cases:
         return []
     r %= len(cases)
@@ -112,7 +112,7 @@ def retime(rows: list, metric: str, top_k: int, runs: int, collect, log, cost: d
                   for kt in kts[row["case"]]]
         row["retimed"] = summarize(values, kts[row["case"]])
     ranked = sorted(top, key=lambda x: (x["retimed"]["median"] is None, -(x["retimed"]["median"] or 0.0), x["case"]))
-    rest = [x for x in rows if x not in top]
+    rest = [x for x in rows if all(x is not t for t in top)]
     rows[:] = ranked + rest
     pairs = [(x["case"], x["retimed"]) for x in ranked]
     return {"top_k": len(top), "runs": runs, "figure": fld, "runs_done": done, "ranked": [c for c, _ in pairs],
