@@ -112,3 +112,18 @@ def test_the_tables_mark_ncu_replay_times(tmp_path, capsys):
     text = decompose_table({"reports": [{"label": "x", "rows": [dict(row, ncu_replay=None)]}], "peak_label": "p",
                             "peak_json": "peak.json"})
     assert "[ncu]" not in text
+
+
+def test_nsight_systems_exports_are_refused_by_name(tmp_path):
+    import sqlite3
+    db = tmp_path / "report1.db"  # any SQLite file, as `nsys export --type sqlite` writes one (not read: --help)
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    con.commit()
+    con.close()
+    rep = tmp_path / "report1.nsys-rep"
+    rep.write_bytes(b"\x00binary")
+    for path in (db, rep):
+        with pytest.raises(UserError) as exc:
+            reparse(tmp_path, path)
+        assert path.name in str(exc.value) and "Nsight Systems" in str(exc.value)
