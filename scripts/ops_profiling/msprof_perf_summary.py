@@ -36,6 +36,10 @@ Kept or foreign profiles are re-parsed without running anything:
 --cases names the case of each profile found, in order (kept profiles name their own). Without a work directory
 only kernel times are written (FLOPs null); iterations, L2-flush kernels (--l2-flush), missing head launches and
 autotuning are found in the data and reported as flags (see mfulib/collect/from_prof/).
+ncu CSVs (--page raw, or --page details: gpu__time_duration.sum, else the SpeedOfLight section's Duration) give ncu
+replay times - launches serialised, clocks and caches as ncu set them - marked "ncu_replay" in performance.json and
+[ncu] in the tables. Nsight Systems reports are not read (.nsys-rep, nor its `nsys export` SQLite / JSON forms):
+record the loop with torch.profiler (a chrome trace) or ncu instead.
 """
 import os
 import sys
@@ -102,7 +106,8 @@ def build_parser():
     g = p.add_argument_group("re-parsing kept or foreign profiles (nothing is run)")
     g.add_argument("--from-prof", action="append", default=None, metavar="PATH",
                    help="a PROF_* / *_ascend_pt dir, chrome trace (.json/.json.gz), ncu --csv output (raw or details "
-                        "page) or --keep-prof dir; repeatable")
+                        "page: ncu replay times, marked) or --keep-prof dir; repeatable (Nsight Systems exports are "
+                        "not read)")
     g.add_argument("--l2-flush", choices=("exclude", "keep"), default="exclude",
                    help="fill/zero/memset/cast/sum kernels over buffers >= the L2 size inside the window: exclude "
                         "them from the operator's time (default) or keep them")

@@ -22,7 +22,8 @@ def print_table(report):
         note = err if err else "; ".join(c.get("flags") or [])
         rows.append([c["case"], c.get("measured_impl"), c.get("compute_dtype"), c["shape"],
                      c.get("launches_per_iter"),
-                     f"{c['kernel_time_ns'] / 1e3:.2f}" if c.get("kernel_time_ns") else "-",
+                     (f"{c['kernel_time_ns'] / 1e3:.2f}" + (" [ncu]" if c.get("ncu_replay") else ""))
+                     if c.get("kernel_time_ns") else "-",
                      f"{c['span_ns'] / 1e3:.2f}" if c.get("span_ns") else "-",
                      f"{c['actual_tflops']:.3g}" if c.get("actual_tflops") else "-",
                      pct(c.get("mfu_nom"), 2), pct(spread, 1), note])
@@ -48,6 +49,9 @@ def print_table(report):
     print(f"backend {report['backend']} ({report['device'].get('name', '?')}); peak for MFU@nom: "
           f"{peak.get('value_tflops')} TFLOP/s ({peak.get('source')}); valid cases {report['n_cases_valid']}/"
           f"{measured} measured")
+    if any(c.get("ncu_replay") for c in report["per_case"]):
+        print("note: kernel us [ncu]: ncu replay times (each launch serialised and replayed, clocks and caches as ncu "
+              "set them; the case's flags say which) - not comparable with free-running trace times")
     for f in report.get("flags") or []:
         print(f"note: {f}")
 

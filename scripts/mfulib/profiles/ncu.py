@@ -153,8 +153,34 @@ def parse_ncu_csv(text):
     return [launches[k] for k in sorted(launches)]
 
 
-def duration_ns(rec, metric: str = "gpu__time_duration.sum"):
-    """The launch's ``gpu__time_duration`` in ns (None when the metric is absent or not a time)."""
+TIME_METRIC = "gpu__time_duration.sum"
+#: the details page's name for :data:`TIME_METRIC` in the SpeedOfLight section (ncu's default ``basic`` set):
+#: (section name, metric label). In the H200 recording tests/fixtures/profiles/cuda/ncu_details.csv both rows of each
+#: launch carry the same value (226,944 ns for launch 0).
+SOL_DURATION = ("GPU Speed Of Light Throughput", "Duration")
+
+
+def kernel_duration(rec):
+    """(ns, source) of one launch's device duration: ``gpu__time_duration.sum`` (raw page, or the details page with
+    ``--metrics``), else the details page's SpeedOfLight ``Duration`` (what ``ncu --csv --page details`` prints with
+    its default sections); (None, None) when neither is there or its unit is not a time. Units: ncu's own
+    (``nsecond``/``usecond``/``msecond``, or ``ns`` with ``--print-units base``), converted by :func:`to_ns`."""
+    d = to_ns(rec["metrics"].get(TIME_METRIC), rec["units"].get(TIME_METRIC))
+    if d is not None:
+        return d, TIME_METRIC
+    section, label = SOL_DURATION
+    if rec.get("sections", {}).get(label) == section:
+        d = to_ns(rec["metrics"].get(label), rec["units"].get(label))
+        if d is not None:
+            return d, f"{section}: {label}"
+    return None, None
+
+
+def duration_ns(rec, metric: str = TIME_METRIC):
+    """The launch's ``metric`` in ns (None when absent or not a time); for the default metric, the details page's
+    SpeedOfLight ``Duration`` when ``gpu__time_duration.sum`` is absent (:func:`kernel_duration`)."""
+    if metric == TIME_METRIC:
+        return kernel_duration(rec)[0]
     return to_ns(rec["metrics"].get(metric), rec["units"].get(metric))
 
 

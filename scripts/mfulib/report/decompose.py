@@ -165,7 +165,7 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str, above_peak_
                matrix_work=matrix, headline="mfu_ach" if matrix else "mbu",
                vector_flops=vflops, vector_tflops=actual_tflops(vflops, t_ns) if vflops else None,
                numerator=case.get("numerator"), numerator_reason=case.get("numerator_reason"),
-               bytes=nbytes or None, bandwidth_gbps=bw,
+               ncu_replay=case.get("ncu_replay"), bytes=nbytes or None, bandwidth_gbps=bw,
                mbu=mbu(nbytes, t_ns, bw),
                repeat_spread=case.get("repeat_spread"))
     if not matrix:

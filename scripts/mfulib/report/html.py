@@ -231,8 +231,8 @@ def case_table(doc: dict) -> str:
                                f"{r.get('reason')}")
                 continue
             dt = f"{r.get('dtype')}{' (tf32)' if r.get('tf32') else ''}"
-            rows.append(lead + [esc(r.get("case")), esc(shape_cell(r, 60)), esc(dt), fmt_us(r.get("kernel_time_us")),
-                                fmt_num(r.get("actual_tflops")), pct(r.get("mfu_nom"), 2, DASH), esc(headline(r)),
+            rows.append(lead + [esc(r.get("case")), esc(shape_cell(r, 60)), esc(dt), fmt_us(r.get("kernel_time_us"))
+                                + (" [ncu replay]" if r.get("ncu_replay") else ""), fmt_num(r.get("actual_tflops")), pct(r.get("mfu_nom"), 2, DASH), esc(headline(r)),
                                 esc(r.get("numerator")), bound_cell(r.get("bound")),
                                 fmt_num(_roof(r, "headroom"))])
     left = {0, 1, 2, 3} if multi else {0, 1, 2}

@@ -6,7 +6,8 @@ roofline headroom added, a ``report`` column and a ``speed-up`` column (against 
 reports are shown side by side. A second table lists every part: time, TFLOP/s, MFU@ach, bound (with its source),
 headroom, the MFU@ach if that part were fixed, ranked by that payoff. A case without matrix work shows "—" for
 TFLOP/s and MFU and its MBU starred (the headline); a case whose numerator check_flops.py did not confirm is
-marked ``[unverified]`` (or ``[failed]``, ``[unchecked]``) with the reason below the table. Cases never measured
+marked ``[unverified]`` (or ``[failed]``, ``[unchecked]``) with the reason below the table; a kernel time ncu
+replayed (``--from-prof`` of an ncu CSV) is marked ``[ncu]``, with ncu's replay conditions below the table. Cases never measured
 (skipped by the selection) are counted in one line, not listed; long text is wrapped, never cut off.
 """
 from __future__ import annotations
@@ -142,12 +143,16 @@ def decompose_table(result: dict) -> str:
             bd = (r.get("bound") or {})
             label = bd.get("label") or "-"
             label += " (fallback)" if str(bd.get("source") or "").startswith("fallback") else ""
-            row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, _f(r["kernel_time_us"])] + mfus + \
+            replay = " [ncu]" if r.get("ncu_replay") else ""  # an ncu replay time, not a free-running one
+            row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, _f(r["kernel_time_us"]) + replay] + mfus + \
                 [pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
                  _x((r.get("roofline") or {}).get("headroom"))] + \
                 ([_x((r.get("speedup") or {}).get("value"))] if multi else [])
             if not r.get("matrix_work", True):
                 no_matrix.append(r)
+            if replay:
+                marked.append(f"{rep['label'] + ' ' if multi else ''}case {r['case']}: total us [ncu]: "
+                              f"{r['ncu_replay'].get('note') or 'ncu replay time'}")
             if mark:
                 marked.append(f"{rep['label'] + ' ' if multi else ''}case {r['case']}: numerator: {r['numerator']}"
                               f" - {r.get('numerator_reason') or 'see flops_check.json'}")

@@ -14,7 +14,8 @@ Rows and their parts carry (:func:`mfulib.report.decompose.attach_bounds_and_roo
 achieved_tflops, headroom, mfu_if_fixed (+ rows: dram_ai_flop_per_byte, roof; + parts: target_tflops,
 target_source, payoff)} (:mod:`mfulib.report.roofline`); parts also ``dram_bytes``. Rows also: ``kernel_bounds``
 {kernel: bound}, ``payoff_order`` [part names], ``pmu_view`` {official_mfu, pmu_mfu, executed_flops,
-semantic_flops, redundancy, active_core_fraction, executed_how}, ``pmu_source``, ``pmu_unavailable`` and, when
+semantic_flops, redundancy, active_core_fraction, executed_how}, ``pmu_source``, ``pmu_unavailable``,
+``ncu_replay`` (performance.json's: the kernel time is an ncu replay time; None for trace-timed cases) and, when
 several reports are shown side by side, ``speedup`` {baseline, value} (rows and parts of the non-baseline reports).
 """
 from __future__ import annotations

@@ -11,7 +11,8 @@ Top level
     cases with both; total = sum ref / sum asc), ``mean_ref_us, median_ref_us, geomean_ref_us, total_ref_us``, the
     same four for ``asc``, ``warmup, repeats, seed, device_id, device_select_source`` (cli | env | auto),
     ``timing_method`` (``msprof.op_summary.Task_Duration``; ``msprof.quick.Task_Duration`` when only task_time
-    exists, as upstream quick mode; ``torch.profiler.cupti.kernel_duration``; cpu: the interpreter launch hook),
+    exists, as upstream quick mode; ``torch.profiler.cupti.kernel_duration``; cpu: the interpreter launch hook;
+    --from-prof of ncu CSVs: ``ncu.gpu__time_duration.sum``, ``ncu.details.SpeedOfLight.Duration``),
     ``profiling_mode`` (``quick``); statistics are None where no case supplies them;
     ``backend`` (npu | cuda | cpu), ``backend_reason``, ``environment`` (CANN checks, ...), ``impl`` (asc | ref |
     both), ``mfu`` (bool: --mfu given), ``peak`` {``nominal_tflops``: {dtype: TFLOP/s}, ``used_for_mfu_nom``
@@ -61,6 +62,11 @@ Top level
     "ncu: ERR_NVGPUCTRPERM - ...", "ncu not found ...", "cpu backend: no hardware counters ..."),
     ``median_iterations`` (the measured iteration(s) whose kernel time is the median: the kernels'
     ``time_per_iter_ns``), ``attempts`` (profiling attempts used),
+    ``ncu_replay`` (None when the kernel times come from a trace; for a case timed from an ``ncu --csv`` file with
+    ``--from-prof``: {``serialized`` (true: ncu ran each launch alone), ``clock_control`` ("none" when the file
+    holds ncu's unmodified-clocks warning, else None: not said, ncu's default locks clocks to base),
+    ``cache_control`` (None: never in the CSV; ncu's default flushes caches before each pass), ``note``} - ncu
+    replay times, not free-running ones; the tables mark them),
     ``harness_launches_dropped`` (the collector's marker/flush launches removed), ``launches_outside_iterations``
     (priming call and anything between iterations, not counted), ``impls``
     {impl: {status, error, kernel_time_ns, span_ns, kernels, flags, attempts, prof_dir, wall_s}};
@@ -200,6 +206,7 @@ def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool, nomina
     if flops.get("note"):
         e["flags"].append(flops["note"])
     e["attempts"] = r.get("attempts")
+    e["ncu_replay"] = r.get("ncu_replay") if e["kernel_time_ns"] else None
     e["harness_launches_dropped"] = s.get("harness_launches_dropped")
     e["launches_outside_iterations"] = s.get("launches_outside_iterations")
     e["impls"] = {impl: impl_entry(res) for impl, res in results.items()}

@@ -134,6 +134,8 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
     results, infos = {}, {}
     for p in profs:
         res = analyse(p, opts.warmup, opts.repeats, opts.l2_flush, opts.l2_mib * MIB if opts.l2_mib else None)
+        res["ncu_replay"] = p.extra.get("ncu_replay")  # ncu-timed: replay times, marked in performance.json
+        res["output_bytes"] = res.get("output_bytes") or p.extra.get("output_bytes")  # kept: the live run's
         results.setdefault(p.case_id, {})[p.impl] = res
         if p.case_id not in infos:
             infos[p.case_id] = opdir.describe(p.case_id) if opdir is not None else CaseInfo(case_id=p.case_id)

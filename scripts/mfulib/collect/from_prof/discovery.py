@@ -54,6 +54,10 @@ def discover(path):
         kind = _sniff_file(path)
         if kind is None and path.lower().endswith((".json", ".json.gz")):
             kind = "chrome"  # given explicitly: load_chrome says what is wrong with it
+        if kind is None and (path.lower().endswith((".nsys-rep", ".qdrep", ".sqlite"))
+                             or head_text(path, 16).startswith("SQLite format 3")):
+            raise UserError(f"--from-prof {path}: an Nsight Systems report or SQLite export - not read by this tool "
+                            "(--help); record the loop with torch.profiler (chrome trace) or ncu --csv instead")
         if kind is None:
             raise UserError(f"--from-prof {path}: not a chrome trace, an ncu --csv output or an msprof CSV (no "
                             "traceEvents, no \"ID\", header, no duration column)")

@@ -26,6 +26,7 @@ def load_kept(d) -> Profile:
     prof.path = os.path.abspath(d)
     prof.case_id, prof.impl = spec.get("case_id"), spec.get("impl")
     prof.warmup, prof.repeats = spec.get("warmup"), spec.get("repeats")
+    prof.extra["output_bytes"] = report.get("output_bytes")  # the MBU's output bytes, as the live run measured them
     dev = report.get("device") or {}
     if dev:
         prof.device = dict(dev, **({"runtime": prof.runtime} if prof.runtime else {}))
