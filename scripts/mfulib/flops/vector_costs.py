@@ -125,7 +125,7 @@ def markdown_table() -> str:
     per = {"out": "输出元素 / output element", "in": "输入元素 / input element", "free": "-"}
     lines = ["| ops | FLOPs | per | formula |", "|---|---|---|---|"]
     for ops, cost, basis, formula in ROWS:
-        shown = ", ".join(f"`{o}`" for o in ops[:12]) + (f" (+{len(ops) - 12})" if len(ops) > 12 else "")
+        shown = ", ".join(f"`{o}`" for o in ops)
         lines.append(f"| {shown} | {'by args' if cost is None else cost} | {per[basis]} | {formula} |")
     return "\n".join(lines) + "\n"
 

@@ -192,6 +192,14 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
                              f'len(shape(case, "{h0}")) == 3 else 1') if h0 else "1",
             bidir=cv.attr(r"bidirectional") or "bidirectional", batch_first=bf or "batch_first",
             bf_note="" if bf else "  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)")
+        if not bf and re.search(r"batch_first\s*=\s*True", f.source):   # fixed in model.py's constructor
+            body = body.replace('bool(attr(case, "batch_first", False))', 'bool(attr(case, "batch_first", True))')
+            body = body.replace("  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)",
+                                "  # model.py builds the LSTM with batch_first=True: x [B, T, I]")
+        heads = f.lines(*("Linear", "linear", "matmul", "bmm", "mm", "@"))
+        if heads:
+            body += (f"\n# REVIEW: model.py line(s) {', '.join(map(str, heads[:8]))} also multiply matrices (a head "
+                     "Linear?): add them as a part\n")
         imports = ["shape", "attr", "has", "matmul_flops"]
         part_names = ["lstm"]
         extra_import = ""

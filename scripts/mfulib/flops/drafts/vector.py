@@ -305,8 +305,9 @@ _SHAPE_ATTRS = {"shape", "dtype", "device", "ndim", "size", "dim", "numel", "ele
 
 
 def tensor_ops(source: str, tensor_params) -> list:
-    """[(aten op, line, text)] of every costed element-wise op forward() applies to a tensor, in source order and
-    once per distinct expression text (two branches doing ``torch.logaddexp(x, y)`` count once): the ops a guessed
+    """[(aten op, FLOPs per element, line, text)] of every costed element-wise op forward() applies to a tensor, in
+    source order and once per distinct expression (two branches doing ``torch.logaddexp(x, y)``, one with
+    ``out=``, count once): the ops a guessed
     ``vector_flops`` must not drop. A value is a tensor when it is a parameter named in ``tensor_params`` or is
     computed from one (``.shape`` / ``.dtype`` / ``.size()`` reads and Python loops over shapes are not), so
     scalar arithmetic (``hw *= size``) is left out. Reductions, norms, softmax and free ops are not listed (the
@@ -355,6 +356,10 @@ def tensor_ops(source: str, tensor_params) -> list:
         if got is None or got[1] != "out" or got[0] == 0:
             continue
         text = ast.unparse(node)
+        if isinstance(node, ast.Call):   # the same op on the same operands, whatever out= it writes to
+            key = ast.unparse(ast.Call(func=node.func, args=node.args,
+                                       keywords=[k for k in node.keywords if k.arg != "out"]))
+            text = key
         if text in seen:
             continue
         seen.add(text)
