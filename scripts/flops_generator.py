@@ -39,6 +39,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    od = None
     if args.op_dir:
         from mfulib.core.opdir import OpDir
         od = OpDir(args.op_dir)
@@ -55,7 +56,7 @@ def main(argv=None):
             raise UserError(f"{what} {path}: file not found")
     impl = args.impl or os.path.join(os.path.dirname(os.path.abspath(args.model)), "model_new.py")
     try:
-        draft = generate(args.model, args.cases, impl if os.path.exists(impl) else None)
+        draft = generate(args.model, args.cases, impl if os.path.exists(impl) else None, opdir=od)
     except SyntaxError as exc:
         raise UserError(f"{args.model}: not valid Python ({exc}) - fix the reference first") from None
     if os.path.exists(args.output):
@@ -65,6 +66,13 @@ def main(argv=None):
     write_text_atomic(args.output, draft["source"])
     print(f"class: {draft['class']} ({'; '.join(draft['reasons'])})")
     print(f"kernels in the implementation: {', '.join(draft['kernels']) or 'none found'}")
+    if draft["skeleton"]:
+        print("the draft could not be written: a skeleton whose flops() raises (its REVIEW lines say why)")
+    if isinstance(draft["recorded"], dict):
+        print("selected keys per case (seeded draw): " +
+              ", ".join(f"case {c}: {n}" for c, n in sorted(draft["recorded"].items())))
+    elif draft["recorded"]:
+        print(f"selected keys not recorded: {draft['recorded']}")
     if draft["review_lines"]:
         print(f"review these lines of {args.output}:")
         for n, text in draft["review_lines"]:

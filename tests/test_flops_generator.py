@@ -354,15 +354,16 @@ def assert_checked(od, cls, want_vector):
     ("return a * b + b", ([8, 16], [16]), 256),
     # logaddexp = max-shifted exp of both, add, log: 4 per element (vector_costs table) on [8, 16] -> 512
     ("return torch.logaddexp(a, b)", ([8, 16], [8, 16]), 512),
-    # hypot 3 per element on the broadcast [8, 16] (384) + the Python "- 1.0" (sub, 128) -> 512
-    ("return torch.hypot(a, b) - 1.0", ([8, 16], [1, 16]), 512),
-    # gelu(a) 128 + sigmoid(b) 128 + their product 128; y += a 128; -y 128; a > 0 and where cost 0 -> 640
-    ("y = F.gelu(a) * torch.sigmoid(b)\ny += a\nreturn torch.where(a > 0, y, -y)", ([8, 16], [8, 16]), 640),
+    # hypot = sqrt(a*a + b*b), 4 per element on the broadcast [8, 16] (512) + the Python "- 1.0" (sub, 128) -> 640
+    ("return torch.hypot(a, b) - 1.0", ([8, 16], [1, 16]), 640),
+    # gelu(a) (erf form 0.5 a (1 + erf(a / sqrt 2)): 5) 640 + sigmoid(b) 128 + their product 128; y += a 128;
+    # -y 128; a > 0 and where cost 0 -> 1152
+    ("y = F.gelu(a) * torch.sigmoid(b)\ny += a\nreturn torch.where(a > 0, y, -y)", ([8, 16], [8, 16]), 1152),
 ])
 def test_elementwise_and_binary_math_drafts_derive_the_vector_count_exactly(tmp_path, body, shapes, want):
     """Elementwise written with Python operators (a + b, a * b + b) and binary math (torch.logaddexp, hypot):
     matrix FLOPs 0 by hand (no matrix work); vector FLOPs by hand per the tracer's per-op table
-    (mfulib/flops/vector_costs.py: add/sub/mul/neg/gelu/sigmoid 1, hypot 3, logaddexp 4 per output element, compare and
+    (mfulib/flops/vector_costs.py: add/sub/mul/neg/sigmoid 1, gelu 5, hypot 4, logaddexp 4 per output element, compare and
     where 0), worked per case in the parameter comments. The draft re-plays forward() on the case's shapes (with
     broadcasting), carries no REVIEW marker and check_flops passes it with the vector count checked."""
     od = vector_workdir(tmp_path, "a, b", body, [[tensor_(n, s) for n, s in zip("ab", shapes)]])
@@ -395,8 +396,8 @@ def test_reduction_drafts_equal_the_hand_value_with_zero_matrix_flops(tmp_path, 
 
 def test_an_elementwise_reference_the_generator_cannot_follow_keeps_its_review_marker(tmp_path):
     """forward() with a branch (if a.shape[0] > 4) is not straight-line code, so the count is not derived: the
-    draft keeps the old guess - one FLOP per pointwise op written in forward() per element of the first input,
-    3 ops (*, +, +) * 128 = 384 - marked REVIEW with the reason. The tracer runs the branch taken on a [8, 16]:
+    draft keeps a guess - every element-wise op written in forward() by the table, once per element of the broadcast
+    output: 3 ops (*, +, +) * 128 = 384 - marked REVIEW with the reason. The tracer runs the branch taken on a [8, 16]:
     a * b + a = 2 * 128 = 256, so check_flops fails the guess; it never passes unreviewed."""
     od = vector_workdir(tmp_path, "a, b", "if a.shape[0] > 4:\n    return a * b + a\nreturn a + b",
                         [[tensor_("a", [8, 16]), tensor_("b", [8, 16])]])
@@ -404,7 +405,7 @@ def test_an_elementwise_reference_the_generator_cannot_follow_keeps_its_review_m
     draft = ft.generate(od.model_py, od.cases_path, os.path.join(od.path, "model_new.py"))
     assert draft["class"] == "elementwise"
     texts = [t for _, t in draft["review_lines"]]
-    assert any("one FLOP per pointwise op" in t and "If statement" in t for t in texts), texts
+    assert any("guessed, forward() not re-played exactly" in t and "If statement" in t for t in texts), texts
     ff, rows, file_level = check_all(od)
     assert rows[0]["flops"] == 0.0 and rows[0]["vector_flops"] == 384 and rows[0]["tracer"]["vector_flops"] == 256
     assert status_vector(rows[0]) == "fail"

@@ -14,9 +14,9 @@ Classes, tried in this order (the first whose evidence is present wins; :func:`c
     attention              softmax(q k^T) v or F.scaled_dot_product_attention on q/k/v inputs
     ffn                    npu_ffn, or two weights + an activation
     grouped_matmul         grouped_mm / npu_grouped_matmul / group_list
+    rnn                    LSTM / npu_lstm: the gate GEMMs of every time step, layer and direction
     matmul                 matmul / bmm / mm / linear / einsum / @
     conv                   conv1d/2d/3d / nn.ConvNd
-    rnn                    LSTM / npu_lstm: the gate GEMMs of every time step, layer and direction
     pooling                avg / max / adaptive pooling, 1-3D: 0 matrix FLOPs
     reduction              sort / top-k / arg-reductions, or value reductions (sum, mean, amax, var ...) over axes
     norm                   layer_norm / rms / group_norm / batch_norm (optional weight / bias per case, residual add)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import string
 
+from mfulib.flops.drafts.evidence import forward_params
+
 T_MHA = '''
 NUM_PROJECTIONS = $n_proj   # q, k, v and the output projection, each [hidden, hidden] (a fused qkv counts the same)
 
@@ -154,57 +156,124 @@ def flops(case):
     return float(sum(flops_parts(case).values()))
 '''
 
-T_SPARSE_FA = '''
+T_SPARSE_FA = """
 SPARSE_BLOCK = $block_expr   # keys per selected index (sparse_block_size; 1 = token-level selection)
+$recorded
 
+$value_fn
 
-def flops_parts(case):
+$selected_fn
+
+def flops_parts(case, args):
     # torch_npu.npu_sparse_flash_attention (Ascend docs): softmax(Q K~^T) V~ over the keys sparse_indices selects:
     # 2 * N1 * selected_keys * (D + D_rope + D_v) per query token. query [B, S1, N1, D] (BSND) or [T, N1, D] (TND)
     q, v = shape(case, "$q"), shape(case, "$v")
     n1, d, d_v = q[-2], q[-1], v[-1]
     d_rope = shape(case, "$rope")[-1] if has(case, "$rope") else 0
-    slots = math.prod(q[:-2]) * int(attr(case, "$count", $count_default))
-    # REVIEW: every index slot counted (an upper bound): a -1 ends a token's list and causal rows select fewer keys;
-    # REVIEW: count the real selections from the sparse_indices values (flops(case, args)) or a closed form for them
-    selected = slots * SPARSE_BLOCK
+    selected = selected_keys(case, args) * SPARSE_BLOCK       # keys read per query head, summed over tokens
     return {$parts_expr}
 $indexer_fn
 
-def flops(case):
-    return float(sum(flops_parts(case).values()))
-'''
+def flops(case, args):
+    return float(sum(flops_parts(case, args).values()))
+"""
 
-T_INDEXER_FN = '''
+T_SELECTED_FROM_VALUES = """
+def selected_keys(case, args):
+    # the index slots sparse_indices really fills, counted on the drawn values - never a sparse_count default:
+    # per row the entries before the first -1 (padding ends a row's list). sparse_indices [B, S1, N2, K] /
+    # [T, N2, K]: the N1 / N2 query heads of a KV head share its list, so each query head reads total / N2 keys
+    import torch
+    idx = torch.as_tensor(_value(case, args, "$idx", $idx_pos))
+    if idx.device.type == "meta":
+        raise RuntimeError("sparse_indices came without values (meta): the selected keys cannot be counted")
+    n2 = idx.shape[-2] if idx.dim() >= 3 else 1
+    return int(torch.cumprod((idx >= 0).to(torch.int64), dim=-1).sum().item()) // n2
+"""
 
-def _indexer(case):
+T_SELECTED_UPPER_BOUND = """
+def selected_keys(case, args):
+    # REVIEW: sparse_indices is computed inside forward() (no input carries it): every index slot is counted, an
+    # REVIEW: upper bound - a -1 ends a token's list and causal rows select fewer keys; count them if you can
+    q = shape(case, "$q")
+    return math.prod(q[:-2]) * int(attr(case, "$count"))     # query tokens x the case's sparse_count
+"""
+
+T_VALUE_FN = """
+
+def _value(case, args, name, pos):
+    # an input's values: the case file's attribute, else the forward argument the seeded draw built (model.py's
+    # get_input_groups(), the draw verify and collect time; flops(case, args) receives it)
+    if has(case, name):
+        try:
+            return attr(case, name)
+        except KeyError:
+            pass
+    if args is None or pos is None or pos >= len(args):
+        raise ValueError(f"case rejected: {name} has no values here (not an attribute, no forward argument {pos})")
+    return args[pos]
+"""
+
+T_INDEXER_FN = """
+
+def _lengths(case, args, name, pos, cumulative):
+    vals = _value(case, args, name, pos) if has(case, name) or (args is not None and pos is not None) else None
+    if vals is None:
+        return None
+    vals = [int(x) for x in (vals.reshape(-1).tolist() if hasattr(vals, "reshape") else
+                             vals if isinstance(vals, (list, tuple)) else [vals])]
+    return [b - a for a, b in zip([0] + vals[:-1], vals)] if cumulative else vals
+
+
+def _indexer(case, args):
     # torch_npu.npu_lightning_indexer (Ascend docs, DeepSeek DSA): scores = sum_h W[h] * ReLU(Q_h K^T), then top-k;
-    # per (query token, key) pair and index head: 2 * D (Q K^T) + 2 (the weighted head sum); top-k compares only
-    q, k = shape(case, "$iq"), shape(case, "$ik")                        # BSND: [B, S1, N, D], [B, S2, 1, D]
-    b, s1, n, d, s2 = q[0], q[1], q[2], q[3], k[1]
+    # per (query token, key) pair and index head: 2 * D (Q K^T) + 2 (the weighted head sum); top-k compares only.
+    # Layouts (Ascend docs, sgl-kernel-npu tests/python/sgl_kernel_npu/test_lightning_indexer.py): query BSND
+    # [B, S1, N, D] or TND [T, N, D] (actual_seq_lengths_query cumulative); key BSND [B, S2, N2, D], TND, or
+    # PA_BSND [blocks, block_size, N2, D] (paged: actual_seq_lengths_key per batch gives each S2)
+    lq = str(attr(case, "$lq", "BSND")).upper()
+    lk = str(attr(case, "$lk", "BSND")).upper()
+    q, k = shape(case, "$iq"), shape(case, "$ik")
+    n, d = q[-2], q[-1]
+    s1 = _lengths(case, args, "$seq_q", $seq_q_pos, lq.startswith("TND"))
+    if s1 is None:
+        if lq.startswith("TND"):
+            raise ValueError("case rejected: TND query without actual_seq_lengths_query")
+        s1 = [q[1]] * q[0]
+    s2 = _lengths(case, args, "$seq_k", $seq_k_pos, lk.startswith("TND"))
+    if s2 is None:
+        if lk.startswith("PA"):
+            raise ValueError("case rejected: paged key without actual_seq_lengths_key")
+        s2 = [k[0]] if lk.startswith("TND") else [k[1]] * k[0]
+    if len(s2) == 1 and len(s1) > 1:
+        s2 = s2 * len(s1)
+    if len(s1) != len(s2):
+        raise ValueError(f"case rejected: {len(s1)} query sequences but {len(s2)} key lengths")
     mode = int(attr(case, "$imode", 3))
-    pairs = attention_pairs(s1, s2, causal=True, align="bottom_right") if mode == 3 else s1 * s2
+    pairs = sum(attention_pairs(a, b, causal=True, align="bottom_right") if mode == 3 else a * b
+                for a, b in zip(s1, s2))
     # REVIEW: + 2 per pair and head for the weighted head sum follows the tracer; check it is matrix work on the
-    # REVIEW: Cube here (else drop it: vector work) and that layout_query / layout_key are BSND in every case
-    return 2 * b * n * pairs * (d + 1)
-'''
+    # REVIEW: Cube here (else drop it: vector work)
+    return 2 * n * pairs * (d + 1)
+"""
 
-T_LIGHTNING = '''
+T_LIGHTNING = """
+$value_fn
 $indexer_fn
 
-def flops_parts(case):
-    return {"indexer": _indexer(case)}
+def flops_parts(case, args):
+    return {"indexer": _indexer(case, args)}
 
 
-def flops(case):
-    return float(sum(flops_parts(case).values()))
-'''
+def flops(case, args):
+    return float(sum(flops_parts(case, args).values()))
+"""
 
-
-def render_npu_attention(cls, f, cv, tensors) -> tuple:
+def render_npu_attention(cls, f, cv, tensors, recorded=None) -> tuple:
     """(body, imports, part_names) of a torch_npu inference/sparse attention draft: ``cls`` one of
     "npu_fused_infer_attention", "sparse_flash_attention", "lightning_indexer"; ``f`` the reference's features,
-    ``cv`` its case view (names matched by regex, the Ascend docs' names as fallbacks)."""
+    ``cv`` its case view (names matched by regex, the Ascend docs' names as fallbacks); ``recorded``: the
+    per-case selected-key counts of the seeded draw ({case id: count}) or why there are none (sparse attention)."""
     def t(rx, pos, **kw):
         return cv.tensor(rx, **kw) or (tensors[pos] if len(tensors) > pos else rx.split("|")[0])
 
@@ -228,24 +297,57 @@ def render_npu_attention(cls, f, cv, tensors) -> tuple:
             paged_test=f'has(case, "{table}")' if table else "False", paged_note=paged_note)
         return body, ["shape", "attr", "has", "attention_dims", "attention_flops", "npu_sparse_pairs"], ["attn"]
     with_indexer = f.called("npu_lightning_indexer")
+    pos = _positions(f, cv)
+    value_fn = string.Template(T_VALUE_FN).template
+    seq_q = cv.attr(r"actual_seq_lengths_query|actual_seq_q") or cv.tensor(r"actual_seq_lengths_query|actual_seq_q",
+                                                                           floating=False) or "actual_seq_lengths_query"
+    seq_k = cv.attr(r"actual_seq_lengths_key|actual_seq_k") or cv.tensor(r"actual_seq_lengths_key|actual_seq_k",
+                                                                         floating=False) or "actual_seq_lengths_key"
     indexer_fn = string.Template(T_INDEXER_FN).substitute(
         iq=cv.tensor(r"index_q\w*|q_index|indexer_q\w*|query_index") or t(r"q|query", 0),
         ik=cv.tensor(r"index_k\w*|k_index|indexer_k\w*|key_index") or t(r"k|key", 1),
-        imode=a(r"sparse_mode", "sparse_mode"))
+        imode=a(r"sparse_mode", "sparse_mode"), lq=a(r"layout_query|input_layout|^layout$", "layout_query"),
+        lk=a(r"layout_key|layout_kv", "layout_key"), seq_q=seq_q, seq_q_pos=pos.get(seq_q), seq_k=seq_k,
+        seq_k_pos=pos.get(seq_k))
     if cls == "lightning_indexer":
-        body = string.Template(T_LIGHTNING).substitute(indexer_fn=indexer_fn)
-        return body, ["shape", "attr", "attention_pairs"], ["indexer"]
+        body = string.Template(T_LIGHTNING).substitute(indexer_fn=indexer_fn, value_fn=value_fn)
+        return body, ["shape", "attr", "has", "attention_pairs"], ["indexer"]
     block = cv.attr(r"sparse_block_size|block_size")
+    idx = cv.tensor(r"sparse_indices|\w*indices|topk\w*", floating=False)
+    q = t(r"q|query|q_nope", 0)
+    selected_fn = string.Template(T_SELECTED_FROM_VALUES).substitute(idx=idx, idx_pos=pos.get(idx)) if idx else \
+        string.Template(T_SELECTED_UPPER_BOUND).substitute(q=q, count=a(r"sparse_count|topk|top_k|n_selected",
+                                                                         "sparse_count"))
     body = string.Template(T_SPARSE_FA).substitute(
-        q=t(r"q|query|q_nope", 0), v=t(r"v|value|kv|kv_cache", 2 if len(tensors) > 2 else 1),
+        selected_fn=selected_fn,
+        q=q, v=t(r"v|value|kv|kv_cache", 2 if len(tensors) > 2 else 1),
         rope=cv.tensor(r"query_rope|q_rope|q_pe") or "query_rope",
-        count=a(r"sparse_count|topk|top_k|n_selected", "sparse_count"), count_default=2048,
-        block_expr="1",
-        parts_expr=('"attn": 2 * n1 * selected * (d + d_rope + d_v), "indexer": _indexer(case)' if with_indexer
-                    else '"attn": 2 * n1 * selected * (d + d_rope + d_v)'),
+        block_expr=f'None  # per case: attr {block!r}' if block else "1", value_fn=value_fn,
+        recorded=recorded_note(recorded),
+        parts_expr=('"attn": 2 * n1 * selected * (d + d_rope + d_v), "indexer": _indexer(case, args)'
+                    if with_indexer else '"attn": 2 * n1 * selected * (d + d_rope + d_v)'),
         indexer_fn=indexer_fn if with_indexer else "")
     if block:
-        body = body.replace("SPARSE_BLOCK = 1", f"SPARSE_BLOCK = None  # per case: attr {block!r}", 1).replace(
-            "selected = slots * SPARSE_BLOCK", f'selected = slots * int(attr(case, "{block}", 1))', 1)
+        body = body.replace("selected = selected_keys(case, args) * SPARSE_BLOCK",
+                            f'selected = selected_keys(case, args) * int(attr(case, "{block}", 1))'
+                            "  # REVIEW: a tail block shorter than sparse_block_size is counted whole", 1)
     parts = ["attn", "indexer"] if with_indexer else ["attn"]
     return body, ["shape", "attr", "has", "attention_pairs"] if with_indexer else ["shape", "attr", "has"], parts
+
+
+def _positions(f, cv) -> dict:
+    """{input name: its forward() argument position}: model.py's signature when it names the input, else the
+    case file's order (the order get_input_groups() passes them in, the team's convention)."""
+    names = forward_params(f.source)
+    return {n: (names.index(n) if n in names else i) for i, n in enumerate(cv.info.order)}
+
+
+def recorded_note(recorded) -> str:
+    """The per-case selected-key counts of the seeded draw, as a comment block of the draft (evidence, not read)."""
+    if not recorded:
+        return ""
+    if isinstance(recorded, str):
+        return f"# selected keys per case not recorded at generation: {recorded}\n"
+    rows = ", ".join(f"{cid}: {n}" for cid, n in sorted(recorded.items()))
+    return (f"# selected keys (valid sparse_indices entries) per case in the seeded draw (seed 0), recorded when "
+            f"the draft was written:\n# {{{rows}}}\n")

@@ -10,7 +10,7 @@ from mfulib.flops.drafts.evidence import CaseView, ModelFeatures
 
 CLASSES = ("npu_fused_infer_attention", "sparse_flash_attention", "lightning_indexer", "npu_fusion_attention",
            "paged_attention", "sparse_attention", "window_attention", "gqa_attention", "attention_proj", "attention",
-           "ffn", "grouped_matmul", "matmul", "conv", "rnn", "pooling", "reduction", "norm", "softmax",
+           "ffn", "grouped_matmul", "rnn", "matmul", "conv", "pooling", "reduction", "norm", "softmax",
            "elementwise", "unknown")
 
 _ATTN_CALLS = ("scaled_dot_product_attention", "npu_fusion_attention", "npu_fused_infer_attention_score",
@@ -82,12 +82,12 @@ def classify(f: ModelFeatures, cv: CaseView) -> tuple:
         return "ffn", ["npu_ffn / two weights and an activation"]
     if f.called("grouped_mm", "_grouped_mm", "npu_grouped_matmul") or f.has_token(r"group_list"):
         return "grouped_matmul", ["grouped matmul"]
+    if f.called("LSTM", "lstm", "npu_lstm"):   # before matmul: an LSTM's gate GEMMs dominate a head Linear's
+        return "rnn", ["LSTM: four gate GEMMs per time step"]
     if _n_matmuls(f):
         return "matmul", [f"{_n_matmuls(f)} matmul call(s)"]
     if f.called(*_CONV_CALLS):
         return "conv", ["convolution call"]
-    if f.called("LSTM", "lstm", "npu_lstm"):
-        return "rnn", ["LSTM: four gate GEMMs per time step"]
     if f.called(*_POOL_CALLS):
         return "pooling", ["pooling (no matrix work)"]
     if f.called(*ORDER_CALLS):

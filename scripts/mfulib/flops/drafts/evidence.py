@@ -53,6 +53,8 @@ def analyze_model(path: str) -> ModelFeatures:
         if isinstance(node, ast.Call):
             fn = node.func
             name = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else None
+            # Python's builtins on tensors are element-wise: sum([a, b, c]) adds, max(a, b) compares
+            name = _BUILTINS.get(name, name) if isinstance(fn, ast.Name) else name
             if name:
                 feats.calls.setdefault(name, []).append(node.lineno)
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
@@ -78,6 +80,7 @@ def analyze_model(path: str) -> ModelFeatures:
     return feats
 
 
+_BUILTINS = {"sum": "add", "max": "maximum", "min": "minimum"}
 _BINOP_NAMES = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow",
                 ast.FloorDiv: "div", ast.Mod: "remainder"}
 
@@ -140,3 +143,18 @@ def read_case_view(path: str) -> CaseView:
     cases = _cases.read_case_file(path)
     infos = [_cases.describe_case(c, i) for i, c in enumerate(cases)]
     return CaseView(infos[0], infos, cases)
+
+
+def forward_params(source: str) -> list:
+    """Names of ``Model.forward``'s parameters after ``self`` (positional, then keyword-only), [] when the
+    reference has no class Model with forward() or does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"):
+        for fn in cls.body:
+            if isinstance(fn, ast.FunctionDef) and fn.name == "forward":
+                a = fn.args
+                return [p.arg for p in a.posonlyargs + a.args][1:] + [p.arg for p in a.kwonlyargs]
+    return []

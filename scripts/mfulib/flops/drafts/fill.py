@@ -16,14 +16,18 @@ from mfulib.core.definitions import FLOAT_DTYPES
 from mfulib.flops.contract import REVIEW_MARK
 from mfulib.flops.drafts.attention import (BODY_DENSE, BODY_PAGED, BODY_SPARSE, BODY_TOPK_BLOCKS, BODY_VARLEN,
                                            T_ATTENTION, T_MHA, T_NPU_FA, render_npu_attention)
-from mfulib.flops.drafts.classes import ORDER_CALLS, POINTWISE_CALLS, classify
-from mfulib.flops.drafts.evidence import CaseView, ModelFeatures, analyze_model, launched_kernels, read_case_view
+from mfulib.flops.drafts.classes import ORDER_CALLS, classify
+from mfulib.flops.drafts.evidence import (CaseView, ModelFeatures, analyze_model, forward_params, launched_kernels,
+                                         read_case_view)
 from mfulib.flops.drafts.parts import format_parts, kernel_parts_for
-from mfulib.flops.drafts.templates import (HEADER, T_CONV, T_FFN, T_GROUPED, T_MATMUL, T_NOMATRIX, T_RNN,
+from mfulib.flops.drafts.templates import (HEADER, T_CONV, T_FFN, T_GROUPED, T_MATMUL, T_NOMATRIX, T_RNN, T_SKELETON,
                                            T_UNKNOWN, T_VECTOR, T_VECTOR_EXACT)
-from mfulib.flops.drafts.vector import vector_program
+from mfulib.flops.drafts.vector import HELPERS, tensor_ops, vector_program
 
 GATED_ACTIVATIONS = ("swiglu", "geglu", "reglu", "glu")
+_LIBRARY_ROW_OPS = ("layer_norm", "LayerNorm", "group_norm", "GroupNorm", "native_group_norm", "native_layer_norm",
+                    "batch_norm", "BatchNorm1d", "BatchNorm2d", "rms_norm", "RMSNorm", "instance_norm", "softmax",
+                    "log_softmax", "_softmax")
 
 
 def _layout_guess(f: ModelFeatures, cv: CaseView, q: str) -> tuple:
@@ -49,8 +53,10 @@ def _seq_lengths_differ(cv: CaseView, q: str, k: str, layout_attr, layout: str) 
     return False
 
 
-def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels: list) -> str:
-    """The draft's source text for class ``cls``."""
+def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels: list, recorded=None) -> str:
+    """The draft's source text for class ``cls``; ``recorded``: the seeded draw's per-case counts a data-dependent
+    draft records (sparse attention's selected keys), or why there are none. Exceptions propagate (see
+    :func:`generate`, which turns them into a skeleton)."""
     fill = {"op": op, "cls": cls, "why": "; ".join(why)}
     imports = ["shape", "attr"]
     tensors = [t.name for t in cv.info.tensors]
@@ -101,7 +107,7 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         part_names = ["attn"]
         extra_import = ""
     elif cls in ("npu_fused_infer_attention", "sparse_flash_attention", "lightning_indexer"):
-        body, imports, part_names = render_npu_attention(cls, f, cv, tensors)
+        body, imports, part_names = render_npu_attention(cls, f, cv, tensors, recorded)
         extra_import = "import math\n" if cls == "sparse_flash_attention" else ""
     elif cls in ("attention", "gqa_attention", "window_attention", "sparse_attention", "paged_attention"):
         q = cv.tensor(r"q|query|xq") or tensors[0]
@@ -146,7 +152,18 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
     elif cls == "grouped_matmul" and len(tensors) >= 2:
         x = cv.tensor(r"x|input|a|mat_a") or tensors[0]
         w = cv.tensor(r"w|weight|b|mat_b|weights", exclude=(x,)) or tensors[1]
-        body = string.Template(T_GROUPED).substitute(x=x, w=w)
+        glist_t = cv.tensor(r"group_list|offs|offsets|group_offsets|expert_tokens", floating=False)
+        glist_a = cv.attr(r"^group_list$|^offs$|offsets|group_list_data|expert_tokens")
+        gtype = cv.attr(r"group_list_type|group_type")
+        pos = {n: (forward_params(f.source).index(n) if n in forward_params(f.source) else i)
+               for i, n in enumerate(cv.info.order)}
+        if glist_t:     # a tensor of the seeded draw: flops(case, args) reads its values
+            read = f"args[{pos[glist_t]}] if args is not None and len(args) > {pos[glist_t]} else None"
+        else:
+            read = f'attr(case, GROUP_LIST, None)' if glist_a else "None"
+        body = string.Template(T_GROUPED).substitute(
+            x=x, w=w, glist_expr=repr(glist_t or glist_a), gtype_expr=repr(gtype), glist_read=read,
+            args_param=", args" if glist_t else "", args_arg=", args" if glist_t else "")
         imports += ["matmul_flops"]
         part_names = ["matmul"]
         extra_import = "import math\n"
@@ -163,12 +180,27 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         x = next((t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES), tensors[0] if tensors else "x")
         hidden = cv.attr(r"hidden_size|hidden|n_hidden|h_size")
         bf = cv.attr(r"batch_first")
+        h0 = cv.tensor(r"h0|h_0|hx|h|init_h|hidden_state|h_state")
+        sources = [("attr", hidden)] if hidden else []
+        sources += [(kind, name) for kind, name in (
+            ("bias", cv.tensor(r"bias|b|b_ih|bias_ih\w*")), ("state", h0),
+            ("state", cv.tensor(r"c0|c_0|cx|c|init_c")), ("w_hh", cv.tensor(r"w_hh|weight_hh\w*"))) if name]
+        layers = cv.attr(r"num_layers|n_layers|layers")
         body = string.Template(T_RNN).substitute(
-            x=x, hidden=hidden or "hidden_size", layers=cv.attr(r"num_layers|n_layers|layers") or "num_layers",
+            x=x, hidden_from=repr(sources), layers=layers or "num_layers",
+            layers_fallback=(f'max(1, shape(case, "{h0}")[0] // dirs) if has(case, "{h0}") and '
+                             f'len(shape(case, "{h0}")) == 3 else 1') if h0 else "1",
             bidir=cv.attr(r"bidirectional") or "bidirectional", batch_first=bf or "batch_first",
-            h_note="" if hidden else "  # REVIEW: no hidden-size attribute in the cases: where does H come from?",
             bf_note="" if bf else "  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)")
-        imports = ["shape", "attr", "matmul_flops"]
+        if not bf and re.search(r"batch_first\s*=\s*True", f.source):   # fixed in model.py's constructor
+            body = body.replace('bool(attr(case, "batch_first", False))', 'bool(attr(case, "batch_first", True))')
+            body = body.replace("  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)",
+                                "  # model.py builds the LSTM with batch_first=True: x [B, T, I]")
+        heads = f.lines(*("Linear", "linear", "matmul", "bmm", "mm", "@"))
+        if heads:
+            body += (f"\n# REVIEW: model.py line(s) {', '.join(map(str, heads[:8]))} also multiply matrices (a head "
+                     "Linear?): add them as a part\n")
+        imports = ["shape", "attr", "has", "matmul_flops"]
         part_names = ["lstm"]
         extra_import = ""
     elif cls in ("elementwise", "reduction") and exact[0] is not None:
@@ -203,7 +235,8 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
                 extra_vector_import = "import math\n"
             else:
                 ops, note = 5, "sum (mean), centre, square, sum (var), normalise per element: LayerNorm convention"
-                affine = [t for t in ("weight", "bias") if cv.tensor(t) or f.has_token(t)]
+                affine = [t for t in cv.floats() if re.fullmatch(r"weight|bias|gamma|beta", t, re.I)] or \
+                    [t for t in ("weight", "bias") if f.has_token(t)]
                 vbody = ('    # + 1 per element for each affine tensor the case gives (weight, bias: optional per '
                          'case)\n'
                          f'    extra = {" + ".join(f"has(case, {t!r})" for t in affine) or "0"}\n'
@@ -212,9 +245,25 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         elif cls == "softmax":
             ops, note = 5, "max, subtract, exp, sum, divide per element: softmax convention"
         else:
-            n = sum(len(f.calls.get(p, [])) for p in POINTWISE_CALLS)
-            ops, note = max(n, 1), ("REVIEW: one FLOP per pointwise op per element; count the ops of forward() "
-                                    f"(not derived: {exact[1]})")
+            ops, note = 0, ""
+        # the other element-wise ops of forward(), never dropped (softcap, swish, a residual add); a norm written
+        # out op by op is already the convention's count, so only a library norm / softmax call gets them added
+        extra = tensor_ops(f.source, _tensor_params(f, cv)) if cls not in ("norm", "softmax") or \
+            f.called(*_LIBRARY_ROW_OPS) else []
+        if extra:   # every element-wise op of forward() by the table - never dropped (softcap, swish, residual)
+            listed = ", ".join(f"{a} {c} (line {ln})" for a, c, ln, _ in extra)
+            ops += sum(c for _, c, _, _ in extra)
+            note = (note + "; + " if note else "") + f"forward()'s element-wise ops by the table: {listed}"
+            residual = []
+        if cls in ("elementwise", "reduction"):
+            ops = max(ops, 1)
+            note = f"REVIEW: guessed, forward() not re-played exactly ({exact[1]}); " + (note or "one op per element")
+            floats = [t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES]
+            vbody = ("    # element-wise ops count at the OUTPUT shape: the broadcast of the inputs' shapes\n"
+                     f"    shapes = [shape(case, n) for n in {floats!r} if has(case, n)]\n"
+                     "    return float(OPS_PER_ELEMENT * math.prod(_broadcast(*shapes)))\n" + HELPERS["broadcast"])
+            imports = ["shape", "has"]
+            extra_vector_import = "import math\n"
         if residual:  # fused residual + norm: x + residual is one more add per element (vector work)
             ops, note = ops + 1, note + f"; + 1 for the residual add ({x} + {residual[0]})"
         body = string.Template(T_VECTOR).substitute(ops=ops, ops_note=note, part=cls, x=x, vector_body=vbody)
@@ -262,15 +311,69 @@ def review_reminders(cls: str, f: ModelFeatures, masks_handled: bool = False) ->
     return ("\n" + "\n".join(lines) + "\n") if lines else ""
 
 
-def generate(model_py: str, cases_path: str, impl_py: str | None = None, op: str | None = None) -> dict:
+def _tensor_params(f: ModelFeatures, cv: CaseView) -> set:
+    """forward()'s parameters that receive a tensor in the cases (by name, else by the case file's order)."""
+    names = forward_params(f.source)
+    tensor_names = {t.name for t in cv.info.tensors}
+    out = {n for n in names if n in tensor_names}
+    out |= {names[i] for i, n in enumerate(cv.info.order) if i < len(names) and n in tensor_names}
+    return out
+
+
+def record_selected_keys(opdir, f: ModelFeatures, cv: CaseView, seed: int = 0):
+    """{case id: valid sparse_indices entries} in the seeded draw of each case (the inputs verify and collect
+    use, built as the checker builds them: :func:`mfulib.flops.tracer.build_reference_args`), or a string saying
+    why they could not be counted. An entry is valid up to the first -1 of its row (padding)."""
+    import torch
+    from mfulib.flops.tracer import build_reference_args
+    idx = cv.tensor(r"sparse_indices|\w*indices|topk\w*", floating=False) or "sparse_indices"
+    names = forward_params(f.source)
+    pos = names.index(idx) if idx in names else cv.info.order.index(idx) if idx in cv.info.order else None
+    if pos is None:
+        return f"no input named {idx} in the case file"
+    counts = {}
+    try:
+        for cid in range(len(cv.cases)):
+            arg = torch.as_tensor(build_reference_args(opdir, cid, seed)[pos])
+            counts[cid] = int(torch.cumprod((arg >= 0).to(torch.int64), dim=-1).sum().item())
+    except Exception as exc:  # the reference's own files failed: the draft still counts at check time
+        return f"case {cid}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+    return counts
+
+
+def skeleton(cls: str, op: str, why: list, exc: BaseException) -> str:
+    """The draft written when the class drafter raised: the header, REVIEW lines naming the exception, and a
+    flops() that raises until a human writes it."""
+    short = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+    fill = {"op": op, "cls": cls, "why": "; ".join(why), "imports": "shape, attr", "kernel_parts": "{}",
+            "kernel_note": "# REVIEW: define the parts once flops() is written"}
+    return string.Template(HEADER).substitute(fill) + string.Template(T_SKELETON).substitute(
+        why=f"the {cls} drafter raised {short}", short=short.replace('"', "'").replace("\\", "/"))
+
+
+def generate(model_py: str, cases_path: str, impl_py: str | None = None, op: str | None = None,
+             opdir=None) -> dict:
     """Classify ``model_py`` with ``cases_path`` and return {"class", "reasons", "source", "review_lines",
-    "kernels"}; ``review_lines`` = [(line, text)] of the draft's REVIEW markers."""
+    "kernels", "recorded"}; ``review_lines`` = [(line, text)] of the draft's REVIEW markers. ``opdir``
+    (:class:`mfulib.core.opdir.OpDir`, optional): where the seeded inputs can be drawn, for the per-case counts a
+    data-dependent draft records (``recorded``: {case id: count}, a reason string, or None). A class drafter that
+    raises gives a skeleton draft naming the exception (``"skeleton": True``), never a crash. SyntaxError of the
+    reference propagates (the CLI says to fix it)."""
     feats = analyze_model(model_py)
     cv = read_case_view(cases_path)
     cls, why = classify(feats, cv)
     kernels = launched_kernels(impl_py)
     op = op or os.path.splitext(os.path.basename(cases_path))[0].replace("_perf_cases", "")
-    src = render(cls, why, feats, cv, op, kernels)
-    compile(src, "flops.py", "exec")  # a draft must at least be valid Python
+    recorded = None
+    if cls == "sparse_flash_attention":
+        recorded = record_selected_keys(opdir, feats, cv) if opdir is not None else \
+            "no work directory given (flops_generator.py --op-dir records them)"
+    try:
+        src = render(cls, why, feats, cv, op, kernels, recorded)
+        compile(src, "flops.py", "exec")  # a draft must at least be valid Python
+        is_skeleton = False
+    except Exception as exc:  # a drafter bug or a case layout it does not know: say so in the draft
+        src, is_skeleton = skeleton(cls, op, why, exc), True
     review = [(i, ln.strip()) for i, ln in enumerate(src.splitlines(), 1) if REVIEW_MARK in ln]
-    return {"class": cls, "reasons": why, "source": src, "review_lines": review, "kernels": kernels}
+    return {"class": cls, "reasons": why, "source": src, "review_lines": review, "kernels": kernels,
+            "recorded": recorded, "skeleton": is_skeleton}

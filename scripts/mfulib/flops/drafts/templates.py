@@ -4,7 +4,8 @@
 bmm / linear with broadcast batch dims), ``T_FFN``, ``T_GROUPED`` (grouped matmul), ``T_CONV`` (N-d convolution,
 PyTorch's output-size formula), ``T_RNN`` (LSTM gate GEMMs, PyTorch nn.LSTM equations), ``T_VECTOR`` /
 ``T_VECTOR_EXACT`` (no matrix work, vector arithmetic guessed / re-played from forward()), ``T_NOMATRIX``
-(pooling, sort / top-k) and ``T_UNKNOWN``. The attention templates are in :mod:`mfulib.flops.drafts.attention`.
+(pooling, sort / top-k), ``T_UNKNOWN`` and ``T_SKELETON`` (a draft that could not be written: says why).
+The attention templates are in :mod:`mfulib.flops.drafts.attention`.
 """
 
 HEADER = '''"""flops.py DRAFT for $op, written by flops_generator.py - class "$cls" ($why).
@@ -66,18 +67,39 @@ def flops(case):
 '''
 
 T_GROUPED = '''
+# Grouped matmul: group g multiplies rows [end_(g-1), end_g) of x by its own weight. The group list holds END
+# offsets (cumulative), as torch._grouped_mm's ``offs`` does (checked on torch 2.13: rows past the last offset are
+# not computed) and as npu_grouped_matmul's group_list_type 0 does; group_list_type 1 gives per-group counts.
+GROUP_LIST = $glist_expr
+GROUP_LIST_TYPE = $gtype_expr
 
-def flops_parts(case):
-    x, w = shape(case, "$x"), shape(case, "$w")        # x [M, K] (rows of every group), w [G, K, N]
-    # REVIEW: grouped matmul - each row of x goes through exactly one group's weight (group_list splits M)
-    m, k, n = math.prod(x[:-1]), x[-1], w[-1]
+
+def _group_ends(case$args_param):
+    vals = $glist_read
+    if vals is None:
+        return None
+    vals = [int(v) for v in (vals.reshape(-1).tolist() if hasattr(vals, "reshape") else vals)]
+    if GROUP_LIST_TYPE and int(attr(case, GROUP_LIST_TYPE, 0)) == 1:   # per-group counts -> end offsets
+        vals = [sum(vals[:i + 1]) for i in range(len(vals))]
+    if any(b < a for a, b in zip([0] + vals[:-1], vals)):
+        raise ValueError(f"case rejected: group offsets {vals} are not non-decreasing end offsets")
+    return vals
+
+
+def flops_parts(case$args_param):
+    x, w = shape(case, "$x"), shape(case, "$w")        # x [M, K] (rows of every group), w [G, K, N] or [K, N]
+    m_all, k, n = math.prod(x[:-1]), x[-1], w[-1]
     if w[-2] != k:
         raise ValueError(f"case rejected: x {x} and weight {w} do not chain (K {k} vs {w[-2]})")
+    ends = _group_ends(case$args_arg)
+    m = ends[-1] if ends else m_all                   # only rows before the last end offset are multiplied
+    if m > m_all:
+        raise ValueError(f"case rejected: group offsets end at {m} but x has {m_all} rows")
     return {"matmul": matmul_flops(m, n, k)}
 
 
-def flops(case):
-    return float(sum(flops_parts(case).values()))
+def flops(case$args_param):
+    return float(sum(flops_parts(case$args_arg).values()))
 '''
 
 T_CONV = '''
@@ -140,15 +162,34 @@ $vector_body
 $helpers'''
 
 T_RNN = '''
+HIDDEN_FROM = $hidden_from   # (kind, name): where H comes from, read from the case file's names
+
+
+def _hidden(case):
+    for kind, name in HIDDEN_FROM:
+        if kind == "attr" and has(case, name):
+            return int(attr(case, name))
+        if kind == "bias" and has(case, name):
+            return shape(case, name)[0] // 4            # bias [4H] (gates i, f, g, o)
+        if kind == "state" and has(case, name):
+            return shape(case, name)[-1]                # h0 / c0 [layers * dirs, B, H]
+        if kind == "w_hh" and has(case, name):
+            return shape(case, name)[-1]                # weight_hh [4H, H]
+    raise ValueError("case rejected: no hidden size in this case (no hidden_size attribute, bias, h0 or weight_hh)")
+
 
 def flops_parts(case):
     # LSTM (PyTorch nn.LSTM equations): per time step and direction, gates [i f g o] = W_ih x_t + W_hh h_(t-1):
     # 2 * T * B * 4H * (I_l + H), I_l = the input size for layer 0, H * directions above it.
     x = shape(case, "$x")
-    t, b, i = (x[1], x[0], x[2]) if bool(attr(case, "$batch_first", False)) else (x[0], x[1], x[2])$bf_note
-    h = int(attr(case, "$hidden"))$h_note
-    layers = int(attr(case, "$layers", 1))
+    batch_first = bool(attr(case, "$batch_first", False))$bf_note
+    if len(x) == 2:                                     # unbatched [T, I]
+        t, b, i = x[0], 1, x[1]
+    else:
+        t, b, i = (x[1], x[0], x[2]) if batch_first else (x[0], x[1], x[2])
+    h = _hidden(case)
     dirs = 2 if bool(attr(case, "$bidir", False)) else 1
+    layers = int(attr(case, "$layers", 0)) or $layers_fallback
     total = 0
     for layer in range(layers):
         i_l = i if layer == 0 else h * dirs
@@ -158,6 +199,17 @@ def flops_parts(case):
 
 def flops(case):
     return float(sum(flops_parts(case).values()))
+'''
+
+T_SKELETON = '''
+
+# REVIEW: the generator could not write this draft: $why
+# REVIEW: read model.py's forward() and write flops(case) (2 FLOPs per multiply-accumulate of its matrix work);
+# REVIEW: check_flops.py fails until you do.
+
+
+def flops(case):
+    raise RuntimeError("flops.py draft: not written ($short) - write flops(case) by hand")
 '''
 
 T_NOMATRIX = '''

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from mfulib.flops.vector_costs import element_cost
+from mfulib.flops.vector_costs import element_cost, gelu_cost
 
 _MODULES = {"torch", "F", "nn", "functional", "special", "math"}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow", ast.Mod: "remainder"}
@@ -299,3 +299,73 @@ def vector_program(source: str, cv) -> tuple:
         return None, str(exc)
     prog.lines.append("    return float(n)")
     return prog.lines, "".join(HELPERS[h] for h in sorted(prog.helpers))
+
+
+_SHAPE_ATTRS = {"shape", "dtype", "device", "ndim", "size", "dim", "numel", "element_size", "is_contiguous"}
+
+
+def tensor_ops(source: str, tensor_params) -> list:
+    """[(aten op, FLOPs per element, line, text)] of every costed element-wise op forward() applies to a tensor, in
+    source order and once per distinct expression (two branches doing ``torch.logaddexp(x, y)``, one with
+    ``out=``, count once): the ops a guessed
+    ``vector_flops`` must not drop. A value is a tensor when it is a parameter named in ``tensor_params`` or is
+    computed from one (``.shape`` / ``.dtype`` / ``.size()`` reads and Python loops over shapes are not), so
+    scalar arithmetic (``hw *= size``) is left out. Reductions, norms, softmax and free ops are not listed (the
+    caller costs the main op by its convention)."""
+    fn = _forward(ast.parse(source))
+    if fn is None:
+        return []
+    tensors = set(tensor_params)
+
+    def is_tensor(node) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in tensors
+        if isinstance(node, ast.Attribute):
+            return node.attr not in _SHAPE_ATTRS and is_tensor(node.value)
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr in _SHAPE_ATTRS:
+                return False
+            return any(is_tensor(a) for a in list(node.args) + [k.value for k in node.keywords]) or \
+                (isinstance(f, ast.Attribute) and is_tensor(f.value))
+        if isinstance(node, ast.Subscript):
+            return is_tensor(node.value)
+        return any(is_tensor(c) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
+
+    for _ in range(3):                       # propagate through assignments (a few passes reach a fixpoint)
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None and \
+                    is_tensor(node.value):
+                for tgt in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                    for name in ast.walk(tgt):
+                        if isinstance(name, ast.Name):
+                            tensors.add(name.id)
+    found, seen = [], set()
+    for node in ast.walk(fn):
+        aten = None
+        if isinstance(node, ast.BinOp) and (is_tensor(node.left) or is_tensor(node.right)):
+            aten = _BINOPS.get(type(node.op))
+        elif isinstance(node, ast.AugAssign) and (is_tensor(node.target) or is_tensor(node.value)):
+            aten = _BINOPS.get(type(node.op))
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and is_tensor(node.operand):
+            aten = "neg"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_tensor(node):
+            base = node.func.attr[:-1] if node.func.attr.endswith("_") else node.func.attr
+            aten = _ALIASES.get(base, base)
+        got = element_cost(aten) if aten else None
+        if got is None or got[1] != "out" or got[0] == 0:
+            continue
+        text = ast.unparse(node)
+        if isinstance(node, ast.Call):   # the same op on the same operands, whatever out= it writes to
+            key = ast.unparse(ast.Call(func=node.func, args=node.args,
+                                       keywords=[k for k in node.keywords if k.arg != "out"]))
+            text = key
+        if text in seen:
+            continue
+        seen.add(text)
+        cost = got[0]
+        if aten == "gelu" and any(k.arg == "approximate" and isinstance(k.value, ast.Constant) and
+                                  k.value.value == "tanh" for k in getattr(node, "keywords", [])):
+            cost = gelu_cost("tanh")
+        found.append((aten, cost, node.lineno, text))
+    return sorted(found, key=lambda r: r[2])
