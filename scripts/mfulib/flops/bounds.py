@@ -86,7 +86,7 @@ def _attention_bound(f, att, att_ops, tr, tracer_status, tolerance):
     g = att.dims
     bound = dense + proj
     what = (f"dense attention of the same shapes 2 * b {g['b']} * n_q {g['n_q']} * s_q {g['s_q']} * s_k {g['s_k']} "
-            f"* (d {g['d']} + d_v {g['d_v']}) = {dense:.4g}" + (f" + projections {proj:.4g}" if proj else "")
+            f"* (d {g['d']} + d_v {g['d_v']}) = {dense}" + (f" + projections {proj:.4g}" if proj else "")
             + f" ({att.query}/{att.key}/{att.value}, layout {att.layout or 'none'}{', paged KV' if att.paged else ''})")
     if f > bound * (1 + tolerance):
         return _check(name, "fail", f"flops.py {f:.4g} exceeds {what} by {f / bound:.3g}x: a causal, sparse or "
@@ -104,7 +104,7 @@ def _grouped_bound(f, gmm, gmm_ops, info, tracer_status, tolerance):
                         + (f" for {', '.join(gmm_ops)}" if gmm_ops else "")], tracer_status)
     bound = gmm["ungrouped_flops"]
     what = (f"the ungrouped product of {gmm['a']} {info.tensor(gmm['a']).shape} and {gmm['b']} "
-            f"{info.tensor(gmm['b']).shape} = {bound:.4g}")
+            f"{info.tensor(gmm['b']).shape} = {bound}")
     if f > bound * (1 + tolerance):
         return _check(name, "fail", f"flops.py {f:.4g} exceeds {what} by {f / bound:.3g}x: groups split the "
                       "rows (or columns) of one product - offsets are END offsets (torch: offs[i] ends group i), "
