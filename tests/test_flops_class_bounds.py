@@ -186,6 +186,11 @@ def test_attention_roles_unknown_are_unverified_naming_what_is_missing():
       {"name": "block_table", "type": "tensor", "required": True, "dtype": "int32", "shape": [2, 5]},
       attr_("num_heads", 8), attr_("num_key_value_heads", 1), attr_("block_size", 16),
       attr_("input_layout", "BSH", "str")], 2 * 2 * 8 * 80 * 128),
+    # paged BSH, the table as a list attribute: q [2, 4, 64] (4 heads of 16), caches [6, 16, 32] (2 KV heads, d_v
+    # 16), 3 blocks of 16 per sequence: 2 * 2 * 4 * 4 * 48 * (16 + 16)
+    ([tensor("query", [2, 4, 64]), tensor("key", [6, 16, 32]), tensor("value", [6, 16, 32]),
+      attr_("block_table", [[0, 1, 2], [3, 4, 5]], "list"), attr_("num_heads", 4), attr_("num_key_value_heads", 2),
+      attr_("block_size", 16), attr_("input_layout", "BSH", "str")], 2 * 2 * 4 * 4 * 48 * 32),
 ])
 def test_dense_attention_of_tnd_bsh_and_paged_layouts(inputs, dense):
     case = {"inputs": inputs}

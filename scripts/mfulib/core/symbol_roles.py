@@ -150,8 +150,14 @@ def _key_len(info, ks, lay_k, paged, missing):
 
 
 def _block_table(info):
+    """[B, max blocks per sequence] of a block_table tensor input or nested-list attribute, else None."""
     t = next((t for t in info.tensors if t.name.lower() in ("block_table", "block_tables")), None)
-    return list(t.shape) if t is not None and len(t.shape) == 2 else None
+    if t is not None:
+        return list(t.shape) if len(t.shape) == 2 else None
+    v = info.attrs.get("block_table", info.attrs.get("block_tables"))
+    if isinstance(v, list) and v and all(isinstance(r, list) for r in v):
+        return [len(v), max(len(r) for r in v)]
+    return None
 
 
 def _dims_unlaid(qs, ks, vs, qn, kn, kinds, missing):
