@@ -17,99 +17,14 @@ import re
 
 from mfulib.core import cases as _cases
 from mfulib.flops import tracer as flopcount
-from mfulib.core.definitions import FLOAT_DTYPES, is_positive, time_ns_at
+from mfulib.core.definitions import is_positive, time_ns_at
 from mfulib.backends import device_identity, resolve_backend
 from mfulib.core.errors import UserError, rejection_reason
 from mfulib.flops.contract import REVIEW_MARK, FlopsContractError, FlopsFile, evaluate_case
 from mfulib.core.nominal_peaks import nominal_peak_tflops
+from mfulib.flops.bounds import class_bound_checks
+from mfulib.flops.seq_lengths import padded_lengths, sequence_length_problems
 from mfulib.schemas import peak_json
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# actual_seq_lengths consistency
-# ----------------------------------------------------------------------------------------------------------------
-
-_LENGTH_ATTR = re.compile(r"actual_seq|seq_?lens?$|seqlens|cu_seq|kv_?lens?$|context_lens", re.I)
-
-
-def sequence_length_problems(case: dict, case_id: int = 0) -> list:
-    """Problems with length attributes (actual_seq_lengths & co.) against the tensor shapes; [] when consistent.
-
-    Per-batch lists need one non-negative length per batch entry, each at most the sequence axis; cumulative
-    lists (``cu_seqlens*``, ``actual_seq_qlen/kvlen``, layout TND) must be non-decreasing and end at most at T.
-    Axes follow ``input_layout`` when the case has one (BSH/BSND: [B, S, ...], SBH: [S, B, ...], BNSD:
-    [B, N, S, D], TND: [T, N, D]); else [B, S, ...]. With page attention (a ``block_table`` input) the KV lengths
-    are checked against the table instead: one per row, each at most its columns x ``block_size``.
-    """
-    info = _cases.describe_case(case, case_id)
-    tensors = [t for t in info.tensors if t.dtype in FLOAT_DTYPES]
-    if not tensors:
-        return []
-    layout = str(info.attrs.get("input_layout") or info.attrs.get("layout") or "BSH").upper().split("_")[0]
-    problems = []
-    for name, value in info.attrs.items():
-        if not _LENGTH_ATTR.search(name) or value is None:
-            continue
-        vals = value if isinstance(value, list) else [value]
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-            problems.append(f"{name} = {value!r}: lengths must be integers")
-            continue
-        ref = tensors[1] if ("kv" in name.lower() and len(tensors) > 1) else tensors[0]
-        shp = ref.shape
-        table = _block_table_shape(info)
-        if table and "kv" in name.lower() and isinstance(value, list):   # page attention: the table bounds KV
-            cap = table[-1] * int(info.attrs.get("block_size") or 0)
-            if len(vals) != table[0] or max(vals, default=0) > cap:
-                problems.append(f"{name} = {vals}: page attention needs one length per block_table row "
-                                f"({table[0]}), each at most block_table columns x block_size = {cap}")
-            continue
-        cumulative = "cu_" in name.lower() or name.lower().endswith(("qlen", "kvlen")) or layout == "TND"
-        if any(v < 0 for v in vals):
-            problems.append(f"{name} = {vals}: negative length")
-            continue
-        if cumulative:
-            if any(b < a for a, b in zip(vals, vals[1:])):
-                problems.append(f"{name} = {vals}: cumulative lengths must not decrease")
-            if shp and vals and vals[-1] > shp[0]:
-                problems.append(f"{name} ends at {vals[-1]} > {shp[0]} tokens of {ref.name} {shp}")
-            continue
-        if len(shp) < 2:
-            continue
-        b_axis, s_axis = {"SBH": (1, 0), "BNSD": (0, 2)}.get(layout, (0, 1))
-        if s_axis >= len(shp):
-            continue
-        if isinstance(value, list) and len(vals) != shp[b_axis]:
-            problems.append(f"{name} has {len(vals)} lengths but {ref.name} {shp} has batch {shp[b_axis]} "
-                            f"(layout {layout})")
-        if max(vals, default=0) > shp[s_axis]:
-            problems.append(f"{name} = {vals}: a length exceeds the sequence axis {shp[s_axis]} of {ref.name} {shp} "
-                            f"(layout {layout})")
-    return problems
-
-
-def _block_table_shape(info):
-    """Shape [B, maxBlockNumPerSeq] of a case's block_table (a tensor input or a nested-list attribute), or None:
-    with page attention the KV cache is [blocknum, blocksize, H] and the lengths are bounded by the table."""
-    for t in info.tensors:
-        if t.name.lower() in ("block_table", "block_tables"):
-            return list(t.shape)
-    v = info.attrs.get("block_table", info.attrs.get("block_tables"))
-    if isinstance(v, list) and v and all(isinstance(r, list) for r in v):
-        return [len(v), max(len(r) for r in v)]
-    return None
-
-
-def padded_lengths(case: dict, case_id: int = 0):
-    """(sum of actual lengths, padded total b*s) when the case has a per-batch length list, else None."""
-    info = _cases.describe_case(case, case_id)
-    for name, value in info.attrs.items():
-        if _LENGTH_ATTR.search(name) and isinstance(value, list) and value and "cu_" not in name.lower():
-            t = next((t for t in info.tensors if t.dtype in FLOAT_DTYPES), None)
-            if t is not None and len(t.shape) >= 2 and all(isinstance(v, int) for v in value):
-                return sum(value), len(value) * t.shape[1]
-    return None
-
-
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -179,6 +94,7 @@ def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float
         return out
     f, t = ev["flops"], tr.total_flops
     unseen = ", ".join(f"{k} (x{v})" for k, v in sorted(tr.unseen_ops.items()))
+    zero = ", ".join(zero_cost_standins(tr))
     if tr.needs_values:
         out.update(status="unverified", ratio=(f / t) if t else None,
                    diagnosis=f"needs values: a mask's values were unknown to the tracer (counted dense, "
@@ -190,6 +106,11 @@ def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float
             out.update(status="unverified", diagnosis=f"unverified: tracer counted 0 and the reference's work is "
                        f"in ops it cannot see: {unseen} - register a formula (mfulib.flops.formulas.REGISTRY) or "
                        "check flops.py by hand")
+        elif f and zero:
+            out.update(status="unverified", diagnosis=f"unverified: flops.py counts {_fmt(f)} matrix FLOPs, the "
+                       f"tracer 0 - its stand-in formula for {zero} counts no matrix work: if that op does matrix "
+                       "work, register its formula (mfulib.flops.contract.op_formula); if flops.py's count is vector "
+                       "arithmetic, move it to vector_flops(case)")
         elif f:
             ops = ", ".join(sorted(tr.vector_ops)[:6]) or "none"
             out.update(status="fail", diagnosis=f"flops.py counts {_fmt(f)} matrix FLOPs but the reference has no "
@@ -224,9 +145,9 @@ def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float
                                 f"FLOPs): that work is missing in flops.py"
                                 + (" (projections / linear layers?)" if op in ("aten::mm", "aten::addmm") else ""))
             return out
-    if tr.unseen_ops and ratio > 1.0:
+    if (tr.unseen_ops or zero) and ratio > 1.0:
         out.update(status="unverified", diagnosis=f"unverified: flops.py/tracer = {ratio:.3f} and the tracer cannot "
-                   f"see {unseen}: the difference may be their work")
+                   f"see {unseen or zero + ' (stand-ins counting 0)'}: the difference may be their work")
         return out
     if pl and pl[0] < pl[1] and ratio > 1.0 + tolerance:
         out["diagnosis"] = (f"ratio {ratio:.3f}: flops.py counts more than the reference and the case has "
@@ -244,6 +165,14 @@ def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float
     else:
         out["diagnosis"] = f"ratio {ratio:.3f}: flops.py and the tracer disagree; tracer by op: {_breakdown(tr.by_op)}"
     return out
+
+
+def zero_cost_standins(tr) -> list:
+    """Ops the tracer counted 0 matrix FLOPs through a stand-in's or a user formula (a torch_npu op whose built-in
+    formula declares no matrix work, an op_formula returning 0): its 0 is a claim, not a count it could check."""
+    user = set(getattr(tr, "user_formulas", None) or {})
+    return sorted(k for k, v in (tr.formula_flops or {}).items()
+                  if not v and (k.startswith(("torch_npu.", "npu::")) or k in user))
 
 
 def vector_check(ev: dict, tr, tolerance: float = 0.01) -> dict:
@@ -299,11 +228,13 @@ def empty_inputs(info) -> list:
 
 
 def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: float = 0.01, peak=None,
-               max_implied_ms: float = 4000.0, trace_kwargs=None) -> dict:
+               max_implied_ms: float = 4000.0, trace_kwargs=None, infos=None) -> dict:
     """All checks of one case; returns the flops_check.json row (never raises for a failing case).
 
     Row status, worst check first: fail > unverified > warn > rejected > pass; a case with an empty input tensor
-    is "no_work" (:data:`NO_WORK`: never collected, flops.py and the tracer not consulted).
+    is "no_work" (:data:`NO_WORK`: never collected, flops.py and the tracer not consulted). ``trace_kwargs`` go to
+    :func:`mfulib.flops.tracer.trace_case` (caps, a registry with flops.py's formulas); ``infos``: every case of
+    the file described (for the class bounds, :mod:`mfulib.flops.bounds`; read here when None).
     """
     case = opdir.read_cases()[case_id]
     info = _cases.describe_case(case, case_id)
@@ -366,6 +297,16 @@ def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: flo
     bad_lengths = "warn" if cmp["status"] == "rejected" else "fail"  # often the very reason for the rejection
     checks.append(_check("seq_lengths", bad_lengths if probs else "pass", "; ".join(probs) or "consistent (or none)"))
     checks.append(_check("tracer", cmp["status"], cmp["diagnosis"]))
+    if infos is None:
+        infos = [_cases.describe_case(c, i) for i, c in enumerate(opdir.read_cases())]
+    for bound in class_bound_checks(ev, tr, cmp["status"], infos, case_id, tolerance):
+        checks.append(bound)
+        if bound["status"] in ("fail", "unverified"):
+            row["diagnosis"] += f"; {bound['detail']}"
+    if tr.user_formulas:
+        checks.append(_check("user_formula", "pass", "the tracer counted " + ", ".join(
+            f"{k} {_fmt(v)}" for k, v in sorted(tr.user_formulas.items())) + " with formulas flops.py registered "
+            "(op_formula): that part of its count is flops.py's own claim"))
     vec = vector_check(ev, tr, tolerance)
     checks.append(vec)
     if vec["status"] in ("fail", "unverified"):
@@ -380,9 +321,10 @@ def check_case(ff: FlopsFile, opdir, case_id: int, seed: int = 0, tolerance: flo
 
 
 def file_checks(ff: FlopsFile, rows: list) -> list:
-    """Checks of the file as a whole: KERNEL_PARTS against flops_parts keys; REVIEW markers left in a draft make
-    the numerator ``unverified`` (SKILL.md step 3: a generated draft is reviewed by a person before it counts),
-    naming the lines to review."""
+    """Checks of the file as a whole: KERNEL_PARTS against flops_parts keys; REVIEW markers left in a draft about
+    its FLOPs make the numerator ``unverified`` (SKILL.md step 3: a generated draft is reviewed by a person before it
+    counts), naming the lines to review; markers about KERNEL_PARTS / kernel names (a fact about the
+    implementation, not the numerator) are a warning only."""
     checks = []
     names = next((list(r["flops_parts"]) for r in rows if r.get("flops_parts")), None)
     if ff.kernel_parts is None:
@@ -395,11 +337,22 @@ def file_checks(ff: FlopsFile, rows: list) -> list:
         checks.append(_check("kernel_parts", "fail" if probs else "pass",
                              "; ".join(probs) or f"parts {sorted(ff.kernel_parts)} all have FLOPs"))
     marks = ff.review_lines()
-    if marks:
-        where = "; ".join(f"line {n}: {t[:90]}" for n, t in marks[:12])
-        checks.append(_check("review_markers", "unverified", f"unverified: a draft with {len(marks)} line(s) still "
-                             f"marked {REVIEW_MARK} - review each against model.py, then delete the marker: {where}"))
+    kernel = [(n, t) for n, t in marks if _KERNEL_MARKER.search(t)]
+    formula = [m for m in marks if m not in kernel]
+    if formula:
+        where = "; ".join(f"line {n}: {t[:90]}" for n, t in formula[:12])
+        checks.append(_check("review_markers", "unverified", f"unverified: a draft with {len(formula)} FLOPs "
+                             f"line(s) still marked {REVIEW_MARK} - review each against model.py, then delete the "
+                             f"marker: {where}"))
+    if kernel:
+        where = "; ".join(f"line {n}: {t[:90]}" for n, t in kernel[:6])
+        checks.append(_check("review_markers_kernels", "warn", f"{len(kernel)} {REVIEW_MARK} line(s) about "
+                             f"KERNEL_PARTS / kernel names (the decomposition's parts, not the FLOPs): {where}"))
     return checks
+
+
+# a REVIEW marker about the implementation's kernels (KERNEL_PARTS patterns, launched kernel names): not the numerator
+_KERNEL_MARKER = re.compile(r"KERNEL_PARTS|\bkernels?\b|define the parts|left to 'other'|patterns?\b", re.I)
 
 
 def select_cases(opdir, ff, case_ids=None, largest=None) -> list:

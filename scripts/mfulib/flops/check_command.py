@@ -133,17 +133,24 @@ def run(args) -> int:
         file_level = []
         doc.update(mode="tracer-only", flops_py=None, peak=None)
     else:
+        from mfulib.core.cases import describe_case
+        from mfulib.flops import user_formulas
         peak = fchk.resolve_peak(od.path, args.peak_tflops, args.backend)
+        user = user_formulas.collect(ff.module, ff.path)
+        registry, standins = user_formulas.registry_with(user)
+        infos = [describe_case(c, i) for i, c in enumerate(od.read_cases())]
         rows = []
         for i in ids:
             rows.append(fchk.check_case(ff, od, i, seed=args.seed, tolerance=args.tolerance, peak=peak,
-                                        max_implied_ms=args.max_implied_ms,
-                                        trace_kwargs=trace_kwargs))
+                                        max_implied_ms=args.max_implied_ms, infos=infos,
+                                        trace_kwargs=dict(trace_kwargs, registry=registry, standins=standins)))
             bar.update()
         file_level = fchk.file_checks(ff, rows)
         from mfulib.core.jsonio import sha256
         doc.update(mode="check", flops_py={"path": ff.path, "sha256": sha256(ff.path),
-                                           "takes_args": ff.takes_args, "kernel_parts": ff.kernel_parts},
+                                           "takes_args": ff.takes_args, "kernel_parts": ff.kernel_parts,
+                                           "user_formulas": [{"op": m["name"], "source": m["source"], "file": p}
+                                                             for m, _fn, p in user]},
                    peak=peak)
     bar.close()
     summary = fchk.summarize(rows, file_level)

@@ -21,7 +21,8 @@ A case the operator does not define raises ``ValueError("case rejected: <reason>
 Helpers for flops.py authors (``from mfulib.flops.contract import shape, attr, ...``; scripts/ is on sys.path when
 flops.py is loaded through :func:`load_flops`): :func:`shape`, :func:`attr`, :func:`dtype`, :func:`has` read a
 case's tensors and attributes by name or position (built on :func:`mfulib.core.cases.case_value`);
-:func:`matmul_flops` and :func:`attention_pairs` / :func:`attention_flops` are closed-form counts. The tracer
+:func:`matmul_flops` and :func:`attention_pairs` / :func:`attention_flops` are closed-form counts; :func:`op_formula`
+registers a formula for an op the tracer cannot see (:mod:`mfulib.flops.user_formulas`). The tracer
 (:mod:`mfulib.flops.tracer`) counts pairs its own way (per-row sums, or the reference's mask values), so a mistake in
 one does not hide in the other. The checker that holds a flops.py against the tracer is :mod:`mfulib.flops.check`.
 """
@@ -38,6 +39,7 @@ from mfulib.core import cases as _cases
 from mfulib.core.definitions import canonical_dtype
 from mfulib.core.errors import UserError, rejection_reason, short_repr
 from mfulib.flops.kernel_parts import check_kernel_parts
+from mfulib.flops.user_formulas import op_formula  # noqa: F401 - flops.py authors import it from here
 
 REVIEW_MARK = "# REVIEW"
 _REQUIRED = object()

@@ -40,6 +40,7 @@ class Formula:
     source: str          # where the formula's semantics come from
     python: str | None   # "module.attr" of a Python-level entry point to intercept while tracing, if any
     overrides_torch: bool = False
+    user: bool = False   # registered by a work directory's flops.py (mfulib.flops.user_formulas), not built in
 
 
 class FormulaRegistry:
@@ -226,18 +227,30 @@ def _addbmm(values, self_, batch1, batch2, **_):
     return Count(2 * b * m * k * shape_of(batch2)[-1])
 
 
-@REGISTRY.register("aten::_grouped_mm", "torch._grouped_mm: groups split the rows of the 2-D operand by offs")
+_GMM_SOURCE = ("torch.nn.functional.grouped_mm docs (torch 2.13): offs[i] marks the END of group i along the "
+               "jagged dimension of the 2-D operand, elements beyond offs[-1] are ignored; 3-D x 3-D takes no offs")
+
+
+@REGISTRY.register("aten::_grouped_mm", _GMM_SOURCE)
 def _grouped_mm(values, mat_a, mat_b, offs=None, *_, **__):
+    """2 FLOPs per MAC where torch computes (:data:`_GMM_SOURCE`): [G, M, K] x [G, K, N] every group; the 2-D
+    operand's jagged dimension (A [M, K] x B [G, K, N]: rows; [M, K] x [K, N]: K; [G, M, K] x [K, N]: columns)
+    up to ``offs[-1]`` (all of it, flagged ``needs_values``, when offs has no values)."""
     a, b = shape_of(mat_a), shape_of(mat_b)
-    if len(a) == 2 and len(b) == 3:       # [M, K] x [G, K, N], rows split over groups: 2*M*K*N in total
-        return Count(2 * a[0] * a[1] * b[2])
-    if len(a) == 3 and len(b) == 3:       # [G, M, K] x [G, K, N]
-        return Count(2 * a[0] * a[1] * a[2] * b[2])
-    if len(a) == 2 and len(b) == 2:       # [M, K] x [K, N], K split over groups
-        return Count(2 * a[0] * a[1] * b[1])
-    if len(a) == 3 and len(b) == 2:       # [G, M, K] x [K, N] (N split over groups)
-        return Count(2 * a[1] * a[2] * b[1])
-    return Count(0, (f"_grouped_mm shapes {a} x {b} not understood: counted 0",))
+    dims = {(3, 3): lambda e: (a[0] * a[1], a[2], b[2]), (2, 3): lambda e: (e, a[1], b[2]),
+            (2, 2): lambda e: (a[0], e, b[1]), (3, 2): lambda e: (a[1], a[2], e)}.get((len(a), len(b)))
+    if dims is None:
+        return Count(0, (f"_grouped_mm shapes {a} x {b} not understood: counted 0",))
+    jagged = {(2, 3): a[0], (2, 2): a[1], (3, 2): b[-1]}.get((len(a), len(b)))
+    ends = values(offs) if offs is not None and jagged is not None else None
+    end, notes = jagged, ()
+    if ends is not None and ends.numel():
+        end = min(int(ends.reshape(-1)[-1]), jagged)
+        notes = (f"_grouped_mm: the groups end at {end} of {jagged} (offs are end offsets)",)
+    elif jagged is not None and offs is not None:
+        notes = ("_grouped_mm offs without values (meta): the whole jagged dimension counted",)
+    m, k, n = dims(end)
+    return Count(2 * m * k * n, notes, jagged is not None and offs is not None and ends is None)
 
 
 # ----------------------------------------------------------------------------------------------------------------

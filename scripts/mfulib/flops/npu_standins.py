@@ -130,10 +130,11 @@ def real_torch_npu():
 
 
 @contextlib.contextmanager
-def npu_standins(wrap):
+def npu_standins(wrap, extra=None):
     """While active, ``import torch_npu`` gives a module whose fused ops are stand-ins wrapped by ``wrap(path,
     impl)`` (the tracer's counting wrapper); only where no real torch_npu is importable (the compat layer's stand-in,
-    if installed, gets the ops added and removed). Yields whether stand-ins were installed."""
+    if installed, gets the ops added and removed). ``extra``: more {"torch_npu.<op>": impl} (stand-ins a flops.py
+    registered with its formulas, :mod:`mfulib.flops.user_formulas`). Yields whether stand-ins were installed."""
     if real_torch_npu() is not None:
         yield False
         return
@@ -144,10 +145,11 @@ def npu_standins(wrap):
         mod.__mfu_trace__ = True
         mod.__doc__ = "mfulib.flops.npu_standins: torch_npu fused ops that count FLOPs and return zeros"
         sys.modules["torch_npu"] = mod
-    for path in STANDINS:
+    every = {**STANDINS, **(extra or {})}
+    for path in every:
         attr = path.split(".", 1)[1]
         if not hasattr(mod, attr):
-            setattr(mod, attr, wrap(path, STANDINS[path]))
+            setattr(mod, attr, wrap(path, every[path]))
             added.append(attr)
     try:
         yield True

@@ -66,9 +66,9 @@ _STATE_STACK: list = []  # the active tracer state, for the Python-level wrapper
 # Python-level interception (SDPA, torch_npu stand-ins, Triton launches)
 # ----------------------------------------------------------------------------------------------------------------
 
-def _counting(path, impl):
-    """Wrap a Python entry point: count its formula, run ``impl`` with the tracer's modes off."""
-    formula = next(f for f in REGISTRY.python_entries() if f.python == path)
+def _counting(path, impl, registry: FormulaRegistry = REGISTRY):
+    """Wrap a Python entry point: count its formula (from ``registry``), run ``impl`` with the tracer's modes off."""
+    formula = next(f for f in registry.python_entries() if f.python == path)
 
     @functools.wraps(impl)
     def wrapper(*args, **kwargs):
@@ -142,6 +142,7 @@ class TraceResult:
     vector_ops: dict = field(default_factory=dict)
     vector_flops: float = 0.0               # vector arithmetic by mfulib.flops.vector_costs' element-cost table
     vector_uncosted: dict = field(default_factory=dict)  # vector ops without a cost there: {op: calls}
+    user_formulas: dict = field(default_factory=dict)    # {op: FLOPs} counted by formulas flops.py registered
     notes: list = field(default_factory=list)
     needs_values: bool = False
     reason: str | None = None
@@ -155,8 +156,8 @@ class TraceResult:
 
 
 def trace_callable(fn, args, device_kind="cpu", module=None, registry: FormulaRegistry = REGISTRY,
-                   shadows=None) -> TraceResult:
-    """Run ``fn(*args)`` under the tracer and return a :class:`TraceResult` (exceptions propagate).
+                   shadows=None, kwargs=None) -> TraceResult:
+    """Run ``fn(*args, **kwargs)`` under the tracer and return a :class:`TraceResult` (exceptions propagate).
 
     ``device_kind`` says where the tensors live ("meta" enables shadows); ``shadows`` maps meta tensors to their
     real CPU values (small inputs); ``module`` is searched for module-level aliases of SDPA to intercept.
@@ -178,10 +179,13 @@ def trace_callable(fn, args, device_kind="cpu", module=None, registry: FormulaRe
     _STATE_STACK.append(state)
     try:
         with _python_patches(module), torch.no_grad(), mode, counter:
-            fn(*args)
+            fn(*args, **(kwargs or {}))
     finally:
         _STATE_STACK.pop()
-    return _result(state, counter)
+    res = _result(state, counter)
+    user = {f.name: f.python for f in registry._by_name.values() if f.user}
+    res.user_formulas = {n: float(v) for n, v in res.formula_flops.items() if n in user or n in user.values()}
+    return res
 
 
 def _zero_flops(*args, **kwargs):
@@ -255,21 +259,24 @@ def _to_meta_with_shadows(args, model):
 
 
 def trace_case(opdir, case_id: int, seed: int = 0, prefer: str = "meta", max_cpu_input_bytes: int = 1 << 30,
-               max_cpu_flops: float = 5e10) -> TraceResult:
+               max_cpu_flops: float = 5e10, registry: FormulaRegistry = REGISTRY, standins=None) -> TraceResult:
     """Trace the reference of ``opdir`` (an :class:`mfulib.core.opdir.OpDir`) on case ``case_id``.
 
     Tries meta first (``prefer="meta"``); falls back to a real CPU run when meta fails, or when a mask's values
     were missing, provided the case's inputs are at most ``max_cpu_input_bytes`` and (when known) its FLOPs at
     most ``max_cpu_flops``. A case the reference rejects (``ValueError("case rejected: ...")``) comes back with
     status "rejected"; one beyond the caps with status "skipped"; other failures "error". Never raises for a
-    failing case.
+    failing case. ``registry``: the formulas to count with (the built-in :data:`REGISTRY`, or one extended by a
+    flops.py, :func:`mfulib.flops.user_formulas.registry_with`); ``standins``: {"torch_npu.<op>": impl} installed
+    beside the built-in stand-ins while tracing.
     """
     info = opdir.describe(case_id)
+    once = functools.partial(_trace_once, registry=registry, standins=standins)
     res = None
     attempts = []
     meta_res = None
     if prefer == "meta":
-        meta_res = _trace_once(opdir, case_id, seed, "meta")
+        meta_res = once(opdir, case_id, seed, "meta")
         attempts.append({"device": "meta", "status": meta_res.status, "reason": meta_res.reason})
         if meta_res.status == "rejected" or (meta_res.status == "ok" and not meta_res.needs_values):
             meta_res.attempts = attempts
@@ -279,7 +286,7 @@ def trace_case(opdir, case_id: int, seed: int = 0, prefer: str = "meta", max_cpu
     if flops_known and meta_res.total_flops > max_cpu_flops:
         fits = False
     if fits:
-        res = _trace_once(opdir, case_id, seed, "cpu")
+        res = once(opdir, case_id, seed, "cpu")
         attempts.append({"device": "cpu", "status": res.status, "reason": res.reason})
     elif meta_res is not None and meta_res.status == "ok":
         res = meta_res
@@ -336,11 +343,38 @@ def data_values(args) -> dict:
     return out
 
 
-def _trace_once(opdir, case_id, seed, device_kind) -> TraceResult:
+def bind_forward(model, args, names) -> tuple:
+    """(positional args, keyword args, note) for calling ``model`` with a case's arguments ``args``: a forward()
+    whose keyword-only parameters the case builder passes positionally (``forward(self, q, k, *, scale)`` fed
+    ``[q, k, 0.5]``) gets each extra argument by the case file's input name at that position (``names``) when a
+    keyword-only parameter has that name. Anything else is left positional (note None), so the call fails or
+    succeeds as it would without the tracer."""
+    import inspect
+    try:
+        params = list(inspect.signature(getattr(model, "forward", model)).parameters.values())
+    except (TypeError, ValueError):
+        return list(args), {}, None
+    kinds = inspect.Parameter
+    if any(p.kind == kinds.VAR_POSITIONAL for p in params):
+        return list(args), {}, None
+    n_pos = sum(p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD) for p in params)
+    kw_only = {p.name for p in params if p.kind == kinds.KEYWORD_ONLY}
+    extra = list(enumerate(args))[n_pos:]
+    if not extra or not kw_only:
+        return list(args), {}, None
+    names = list(names) + [None] * len(args)
+    if not all(names[i] in kw_only for i, _ in extra):
+        return list(args), {}, None
+    kwargs = {names[i]: a for i, a in extra}
+    return list(args[:n_pos]), kwargs, f"keyword-only forward() arguments bound by case-file name: {sorted(kwargs)}"
+
+
+def _trace_once(opdir, case_id, seed, device_kind, registry=REGISTRY, standins=None) -> TraceResult:
     from mfulib.core.opdir import in_directory
     built = None
+    names = [i.get("name") for i in opdir.read_cases()[case_id].get("inputs", []) if isinstance(i, dict)]
     try:
-        with npu_standins(_counting):
+        with npu_standins(functools.partial(_counting, registry=registry), extra=standins):
             try:
                 if device_kind == "meta":
                     built, how = _build_as_timed(opdir, case_id, seed)
@@ -350,9 +384,13 @@ def _trace_once(opdir, case_id, seed, device_kind) -> TraceResult:
                     built, how = opdir.build_case(case_id, impl="ref", seed=seed, device="cpu"), "timed"
                     values = data_values(built.args)
                     args, shadows = built.args, {}
+                args, kwargs, bound = bind_forward(built.model, args, names)
                 with in_directory(built.staging):
-                    res = trace_callable(built.model, args, device_kind, module=built.module, shadows=shadows)
+                    res = trace_callable(built.model, args, device_kind, module=built.module, shadows=shadows,
+                                         registry=registry, kwargs=kwargs)
                 res.inputs_drawn, res.data_values = how, values
+                if bound:
+                    res.notes.append(bound)
                 if how != "timed":
                     res.notes.append("inputs above the real-draw cap: floats as shapes (meta); " + (
                         "integer/bool inputs as timed (random stream replayed)" if how == "timed-ints" else

@@ -2,15 +2,17 @@
 
 Provenance (``tool`` = ``check_flops.py``) + ``op_dir, cases_file, tolerance, seed, tracer_caps, mode`` (check |
 tracer-only), ``accept_unverified`` (bool: --accept-unverified given), ``flops_py`` {path, sha256, takes_args,
-kernel_parts}, ``peak`` (the peak of the implied-time check: {tflops, source}), ``summary`` {verdict (passed |
-unverified | failed), passed (verdict == passed), n_cases, by_status, n_rejected, rejected_cases, n_no_work,
-n_unverified, unverified_reasons, ratio_min, ratio_max}, ``file_checks`` [{name, status, detail}],
-``per_case`` [{case, shape, dtype, input_bytes, seed, flops, flops_parts, vector_flops, ratio, tracer {status,
-total_flops, vector_flops, vector_uncosted, ...}, checks, status (pass | warn | rejected | unverified | fail |
-no_work), diagnosis}], ``complete`` (every case of the case file was checked) and ``missing`` [case ids not
-checked: ``--cases`` / ``--largest`` limited the run]. The collector reads the tracer's counts through
-:func:`tracer_flops` and the numerator's verdict through :func:`numerator_verdicts`; make status judges the file
-through :func:`completeness`.
+kernel_parts, user_formulas [{op, source, file}]: formulas flops.py registered, mfulib.flops.user_formulas},
+``peak`` (the peak of the implied-time check: {tflops, source}), ``summary`` {verdict (passed | unverified |
+failed), passed (verdict == passed), n_cases, by_status, n_rejected, rejected_cases, n_no_work, n_unverified,
+unverified_reasons, ratio_min, ratio_max}, ``file_checks`` [{name, status, detail}], ``per_case`` [{case, shape,
+dtype, input_bytes, seed, flops, flops_parts, vector_flops, ratio, tracer {status, total_flops, vector_flops,
+vector_uncosted, user_formulas {op: FLOPs}, ...}, checks (+ attention_bound / grouped_matmul_bound, user_formula:
+mfulib.flops.bounds, mfulib.flops.user_formulas), status (pass | warn | rejected | unverified | fail | no_work),
+diagnosis}], ``complete`` (every case of the case file was checked) and ``missing`` [case ids not checked:
+``--cases`` / ``--largest`` limited the run]. The collector reads the tracer's counts through :func:`tracer_flops`
+and the numerator's verdict through :func:`numerator_verdicts`; make status judges the file through
+:func:`completeness`.
 """
 from __future__ import annotations
 
