@@ -17,11 +17,11 @@ import time
 from collections import Counter
 
 from mfulib.backends.base import range_of
-from mfulib.collect.from_prof import ranges as _ranges
 from mfulib.collect.from_prof.devices import choose_device, stream_overlap_note
 from mfulib.collect.from_prof.flush import apply_flush_rule
 from mfulib.collect.from_prof.iterations import delimit_by_sequence, renumber, screen_head, split_lost
 from mfulib.collect.from_prof.profile import Profile
+from mfulib.collect.from_prof.ranges import choose as choose_ranges, tag, tag_by_step_id
 from mfulib.profiles import kernels as _kernels
 
 
@@ -70,14 +70,15 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
         if range_name:
             flags.append(f"--range {range_name} not used: this tool's own iteration ranges delimit the profile")
     else:
-        label, spans, range_flags = _ranges.choose(prof.range_sets, rows, range_name)
+        label, spans, range_flags = choose_ranges(prof.range_sets, rows, range_name)
         flags += range_flags
         if label:
-            rows, source = _ranges.tag(rows, spans), label
+            rows, source = tag(rows, spans), label
+            src["delimiter"] = f"the profile's own {label} ranges"
             lost_by_iter = dict(Counter(i for i in (range_of(t, spans) for t in prof.extra.get("lost_launch_ns", []))
                                         if i is not None))
         else:
-            stepped, n_steps = _ranges.tag_by_step_id(rows)
+            stepped, n_steps = tag_by_step_id(rows)
             if n_steps >= 2:
                 rows, source = stepped, "profiler_step"
                 flags.append(f"iterations from the profile's own Step Id column ({n_steps} steps)")

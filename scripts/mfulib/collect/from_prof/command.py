@@ -190,8 +190,9 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
         "retry": 0, "flush_cache_mib": None, "aic_metrics": None, "flags": flags,
         "from_prof": {"paths": [os.path.abspath(p) for p in opts.paths], "l2_flush": opts.l2_flush,
                       "l2_mib": opts.l2_mib, "range": opts.range_name, "device": opts.device,
-                      "implementation_kernels": sorted(own), "profiles": [{"case": p.case_id, "impl": p.impl, "format": p.fmt,
-                                                           "path": p.path} for p in profs]},
+                      "implementation_kernels": sorted(own),
+                      "profiles": [{"case": p.case_id, "impl": p.impl, "format": p.fmt, "path": p.path}
+                                   for p in profs]},
         "wall_s": time.perf_counter() - t_start,
     }
     header = provenance(_perf.TOOL, _perf.SCHEMA, device=device)

@@ -27,7 +27,8 @@ def choose_device(rows, device=None, own_kernels=()):
                               f"{sorted(count, key=str)}) - give one of them"], record
         pick, how = device, "--device"
     else:
-        own = Counter(r.get("device") for r in rows if r.get("device") is not None and r.get("name") in set(own_kernels))
+        names = set(own_kernels)
+        own = Counter(r.get("device") for r in rows if r.get("device") is not None and r.get("name") in names)
         if own:
             pick, how = own.most_common(1)[0][0], "the implementation's kernels"
         else:

@@ -1,8 +1,8 @@
 """Iterations of a profile without ranges, and the head of its window.
 
 This tool's ranges or marker kernels, or the profile's own ranges (:mod:`mfulib.collect.from_prof.ranges`),
-delimit iterations where present. Otherwise the launch sequence is searched for its period (:func:`delimit_by_sequence`): a launch is identified
-by its kernel name and launch configuration (CUDA grid/block/registers/shared memory, ncu grid/block, msprof
+delimit iterations where present. Otherwise the launch sequence is searched for its period
+(:func:`delimit_by_sequence`): a launch is identified by its kernel name and launch configuration (CUDA grid/block/registers/shared memory, ncu grid/block, msprof
 Block Dim), and the period that covers the most launches at the end of the window (at least two repetitions)
 wins; where one iteration repeats a kernel (period ambiguous) it is split at the device-idle gaps (a boundary gap
 at least :data:`GAP_RATIO` times every gap inside). Iterations are aligned to the end of the window.

@@ -9,10 +9,10 @@ import math
 import os
 from collections import Counter
 
-from mfulib.collect.from_prof import ranges as _ranges
 from mfulib.collect.from_prof.discovery import head_text
 from mfulib.collect.from_prof.flush import l2_from_facts
 from mfulib.collect.from_prof.profile import Profile
+from mfulib.collect.from_prof.ranges import range_sets
 from mfulib.core.errors import UserError
 from mfulib.run.interpreter import TRITON_RANGE_PREFIX
 
@@ -84,7 +84,7 @@ def load_chrome(path, n_iters=None) -> Profile:
         prof.tagged = info["iteration_ranges"] > 0
         prof.delimiter = "this tool's mfu::iter ranges" if prof.tagged else None
         prof.iterations_from = "mfu_iter" if prof.tagged else None
-        prof.range_sets = {} if prof.tagged else _ranges.range_sets(events)
+        prof.range_sets = {} if prof.tagged else range_sets(events)
         prof.lost_by_iter = info.get("lost_by_iter") or {}
         prof.lost_launches = len(info.get("lost_launches") or [])
         prof.extra["lost_launch_ns"] = list(info.get("lost_launches") or [])
