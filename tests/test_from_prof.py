@@ -162,8 +162,11 @@ def test_autotuning_first_iteration_is_recognised_by_its_other_launch_configurat
     prof = write_prof(tmp_path, iterations_rows([MM, ADD], 3, head=tune))
     c = run_from_prof(tmp_path, prof)["per_case"][0]
     assert c["kernel_time_ns"] == 120000.0 and len(c["iter_kernel_time_ns"]) == 3
-    assert any("autotuning recognised" in f and "3 launch configuration(s)" in f for f in c["flags"])
-    assert c["from_profile"]["asc"]["autotune"] == {"launches": 3, "configs": 3, "kernels": ["matmul_kernel"]}
+    assert any("first call autotuned: 3 launches" in f and "3 launch configuration(s)" in f for f in c["flags"])
+    assert c["from_profile"]["asc"]["autotune"] == {"launches": 3, "configs": 3, "kernels": ["matmul_kernel"],
+                                                    "flush_launches": 0}
+    (tuned,) = [e for e in c["from_profile"]["asc"]["excluded"] if e["what"] == "autotune"]
+    assert tuned["launches"] == 3 and tuned["time_ns"] == (400.0 + 250.0 + 180.0) * 1e3
 
 
 def test_torch_npu_ascend_pt_kernel_details_is_read(tmp_path):
@@ -519,29 +522,52 @@ def test_a_sequence_that_never_repeats_is_flagged_never_guessed(tmp_path):
     assert c["kernel_time_ns"] is None and "does not repeat" in c["asc_error"]
 
 
-def test_without_a_known_l2_size_a_flush_like_kernel_is_kept_and_flagged_until_l2_mib_is_given(tmp_path):
+def test_without_device_facts_a_zero_over_256_mib_is_a_flush_and_a_smaller_one_waits_for_l2_mib(tmp_path):
     prof = write_prof(tmp_path, iterations_rows([FLUSH, MM, ADD], 3))
     os.remove(os.path.join(prof, "device_0", "info.json.0"))  # no runtime info: no 910B variant, no L2 size
     c = run_from_prof(tmp_path / "a", prof)["per_case"][0]
-    assert c["kernel_time_ns"] == 660000.0
-    assert any("flush-like launch(es)" in f and "L2 size unknown" in f and "--l2-mib" in f for f in c["flags"])
-    c = run_from_prof(tmp_path / "b", prof, l2_mib=192)["per_case"][0]
-    assert c["kernel_time_ns"] == 120000.0 and any("[--l2-mib]" in f for f in c["flags"])
+    assert c["kernel_time_ns"] == 120000.0  # a 256 MiB zero_ at every head: a flush on any device
+    assert any("256 MiB (device L2 unknown)" in f and "excluded" in f for f in c["flags"])
     c = run_from_prof(tmp_path / "c", prof, l2_mib=512)["per_case"][0]  # a 256 MiB buffer is below a 512 MiB L2
     assert c["kernel_time_ns"] == 660000.0
+    small = ("aclnnInplaceZero_ZerosLikeAiCore_ZerosLike", "ZerosLike", 270.0,
+             {"in_shape": "33554432", "in_dtype": "FLOAT", "ttype": "AI_VECTOR_CORE"})  # 128 MiB
+    prof2 = write_prof(tmp_path / "s", iterations_rows([small, MM, ADD], 3))
+    os.remove(os.path.join(prof2, "device_0", "info.json.0"))
+    c = run_from_prof(tmp_path / "d", prof2)["per_case"][0]
+    assert c["kernel_time_ns"] == 390000.0  # 270 + 100 + 20: undecided without the L2 size, kept
+    assert any("flush-like" in f and "128 MiB" in f and "--l2-mib" in f for f in c["flags"])
+    c = run_from_prof(tmp_path / "e", prof2, l2_mib=96)["per_case"][0]
+    assert c["kernel_time_ns"] == 120000.0 and any("[--l2-mib]" in f for f in c["flags"])
     with pytest.raises(UserError, match="--l2-mib"):
-        run_from_prof(tmp_path / "d", prof, l2_mib=-1)
+        run_from_prof(tmp_path / "f", prof, l2_mib=-1)
 
 
-@pytest.mark.parametrize("name,op_type,in_shape,in_dtype", [
-    ("aclnnReduceSum_ReduceSumAiCore_ReduceSum", "ReduceSum", "67108864", "FLOAT"),  # reading a 256 MiB buffer
-    ("aclnnCast_CastAiCore_Cast", "Cast", "134217728", "FLOAT16"),  # 256 MiB of fp16 cast
-    ("aclnnInplaceFillScalar_FillsAiCore_Fills", "Fills", "67108864", "INT32")])
-def test_every_flush_kind_over_an_l2_sized_buffer_is_harness_work(tmp_path, name, op_type, in_shape, in_dtype):
-    flush = (name, op_type, 400.0, {"in_shape": in_shape, "in_dtype": in_dtype, "ttype": "AI_VECTOR_CORE"})
-    prof = write_prof(tmp_path, iterations_rows([flush, MM], 3))
+CAST_256 = ("aclnnCast_CastAiCore_Cast", "Cast", 92.57, {"in_shape": "67108864", "in_dtype": "FLOAT",
+                                                          "ttype": "AI_VECTOR_CORE"})
+SUM_256 = ("aclnnReduceSum_ReduceSumAiCore_ReduceSum", "ReduceSum", 92.57,
+           {"in_shape": "67108864", "in_dtype": "FLOAT", "ttype": "AI_VECTOR_CORE"})
+
+
+@pytest.mark.parametrize("head,flush_us", [
+    ([("aclnnInplaceFillScalar_FillsAiCore_Fills", "Fills", 400.0,
+       {"in_shape": "67108864", "in_dtype": "INT32", "ttype": "AI_VECTOR_CORE"})], 400.0),  # fill_ of 256 MiB
+    ([FLUSH], 540.0),  # zero_ (Triton-Ascend's clear_cache)
+    ([CAST_256, SUM_256], 92.57 + 92.57)])  # buffer.float(); buffer.sum()
+def test_each_harness_signature_at_the_head_over_an_l2_sized_buffer_is_a_flush(tmp_path, head, flush_us):
+    prof = write_prof(tmp_path, iterations_rows(head + [MM], 3))
     c = run_from_prof(tmp_path, prof)["per_case"][0]
-    assert c["kernel_time_ns"] == 100000.0 and c["harness_launches_dropped"] == 3 and c["sequence"] == [MM[0]]
+    assert c["kernel_time_ns"] == 100000.0 and c["harness_launches_dropped"] == 3 * len(head)
+    assert c["sequence"] == [MM[0]]
+    (fl,) = [e for e in c["from_profile"]["asc"]["excluded"] if e["what"] == "l2_flush"]
+    assert fl["launches"] == 3 * len(head) and fl["time_ns"] == pytest.approx(3 * flush_us * 1e3)
+
+
+@pytest.mark.parametrize("alone", [CAST_256, SUM_256])
+def test_a_cast_or_a_sum_alone_is_no_harness_signature(tmp_path, alone):
+    prof = write_prof(tmp_path, iterations_rows([alone, MM], 3))
+    c = run_from_prof(tmp_path, prof)["per_case"][0]
+    assert c["kernel_time_ns"] == pytest.approx(192570.0) and c["harness_launches_dropped"] == 0
 
 
 def test_one_op_summary_file_given_directly_and_a_launch_count_above_the_rows_is_flagged(tmp_path):

@@ -34,8 +34,10 @@ Kept or foreign profiles are re-parsed without running anything:
   msprof_perf_summary.py --from-prof <PROF_* | *_ascend_pt | trace.json[.gz] | ncu.csv | keep dir> \
       [--cases 3,7] [--warmup W --repeats R] [--op-dir <work dir> --mfu] --output-dir D
 --cases names the case of each profile found, in order (kept profiles name their own). Without a work directory
-only kernel times are written (FLOPs null); iterations, L2-flush kernels (--l2-flush), missing head launches and
-autotuning are found in the data and reported as flags (see mfulib/collect/from_prof/).
+only kernel times are written (FLOPs null). Iterations come from the profile's own structure first (this tool's
+ranges, ProfilerStep#N, record_function ranges - --range NAME picks one), the repeating kernel sequence only
+without any; harness flushes (--l2-flush), a cut first iteration and autotuning are found in the data, left out and
+listed in the flags and performance.json (see mfulib/collect/from_prof/).
 ncu CSVs (--page raw, or --page details: gpu__time_duration.sum, else the SpeedOfLight section's Duration) give ncu
 replay times - launches serialised, clocks and caches as ncu set them - marked "ncu_replay" in performance.json and
 [ncu] in the tables. Nsight Systems reports are not read (.nsys-rep, nor its `nsys export` SQLite / JSON forms):
@@ -79,7 +81,8 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="seed for inputs and weights")
     p.add_argument("--retry", type=int, default=2, help="retries of an incomplete profile (lost/zero records)")
     p.add_argument("--device", type=int, default=None, metavar="N",
-                   help="device index (default: ASCEND_DEVICE_ID on npu, else 0)")
+                   help="device index (default: ASCEND_DEVICE_ID on npu, else 0); with --from-prof: the device read "
+                        "from a multi-device profile (default: the one with the implementation's kernels)")
     p.add_argument("--backend", default="auto", metavar="{auto,npu,cuda,cpu}",
                    help="auto = npu if torch_npu + CANN are set up, else cuda, else cpu; a backend registered "
                         "through MFU_BACKEND_PLUGINS is accepted too")
@@ -108,9 +111,13 @@ def build_parser():
                    help="a PROF_* / *_ascend_pt dir, chrome trace (.json/.json.gz), ncu --csv output (raw or details "
                         "page: ncu replay times, marked) or --keep-prof dir; repeatable (Nsight Systems exports are "
                         "not read)")
+    g.add_argument("--range", default=None, metavar="NAME",
+                   help="the record_function (or ProfilerStep) range whose instances are the iterations, where a "
+                        "foreign trace has several or nested ones (default: the one covering the most kernels)")
     g.add_argument("--l2-flush", choices=("exclude", "keep"), default="exclude",
-                   help="fill/zero/memset/cast/sum kernels over buffers >= the L2 size inside the window: exclude "
-                        "them from the operator's time (default) or keep them")
+                   help="harness cache flushes in a foreign profile (do_bench's zero_ of its cache buffer, "
+                        "buffer.float(); buffer.sum()) at the head or tail of every iteration over a buffer >= the "
+                        "L2 size: exclude them from the operator's time (default) or keep them")
     g.add_argument("--l2-mib", type=float, default=None,
                    help="L2 size in MiB for the flush rule (default: from the profile or the device facts)")
     return p

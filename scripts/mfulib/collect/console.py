@@ -57,7 +57,7 @@ def print_table(report):
 
 
 #: flags that steer a live run only (what is run and how): refused with --from-prof, which runs nothing
-LIVE_ONLY = ("keep_prof", "mfu_top_k", "search_json", "max_cases", "retry", "device", "backend", "aic_metrics",
+LIVE_ONLY = ("keep_prof", "mfu_top_k", "search_json", "max_cases", "retry", "backend", "aic_metrics",
              "msprof", "case_timeout_s", "flush_cache_mib", "unverified_ok", "pmu", "ncu", "ncu_cache_control",
              "pmu_iterations")
 
@@ -84,7 +84,7 @@ def run(args, default=None) -> int:
             paths=args.from_prof, output_dir=args.output_dir, op_dir=args.op_dir,
             cases=parse_case_sequence(args.cases) if args.cases is not None else None, impl=args.impl,
             warmup=args.warmup, repeats=args.repeats, l2_flush=args.l2_flush, l2_mib=args.l2_mib, mfu=args.mfu,
-            mfu_peak=args.mfu_peak, seed=args.seed)
+            mfu_peak=args.mfu_peak, seed=args.seed, range_name=args.range, device=args.device)
         report = from_prof(opts, log=None if args.quiet else lambda m: print(m, file=sys.stderr))
         return _finish(report, args.output_dir, "no case of the profile(s) has a kernel time")
     from mfulib.collect.driver import Options, collect

@@ -71,7 +71,11 @@ Top level
     (priming call and anything between iterations, not counted), ``impls``
     {impl: {status, error, kernel_time_ns, span_ns, kernels, flags, attempts, prof_dir, wall_s}};
     ``search_origin`` {source_case, factors {symbol: factor}, scale, grid_search_json, probe_json} for a case the
-    (case, scale) search chose or the shape probe appended, None for the others (the decomposition marks them).
+    (case, scale) search chose or the shape probe appended, None for the others (the decomposition marks them);
+    with ``--from-prof`` also ``from_profile`` {impl: {path, format, iterations_from (mfu_iter | marker_kernels |
+    profiler_step | range:NAME | repeating_sequence), device, excluded [{what (l2_flush | autotune | cut_iteration |
+    warmup | outside_iterations), launches, time_ns, names}], l2_bytes, l2_flushes, ...}}
+    (:mod:`mfulib.collect.from_prof.analyse`).
 """
 from __future__ import annotations
 

@@ -13,8 +13,12 @@ Accepted inputs (one ``--from-prof`` path may hold several profiles; each is one
 
 What a foreign profile lacks is found in the data, and every finding is written to the case's ``flags``:
 
-* **Iterations** and **the head of the window**: :mod:`mfulib.collect.from_prof.iterations`;
-* **Harness work inside the window** (the L2-flush rule): :mod:`mfulib.collect.from_prof.flush`;
+* **Iterations**, from the profile's own structure first: :mod:`mfulib.collect.from_prof.ranges` (this tool's
+  ranges, ProfilerStep#N, record_function ranges, ``--range NAME``), else the repeating launch sequence, and **the
+  head of the window** (a cut first iteration, an autotuned first call): :mod:`mfulib.collect.from_prof.iterations`;
+* **The device** of a multi-device trace (``--device``) and stream overlap: :mod:`mfulib.collect.from_prof.devices`;
+* **Harness work inside the window**, by evidence only (a known harness signature at the head or tail of every
+  iteration over a buffer >= the L2): :mod:`mfulib.collect.from_prof.flush`;
 * **Nothing recorded.** An export with a header and no kernel row (and no launch on the host) is ``no_kernels``
   ("no device kernel"); launches recorded on the host without a kernel record (CUPTI runtime launch calls
   without a kernel event; msprof api_statistic ``KernelLaunch`` calls with an empty kernel table) are
@@ -27,7 +31,8 @@ ordered by ncu's ID and ``span_ns`` / ``launch_overhead_ns`` are None.
 Modules: :mod:`~mfulib.collect.from_prof.discovery` (what a path holds), one loader module per format
 (:mod:`~mfulib.collect.from_prof.npu_loaders`, :mod:`~mfulib.collect.from_prof.trace_loader`,
 :mod:`~mfulib.collect.from_prof.ncu_loader`, :mod:`~mfulib.collect.from_prof.loaders` for kept profiles and the
-dispatch), :mod:`~mfulib.collect.from_prof.flush`, :mod:`~mfulib.collect.from_prof.iterations`,
+dispatch), :mod:`~mfulib.collect.from_prof.ranges`, :mod:`~mfulib.collect.from_prof.devices`,
+:mod:`~mfulib.collect.from_prof.flush`, :mod:`~mfulib.collect.from_prof.iterations`,
 :mod:`~mfulib.collect.from_prof.analyse` (one profile -> one collector-style result) and
 :mod:`~mfulib.collect.from_prof.command` (the whole ``--from-prof`` run).
 """

@@ -1,20 +1,35 @@
-"""One loaded profile -> one collector-style result (:func:`analyse`): the L2-flush rule
-(:mod:`~mfulib.collect.from_prof.flush`), the iterations (:mod:`~mfulib.collect.from_prof.iterations`),
-then the kernel summary of :func:`mfulib.profiles.kernels.summarize`. A profile that recorded nothing is
-``no_kernels``; launches recorded on the host without a kernel record make it ``incomplete`` (never 0 ns)."""
+"""One loaded profile -> one collector-style result (:func:`analyse`), in this order: the device
+(:mod:`~mfulib.collect.from_prof.devices`); the iterations, from the profile's own structure first
+(:mod:`~mfulib.collect.from_prof.ranges`), the repeating launch sequence only without any
+(:mod:`~mfulib.collect.from_prof.iterations`); the head of the window (cut-off and autotuned iterations); then, in
+foreign profiles only, the harness flushes found by evidence (:mod:`~mfulib.collect.from_prof.flush`); last the
+kernel summary of :func:`mfulib.profiles.kernels.summarize`. A profile that recorded nothing is ``no_kernels``;
+launches recorded on the host without a kernel record make it ``incomplete`` (never 0 ns), except at the head of
+the window, where they mark the iteration the profile was cut in.
+
+The case's ``from_profile`` block records ``iterations_from`` (``mfu_iter | marker_kernels | profiler_step |
+range:NAME | repeating_sequence``) and ``excluded``: [{what (l2_flush | autotune | cut_iteration | warmup |
+outside_iterations), launches, time_ns, names}], everything left out of the operator's time.
+"""
 from __future__ import annotations
 
 import time
+from collections import Counter
 
-from mfulib.profiles import kernels as _kernels
+from mfulib.backends.base import range_of
+from mfulib.collect.from_prof.devices import choose_device, stream_overlap_note
 from mfulib.collect.from_prof.flush import apply_flush_rule
-from mfulib.collect.from_prof.iterations import delimit_by_sequence, renumber, screen_head
+from mfulib.collect.from_prof.iterations import delimit_by_sequence, renumber, screen_head, split_lost
 from mfulib.collect.from_prof.profile import Profile
+from mfulib.collect.from_prof.ranges import choose as choose_ranges, tag, tag_by_step_id
+from mfulib.profiles import kernels as _kernels
 
 
-def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude", l2_bytes=None) -> dict:
+def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude", l2_bytes=None, range_name=None,
+            device=None, own_kernels=()) -> dict:
     """A collector-style result ({status, error, summary, flags, attempts, prof_dir, device, runtime,
-    timing_method, from_profile}) for one profile; never raises for the profile's own faults."""
+    timing_method, from_profile}) for one profile; never raises for the profile's own faults (a ``--range`` naming
+    no range of the profile raises UserError). ``own_kernels``: the implementation's Triton kernel names."""
     t0 = time.perf_counter()
     flags = list(prof.flags)
     problems = list(prof.problems)
@@ -25,9 +40,13 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
     r = repeats if repeats is not None else prof.repeats
     l2, l2_src = (l2_bytes, "--l2-mib") if l2_bytes else (prof.l2_bytes, prof.l2_source)
     src = {"path": prof.path, "format": prof.fmt, "delimiter": prof.delimiter, "l2_bytes": l2, "l2_source": l2_src,
-           "l2_flush": l2_flush, "timestamps": prof.timestamps}
+           "l2_flush": l2_flush, "timestamps": prof.timestamps, "iterations_from": prof.iterations_from}
     res["from_profile"] = src
-    ops = [x for x in prof.rows if not _kernels.is_harness(x.get("name"))]
+    rows, dev_flags, dev_problems, dev_record = choose_device(prof.rows, device, own_kernels)
+    flags += dev_flags
+    problems += dev_problems
+    src.update(dev_record)
+    ops = [x for x in rows if not _kernels.is_harness(x.get("name"))]
     if not ops:
         if prof.lost_launches or (prof.host_launches or 0) > 0:
             n = prof.lost_launches or prof.host_launches
@@ -46,15 +65,33 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
         flags.append(f"api_statistic counts {prof.host_launches} KernelLaunch calls but the kernel table has "
                      f"{n_records} rows: {prof.host_launches - n_records} launch(es) without a kernel record (profiler "
                      "buffer not drained?) - re-record if the iterations below are incomplete")
-    # harness work inside the window
-    rows, dropped_flush, flush_flags, flush_record = apply_flush_rule(prof.rows, l2, l2_src,
-                                                                      prof.bandwidth_gbps, l2_flush)
-    flags += flush_flags
-    src.update(flush_record)
-    # iterations
+    source, lost_by_iter = prof.iterations_from, dict(prof.lost_by_iter or {})
     if prof.tagged:
-        rows, head_flags = screen_head(rows)
+        if range_name:
+            flags.append(f"--range {range_name} not used: this tool's own iteration ranges delimit the profile")
+    else:
+        label, spans, range_flags = choose_ranges(prof.range_sets, rows, range_name)
+        flags += range_flags
+        if label:
+            rows, source = tag(rows, spans), label
+            src["delimiter"] = f"the profile's own {label} ranges"
+            lost_by_iter = dict(Counter(i for i in (range_of(t, spans) for t in prof.extra.get("lost_launch_ns", []))
+                                        if i is not None))
+        else:
+            stepped, n_steps = tag_by_step_id(rows)
+            if n_steps >= 2:
+                rows, source = stepped, "profiler_step"
+                flags.append(f"iterations from the profile's own Step Id column ({n_steps} steps)")
+    dropped_flush, flush_record = 0, {}
+    if source is not None:
+        present = {x["iteration"] for x in rows if x.get("iteration") is not None}
+        cut, later = split_lost(lost_by_iter, present)
+        rows, head_flags, _ = screen_head(rows, cut)
         flags += head_flags
+        if not prof.tagged:  # the profile's own ranges: harness work is found by evidence
+            rows, dropped_flush, flush_flags, flush_record = apply_flush_rule(
+                rows, l2, l2_src, prof.bandwidth_gbps, l2_flush, own_kernels)
+            flags += flush_flags
         n_tagged = max((x["iteration"] for x in rows if x.get("iteration") is not None), default=-1) + 1
         if w is None and r is None:
             w, r = 0, max(n_tagged, 1)
@@ -62,17 +99,21 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
         elif w is None or r is None:
             w = w if w is not None else max(n_tagged - r, 0)
             r = r if r is not None else max(n_tagged - w, 1)
-        problems += _lost_problems(prof.lost_by_iter, w, w + r)
+        problems += _lost_problems(later, w, w + r)
         src.update(expected=w + r)
     else:
+        source = "repeating_sequence"
         harness_n = sum(1 for x in rows if _kernels.is_harness(x.get("name")))
         dropped_flush += harness_n
         expected = w + r if (w is not None and r is not None) else None
-        tagged, info = delimit_by_sequence([x for x in rows if not _kernels.is_harness(x.get("name"))], expected,
-                                           prof.timestamps)
-        rows = tagged
+        rows, info = delimit_by_sequence([x for x in rows if not _kernels.is_harness(x.get("name"))], expected,
+                                         prof.timestamps)
         flags += info["flags"]
         problems += info["problems"]
+        rows, n_flush, flush_flags, flush_record = apply_flush_rule(rows, l2, l2_src, prof.bandwidth_gbps, l2_flush,
+                                                                    own_kernels)
+        dropped_flush += n_flush
+        flags += flush_flags
         src.update(period=info.get("period"), found=info.get("found"), expected=expected, head=info.get("head"),
                    partial=info.get("partial"), autotune=info.get("autotune"))
         if r is None:
@@ -84,10 +125,12 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
             w = max((info.get("found") or 0) - r, 0)
             flags.append(f"no --warmup: the last {r} of the {info.get('found')} iterations found are measured "
                          f"(warmup {w})")
-        if prof.lost_launches:
-            problems.append(f"{prof.lost_launches} kernel launch(es) recorded on the host have no kernel record: "
-                            "profiler buffer not drained - re-record the profile (retry), synchronizing the device "
-                            "before the profiler stops")
+        flags_lost, problems_lost = _lost_in_sequence(prof, rows)
+        flags += flags_lost
+        problems += problems_lost
+    src["iterations_from"] = source
+    flags.insert(0, f"iterations from: {source}")
+    src.update(flush_record)
     rows, w2, r2 = renumber(rows, w, r)
     src.update(warmup=w, repeats=r, warmup_used=w2, repeats_used=r2)
     if r2 < r and r2 > 0 and not problems:
@@ -101,6 +144,14 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
         summary.update(span_ns=None, launch_overhead_ns=None, iter_span_ns=None)
         flags.append("ncu records no timestamps (it serializes and replays launches): span and launch overhead are "
                      "not available")
+    elif summary.get("status") == "ok":
+        note = stream_overlap_note(rows, set(range(w2, w2 + r2)))
+        if note:
+            flags.append(note)
+    src["excluded"] = _excluded(rows, w2, flush_record)
+    if src["excluded"]:
+        flags.append("left out of the operator's time: " + "; ".join(
+            f"{e['what']} {e['launches']} launch(es) {e['time_ns'] / 1e3:.1f} us" for e in src["excluded"]))
     res["summary"] = summary
     res["flags"] = flags + list(summary.get("flags", []))
     if summary["status"] == "no_kernels":
@@ -112,8 +163,48 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
     return res
 
 
-def _lost_problems(lost_by_iter, warmup, n):
-    lost = {int(k): v for k, v in (lost_by_iter or {}).items() if warmup <= int(k) < n and v}
+def _excluded(rows, warmup, flush_record):
+    """Everything left out of the operator's time, by kind, with its launches and time (ns)."""
+    out = [{"what": "l2_flush", "launches": f["launches"], "time_ns": f["time_ns"], "names": f["names"][:3]}
+           for f in flush_record.get("l2_flushes", [])]
+    groups = {}
+    for x in rows:
+        if _kernels.is_harness(x.get("name")):
+            continue
+        it = x.get("iteration")
+        what = (x.get("excluded_as") or "outside_iterations") if it is None else ("warmup" if it < warmup else None)
+        if what:
+            groups.setdefault(what, []).append(x)
+    for what in ("autotune", "cut_iteration", "warmup", "outside_iterations"):
+        g = groups.get(what)
+        if g:
+            names = [n for n, _ in Counter(str(x.get("name"))[:80] for x in g).most_common(3)]
+            out.append({"what": what, "launches": len(g), "time_ns": float(sum(x.get("duration_ns") or 0 for x in g)),
+                        "names": names})
+    return out
+
+
+def _lost_in_sequence(prof, rows):
+    """``(flags, problems)`` for host launches without a kernel record in a profile delimited by its sequence: those
+    before the first complete iteration are where the profile was cut (a longer warm-up is the fix); later ones
+    mean the profiler buffer was not drained."""
+    if not prof.lost_launches:
+        return [], []
+    first = [x.get("host_ns") or x.get("start_ns") for x in rows if x.get("iteration") is not None]
+    times = prof.extra.get("lost_launch_ns") or []
+    head = sum(1 for t in times if first and t < min(first)) if times else 0
+    later = prof.lost_launches - head
+    flags = [f"profile cut at its start: {head} launch(es) recorded on the host before the first complete iteration "
+             "have no kernel record - left out; record with a longer warm-up so that the window opens on a whole "
+             "iteration"] if head else []
+    problems = [f"{later} kernel launch(es) recorded on the host have no kernel record: profiler buffer not "
+                "drained - re-record the profile (retry), synchronizing the device before the profiler stops"] \
+        if later else []
+    return flags, problems
+
+
+def _lost_problems(lost, warmup, n):
+    lost = {int(k): v for k, v in (lost or {}).items() if warmup <= int(k) < n and v}
     if not lost:
         return []
     return [f"{sum(lost.values())} kernel launch(es) in measured iterations {sorted(lost)} have no kernel record: "

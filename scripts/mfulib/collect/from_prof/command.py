@@ -41,6 +41,8 @@ class FromProfOptions:
     mfu: bool = False
     mfu_peak: float | None = None
     seed: int = 0
+    range_name: str | None = None  # --range: the record_function / ProfilerStep range that delimits iterations
+    device: int | None = None  # --device: the device read from a multi-device profile
 
 
 def _work_dir(opts: FromProfOptions):
@@ -60,6 +62,14 @@ def _work_dir(opts: FromProfOptions):
             raise
         return None
     return od
+
+
+def _own_kernels(opdir):
+    """The ``@triton.jit`` kernels of the work directory's ``model_new.py`` (never harness flushes); () without."""
+    if opdir is None or not os.path.exists(opdir.model_new_py):
+        return ()
+    from mfulib.sources.discover import inspect_py
+    return tuple(sorted(inspect_py(opdir.model_new_py).kernels))
 
 
 def from_prof(opts: FromProfOptions, log=None) -> dict:
@@ -132,14 +142,17 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
     tracer = tracer_flops(opdir) if opdir is not None else {}
     verdicts = numerator_verdicts(opdir) if opdir is not None else {}
     results, infos = {}, {}
+    own = _own_kernels(opdir)
     for p in profs:
-        res = analyse(p, opts.warmup, opts.repeats, opts.l2_flush, opts.l2_mib * MIB if opts.l2_mib else None)
+        res = analyse(p, opts.warmup, opts.repeats, opts.l2_flush, opts.l2_mib * MIB if opts.l2_mib else None,
+                      range_name=opts.range_name, device=opts.device, own_kernels=own)
         res["ncu_replay"] = p.extra.get("ncu_replay")  # ncu-timed: replay times, marked in performance.json
         res["output_bytes"] = res.get("output_bytes") or p.extra.get("output_bytes")  # kept: the live run's
         results.setdefault(p.case_id, {})[p.impl] = res
         if p.case_id not in infos:
             infos[p.case_id] = opdir.describe(p.case_id) if opdir is not None else CaseInfo(case_id=p.case_id)
-        log(f"case {p.case_id} {p.impl}: {res['status']} ({p.fmt}: {p.path})")
+        log(f"case {p.case_id} {p.impl}: {res['status']} ({p.fmt}: {p.path}; iterations from "
+            f"{res['from_profile'].get('iterations_from')})")
     device = next((r["device"] for per in results.values() for r in per.values() if r.get("device")),
                   {"backend": backends[0]})
     runtime = next((r["runtime"] for per in results.values() for r in per.values() if r.get("runtime")), None)
@@ -178,8 +191,10 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
                       "order": [c["case"] for c in per_case], "skipped": [], "reserve": []},
         "retry": 0, "flush_cache_mib": None, "aic_metrics": None, "flags": flags,
         "from_prof": {"paths": [os.path.abspath(p) for p in opts.paths], "l2_flush": opts.l2_flush,
-                      "l2_mib": opts.l2_mib, "profiles": [{"case": p.case_id, "impl": p.impl, "format": p.fmt,
-                                                           "path": p.path} for p in profs]},
+                      "l2_mib": opts.l2_mib, "range": opts.range_name, "device": opts.device,
+                      "implementation_kernels": sorted(own),
+                      "profiles": [{"case": p.case_id, "impl": p.impl, "format": p.fmt, "path": p.path}
+                                   for p in profs]},
         "wall_s": time.perf_counter() - t_start,
     }
     header = provenance(_perf.TOOL, _perf.SCHEMA, device=device)

@@ -1,24 +1,35 @@
-"""The L2-flush rule of ``--from-prof``: which launches inside a foreign profile's window are harness work
-(a cache flush), and what ``--l2-flush exclude|keep`` does with them.
+"""Harness cache flushes inside a foreign profile's iterations, found by evidence, never by a kernel's name alone
+(:func:`find_harness_flushes`); ``--l2-flush exclude|keep`` says what is done with them (:func:`apply_flush_rule`).
 
-An L2-flush launch is a fill / zero / memset, cast or sum kernel
-(:data:`FLUSH_OP_TYPES`, :data:`FLUSH_NAME_PATTERNS`) over a buffer at least the L2 size. Buffer bytes: the
-largest tensor of its shapes (msprof Input/Output Shapes x dtype size; the host op's ``Input Dims`` in a
-chrome trace recorded with ``record_shapes``), ncu ``dram__bytes_write.sum``; else *estimated* as duration x
-the device's nominal DRAM bandwidth (:mod:`mfulib.core.nominal_peaks` datasheet table; a fill is bandwidth-bound, and the
-estimate is an upper bound of its bytes, so a fill just under the L2 size can be misjudged - it is labelled
-estimated). L2 size: ``--l2-mib``, the profile (ncu ``device__attribute_l2_cache_size``; kept profiles' device
-record ``l2_cache_bytes``; msprof info.json.N AI-core frequency -> 910B variant; docs/sources.md#l2-sizes), else
-:data:`L2_FACTS` by device name.
-``--l2-flush exclude`` (default) drops them, counted in ``harness_launches_dropped``; ``keep`` leaves them in
-the operator's time, flagged. A flush-like kernel whose size or the L2 size is unknown is kept and flagged.
+Inside this tool's own ranges and marker kernels nothing here applies: every launch that is not an
+``mfu_harness_*`` kernel is the operator's. In a foreign profile a launch group is a harness flush only when all of
+these hold (docs/sources.md#triton-do-bench, #l2-sizes):
+
+1. **a known harness signature** (:data:`SIGNATURES`): the ``zero_`` of ``do_bench``'s cache buffer (torch's
+   ``FillFunctor`` kernel / host op ``aten::zero_`` or ``aten::fill_`` on CUDA, the ``ZerosLike`` / ``Fill`` /
+   ``Fills`` OP Types of ``aclnnInplaceZero`` / ``aclnnInplaceFillScalar`` on the NPU: Triton's
+   ``clear_cache`` is ``cache.zero_()`` on CUDA and in Triton-Ascend), or ``buffer.float(); buffer.sum()`` - a
+   cast **followed by** a sum over the same buffer (NPU OP Types ``Cast`` then ``ReduceSum``; CUDA
+   ``direct_copy_kernel`` then a ``sum_functor`` reduction). A cast alone, a sum alone, or a Triton kernel named
+   ``fill`` / ``reduce_sum`` is no signature;
+2. **at the head or the tail of every iteration** (the same signature in each one, and not the whole iteration);
+3. **a buffer at least the device's L2** (:data:`L2_FACTS`, the profile's own L2 record, ``--l2-mib``); for a device
+   the facts do not know, at least :data:`UNKNOWN_DEVICE_FLUSH_BYTES` (256 MiB, ``do_bench``'s buffer on CUDA and
+   larger than any L2 in the table). Buffer bytes: the largest tensor of the launch (msprof Input/Output Shapes x
+   data type size; a chrome trace's host op ``Input Dims`` when recorded with ``record_shapes``; ncu
+   ``dram__bytes``), else the documented upper bound duration x the device's nominal DRAM bandwidth (labelled
+   ``estimated``);
+4. **not a kernel of the implementation** (the ``@triton.jit`` kernels of ``model_new.py`` with ``--op-dir``).
+
+``exclude`` (default) drops them, listed with their time; ``keep`` leaves them in the operator's time, flagged.
+A signature at the head/tail of every iteration whose buffer or L2 size is unknown is kept and flagged.
 """
 from __future__ import annotations
 
 import re
 
-from mfulib.profiles import kernels as _kernels
 from mfulib.core.definitions import MIB
+from mfulib.profiles import kernels as _kernels
 
 L2_FLUSH_MODES = ("exclude", "keep")
 
@@ -32,19 +43,19 @@ L2_FACTS = [
 # (docs/sources.md#l2-sizes: inferred from the ini table: only 910B4, 20 cores at 1500 MHz, has 96 MiB; 910B1/B2/B2C/B3
 # run 20-25 cores at 1800/1850 MHz with 192 MiB)
 NPU_L2_BY_FREQ = {1500.0: 100663296, 1800.0: 201326592, 1850.0: 201326592}
+# a device the facts do not know: a signature over at least this many bytes is a flush (Triton's CUDA
+# get_empty_cache_for_benchmark: 256 MiB of int32, triton/backends/nvidia/driver.py; docs/sources.md#triton-do-bench)
+UNKNOWN_DEVICE_FLUSH_BYTES = 256 * MIB
 
-# msprof OP Type -> flush kind (the OP Type vocabulary of real exports, docs/sources.md#msprof-csv; torch_npu's zero_
-# runs ZerosLike, fill_ Fill/Fills)
-FLUSH_OP_TYPES = {"cast": "cast", "reducesum": "reduce_sum", "zeroslike": "fill", "fill": "fill", "fills": "fill",
-                  "memset": "memset"}
-# kernel / host-op names -> flush kind (CUDA: at::native FillFunctor = fill_/zero_, sum_functor = sum,
-# direct_copy_kernel = cast/copy; msprof Op Names such as aclnnInplaceZero_ZerosLikeAiCore_ZerosLike)
-FLUSH_NAME_PATTERNS = [
-    ("fill", re.compile(r"FillFunctor|fill_kernel|aten::fill_|aten::zero_|ZerosLike|InplaceZero|InplaceFill")),
-    ("memset", re.compile(r"memset", re.I)),
-    ("reduce_sum", re.compile(r"ReduceSum|reduce_sum|sum_functor|aten::sum\b")),
-    ("cast", re.compile(r"(?:^|[^A-Za-z])Cast(?:$|[^a-z])|direct_copy_kernel|aten::_to_copy")),
-]
+_FILL_OP_TYPES = {"zeroslike", "fill", "fills"}
+_FILL_NAMES = re.compile(r"FillFunctor|aclnnInplaceZero|aclnnInplaceFill")
+_FILL_HOST_OPS = {"aten::zero_", "aten::fill_"}
+_CAST_NAMES = re.compile(r"direct_copy_kernel")
+_CAST_HOST_OPS = {"aten::_to_copy", "aten::to", "aten::copy_"}
+_SUM_NAMES = re.compile(r"sum_functor")
+#: signature -> what it is, for the flags
+SIGNATURES = {"zero_fill": "do_bench's cache.zero_() / fill_ of a cache buffer",
+              "float_sum": "buffer.float(); buffer.sum() (a cast, then a sum of the buffer)"}
 
 
 def l2_from_facts(name):
@@ -55,63 +66,134 @@ def l2_from_facts(name):
     return None, None
 
 
-def flush_kind(row):
-    """The L2-flush kind a launch's name suggests (fill | memset | reduce_sum | cast), or None."""
-    op_type = str(row.get("op_type") or "").replace("_", "").lower()
-    if op_type in FLUSH_OP_TYPES:
-        return FLUSH_OP_TYPES[op_type]
-    for text in (row.get("name"), row.get("host_op")):
-        for kind, pat in FLUSH_NAME_PATTERNS:
-            if text and pat.search(str(text)):
-                return kind
+def _op_type(row):
+    return str(row.get("op_type") or "").replace("_", "").lower()
+
+
+def is_fill(row) -> bool:
+    """The launch of a torch ``zero_`` / ``fill_`` (the do_bench flush kernel), by OP Type, kernel or host op."""
+    return _op_type(row) in _FILL_OP_TYPES or bool(_FILL_NAMES.search(str(row.get("name") or ""))) or \
+        row.get("host_op") in _FILL_HOST_OPS
+
+
+def _is_cast(row):
+    return _op_type(row) == "cast" or bool(_CAST_NAMES.search(str(row.get("name") or ""))) or \
+        row.get("host_op") in _CAST_HOST_OPS
+
+
+def _is_sum(row):
+    return _op_type(row) == "reducesum" or bool(_SUM_NAMES.search(str(row.get("name") or ""))) or \
+        row.get("host_op") == "aten::sum"
+
+
+def signature_at(seq, end: str):
+    """``(signature, positions)`` of a harness signature at the ``head`` or ``tail`` of one iteration's launches
+    (start order), or None."""
+    n = len(seq)
+    if end == "head":
+        if n and is_fill(seq[0]):
+            return "zero_fill", (0,)
+        if n >= 2 and _is_cast(seq[0]) and _is_sum(seq[1]):
+            return "float_sum", (0, 1)
+    else:
+        if n and is_fill(seq[-1]):
+            return "zero_fill", (n - 1,)
+        if n >= 2 and _is_cast(seq[-2]) and _is_sum(seq[-1]):
+            return "float_sum", (n - 2, n - 1)
     return None
 
 
-def find_flushes(rows, l2_bytes, bandwidth_gbps):
-    """``(flush indices, undecided)`` of the L2-flush launches among ``rows`` (module docstring rule).
+def _bytes(group, bandwidth_gbps):
+    known = [(r["bytes"], r.get("bytes_source")) for r in group if r.get("bytes") is not None]
+    if known:
+        return max(known, key=lambda x: x[0])
+    if bandwidth_gbps and all(r.get("duration_ns") for r in group):
+        longest = max(r["duration_ns"] for r in group)
+        return longest * bandwidth_gbps, f"estimated: duration x nominal {bandwidth_gbps:g} GB/s (an upper bound)"
+    return None, None
 
-    ``undecided``: [(index, why)] for flush-like launches whose buffer size or the L2 size is unknown."""
-    hits, undecided = {}, []
+
+def find_harness_flushes(rows, l2_bytes, bandwidth_gbps, own_kernels=()):
+    """``(flush row indices, record)`` of the harness flushes among iteration-tagged ``rows`` (module rule).
+
+    ``record``: ``flushes`` [{signature, end, names, launches, time_ns, bytes, bytes_source}], ``threshold_bytes``,
+    ``undecided`` [text] (a signature everywhere whose buffer or L2 size is unknown, or below the threshold)."""
+    by_iter = {}
     for i, r in enumerate(rows):
-        kind = flush_kind(r)
-        if kind is None or _kernels.is_harness(r.get("name")):
+        if r.get("iteration") is not None and not _kernels.is_harness(r.get("name")):
+            by_iter.setdefault(r["iteration"], []).append(i)
+    for idx in by_iter.values():
+        idx.sort(key=lambda i: rows[i].get("start_ns") or 0)
+    threshold = l2_bytes or UNKNOWN_DEVICE_FLUSH_BYTES
+    record = {"flushes": [], "threshold_bytes": threshold, "undecided": []}
+    hits = set()
+    if not by_iter:
+        return hits, record
+    own = set(own_kernels or ())
+    for end in ("head", "tail"):
+        found = {}
+        for it, idx in by_iter.items():
+            sig = signature_at([rows[i] for i in idx], end)
+            if sig is None or len(sig[1]) >= len(idx) or any(idx[p] in hits for p in sig[1]):
+                break
+            found[it] = (sig[0], [idx[p] for p in sig[1]])
+        if len(found) < len(by_iter) or len({s for s, _ in found.values()}) != 1:
+            continue  # not in every iteration, or not the same signature in each
+        group = [i for _, ids in found.values() for i in ids]
+        if any(rows[i].get("name") in own or rows[i].get("op_type") in own for i in group):
             continue
-        nbytes, src = r.get("bytes"), r.get("bytes_source")
-        if nbytes is None and bandwidth_gbps and r.get("duration_ns"):
-            nbytes, src = r["duration_ns"] * bandwidth_gbps, f"estimated: duration x nominal {bandwidth_gbps:g} GB/s"
-        if nbytes is None or not l2_bytes:
-            undecided.append((i, "buffer size unknown" if nbytes is None else "L2 size unknown"))
+        nbytes, how = None, None
+        for _, ids in found.values():
+            b, src = _bytes([rows[i] for i in ids], bandwidth_gbps)
+            if b is None:
+                nbytes, how = None, None
+                break
+            if nbytes is None or b < nbytes:
+                nbytes, how = b, src
+        sig = next(iter(found.values()))[0]
+        names = sorted({str(rows[i].get("name"))[:80] for i in group})
+        if nbytes is None:
+            record["undecided"].append(f"{SIGNATURES[sig]} at the {end} of every iteration ({names[0]}): buffer size "
+                                       "unknown (no shapes recorded, no nominal bandwidth) - kept; record with shapes")
             continue
-        if nbytes >= l2_bytes:
-            hits[i] = {"kind": kind, "bytes": nbytes, "bytes_source": src}
-    return hits, undecided
+        if nbytes < threshold:
+            if not l2_bytes:
+                record["undecided"].append(f"{SIGNATURES[sig]} at the {end} of every iteration ({names[0]}) over "
+                                           f"{nbytes / MIB:.0f} MiB: the device's L2 is unknown and the buffer is "
+                                           f"below {threshold / MIB:.0f} MiB - kept; pass --l2-mib to decide")
+            continue
+        hits.update(group)
+        record["flushes"].append({"signature": sig, "end": end, "names": names, "launches": len(group),
+                                  "time_ns": float(sum(rows[i]["duration_ns"] or 0 for i in group)),
+                                  "bytes": float(nbytes), "bytes_source": how})
+    return hits, record
 
 
-def apply_flush_rule(rows, l2_bytes, l2_source, bandwidth_gbps, mode: str):
-    """The rule applied to one profile's ``rows``: ``(rows left, launches dropped, flags, record)``.
+def apply_flush_rule(rows, l2_bytes, l2_source, bandwidth_gbps, mode: str, own_kernels=()):
+    """The rule applied to one foreign profile's iteration-tagged ``rows``: ``(rows left, launches dropped, flags,
+    record)``.
 
     ``mode``: ``exclude`` drops the flush launches, ``keep`` leaves them in (flagged); ``record`` holds
-    ``l2_flush_launches`` and ``l2_flush_ns`` (ns) when there are any (the case's ``from_profile`` block)."""
-    hits, undecided = find_flushes(rows, l2_bytes, bandwidth_gbps)
-    kept = list(rows)
-    dropped, flags, record = 0, [], {}
-    if hits:
-        total = sum(rows[i]["duration_ns"] or 0 for i in hits)
-        kinds = sorted({h["kind"] for h in hits.values()})
-        big = min(h["bytes"] for h in hits.values())
-        how = sorted({h["bytes_source"] for h in hits.values()})
-        text = (f"{len(hits)} L2-flush launch(es) ({'/'.join(kinds)} over buffers >= the L2 size "
-                f"{l2_bytes / MIB:.0f} MiB [{l2_source}], smallest {big / MIB:.0f} MiB from {how[0]}), "
-                f"{total / 1e3:.1f} us in total")
-        if mode == "exclude":
-            kept = [x for i, x in enumerate(rows) if i not in hits]
-            dropped = len(hits)
-            flags.append(text + ": harness work, excluded from the operator's time (--l2-flush keep keeps them)")
-        else:
-            flags.append(text + ": kept in the operator's time (--l2-flush keep)")
-        record = {"l2_flush_launches": len(hits), "l2_flush_ns": total}
-    if undecided:
-        flags.append(f"{len(undecided)} flush-like launch(es) (fill/zero/memset/cast/sum) kept in the operator's time: "
-                     f"{undecided[0][1]} ({rows[undecided[0][0]].get('name', '')[:60]}) - pass --l2-mib or "
-                     "record shapes to decide")
+    ``l2_flush_launches``, ``l2_flush_ns`` (ns) and ``l2_flushes`` (per signature) when there are any."""
+    hits, found = find_harness_flushes(rows, l2_bytes, bandwidth_gbps, own_kernels)
+    flags, record, dropped, kept = [], {}, 0, list(rows)
+    for text in found["undecided"]:
+        flags.append("flush-like launch(es) " + text)
+    if not hits:
+        return kept, dropped, flags, record
+    total = sum(f["time_ns"] for f in found["flushes"])
+    limit = (f"the L2 size {l2_bytes / MIB:.0f} MiB [{l2_source}]" if l2_bytes else
+             f"{UNKNOWN_DEVICE_FLUSH_BYTES / MIB:.0f} MiB (device L2 unknown)")
+    parts = [f"{f['launches']} x {SIGNATURES[f['signature']]} at the {f['end']} of each iteration over "
+             f"{f['bytes'] / MIB:.0f} MiB from {f['bytes_source']}, {f['time_ns'] / 1e3:.1f} us"
+             for f in found["flushes"]]
+    text = (f"{len(hits)} L2-flush launch(es) (buffers >= {limit}; {'; '.join(parts)}), "
+            f"{total / 1e3:.1f} us in total")
+    if mode == "exclude":
+        kept = [x for i, x in enumerate(rows) if i not in hits]
+        dropped = len(hits)
+        flags.append(text + ": harness work, excluded from the operator's time (--l2-flush keep keeps them)")
+    else:
+        flags.append(text + ": kept in the operator's time (--l2-flush keep)")
+    record = {"l2_flush_launches": len(hits), "l2_flush_ns": total, "l2_flushes": found["flushes"]}
     return kept, dropped, flags, record

@@ -1,21 +1,24 @@
-"""Iterations of a profile without this tool's markers, and the head of its window.
+"""Iterations of a profile without ranges, and the head of its window.
 
-This tool's ranges (chrome traces) or marker kernels (msprof) delimit iterations where present.
-Otherwise the launch sequence is searched for its period (:func:`delimit_by_sequence`): a launch is identified
-by its kernel name and launch configuration (CUDA grid/block/registers/shared memory, ncu grid/block, msprof
+This tool's ranges or marker kernels, or the profile's own ranges (:mod:`mfulib.collect.from_prof.ranges`),
+delimit iterations where present. Otherwise the launch sequence is searched for its period
+(:func:`delimit_by_sequence`): a launch is identified by its kernel name and launch configuration (CUDA grid/block/registers/shared memory, ncu grid/block, msprof
 Block Dim), and the period that covers the most launches at the end of the window (at least two repetitions)
 wins; where one iteration repeats a kernel (period ambiguous) it is split at the device-idle gaps (a boundary gap
 at least :data:`GAP_RATIO` times every gap inside). Iterations are aligned to the end of the window.
 
-The head of the window: a first iteration with fewer launches than the others (the window started late)
-is reported as found/expected launches and left out, the case measured from the iterations present; a first
-iteration (or the launches before the first complete one) holding extra launches of the operator's kernels
-in other launch configurations is the autotuner benchmarking its configs: recognised and left out.
+The head of the window: a first iteration with fewer launches than the others, or whose host launches lack their
+kernel records (the profile was cut at its start) is named, reported as found/expected launches and left out, the
+case measured from the complete iterations, and a longer warm-up advised; a first iteration (or the launches before
+the first complete one) holding many more launches of the operator's kernels than a steady one, with or without
+flush kernels between them, is the autotuner benchmarking its configs (or a warm-up): "first call autotuned: N
+launches", left out.
 """
 from __future__ import annotations
 
 from collections import Counter
 
+from mfulib.collect.from_prof.flush import is_fill
 from mfulib.profiles import kernels as _kernels
 
 GAP_RATIO = 4.0
@@ -87,33 +90,46 @@ def delimit_by_sequence(rows, expected=None, timestamps=True):
     for j in range(reps):
         for i in range(start + j * k, start + (j + 1) * k):
             tagged[i]["iteration"] = first_idx + j
+    for i in range(start - partial, start):
+        tagged[i]["excluded_as"] = "cut_iteration"
     info.update(period=k, found=reps, head=start, partial=partial)
     info["flags"].append(f"iterations delimited by the repeating launch sequence (no iteration marker or range of "
                          f"this tool): {reps} complete iteration(s) of {k} launch(es)")
     head_rows = rows[:start - partial]
     ref_names = {s[0] for s in ref}
     ref_configs = set(ref)
-    tune = [r for r in head_rows if r.get("name") in ref_names]
+    tune = [r for r in head_rows if r.get("name") in ref_names and not is_fill(r)]
+    between = [r for r in head_rows if r.get("name") not in ref_names and is_fill(r)]
+    if tune:
+        for i, r in enumerate(head_rows):
+            if r.get("name") in ref_names or is_fill(r):
+                tagged[i]["excluded_as"] = "autotune"
     if tune:
         other = {(_sig(r)) for r in tune} - ref_configs
         kernels_ = sorted({r["name"] for r in tune})
-        info["autotune"] = {"launches": len(tune), "configs": len(other), "kernels": kernels_}
+        info["autotune"] = {"launches": len(tune), "configs": len(other), "kernels": kernels_,
+                            "flush_launches": len(between)}
+        what = (f"first call autotuned: {len(tune)} launches of {kernels_[:3]}" +
+                (f" (+ {len(between)} flush kernels between them)" if between else ""))
         if other:
-            info["flags"].append(f"autotuning recognised before the first complete iteration: {len(tune)} launch(es) "
-                                 f"of {kernels_[:3]} in {len(other)} launch configuration(s) other than the steady "
-                                 "one (the autotuner benchmarking its configs): excluded")
+            info["flags"].append(f"{what} before the first complete iteration, in {len(other)} launch "
+                                 "configuration(s) other than the steady one (autotuning recognised, the autotuner "
+                                 "benchmarking its configs): excluded")
         else:
             info["flags"].append(f"{len(tune)} extra launch(es) of {kernels_[:3]} before the first complete "
                                  "iteration (warm-up or autotuning in the chosen configuration): excluded")
-    rest = [r for r in head_rows if r.get("name") not in ref_names]
+    rest = [r for r in head_rows if r.get("name") not in ref_names and not (tune and is_fill(r))]
     if rest:
         top = Counter(r.get("name") for r in rest).most_common(3)
         info["flags"].append(f"{len(rest)} other launch(es) before the first complete iteration not counted (input "
                              f"set-up?): {[t[0][:60] for t in top]}")
     if partial:
-        info["flags"].append(f"launches missing at the head of the window: the first iteration has {partial} of {k} "
-                             "launches (found/expected; the profile started late) - left out, measured from the "
-                             f"{reps} complete iteration(s)")
+        cut = f"iteration {first_idx - 1}" if expected else "the first iteration"
+        info["cut_iteration"] = first_idx - 1 if expected else None
+        info["flags"].append(f"profile cut at its start: {cut} (the first iteration in the window) has {partial} of "
+                             f"{k} launches (found/expected) - left out, measured from the {reps} complete "
+                             "iteration(s); record with a longer warm-up so that the window opens on a whole "
+                             "iteration")
     if expected and reps < expected:
         info["flags"].append(f"found {reps} of {expected} expected iterations ({reps * k + partial} of {expected * k} "
                              f"launches): the first {expected - reps} are missing from the window; measured from the "
@@ -124,39 +140,68 @@ def delimit_by_sequence(rows, expected=None, timestamps=True):
     return tagged, info
 
 
-def screen_head(tagged):
-    """Leave out head iterations (in range/marker-tagged rows) that are cut off (a strict part of the steady
-    launch sequence) or hold autotuning (the steady sequence plus extra launches of its kernels). Returns
-    ``(rows, flags)``."""
+def screen_head(tagged, cut_iterations=()):
+    """Leave out head iterations (in range/marker-tagged rows) that are cut off (a strict part of the steady launch
+    sequence, or in ``cut_iterations``: launches recorded on the host without a kernel record there) or hold
+    autotuning / warm-up (more launches of the steady kernels than a steady iteration, possibly with flush kernels
+    between them). Returns ``(rows, flags, excluded)``; ``excluded``: [{what: cut_iteration | autotune, iteration,
+    launches, flush_launches, time_ns}]."""
     by = {}
     for r in tagged:
         if r.get("iteration") is not None and not _kernels.is_harness(r.get("name")):
             by.setdefault(r["iteration"], []).append(r)
     if len(by) < 2:
-        return tagged, []
-    seqs = {i: tuple(_sig(r) for r in sorted(v, key=lambda r: r.get("start_ns") or 0)) for i, v in by.items()}
+        return tagged, [], []
+    order = {i: sorted(v, key=lambda r: r.get("start_ns") or 0) for i, v in by.items()}
+    seqs = {i: tuple(_sig(r) for r in v) for i, v in order.items()}
     freq = Counter(seqs.values())
     ref = max(freq, key=lambda s: (freq[s], len(s)))
-    names = {s[0] for s in ref}
-    drop, flags = set(), []
+    names = Counter(s[0] for s in ref)
+    drop, flags, excluded = set(), [], []
     for i in sorted(seqs):
         s = seqs[i]
-        if s == ref:
+        if s == ref and i not in cut_iterations:
             break
-        if _kernels.is_strict_subsequence(s, ref):
+        own = [r for r in order[i] if r.get("name") in names and not is_fill(r)]
+        fills = [r for r in order[i] if r.get("name") not in names and is_fill(r)]
+        spent = float(sum(r.get("duration_ns") or 0 for r in order[i]))
+        if i in cut_iterations or _kernels.is_strict_subsequence(s, ref):
             drop.add(i)
-            flags.append(f"iteration {i} has {len(s)} of {len(ref)} launches (found/expected; launches missing at the "
-                         "head of the window): left out, measured from the complete iterations")
-        elif _kernels.is_strict_subsequence(ref, s) and all(x[0] in names for x in s):
-            other = len(set(s) - set(ref))
+            excluded.append({"what": "cut_iteration", "iteration": i, "launches": len(s), "time_ns": spent})
+            flags.append(f"profile cut at its start: iteration {i} has {len(s)} of {len(ref)} launches "
+                         "(found/expected; launches missing at the head of the window) - left out, measured from the "
+                         "complete iterations; record with a longer warm-up so that the window opens on a whole "
+                         "iteration")
+        elif len(own) + len(fills) == len(s) and len(own) > len(ref) and \
+                all(Counter(r.get("name") for r in own)[n] >= c for n, c in names.items()):
             drop.add(i)
-            flags.append(f"iteration {i} holds {len(s) - len(ref)} extra launch(es) of the operator's kernels "
-                         f"({other} other launch configuration(s)): autotuning recognised - left out")
+            other = len({_sig(r) for r in own} - set(ref))
+            excluded.append({"what": "autotune", "iteration": i, "launches": len(own), "flush_launches": len(fills),
+                             "time_ns": spent})
+            flags.append(f"first call autotuned: {len(own)} launches of {sorted(names)[:3]} in iteration {i} "
+                         f"against {len(ref)} in each steady one" +
+                         (f" (+ {len(fills)} flush kernels between them)" if fills else "") +
+                         f", {other} other launch configuration(s): autotuning recognised - left out")
         else:
             break
     if not drop:
-        return tagged, flags
-    return [dict(r, iteration=None) if r.get("iteration") in drop else r for r in tagged], flags
+        return tagged, flags, excluded
+    kinds = {e["iteration"]: e["what"] for e in excluded}
+    return [dict(r, iteration=None, excluded_as=kinds[r["iteration"]]) if r.get("iteration") in drop else r
+            for r in tagged], flags, excluded
+
+
+def split_lost(lost_by_iter, iterations):
+    """``(cut, later)`` of ``lost_by_iter`` {iteration: host launches without a kernel record}: ``cut`` the head
+    iterations (from the first one holding launches, consecutive) that lost records - the profile's window opened
+    inside them, a longer warm-up is the fix - and ``later`` {iteration: n} the rest (profiler buffer not drained)."""
+    lost = {int(k): v for k, v in (lost_by_iter or {}).items() if v}
+    cut = set()
+    for i in sorted(iterations):
+        if i not in lost:
+            break
+        cut.add(i)
+    return cut, {i: v for i, v in lost.items() if i not in cut}
 
 
 def renumber(rows, warmup, repeats):

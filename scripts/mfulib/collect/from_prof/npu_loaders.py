@@ -45,6 +45,7 @@ def load_msprof(root, n_iters=None) -> Profile:
               "kernel_details": "torch_npu.kernel_details.Duration"}[meta["kind"]]
     for r in rows:
         r["config"] = (r.get("block_dim"), r.get("mix_block_dim"))
+        r["device"], r["stream"] = r.get("device_id"), r.get("stream_id")
         r["bytes"] = npu_tensor_bytes(r)
         r["bytes_source"] = "Input/Output Shapes x Data Types" if r["bytes"] is not None else None
     prof = Profile(path=os.path.abspath(root), fmt="torch_npu" if meta["kind"] == "kernel_details" else "msprof",
@@ -58,6 +59,7 @@ def load_msprof(root, n_iters=None) -> Profile:
         n = n_iters if n_iters else sum(r.get("name") == _kernels.MARKER_KERNEL for r in rows) - 1
         tagged, info = _kernels.assign_by_markers(rows, n)
         prof.rows, prof.tagged, prof.delimiter = tagged, True, "this tool's marker kernels"
+        prof.iterations_from = "marker_kernels"
         prof.problems += info["problems"]
         prof.flags += info["flags"]
     if prof.runtime:
@@ -94,6 +96,7 @@ def load_msprof_csv(path) -> Profile:
     rows.sort(key=lambda r: r.get("start_ns") or 0)
     for r in rows:
         r["config"] = (r.get("block_dim"), r.get("mix_block_dim"))
+        r["device"], r["stream"] = r.get("device_id"), r.get("stream_id")
         r["bytes"] = npu_tensor_bytes(r)
         r["bytes_source"] = "Input/Output Shapes x Data Types" if r["bytes"] is not None else None
     timing = "torch_npu.kernel_details.Duration" if "kernel_details" in os.path.basename(path) else \

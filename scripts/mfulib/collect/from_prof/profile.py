@@ -15,6 +15,8 @@ class Profile:
     timing_method: str
     tagged: bool = False  # rows carry iterations from this tool's ranges / markers
     delimiter: str | None = None
+    iterations_from: str | None = None  # mfu_iter | marker_kernels | profiler_step (set by the loader), else analyse
+    range_sets: dict = field(default_factory=dict)  # the profile's own ranges (mfulib.collect.from_prof.ranges)
     host_launches: int | None = None  # launches the host side recorded (None: not known)
     launches_counted_apart: bool = False  # host_launches is a total from another table (msprof api_statistic),
     #                                       not matched launch by launch to kernel records (as CUDA correlation ids are)

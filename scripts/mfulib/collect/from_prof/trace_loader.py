@@ -1,6 +1,8 @@
 """torch.profiler chrome traces as :class:`~mfulib.collect.from_prof.profile.Profile` (:func:`load_chrome`):
 CUDA traces (CUPTI kernel events; launch configuration grid/block/registers/shared memory; the bytes of the
-launching host op's largest input when recorded with ``record_shapes``) and this tool's CPU-backend traces."""
+launching host op's largest input when recorded with ``record_shapes``; each kernel's host launch time and device,
+the kernel event's ``pid``; the trace's own ProfilerStep / record_function ranges) and this tool's CPU-backend
+traces."""
 from __future__ import annotations
 
 import math
@@ -10,6 +12,7 @@ from collections import Counter
 from mfulib.collect.from_prof.discovery import head_text
 from mfulib.collect.from_prof.flush import l2_from_facts
 from mfulib.collect.from_prof.profile import Profile
+from mfulib.collect.from_prof.ranges import range_sets
 from mfulib.core.errors import UserError
 from mfulib.run.interpreter import TRITON_RANGE_PREFIX
 
@@ -64,7 +67,13 @@ def load_chrome(path, n_iters=None) -> Profile:
     if has_cuda or not any(str(e.get("name", "")).startswith(TRITON_RANGE_PREFIX) for e in events):
         rows, info = _cuda.trace_launches(path, events)
         ops = _host_ops(events)
+        host_ns = {(e.get("args") or {}).get("correlation"): e["ts_ns"] for e in events
+                   if e.get("cat") in _cuda.RUNTIME_CATS}
+        device_of = {(e.get("args") or {}).get("correlation"): e.get("pid") for e in events
+                     if e.get("cat") in _cuda.KERNEL_CATS}
         for r in rows:
+            r["host_ns"] = host_ns.get(r.get("correlation"))
+            r["device"] = device_of.get(r.get("correlation")) if r.get("correlation") is not None else None
             r["config"] = tuple(str(r.get(k)) for k in ("grid", "block", "registers", "shared_memory"))
             op = ops.get(r.get("external_id")) if r.get("external_id") else None
             r["host_op"] = op.get("name") if op else None
@@ -74,8 +83,11 @@ def load_chrome(path, n_iters=None) -> Profile:
                        timing_method="torch.profiler.cupti.kernel_duration")
         prof.tagged = info["iteration_ranges"] > 0
         prof.delimiter = "this tool's mfu::iter ranges" if prof.tagged else None
+        prof.iterations_from = "mfu_iter" if prof.tagged else None
+        prof.range_sets = {} if prof.tagged else range_sets(events)
         prof.lost_by_iter = info.get("lost_by_iter") or {}
         prof.lost_launches = len(info.get("lost_launches") or [])
+        prof.extra["lost_launch_ns"] = list(info.get("lost_launches") or [])
         launches = sum(1 for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
                        and _cuda.LAUNCH_API_RE.search(str(e.get("name", ""))))
         prof.host_launches = launches
@@ -92,6 +104,7 @@ def load_chrome(path, n_iters=None) -> Profile:
                        timing_method="triton_interpreter.launch_hook+torch.profiler.cpu",
                        tagged=info["iteration_ranges"] > 0, device={"backend": "cpu"})
         prof.delimiter = "this tool's mfu::iter ranges" if prof.tagged else None
+        prof.iterations_from = "mfu_iter" if prof.tagged else None
         for r in rows:
             r["config"] = None
             r["bytes"] = None
