@@ -195,3 +195,40 @@ def test_gate3_records_how_a_case_was_verified_and_an_unverified_one_passes_only
         assert g3["ok"] is True and "--accept-unverified-reference" in g3["detail"] and g4["ok"]
     else:  # never appended, so never the limit
         assert g3["ok"] is False and g4 is None and t is None
+
+
+OOM_WRAPPER = '''
+
+# TEST DOUBLE (appended by tests/test_verify_slices.py): a device that holds at most LIMIT dense score elements
+_dense_forward = Model.forward
+LIMIT = {limit}
+
+
+def _limited_forward(self, x, head_num):
+    if x.shape[0] * head_num * x.shape[1] ** 2 > LIMIT:
+        raise torch.OutOfMemoryError("out of memory (test double): [b, h, s, s] scores exceed LIMIT elements")
+    return _dense_forward(self, x, head_num)
+
+
+Model.forward = _limited_forward
+'''
+
+
+def test_the_bundled_flash_attention_layer_is_verified_on_batch_items_when_its_dense_reference_does_not_fit(
+        tmp_path):
+    from zoo_support import OPS, install_compat_or_skip
+    install_compat_or_skip("cpu")  # the ModelNew is Triton-Ascend style; its kernels run in the interpreter here
+    src = tmp_path / "src"
+    src.mkdir()
+    line = {"inputs": [{"name": "x", "type": "tensor", "dtype": "float16", "shape": [4, 64, 64]},
+                       {"name": "head_num", "type": "attr", "dtype": "int", "value": 2}]}
+    (src / "fa.json").write_text(json.dumps(line) + "\n")
+    dst = tmp_path / "work"
+    prepare_explicit(os.path.join(OPS, "bench/zoo/20_FlashAttentionV2.py"), str(src / "fa.json"),
+                     os.path.join(OPS, "gen/zoo/20_FlashAttentionV2_triton.py"), str(dst))
+    with open(dst / "model.py", "a") as f:  # 4 x 2 x 64 x 64 = 32768 > 20000; 2 items (16384) fit
+        f.write(OOM_WRAPPER.format(limit=20000))
+    row = correctness.verify_case(OpDir(dst), 0)
+    assert row["status"] == "pass" and row["verified_by"] == "batch_slice", row
+    assert row["slices"]["compared"] == [[0, 2], [2, 4]] and row["slices"]["inputs"] == [["x", 0]]
+    assert row["max_norm_err"] <= 1e-2
