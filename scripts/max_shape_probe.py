@@ -65,6 +65,11 @@ def build_parser():
                    help="climb every ladder to its first failing factor; by default a source's ladder ends once a "
                         "doubling raises its wall TFLOP/s (GB/s without matrix work) by less than 5%% over the best "
                         "so far, scale 1 included (a larger case would cost more and not raise the limit)")
+    p.add_argument("--accept-unverified-reference", action="store_true",
+                   help="let a candidate whose whole reference runs out of memory, and that no slice of batch items, "
+                        "heads or query rows verifies, pass gate 3 (marked 'unverified (reference does not fit)' in "
+                        "probe.json and verify.json, where the collector and the search skip it unless told "
+                        "--unverified-ok); by default such a candidate fails gate 3 and is never the limit")
     p.add_argument("--seed", type=int, default=0, help="seed of every draw (tracer, verify, timing)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="per-subprocess limit of one candidate")
     p.add_argument("--budget-s", type=float, help="bound the whole run to this many seconds, counted from the start "

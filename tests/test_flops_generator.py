@@ -24,7 +24,7 @@ GENERATOR = os.path.join(ROOT, "scripts", "flops_generator.py")
 
 EXPECTED_CLASS = {
     "zoo/1_BatchMatmul": "matmul", "zoo/2_Softmax": "softmax", "zoo/3_RMSNorm": "norm", "zoo/4_FFN": "ffn",
-    "zoo/5_MHABlock": "attention_proj", "zoo/6_GQAAttention": "gqa_attention",
+    "zoo/5_MHABlock": "attention_proj", "zoo/6_GQAAttention": "gqa_attention", "zoo/20_FlashAttentionV2": "attention_proj",
     "zoo/7_SparseVarlenAttention": "sparse_attention", "npukernelbench/level1/10_LayerNorm": "norm",
     "npukernelbench/level4/2_FFN": "ffn", "npukernelbench/level4/3_FusionAttention": "npu_fusion_attention",
 }
@@ -104,6 +104,8 @@ def test_the_ffn_draft_rejects_the_gated_case_the_reference_rejects(tmp_path):
 @pytest.mark.parametrize("op, case_ids, must_review", [
     ("6_GQAAttention", [0, 1, 2], ["ALIGN"]),
     ("7_SparseVarlenAttention", [0, 1, 2], ["actual_seq_lengths", "window_left", "rope"]),
+    # always causal, no flag in the cases: the draft guesses causal from the mask and asks for a review
+    ("20_FlashAttentionV2", [0, 1, 2], ["a mask", "no causal flag"]),
 ])
 def test_attention_variant_drafts_pass_and_point_at_the_lines_to_review(tmp_path, op, case_ids, must_review):
     od = zoo_workdir(tmp_path, op, case_ids)

@@ -119,7 +119,8 @@ def test_every_gated_real_ffn_case_stays_rejected_by_flops_py(shared_dir, tmp_pa
         assert (fcon.evaluate_case(ff, case)["status"] == "rejected") == gated
 
 
-ZOO = ["1_BatchMatmul", "2_Softmax", "3_RMSNorm", "4_FFN", "5_MHABlock", "6_GQAAttention", "7_SparseVarlenAttention"]
+ZOO = ["1_BatchMatmul", "2_Softmax", "3_RMSNorm", "4_FFN", "5_MHABlock", "6_GQAAttention", "7_SparseVarlenAttention",
+       "20_FlashAttentionV2"]
 
 
 @pytest.mark.parametrize("op", ZOO)

@@ -1,4 +1,5 @@
-"""The bundled attention operators: 5_MHABlock, 6_GQAAttention, 7_SparseVarlenAttention (examples/ops/{bench,gen}/zoo)
+"""The bundled attention operators: 5_MHABlock, 6_GQAAttention, 7_SparseVarlenAttention, 20_FlashAttentionV2
+(examples/ops/{bench,gen}/zoo)
 and the real-case FusionAttention (examples/ops/{bench,gen}/npukernelbench/level4/3_FusionAttention*).
 
 Each ModelNew is checked against its reference through the pipeline's own path (prepare_explicit -> OpDir ->
@@ -22,6 +23,7 @@ ZOO = {  # op -> (reference, implementation)
     "6_GQAAttention": ("bench/zoo/6_GQAAttention.py", "gen/zoo/6_GQAAttention_generated.py"),
     "7_SparseVarlenAttention": ("bench/zoo/7_SparseVarlenAttention.py",
                                 "gen/zoo/7_SparseVarlenAttention_generated.py"),
+    "20_FlashAttentionV2": ("bench/zoo/20_FlashAttentionV2.py", "gen/zoo/20_FlashAttentionV2_triton.py"),
 }
 FA_REF = os.path.join(OPS, "bench/npukernelbench/level4/3_FusionAttention.py")
 FA_IMPL = os.path.join(OPS, "gen/npukernelbench/level4/3_FusionAttention_generated.py")
@@ -75,7 +77,7 @@ def test_zoo_case_files_hold_small_fp16_fp32_cases_and_h200_sized_cases_all_acce
              if i.compute_dtype in ("float16", "float32") and max(t.numel for t in i.tensors) <= INTERPRETER_MAX_ELEMS]
     assert small == INTERPRETER_CASES
     assert {i.compute_dtype for i in infos} == {"float16", "bfloat16", "float32"}
-    seq_axis = {"5_MHABlock": 1, "6_GQAAttention": 2, "7_SparseVarlenAttention": 1}[op]
+    seq_axis = {"5_MHABlock": 1, "6_GQAAttention": 2, "7_SparseVarlenAttention": 1, "20_FlashAttentionV2": 1}[op]
     assert sum(i.tensors[0].shape[seq_axis] >= 4096 for i in infos) >= 5  # cases that fill the H200
     model = import_file(ref_path, f"ref_{op}").Model()
     for case in lines:  # every line is a consistent case: the reference runs it (on meta tensors)

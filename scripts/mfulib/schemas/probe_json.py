@@ -7,7 +7,9 @@ floor; null without one)}, ``groups`` [{key, layout, cases, notes}], ``symbols``
 positions [[tensor, axis]...] (an attribute: [name, null]), followers [[input, axis | list index | null]...],
 values (per case of ``cases``), cases, evidence [str], scaled: bool}], ``scale_dims`` [{symbol, why}], ``candidates``
 [{candidate_id, source_case, scale, factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
-| null (null: not checked, with the reason in detail), detail, value, limit}], verdict: pass | fail, failed_gate:
+| null (null: not checked, with the reason in detail), detail, value, limit; gate 3 also verified_by: full |
+batch_slice | head_slice | row_slice (verify.json's, mfulib.verify.slices) | unverified (the whole reference did
+not fit and no slice verified it: gate 3 fails, or passes marked under --accept-unverified-reference)}], verdict: pass | fail, failed_gate:
 int | null, new_case_id: int | null (its id in the case files once appended), time_ms, flops, wall_s (seconds
 the candidate took; each gate has its own ``wall_s``, gate 2 also ``waited_s``: the part the probe waited for a
 trace started ahead), wall_figure (wall TFLOP/s = traced FLOPs / gate-4 time; GB/s

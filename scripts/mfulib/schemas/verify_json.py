@@ -3,7 +3,13 @@
 Provenance (``tool`` = ``verify_op.py``, ``device`` {backend, device, why, compat}) + ``op, work_dir, seed,
 tolerance`` {dtype: tol}, ``tolerance_tf32``, ``inputs`` {model.py: sha256, model_new.py: sha256} (the files the
 rows were computed from), ``cases`` [{case, dtype, shape, status: pass | fail | rejected | error | oom | crashed |
-timeout | skipped, reason, max_norm_err, tol, ...}], ``summary`` {status: count}, ``failed`` [case ids whose status
+timeout | skipped | unverified, reason, max_norm_err, tol, verified_by: full | batch_slice | head_slice | row_slice
+(how ModelNew's output was compared: whole, or - when the whole reference ran out of memory - on slices of batch
+items, heads or query rows; null/absent where nothing was compared), slices {rule, symbol, inputs [[input, axis]],
+units, block, compared [[start, stop]], output_axes, attributes, rule_check} and reference_oom (the reference's
+out-of-memory message) on a row verified on slices (mfulib.verify.slices), verified_in (``max_shape_probe gate
+3`` on a row the probe merged), ...}]; ``unverified``: the whole reference ran out of memory and no slice rule
+verified the case (reason ``reference does not fit ...``), ``summary`` {status: count}, ``failed`` [case ids whose status
 is in :data:`FAILED`], ``complete`` (every case of the case file has a row) and ``missing`` [case ids without a row:
 a verify run limited by ``--cases``, or cases a search appended; the collector verifies such a case before timing
 it and merges its row in with :func:`merge_rows`].
@@ -21,7 +27,7 @@ from mfulib.schemas.common import read_work_json, wrong_type
 SCHEMA = 1
 TOOL = "verify_op.py"
 FILE_NAME = "verify.json"
-FAILED = ("fail", "error", "oom", "crashed", "timeout")  # statuses that make verify_op.py exit 1
+FAILED = ("fail", "error", "oom", "crashed", "timeout", "unverified")  # statuses that make verify_op.py exit 1
 INPUT_FILES = ("model.py", "model_new.py")  # the rows are valid only for these files' content
 
 

@@ -336,7 +336,8 @@ class Probe:
                 elif g2["ok"]:
                     timeout, cut = self._timeout()
                     g3, g4, row, cand["time_ms"] = gates34(self._worker(), staged, o["seed"], o["max_ms"], timeout,
-                                                           budget_cut=cut)
+                                                           budget_cut=cut, accept_unverified=bool(
+                                                               o.get("accept_unverified_reference")))
                     gates += [g for g in (g3, g4) if g is not None]
                     if g4 is not None and g4["ok"]:
                         gates.append(gate5(info.input_bytes, cand["time_ms"], self.bw))

@@ -131,7 +131,7 @@ def record_verify(od, new_id: int, row: dict, backend: str, device: str, n_cases
         doc.update(op=od.op_name, work_dir=od.path, seed=seed, tolerance=_verify.TOLERANCE,
                    tolerance_tf32=_verify.TOLERANCE_TF32, cases=[])
         return doc
-    row = dict(row, case=new_id, verified_by="max_shape_probe gate 3")
+    row = dict(row, case=new_id, verified_in="max_shape_probe gate 3")
     vj.merge_rows(path, [row], n_cases, new_doc=new_doc, updates={"inputs": vj.input_digests(od.path)})
     return "merged"
 

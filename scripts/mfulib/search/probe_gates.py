@@ -24,6 +24,7 @@ import time
 
 from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.schemas import probe_json as pj
+from mfulib.verify.slices import UNVERIFIED, UNVERIFIED_REASON
 
 HOST_COPIES = 2
 DEVICE_COPIES = 2
@@ -206,14 +207,20 @@ def _log_tail(path: str, n: int = 2) -> str:
 
 
 def gates34(worker, staged: str, seed: int, max_ms: float, timeout_s: float,
-            budget_cut: bool = False, time_only: bool = False) -> tuple:
+            budget_cut: bool = False, time_only: bool = False, accept_unverified: bool = False) -> tuple:
     """(gate 3 dict, gate 4 dict or None, verify row, time_ms): ModelNew verified against Model and timed in the
     persistent child. ``worker``: the gate runner (:class:`GateWorker` or a stand-in with its ``call``).
     ``time_only``: skip verify (the source case at scale 1, verified by verify.py before) -
-    gate 3 is then None. ``budget_cut`` as in :func:`gate2`."""
+    gate 3 is then None. ``budget_cut`` as in :func:`gate2`.
+
+    Gate 3 records ``verified_by`` (the verify row's: full | batch_slice | head_slice | row_slice,
+    :mod:`mfulib.verify.slices`). A row ``unverified`` (the whole reference does not fit and no slice verifies
+    it) fails gate 3 - so the candidate is never appended and never the limit - unless ``accept_unverified``
+    (``--accept-unverified-reference``): then it passes, is timed, and gate 3 says so (``verified_by``
+    ``unverified``)."""
     log_path = os.path.join(os.path.dirname(staged), "child.log")
     req = {"op_dir": staged, "seed": seed, "max_ms": max_ms, "repeats": 3, "time_only": time_only,
-           "log_path": log_path}
+           "log_path": log_path, "accept_unverified_reference": accept_unverified}
     msg, outcome, wall, rc = worker.call(req, timeout_s)
     if outcome == "timeout" and budget_cut:
         raise OutOfBudget("gates 3-4 cut at --budget-s")
@@ -228,10 +235,15 @@ def gates34(worker, staged: str, seed: int, max_ms: float, timeout_s: float,
         return g3, None, {"status": "timeout" if outcome == "timeout" else "crashed", "reason": why}, None
     g3 = None
     if not time_only:
-        ok3 = row.get("status") == "pass"
-        g3 = pj.gate(3, ok3, f"verify {row.get('status')}: " + (row.get("reason") or
+        unverified = row.get("status") == UNVERIFIED
+        ok3 = row.get("status") == "pass" or (unverified and accept_unverified)
+        head = (f"verify {UNVERIFIED} ({UNVERIFIED_REASON}), " + ("accepted by --accept-unverified-reference"
+                if accept_unverified else "never a limit without --accept-unverified-reference")
+                if unverified else f"verify {row.get('status')}")
+        g3 = pj.gate(3, ok3, f"{head}: " + (row.get("reason") or
                      f"max normalised error {row.get('max_norm_err')} <= tol {row.get('tol')}"),
                      row.get("max_norm_err"), row.get("tol"))
+        g3["verified_by"] = UNVERIFIED if unverified else row.get("verified_by")
         g3["wall_s"] = (msg or {}).get("verify_s")
         if not ok3:
             return g3, None, row, None

@@ -334,6 +334,8 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None)
                   peak_tflops_max=bw["peak_tflops_max"])
     run_key = {"backend": backend, "seed": args.seed, "max_bytes": args.max_bytes, "max_ms": args.max_ms,
                "scale_dims": scale_dims, "peak": bw, "saturation_stop": not args.no_saturation_stop}
+    if args.accept_unverified_reference:  # its verdicts differ; absent otherwise, so earlier probe.json files resume
+        run_key["accept_unverified_reference"] = True
     old = _check_run_key(old, run_key, path)
     doc = _new_doc(od, old, backend, device, why, limits, groups, chosen, picked, run_key,
                    verify_json.input_digests(od.path))
@@ -343,6 +345,7 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None)
             "max_ms": args.max_ms, "device": device, "backend": backend, "budget_s": args.budget_s,
             "reuse_verdicts": bool(old) and old.get("run_key") == json.loads(json.dumps(run_key)),
             "saturation": not args.no_saturation_stop, "t0": t_start,
+            "accept_unverified_reference": args.accept_unverified_reference,
             "trace_jobs": args.trace_jobs if args.trace_jobs is not None else min(4, (os.cpu_count() or 1) // 4)}
     if opts["reuse_verdicts"]:
         doc["baselines"] = (old or {}).get("baselines") or {}

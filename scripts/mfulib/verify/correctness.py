@@ -10,7 +10,10 @@ tolerance of the case's compute dtype. Stated tolerances (:data:`TOLERANCE`):
 
 A case that the reference or the implementation rejects (``ValueError("case rejected: ...")``) is reported as
 ``rejected`` with the reason, one that runs out of memory as ``oom``, any other exception as ``error``
-(:func:`mfulib.core.failures.classify`, shared with the collector). On cpu the Triton interpreter runs under the launch
+(:func:`mfulib.core.failures.classify`, shared with the collector) - except a reference that runs out of memory on
+the whole case: ModelNew then runs it whole and the reference on slices (:mod:`mfulib.verify.slices`; status
+``unverified`` when no slice rule fits). Each compared row says how in ``verified_by``: ``full`` (the whole output),
+``batch_slice``, ``head_slice`` or ``row_slice``. On cpu the Triton interpreter runs under the launch
 hook the collector uses (:func:`mfulib.run.interpreter.install_launch_hook`); each row lists the adaptations its case
 needed in ``cpu_adaptations`` (on every backend that interprets Triton).
 """
@@ -80,7 +83,7 @@ def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0, backend
     os.environ[DISABLE_DROPOUT_ENV] = "1"
     built = []
     try:
-        outs, pristine = {}, None
+        outs, pristine, ref_oom = {}, None, None
         for impl in ("ref", "asc"):
             try:
                 # inputs are built once; the implementation gets an untouched copy (a forward that writes into its
@@ -97,6 +100,9 @@ def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0, backend
                 be.sync()
             except (Exception, SystemExit) as exc:  # rejection / oom / error (sys.exit() in operator code too)
                 status, msg = classify(exc)
+                if status == "oom" and impl == "ref" and pristine is not None:
+                    ref_oom = msg  # the whole reference does not fit: verified on slices below (mfulib.verify.slices)
+                    break
                 side = "reference" if impl == "ref" else "implementation"
                 if status == "rejected":  # "case rejected: <reason>" -> "<side>: <reason>"
                     msg = msg[len(REJECT_PREFIX):].strip()
@@ -104,9 +110,13 @@ def verify_case(opdir, case_id: int, device: str = "cpu", seed: int = 0, backend
                 if status == "error":
                     row["traceback"] = traceback.format_exc(limit=6)
                 return row
+        if ref_oom is not None:
+            from mfulib.verify.slices import verify_on_slices
+            return verify_on_slices(opdir, case_id, built[0], pristine, device, seed, be, tol, row, ref_oom,
+                                    _share_weights, compare_outputs)
         cmp = compare_outputs(outs["ref"], outs["asc"], tol)
         row.update(status="pass" if cmp["ok"] else "fail", reason=cmp.get("reason"),
-                   max_norm_err=cmp.get("max_norm_err"))
+                   max_norm_err=cmp.get("max_norm_err"), verified_by="full")
         return row
     finally:
         for b in built:
