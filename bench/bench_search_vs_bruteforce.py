@@ -15,9 +15,10 @@ between parts, and a part that runs long - the brute force - stops at its deadli
    imported): the top ``--top`` original cases by flops.py FLOPs x every non-empty subset of their scalable axes
    (batch and sequence symbols, and k of a matmul of two data operands; never a weight) x powers of two per axis
    up to ``--max-scale``, under the probe's limits (inputs + outputs <= 10e9 B, one call <= 4000 ms, verify as far
-   as the reference runs), timed by its own method (ModelNew only, device events after an L2 flush, median); its
-   best verified point is the brute force's limit; its wall clock (first calls, i.e. compilation, shown apart) is
-   the brute force's cost;
+   as the reference runs), timed by its own method (ModelNew only, device events after an L2 flush, median), at
+   most ``--brute-budget-s`` of timing per operator (points left untimed are counted: ``not run``); its best
+   verified point is the brute force's limit; its wall clock (first calls, i.e. compilation, shown apart) is the
+   brute force's cost;
 4. ``retime``: both limits re-timed by the collector (msprof_perf_summary.py --cases, ModelNew only, no PMU pass)
    in ``--retimes`` separate, interleaved runs on a copy of the work dir with the brute force's best case appended:
    one timing method, one peak.json, one numerator (flops.py) for both;
@@ -188,6 +189,8 @@ def part_brute(op, d, args, env, st):
             "backend": backend, "device": device, "seed": 0, "max_bytes": MAX_BYTES, "max_ms": MAX_MS,
             "metric": st["brute_plan"]["metric"], "peaks": load_json(os.path.join(work_of(d), "peak.json")) or {},
             "max_verify": args.max_verify, "deadline": time.time() + max(10.0, left_s(args) - 40)}
+    spent = sum(c["wall_s"] for c in st.get("brute_calls", []))
+    spec["timing_deadline"] = time.time() + max(0.0, args.brute_budget_s - spent)
     save_json(os.path.join(d, "brute_spec.json"), spec)
     calls = st.setdefault("brute_calls", [])
     while time.time() < spec["deadline"]:
@@ -420,12 +423,14 @@ def parse_args(argv=None):
     p.add_argument("--ops", default=",".join(OPS), help="operators this call works on (the report lists every "
                    "operator with state as well)")
     p.add_argument("--max-minutes", type=float, default=8.5, help="start no part after this much wall time")
-    p.add_argument("--probe-budget-s", type=float, default=100.0, help="the probe's --budget-s (as a user gives it)")
+    p.add_argument("--probe-budget-s", type=float, default=75.0, help="the probe's --budget-s (as a user gives it)")
     p.add_argument("--probe-arg", action="append", default=[], help="extra max_shape_probe.py argument")
     p.add_argument("--search-arg", action="append", default=[], help="extra mfu_grid_search.py argument")
     p.add_argument("--top", type=int, default=8, help="brute force: source cases, most FLOPs first")
     p.add_argument("--max-scale", type=int, default=16, help="brute force: largest power-of-two factor per axis")
     p.add_argument("--max-verify", type=int, default=6, help="brute force: best points verified at most")
+    p.add_argument("--brute-budget-s", type=float, default=100.0, help="brute force: seconds of timing per operator "
+                   "(over all calls); the points left untimed are counted in the report (statuses: not run)")
     p.add_argument("--retimes", type=int, default=3, help="collector runs re-timing both limits")
     p.add_argument("--backend", default="cuda", help="cuda on the device")
     p.add_argument("--cpu-tiny", action="store_true", help="smoke test on cpu: backend cpu, --top 2, --max-scale 2, "

@@ -152,10 +152,10 @@ def source_ranks(cases: list, flops_py: str, top: int, keep=None) -> tuple:
 
 
 # ------------------------------------------------------------------------------------------------ the child
-def time_forward(run, backend, sync, n_max: int = 30, target_s: float = 0.3) -> tuple:
+def time_forward(run, backend, sync, n_min: int = 3, n_max: int = 30, target_s: float = 0.3) -> tuple:
     """(median ns of one forward call, calls timed): ``run()`` is one call, already compiled. Accelerator: device
     events around each call, a 256 MiB buffer zeroed before it (outside the events: the L2 starts cold), ``n``
-    = clamp(target_s / first timed call, 3, n_max); cpu: ``time.perf_counter``, 2 calls."""
+    = clamp(target_s / first timed call, n_min, n_max); cpu: ``time.perf_counter``, 2 calls."""
     import torch
     if backend == "cpu":
         ts = []
@@ -165,7 +165,7 @@ def time_forward(run, backend, sync, n_max: int = 30, target_s: float = 0.3) -> 
             ts.append((time.perf_counter() - t0) * 1e9)
         return statistics.median(ts), len(ts)
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=f"{backend}")
-    ts, n = [], 3
+    ts, n = [], n_min
     while len(ts) < n:
         flush.zero_()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -175,7 +175,7 @@ def time_forward(run, backend, sync, n_max: int = 30, target_s: float = 0.3) -> 
         end.synchronize()
         ts.append(start.elapsed_time(end) * 1e6)
         if len(ts) == 1:
-            n = max(3, min(n_max, int(target_s / max(ts[0] * 1e-9, 1e-6))))
+            n = max(n_min, min(n_max, int(target_s / max(ts[0] * 1e-9, 1e-6))))
     del flush
     sync()
     return statistics.median(ts), len(ts)
@@ -217,7 +217,8 @@ def time_point(od, point: dict, spec: dict, backend, ff) -> dict:
             if once_ms > spec["max_ms"]:
                 return dict(row, status="time", reason=f"one call {once_ms:.0f} ms > {spec['max_ms']:.0f} ms",
                             wall_s=time.perf_counter() - t0)
-            ns, n = time_forward(built.run, spec["backend"], backend.sync)
+            # a call of >= 300 ms is timed once (its median over 3 would cost seconds and move nothing)
+            ns, n = time_forward(built.run, spec["backend"], backend.sync, n_min=1 if once_ms >= 300 else 3)
         info = describe_case(point["case"], point["point"])
         row.update(status="ok", time_ns=ns, n_calls=n, flops=ev["flops"], bytes=nbytes,
                    compute_dtype=ff.compute_dtype(point["case"], point["point"]), shape=info.shape_str)
@@ -299,16 +300,17 @@ def read_rows(path: str) -> tuple:
     return timed, verified, started
 
 
-def next_work(points: list, timed: dict, verified: dict, ranked_ok: list, max_verify: int):
+def next_work(points: list, timed: dict, verified: dict, ranked_ok: list, max_verify: int, timing: bool = True):
     """("time", point) for the next point to time (not timed, not pre-failed, not dominated), ("dominated", point,
     by) for one to record as dominated, ("verify", point id) for the next best timed point to verify, or None when
-    the brute force is done: every point timed and a point verified (or ``max_verify`` tried, or none ok)."""
+    the brute force is done: every point timed (or ``timing`` False: its budget is spent) and a point verified (or
+    ``max_verify`` tried, or none ok)."""
     failed = {}
     for p in points:
         r = timed.get(p["point"]) or ({"status": p["status"]} if p["status"] else None)
         if r and r["status"] in GATED and p["factors"]:
             failed.setdefault(p["source_case"], []).append(p["factors"])
-    for p in points:
+    for p in points if timing else []:
         if p["point"] in timed or p["status"]:
             continue
         by = dominated(p["factors"], failed.get(p["source_case"], [])) if p["factors"] else None
@@ -322,8 +324,9 @@ def next_work(points: list, timed: dict, verified: dict, ranked_ok: list, max_ve
 
 def child_main(spec_path: str) -> int:
     """The brute-force child: time points and verify the leaders, one JSONL line each (``{"start": id}`` first, so
-    a crash is charged to its point), until done or ``spec["deadline"]`` (time.time()); returns 0 when done, 3 when
-    stopped by the deadline."""
+    a crash is charged to its point), until done or ``spec["deadline"]`` (time.time(): the call's end); after
+    ``spec["timing_deadline"]`` (the brute force's budget) no more points are timed, the timed ones are verified.
+    Returns 0 when done, 3 when stopped by the deadline."""
     with open(spec_path) as f:
         spec = json.load(f)
     from mfulib.backends import get_backend
@@ -344,7 +347,8 @@ def child_main(spec_path: str) -> int:
         while time.time() < spec["deadline"]:
             timed, verified, _started = read_rows(spec["rows"])
             ranked = rank_ok(points, timed, peaks, spec["metric"], backend.name)
-            work = next_work(points, timed, verified, ranked, spec["max_verify"])
+            work = next_work(points, timed, verified, ranked, spec["max_verify"],
+                             timing=time.time() < spec["timing_deadline"])
             if work is None:
                 return 0
             if work[0] == "dominated":
