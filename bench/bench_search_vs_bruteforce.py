@@ -386,7 +386,8 @@ def markdown(results) -> str:
         sb, b = r.get("search_best") or {}, r.get("brute") or {}
         lines.append(f"| {r['op']} | {_f(_median(r['search_values']), pct)} (case {sb.get('case')}, "
                      f"{sb.get('factors') or 'x1'}) | {_f(_median(r['brute_values']), pct)} (case "
-                     f"{b.get('source_case')}, {b.get('factors') or 'x1'}) | {_f(r['ratio'], False)} | {_f(r['search_rate'], False)} / "
+                     f"{b.get('source_case')}, {b.get('factors') or 'x1'}) | {_f(r['ratio'], False)} | "
+                     f"{_f(r['search_rate'], False)} / "
                      f"{_f(r['brute_rate'], False)} | {r['search_cost_s']:.0f} | {r['brute_cost_s']:.0f} "
                      f"({b.get('first_call_s', 0):.0f}) | {_f(r['cost_ratio'])} | "
                      f"{ {True: 'yes', False: 'NO', None: '-'}[r['pass']]} | {r['differ']} |")
