@@ -310,7 +310,8 @@ def sec_referee(st):
                      num(op.get("ratio"), 3), f"{_g(op.get('search_rate'))} / {_g(op.get('brute_rate'))} {rate}",
                      yes_no(op.get("limit_ok")), f"{num(op.get('search_cost_s'))}"
                      + ("" if probe.get("complete") else " (probe cut by its budget)"),
-                     f"{num(op.get('brute_cost_s'))} ({num(b.get('first_call_s'))})",
+                     f"{num(op.get('brute_cost_s'))} ({num(b.get('first_call_s'))})"
+                     + (f"; estimated, {num(b.get('wall_s'))} s measured" if op.get("brute_cost_estimated") else ""),
                      f"{pct(op.get('cost_ratio'))} {yes_no(op.get('cost_ok'))}", yes_no(op.get("pass")), None])
         spread = ", ".join(val(v) for v in op.get("search_values") or []) + " / " + ", ".join(
             val(v) for v in op.get("brute_values") or [])
