@@ -1,4 +1,5 @@
-"""What the bench/ scripts share: running a command so that nothing it started outlives it, and reading a JSON.
+"""What the bench/ scripts share: running a command so that nothing it started outlives it, reading and writing a
+JSON, and the state tar of a resumable bench (packed after each call, unpacked on a fresh machine).
 
 :func:`run_tree` starts ``cmd`` in its own session and, on timeout, stops and kills its whole process tree with
 :func:`mfulib.batch.job.kill_tree` (the batch's mechanism: the group and every descendant, whatever its session);
@@ -9,9 +10,12 @@ kernel times measured there were 1.5-3x too long (bench/validation/h200, the ``c
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
@@ -56,3 +60,42 @@ def load_json(path):
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+def save_json(path, obj):
+    """Write ``obj`` to ``path`` atomically (:func:`mfulib.core.jsonio.write_json_atomic`)."""
+    from mfulib.core.jsonio import write_json_atomic
+    write_json_atomic(path, obj)
+
+
+def unpack_state(tar_path: str, state: str) -> None:
+    """Unpack a previous call's state tar into ``state`` (whatever the state folder was called there); files already
+    in ``state`` are overwritten by the tar's. Raises RuntimeError for a tar without exactly one top folder."""
+    tmp = tempfile.mkdtemp(prefix="bench_resume_")
+    try:
+        with tarfile.open(tar_path) as tar:
+            tar.extractall(tmp, filter="data")
+        tops = [d for d in os.listdir(tmp) if os.path.isdir(os.path.join(tmp, d))]
+        if len(tops) != 1:
+            raise RuntimeError(f"{tar_path}: expected one state folder in the tar, found {tops}")
+        shutil.copytree(os.path.join(tmp, tops[0]), state, dirs_exist_ok=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pack_state(tar_path: str, state: str, keep, extra=()) -> list:
+    """Write ``tar_path`` (gzip) holding every file under ``state`` for which ``keep(relative path, bytes)`` is true,
+    under the state folder's own name, plus the files ``extra`` at the tar's top. Returns the relative paths packed."""
+    packed = []
+    base = os.path.dirname(os.path.abspath(state))
+    with tarfile.open(tar_path, "w:gz") as tar:
+        for d, _dirs, files in os.walk(state):
+            for f in sorted(files):
+                path = os.path.join(d, f)
+                rel = os.path.relpath(path, state)
+                if keep(rel, os.path.getsize(path)):
+                    tar.add(path, arcname=os.path.relpath(path, base))
+                    packed.append(rel)
+        for path in extra:
+            tar.add(path, arcname=os.path.basename(path))
+    return sorted(packed)

@@ -10,7 +10,7 @@ script, in ``bench/validation/<device>/``) and writes one Markdown file with a s
 * peaks: calibrated vs a wide sweep (``peaks_wide`` bf16/fp16/fp32, ``peaks`` int8/fp8), clocks and regime;
 * tool wall time: ``make all`` per operator (cold/warm Triton cache) and per step (``overhead``);
 * PMU: bound classes from Nsight Compute counters (``pmu``);
-* search vs exhaustive (``search``) and the MFU tables of the batch (``batch``).
+* the limit search vs a brute force (``referee``) and the MFU tables of the batch (``batch``).
 
 A stage that is not packed yet is listed as "not run" - the file says what it lacks rather than leaving a gap.
 ``--check`` exits 1 when the file on disk differs from what the pack regenerates (a test runs it).
@@ -26,8 +26,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PACK = os.path.join(ROOT, "bench", "validation", "h200")
 DEFAULT_OUT = os.path.join(ROOT, "bench", "RESULTS.md")
-ORDER = ("env", "ncu", "gemm", "makeall", "overhead", "peaks_wide", "peaks", "pmu", "pmu_micro", "gemm_grid", "search",
-         "batch")
+ORDER = ("env", "ncu", "gemm", "makeall", "overhead", "peaks_wide", "peaks", "pmu", "pmu_micro", "gemm_grid",
+         "referee", "batch")
 
 
 def load_pack(pack_dir):
@@ -286,106 +286,67 @@ def sec_peaks(st):
             + (f"\n\nThe same calibration, every dtype: {_peak_list(r)}" if r.get("peak_tflops") else ""))
 
 
-def figure(v, op=None):
-    """A search figure: a utilisation as %, or (no peak known: cpu) the raw value with its unit."""
-    if v is None:
-        return None
-    if op is not None and not op.get("figure_field") and op.get("metric") in ("mfu", "mbu"):
-        return f"{v:.4g} " + ("TFLOP/s" if op["metric"] == "mfu" else "GB/s")
-    return pct(v, 2)
-
-
-def _clip(text, n):
-    """``text`` cut at a word boundary within ``n`` characters, with an ellipsis when cut."""
-    text = text or ""
-    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0] + " …"
-
-
 def yes_no(v):
     return {True: "yes", False: "NO", None: None}.get(v, v)
 
 
-def sec_search(st):
+def sec_referee(st):
     r = st.get("result") or {}
-    crit = r.get("criteria") or {}
-    rows = []
+    crit, cfg = r.get("criteria") or {}, r.get("settings") or {}
+    rows, diff = [], []
     for op in r.get("ops") or []:
-        if "metric" not in op:
-            rows.append([op["op"], None, None, None, None, None, None, None, None, None, None, None, None, None,
-                         "parts done: " + (", ".join(op.get("parts_done") or []) or "none")
-                         + ("; errors: " + "; ".join(e[:160] for e in op["errors"]) if op.get("errors") else "")])
+        if "ratio" not in op:
+            rows.append([op["op"]] + [None] * 10 + [op.get("skipped") or "parts done: " + (", ".join(
+                op.get("parts_done") or []) or "none") + "".join(f"; {e[:160]}" for e in op.get("errors") or [])])
             continue
-        best = op.get("search_best") or {}
-        fig = op["metric"].upper() + (f"@{op['figure_field']}" if op["metric"] == "mfu" and op.get("figure_field")
-                                      else "")
-        lim = max([v for v in (op.get("exhaustive_best_value"), op.get("search_best_value")) if v is not None],
-                  default=None)
-        cr = op.get("cost_ratio")
-        rows.append([op["op"], fig, f"{op.get('pool_size')} ({op.get('n_scaled')})",
-                     f"{figure(op.get('search_best_value'), op)} (case {best.get('case')}, scale {best.get('scale')})",
-                     f"{figure(op.get('exhaustive_best_value'), op)} (case {op.get('exhaustive_best_case')})"
-                     if op.get("exhaustive_best_value") is not None else None,
-                     pct(op.get("gap"), 2), yes_no(op.get("within_3pct")), num(op.get("search_cost_stages_s")),
-                     num(op.get("exhaustive_cost_s")), None if cr is None else f"{cr:.1%}",
-                     yes_no(op.get("cost_le_25pct")), pct(op.get("spread"), 2), figure(lim, op),
-                     f"{figure(op.get('dataset_value'), op)} (case {op.get('dataset_best_case')})"
-                     if op.get("dataset_value") is not None else None,
-                     ", ".join(op.get("parts_done") or [])])
+        kind, b, sb = op.get("figure_kind"), op.get("brute") or {}, op.get("search_best") or {}
+        val = (lambda v: pct(v, 2)) if kind != "TF/s" else (lambda v: num(v, 4))
+        med = (lambda vs: sorted(vs)[len(vs) // 2] if vs else None)
+        rate = "GB/s" if op.get("metric") == "mbu" else "TF/s"
+        probe = op.get("probe") or {}
+        rows.append([op["op"], kind, f"{val(med(op.get('search_values') or []))} (case {sb.get('case')}, "
+                     f"{_factors(sb.get('factors'))})", f"{val(med(op.get('brute_values') or []))} (case "
+                     f"{b.get('source_case')}, {_factors(b.get('factors'))}; {b.get('verified')})",
+                     num(op.get("ratio"), 3), f"{_g(op.get('search_rate'))} / {_g(op.get('brute_rate'))} {rate}",
+                     yes_no(op.get("limit_ok")), f"{num(op.get('search_cost_s'))}"
+                     + ("" if probe.get("complete") else " (probe cut by its budget)"),
+                     f"{num(op.get('brute_cost_s'))} ({num(b.get('first_call_s'))})"
+                     + (f"; estimated, {num(b.get('wall_s'))} s measured" if op.get("brute_cost_estimated") else ""),
+                     f"{pct(op.get('cost_ratio'))} {yes_no(op.get('cost_ok'))}", yes_no(op.get("pass")), None])
+        spread = ", ".join(val(v) for v in op.get("search_values") or []) + " / " + ", ".join(
+            val(v) for v in op.get("brute_values") or [])
+        diff.append([op["op"], op.get("differ"), spread, val(op.get("combined_spread")),
+                     ", ".join(f"{k} {v}" for k, v in sorted((b.get("statuses") or {}).items())),
+                     (op.get("brute_plan") or {}).get("sources")])
     pending = r.get("pending") or []
-    detail = []
-    for op in r.get("ops") or []:
-        c = op.get("search_cost_s") or {}
-        b = op.get("search_best") or {}
-        if "metric" in op:
-            detail.append([op["op"], num(c.get("stage1")), num(c.get("stage2")), num(c.get("verify")),
-                           num(op.get("exhaustive_cost_s")), pct(op.get("cost_ratio_with_flops_and_verify"), 1),
-                           b.get("num_src"), _clip(b.get("num_src_why"), 160)])
-    probes = [[k, v.get("max_scale"), v.get("sources"), v.get("candidates"), v.get("appended"), v.get("wall_s")]
-              for k, v in search_probe_settings(st.get("pack_dir")).items()]
-    return (f"## Limit-MFU search vs an exhaustive measurement of its pool (`bench/bench_search_h200.py`)\n\n"
-            f"{stamp(st)}\n\n`{st.get('command', '')}` exit status {st.get('rc')}. {r.get('device')}. Per operator: "
-            "the two-stage search's best point (stage 1 wall clock ranks the pool, stage 2 measures the leaders "
-            "with the collector) against the collector over the whole pool; done when the gap is <= "
-            f"{pct(crit.get('within'), 0)} at <= {pct(crit.get('cost_ratio'), 0)} of the exhaustive wall cost "
-            "(stage 1 + stage 2 vs the whole pool; the tracer and verify costs are common to both); spread = "
-            "(max - min) / median of 3 more collector runs of the best point; limit = the best of both; dataset "
-            "shapes = the best original case at scale 1. Stage 1 costs 0 s where every pool case was ranked by "
-            "the probe's own gate-4 and baseline wall clocks (reused: the same synchronised, profiler-free "
-            "measurement). The figure is MFU@nom where the bench's work dirs have no peak.json (MFU@ach needs "
-            "the calibrated peak); both rank cases of one dtype alike.\n\n"
-            + ("**Partial:** parts pending: " + ", ".join(pending) + " (the next call resumes).\n\n" if pending else "")
-            + table(["operator", "metric", "pool (scaled)", "search best", "exhaustive best", "gap", "within",
-                     "search cost s", "exhaustive cost s", "cost ratio", "cost ok", "spread (3 runs)", "limit",
-                     "dataset shapes", "parts done"], rows)
-            + ("\n\nCost split (seconds; stage 2 and the exhaustive measurement both run the collector with its ncu "
-               "pass) and the numerator of the best point:\n\n"
-               + table(["operator", "stage 1", "stage 2", "verify (common)", "exhaustive", "ratio incl. verify",
-                        "num_src", "why"], detail) if detail else "")
-            + ("\n\nThe probe behind each pool (probe.json in `bench_search_h200.tar.gz` beside the packs; the "
-               "stage ran over several device calls, resuming):\n\n"
-               + table(["operator", "--max-scale", "source cases", "candidates", "appended", "probe wall s"], probes)
-               if probes else ""))
+    return (f"## Limit search vs a brute force (`bench/bench_search_vs_bruteforce.py`)\n\n{stamp(st)}\n\n"
+            f"`{st.get('command', '')}` exit status {st.get('rc')}. {r.get('device')}. Per operator: the search as "
+            "a user runs it (`max_shape_probe.py --budget-s "
+            f"{cfg.get('probe_budget_s')}`, then `mfu_grid_search.py`) against an independent brute force over the "
+            f"top {cfg.get('top')} original cases by flops.py FLOPs x every non-empty subset of their batch and "
+            f"sequence axes (and k of a matmul of two data operands) x powers of two up to x{cfg.get('max_scale')}, "
+            "under the probe's limits (inputs + outputs <= 10e9 B, one call <= 4000 ms, verify as far as the "
+            "reference runs), timed by its own method (ModelNew only, device events after an L2 flush). Both "
+            f"limits are then re-timed by the collector in {crit.get('retimes')} interleaved runs (one timing "
+            "method, one peak.json, flops.py as the numerator); the figures are the re-timings' medians. Pass: "
+            f"search / brute >= {crit.get('ratio_min')} or a gap within the combined spread (max - min) of the "
+            f"two re-timings, at a search cost <= {pct(crit.get('cost_max'), 0)} of the brute force's (wall "
+            "seconds; the brute force's first calls - compilation - in brackets; one Triton cache for both).\n\n"
+            + ("**Partial:** " + "; ".join(pending) + " (the next call resumes).\n\n" if pending else "")
+            + table(["operator", "figure", "search limit", "brute-force best", "search / brute", "rate search / "
+                     "brute", "limit ok", "search cost s", "brute cost s (first calls)", "cost ratio", "pass",
+                     "note"], rows)
+            + ("\n\nWhere the two limits differ, the re-timings (search / brute force) and the brute force's "
+               "points by verdict:\n\n" + table(["operator", "where they differ", "re-timings", "combined spread",
+                                                  "brute-force points", "source cases"], diff) if diff else ""))
 
 
-def search_probe_settings(pack_dir) -> dict:
-    """{operator key: {max_scale, sources, candidates, appended, wall_s}} from the probe.json files inside the
-    search bench's state tar in the pack directory (empty when there is none)."""
-    import tarfile
-    path = os.path.join(pack_dir, "bench_search_h200.tar.gz") if pack_dir else None
-    out = {}
-    if not path or not os.path.exists(path):
-        return out
-    with tarfile.open(path) as tar:
-        for m in tar.getmembers():
-            if m.name.endswith("/work/probe.json"):
-                d = json.load(tar.extractfile(m))
-                out[m.name.split("/")[1]] = {"max_scale": (d.get("limits") or {}).get("max_scale"),
-                                              "sources": len(d.get("sources") or []),
-                                              "candidates": len(d.get("candidates") or []),
-                                              "appended": len(d.get("appended") or {}), "wall_s": d.get("wall_s")}
-    return dict(sorted(out.items()))
+def _g(x):
+    return None if x is None else f"{x:.4g}"
 
 
+def _factors(f):
+    return ", ".join(f"{k} x{v}" for k, v in (f or {}).items()) or "x1"
 
 
 def _evidence(ev):
@@ -507,11 +468,11 @@ TITLES = {"env": "Device", "ncu": "Kernel time: collector vs Nsight Compute",
           "overhead": "Tool overhead per step", "peaks_wide": "Peaks: calibration vs a wide sweep (bf16, fp16, fp32)",
           "peaks": "Peaks: int8 and fp8", "pmu": "PMU counters and bound classes (Nsight Compute)",
           "pmu_micro": "Bound classes on known kernels", "gemm_grid": "The MHA example's GEMM under ncu",
-          "search": "Limit-MFU search vs exhaustive",
+          "referee": "Limit search vs a brute force",
           "batch": "Batch over the bundled and real-case operators: MFU tables"}
 SECTIONS = {"env": sec_env, "ncu": sec_ncu, "gemm": sec_gemm, "makeall": sec_makeall, "overhead": sec_overhead,
             "peaks_wide": sec_peaks_wide, "peaks": sec_peaks, "pmu": sec_pmu, "pmu_micro": sec_pmu_micro,
-            "gemm_grid": sec_gemm_grid, "search": sec_search, "batch": sec_batch}
+            "gemm_grid": sec_gemm_grid, "referee": sec_referee, "batch": sec_batch}
 
 
 def _verdict(ok):
@@ -591,14 +552,14 @@ def _summary_rows(pack):
         rows.append(("makeall", ["`make all` (warm Triton cache)",
                                  ", ".join(f"{x['op']} {num(x.get('wall_s'))} s" for x in warm),
                                  f"<= {r.get('target_s', 60)} s", _verdict(len(ok) == len(warm))]))
-    r = (pack.get("search") or {}).get("result") or {}
+    r = (pack.get("referee") or {}).get("result") or {}
     crit = r.get("criteria") or {}
     for op in r.get("ops") or []:
-        if "metric" in op:
-            cost = "-" if op.get("cost_ratio") is None else f"{op['cost_ratio']:.1%}"
-            rows.append(("search", [f"search = exhaustive ({op['op']})", f"gap {pct(op.get('gap'), 2)}, cost {cost}",
-                                    f"gap <= {pct(crit.get('within'), 0)}, cost <= {pct(crit.get('cost_ratio'), 0)}",
-                                    _verdict(bool(op.get("within_3pct") and op.get("cost_le_25pct")))]))
+        if "ratio" in op:
+            rows.append(("referee", [f"search finds the limit ({op['op']})", f"search / brute {num(op.get('ratio'), 3)}"
+                                     f", cost {pct(op.get('cost_ratio'))}", f">= {crit.get('ratio_min')} or within "
+                                     f"the re-timings' spread, cost <= {pct(crit.get('cost_max'), 0)}",
+                                     _verdict(op.get("pass"))]))
     r = (pack.get("batch") or {}).get("result") or {}
     if r.get("ops"):
         ok = sum(1 for o in r["ops"] if o.get("status") == "ok")

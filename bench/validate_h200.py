@@ -26,12 +26,12 @@ pmu            bench/pmu_h200.sh: the MHA block with Nsight Compute counters, bo
 pmu_micro      bench/pmu_bound_h200.py: GEMMs, a copy and a small layer_norm under ncu, classified
 gemm_grid      bench/gemm_grid_h200.py: the MHA example's matmul_kernel and variants (grid, B layout, stages,
                unmasked K loop) timed and classified under ncu - why its GEMM is latency-bound
-search         bench/bench_search_h200.py: the limit-MFU search vs an exhaustive measurement of its pool
+referee        bench/bench_search_vs_bruteforce.py: the limit search (probe + grid search) vs a brute force
 batch          scripts/mfu_batch.py over the bundled and real-case operators (SEARCH=1), the MFU tables
 =============  ===========================================================================================
 
-**Resumable stages** (search, batch) are packed with ``complete: false`` until they are done, and run again by
-the next call, which continues from the state tar packed beside them (``bench_search_h200.tar.gz``,
+**Resumable stages** (referee, batch) are packed with ``complete: false`` until they are done, and run again by
+the next call, which continues from the state tar packed beside them (``bench_search_vs_bruteforce.tar.gz``,
 ``batch_state.tar.gz``; both inside pack.tgz, unpacked into ``--pack-dir`` with the JSONs). The batch stage:
 restores its tar (job records, summary, every operator's work-dir JSONs, case files the probe appended to,
 model/flops sources, make stamps and the probe's backup - never ``prof/``, profiles or pictures; JSON paths
@@ -69,12 +69,11 @@ import bench_tool_overhead  # noqa: E402
 from benchlib import load_json, run_tree  # noqa: E402
 PY = sys.executable
 MAKEALL_OPS = ("zoo/5_MHABlock", "zoo/1_BatchMatmul")
-SEARCH_OPS = os.environ.get("MFU_SEARCH_OPS", "mha,ffn")
-# extra bench_search_h200.py arguments (e.g. "--probe-arg=--max-scale=16 --probe-arg=--top=4"), recorded in the
-# stage's command line
-SEARCH_EXTRA = os.environ.get("MFU_SEARCH_EXTRA", "").split()
-# the search bench's own state from an earlier call (its tar, committed beside the pack): it resumes from it
-SEARCH_RESUME_NAME = "bench_search_h200.tar.gz"
+# extra bench_search_vs_bruteforce.py arguments (e.g. "--ops zoo/5_MHABlock,zoo/6_GQAAttention": the operators one
+# call works on), recorded in the stage's command line
+REFEREE_EXTRA = os.environ.get("MFU_REFEREE_EXTRA", "").split()
+# the referee's own state from an earlier call (its tar, committed beside the pack): it resumes from it
+REFEREE_RESUME_NAME = "bench_search_vs_bruteforce.tar.gz"
 # the batch's state from earlier calls (job records, per-operator work-dir JSONs and case files, stamps; never
 # profiles), packed into pack.tgz beside batch.json: a fresh machine restores it, so finished operators are skipped
 BATCH_STATE_NAME = "batch_state.tar.gz"
@@ -106,14 +105,14 @@ STATE_SKIP_DIRS = ("prof",)
 STATE_SKIP_SUFFIXES = (".png", ".svg", ".html", ".pt", ".ncu-rep", ".nsys-rep", ".gz", ".trace.json", ".log")
 STATE_MAX_FILE_BYTES = 2_000_000
 STAGES = ("env", "makeall", "overhead", "peaks", "peaks_wide", "gemm", "ncu", "pmu", "pmu_micro", "gemm_grid",
-          "search", "batch")
+          "referee", "batch")
 # per stage: (script that must exist, time limit s); the limit is also capped by the call's deadline
 LIMITS = {"env": (None, 60), "makeall": (None, 330), "overhead": ("bench/bench_tool_overhead.py", 420),
           "peaks": ("bench/bench_peaks_h200.py", 150), "peaks_wide": ("bench/bench_peak_calib.py", 200),
           "gemm": ("bench/bench_gemm_mfu.py", 90),
           "ncu": ("bench/ncu_vs_profiler.py", 200), "pmu": ("bench/pmu_h200.sh", 300),
           "pmu_micro": ("bench/pmu_bound_h200.py", 150), "gemm_grid": ("bench/gemm_grid_h200.py", 200),
-          "search": ("bench/bench_search_h200.py", 540), "batch": ("scripts/mfu_batch.py", 540)}
+          "referee": ("bench/bench_search_vs_bruteforce.py", 540), "batch": ("scripts/mfu_batch.py", 540)}
 # peaks_wide: a 5 x 5 x 4 grid (100 shapes per dtype, m, n in 2048..12288, k in 2048..16384, 10 ms each) instead
 # of bench_peak_calib's 448: the three dtypes' sweeps and the calibration fit in ~100 s of the stage's 200
 PEAKS_WIDE_ARGS = ["--grid-mn", "2048,4096,6144,8192,12288", "--grid-k", "2048,4096,8192,16384", "--target-ms", "10"]
@@ -492,19 +491,19 @@ def bench_stage(name):
                 "ncu_vs_profiler.md.json"),
         "pmu_micro": (lambda o: [PY, "bench/pmu_bound_h200.py", "--out", o], "result.json"),
         "gemm_grid": (lambda o: [PY, "bench/gemm_grid_h200.py", "--out", o], "result.json"),
-        "search": (lambda o, lim, resume: [PY, "bench/bench_search_h200.py", "--out", o, "--shared-data",
-                                           os.path.join(ROOT, ".shared_data", "data"), "--ops", SEARCH_OPS,
-                                           "--max-minutes", f"{max(1.0, (lim - 45) / 60):.1f}"]
-                   + (["--resume-from", resume] if resume else []) + SEARCH_EXTRA,
-                   "bench_search_h200.json"),
+        "referee": (lambda o, lim, resume: [PY, "bench/bench_search_vs_bruteforce.py", "--out", o, "--shared-data",
+                                            os.path.join(ROOT, ".shared_data", "data"),
+                                            "--max-minutes", f"{max(1.0, (lim - 45) / 60):.1f}"]
+                    + (["--resume-from", resume] if resume else []) + REFEREE_EXTRA,
+                    "bench_search_vs_bruteforce.json"),
     }
     return specs[name]
 
 
-def search_resume(pack_dir):
-    """The search bench's tar of an earlier call when it can resume there, else None (logged): a tar whose work
-    dirs hold no model.py (written before the bench packed them) would make every later part fail."""
-    path = os.path.join(pack_dir, SEARCH_RESUME_NAME)
+def referee_resume(pack_dir):
+    """The referee's tar of an earlier call when it can resume there, else None (logged): a tar whose work dirs
+    hold no model.py would make every later part fail."""
+    path = os.path.join(pack_dir, REFEREE_RESUME_NAME)
     if not os.path.exists(path):
         return None
     with tarfile.open(path) as tar:
@@ -512,7 +511,7 @@ def search_resume(pack_dir):
     works = {os.path.dirname(n) for n in names if n.endswith("/work/prepare.json")}
     lacking = sorted(w for w in works if f"{w}/model.py" not in names)
     if lacking:
-        log(f"search: not resuming from {path}: {', '.join(lacking)} without model.py (the bench starts afresh)")
+        log(f"referee: not resuming from {path}: {', '.join(lacking)} without model.py (the bench starts afresh)")
         return None
     return path
 
@@ -532,7 +531,7 @@ def run_stage(name, out_root, limit_s, env, final_out, pack_dir=None, batch_sett
         res = stage_batch(out, limit_s, env, final_out, batch_settings or dict(BATCH_DEFAULTS), pack_dir, fresh)
     else:
         argv_of, result_rel = bench_stage(name)
-        argv = (argv_of(out, limit_s, None if fresh else search_resume(pack_dir)) if name == "search"
+        argv = (argv_of(out, limit_s, None if fresh else referee_resume(pack_dir)) if name == "referee"
                 else argv_of(out))
         log_path = os.path.join(out, f"{name}.log")
         rc, _ = run_cmd(argv, limit_s, log_path, env)
@@ -547,11 +546,11 @@ def run_stage(name, out_root, limit_s, env, final_out, pack_dir=None, batch_sett
         if name == "peaks_wide":  # the calibration's every dtype and bandwidth (the bench's JSON has three dtypes)
             pk = load_json(os.path.join(out, "peak.json")) or {}
             res["peak_json"] = {k: pk.get(k) for k in ("peak_tflops", "peak_tops", "bandwidth_gbps", "regime")}
-        if name == "search":  # resumable: done when the bench has no part pending; its tar travels in the pack
+        if name == "referee":  # resumable: done when the bench has no part pending; its tar travels in the pack
             res["complete"] = bool(res["result"]) and not res["result"].get("pending")
-            if os.path.exists(os.path.join(out, SEARCH_RESUME_NAME)):
-                shutil.copy(os.path.join(out, SEARCH_RESUME_NAME), final_out)  # the next call resumes from it
-                res["pack_files"] = [os.path.join(final_out, SEARCH_RESUME_NAME)]
+            if os.path.exists(os.path.join(out, REFEREE_RESUME_NAME)):
+                shutil.copy(os.path.join(out, REFEREE_RESUME_NAME), final_out)  # the next call resumes from it
+                res["pack_files"] = [os.path.join(final_out, REFEREE_RESUME_NAME)]
     res.update({"stage": name, "wall_s": round(time.perf_counter() - t0, 1),
                 "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git_commit()})
     return res
@@ -565,7 +564,7 @@ def git_commit():
 
 
 def stage_done(pack_dir, name, batch_settings=None):
-    """Packed and complete: a resumable stage (search, batch) packed with ``complete: false`` runs again, and so does
+    """Packed and complete: a resumable stage (referee, batch) packed with ``complete: false`` runs again, and so does
     a batch with an operator finished under other measuring settings than ``batch_settings`` (``same_measure``)."""
     doc = load_json(os.path.join(pack_dir, f"{name}.json"))
     if doc is None or doc.get("complete") is False:
@@ -589,7 +588,7 @@ def main(argv=None):
     p.add_argument("--deadline-s", type=float, default=540.0, help="start no stage after this many seconds, and "
                                                                      "cap each stage's limit by what is left")
     p.add_argument("--force", action="store_true", help="run stages even when packed already; a resumable stage "
-                   "(search, batch) then starts afresh, ignoring its state tar and earlier calls")
+                   "(referee, batch) then starts afresh, ignoring its state tar and earlier calls")
     p.add_argument("--out", default=os.environ.get("OUT") or "validate_out", help="where pack.tgz is written")
     b = p.add_argument_group("batch stage (defaults: BATCH_DEFAULTS; each call records what it used)")
     b.add_argument("--batch-examples", default=BATCH_DEFAULTS["examples"], help="bundled sets (mfu_batch --examples)")

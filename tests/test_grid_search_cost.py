@@ -66,34 +66,3 @@ def test_stage2_per_case_wall_seconds_come_from_the_collectors_progress_lines(tm
     assert walls[5] >= 0.2 and walls[2] >= 0.4 - 0.05  # the second case's own sleep, not the running total
     argv = json.load(open(perf))["argv"]
     assert argv[argv.index("--pmu") + 1] == "auto"
-
-
-def test_bench_exhaustive_uses_the_searchs_stage2_settings_and_a_fresh_machine_resumes_from_the_tar(tmp_path):
-    import argparse
-    import tarfile
-
-    import bench_search_h200 as b
-    args = argparse.Namespace(backend="cuda", collect_arg=["--flush-cache-mib", "64"],
-                              search_arg=["--stage2-repeats", "7", "--stage2-pmu", "ncu"])
-    o = b._opts(args, "/w")
-    assert (o.stage2_repeats, o.stage2_pmu, o.collect_args) == (7, "ncu", ["--flush-cache-mib", "64"])
-    assert b._opts(args, "/w", pmu="none").stage2_pmu == "none"  # the spread runs only
-    state = tmp_path / "old" / "state"
-    for rel, size in [("mha.json", 10), ("mha/work/model.py", 10), ("mha/work/search/stage2/performance.json", 10),
-                      ("mha/work/search/stage2/trace.json", 10), ("mha/work/big.bin", 9 * 2 ** 20),
-                      ("triton-cache/abc/k.cubin", 10)]:
-        (state / rel).parent.mkdir(parents=True, exist_ok=True)
-        (state / rel).write_bytes(b"x" * size)
-    kept = {os.path.relpath(p, state) for p in b.state_files(str(state))}
-    assert kept == {"mha.json", "mha/work/model.py", "mha/work/search/stage2/performance.json"}
-    tar_path = tmp_path / "t.tar.gz"
-    with tarfile.open(tar_path, "w:gz") as tar:
-        for p in b.state_files(str(state)):
-            tar.add(p, arcname=os.path.relpath(p, state.parent))
-        tar.add(state / "triton-cache", arcname="state/triton-cache")
-        (tmp_path / "bench_search_h200.md").write_text("table")
-        tar.add(tmp_path / "bench_search_h200.md", arcname="bench_search_h200.md")
-    new = tmp_path / "fresh" / "elsewhere"
-    b.resume(str(tar_path), str(new))
-    assert (new / "mha/work/model.py").exists() and (new / "triton-cache/abc/k.cubin").exists()
-    assert (new / "mha.json").read_bytes() == b"x" * 10

@@ -1,0 +1,127 @@
+"""The brute-force referee's pure parts (bench/bench_search_vs_bruteforce.py, bench/referee_bruteforce.py): the
+subsets and factor grids it enumerates, which axes it scales, the dominance rule, the pass rule, and the
+bookkeeping that lets a call stop between parts and a later call (or a fresh machine) go on. Expected values are
+counted by hand here."""
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+import bench_search_vs_bruteforce as ref  # noqa: E402
+import referee_bruteforce as bf  # noqa: E402
+
+
+def test_every_non_empty_subset_and_every_power_of_two_combination_once():
+    assert bf.axis_subsets(["b", "s", "k"]) == [("b",), ("s",), ("k",), ("b", "s"), ("b", "k"), ("s", "k"),
+                                                ("b", "s", "k")]
+    assert bf.powers_of_two(16) == [2, 4, 8, 16] and bf.powers_of_two(3) == [2] and bf.powers_of_two(1) == []
+    sets = bf.factor_sets(["b", "s"], 4)
+    assert sets == [{"b": 2}, {"b": 4}, {"s": 2}, {"s": 4},
+                    {"b": 2, "s": 2}, {"b": 2, "s": 4}, {"b": 4, "s": 2}, {"b": 4, "s": 4}]
+    # 3 axes up to x16: 3 singles x 4 + 3 pairs x 16 + 1 triple x 64 = 124, no duplicate
+    big = bf.factor_sets(["b", "s", "k"], 16)
+    assert len(big) == 124 and len({json.dumps(f, sort_keys=True) for f in big}) == 124
+
+
+def _case(*tensors):
+    return {"inputs": [{"name": n, "type": "tensor", "dtype": "float16", "shape": s} for n, s in tensors]}
+
+
+def _axes(cases):
+    from mfulib.core.cases import describe_case
+    from mfulib.core.symbols import analyse
+    (group,) = analyse([describe_case(c, i) for i, c in enumerate(cases)])
+    return bf.referee_axes(group)
+
+
+def test_axes_batch_and_sequence_and_k_of_a_batched_matmul_but_never_a_weight():
+    bmm = [_case(("A", [2, 64, 32]), ("B", [2, 32, 16])), _case(("A", [4, 128, 96]), ("B", [4, 96, 128]))]
+    assert sorted(_axes(bmm)) == ["batch", "hidden", "seq"]  # b, m and k (A's last axis follows B's axis 1)
+    ffn = [_case(("x", [64, 256]), ("weight1", [256, 512]), ("weight2", [512, 256])),
+           _case(("x", [96, 384]), ("weight1", [384, 768]), ("weight2", [768, 384]))]
+    assert _axes(ffn) == ["seq"]  # the hidden sizes sit on the weights
+    assert bf.is_weight("weight1") and bf.is_weight("w2") and bf.is_weight("ffn_weight") and not bf.is_weight("x")
+
+
+def test_enumerated_points_scale_the_case_and_refuse_inputs_over_the_limit():
+    cases = [_case(("A", [2, 64, 32]), ("B", [2, 32, 16])), _case(("A", [4, 128, 96]), ("B", [4, 96, 128]))]
+    # case 1 inputs: 2 * (4*128*96) * 2 B = 196608 B; the limit lets x1 and one doubling through, not x4
+    pts = bf.enumerate_points(cases, [1], max_scale=2, max_input_bytes=400_000)
+    assert len(pts) == 1 + 7 and pts[0]["factors"] == {} and pts[0]["case"] == cases[1]
+    seq2 = next(p for p in pts if p["factors"] == {"seq": 2})
+    assert [e["shape"] for e in seq2["case"]["inputs"]] == [[4, 256, 96], [4, 96, 128]]
+    k2 = next(p for p in pts if p["factors"] == {"hidden": 2})
+    assert [e["shape"] for e in k2["case"]["inputs"]] == [[4, 128, 192], [4, 192, 128]]
+    assert all(p["status"] is None for p in pts if len(p["factors"]) <= 1)  # 294912 B or 393216 B: within
+    assert all(p["status"] == "bytes" for p in pts if len(p["factors"]) >= 2)  # >= 2x the inputs of 196608 B
+
+
+def test_dominance_only_from_a_smaller_failed_point_of_the_same_shape_family():
+    failed = [{"b": 4}, {"s": 2, "k": 2}]
+    assert bf.dominated({"b": 8}, failed) == {"b": 4}
+    assert bf.dominated({"b": 4, "s": 2}, failed) == {"b": 4}
+    assert bf.dominated({"s": 2, "k": 4}, failed) == {"s": 2, "k": 2}
+    assert bf.dominated({"b": 2, "s": 8}, failed) is None and bf.dominated({"k": 8}, failed) is None
+
+
+def test_pass_rule_ratio_or_spread_and_cost():
+    # ratio 0.5/0.51 = 0.980 >= 0.97; cost 20/100 = 0.2 <= 0.25
+    j = ref.judge([0.50, 0.50, 0.50], [0.51, 0.51, 0.51], 20.0, 100.0)
+    assert abs(j["ratio"] - 0.5 / 0.51) < 1e-12 and j["limit_ok"] and j["cost_ok"] and j["pass"]
+    # ratio 0.45/0.50 = 0.9 but the gap 0.05 is within the spreads 0.04 + 0.02
+    j = ref.judge([0.41, 0.45, 0.45], [0.49, 0.50, 0.51], 30.0, 100.0)
+    assert abs(j["combined_spread"] - 0.06) < 1e-12 and j["limit_ok"] and not j["cost_ok"] and j["pass"] is False
+    # ratio 0.9, gap 0.05 beyond spreads 0.01 + 0.01
+    j = ref.judge([0.445, 0.45, 0.455], [0.495, 0.50, 0.505], 10.0, 100.0)
+    assert j["limit_ok"] is False and j["pass"] is False
+    assert ref.judge([], [0.5], 1.0, 2.0)["limit_ok"] is None and ref.judge([0.5], [0.5], 1.0, 0)["pass"] is None
+
+
+def test_parts_are_skipped_when_done_and_a_call_stops_between_parts():
+    need = lambda part: {"probe": 145}.get(part, 20)  # noqa: E731
+    assert ref.next_part({}, 500, need) == ("prepare", "run")
+    st = {"prepare": {}, "probe": {}}
+    assert ref.next_part(st, 500, need) == ("search", "run")
+    assert ref.next_part({"prepare": {}}, 100, need) == (None, "time: probe needs 145 s")
+    assert ref.next_part(dict.fromkeys(ref.PARTS, {}), 500, need) == (None, "done")
+    assert ref.next_part({"failed": "probe"}, 500, need) == (None, "failed in probe")
+    assert ref.next_part({"skipped": "absent"}, 500, need)[0] is None
+
+
+def _points():
+    return [{"point": 0, "source_case": 3, "factors": {}, "status": None},
+            {"point": 1, "source_case": 3, "factors": {"b": 2}, "status": None},
+            {"point": 2, "source_case": 3, "factors": {"b": 4}, "status": None},
+            {"point": 3, "source_case": 3, "factors": {"b": 2, "s": 2}, "status": "bytes"}]
+
+
+def test_the_brute_force_resumes_from_its_rows_and_charges_a_crash_to_its_point(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"start": 0}\n{"row": {"point": 0, "status": "ok", "time_ns": 100}}\n{"start": 1}\n{"ro')
+    timed, verified, started = bf.read_rows(str(rows))
+    assert set(timed) == {0} and verified == {} and started == 1  # the cut line is ignored; point 1 was running
+    assert bf.next_work(_points(), timed, verified, [0], 3) == ("time", _points()[1])
+    timed[1] = {"point": 1, "status": "time"}
+    kind, p, by = bf.next_work(_points(), timed, verified, [0], 3)
+    assert (kind, p["point"], by) == ("dominated", 2, {"b": 2})  # x4 after x2 ran over the time limit
+    timed[2] = {"point": 2, "status": "dominated"}
+    assert bf.next_work(_points(), timed, verified, [0], 3) == ("verify", 0)
+    assert bf.next_work(_points(), timed, {0: {"status": "pass"}}, [0], 3) is None
+
+
+def test_the_state_tar_keeps_small_state_and_a_fresh_machine_resumes_from_it(tmp_path):
+    import benchlib
+    state = tmp_path / "old" / "state"
+    files = {"op.json": 10, "op/work/model.py": 10, "op/brute_rows.jsonl": 10, "op/work/search/x.json": 10,
+             "op/work/prof/t.json": 10, "op/work/big.json": 3 * 2 ** 20, "triton-cache/k.json": 10,
+             "op/work/trace.bin": 10}
+    for rel, size in files.items():
+        (state / rel).parent.mkdir(parents=True, exist_ok=True)
+        (state / rel).write_bytes(b"x" * size)
+    packed = benchlib.pack_state(str(tmp_path / "t.tar.gz"), str(state), ref.keep_in_tar)
+    assert packed == sorted(["op.json", "op/work/model.py", "op/brute_rows.jsonl"])
+    new = tmp_path / "fresh" / "elsewhere"
+    benchlib.unpack_state(str(tmp_path / "t.tar.gz"), str(new))
+    assert sorted(os.path.relpath(os.path.join(d, f), new) for d, _s, fs in os.walk(new) for f in fs) == packed
