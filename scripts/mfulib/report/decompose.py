@@ -227,7 +227,8 @@ def attach_bounds_and_roofline(row: dict, case: dict, peaks: dict) -> None:
         b = _kernel_dram_bytes(c, ktime.get(n))
         launches = finite_or_none((kinfo.get(n) or {}).get("launches_per_iter")) or 1.0
         dram[n] = b * launches if b is not None and per_launch else b
-        ex, how = _executed.kernel_flops(c, kind, peaks.get("capability"), row.get("peak_key"))
+        ex, how = _executed.kernel_flops(c, kind, peaks.get("capability"), row.get("peak_key"),
+                                         (case.get(_executed.SHAPES_FIELD) or {}).get(n))
         executed[n] = (ex * launches if ex is not None else None, how)
         used = c.get("block_dim") if kind == "msprof" else c.get("grid_size")
         if cores and used and ktime.get(n):
