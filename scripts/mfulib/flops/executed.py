@@ -144,7 +144,7 @@ def kernel_flops(counters: dict, backend: str, capability=None, mode=None, compi
                           f"instructions (FLOPs {factor} each) cannot be told from mma.sync ones")
         if gmma > 0:
             pre = (f"compute capability {capability}: {gmma:.6g} warpgroup MMA (wgmma) instructions ran (ncu counts a "
-                   f"wgmma m64nNk once per warp of its warpgroup)")
+                   f"wgmma m64nNk once per warp of its warpgroup: {factor} FLOPs per counted instruction)")
             if inst > gmma:
                 return None, (f"{pre} beside {inst - gmma:.6g} other tensor instructions ({CUDA_COUNTER} {inst:.6g}): "
                               "the remainder's shape is not split out")

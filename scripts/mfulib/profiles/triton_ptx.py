@@ -37,7 +37,7 @@ MMA_SYNC_TYPES = ("row", "col", "satfinite")  # layout / saturation qualifiers, 
 def ptx_mma_shapes(ptx: str) -> dict:
     """{"wgmma": [...], "mma_sync": [...]} of PTX text: one entry per distinct instruction form, ``{"shape":
     "m64n128k16", "m", "n", "k", "types": "f32.f16.f16" (dtype.atype.btype), "sparse": bool (wgmma ``.sp``),
-    "static_count": occurrences in the text}``, sorted by shape then types. Comments are not skipped: Triton's PTX
+    "static_count": occurrences in the text}``, ordered by m, n, k, then types. Comments are not skipped: Triton's PTX
     carries none that name an instruction."""
     out = {"wgmma": {}, "mma_sync": {}}
     for m in WGMMA_RE.finditer(ptx):
