@@ -235,14 +235,15 @@ def attach_bounds_and_roofline(row: dict, case: dict, peaks: dict) -> None:
             active.append((ktime[n], min(float(used), cores) / cores))
     empty = {"label": "unknown", "source": None, "evidence": {}, "note": row.get("pmu_unavailable") or
              "no PMU counters for this case (fp32-vs-fp16 fallback where both dtypes were measured)"}
+    kb = row["kernel_bounds"]
     for p in row.get("parts") or []:
-        kc = [(ktime.get(n) or 0.0, counters[n]) for n in p["kernels"] if n in counters]
-        p["bound"] = _bound.classify(_bound.part_counters(kc), kind) if kc else dict(
+        kc = [(ktime.get(n) or 0.0, kb[n]) for n in p["kernels"] if n in kb]
+        p["bound"] = _bound.majority_bound(kc) if kc else dict(
             empty, note=empty["note"] if not counters else "no PMU counters for this part's kernels")
         known = [dram.get(n) for n in p["kernels"]]
         p["dram_bytes"] = float(sum(known)) if known and all(v is not None for v in known) else None
-    allk = [(ktime.get(n) or 0.0, c) for n, c in counters.items()]
-    row["bound"] = _bound.classify(_bound.part_counters(allk), kind) if allk else dict(empty)
+    allk = [(ktime.get(n) or 0.0, b) for n, b in kb.items()]
+    row["bound"] = _bound.majority_bound(allk) if allk else dict(empty)
     case_dram = [dram.get(n) for n in kinfo]
     flops = row.get("flops") if row.get("matrix_work") else None
     row["roofline"] = _roofline.roofline(flops, row.get("bytes"), row.get("kernel_time_ns"),
