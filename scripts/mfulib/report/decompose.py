@@ -175,8 +175,8 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str, above_peak_
         why = row["numerator_reason"] or "see flops_check.json"
         _flag(row["flags"], "warning", f"numerator {row['numerator']}: {why} - the MFU rests on a flops.py "
                                        "check_flops.py could not confirm")
-    if row["span_ns"] is not None:
-        row["launch_overhead_ns"] = max(row["span_ns"] - t_ns, 0.0)
+    if row["span_ns"] is not None:  # idle time: span - union of the kernel intervals (= sum without overlap)
+        row["launch_overhead_ns"] = max(row["span_ns"] - (finite_or_none(case.get("kernel_union_ns")) or t_ns), 0.0)
     for f in case.get("flags") or []:
         _flag(row["flags"], "note", f"collector: {f}")
     if peak_ach is None and matrix:
