@@ -3,6 +3,7 @@
 
   python3 bench/executed_flops_h200.py --out $OUT/executed            # on the GPU machine (~3-5 min)
   python3 bench/executed_flops_h200.py --out /tmp/ex --compile-only   # anywhere (CPU): compiler part + fixtures
+  python3 bench/executed_flops_h200.py --out /tmp/ex --tiny           # CPU: every step on tiny cases, no counters
 
 Two parts:
 
@@ -41,10 +42,13 @@ sys.path.insert(0, SCRIPTS)
 ZOO_REF = os.path.join(ROOT, "examples", "ops", "bench", "zoo", "5_MHABlock.py")
 ZOO_IMPL = os.path.join(ROOT, "examples", "ops", "gen", "zoo", "5_MHABlock_triton_optimized.py")
 ZOO_FLOPS = os.path.join(ROOT, "examples", "ops", "bench", "zoo", "5_MHABlock_flops.py")
-# case 0: every GEMM dimension a tile multiple (M = 2048, N = 3072 / 1024, K = 1024), head dim 64, causal - the dense
-# reference counts the masked half; case 1: no dimension a multiple (M = 1500, N = 3000 / 1000, K = 1000), head dim
-# 40, not causal - the tiles pad
+# case 0: every GEMM dimension a tile multiple (M = 2048, N = 3072 / 1024, K = 1024), head dim 64 (QK and PV both
+# wgmma n64), causal - the kernel skips whole masked key blocks; case 1: no dimension a multiple (M = 1500,
+# N = 3000 / 1000, K = 1000), head dim 40, not causal - the tiles pad. Note: the tracer counts only the kept pairs of
+# a causal mask (on the CPU, --tiny case 0: 2,629,632 = projections 4 x 2*64*64*64 + attention 2 x 2 x 2080 pairs x
+# 32 x 2 heads), so tile-granular execution stays >= traced and min() keeps the tracer here
 CASES = ({"x": [4, 512, 1024], "head_num": 16, "causal": True}, {"x": [3, 500, 1000], "head_num": 25, "causal": False})
+TINY_CASES = ({"x": [1, 64, 64], "head_num": 2, "causal": True}, {"x": [1, 40, 48], "head_num": 2, "causal": False})
 GEMM_TILE = (128, 256, 64)  # examples/ops/gen/zoo/5_MHABlock_triton_optimized.py gemm_tiles(fp16)
 FIXTURE_KERNELS = (  # (label, kernel source, constexprs, signature types, num_warps, num_stages)
     ("zoo5 matmul_kernel fp16 128x256x64", "matmul", {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8},
@@ -161,23 +165,25 @@ def gemm_tile_model(m: int, n: int, k: int) -> float:
     return 2.0 * bm * math.ceil(m / bm) * bn * math.ceil(n / bn) * bk * math.ceil(k / bk)
 
 
-def measure(out: str, backend: str) -> dict:
-    """Part 2 (module docstring) on ``backend`` (cuda with ncu; cpu runs the same steps without counters)."""
+def measure(out: str, backend: str, cases=CASES) -> dict:
+    """Part 2 (module docstring) on ``backend`` with ``cases`` (cuda with ncu; cpu runs the same steps on the
+    interpreter without counters: executed FLOPs None, ``num_src`` tracer, the why said)."""
     from mfulib.flops.executed import SHAPES_FIELD, executed_flops
     from mfulib.core.definitions import peak_key
     from mfulib.search.numerator import numerator
     work = os.path.join(out, "work")
     shutil.rmtree(work, ignore_errors=True)
-    cases = os.path.join(out, "cases.jsonl")
-    with open(cases, "w") as f:
-        for c in CASES:
+    os.makedirs(os.path.join(out, "cases"), exist_ok=True)  # beside the work dir, never inside it
+    cases_file = os.path.join(out, "cases", "5_MHABlock_cases.jsonl")
+    with open(cases_file, "w") as f:
+        for c in cases:
             f.write(json.dumps({"inputs": [
                 {"name": "x", "type": "tensor", "required": True, "dtype": "float16", "shape": c["x"]},
                 {"name": "head_num", "type": "attr", "required": True, "dtype": "int", "value": c["head_num"]},
                 {"name": "causal", "type": "attr", "required": True, "dtype": "bool", "value": c["causal"]}]}) + "\n")
     env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(out, "triton_cache"), PYTHONUNBUFFERED="1")
     py, log = sys.executable, []
-    steps = [[py, os.path.join(SCRIPTS, "prepare_op_dir.py"), "--ref", ZOO_REF, "--cases", cases, "--impl", ZOO_IMPL,
+    steps = [[py, os.path.join(SCRIPTS, "prepare_op_dir.py"), "--ref", ZOO_REF, "--cases", cases_file, "--impl", ZOO_IMPL,
               "--dst", work]]
     rc = _run(steps[0], log, env)
     if rc == 0:
@@ -190,7 +196,7 @@ def measure(out: str, backend: str) -> dict:
             rc = _run(cmd, log, env)
             if rc != 0:
                 break
-    res = {"backend": backend, "cases": list(CASES), "steps": log, "per_case": []}
+    res = {"backend": backend, "cases": list(cases), "steps": log, "per_case": []}
     perf = os.path.join(work, "performance.json")
     if not os.path.exists(perf):
         res["error"] = "no performance.json (see steps)"
@@ -207,7 +213,7 @@ def measure(out: str, backend: str) -> dict:
         mode = peak_key(e.get("compute_dtype"), bool(e.get("tf32"))) if e.get("compute_dtype") else None
         ex, src, why = executed_flops(e, rep.get("backend"), cap, mode)
         traced = e.get("flops_tracer")
-        c = CASES[e["case"]]
+        c = cases[e["case"]]
         b, s, h = c["x"]
         m = b * s
         row = {"case": e["case"], "shape": e.get("shape"), "causal": c["causal"], "flops_py": e.get("flops"),
@@ -253,14 +259,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--compile-only", action="store_true", help="part 1 only (no GPU needed)")
-    ap.add_argument("--backend", default="cuda", choices=("cuda", "cpu"),
-                    help="part 2's backend (cpu: the same steps on the interpreter, no counters)")
+    ap.add_argument("--tiny", action="store_true", help="part 2 on the cpu backend with tiny cases (no GPU)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
     res = {"compile": compile_fixtures(args.out)}
     if not args.compile_only:
-        res["measure"] = measure(args.out, args.backend)
+        res["measure"] = measure(args.out, "cpu", TINY_CASES) if args.tiny else measure(args.out, "cuda")
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     with open(os.path.join(args.out, "result.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
