@@ -37,7 +37,7 @@ therefore not used (None, with :data:`NPU_WHY`), and the numerator is the tracer
 """
 from __future__ import annotations
 
-from mfulib.core.definitions import finite_or_none
+from mfulib.core.definitions import canonical_mode, finite_or_none
 from mfulib.core.errors import UserError
 
 CUDA_COUNTER = "tensor_inst_executed"
@@ -48,9 +48,7 @@ MMA_SYNC_FLOPS_PER_INST = {"float16": 2 * 16 * 8 * 16, "bfloat16": 2 * 16 * 8 * 
 # k of the warpgroup MMA shape m64nNk per math mode (PTX ISA wgmma "Matrix shape"); M is 64, 4 warps issue it
 WGMMA_K = {"float16": 16, "bfloat16": 16, "tf32": 8, "int8": 32, "float8_e4m3fn": 32}
 WGMMA_M, WARPS_PER_WARPGROUP = 64, 4
-# PTX input type (atype of wgmma .dtype.atype.btype) -> math mode of the tables above
-PTX_TYPE_MODE = {"f16": "float16", "bf16": "bfloat16", "tf32": "tf32", "s8": "int8", "u8": "int8",
-                 "e4m3": "float8_e4m3fn", "e5m2": "float8_e4m3fn"}
+PTX_INT8_TYPES = ("s8", "u8")  # wgmma integer input types (PTX ISA); the others are dtype spellings of core.definitions
 SHAPES_FIELD = "mma_shapes"  # performance.json per_case[] field: {kernel: compiled-variant record}
 NPU_WHY = ("npu: msprof aic_cube_fops is not used - no public source found defines what it counts (FLOPs or MACs, "
            "per task or per core, padded fractal tiles or not), so it cannot be compared with traced FLOPs")
@@ -108,7 +106,8 @@ def wgmma_from_compiled(record) -> tuple:
     m, n, k, types, sparse = forms[0]
     if sparse:
         return None, f"sparse wgmma (.sp) m{m}n{n}k{k}.{types}: no FLOP convention for it here"
-    mode = PTX_TYPE_MODE.get(types.split(".")[1] if "." in types else "")
+    atype = types.split(".")[1] if "." in types else ""
+    mode = "int8" if atype in PTX_INT8_TYPES else canonical_mode(atype) if atype else None  # f16 -> float16, ...
     if mode is None or m != WGMMA_M or WGMMA_K.get(mode) != k:
         return None, (f"wgmma m{m}n{n}k{k}.{types} does not fit the shape table (m {WGMMA_M}, k by input type "
                       f"{WGMMA_K})")
