@@ -186,10 +186,28 @@ def test_raw_counter_names_of_older_files_are_normalised():
     assert pmu.source_of({"k": {"aic_mac_ratio": 0.9}}) == "msprof" and pmu.source_of({"k": {"x": 1}}) is None
 
 
-def test_part_counters_are_time_weighted_and_the_fallback_never_says_compute_bound_far_below_the_roof():
-    # 30 ns at ratio 0.9 and 10 ns at 0.5: (27 + 5) / 40 = 0.8
-    assert bound.part_counters([(30.0, {"aic_mac_ratio": 0.9}), (10.0, {"aic_mac_ratio": 0.5})]) == \
-        {"aic_mac_ratio": pytest.approx(0.8)}
+def _kb(label, note="k"):
+    return {"label": label, "source": "pmu:ncu", "evidence": {"sm_throughput_pct": len(note)}, "note": note}
+
+
+def test_a_part_takes_the_class_holding_more_than_half_its_time_else_mixed():
+    # RESULTS' MHA case 7: GEMMs tensor-bound 600 ns, attention latency-bound 400 ns -> tensor-bound, 60% / 40%
+    b = bound.majority_bound([(300.0, _kb("tensor-bound", "gemm1")), (300.0, _kb("tensor-bound", "gemm")),
+                              (400.0, _kb("latency-bound", "attn"))])
+    assert b["label"] == "tensor-bound" and b["shares"] == {"tensor-bound": 0.6, "latency-bound": 0.4}
+    assert b["evidence"] == {"sm_throughput_pct": 5} and "60%" in b["note"] and b["source"] == "pmu:ncu"
+    # 45% / 35% / 20%: no class above half -> mixed, shares quoted (not averaged counters)
+    m = bound.majority_bound([(45.0, _kb("tensor-bound")), (35.0, _kb("memory-bound")), (20.0, _kb("latency-bound"))])
+    assert m["label"] == "mixed" and m["evidence"] == {}
+    assert m["shares"] == pytest.approx({"tensor-bound": 0.45, "memory-bound": 0.35, "latency-bound": 0.2})
+    assert "tensor-bound 45%, memory-bound 35%, latency-bound 20%" in m["note"]
+    # exactly half is not more than half; kernels without time count for nothing
+    assert bound.majority_bound([(50.0, _kb("tensor-bound")), (50.0, _kb("memory-bound"))])["label"] == "mixed"
+    assert bound.majority_bound([(0.0, _kb("tensor-bound")), (10.0, _kb("memory-bound"))])["label"] == "memory-bound"
+    assert bound.majority_bound([(0.0, _kb("tensor-bound"))])["label"] == "unknown"
+
+
+def test_the_fallback_never_says_compute_bound_far_below_the_roof():
     # the misreading guarded against: fp32 fell as far as the peak, MFU@ach 4% -> not compute-bound
     b = bound.fallback_bound(0.27, 0.271, 0.04)
     assert b["label"] == "unknown" and b["source"] == "fallback:fp32-vs-fp16" and "far below" in b["note"]

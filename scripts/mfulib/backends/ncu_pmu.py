@@ -229,12 +229,16 @@ class NcuPmu:
         under ncu in ``out_dir`` (``spec.json``, ``ncu.csv`` = ncu's stdout+stderr, ``report.json``).
 
         ``sequence``: the CUPTI kernel names of one iteration; ``names``: the case's kernel names. Returns
-        {pmu, pmu_source, pmu_unavailable, pmu_launches, pmu_csv, flags}; never raises for the case."""
+        {pmu, pmu_source, pmu_unavailable, pmu_launches, pmu_csv, flags, mma_shapes} (``mma_shapes``: the MMA
+        instructions of each profiled kernel's compiled variant in the child's Triton cache,
+        :func:`mfulib.profiles.triton_ptx.kernel_records`); never raises for the case."""
         from mfulib.core.jsonio import write_json_atomic
         from mfulib.profiles.ncu import parse_ncu_csv
+        from mfulib.profiles.triton_ptx import kernel_records
+        from mfulib.run.worker import triton_cache_dir
         v = self.probe()
         out = {"pmu": None, "pmu_source": None, "pmu_unavailable": v["reason"], "pmu_launches": 0, "pmu_csv": None,
-               "flags": []}
+               "flags": [], "mma_shapes": None}
         if not v["available"]:
             return out
         if not sequence:
@@ -281,7 +285,8 @@ class NcuPmu:
         missing = [k for k, e in pmu.items() if not e["launches"]]
         if missing:
             out["flags"].append(f"ncu profiled no launch of {missing[:4]}: their counters are None")
-        out.update(pmu=pmu, pmu_source=self.source, pmu_unavailable=None, pmu_launches=len(recs))
+        out.update(pmu=pmu, pmu_source=self.source, pmu_unavailable=None, pmu_launches=len(recs),
+                   mma_shapes=kernel_records(pmu, triton_cache_dir(env)))
         self.log(f"  ncu: {len(recs)} launch(es) of {len(pmu) - len(missing)} kernel(s) profiled in {wall:.1f} s")
         return out
 
@@ -307,7 +312,7 @@ class NoPmu:
 
     def collect_case(self, spec, sequence, names, out_dir, env) -> dict:
         return {"pmu": None, "pmu_source": None, "pmu_unavailable": self.reason, "pmu_launches": 0, "pmu_csv": None,
-                "flags": []}
+                "flags": [], "mma_shapes": None}
 
 
 def pmu_plan(backend_name: str, mode: str, ncu=None, cache_control="auto", flush_cache_mib=0.0, iterations=2,

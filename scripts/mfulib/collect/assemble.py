@@ -89,7 +89,8 @@ def build_report(c: Collection) -> dict:
             got = results[info.case_id][impls[-1]].get("pmu_run") or {}
             entry.update(pmu=got.get("pmu") if got.get("pmu") is not None else entry.get("pmu") or None,
                          pmu_source=got.get("pmu_source"),
-                         pmu_unavailable=got.get("pmu_unavailable", pmu.probe()["reason"]))
+                         pmu_unavailable=got.get("pmu_unavailable", pmu.probe()["reason"]),
+                         mma_shapes=got.get("mma_shapes"))
             entry["flags"] += got.get("flags") or []
         if gate is not None:
             entry["verify"] = gate.admits(info.case_id)[1]

@@ -15,12 +15,19 @@ instructions, Nsight Compute Kernel Profiling Guide "Metrics Decoder": ``inst_ex
   Matrix Multiply-Accumulate Instructions", "Matrix shape": ``mma.sync.aligned.m16n8k16`` for .f16/.bf16,
   ``m16n8k8`` for .tf32, ``m16n8k32`` for .s8/.e4m3);
 * capability >= 9 (Hopper): a kernel that ran no warpgroup MMA (``tensor_inst_executed_gmma`` 0) counts as on 8.x.
-  One that did is refused: a ``wgmma.mma_async`` has the shape m64nNk (PTX ISA, "Asynchronous Warpgroup Level
-  Matrix Multiply-Accumulate", "Matrix shape": k16 for .f16/.bf16, k8 .tf32, k32 8-bit; N = 8..256 in steps of 8)
-  and is issued by a warpgroup of 4 warps (PTX ISA "Warpgroup"; NVIDIA Hopper Tuning Guide), so ncu counts it 4
-  times, 2*64*N*k/4 FLOPs per counted instruction (:func:`wgmma_flops_per_counted_inst`: 512*N for 16-bit) - and
-  the N the compiler chose is in no counter (one kernel may issue several). On sm_90 the hmma count includes the
-  gmma ones (equal on every real H200 kernel of tests/fixtures/h200/pmu_mha_128x128.json), so a missing gmma count
+  One that did needs the shape: a ``wgmma.mma_async`` is m64nNkK (PTX ISA, "Asynchronous Warpgroup Level Matrix
+  Multiply-Accumulate", "Matrix shape": K 16 for .f16/.bf16, 8 .tf32, 32 8-bit; N = 8..256 in steps of 8) and is
+  issued by a warpgroup of 4 warps (PTX ISA "Warpgroup"; NVIDIA Hopper Tuning Guide), so ncu counts it 4 times,
+  2*64*N*K/4 FLOPs per counted instruction (:func:`wgmma_flops_per_counted_inst`: 512*N for 16-bit, 256*N tf32,
+  1024*N 8-bit). No counter reports N: it is read from the compiled kernel the launch ran - the PTX of the Triton
+  cache variant with the launch's name, threads and dynamic shared memory (performance.json ``mma_shapes``,
+  :mod:`mfulib.profiles.triton_ptx`). The count is refused (None, with why) when no variant matches or several
+  with different instructions do, when the PTX names several wgmma shapes (the counter does not split by shape,
+  and the PTX's static instruction counts are not executed counts: the K loop's trip count, predication and
+  software pipelining decide those, so they are not apportioned), when the PTX's K disagrees with this table for
+  its input type, for sparse wgmma (``.sp``), and when ``tensor_inst_executed`` exceeds the gmma count (mma.sync
+  instructions ran too: on sm_90 the hmma count includes the gmma ones - equal on every real H200 kernel of
+  tests/fixtures/h200/pmu_mha_128x128.json - and the remainder's shape is not split out). A missing gmma count
   is a refusal too.
 
 Ascend NPU: msprof's ``aic_cube_fops`` (``--aic-metrics ArithmeticUtilization``) is documented only as the cube
@@ -30,7 +37,7 @@ therefore not used (None, with :data:`NPU_WHY`), and the numerator is the tracer
 """
 from __future__ import annotations
 
-from mfulib.core.definitions import finite_or_none
+from mfulib.core.definitions import canonical_mode, finite_or_none
 from mfulib.core.errors import UserError
 
 CUDA_COUNTER = "tensor_inst_executed"
@@ -41,6 +48,8 @@ MMA_SYNC_FLOPS_PER_INST = {"float16": 2 * 16 * 8 * 16, "bfloat16": 2 * 16 * 8 * 
 # k of the warpgroup MMA shape m64nNk per math mode (PTX ISA wgmma "Matrix shape"); M is 64, 4 warps issue it
 WGMMA_K = {"float16": 16, "bfloat16": 16, "tf32": 8, "int8": 32, "float8_e4m3fn": 32}
 WGMMA_M, WARPS_PER_WARPGROUP = 64, 4
+PTX_INT8_TYPES = ("s8", "u8")  # wgmma integer input types (PTX ISA); the others are dtype spellings of core.definitions
+SHAPES_FIELD = "mma_shapes"  # performance.json per_case[] field: {kernel: compiled-variant record}
 NPU_WHY = ("npu: msprof aic_cube_fops is not used - no public source found defines what it counts (FLOPs or MACs, "
            "per task or per core, padded fractal tiles or not), so it cannot be compared with traced FLOPs")
 
@@ -74,12 +83,46 @@ def _major(capability):
         return None
 
 
-def kernel_flops(counters: dict, backend: str, capability=None, mode=None) -> tuple:
+def wgmma_from_compiled(record) -> tuple:
+    """(FLOPs per counted gmma instruction or None, how or why not) from one kernel's compiled-variant record
+    (performance.json ``mma_shapes[kernel]``, :func:`mfulib.profiles.triton_ptx.launched_variant`): the variant's
+    single wgmma shape and input type give N, K and the math mode (module docstring for every refusal)."""
+    if not isinstance(record, dict):
+        return None, "no compiled-kernel record (performance.json mma_shapes) to read the wgmma N from"
+    if record.get("status") != "found":
+        return None, f"compiled kernel not identified: {record.get('why') or record.get('status')}"
+    variants = record.get("variants") or []
+    forms = sorted({(w["m"], w["n"], w["k"], w["types"], bool(w.get("sparse"))) for v in variants
+                    for w in v.get("wgmma") or []})
+    sha = ", ".join(sorted({str(v.get("ptx_sha256", "?"))[:12] for v in variants}))
+    if not forms:
+        return None, f"gmma instructions ran but the matched PTX (sha256 {sha}) names no wgmma.mma_async"
+    if len(forms) > 1:
+        shown = ", ".join(f"m{m}n{n}k{k}.{t}" for m, n, k, t, _ in forms)
+        counts = {f"m{w['m']}n{w['n']}k{w['k']}": w.get("static_count") for v in variants for w in v["wgmma"]}
+        return None, (f"the PTX (sha256 {sha}) names several wgmma shapes ({shown}; static counts {counts}) and the "
+                      "gmma counter does not split by shape; static counts are not executed counts (loop trip "
+                      "counts, predication, pipelining), so the count is not apportioned")
+    m, n, k, types, sparse = forms[0]
+    if sparse:
+        return None, f"sparse wgmma (.sp) m{m}n{n}k{k}.{types}: no FLOP convention for it here"
+    atype = types.split(".")[1] if "." in types else ""
+    mode = "int8" if atype in PTX_INT8_TYPES else canonical_mode(atype) if atype else None  # f16 -> float16, ...
+    if mode is None or m != WGMMA_M or WGMMA_K.get(mode) != k:
+        return None, (f"wgmma m{m}n{n}k{k}.{types} does not fit the shape table (m {WGMMA_M}, k by input type "
+                      f"{WGMMA_K})")
+    per = wgmma_flops_per_counted_inst(n, mode)
+    return per, f"wgmma m{m}n{n}k{k}.{types} (PTX sha256 {sha}): 2*{m}*{n}*{k}/{WARPS_PER_WARPGROUP} = {per} FLOPs"
+
+
+def kernel_flops(counters: dict, backend: str, capability=None, mode=None, compiled=None) -> tuple:
     """(executed matrix FLOPs of one launch or None, how or why not) from one kernel's canonical counters.
 
     ``backend``: npu | cuda | cpu (or the counter source ncu | msprof); ``capability``: the CUDA compute capability
-    ``"9.0"``; ``mode``: the case's math mode (:func:`mfulib.core.definitions.peak_key`: float16, tf32, ...).
-    Never raises: every refusal is a None with its reason (module docstring)."""
+    ``"9.0"``; ``mode``: the case's math mode (:func:`mfulib.core.definitions.peak_key`: float16, tf32, ...), used
+    for mma.sync kernels; ``compiled``: the kernel's compiled-variant record (performance.json ``mma_shapes``), the
+    source of a wgmma kernel's shape and math mode. Never raises: every refusal is a None with its reason (module
+    docstring)."""
     backend = {"ncu": "cuda", "msprof": "npu"}.get(backend, backend)
     why = _no_counter(backend)
     if why:
@@ -99,10 +142,15 @@ def kernel_flops(counters: dict, backend: str, capability=None, mode=None) -> tu
             return None, (f"compute capability {capability}: no {GMMA_COUNTER} count, so warpgroup MMA (wgmma) "
                           f"instructions (FLOPs {factor} each) cannot be told from mma.sync ones")
         if gmma > 0:
-            return None, (f"compute capability {capability}: {gmma:.6g} warpgroup MMA (wgmma) instructions ran (ncu "
-                          f"counts a wgmma m64nNk once per warp of its warpgroup: {factor} FLOPs per counted "
-                          "instruction) and the N the compiler chose (8..256, possibly several per kernel) is in no "
-                          "counter, so executed FLOPs are unknown")
+            pre = (f"compute capability {capability}: {gmma:.6g} warpgroup MMA (wgmma) instructions ran (ncu counts a "
+                   f"wgmma m64nNk once per warp of its warpgroup: {factor} FLOPs per counted instruction)")
+            if inst > gmma:
+                return None, (f"{pre} beside {inst - gmma:.6g} other tensor instructions ({CUDA_COUNTER} {inst:.6g}): "
+                              "the remainder's shape is not split out")
+            per, how = wgmma_from_compiled(compiled)
+            if per is None:
+                return None, f"{pre}; {how}"
+            return gmma * per, f"ncu {GMMA_COUNTER} x {how}"
     per = MMA_SYNC_FLOPS_PER_INST.get(mode)
     if per is None:
         return None, f"no mma.sync shape known for math mode {mode!r}"
@@ -111,8 +159,8 @@ def kernel_flops(counters: dict, backend: str, capability=None, mode=None) -> tu
 
 def executed_flops(entry: dict, backend: str, capability=None, mode=None) -> tuple:
     """(executed matrix FLOPs per iteration, source, why not) of one performance.json ``per_case`` entry: the sum
-    over its ``kernels`` of :func:`kernel_flops` x ``launches_per_iter``. ``source`` is
-    ``"hardware:tensor_inst_executed"`` when counted; the value and source are None (``why`` says why) where any
+    over its ``kernels`` of :func:`kernel_flops` x ``launches_per_iter`` (each kernel's compiled-variant record
+    from the entry's ``mma_shapes``). ``source`` is ``"hardware:tensor_inst_executed"`` when counted; the value and source are None (``why`` says why) where any
     kernel gives no usable count, the counters were unavailable (``pmu_unavailable``) or the backend has none.
     Never raises."""
     if entry.get("pmu_unavailable"):
@@ -125,9 +173,9 @@ def executed_flops(entry: dict, backend: str, capability=None, mode=None) -> tup
         return None, None, f"no PMU counters in the collection ({CUDA_COUNTER} not measured)"
     if not kernels:
         return None, None, "the collection lists no kernels for this case"
-    total = 0.0
+    total, compiled = 0.0, entry.get(SHAPES_FIELD) or {}
     for k in kernels:
-        v, why = kernel_flops(pmu.get(k.get("name")), backend, capability, mode)
+        v, why = kernel_flops(pmu.get(k.get("name")), backend, capability, mode, compiled.get(k.get("name")))
         if v is None:
             return None, None, f"kernel {k.get('name')!r}: {why}"
         total += v * float(k.get("launches_per_iter") or 1)

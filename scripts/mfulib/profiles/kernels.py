@@ -7,7 +7,11 @@ optionally ``kind`` and ``pmu`` ({counter: value}).
 Definitions (docs/ARCHITECTURE.md#kernel-time):
 
 * kernel time of one iteration = sum of the durations of its kernels (idle gaps excluded);
-* span of one iteration = last kernel end - first kernel start; ``launch_overhead_ns`` = span - kernel time;
+* span of one iteration = last kernel end - first kernel start; ``kernel_union_ns`` = the length of the union of
+  its kernels' [start, end) intervals (:func:`interval_union_ns`), equal to the kernel time unless kernels overlap
+  (several streams, a foreign profile); ``kernel_overlap_ns`` = kernel time - union; ``launch_overhead_ns`` = span -
+  union: the idle time between kernels, never negative, = span - kernel time without overlap. Overlap is flagged
+  (``kernel_overlap``); the kernel time, and so MFU, stays the sum (the official definition);
 * the per-case figure is the **median** over the measured iterations (warmup iterations are dropped);
 * ``repeat_spread`` = (max - min) / median of the measured per-iteration kernel times; above
   :data:`SPREAD_LIMIT` (5%) it is flagged;
@@ -104,6 +108,19 @@ def assign_by_period(rows, n_iters: int):
 # ------------------------------------------------------------------------------------------------ statistics
 
 
+def interval_union_ns(rows) -> float:
+    """Length of the union of the rows' [start_ns, start_ns + duration_ns) intervals (overlaps counted once)."""
+    total, end = 0.0, None
+    for s, e in sorted((r["start_ns"], r["start_ns"] + r["duration_ns"]) for r in rows):
+        if end is None or s >= end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return float(total)
+
+
 def _stats(values) -> dict:
     a = np.asarray(values, dtype=float)
     return {"mean_ns": float(a.mean()), "median_ns": float(np.median(a)), "min_ns": float(a.min()),
@@ -124,7 +141,8 @@ def summarize(rows, warmup: int, repeats: int, extra_problems=(), spread_limit: 
     Returns a dict: ``status`` (ok | incomplete | no_kernels), ``problems``, ``flags``, ``launches_per_iter``,
     ``sequence`` (kernel names of one iteration), ``kernels`` (per name, first-launch order),
     ``iteration_launches`` (per position in the iteration: median/min/max ns), ``iter_kernel_time_ns``,
-    ``iter_span_ns``, ``kernel_time_ns``, ``kernel_time_mean_ns``, ``span_ns``, ``launch_overhead_ns``,
+    ``iter_span_ns``, ``kernel_time_ns``, ``kernel_time_mean_ns``, ``span_ns``, ``kernel_union_ns``,
+    ``kernel_overlap_ns``, ``launch_overhead_ns``,
     ``repeat_spread``, ``pmu`` ({kernel: {counter: mean}}), ``median_iterations``, ``harness_launches_dropped``,
     ``launches_outside_iterations``.
     """
@@ -183,6 +201,12 @@ def summarize(rows, warmup: int, repeats: int, extra_problems=(), spread_limit: 
     iter_kt = [float(sum(r["duration_ns"] for r in by_iter[i])) for i in measured]
     iter_span = [float(max(r["start_ns"] + r["duration_ns"] for r in by_iter[i]) - min(r["start_ns"] for r in by_iter[i]))
                  for i in measured]
+    iter_union = [interval_union_ns(by_iter[i]) for i in measured]
+    overlapped = [i for i, kt_i, u in zip(measured, iter_kt, iter_union) if kt_i - u > 0]
+    if overlapped:
+        out["flags"].append(f"kernel_overlap: kernels of iterations {overlapped[:6]} overlap in time (several streams "
+                            "or a foreign profile): kernel_time_ns is their sum (MFU uses it), kernel_union_ns the time "
+                            "some kernel ran, kernel_overlap_ns the difference")
     order = list(dict.fromkeys(ref))
     ranked = sorted(range(len(iter_kt)), key=lambda j: iter_kt[j])  # stable: ties keep iteration order
     half = len(ranked) // 2
@@ -213,12 +237,14 @@ def summarize(rows, warmup: int, repeats: int, extra_problems=(), spread_limit: 
                           "max_ns": float(max(durs))})
     kt = float(np.median(iter_kt))
     span = float(np.median(iter_span))
+    union = float(np.median(iter_union))  # span_i >= union_i for every i, so the medians keep the order
     spread = (max(iter_kt) - min(iter_kt)) / kt if len(iter_kt) >= 2 and kt > 0 else None
     if spread is not None and spread > spread_limit:
         out["flags"].append(f"repeat_spread {spread:.1%} > {spread_limit:.0%}: per-iteration kernel time varies "
                             "(clock changes, contention or data-dependent work) - use more --repeats or a quiet device")
     out.update(launches_per_iter=len(ref), sequence=list(ref), kernels=kernels, iteration_launches=positions,
                iter_kernel_time_ns=iter_kt, iter_span_ns=iter_span, kernel_time_ns=kt,
-               kernel_time_mean_ns=float(np.mean(iter_kt)), span_ns=span, launch_overhead_ns=max(span - kt, 0.0),
+               kernel_time_mean_ns=float(np.mean(iter_kt)), span_ns=span, kernel_union_ns=union,
+               kernel_overlap_ns=max(kt - union, 0.0), launch_overhead_ns=span - union,
                repeat_spread=spread, pmu=pmu, median_iterations=[measured[j] for j in mid])
     return out

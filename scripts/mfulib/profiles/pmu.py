@@ -19,8 +19,11 @@ CUDA (Nsight Compute; metric names as ncu spells them for Hopper/sm_90, :data:`N
   ``tensor_inst_executed_gmma``, ``achieved_occupancy_pct`` (``sm__warps_active.avg.pct_of_peak_
   sustained_active``), ``dram_bytes`` (``dram__bytes.sum``, converted from its unit to bytes), ``l2_hit_rate_pct``
   (``lts__t_sector_hit_rate.pct``), ``grid_size`` / ``block_size`` (``launch__grid_size`` / ``launch__block_size``:
-  blocks and threads), ``waves_per_sm`` (``launch__waves_per_multiprocessor``), ``sm_count`` (``launch__sm_count``),
-  ``launches`` (profiled launches averaged). The real H200 output in tests/fixtures/profiles/cuda (ncu 2025.3.1)
+  blocks and threads), ``shared_mem_dynamic_bytes`` (``launch__shared_mem_per_block_dynamic``, unit ``byte/block``:
+  the dynamic shared memory a launch asked for - a Triton kernel's metadata ``shared``; the real H200 output in
+  tests/fixtures/profiles/cuda gives 98304 for bmm_tile_kernel, static 0), ``waves_per_sm``
+  (``launch__waves_per_multiprocessor``), ``sm_count`` (``launch__sm_count``), ``launches`` (profiled launches
+  averaged). The real H200 output in tests/fixtures/profiles/cuda (ncu 2025.3.1)
   spells DRAM throughput ``dram__throughput...``; ``gpu__dram_throughput...`` and the SpeedOfLight section's display
   names ("Memory Throughput", "Compute (SM) Throughput", ...) are read as aliases.
 
@@ -42,7 +45,8 @@ from mfulib.core.definitions import finite_or_none
 
 NCU_COUNTERS = ("duration_ns", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "tensor_pipe_pct",
                 "tensor_inst_executed", "tensor_inst_executed_gmma", "achieved_occupancy_pct", "dram_bytes",
-                "l2_hit_rate_pct", "grid_size", "block_size", "waves_per_sm", "sm_count", "launches")
+                "l2_hit_rate_pct", "grid_size", "block_size", "shared_mem_dynamic_bytes", "waves_per_sm", "sm_count",
+                "launches")
 MSPROF_RATIOS = ("aic_mac_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio", "aic_scalar_ratio",
                  "aiv_vec_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio", "aiv_scalar_ratio")
 MSPROF_COUNTERS = MSPROF_RATIOS + ("aic_cube_fops", "aiv_vector_fops", "block_dim", "main_mem_bw_gbps")
@@ -66,6 +70,7 @@ NCU_METRIC_OF = {  # first name: the metric passed to --metrics; later names: al
     "l2_hit_rate_pct": ("lts__t_sector_hit_rate.pct", "L2 Hit Rate"),
     "grid_size": ("launch__grid_size", "Grid Size"),
     "block_size": ("launch__block_size", "Block Size"),
+    "shared_mem_dynamic_bytes": ("launch__shared_mem_per_block_dynamic",),
     "waves_per_sm": ("launch__waves_per_multiprocessor", "Waves Per SM"),
     "sm_count": ("launch__sm_count", "# SMs"),
 }
@@ -175,8 +180,8 @@ def from_ncu_record(rec: dict) -> dict:
         unit = units.get(vals[0][0])
         if key == "duration_ns":  # no unit column: ncu --print-units base (ns, bytes)
             out[key] = to_ns(vals[0][1], unit) if unit else vals[0][1]
-        elif key == "dram_bytes":
-            out[key] = to_bytes(vals[0][1], unit) if unit else vals[0][1]
+        elif key in ("dram_bytes", "shared_mem_dynamic_bytes"):  # "byte/block": a size per block
+            out[key] = to_bytes(vals[0][1], unit.split("/")[0]) if unit else vals[0][1]
         elif key == "tensor_pipe_pct":
             out[key] = max(v for _, v in vals)
         elif key == "tensor_inst_executed":

@@ -1,9 +1,10 @@
 """Which wall a kernel (or a part of the operator) runs into: tensor/cube, memory, vector, latency - from PMU counters.
 
-Input: the canonical counters of :mod:`mfulib.profiles.pmu` for one kernel (or a time-weighted mean over a part's kernels,
-:func:`part_counters`). Output (the ``bound`` object of mfu_decompose.json rows and parts): ``{"label",
+Input: the canonical counters of :mod:`mfulib.profiles.pmu` for one kernel; a part or a case takes the class of the
+kernels holding more than half its time, else ``mixed`` with the time shares (:func:`majority_bound`). Output (the ``bound`` object of mfu_decompose.json rows and parts): ``{"label",
 "source", "evidence": {counter: value}, "note"}`` with ``label`` one of :data:`LABELS` and ``source``
-``"pmu:ncu"`` | ``"pmu:msprof"`` | ``"fallback:fp32-vs-fp16"`` | None.
+``"pmu:ncu"`` | ``"pmu:msprof"`` | ``"fallback:fp32-vs-fp16"`` | None; a part's or case's bound adds
+``"shares"`` {label: fraction of its kernel time}.
 
 Thresholds are fixed from their sources (never tuned to a measurement):
 
@@ -32,7 +33,8 @@ from __future__ import annotations
 from mfulib.core.definitions import finite_or_none
 from mfulib.core.fmt import pct
 
-LABELS = ("tensor-bound", "cube-bound", "memory-bound", "vector-bound", "latency-bound", "unknown")
+LABELS = ("tensor-bound", "cube-bound", "memory-bound", "vector-bound", "latency-bound", "mixed", "unknown")
+MAJORITY_SHARE = 0.5  # a part/case takes a kernel class's label when that class holds more than half its time
 NCU_HIGH_PCT = 80.0  # SOLBottleneck.py no_bound_threshold
 NCU_LATENCY_PCT = 60.0  # SOLBottleneck.py latency_bound_threshold
 NCU_BALANCED_GAP_PCT = 10.0  # SOLBottleneck.py balanced_threshold
@@ -135,20 +137,32 @@ def classify_msprof(c: dict) -> dict:
                                                      f"{v:.0%}): latency, synchronisation or too few blocks{bd}")
 
 
-def part_counters(kernel_counters: list) -> dict:
-    """Time-weighted mean counters over a part's kernels: ``kernel_counters`` [(time_ns, {counter: value})].
-    Counts (``dram_bytes``, ``tensor_inst_executed``, fops) are means per launch like the rest; a counter missing
-    for some kernels is averaged over those that have it."""
-    out = {}
-    names = {k for _, c in kernel_counters for k in (c or {})}
-    for k in names:
-        num = den = 0.0
-        for t, c in kernel_counters:
-            v = finite_or_none((c or {}).get(k))
-            if v is not None and t:
-                num, den = num + v * t, den + t
-        out[k] = num / den if den else None
-    return out
+def majority_bound(kernel_bounds: list, empty_note: str = "no PMU counters for these kernels") -> dict:
+    """Bound of a part or a case from its kernels' own bounds (ncu's rule is per kernel; averaged counters of a
+    tensor-bound GEMM and a latency-bound attention kernel describe neither): ``kernel_bounds`` [(time_ns per
+    iteration, bound of :func:`classify`)]. The label of the class whose kernels hold more than
+    :data:`MAJORITY_SHARE` (50%) of the time, with the evidence of the longest kernel of that class; else
+    ``mixed``. Either way ``shares`` {label: fraction of the time} (labels by falling share) and a note that quotes
+    them. Kernels without time count for nothing; none with time gives ``unknown`` (``empty_note``)."""
+    timed = [(float(t), b) for t, b in kernel_bounds if t and t > 0 and isinstance(b, dict)]
+    total = sum(t for t, _ in timed)
+    if not total:
+        return dict(_bound("unknown", None, {}, empty_note), shares={})
+    shares = {}
+    for t, b in timed:
+        shares[b["label"]] = shares.get(b["label"], 0.0) + t / total
+    shares = dict(sorted(shares.items(), key=lambda kv: (-kv[1], kv[0])))
+    quoted = ", ".join(f"{lab} {share:.0%}" for lab, share in shares.items())
+    top, top_share = next(iter(shares.items()))
+    sources = sorted({b.get("source") for _, b in timed if b.get("source")})
+    source = sources[0] if len(sources) == 1 else ("+".join(sources) or None)
+    if top_share > MAJORITY_SHARE:
+        t, lead = max(((t, b) for t, b in timed if b["label"] == top), key=lambda tb: tb[0])
+        return dict(_bound(top, source, dict(lead.get("evidence") or {}),
+                           f"{lead.get('note')} - {top} kernels hold {top_share:.0%} of the time (time shares: "
+                           f"{quoted})"), shares=shares)
+    return dict(_bound("mixed", source, {}, f"no class holds more than {MAJORITY_SHARE:.0%} of the time: {quoted}"),
+                shares=shares)
 
 
 def fallback_bound(ratio, expect, mfu_ach, cube_word: str = "tensor") -> dict:

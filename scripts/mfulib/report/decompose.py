@@ -175,8 +175,8 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str, above_peak_
         why = row["numerator_reason"] or "see flops_check.json"
         _flag(row["flags"], "warning", f"numerator {row['numerator']}: {why} - the MFU rests on a flops.py "
                                        "check_flops.py could not confirm")
-    if row["span_ns"] is not None:
-        row["launch_overhead_ns"] = max(row["span_ns"] - t_ns, 0.0)
+    if row["span_ns"] is not None:  # idle time: span - union of the kernel intervals (= sum without overlap)
+        row["launch_overhead_ns"] = max(row["span_ns"] - (finite_or_none(case.get("kernel_union_ns")) or t_ns), 0.0)
     for f in case.get("flags") or []:
         _flag(row["flags"], "note", f"collector: {f}")
     if peak_ach is None and matrix:
@@ -227,21 +227,23 @@ def attach_bounds_and_roofline(row: dict, case: dict, peaks: dict) -> None:
         b = _kernel_dram_bytes(c, ktime.get(n))
         launches = finite_or_none((kinfo.get(n) or {}).get("launches_per_iter")) or 1.0
         dram[n] = b * launches if b is not None and per_launch else b
-        ex, how = _executed.kernel_flops(c, kind, peaks.get("capability"), row.get("peak_key"))
+        ex, how = _executed.kernel_flops(c, kind, peaks.get("capability"), row.get("peak_key"),
+                                         (case.get(_executed.SHAPES_FIELD) or {}).get(n))
         executed[n] = (ex * launches if ex is not None else None, how)
         used = c.get("block_dim") if kind == "msprof" else c.get("grid_size")
         if cores and used and ktime.get(n):
             active.append((ktime[n], min(float(used), cores) / cores))
     empty = {"label": "unknown", "source": None, "evidence": {}, "note": row.get("pmu_unavailable") or
              "no PMU counters for this case (fp32-vs-fp16 fallback where both dtypes were measured)"}
+    kb = row["kernel_bounds"]
     for p in row.get("parts") or []:
-        kc = [(ktime.get(n) or 0.0, counters[n]) for n in p["kernels"] if n in counters]
-        p["bound"] = _bound.classify(_bound.part_counters(kc), kind) if kc else dict(
+        kc = [(ktime.get(n) or 0.0, kb[n]) for n in p["kernels"] if n in kb]
+        p["bound"] = _bound.majority_bound(kc) if kc else dict(
             empty, note=empty["note"] if not counters else "no PMU counters for this part's kernels")
         known = [dram.get(n) for n in p["kernels"]]
         p["dram_bytes"] = float(sum(known)) if known and all(v is not None for v in known) else None
-    allk = [(ktime.get(n) or 0.0, c) for n, c in counters.items()]
-    row["bound"] = _bound.classify(_bound.part_counters(allk), kind) if allk else dict(empty)
+    allk = [(ktime.get(n) or 0.0, b) for n, b in kb.items()]
+    row["bound"] = _bound.majority_bound(allk) if allk else dict(empty)
     case_dram = [dram.get(n) for n in kinfo]
     flops = row.get("flops") if row.get("matrix_work") else None
     row["roofline"] = _roofline.roofline(flops, row.get("bytes"), row.get("kernel_time_ns"),

@@ -51,14 +51,20 @@ Top level
     iteration), ``kernels`` [{``name, launches_per_iter, mean_ns, median_ns, min_ns, max_ns, std_ns,
     time_per_iter_ns``}], ``iteration_launches`` [{``index, name, median_ns, min_ns, max_ns``}] (per position in
     the iteration), ``kernel_time_ns`` (median over measured iterations of the per-iteration kernel sum),
-    ``kernel_time_mean_ns``, ``span_ns``, ``launch_overhead_ns``, ``iter_kernel_time_ns`` [...], ``iter_span_ns``
+    ``kernel_time_mean_ns``, ``span_ns``, ``kernel_union_ns`` (median per-iteration length of the union of the kernel
+    intervals: the kernel time unless kernels overlap), ``kernel_overlap_ns`` (kernel time - union; a ``kernel_overlap``
+    flag says so), ``launch_overhead_ns`` (span - union: idle time), ``iter_kernel_time_ns`` [...], ``iter_span_ns``
     [...], ``actual_tflops`` (= flops / kernel_time_ns / 1e3), ``mfu_nom`` (ratio, not %; None when no peak or no
     FLOPs - never 0 or infinite), ``repeat_spread`` ((max - min) / median), ``flags`` [text], ``pmu``
     {kernel: {counter: mean}} (canonical counter names of :mod:`mfulib.profiles.pmu`: msprof PMU columns on npu; on cuda
     the ncu counters - duration_ns, sm_throughput_pct, dram_throughput_pct, tensor_pipe_pct, tensor_inst_executed,
     achieved_occupancy_pct, dram_bytes, l2_hit_rate_pct, grid_size, block_size - averaged over ``launches``
     profiled launches; a counter not measured is None, never 0), ``pmu_source`` ("ncu" |
-    "msprof:<Group>[+<Group>...]" | None), ``pmu_unavailable`` (None, or why there are no counters:
+    "msprof:<Group>[+<Group>...]" | None), ``mma_shapes`` {kernel: the MMA instructions of the compiled Triton variant
+    that launch ran: {status (found | ambiguous | none), why, cache_dir, block_size, shared_mem_dynamic_bytes,
+    candidates, variants [{key, ptx_file, ptx_sha256, num_warps, shared, arch, wgmma [...], mma_sync [...]}]}}
+    (:func:`mfulib.profiles.triton_ptx.launched_variant`; the wgmma N of :mod:`mfulib.flops.executed`; None without
+    an ncu pass), ``pmu_unavailable`` (None, or why there are no counters:
     "ncu: ERR_NVGPUCTRPERM - ...", "ncu not found ...", "cpu backend: no hardware counters ..."),
     ``median_iterations`` (the measured iteration(s) whose kernel time is the median: the kernels'
     ``time_per_iter_ns``), ``attempts`` (profiling attempts used),
@@ -196,7 +202,8 @@ def case_entry(info, results: dict, flops: dict, peak_tflops, tf32: bool, nomina
              flops_inputs_drawn=flops.get("inputs_drawn"), flops_data_values=flops.get("data_values"),
              input_bytes=info.input_bytes, output_bytes=r.get("output_bytes"))
     for key in ("launches_per_iter", "sequence", "kernels", "iteration_launches", "kernel_time_ns",
-                "kernel_time_mean_ns", "span_ns", "launch_overhead_ns", "iter_kernel_time_ns", "iter_span_ns",
+                "kernel_time_mean_ns", "span_ns", "kernel_union_ns", "kernel_overlap_ns", "launch_overhead_ns",
+                "iter_kernel_time_ns", "iter_span_ns",
                 "repeat_spread", "pmu", "median_iterations"):
         e[key] = s.get(key) if r.get("status") == "ok" else None
     # where the counters of ``pmu`` came from ("ncu" | "msprof:<Group>[+<Group>]") or why there are none

@@ -1,0 +1,137 @@
+"""Executed FLOPs of Hopper warpgroup-MMA kernels: the wgmma shape read from the compiled kernel the launch ran.
+
+Fixtures: tests/fixtures/triton_cache/ is the layout of Triton's cache (``<key>/<name>.json`` + ``<name>.ptx``) as
+Triton 3.8.0 wrote it on a CPU host compiling for target sm_90 (bench/executed_flops_h200.py --compile-only;
+manifest.json says which kernel and config each folder is) - compiler output, no GPU involved. The hand-written
+PTX lines below are instruction text per the PTX ISA (wgmma / mma.sync "Matrix shape"). Expected FLOPs are 2*m*n*k
+per instruction over the 4 warps ncu counts per wgmma, computed here by hand. tests/fixtures/h200_triton_cache/
+(the variants the H200 bench launched, Triton 3.6) is used when present.
+"""
+import glob
+import json
+import os
+
+import pytest
+
+from mfulib.flops import executed
+from mfulib.profiles import ncu, pmu, triton_ptx
+from mfulib.search.numerator import numerator
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CACHE = os.path.join(HERE, "fixtures", "triton_cache")
+H200_CACHE = os.path.join(HERE, "fixtures", "h200_triton_cache")
+
+
+def test_ptx_shapes_from_instruction_text():
+    ptx = "\n".join([
+        "\twgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%r1}, %rd1, %rd2, p, 1, 1, 0, 1;",
+        "\twgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%r1}, %rd3, %rd4, p, 1, 1, 0, 1;",
+        "\twgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8.satfinite {%r2}, %rd5, %rd6, p;",
+        "\twgmma.mma_async.sp.sync.aligned.m64n64k32.f32.f16.f16 {%r3}, %rd7, %rd8, %r9, 0, p;",
+        "\tmma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1}, {%r1}, {%r2}, {%f2};",
+        "\twgmma.fence.sync.aligned;"])
+    s = triton_ptx.ptx_mma_shapes(ptx)
+    assert [(w["shape"], w["types"], w["sparse"], w["static_count"]) for w in s["wgmma"]] == [
+        ("m64n64k32", "f32.f16.f16", True, 1), ("m64n64k32", "s32.s8.s8", False, 1),
+        ("m64n128k16", "f32.f16.f16", False, 2)]  # ordered by m, n, k, then types
+    assert [(w["shape"], w["types"]) for w in s["mma_sync"]] == [("m16n8k16", "f32.bf16.bf16.f32")]
+
+
+def test_compiled_variants_read_triton_cache_layout():
+    got = {(v["num_warps"], v["shared"]): v for v in triton_ptx.compiled_variants(CACHE, "matmul_kernel")}
+    assert set(got) == {(8, 49152), (8, 98304)}  # manifest.json: the fp16 and the fp32 config of the zoo GEMM
+    assert [(w["shape"], w["types"]) for w in got[(8, 49152)]["wgmma"]] == [("m64n256k16", "f32.f16.f16")]
+    assert [(w["shape"], w["types"]) for w in got[(8, 98304)]["wgmma"]] == [("m64n128k8", "f32.tf32.tf32")]
+    assert all(len(v["ptx_sha256"]) == 64 and v["arch"] == 90 for v in got.values())
+    assert triton_ptx.compiled_variants(CACHE, "no_such_kernel") == []
+
+
+def test_the_launch_picks_its_variant_by_threads_and_dynamic_shared_memory():
+    rec = triton_ptx.launched_variant(CACHE, "matmul_kernel", 256.0, 98304.0)
+    assert rec["status"] == "found" and rec["candidates"] == 2 and len(rec["variants"]) == 1
+    assert rec["variants"][0]["wgmma"][0]["n"] == 128
+    none = triton_ptx.launched_variant(CACHE, "matmul_kernel", 128.0, 98304.0)  # 4 warps: no such variant
+    assert none["status"] == "none" and "matches the launch" in none["why"]
+    assert triton_ptx.launched_variant(CACHE, "matmul_kernel", 256.0, None)["status"] == "none"
+    assert "no Triton cache" in triton_ptx.launched_variant(os.path.join(CACHE, "absent"), "x", 1, 1)["why"]
+    amb = triton_ptx.launched_variant(CACHE, "mm_tile_kernel", 128.0, 24576.0)  # 128x64 and 64x128: same launch
+    assert amb["status"] == "ambiguous" and "m64n64k16" in amb["why"] and "m64n128k16" in amb["why"]
+
+
+def _wgmma_counters(gmma, inst=None):
+    return {"tensor_inst_executed": float(gmma if inst is None else inst), "tensor_inst_executed_gmma": float(gmma)}
+
+
+def test_wgmma_flops_from_the_compiled_shape():
+    f16 = triton_ptx.launched_variant(CACHE, "matmul_kernel", 256, 49152)
+    v, how = executed.kernel_flops(_wgmma_counters(4000), "cuda", "9.0", "float16", f16)
+    assert v == 4000 * (2 * 64 * 256 * 16 // 4) == 524_288_000 and "m64n256k16" in how
+    tf32 = triton_ptx.launched_variant(CACHE, "matmul_kernel", 256, 98304)
+    v, _ = executed.kernel_flops(_wgmma_counters(1000), "ncu", "9.0", "tf32", tf32)
+    assert v == 1000 * (2 * 64 * 128 * 8 // 4) == 32_768_000
+
+
+def test_wgmma_refusals_say_why():
+    attn = triton_ptx.launched_variant(CACHE, "flash_attn_fwd_kernel", 256, 49152)
+    assert attn["status"] == "found"
+    v, why = executed.kernel_flops(_wgmma_counters(100), "cuda", "9.0", "float16", attn)
+    assert v is None and "several wgmma shapes" in why and "not apportioned" in why
+    amb = triton_ptx.launched_variant(CACHE, "mm_tile_kernel", 128, 24576)
+    v, why = executed.kernel_flops(_wgmma_counters(100), "cuda", "9.0", "float16", amb)
+    assert v is None and "which one ran is unknown" in why
+    f16 = triton_ptx.launched_variant(CACHE, "matmul_kernel", 256, 49152)
+    v, why = executed.kernel_flops(_wgmma_counters(100, inst=120), "cuda", "9.0", "float16", f16)
+    assert v is None and "other tensor instructions" in why
+    v, why = executed.kernel_flops(_wgmma_counters(100), "cuda", "9.0", "float16", None)
+    assert v is None and "no compiled-kernel record" in why
+    sparse = {"status": "found", "variants": [{"ptx_sha256": "0" * 64, "wgmma": [
+        {"m": 64, "n": 64, "k": 32, "types": "f32.f16.f16", "sparse": True, "static_count": 1}]}]}
+    assert executed.kernel_flops(_wgmma_counters(1), "cuda", "9.0", "float16", sparse)[0] is None
+    # mma.sync kernels keep the 8.x table (no compiled record needed): 2*16*8*16 per instruction
+    assert executed.kernel_flops(_wgmma_counters(0, inst=10), "cuda", "9.0", "float16")[0] == 10 * 4096
+
+
+def test_executed_per_iteration_and_the_numerator_take_the_compiled_shapes():
+    rec = triton_ptx.launched_variant(CACHE, "matmul_kernel", 256, 49152)
+    entry = {"pmu": {"matmul_kernel": dict(_wgmma_counters(4000), launches=1)},
+             "kernels": [{"name": "matmul_kernel", "launches_per_iter": 2}],
+             executed.SHAPES_FIELD: {"matmul_kernel": rec}}
+    ex, src, why = executed.executed_flops(entry, "cuda", "9.0", "float16")
+    assert ex == 2 * 524_288_000 and src == "hardware:tensor_inst_executed" and why is None
+    dense = 2 * 524_288_000 * 1.6  # a reference that counts masked work the kernel skipped
+    n = numerator(dense, ex, src, why)
+    assert n["numerator"] == ex and n["num_src"] == "hardware:tensor_inst_executed"
+    assert numerator(ex / 2, ex, src, why)["num_src"] == "tracer"  # padding over-counts: the tracer's is smaller
+
+
+def test_npu_executed_flops_stay_unused():
+    entry = {"pmu": {"k": {"aic_cube_fops": 1e9}}, "kernels": [{"name": "k", "launches_per_iter": 1}]}
+    ex, src, why = executed.executed_flops(entry, "npu", None, "float16")
+    assert ex is None and src is None and "aic_cube_fops" in why
+    assert numerator(1e9, ex, src, why)["num_src"] == "tracer"
+
+
+def test_ncu_dynamic_shared_memory_from_the_recorded_h200_csv():
+    with open(os.path.join(HERE, "fixtures", "profiles", "cuda", "ncu_raw.csv"), encoding="utf-8") as f:
+        recs = ncu.parse_ncu_csv(f.read())
+    c = pmu.from_ncu_record(recs[0])  # bmm_tile_kernel: "byte/block" unit, static shared memory 0
+    assert c["shared_mem_dynamic_bytes"] == 98304.0 and c["block_size"] == 256.0
+    assert "launch__shared_mem_per_block_dynamic" in pmu.ncu_metrics(9) + pmu.ncu_metrics(8)
+
+
+def test_kernel_records_match_every_profiled_kernel():
+    counters = {"matmul_kernel": {"launches": 2, "block_size": 256.0, "shared_mem_dynamic_bytes": 49152.0},
+                "void at::native::elementwise_kernel<4>(int)": {"launches": 0}}
+    recs = triton_ptx.kernel_records(counters, CACHE)
+    assert list(recs) == ["matmul_kernel"] and recs["matmul_kernel"]["status"] == "found"
+
+
+@pytest.mark.skipif(not os.path.isdir(H200_CACHE), reason="no H200-recorded Triton cache (bench/executed_flops_h200.py)")
+def test_h200_recorded_variants_parse():
+    metas = glob.glob(os.path.join(H200_CACHE, "*", "*.json"))
+    assert metas
+    for meta in metas:
+        with open(meta, encoding="utf-8") as f:
+            name = json.load(f)["name"]
+        vs = triton_ptx.compiled_variants(H200_CACHE, name)
+        assert vs and all(v["wgmma"] or v["mma_sync"] for v in vs), name
