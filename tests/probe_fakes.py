@@ -10,7 +10,8 @@ The operator is the batched matmul of tests/probe_ops.py (A [b, m, k] @ B [b, k,
   (a constant 0.25 MFLOP/s); ``rate`` FLOPs / ``rate(b, m, k, n)`` (a throughput that depends on the shape);
   ``membound`` input bytes / 0.5 GB/s; ``lazy`` the same for A built with m = 4 (a
   reference that ignores the scaled axis); ``sleep1`` ``sleep_s``;
-* verify: ``wrong`` fails when m > limit, ``oom`` runs out of memory (the child retires); verify costs one call,
+* verify: ``wrong`` fails when m > limit, ``oom`` runs out of memory (the child retires), ``die`` ends the child
+  (exit 1, a traceback in the case's log); verify costs one call,
   timing a warm-up call and up to 3 calls stopped once their sum exceeds --max-ms (:mod:`mfulib.search.probe_child`).
 
 A process outlives its timeout by the simulated clock only: a wait that would pass the timeout advances the clock
@@ -157,6 +158,12 @@ class FakeGateRunner:
         if not self.alive:
             self.children, self.alive = self.children + 1, True
         call_s, big, reply, spent = self.op.call_seconds(case), m > self.op.limit, {}, 0.0
+        if self.op.mode == "die" and big:  # the child exits in verify: its last words in the case's log
+            with open(req["log_path"], "a") as f:
+                f.write("Traceback (most recent call last):\nRuntimeError: shape too large (test double)\n")
+            self.clock.advance(call_s)
+            self.alive = False
+            return {"worker_log": "probe child started (test double)"}, "died", call_s, 1
         if not req.get("time_only"):
             spent += call_s
             if self.op.mode == "wrong" and big:

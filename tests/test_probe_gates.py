@@ -128,6 +128,15 @@ def test_gate3_modelnew_mismatch_and_oom_are_recorded_not_fatal(tmp_path, mode, 
     assert c1["verdict"] == "pass"  # the probe went on after the failure
 
 
+def test_a_child_that_dies_in_gate3_is_named_with_its_exit_status_and_last_output(tmp_path):
+    work = probe_ops.make_workdir(tmp_path)
+    p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq", op=Op("die", limit=16))
+    (cand,) = p.doc["candidates"]
+    detail = _gate(cand, 3)["detail"]
+    assert cand["failed_gate"] == 3 and detail.startswith("verify: the child died (exit 1): ")
+    assert "RuntimeError: shape too large (test double)" in detail and "probe child started" in detail
+
+
 def test_gate4_refuses_a_run_slower_than_max_ms(tmp_path):
     work = probe_ops.make_workdir(tmp_path)
     p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100", "--scale-dims", "seq",

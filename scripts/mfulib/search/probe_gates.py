@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from mfulib.core.paths import SCRIPTS_DIR
+from mfulib.run.worker import died_why, exit_status, log_tail
 from mfulib.schemas import probe_json as pj
 
 HOST_COPIES = 2
@@ -94,7 +95,7 @@ class TraceJob:
         self.tracer.stop(self.proc)  # its group, and the pid itself (a fresh fork may not lead a group yet)
 
     def tail(self, n: int = 2) -> str:
-        return _log_tail(self.log, n)
+        return log_tail(self.log, n)
 
 
 def gate2(flops_tool: str, staged: str, seed: int, timeout_s: float, no_matrix: bool, input_bytes: int,
@@ -123,7 +124,8 @@ def gate2(flops_tool: str, staged: str, seed: int, timeout_s: float, no_matrix: 
                            clock), waited_s=waited), None
     out = job.out
     if not os.path.exists(out):
-        return dict(_timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} exit {rc}: {job.tail()}"), t0, clock),
+        return dict(_timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} {exit_status(rc)}: "
+                                          f"{job.tail() or 'it wrote nothing to stdout or stderr'}"), t0, clock),
                     waited_s=waited), None
     g, flops = _gate2_verdict(out, seed, no_matrix, input_bytes, t0, clock)
     g["waited_s"] = waited
@@ -179,30 +181,21 @@ class GateWorker:
         return True
 
     def call(self, request: dict, timeout_s: float):
-        """(reply message or None, outcome "done" | "timeout" | "died", wall s, returncode)."""
+        """(reply message, outcome "done" | "timeout" | "died", wall s, returncode); a child that timed out or died
+        leaves the message ``{"worker_log": the last lines of its own log}`` (its start-up, what ended it)."""
         fresh = self._ensure()
         rep = self.worker.call(request, timeout_s, min(timeout_s, START_TIMEOUT_S) if fresh else timeout_s)
+        msg = rep.message if rep.outcome == "done" else {"worker_log": self.worker.tail()}
         if (rep.message or {}).get("retire") or rep.outcome != "done":
             self.worker.kill()  # retired (oom / error), timed out or died: the next candidate gets a fresh child
             self.worker = None
-        return rep.message, rep.outcome, rep.wall_s, rep.returncode
+        return msg, rep.outcome, rep.wall_s, rep.returncode
 
     def close(self):
         if self.worker is not None:
             self.worker.close(grace_s=5.0)
             self.worker = None
         shutil.rmtree(self.log_dir, ignore_errors=True)  # the child's own log (a case logs beside its staged dir)
-
-
-def _log_tail(path: str, n: int = 2) -> str:
-    """The last ``n`` lines of a log; a crash's ``Fatal Python error`` line (faulthandler) first when there is one."""
-    try:
-        with open(path, errors="replace") as f:
-            lines = f.read().strip().splitlines()
-    except OSError:
-        return ""
-    fatal = [ln for ln in lines if ln.startswith("Fatal Python error")][-1:]
-    return " | ".join(fatal + [ln for ln in lines[-n:] if ln not in fatal])
 
 
 def gates34(worker, staged: str, seed: int, max_ms: float, timeout_s: float,
@@ -222,7 +215,7 @@ def gates34(worker, staged: str, seed: int, max_ms: float, timeout_s: float,
         row = {"status": "pass", "reason": "time only (scale 1: verified by verify.py)"}
     if row is None:
         why = (f"no result within {timeout_s:g} s (killed)" if outcome == "timeout"
-               else f"the child died (exit {rc}): {_log_tail(log_path)}")
+               else died_why(rc, log_tail(log_path), (msg or {}).get("worker_log")))
         g3 = pj.gate(3, False, f"verify: {why}")
         g3["wall_s"] = round(wall, 3)
         return g3, None, {"status": "timeout" if outcome == "timeout" else "crashed", "reason": why}, None
@@ -237,7 +230,7 @@ def gates34(worker, staged: str, seed: int, max_ms: float, timeout_s: float,
             return g3, None, row, None
     if timing is None or timing.get("status") != "ok":
         why = (timing or {}).get("reason") or (f"no timing within {timeout_s:g} s" if outcome == "timeout"
-                                               else f"the child died (exit {rc}): {_log_tail(log_path)}")
+                                               else died_why(rc, log_tail(log_path), (msg or {}).get("worker_log")))
         g4 = pj.gate(4, False, f"timing {(timing or {}).get('status', 'missing')}: {why}", None, max_ms)
         g4["wall_s"] = (timing or {}).get("wall_s")
         return g3, g4, row, None
