@@ -202,9 +202,10 @@ def test_sources_whose_roofline_floor_exceeds_max_ms_are_skipped_without_running
 
 
 def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):
-    # A [1, 32768, 256] fp32 (32 MiB, 64 MiB at x2); a stated bandwidth of 1 GB/s and L2 of 64 KiB (test-double
-    # peak.json): the lazy run would have to take > 50 ms to pass, the honest one runs its bytes at 0.5 GB/s
-    line = probe_ops.case_line(1, 32768, 256, 8)
+    # A [1, 448, 256] fp32 (448 KiB, 896 KiB at x2: within the CPU's 1 MB verify cap); a stated bandwidth of 1 GB/s
+    # and L2 of 64 KiB (test-double peak.json): the lazy run would have to take > 0.7 ms to pass, the honest one
+    # runs its bytes at 0.5 GB/s
+    line = probe_ops.case_line(1, 448, 256, 8)
     results = {}
     for mode in ("membound", "lazy"):
         work = probe_ops.make_workdir(tmp_path / mode, lines=[line], peak_gbps=1.0)
@@ -338,6 +339,18 @@ def test_the_ranking_trace_counts_the_trace_start_against_the_budget_and_kills_a
     assert clock() - t0 == pytest.approx(max(budget_s, warmup_s))
     (job,) = tracer.procs
     assert job.killed and tracer.running() == []  # killed, not still tracing
+
+
+def test_gate1_on_cpu_refuses_a_case_verify_would_skip(tmp_path):
+    # A [1, 256, 512] @ B [1, 512, 8] fp32: 540672 B; seq x2 1064960 B > verify's 1 MB cap on the CPU interpreter:
+    # verify would skip it, so gate 1 refuses it (it used to be appended and then never verified or timed)
+    work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(1, 256, 512, 8)])
+    p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq")
+    (cand,) = p.doc["candidates"]
+    g1 = _gate(cand, 1)
+    assert cand["failed_gate"] == 1 and "--max-input-mb 1" in g1["detail"] and "verify's input cap" in g1["detail"]
+    assert g1["value"] == 1064960 and g1["limit"] == 1e6 and p.doc["limits"]["verify_max_input_mb"] == 1.0
+    assert p.doc["appended"] == {} and p.runner.requests == []
 
 
 def test_gate1_alone_on_a_case_description():

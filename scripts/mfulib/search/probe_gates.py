@@ -25,6 +25,7 @@ import time
 from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.run.worker import died_why, exit_status, log_tail
 from mfulib.schemas import probe_json as pj
+from mfulib.verify.verified_cases import over_input_cap
 
 HOST_COPIES = 2
 DEVICE_COPIES = 2
@@ -44,7 +45,8 @@ def _timed(g: dict, t0: float, clock=time.monotonic) -> dict:
 
 def gate1(info, limits: dict) -> dict:
     """Gate 1 on a CaseInfo (:func:`mfulib.core.cases.describe_case`): nothing is allocated. Limits: ``max_bytes``,
-    ``host_bytes`` (x :data:`HOST_COPIES`: verify keeps the draw and a pristine clone), ``device_free_bytes``
+    ``host_bytes`` (x :data:`HOST_COPIES`: verify keeps the draw and a pristine clone), ``verify_max_input_mb``
+    (verify's input cap of the backend, :func:`mfulib.verify.verified_cases.over_input_cap`), ``device_free_bytes``
     (x :data:`DEVICE_COPIES`)."""
     t0 = time.monotonic()
     b = info.input_bytes
@@ -56,6 +58,10 @@ def gate1(info, limits: dict) -> dict:
         return _timed(pj.gate(1, False, f"{HOST_COPIES} x inputs {HOST_COPIES * b / 1e9:.3g} GB > host memory "
                               f"{host / 1e9:.3g} GB ({limits.get('host_source')}): the host-side build would not fit",
                               HOST_COPIES * b, host), t0)
+    capped = over_input_cap(b, limits.get("verify_max_input_mb"))
+    if capped:  # verify skips such a case on this backend (the CPU interpreter): appending it would strand it
+        return _timed(pj.gate(1, False, f"{capped}: verify's input cap on this backend (it would skip the case)", b,
+                              limits["verify_max_input_mb"] * 1e6), t0)
     dev = limits.get("device_free_bytes")
     if dev is not None and DEVICE_COPIES * b > dev:
         return _timed(pj.gate(1, False, f"{DEVICE_COPIES} x inputs {DEVICE_COPIES * b / 1e9:.3g} GB > free device "

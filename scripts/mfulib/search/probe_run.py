@@ -317,8 +317,9 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None)
     backend, why = dev.resolve_backend(args.backend)
     device = dev.device_string(backend, args.device)
     host, host_src = probe_limits.host_free_bytes()
+    from mfulib.verify.verified_cases import default_max_input_mb
     limits = {"max_bytes": args.max_bytes, "max_ms": args.max_ms, "max_scale": args.max_scale,
-              "host_bytes": host, "host_source": host_src,
+              "host_bytes": host, "host_source": host_src, "verify_max_input_mb": default_max_input_mb(backend),
               "device_free_bytes": None if args.dry_run else probe_limits.device_free_bytes(backend, args.device)}
     picked = pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, tracer)
     if args.dry_run:
