@@ -79,7 +79,7 @@ def print_summary(doc):
                      f"{r['wall_median_ns'] / 1e3:.2f}" if r["wall_median_ns"] else "-",
                      f"{r['rank_value']:.4g}" if r["rank_value"] is not None else "-", _sec(r.get("wall_s")),
                      (r["error"] or "")[:50]])
-    print(tabulate(rows, headers=["rank", "case", "from", "scale", "status", "wall us", "stage-1 key", "cost s",
+    print(tabulate(rows, headers=["rank", "case", "from", "factors", "status", "wall us", "stage-1 key", "cost s",
                                   "error"]))
     fig = "MFU" if doc["metric"] == "mfu" else "MBU"
     rows = []
@@ -89,7 +89,7 @@ def print_summary(doc):
                      f"{r['kernel_time_ns'] / 1e3:.2f}" if r["kernel_time_ns"] else "-", pct(r.get("mfu_nom"), 2),
                      pct(r.get("mfu_ach"), 2), pct(r.get("mbu"), 2), r.get("num_src") or "-", _sec(r.get("wall_s")),
                      (r.get("error") or "")[:40]])
-    print(tabulate(rows, headers=["case", "from", "scale", "status", "kernel us", "MFU@nom", "MFU@ach", "MBU",
+    print(tabulate(rows, headers=["case", "from", "factors", "status", "kernel us", "MFU@nom", "MFU@ach", "MBU",
                                   "num_src", "cost s", "error"]))
     best, cost = doc["best"], doc["cost_s"]
     if best:
@@ -99,7 +99,7 @@ def print_summary(doc):
             f"- (no peak; {s2['actual_tflops']:.4g} TFLOP/s)" if s2.get("actual_tflops") is not None else
             f"- (no bandwidth; {s2['achieved_gbps']:.4g} GB/s)" if s2.get("achieved_gbps") is not None else "-")
         print(f"limit {fig}: {shown}{' (' + best['mfu_kind'] + ')' if best.get('mfu_kind') else ''} at case "
-              f"{best['case']} (case {best['source_case']} x {_factors(pool[best['case']])}); numerator "
+              f"{best['case']} (case {best['source_case']} {_factors(pool[best['case']])}); numerator "
               f"{best['num_src']}: {best['num_src_why']}")
     print(f"cost: flops {cost['flops']:.1f} s, verify {cost['verify']:.1f} s, stage 1 {cost['stage1']:.1f} s, "
           f"stage 2 {cost['stage2']:.1f} s; chosen cases {doc['chosen_cases']}")
@@ -108,7 +108,8 @@ def print_summary(doc):
 
 
 def _factors(p):
-    return "1" if not p["factors"] else ",".join(f"{k}x{v:g}" for k, v in p["factors"].items())
+    from mfulib.core.symbols import factors_label
+    return factors_label(p["factors"])
 
 
 def _sec(v):

@@ -71,7 +71,8 @@ def matmul_roles(members, weights=()):
                 continue
             if not all(c.tensor(a.name).shape[-1] == c.tensor(b.name).shape[-2] for c in members):
                 continue
-            why = f"{a.name}[..., m, k] @ {b.name}[..., k, n]: {a.name}'s last axis equals {b.name}'s axis -2 in every case"
+            why = (f"{a.name}[..., m, k] @ {b.name}[..., k, n]: {a.name}'s last axis equals {b.name}'s axis -2 in "
+                   "every case")
             data = a.name not in weights and b.name not in weights
             tag = f"{a.name}@{b.name}:" if data else None
             roles.setdefault((a.name, ra - 2), ("seq", f"row axis m of {why} (sequence-like: it scales)",

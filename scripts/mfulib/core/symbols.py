@@ -23,10 +23,10 @@ Kinds (:data:`KINDS`), each with its evidence string:
   (module parameters and ``get_init_inputs()`` are not case inputs, so nothing here can scale them);
 * without a layout attribute, a sequence-length list (``actual_seq_lengths``) names the axes of 4-D [B, S, N, D]
   tensors too: the axis equal to the list's length in every case is batch, the one the lengths fit (padded: the
-  longest <= it, equal in some case; packed: their sum) is seq (:func:`mfulib.core.symbol_rules.seqlen_roles`); packed lengths name no
-  batch axis, and a position rule's batch / seq on another axis of the first tensor gives way ([T, N, D]: axis 1
-  is no sequence); grouped-query attention names the heads axis of 4-D query/key tensors and elimination the
-  other middle axis (:func:`mfulib.core.symbol_rules.attention_roles`);
+  longest <= it, equal in some case; packed: their sum) is seq (:func:`mfulib.core.symbol_rules.seqlen_roles`);
+  packed lengths name no batch axis, and a position rule's batch / seq on another axis of the first tensor gives
+  way ([T, N, D]: axis 1 is no sequence); grouped-query attention names the heads axis of 4-D query/key tensors
+  and elimination the other middle axis (:func:`mfulib.core.symbol_rules.attention_roles`);
 * an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
   0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``. A position
   with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol; in a constant

@@ -249,7 +249,8 @@ def run_sources(pr, doc, picked, infos, bw, args, save, bar) -> None:
                 doc["sources"] = list(sources)
                 save()
                 continue
-            run_ladders(pr.scaled_symbols(i), lambda f, key: (bar.update(1), pr.evaluate(i, f, no_matrix, save, key))[1],
+            run_ladders(pr.scaled_symbols(i),
+                        lambda f, key: (bar.update(1), pr.evaluate(i, f, no_matrix, save, key))[1],
                         lambda f: pr.figure_of(i, f), args.max_scale, args.refine_steps,
                         log=lambda m: pr.log(f"case {i}: {m}"), records=doc.setdefault("ladders", []),
                         extra={"source_case": i}, on_end=lambda names: pr.end_source(i, names))
