@@ -363,19 +363,19 @@ def test_gate1_alone_on_a_case_description():
 @pytest.mark.e2e
 def test_end_to_end_a_real_child_retires_after_an_oom_and_the_next_one_serves_a_candidate_and_its_baseline(
         tmp_path):
-    # the real command, tracer and persistent child on the CPU: case 0 x2 (m 32 > 16) runs out of memory in verify
-    # (recorded, the child retires); case 1 x2 passes in a fresh child, which then times case 1 at scale 1 too
+    # the real command, tracer and persistent child on the CPU: case 0 seq x2 (m 32 > 16) runs out of memory in
+    # verify (recorded, the child retires); case 1 seq x2 passes in a fresh child, which then times case 1 at scale 1
     work = probe_ops.make_workdir(tmp_path)
     pids = tmp_path / "pids"
     pids.mkdir()
-    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "2", "--trace-jobs", "1",
+    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "2", "--trace-jobs", "1", "--scale-dims", "seq",
                        env={"PROBE_OP_MODE": "oom", "PROBE_OP_LIMIT": "16", "PROBE_OP_PIDS": str(pids),
                             "TMPDIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     c0, c1 = doc["candidates"]
     assert c0["failed_gate"] == 3 and _gate(c0, 3)["detail"].startswith("verify oom")
     assert c1["verdict"] == "pass" and doc["baselines"]["1"]["time_ms"] > 0 and doc["complete"] is True
-    assert _gate(c1, 2)["value"] == 2 * 4 * 16 * 16 * 4  # the real tracer's bmm FLOPs of [4,16,16]@[4,16,4]
+    assert _gate(c1, 2)["value"] == 2 * 2 * 16 * 16 * 4  # the real tracer's bmm FLOPs of [2,16,16]@[2,16,4]
     assert len(list(pids.iterdir())) == 2  # one child per OOM, one for the rest
     assert not list(tmp_path.glob("mfu_probe_*")), "a staged candidate was left behind"
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout

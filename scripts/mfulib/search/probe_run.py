@@ -123,6 +123,8 @@ def pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, trace
     (the whole ranking) and ``rank_cut`` (why the budget ended in the ranking trace, else None)."""
     from mfulib.verify.verified_cases import default_max_input_mb, skip_reason
     rank_cut = None  # the budget ended during the ranking trace: probe.json records it, no candidate runs
+    # the originals are judged by the memory limits only: verify's input cap skips them below, and says so
+    limits = {k: v for k, v in limits.items() if k != "verify_max_input_mb"}
     try:
         if args.cases:
             sources = cli.parse_case_list(args.cases)
