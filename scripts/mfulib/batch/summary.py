@@ -9,7 +9,7 @@ row's ``bound.label`` where the decomposition has one, else "—") and
 dragging part: the part with the largest time share among those holding >= ``DRAG_MIN_TIME_SHARE`` of the time and
 >= ``DRAG_RATIO`` x their FLOPs share (or unmatched "other" time) - the rule of the decomposition's reading aid
 (:mod:`mfulib.report.reading`). With the search (``SEARCH=1``) the chosen case and scale are grid_search.json's
-``best``; otherwise the scale is "—" (the cases as given).
+``best`` (with its factors per symbol, ``batch x4,seq x2``); otherwise the scale is "—" (the cases as given).
 
 Files (:func:`write_outputs`, in the batch output dir): ``batch_summary.json`` (:mod:`mfulib.schemas.batch_json`),
 ``batch_summary.csv`` (raw numbers, MFU/MBU as fractions), ``batch_summary.md`` and ``index.html`` (percentages,
@@ -27,6 +27,7 @@ from mfulib.core.errors import UserError
 from mfulib.core.fmt import EM_DASH as DASH, pct
 from mfulib.core.jsonio import read_json, write_text_atomic
 from mfulib.flops.kernel_parts import OTHER
+from mfulib.core.symbols import factors_label
 from mfulib.schemas.batch_json import ROW_KEYS
 from mfulib.schemas.decompose_json import read_decompose_json
 
@@ -94,6 +95,7 @@ def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
             best = {}
         if best.get("case") is not None:
             row["case"], row["scale"] = best.get("case"), best.get("scale")
+            row["factors"] = factors_label(best.get("factors") or {})  # batch x4,seq x2 (x1: an original case)
     row["errors"] = "; ".join(errors) or None  # the decomposition's errors; why a job failed is its reason
     return row
 
