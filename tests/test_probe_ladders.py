@@ -113,3 +113,48 @@ def test_the_documented_default_spelled_out_is_the_same_run_and_another_choice_i
     assert fake_probe(work, "--cases", "0", "--max-scale", "2").runner.requests == []
     with pytest.raises(UserError, match="scale_symbols differ"):
         fake_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "batch")
+
+
+def _prepared(tmp_path, ref, impl, cases):
+    from zoo_support import OPS, work_dir
+    return work_dir(tmp_path, os.path.basename(ref)[:-3], ref, impl,
+                    cases if os.path.isabs(cases) else os.path.join(OPS, cases)).path
+
+
+@pytest.mark.parametrize("which", ["zoo", "npukernelbench"])
+def test_a_batched_matmul_scales_m_k_and_n_and_an_ffn_leaves_its_weights(tmp_path, capsys, shared_dir, which):
+    # the bundled operators, prepared as make prepare would: ladders per symbol in the dry run, nothing run
+    real = os.path.join(shared_dir, "data", "npukernelbench")
+    bmm = (("bench/zoo/1_BatchMatmul.py", "gen/zoo/1_BatchMatmul_triton_optimized.py", "bench/zoo/1_BatchMatmul.json")
+           if which == "zoo" else ("bench/npukernelbench/level3/1_BatchMatmul.py",
+                                   "gen/npukernelbench/level3/1_BatchMatmul_generated.py",
+                                   os.path.join(real, "level3", "1_BatchMatmul.json")))
+    ffn = (("bench/zoo/4_FFN.py", "gen/zoo/4_FFN_triton_ascend_impl.py", "bench/zoo/4_FFN.json")
+           if which == "zoo" else ("bench/npukernelbench/level4/2_FFN.py",
+                                   "gen/npukernelbench/level4/2_FFN_triton_optimized.py",
+                                   os.path.join(real, "level4", "2_FFN.json")))
+    work = _prepared(tmp_path / "bmm", *bmm)
+    assert fake_probe(work, "--dry-run", "--cases", "0", "--max-scale", "2").rc == 0
+    out = capsys.readouterr().out
+    assert "scaling: batch, seq, gemm_k, gemm_n (default" in out
+    ladders = {ln.split()[1] for ln in out.splitlines() if ln.startswith("     0")}
+    assert {"batch", "seq", "gemm_k", "gemm_n"} <= ladders and "seq+gemm_n" in ladders
+    work = _prepared(tmp_path / "ffn", *ffn)
+    assert fake_probe(work, "--dry-run", "--cases", "0", "--max-scale", "2").rc == 0
+    out = capsys.readouterr().out
+    assert "scaling: seq (default" in out and "operands weight1, weight2 are named as weights" in out
+    ladders = {ln.split()[1] for ln in out.splitlines() if ln.startswith("     0")}
+    assert ladders == {"seq"}  # one ladder: no joint one, and no weight axis anywhere
+
+
+def test_module_parameters_and_init_inputs_are_named_as_weights_that_never_scale(tmp_path):
+    from mfulib.search.probe_axes import model_weights
+    path = tmp_path / "model.py"
+    path.write_text("import torch.nn as nn\n\nclass Model(nn.Module):\n    def __init__(self, h):\n"
+                    "        super().__init__()\n        self.proj = nn.Linear(h, h)\n"
+                    "        self.g = nn.Parameter(torch.ones(h))\n\ndef get_init_inputs():\n    return [4096]\n")
+    got = model_weights(str(path))
+    assert got["module_parameters"] == ["Linear (line 6)", "Parameter (line 7)"]
+    assert got["init_inputs"].startswith("get_init_inputs() (line 9) gives Model's constructor arguments")
+    path.write_text("class Model:\n    pass\n\ndef get_init_inputs():\n    return []\n")
+    assert model_weights(str(path)) == {"module_parameters": [], "init_inputs": "get_init_inputs() returns []"}

@@ -36,6 +36,7 @@ saturation rules run in tests on a fake clock without a child process.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -203,10 +204,8 @@ class Probe:
         info = self.od.describe(source)
         case, refusals = _sym.scale_case(self.od.read_cases()[source], info, g, factors)
         new_info = _cases.describe_case(case, source)
-        scale = 1
-        for f in factors.values():
-            scale *= f
-        cand = {"candidate_id": candidate_id(source, factors), "source_case": source, "scale": scale,
+        cand = {"candidate_id": candidate_id(source, factors), "source_case": source,
+                "scale": math.prod(factors.values()),
                 "factors": factors, "input_bytes": new_info.input_bytes, "gates": [], "verdict": None,
                 "failed_gate": None, "new_case_id": None, "time_ms": None, "flops": None, "wall_figure": None,
                 "saturated": None, "wall_s": None}

@@ -220,9 +220,10 @@ def _check_run_key(old, run_key, path):
 
 
 def run_sources(pr, doc, picked, infos, bw, args, save, bar) -> None:
-    """The source loop: each source's ladder (:func:`mfulib.search.ladder.search_factor` over
-    :meth:`Probe.evaluate`), a source already over --max-ms replaced by the next reserve case (each once).
-    OutOfBudget ends it (``pr.out_of_budget``); KeyboardInterrupt reaches the caller."""
+    """The source loop: each source's ladders (:func:`mfulib.search.ladder.run_ladders` over
+    :meth:`Probe.evaluate`: each scaled symbol alone, then the joint pair; recorded in probe.json ``ladders``), a
+    source already over --max-ms replaced by the next reserve case (each once). OutOfBudget ends it
+    (``pr.out_of_budget``); KeyboardInterrupt reaches the caller."""
     sources, reserve, traced = picked["sources"], picked["reserve"], picked["traced"]
     order, cap_skipped = picked["order"], picked["cap_skipped"]
     k = 0
