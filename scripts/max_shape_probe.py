@@ -3,20 +3,23 @@
 
 Symbol analysis first (mfulib/core/symbols.py): (tensor, axis) positions equal in every case form one symbol, each
 tensor's last axis excluded, per layout group (BSH/SBH/BSND/BNSD...); symbols are classified batch / seq_q / seq_k /
-seq / heads / head_dim / hidden with the evidence, and sequence + batch scale by default (--scale-dims). Per source
-case, factors s = 2, 4, 8, ... <= --max-scale go to every chosen symbol, each candidate through five gates in cost
-order (mfulib/search/probe.py): 1 input bytes (from the case description, before anything is allocated) <= --max-bytes,
-host and free device memory; 2 the reference accepts the shape (--flops-tool --tracer-only as a subprocess: FLOPs
-> 0, same seed as the timed run); 3 ModelNew matches Model within verify's tolerance (an OOM is recorded, not
-fatal); 4 one run <= --max-ms; 5 effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of
-peak.json. Bisection between the last passing and the first failing factor. Gates 3 and 4 run in one persistent
-child (a crash, hang or OOM of a candidate replaces it); gate 4 fails without running when the roofline floor
-(traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms, and a source over --max-ms at
-scale 1 - by that floor, or timed first when the floor is at least 1/8 of it - is replaced by the next case
-(skipped_sources; each next case once). Each source case is first timed at scale 1; its ladder ends
-early once a doubling raises the wall TFLOP/s by less than 5% (--no-saturation-stop: never). --budget-s bounds the
-whole run, inside a candidate too; a candidate cut by it gets no verdict and a re-run resumes with it. probe.json
-records the seconds of every candidate and gate (wall_s), so a slow probe shows where its time went.
+seq / heads / head_dim / hidden / gemm_k / gemm_n with the evidence; sequence + batch scale by default, and a batched
+matmul's k and n (two data operands: m, k and n set its arithmetic intensity); weights never scale (--scale-dims,
+compared by the symbols it selects). Per source case, one ladder of factors s = 2, 4, 8, ... <= --max-scale per chosen
+symbol alone, then the joint ladder of the two whose single ladders gained most (both at one factor); a candidate's
+factors are shown per symbol (batch x4,seq x2). Each candidate goes through five gates in cost order
+(mfulib/search/probe.py): 1 input bytes (from the case description, before anything is allocated) <= --max-bytes,
+verify's input cap of the backend (1 MB on cpu), host and free device memory; 2 the reference accepts the shape
+(--flops-tool --tracer-only as a subprocess: FLOPs > 0, same seed as the timed run); 3 ModelNew matches Model within
+verify's tolerance (an OOM is recorded, not fatal); 4 one run <= --max-ms; 5 effective bandwidth (input bytes / time)
+<= 1.3 x the memory bandwidth of peak.json. Bisection between the last passing and the first failing factor of each
+ladder. Gates 3 and 4 run in one persistent child (a crash, hang or OOM of a candidate replaces it); gate 4 fails
+without running when the roofline floor (traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms,
+and a source over --max-ms at scale 1 - by that floor, or timed first when the floor is at least 1/8 of it - is
+replaced by the next case (skipped_sources; each next case once). Each source case is first timed at scale 1; each
+ladder ends early once a doubling raises its wall TFLOP/s by less than 5% (--no-saturation-stop: never). --budget-s
+bounds the whole run, inside a candidate too; a candidate cut by it gets no verdict and a re-run resumes with it.
+probe.json records the seconds of every candidate and gate (wall_s), so a slow probe shows where its time went.
 
 Writes <dir>/probe.json (every candidate with each gate's numbers; appended cases keyed by their new case id with
 source case and factors) and appends passing candidates to every case copy (<Op>_perf_cases.jsonl, model.json)
@@ -50,14 +53,15 @@ def build_parser():
     p.add_argument("--backend", default="auto", help="auto|npu|cuda|cpu")
     p.add_argument("--device", type=int, default=0, help="device index")
     p.add_argument("--scale-dims", help="comma-separated symbol kinds or names to scale (default: sequence and "
-                   "batch kinds: batch,seq_q,seq_k,seq)")
-    p.add_argument("--max-scale", type=int, default=64, help="largest scale factor per symbol")
+                   "batch kinds, and a batched matmul's k and n: batch,seq_q,seq_k,seq,gemm_k,gemm_n; weights never "
+                   "scale)")
+    p.add_argument("--max-scale", type=int, default=64, help="largest scale factor per symbol (each ladder)")
     p.add_argument("--cases", help="source case ids, e.g. 0,3-5 (default: the --top cases by traced FLOPs among "
                    "those verify runs on this backend - on cpu fp32/fp16 cases of at most 1 MB)")
     p.add_argument("--top", type=int, default=8, help="source cases when --cases is not given: the N with the most "
                    "traced FLOPs (input bytes for operators without matrix work, and in --dry-run) that the backend "
                    "can run")
-    p.add_argument("--refine-steps", type=int, default=3, help="bisection steps after the ladder")
+    p.add_argument("--refine-steps", type=int, default=3, help="bisection steps after each ladder")
     p.add_argument("--trace-jobs", type=int, default=None,
                    help="gate-2 traces run ahead on the host while the device runs a candidate (default: "
                         "min(4, CPUs // 4); 0: none)")
@@ -76,7 +80,8 @@ def build_parser():
                    "(the ranking trace included) and enforced inside a candidate too: a candidate cut by it gets no "
                    "verdict, probe.json says complete: false, and a re-run resumes")
     p.add_argument("--peak-json", help="peak.json with bandwidth_gbps (default: <dir>/peak.json)")
-    p.add_argument("--dry-run", action="store_true", help="list the ladder candidates and gate-1 bytes; run nothing")
+    p.add_argument("--dry-run", action="store_true", help="list the ladders' candidates (each symbol alone, then "
+                   "the joint pairs) and their gate-1 bytes; run nothing")
     p.add_argument("--restore", action="store_true", help="put the original case files back and exit")
     return p
 

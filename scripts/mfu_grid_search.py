@@ -89,7 +89,7 @@ def print_summary(doc):
                      f"{r['wall_median_ns'] / 1e3:.2f}" if r["wall_median_ns"] else "-",
                      f"{r['rank_value']:.4g}" if r["rank_value"] is not None else "-", _sec(r.get("wall_s")),
                      (r["error"] or "")[:50]])
-    print(tabulate(rows, headers=["rank", "case", "from", "scale", "status", "wall us", "stage-1 key", "cost s",
+    print(tabulate(rows, headers=["rank", "case", "from", "factors", "status", "wall us", "stage-1 key", "cost s",
                                   "error"]))
     fig = "MFU" if doc["metric"] == "mfu" else "MBU"
     rows = []
@@ -99,7 +99,7 @@ def print_summary(doc):
                      f"{r['kernel_time_ns'] / 1e3:.2f}" if r["kernel_time_ns"] else "-", pct(r.get("mfu_nom"), 2),
                      pct(r.get("mfu_ach"), 2), pct(r.get("mbu"), 2), r.get("num_src") or "-", _sec(r.get("wall_s")),
                      (r.get("error") or "")[:40]])
-    print(tabulate(rows, headers=["case", "from", "scale", "status", "kernel us", "MFU@nom", "MFU@ach", "MBU",
+    print(tabulate(rows, headers=["case", "from", "factors", "status", "kernel us", "MFU@nom", "MFU@ach", "MBU",
                                   "num_src", "cost s", "error"]))
     best, cost = doc["best"], doc["cost_s"]
     if doc.get("retime"):
@@ -120,7 +120,7 @@ def print_summary(doc):
                 f"- (no {'peak' if doc['metric'] == 'mfu' else 'bandwidth'}; {_figure(rt['median'], f)}{unit}, {over})"
         cut = " (search incomplete: the probe was cut by its budget - see the note)" if doc.get("probe_cut") else ""
         print(f"limit {fig}{cut}: {shown} at case "
-              f"{best['case']} (case {best['source_case']} x {_factors(pool[best['case']])}); numerator "
+              f"{best['case']} (case {best['source_case']} {_factors(pool[best['case']])}); numerator "
               f"{best['num_src']}: {best['num_src_why']}")
         tie = (rt or {}).get("tie")
         if tie:
@@ -146,7 +146,7 @@ def print_retime(doc, pool):
              pct(r["retimed"]["spread"], 1)] for r in doc["stage2"] if r.get("retimed")]
     unit = _unit(f) or " " + f.upper().replace("_", "@")
     print(f"re-timed in {rt['runs']} more collector run(s), interleaved, PMU off (run 0 = stage 2):")
-    print(tabulate(rows, headers=["case", "from", "scale", "runs", f"values ({unit.strip()})", "median", "min..max",
+    print(tabulate(rows, headers=["case", "from", "factors", "runs", f"values ({unit.strip()})", "median", "min..max",
                                   "spread"]))
     for run in rt["runs_done"]:
         if run["error"]:
@@ -166,7 +166,8 @@ def _unit(figure):
 
 
 def _factors(p):
-    return "1" if not p["factors"] else ",".join(f"{k}x{v:g}" for k, v in p["factors"].items())
+    from mfulib.core.symbols import factors_label
+    return factors_label(p["factors"])
 
 
 def _sec(v):

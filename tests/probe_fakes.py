@@ -7,9 +7,11 @@ The operator is the batched matmul of tests/probe_ops.py (A [b, m, k] @ B [b, k,
 * traced FLOPs 2*b*m*k*n; ``reject_m``: the reference refuses m > ``limit``; a trace takes ``trace_s`` seconds
   (``slowref``: 30 s) after a start of ``warmup_s`` (the trace zygote's warm-up);
 * one ModelNew call takes ``call_s`` seconds, or by mode: ``slow`` 0.3 s when m > limit; ``flat`` FLOPs / 2.5e5
-  (a constant 0.25 MFLOP/s); ``membound`` input bytes / 0.5 GB/s; ``lazy`` the same for A built with m = 4 (a
+  (a constant 0.25 MFLOP/s); ``rate`` FLOPs / ``rate(b, m, k, n)`` (a throughput that depends on the shape);
+  ``membound`` input bytes / 0.5 GB/s; ``lazy`` the same for A built with m = 4 (a
   reference that ignores the scaled axis); ``sleep1`` ``sleep_s``;
-* verify: ``wrong`` fails when m > limit, ``oom`` runs out of memory (the child retires); verify costs one call,
+* verify: ``wrong`` fails when m > limit, ``oom`` runs out of memory (the child retires), ``die`` ends the child
+  (exit 1, a traceback in the case's log); verify costs one call,
   timing a warm-up call and up to 3 calls stopped once their sum exceeds --max-ms (:mod:`mfulib.search.probe_child`).
 
 A process outlives its timeout by the simulated clock only: a wait that would pass the timeout advances the clock
@@ -44,6 +46,7 @@ class Op:
     trace_s: float = 1.0
     warmup_s: float = 0.0
     call_s: float = 0.001
+    rate: object = None  # mode "rate": a function (b, m, k, n) -> the FLOP/s one ModelNew call runs at
 
     def dims(self, case: dict) -> tuple:
         a, b = ({e["name"]: e["shape"] for e in case["inputs"]}[n] for n in ("A", "B"))
@@ -60,6 +63,8 @@ class Op:
             return 0.3
         if self.mode == "flat":
             return self.flops(case) / 2.5e5
+        if self.mode == "rate":
+            return self.flops(case) / self.rate(b, m, k, n)
         if self.mode == "membound":
             return (b * m * k + b * k * n) * 4 / 0.5e9
         if self.mode == "lazy":
@@ -153,6 +158,12 @@ class FakeGateRunner:
         if not self.alive:
             self.children, self.alive = self.children + 1, True
         call_s, big, reply, spent = self.op.call_seconds(case), m > self.op.limit, {}, 0.0
+        if self.op.mode == "die" and big:  # the child exits in verify: its last words in the case's log
+            with open(req["log_path"], "a") as f:
+                f.write("Traceback (most recent call last):\nRuntimeError: shape too large (test double)\n")
+            self.clock.advance(call_s)
+            self.alive = False
+            return {"worker_log": "probe child started (test double)"}, "died", call_s, 1
         if not req.get("time_only"):
             spent += call_s
             if self.op.mode == "wrong" and big:

@@ -298,13 +298,14 @@ def test_summary_row_reads_the_headline_case_its_dragging_part_bound_and_the_sea
     dec = {"tool": "mfu_decompose", "schema": 1, "reports": [{"label": "attn", "rows": rows}], "errors": [],
            "warnings": [], "maxima": {"mfu_ach": {"value": 0.22, "report": "attn", "case": 0}}}
     (work / "mfu_decompose.json").write_text(json.dumps(dec))
-    (work / "grid_search.json").write_text(json.dumps({"best": {"case": 12, "scale": 4}}))
+    (work / "grid_search.json").write_text(json.dumps({"best": {"case": 12, "scale": 4, "factors": {"batch": 4}}}))
     job = {"name": "attn", "layout": "B", "work": str(work), "log": str(tmp_path / "attn.log"), "older": []}
     rec = {"status": "ok", "reason": None, "wall_s": 12.5, "device": "1", "report_html": None}
     row = operator_row(job, rec)
     assert (row["mfu_ach"], row["mfu_nom"], row["headline"], row["numerator"]) == (0.22, 0.20, "MFU@ach", "checked")
     assert row["dragging_part"] == "attn" and row["bound"] == "memory-bound"
     assert (row["case"], row["scale"], row["device"], row["wall_s"]) == (12, 4, "1", 12.5)
+    assert row["factors"] == "batch x4"  # the chosen point's factors per symbol, beside their product
     rows[0].pop("bound")
     rows[0]["parts"] = parts[1:]  # no part takes 2x its FLOPs share: nothing drags; no bound label: None ("—")
     (work / "mfu_decompose.json").write_text(json.dumps(dec))

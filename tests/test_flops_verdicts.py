@@ -169,6 +169,8 @@ def test_the_no_mfu_dash_does_not_fail_the_decompose_step_on_a_console_that_cann
 def test_the_shape_cell_names_the_search_origin_of_an_appended_case_only():
     appended = {"case": 11, "shape": "[4, 10000]", "search_origin": {"source_case": 2, "scale": 2}}
     assert report.shape_cell(appended) == "[4,10000]<-case2x2"
+    appended["search_origin"]["factors"] = {"batch": 2, "seq": 4}  # the probe's factors, where recorded
+    assert report.shape_cell(appended) == "[4,10000]<-case2:batchx2,seqx4"
     # the search's x1 point of an original case is the case itself: no origin to name
     original = {"case": 2, "shape": "[2, 10000]", "search_origin": {"source_case": 2, "scale": 1}}
     assert report.shape_cell(original) == "[2,10000]"

@@ -71,7 +71,7 @@ def test_a_calibration_of_slow_dtypes_only_does_not_inflate_the_floor(tmp_path):
     work = probe_ops.make_workdir(tmp_path, peak_gbps=1000.0)
     set_peak(work, peak_tflops={"float32": 1e-12},
              nominal={"tflops": {"float16": 1.0, "float32": 1e-12}, "source": "test double"})
-    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100")
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100", "--scale-dims", "seq")
     assert r.returncode == 0, r.stderr
     assert doc["limits"]["peak_tflops_max"] == 1.0 and doc["skipped_sources"] == {}
     assert [(c["scale"], c["verdict"]) for c in doc["candidates"]] == [(2, "pass")]
@@ -80,22 +80,22 @@ def test_a_calibration_of_slow_dtypes_only_does_not_inflate_the_floor(tmp_path):
 def test_a_source_its_floor_rules_out_is_not_traced_ahead(tmp_path):
     # case 0: A [1, 64, 256] (131 KB of inputs, within the test double's 200 KB L2) ranks first by FLOPs; case 1:
     # A [1, 16, 4096] (278 KB > L2) at a stated 0.002 GB/s has a 107 ms byte floor at scale 1 > --max-ms 100: not a
-    # source. While case 0's x2 ran, case 1's x2 (A [2, 32, 4096]) used to be traced ahead all the same (a
-    # reference at 2^k the work, on the host, for a source about to be skipped); its build mark proves it was not
+    # source. While case 0's batch x2 ran, case 1's batch x2 (A [2, 16, 4096]) used to be traced ahead all the same
+    # (a reference at 2^k the work, on the host, for a source about to be skipped); its build mark proves it was not
     lines = [probe_ops.case_line(1, 64, 256, 64), probe_ops.case_line(1, 16, 4096, 1)]
     work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=0.002)
     set_peak(work, peak_tflops={"float32": 1000.0}, device={"l2_cache_bytes": 200_000})
     marks = tmp_path / "marks"
     marks.mkdir()
     r, doc = run_probe(work, "--top", "2", "--max-scale", "2", "--max-ms", "100", "--trace-jobs", "1",
-                       env={"PROBE_OP_MARKS": str(marks)})
+                       "--scale-dims", "batch", env={"PROBE_OP_MARKS": str(marks)})
     assert r.returncode == 0, r.stderr
     assert doc["sources"] == [0] and "GB of inputs" in doc["skipped_sources"]["1"]
-    (cand,) = doc["candidates"]  # case 0 x2: 393 KB > L2, its byte floor fails gate 4 without a run
+    (cand,) = doc["candidates"]  # case 0 batch x2: 262 KB > L2, its byte floor (101 ms) fails gate 4 without a run
     assert cand["failed_gate"] == 4 and "predicted" in cand["gates"][-1]["detail"]
     built = {p.name for p in marks.iterdir()}
     assert "built_B_32768" in built  # case 0's x2 (B [2, 256, 64]) was traced
-    assert "built_B_8192" not in built and "built_A_262144" not in built  # case 1's x2 was never built
+    assert "built_B_8192" not in built and "built_A_131072" not in built  # case 1's x2 was never built
 
 
 def test_a_peak_json_option_naming_no_file_is_an_error(tmp_path):
@@ -114,7 +114,7 @@ def test_a_replacement_reports_the_size_capped_cases_ranked_above_it(tmp_path):
              probe_ops.case_line(1, 16, 32, 8)]
     work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=1000.0)
     set_peak(work, peak_tflops={"float32": 1e-5})
-    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100")
+    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100", "--scale-dims", "seq")
     assert r.returncode == 0, r.stderr
     assert doc["sources"] == [2] and sorted(doc["skipped_sources"]) == ["0", "1"]
     assert "predicted" in doc["skipped_sources"]["0"] and "max-input-mb" in doc["skipped_sources"]["1"]
@@ -122,16 +122,17 @@ def test_a_replacement_reports_the_size_capped_cases_ranked_above_it(tmp_path):
 
 
 def test_a_skipped_source_frees_its_trace_ahead_slot(tmp_path):
-    # --trace-jobs 1, --max-bytes 1.2 MB (case 0's x4, 1.3 MB, needs no trace). While case 0's x2 runs, case 1's x2 is
-    # traced ahead; case 1 (264 KB > the test double's 200 KB L2 at a stated 0.004 GB/s: a 51 ms floor, within 1/8 of
-    # --max-ms 100) is then timed at scale 1 (ModelNew sleeps 0.3 s: m 128 > 64) and skipped. Its trace held the
-    # only slot to the end of the run, so case 2 (its replacement) got no trace ahead for x4; now the skip ends it
-    lines = [probe_ops.case_line(1, 64, 256, 64), probe_ops.case_line(1, 128, 512, 1),
+    # batch only; --trace-jobs 1, --max-bytes 400 KB (case 0's x4, 524 KB, needs no trace). While case 0's x2 runs,
+    # case 1's x2 (264 KB) is traced ahead; case 1 (132 KB > the test double's 100 KB L2 at a stated 0.004 GB/s: a
+    # 25 ms floor, within 1/8 of --max-ms 100) is then timed at scale 1 (ModelNew sleeps 0.3 s: m 128 > 64) and
+    # skipped. Its trace held the only slot to the end of the run, so case 2 (its replacement) got no trace ahead
+    # for x4; now the skip ends it
+    lines = [probe_ops.case_line(1, 64, 256, 64), probe_ops.case_line(1, 128, 256, 1),
              probe_ops.case_line(1, 8, 32, 8)]
     work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=0.004)
-    set_peak(work, peak_tflops={"float32": 1000.0}, device={"l2_cache_bytes": 200_000})
-    r, doc = run_probe(work, "--top", "2", "--max-scale", "4", "--max-ms", "100", "--max-bytes", "1.2e6",
-                       "--trace-jobs", "1", "--no-saturation-stop", "--refine-steps", "0",
+    set_peak(work, peak_tflops={"float32": 1000.0}, device={"l2_cache_bytes": 100_000})
+    r, doc = run_probe(work, "--top", "2", "--max-scale", "4", "--max-ms", "100", "--max-bytes", "4e5",
+                       "--trace-jobs", "1", "--no-saturation-stop", "--refine-steps", "0", "--scale-dims", "batch",
                        env={"PROBE_OP_MODE": "slow"})
     assert r.returncode == 0, r.stderr
     assert doc["sources"] == [0, 2] and "its own run at scale 1 takes" in doc["skipped_sources"]["1"]

@@ -46,21 +46,21 @@ def test_no_law_for_data_dependent_counts_untested_fits_or_collinear_symbols():
 
 @pytest.mark.e2e
 def test_a_candidate_whose_predicted_floor_exceeds_max_ms_is_never_traced(tmp_path):
-    # FLOPs = 512 b m exactly on 5 cases; test-double peak.json 2.016e-6 TFLOP/s: the source (case 3, 131072 FLOPs,
-    # floor 50 ms) is timed first and is fast; its x2 (batch and seq doubled: 4x FLOPs, floor 200 ms) exceeds
-    # --max-ms 100 on the prediction alone - its inputs are never built (no trace, no verify, no timing)
+    # FLOPs = 512 b m exactly on 5 cases; test-double peak.json 1.344e-6 TFLOP/s: the source (case 3, 131072 FLOPs,
+    # floor 75 ms) is timed first and is fast; its seq x2 (2x FLOPs, floor 150 ms) exceeds --max-ms 100 on the
+    # prediction alone - its inputs are never built (no trace, no verify, no timing)
     lines = [probe_ops.case_line(b, m, 32, 8) for b, m in ((1, 16), (2, 16), (1, 32), (4, 64), (2, 8))]
     work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=1000.0)
-    _peak(work, 2.016e-6)
+    _peak(work, 1.344e-6)
     marks = tmp_path / "marks"
     marks.mkdir()
-    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100",
+    r, doc = run_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100", "--scale-dims", "seq",
                        env={"PROBE_OP_MARKS": str(marks)})
     assert r.returncode == 0, r.stderr
     (cand,) = doc["candidates"]
-    assert cand["source_case"] == 3 and cand["failed_gate"] == 4 and cand["flops_predicted"] == pytest.approx(524288)
+    assert cand["source_case"] == 3 and cand["failed_gate"] == 4 and cand["flops_predicted"] == pytest.approx(262144)
     g = {x["gate"]: x for x in cand["gates"]}
     assert g[2]["ok"] is None and g[3]["ok"] is None and "power law of 5 traced cases" in g[4]["detail"]
-    assert not (marks / f"built_A_{8 * 128 * 32}").exists()  # the x2 inputs were never allocated
+    assert not (marks / f"built_A_{4 * 128 * 32}").exists()  # the x2 inputs were never allocated
     (law,) = doc["flops_law"].values()
     assert law["exponents"]["batch"] == pytest.approx(1.0) and law["n_cases"] == 5

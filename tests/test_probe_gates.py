@@ -65,21 +65,30 @@ def _peak(work, tflops):
 
 
 def test_binary_refinement_finds_the_largest_passing_factor():
-    tried = ladder.search_factor(lambda s: s <= 11, 64, refine_steps=3)
+    tried, why = ladder.search_factor(lambda s: s <= 11, 64, refine_steps=3)
     assert tried == [(2, True), (4, True), (8, True), (16, False), (12, False), (10, True), (11, True)]
-    tried = ladder.search_factor(lambda s: s <= 37, 64, refine_steps=10)
+    assert why == "x16 failed; largest passing x11 (x12 failed)"
+    tried, _why = ladder.search_factor(lambda s: s <= 37, 64, refine_steps=10)
     assert max(s for s, ok in tried if ok) == 37 and (38, False) in tried
-    assert ladder.search_factor(lambda s: False, 64) == [(2, False)]  # nothing passes: the original stays s = 1
+    assert ladder.search_factor(lambda s: False, 64) == ([(2, False)], "nothing passed: x2 failed")
     assert ladder.ladder(48) == [2, 4, 8, 16, 32, 48]
+    assert ladder.search_factor(lambda s: True, 8)[1] == "every factor up to --max-scale 8 passed"
+
+
+def test_a_saturated_pass_in_the_bisection_ends_it_as_the_message_says():
+    # x8 fails, x6 passes but saturated: "larger factors are not tried" - and x7 is not tried (it used to be)
+    tried, why = ladder.search_factor(lambda s: ladder.STOP if s == 6 else s < 8, 64)
+    assert tried == [(2, True), (4, True), (8, False), (6, True)]
+    assert why == "x8 failed; bisection saturated at x6: larger factors are not tried"
 
 
 def test_gate1_refuses_by_max_bytes_without_running_anything(tmp_path):
     work = probe_ops.make_workdir(tmp_path)
-    p = fake_probe(work, "--cases", "0", "--max-bytes", "4000", "--max-scale", "2")
+    p = fake_probe(work, "--cases", "0", "--max-bytes", "4000", "--max-scale", "2", "--scale-dims", "batch")
     (cand,) = p.doc["candidates"]
     assert cand["failed_gate"] == 1 and len(cand["gates"]) == 1
-    assert _gate(cand, 1)["value"] == cand["input_bytes"] > 4000
-    # the candidate (A [2, 32, 32], B [2, 32, 8]) was never built; only the original case was, by the tracer that
+    assert _gate(cand, 1)["value"] == cand["input_bytes"] == 6144 > 4000
+    # the candidate (A [2, 16, 32], B [2, 32, 8]) was never built; only the original case was, by the tracer that
     # counts its scale-1 FLOPs
     assert p.tracer.traced == [(1, 16, 32, 8)] and p.runner.requests == []
 
@@ -89,7 +98,7 @@ def test_gate1_refuses_a_case_whose_host_build_exceeds_host_memory(tmp_path, mon
     work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(64, 65536, 4096, 1)])
     limit, real = 6 << 30, resource.getrlimit
     monkeypatch.setattr(resource, "getrlimit", lambda r: (limit, limit) if r == resource.RLIMIT_AS else real(r))
-    p = fake_probe(work, "--cases", "0", "--max-bytes", "1e15", "--max-scale", "2")
+    p = fake_probe(work, "--cases", "0", "--max-bytes", "1e15", "--max-scale", "2", "--scale-dims", "batch")
     (cand,) = p.doc["candidates"]
     g1 = _gate(cand, 1)
     assert cand["failed_gate"] == 1 and "host memory" in g1["detail"] and "RLIMIT_AS" in g1["detail"]
@@ -101,25 +110,37 @@ def test_gate1_refuses_a_case_whose_host_build_exceeds_host_memory(tmp_path, mon
 
 def test_gate2_reference_rejection_and_refinement(tmp_path):
     work = probe_ops.make_workdir(tmp_path)
-    p = fake_probe(work, "--cases", "0", "--max-scale", "4", op=Op("reject_m", limit=40))
+    p = fake_probe(work, "--cases", "0", "--max-scale", "4", "--scale-dims", "seq", op=Op("reject_m", limit=40))
     scales = [(c["scale"], c["verdict"], c["failed_gate"]) for c in p.doc["candidates"]]
     assert scales == [(2, "pass", None), (4, "fail", 2), (3, "fail", 2)]  # m 32 ok, 64 and 48 > 40
     assert "m 64 > 40" in _gate(p.doc["candidates"][1], 2)["detail"]
-    assert _gate(p.doc["candidates"][0], 2)["value"] == 2 * 2 * 32 * 32 * 8  # traced bmm FLOPs of [2,32,32]@[2,32,8]
+    assert _gate(p.doc["candidates"][0], 2)["value"] == 2 * 1 * 32 * 32 * 8  # traced bmm FLOPs of [1,32,32]@[1,32,8]
+    (lad,) = p.doc["ladders"]
+    assert lad["symbols"] == ["seq"] and lad["stopped"] == "x4 failed; largest passing x2 (x3 failed)"
 
 
 @pytest.mark.parametrize("mode,status", [("wrong", "fail"), ("oom", "oom")])
 def test_gate3_modelnew_mismatch_and_oom_are_recorded_not_fatal(tmp_path, mode, status):
     work = probe_ops.make_workdir(tmp_path)
-    p = fake_probe(work, "--cases", "0,1", "--max-scale", "2", op=Op(mode, limit=16))
+    p = fake_probe(work, "--cases", "0,1", "--max-scale", "2", "--scale-dims", "seq", op=Op(mode, limit=16))
     c0, c1 = p.doc["candidates"]  # case 0: m 16 -> 32 > 16 misbehaves; case 1: m 8 -> 16 is fine
     assert c0["failed_gate"] == 3 and _gate(c0, 3)["detail"].startswith(f"verify {status}")
     assert c1["verdict"] == "pass"  # the probe went on after the failure
 
 
+def test_a_child_that_dies_in_gate3_is_named_with_its_exit_status_and_last_output(tmp_path):
+    work = probe_ops.make_workdir(tmp_path)
+    p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq", op=Op("die", limit=16))
+    (cand,) = p.doc["candidates"]
+    detail = _gate(cand, 3)["detail"]
+    assert cand["failed_gate"] == 3 and detail.startswith("verify: the child died (exit 1): ")
+    assert "RuntimeError: shape too large (test double)" in detail and "probe child started" in detail
+
+
 def test_gate4_refuses_a_run_slower_than_max_ms(tmp_path):
     work = probe_ops.make_workdir(tmp_path)
-    p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100", op=Op("slow", limit=16))
+    p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100", "--scale-dims", "seq",
+                   op=Op("slow", limit=16))
     (cand,) = p.doc["candidates"]
     g4 = _gate(cand, 4)
     assert cand["failed_gate"] == 4 and g4["value"] >= 300 > g4["limit"] == 100
@@ -139,19 +160,20 @@ def test_gate4_floor_decides_only_when_the_roofline_alone_exceeds_max_ms():
 
 
 def test_gate4_fails_on_the_roofline_floor_without_running_the_candidate(tmp_path):
-    # test-double peak.json stating 1.26e-7 TFLOP/s: case 0's 8192 FLOPs have a 50 ms floor (timed first, fast),
-    # its x2 candidate's 32768 traced FLOPs a 200 ms floor > --max-ms 100: decided without running ModelNew
+    # test-double peak.json stating 8.4e-8 TFLOP/s: case 0's 8192 FLOPs have a 75 ms floor (timed first, fast),
+    # its seq x2 candidate's 16384 traced FLOPs a 150 ms floor > --max-ms 100: decided without running ModelNew
     work = probe_ops.make_workdir(tmp_path, peak_gbps=1000.0)
-    _peak(work, 1.26e-7)
-    p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100", op=Op("slow", limit=16))
+    _peak(work, 8.4e-8)
+    p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--max-ms", "100", "--scale-dims", "seq",
+                   op=Op("slow", limit=16))
     (cand,) = p.doc["candidates"]
     g3, g4 = _gate(cand, 3), _gate(cand, 4)
     assert cand["failed_gate"] == 4 and g3["ok"] is None and "predicted" in g4["detail"]
     assert g4["value"] > g4["limit"] == 100
     assert cand["time_ms"] is None  # the slow ModelNew (>= 300 ms) never ran
     assert p.runner.requests == [((1, 16, 32, 8), True)]  # only the source, timed at scale 1
-    assert p.doc["limits"]["peak_tflops_max"] == 1.26e-7  # what the floor divided by, recorded
-    assert g4["value"] == pytest.approx(32768 / (1.3 * 1.26e5) * 1e3)
+    assert p.doc["limits"]["peak_tflops_max"] == 8.4e-8  # what the floor divided by, recorded
+    assert g4["value"] == pytest.approx(16384 / (1.3 * 8.4e4) * 1e3)
 
 
 def test_a_source_already_slower_than_max_ms_is_replaced_by_the_next_case(tmp_path):
@@ -161,7 +183,8 @@ def test_a_source_already_slower_than_max_ms_is_replaced_by_the_next_case(tmp_pa
     lines = [probe_ops.case_line(1, 64, 32, 8), probe_ops.case_line(1, 16, 32, 8)]
     work = probe_ops.make_workdir(tmp_path, lines=lines, peak_gbps=1000.0)
     _peak(work, 5.04e-7)
-    p = fake_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100", op=Op("slow", limit=48))
+    p = fake_probe(work, "--top", "1", "--max-scale", "2", "--max-ms", "100", "--scale-dims", "seq",
+                   op=Op("slow", limit=48))
     doc = p.doc
     assert "its own run at scale 1 takes" in doc["skipped_sources"]["0"] and doc["sources"] == [1]
     assert doc["baselines"]["0"]["time_ms"] >= 300
@@ -179,9 +202,10 @@ def test_sources_whose_roofline_floor_exceeds_max_ms_are_skipped_without_running
 
 
 def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):
-    # A [1, 32768, 256] fp32 (32 MiB, 64 MiB at x2); a stated bandwidth of 1 GB/s and L2 of 64 KiB (test-double
-    # peak.json): the lazy run would have to take > 50 ms to pass, the honest one runs its bytes at 0.5 GB/s
-    line = probe_ops.case_line(1, 32768, 256, 8)
+    # A [1, 448, 256] fp32 (448 KiB, 896 KiB at x2: within the CPU's 1 MB verify cap); a stated bandwidth of 1 GB/s
+    # and L2 of 64 KiB (test-double peak.json): the lazy run would have to take > 0.7 ms to pass, the honest one
+    # runs its bytes at 0.5 GB/s
+    line = probe_ops.case_line(1, 448, 256, 8)
     results = {}
     for mode in ("membound", "lazy"):
         work = probe_ops.make_workdir(tmp_path / mode, lines=[line], peak_gbps=1.0)
@@ -199,10 +223,10 @@ def test_gate5_catches_a_reference_that_ignores_the_scaled_axis(tmp_path):
 
 
 def test_saturation_stops_a_ladder_whose_wall_tflops_no_longer_rises_and_one_runner_serves_all(tmp_path):
-    # "flat": ModelNew runs at a constant 0.25 MFLOP/s (FLOPs / 2.5e5 s: 33 ms at scale 1, 131 ms at x2, 524 ms at
-    # x4), so doubling raises the wall figure by ~0%: the ladder ends at x2; without the stop it climbs on
+    # "flat": ModelNew runs at a constant 0.25 MFLOP/s (FLOPs / 2.5e5 s: 33 ms at scale 1, 66 ms at seq x2, 131 ms
+    # at x4), so doubling raises the wall figure by ~0%: the ladder ends at x2; without the stop it climbs on
     work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(1, 16, 32, 8)])
-    p = fake_probe(work, "--cases", "0", "--max-scale", "4", op=Op("flat"))
+    p = fake_probe(work, "--cases", "0", "--max-scale", "4", "--scale-dims", "seq", op=Op("flat"))
     (cand,) = p.doc["candidates"]
     assert cand["scale"] == 2 and cand["verdict"] == "pass" and "not tried" in cand["saturated"]
     base = p.doc["baselines"]["0"]
@@ -210,10 +234,12 @@ def test_saturation_stops_a_ladder_whose_wall_tflops_no_longer_rises_and_one_run
     assert cand["wall_figure"] < 1.05 * base["figure"]
     assert cand["wall_s"] > 0 and all(g["wall_s"] is not None for g in cand["gates"])
     # the candidate, then its source at scale 1 (time only), by the one gate runner, which the probe then closed
-    assert p.runner.requests == [((2, 32, 32, 8), False), ((1, 16, 32, 8), True)] and p.runner.closed
+    assert p.runner.requests == [((1, 32, 32, 8), False), ((1, 16, 32, 8), True)] and p.runner.closed
+    assert p.doc["ladders"][0]["stopped"] == "saturated at x2: larger factors are not tried"
 
     work2 = probe_ops.make_workdir(tmp_path / "nostop", lines=[probe_ops.case_line(1, 16, 32, 8)])
-    p = fake_probe(work2, "--cases", "0", "--max-scale", "4", "--no-saturation-stop", op=Op("flat"))
+    p = fake_probe(work2, "--cases", "0", "--max-scale", "4", "--no-saturation-stop", "--scale-dims", "seq",
+                   op=Op("flat"))
     assert [(c["scale"], c["verdict"], c["saturated"]) for c in p.doc["candidates"]] == \
         [(2, "pass", None), (4, "pass", None)]
     assert p.doc["baselines"] == {}
@@ -265,7 +291,8 @@ def test_traces_started_ahead_give_the_same_verdicts_and_leave_nothing_running(t
         assert not list(tmp.glob("mfu_probe_*")), "a staged candidate was left behind"
         assert p.tracer.running() == [] and p.tracer.closed  # no trace left running
     key = lambda d: [(c["candidate_id"], c["verdict"], c["flops"]) for c in d["candidates"]]  # noqa: E731
-    assert key(runs["0"]) == key(runs["2"]) and len(key(runs["0"])) == 4
+    # per source: batch, seq, gemm_k, gemm_n alone (x2, x4 each), then the joint ladder of two of them (x2, x4)
+    assert key(runs["0"]) == key(runs["2"]) and len(key(runs["0"])) == 2 * (4 * 2 + 2)
     waited = [next(g for g in c["gates"] if g["gate"] == 2) for c in runs["2"]["candidates"]]
     assert any(g["waited_s"] < g["wall_s"] for g in waited)  # at least one trace had started ahead
     assert all(g["waited_s"] == g["wall_s"] for c in runs["0"]["candidates"] for g in c["gates"] if g["gate"] == 2)
@@ -314,6 +341,18 @@ def test_the_ranking_trace_counts_the_trace_start_against_the_budget_and_kills_a
     assert job.killed and tracer.running() == []  # killed, not still tracing
 
 
+def test_gate1_on_cpu_refuses_a_case_verify_would_skip(tmp_path):
+    # A [1, 256, 512] @ B [1, 512, 8] fp32: 540672 B; seq x2 1064960 B > verify's 1 MB cap on the CPU interpreter:
+    # verify would skip it, so gate 1 refuses it (it used to be appended and then never verified or timed)
+    work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(1, 256, 512, 8)])
+    p = fake_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq")
+    (cand,) = p.doc["candidates"]
+    g1 = _gate(cand, 1)
+    assert cand["failed_gate"] == 1 and "--max-input-mb 1" in g1["detail"] and "verify's input cap" in g1["detail"]
+    assert g1["value"] == 1064960 and g1["limit"] == 1e6 and p.doc["limits"]["verify_max_input_mb"] == 1.0
+    assert p.doc["appended"] == {} and p.runner.requests == []
+
+
 def test_gate1_alone_on_a_case_description():
     info = SimpleNamespace(input_bytes=3000)
     assert gate1(info, {"max_bytes": 4000})["ok"] is True
@@ -324,19 +363,19 @@ def test_gate1_alone_on_a_case_description():
 @pytest.mark.e2e
 def test_end_to_end_a_real_child_retires_after_an_oom_and_the_next_one_serves_a_candidate_and_its_baseline(
         tmp_path):
-    # the real command, tracer and persistent child on the CPU: case 0 x2 (m 32 > 16) runs out of memory in verify
-    # (recorded, the child retires); case 1 x2 passes in a fresh child, which then times case 1 at scale 1 too
+    # the real command, tracer and persistent child on the CPU: case 0 seq x2 (m 32 > 16) runs out of memory in
+    # verify (recorded, the child retires); case 1 seq x2 passes in a fresh child, which then times case 1 at scale 1
     work = probe_ops.make_workdir(tmp_path)
     pids = tmp_path / "pids"
     pids.mkdir()
-    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "2", "--trace-jobs", "1",
+    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "2", "--trace-jobs", "1", "--scale-dims", "seq",
                        env={"PROBE_OP_MODE": "oom", "PROBE_OP_LIMIT": "16", "PROBE_OP_PIDS": str(pids),
                             "TMPDIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     c0, c1 = doc["candidates"]
     assert c0["failed_gate"] == 3 and _gate(c0, 3)["detail"].startswith("verify oom")
     assert c1["verdict"] == "pass" and doc["baselines"]["1"]["time_ms"] > 0 and doc["complete"] is True
-    assert _gate(c1, 2)["value"] == 2 * 4 * 16 * 16 * 4  # the real tracer's bmm FLOPs of [4,16,16]@[4,16,4]
+    assert _gate(c1, 2)["value"] == 2 * 2 * 16 * 16 * 4  # the real tracer's bmm FLOPs of [2,16,16]@[2,16,4]
     assert len(list(pids.iterdir())) == 2  # one child per OOM, one for the rest
     assert not list(tmp_path.glob("mfu_probe_*")), "a staged candidate was left behind"
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout

@@ -23,7 +23,7 @@ def test_write_back_appends_to_both_copies_and_restore_puts_the_originals_back(t
     r, _ = run_probe(work, "--dry-run", "--max-scale", "4")
     assert r.returncode == 0 and "input_bytes" in r.stdout
     assert probe_ops.snapshot(work) == before  # dry run: nothing written
-    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2")
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "batch,seq")
     assert r.returncode == 0, r.stderr
     after = probe_ops.snapshot(work)
     for name in ("verify_result_20260101.json", "perf_result.json", "model.py", "model_new.py"):
@@ -31,21 +31,25 @@ def test_write_back_appends_to_both_copies_and_restore_puts_the_originals_back(t
     orig = before["model.json"]
     for name in ("Op_perf_cases.jsonl", "model.json"):
         assert after[name].startswith(orig)  # original lines intact, in place
-        extra = after[name][len(orig):].decode().splitlines()
-        assert len(extra) == 1
-        new = json.loads(extra[0])
-        assert [e["shape"] for e in new["inputs"]] == [[2, 32, 32], [2, 32, 8]]  # batch x2, m x2
-        assert set(new["inputs"][0]) == set(json.loads(orig.decode().splitlines()[0])["inputs"][0])
+        extra = [json.loads(ln) for ln in after[name][len(orig):].decode().splitlines()]
+        # batch x2 alone, m x2 alone, then the joint ladder: both x2
+        assert [[e["shape"] for e in new["inputs"]] for new in extra] == [
+            [[2, 16, 32], [2, 32, 8]], [[1, 32, 32], [1, 32, 8]], [[2, 32, 32], [2, 32, 8]]]
+        assert set(extra[0]["inputs"][0]) == set(json.loads(orig.decode().splitlines()[0])["inputs"][0])
     assert after["Op_perf_cases.jsonl"] == after["model.json"]
-    assert doc["appended"]["2"]["source_case"] == 0 and doc["appended"]["2"]["factors"] == {"batch": 2, "seq": 2}
-    assert doc["candidates"][0]["new_case_id"] == 2 and doc["complete"] is True
+    assert [(a["source_case"], a["factors"], a["scale"]) for a in doc["appended"].values()] == [
+        (0, {"batch": 2}, 2), (0, {"seq": 2}, 2), (0, {"batch": 2, "seq": 2}, 4)]
+    assert [c["new_case_id"] for c in doc["candidates"]] == [2, 3, 4] and doc["complete"] is True
+    assert [(sorted(x["symbols"]), x["joint"]) for x in doc["ladders"]] == [  # joint: the better one first
+        (["batch"], False), (["seq"], False), (["batch", "seq"], True)]
     ver = json.load(open(os.path.join(work, "verify.json")))
-    assert [(c["case"], c["status"]) for c in ver["cases"]] == [(2, "pass")] and ver["missing"] == [0, 1]
+    assert [(c["case"], c["status"]) for c in ver["cases"]] == [(2, "pass"), (3, "pass"), (4, "pass")]
+    assert ver["missing"] == [0, 1]
     assert not any(n.startswith("flops_check") for n in os.listdir(work))  # tool outputs stay in temp dirs
     impl = os.path.join(work, "model_new.py")
     with open(impl, "a") as f:
         f.write("# edited\n")
-    r, _ = run_probe(work, "--cases", "0", "--max-scale", "2")
+    r, _ = run_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "batch,seq")
     assert r.returncode == 2 and "changed since probe.json" in r.stderr  # no verdict reuse for other code
     with open(impl, "wb") as f:
         f.write(before["model_new.py"])
@@ -58,7 +62,7 @@ def test_write_back_appends_to_both_copies_and_restore_puts_the_originals_back(t
     assert doc is None and not os.path.exists(os.path.join(work, pj.BACKUP_DIR))  # probe.json gone with them
     assert "removed probe.json" in r.stdout
     # a probe after the restore starts afresh: the same candidate is appended again (nothing stale resumed)
-    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2")
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq")
     assert r.returncode == 0, r.stderr
     assert list(doc["appended"]) == ["2"] and doc["resumed"] == []
 
@@ -68,7 +72,7 @@ def test_an_interrupted_probe_keeps_the_originals_and_a_rerun_resumes(tmp_path):
     orig = probe_ops.snapshot(work)["model.json"]
     path = os.path.join(work, "probe.json")
     p = subprocess.Popen([sys.executable, PROBE, "--dir", work, "--backend", "cpu", "--cases", "0,1",
-                          "--max-scale", "4"], env=dict(os.environ, PROBE_OP_MODE="sleep1"),
+                          "--max-scale", "4", "--scale-dims", "seq"], env=dict(os.environ, PROBE_OP_MODE="sleep1"),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     done = []
     try:
@@ -85,7 +89,7 @@ def test_an_interrupted_probe_keeps_the_originals_and_a_rerun_resumes(tmp_path):
     assert doc["complete"] is False and doc["interrupted"] == "running"
     for name in ("Op_perf_cases.jsonl", "model.json"):
         assert open(os.path.join(work, name), "rb").read().startswith(orig)
-    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "4")
+    r, doc = run_probe(work, "--cases", "0,1", "--max-scale", "4", "--scale-dims", "seq")
     assert r.returncode == 0, r.stderr
     assert set(done) <= set(doc["resumed"])  # finished candidates were not run again
     assert doc["complete"] is True and doc["interrupted"] is None
@@ -104,11 +108,11 @@ def test_a_crlf_case_file_keeps_its_line_ends_through_probe_rerun_and_restore(tm
         data = open(p, "rb").read().replace(b"\n", b"\r\n")
         open(p, "wb").write(b"\xef\xbb\xbf" + data)  # a BOM and CRLF, as Windows editors write them
     before = probe_ops.snapshot(work)
-    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2")
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq")
     assert r.returncode == 0, r.stderr
     text = open(os.path.join(work, "model.json"), "rb").read()
     assert text.startswith(before["model.json"]) and text.count(b"\r\n") == 3  # 2 original lines + 1 appended
-    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2")  # a re-run resumes (nothing "changed")
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq")  # a re-run resumes
     assert r.returncode == 0, r.stderr
     r, _ = run_probe(work, "--restore")
     assert r.returncode == 0, r.stderr
@@ -118,9 +122,9 @@ def test_a_crlf_case_file_keeps_its_line_ends_through_probe_rerun_and_restore(tm
 
 def test_other_settings_over_appended_cases_are_refused_and_a_broken_probe_json_is_named(tmp_path):
     work = probe_ops.make_workdir(tmp_path)
-    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2")
+    r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq")
     assert r.returncode == 0 and doc["appended"], r.stderr
-    r, _ = run_probe(work, "--cases", "1", "--max-scale", "2", "--seed", "1")
+    r, _ = run_probe(work, "--cases", "1", "--max-scale", "2", "--seed", "1", "--scale-dims", "seq")
     assert r.returncode == 2 and "made with other settings (seed differ)" in r.stderr and "--restore" in r.stderr
     path = os.path.join(work, "probe.json")
     good = open(path).read()
@@ -131,6 +135,6 @@ def test_other_settings_over_appended_cases_are_refused_and_a_broken_probe_json_
         edit(d)
         open(path, "w").write(json.dumps(d))
         r = subprocess.run([sys.executable, PROBE, "--dir", work, "--backend", "cpu", "--cases", "0", "--max-scale",
-                            "2"], capture_output=True, text=True, timeout=300)
+                            "2", "--scale-dims", "seq"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 2 and "probe.json" in r.stderr and "Traceback" not in r.stderr, r.stderr
     open(path, "w").write(good)

@@ -72,15 +72,75 @@ def test_ffn_scales_the_token_rows_only(shared_dir):
     assert new["inputs"][1]["shape"] == cs[0]["inputs"][1]["shape"]
 
 
-def test_batch_matmul_scales_batch_and_the_row_axis_m(shared_dir):
-    cs, infos, groups, chosen = _groups(shared_dir, "level3/1_BatchMatmul.json")
-    k = _by_kind(groups[0])
-    assert k["batch"].positions == [("A", 0), ("B", 0)]
-    assert k["seq"].positions == [("A", 1)]  # m of A[b, m, k]: scaling only b leaves it launch-bound
-    assert k["hidden"].positions == [("B", 1)] and ("A", 2) in k["hidden"].followers
-    assert set(chosen) == {"batch", "seq"}
-    # in this file n equals m in every case, so by the rule B's last axis follows m (and the evidence says so)
-    assert ("B", 2) in k["seq"].followers and any("B.2" in e for e in k["seq"].evidence)
+def _analyse_file(path, scale_dims=None):
+    cs = cases.read_case_file(path)
+    infos = [cases.describe_case(c, i) for i, c in enumerate(cs)]
+    groups = symbols.analyse(infos)
+    symbols.unique_names(groups)
+    return cs, infos, groups, dict(symbols.choose(groups, scale_dims))
+
+
+ZOO = os.path.join(os.path.dirname(__file__), "..", "examples", "ops", "bench", "zoo")
+
+
+def test_batch_matmul_scales_batch_m_k_and_n(shared_dir):
+    # two data operands A [b, m, k] @ B [b, k, n]: m, k and n all set the GEMM's arithmetic intensity, so all scale;
+    # B's last axis (n) is a symbol of its own, and A's last axis follows k only. The real file has n = m in every
+    # case: m and n still stay two symbols (a batch-only, m-only, k-only or n-only candidate stays possible)
+    for path in (os.path.join(shared_dir, "data", "npukernelbench", "level3", "1_BatchMatmul.json"),
+                 os.path.join(ZOO, "1_BatchMatmul.json")):
+        cs, infos, groups, chosen = _analyse_file(path)
+        (g,) = groups
+        k = _by_kind(g)
+        assert k["batch"].positions == [("A", 0), ("B", 0)]
+        assert k["seq"].positions == [("A", 1)] and "row axis m" in k["seq"].evidence[0]
+        assert k["gemm_k"].positions == [("B", 1)] and k["gemm_k"].followers == [("A", 2)]
+        assert k["gemm_n"].positions == [("B", 2)] and "two data operands" in k["gemm_n"].evidence[0]
+        assert ("B", 2) not in k["seq"].followers and ("A", 2) not in k["seq"].followers
+        assert set(chosen) == {"batch", "seq", "gemm_k", "gemm_n"} and not any(s.weight for s in g.symbols)
+        # scaling k alone keeps the product consistent: A's last axis and B's axis 1 double, nothing else
+        a, b = infos[0].tensor("A").shape, infos[0].tensor("B").shape
+        new, refusals = symbols.scale_case(cs[0], infos[0], g, {"gemm_k": 2})
+        assert not refusals and new["inputs"][0]["shape"] == [a[0], a[1], 2 * a[2]]
+        assert new["inputs"][1]["shape"] == [b[0], 2 * b[1], b[2]]
+        new, _ = symbols.scale_case(cs[0], infos[0], g, {"gemm_n": 4})
+        assert new["inputs"][0]["shape"] == list(a) and new["inputs"][1]["shape"] == [b[0], b[1], 4 * b[2]]
+
+
+def test_ffn_weights_are_never_scaled(shared_dir):
+    # x [T, K1] @ weight1 [K1, N1] @ weight2 [K2, N2]: weight operands (by name); only the token rows scale, and no
+    # weight axis follows a data symbol - not even with --scale-dims naming the weights' kind
+    for path in (os.path.join(shared_dir, "data", "npukernelbench", "level4", "2_FFN.json"),
+                 os.path.join(ZOO, "4_FFN.json")):
+        cs, infos, groups, chosen = _analyse_file(path)
+        (g,) = groups
+        assert list(chosen) == ["seq"]
+        weights = [s for s in g.symbols if s.weight]
+        assert {t for s in weights for t, _a in s.positions} == {"weight1", "weight2"}
+        assert all(any("named as a weight" in e for e in s.evidence) for s in weights)
+        assert not any(t.startswith("weight") for s in g.symbols if not s.weight for t, _a in s.followers)
+        assert "gemm_k" not in {s.kind for s in g.symbols}  # x @ weight1 is no batched matmul of two data operands
+        new, _ = symbols.scale_case(cs[0], infos[0], g, {"seq": 4})
+        assert new["inputs"][0]["shape"] == [4 * infos[0].tensor("x").shape[0], infos[0].tensor("x").shape[1]]
+        assert [e["shape"] for e in new["inputs"][1:3]] == [e["shape"] for e in cs[0]["inputs"][1:3]]
+        _c, _i, _g, chosen = _analyse_file(path, ["seq", "hidden"])
+        assert list(chosen) == ["seq"]  # hidden is a weight's axis here: never chosen
+
+
+def test_a_one_case_ffn_whose_rows_equal_the_hidden_size_keeps_its_weights(tmp_path):
+    # T = K1 = N1 in the only case: by equality alone x's rows and the weights' axes would be one symbol
+    line = {"inputs": [_t("x", [256, 256]), _t("weight1", [256, 256]), _t("weight2", [256, 256])]}
+    infos = [cases.describe_case(line, 0)]
+    (g,) = symbols.analyse(infos)
+    chosen = dict(symbols.choose([g]))
+    new, _ = symbols.scale_case(line, infos[0], g, {n: 2 for n in chosen})
+    assert [e["shape"] for e in new["inputs"]] == [[512, 256], [256, 256], [256, 256]]
+
+
+def test_factors_label_shows_each_symbol_and_its_factor():
+    assert symbols.factors_label({"batch": 4, "seq": 2}) == "batch x4,seq x2"
+    assert symbols.factors_label({"batch": 4, "seq": 1}, sep="") == "batchx4"
+    assert symbols.factors_label({}) == "x1"
 
 
 def test_dependents_that_cannot_follow_are_refusals():

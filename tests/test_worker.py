@@ -170,3 +170,44 @@ def test_every_worker_shares_one_triton_cache_directory(monkeypatch, tmp_path):
     assert worker.child_env(os.environ)[worker.TRITON_CACHE_ENV] == os.path.join(str(tmp_path), ".triton", "cache")
     monkeypatch.setenv(worker.TRITON_CACHE_ENV, str(tmp_path / "mine"))
     assert worker.child_env(os.environ)[worker.TRITON_CACHE_ENV] == str(tmp_path / "mine")
+
+
+DYING = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from mfulib.run.worker import serve
+    print("worker up")
+
+    def handler(req):
+        print("building case", req["n"])
+        raise MemoryError("cannot allocate 64 GiB (test double)")
+
+    sys.exit(serve(handler))
+''')
+
+
+def test_a_worker_that_dies_in_a_case_leaves_its_cause_in_that_case_log(tmp_path, repo_root):
+    # the exception that ends the worker used to be printed after the output went back to the worker's own log:
+    # "the child died (exit 1): " with nothing after it. Now the case log has the traceback, the worker log its start
+    script = tmp_path / "dying.py"
+    script.write_text(DYING)
+    w = worker.Worker([sys.executable, str(script), os.path.join(repo_root, "scripts")],
+                      worker.child_env(os.environ), str(tmp_path / "w.log"))
+    case_log = str(tmp_path / "case.log")
+    r = w.call({"n": 3, "log_path": case_log}, timeout_s=30, start_timeout_s=60)
+    assert r.outcome == "died" and r.returncode == 1
+    tail = worker.log_tail(case_log)
+    assert "MemoryError: cannot allocate 64 GiB (test double)" in tail
+    assert "building case 3" in open(case_log).read()  # the case's output is in the case's log, not the worker's
+    assert "worker up" in w.tail(50) and "building case" not in w.tail(50) and "MemoryError" in w.tail()
+    why = worker.died_why(r.returncode, tail, w.tail())
+    assert why.startswith("the child died (exit 1): ") and "MemoryError" in why
+    w.kill()
+
+
+def test_an_exit_status_names_the_signal_and_an_empty_tail_says_so():
+    assert worker.exit_status(1) == "exit 1"
+    assert worker.exit_status(-9).startswith("killed by SIGKILL (signal 9: out of host memory")
+    assert worker.died_why(-11, "", "") == ("the child died (killed by SIGSEGV (signal 11: a crash in native code)): "
+                                           "it wrote nothing to stdout or stderr")
+    assert worker.died_why(1, "x" * 700).endswith("x" * 600) and "..." in worker.died_why(1, "x" * 700)

@@ -9,7 +9,7 @@ row's ``bound.label`` where the decomposition has one, else "—") and
 dragging part: the part with the largest time share among those holding >= ``DRAG_MIN_TIME_SHARE`` of the time and
 >= ``DRAG_RATIO`` x their FLOPs share (or unmatched "other" time) - the rule of the decomposition's reading aid
 (:mod:`mfulib.report.reading`). With the search (``SEARCH=1``) the chosen case and scale are grid_search.json's
-``best``; otherwise the scale is "—" (the cases as given). ``search`` (:func:`search_state`) says whether that
+``best`` (with its factors per symbol, ``batch x4,seq x2``); otherwise the scale is "—" (the cases as given). ``search`` (:func:`search_state`) says whether that
 search is complete: "search incomplete: ..." when the budget cut the probe (probe.json,
 :func:`mfulib.schemas.probe_json.budget_cut`) - the human tables' status then reads "ok (search incomplete)", never a
 plain "ok" - and the tie of its re-timed leaders where there is one.
@@ -30,6 +30,7 @@ from mfulib.core.errors import UserError
 from mfulib.core.fmt import EM_DASH as DASH, pct
 from mfulib.core.jsonio import read_json, write_text_atomic
 from mfulib.flops.kernel_parts import OTHER
+from mfulib.core.symbols import factors_label
 from mfulib.schemas.batch_json import ROW_KEYS
 from mfulib.schemas.decompose_json import read_decompose_json
 from mfulib.schemas.probe_json import budget_cut

@@ -19,6 +19,7 @@ from tabulate import tabulate
 
 from mfulib.backends import validates_only
 from mfulib.core.fmt import pct
+from mfulib.core.symbols import factors_label
 from mfulib.flops.kernel_parts import OTHER
 
 
@@ -102,14 +103,16 @@ def _part_names(reports: list) -> list:
 
 def shape_cell(row: dict, width: int = 28) -> str:
     """A row's first input shape (the case file's), with its search origin when the probe appended it:
-    ``[8,256,64]<-case0x4`` (``x`` the scale of the origin's factors), without spaces."""
+    ``[8,256,64]<-case0:batchx4,seqx2`` (the origin's factors; ``<-case0x4``, its scale, where it records none),
+    without spaces."""
     shape = str(row.get("shape") or "-").replace(" ", "")  # one token: the table stays whitespace-separated
     if len(shape) > width:
         shape = shape[: width - 3] + "..."
     o = row.get("search_origin") or {}
     if o.get("source_case") is not None and str(o["source_case"]) != str(row.get("case")):  # not an original case
         scale = o.get("scale")  # (the search's x1 point: the case itself, no origin to name)
-        shape += f"<-case{o['source_case']}" + (f"x{scale:g}" if isinstance(scale, (int, float)) else "")
+        shape += f"<-case{o['source_case']}" + (":" + factors_label(o["factors"], sep="") if o.get("factors") else
+                                               f"x{scale:g}" if isinstance(scale, (int, float)) else "")
     return shape
 
 

@@ -16,6 +16,10 @@ and 2 at the request's ``log_path`` (so a crash message, faulthandler's dump or 
 case's log), runs the handler, and writes ``{"done": id, ...reply}``. End of the request pipe (the parent closed it,
 or died) ends the child.
 
+A worker that dies names its cause: the exception that ended it is written to the case's log before the output
+returns to the worker log, :meth:`Worker.tail` gives the worker log's last lines since its start (its imports, an
+exit outside a case), and :func:`died_why` puts the exit status (a signal by name) beside them.
+
 Timeouts: a fresh worker has ``start_timeout_s`` to pick the first request up (its imports); from ``started`` on the
 case has its own ``timeout_s``. :func:`child_env` makes Triton's compile cache one per-user directory for every
 worker (verify and collect alike), so kernels compiled in one step are loaded, not recompiled, in the next.
@@ -71,6 +75,44 @@ def child_env(env: dict) -> dict:
     return env
 
 
+def log_tail(path: str, n: int = 3, offset: int = 0) -> str:
+    """The last ``n`` non-empty lines of the log ``path`` from byte ``offset`` on, joined by `` | ``; a crash's ``Fatal
+    Python error`` line (faulthandler) first when there is one; "" when there is none or no file."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    fatal = [ln for ln in lines if ln.startswith("Fatal Python error")][-1:]
+    return " | ".join(fatal + [ln for ln in lines[-n:] if ln not in fatal])
+
+
+def exit_status(rc) -> str:
+    """A process's exit status in words: ``exit 1``, ``killed by SIGKILL (signal 9: out of host memory - the kernel's
+    OOM killer - or a kill from outside)``; ``rc`` negative for a signal (subprocess's convention)."""
+    if rc is None:
+        return "no exit status"
+    if rc >= 0:
+        return f"exit {rc}"
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        name = f"signal {-rc}"
+    hint = {"SIGKILL": ": out of host memory - the kernel's OOM killer - or a kill from outside",
+            "SIGSEGV": ": a crash in native code", "SIGABRT": ": an abort (a failed assertion in native code)"}
+    return f"killed by {name} (signal {-rc}{hint.get(name, '')})"
+
+
+def died_why(rc, *tails: str, limit: int = 600) -> str:
+    """``the child died (<exit status>): <its last output lines>`` from the non-empty ``tails`` (the case's log, the
+    worker's log), at most ``limit`` characters of them (the end kept)."""
+    tail = " | ".join(t for t in tails if t)
+    if len(tail) > limit:
+        tail = "..." + tail[-limit:]
+    return f"the child died ({exit_status(rc)}): " + (tail or "it wrote nothing to stdout or stderr")
+
+
 @dataclass
 class Reply:
     """What one request came to: ``outcome`` ``done`` (``message`` is the child's reply), ``timeout`` (killed after
@@ -88,6 +130,7 @@ class Worker:
         req_r, self._req_w = os.pipe()
         self._resp_r, resp_w = os.pipe()
         self.log_path = log_path
+        self.log_start = os.path.getsize(log_path) if os.path.exists(log_path) else 0  # this process's part of it
         self.argv = list(argv) + ["--request-fd", str(req_r), "--reply-fd", str(resp_w)]
         try:
             with open(log_path, "ab") as log:
@@ -111,6 +154,10 @@ class Worker:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def tail(self, n: int = 3) -> str:
+        """The last ``n`` lines this worker wrote to its own log (outside a case: start-up, what ended it)."""
+        return log_tail(self.log_path, n, self.log_start)
 
     def _lines(self, deadline: float):
         """Complete reply lines read before ``deadline`` (monotonic); [] on timeout; None at end of file."""
@@ -215,6 +262,7 @@ def serve(handler, argv=None) -> int:
     failure in its reply, not raise; an exception that escapes it ends the worker (the parent sees ``died``)."""
     import argparse
     import faulthandler
+    import traceback
     ap = argparse.ArgumentParser(description="persistent worker (mfulib/run/worker.py)")
     ap.add_argument("--request-fd", type=int, required=True)
     ap.add_argument("--reply-fd", type=int, required=True)
@@ -237,6 +285,9 @@ def serve(handler, argv=None) -> int:
         _redirect_output(req.get("log_path"), saved)
         try:
             reply = handler(req)
+        except BaseException:
+            traceback.print_exc()  # into the case's log, while fd 2 still points there: the parent names the cause
+            raise
         finally:
             _redirect_output(None, saved)
             os.chdir(start_dir)

@@ -36,7 +36,7 @@ SUMMARY_NAME = "batch_summary.json"
 # running: started, no outcome yet (a batch killed hard leaves it; the next run redoes the operator)
 JOB_STATUSES = ("running", "ok", "failed", "timeout", "interrupted")
 # one summary row per operator (CSV / markdown / HTML columns, in this order)
-ROW_KEYS = ("name", "layout", "status", "reason", "case", "scale", "search", "dtype", "mfu_nom", "mfu_ach", "mbu",
+ROW_KEYS = ("name", "layout", "status", "reason", "case", "scale", "factors", "search", "dtype", "mfu_nom", "mfu_ach", "mbu",
             "headline", "dragging_part", "bound", "numerator", "errors", "wall_s", "device", "resumed", "older",
             "work", "log", "report_html", "decompose_json")
 

@@ -2,11 +2,14 @@
 
 Provenance (``tool`` = ``max_shape_probe``, ``schema``, ``device``, ``command_line``, ...) +
 ``op_dir``, ``limits`` {max_bytes, max_ms, max_scale, bandwidth_gbps, bandwidth_source, l2_bytes, host_bytes,
-device_free_bytes, peak_tflops_max (the highest peak of peak.json, measured or nominal, TFLOP/s: gate 4's roofline
-floor; null without one)}, ``groups`` [{key, layout, cases, notes}], ``symbols`` [{name, kind, group,
+device_free_bytes, verify_max_input_mb (verify's input cap of the backend, gate 1: 1 on cpu, null: none),
+peak_tflops_max (the highest peak of peak.json, measured or nominal, TFLOP/s: gate 4's roofline floor; null without
+one)}, ``groups`` [{key, layout, cases, notes}], ``symbols`` [{name, kind, group,
 positions [[tensor, axis]...] (an attribute: [name, null]), followers [[input, axis | list index | null]...],
-values (per case of ``cases``), cases, evidence [str], scaled: bool}], ``scale_dims`` [{symbol, why}], ``candidates``
-[{candidate_id, source_case, scale, factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
+values (per case of ``cases``), cases, evidence [str], scaled: bool, weight: bool (a weight operand's axes: never
+scaled)}], ``scale_dims`` [{symbol, why}], ``weights`` {operands [tensor names], module_parameters [str],
+init_inputs, why} (what never scales, with the evidence), ``candidates`` [{candidate_id, source_case, ladder (its
+ladder's symbols joined by "+"), scale (the product of the factors), factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
 | null (null: not checked, with the reason in detail), detail, value, limit; gate 3 also verified_by: full |
 batch_slice | head_slice | row_slice (verify.json's, mfulib.verify.slices) | unverified (the whole reference did
 not fit and no slice verified it: gate 3 fails, or passes marked under --accept-unverified-reference)}], verdict: pass | fail, failed_gate:
@@ -17,7 +20,11 @@ of inputs without matrix work), saturated (why the ladder ended at this passing 
 (the FLOPs the power law ``flops_law`` gives this candidate before its trace, or null)}], ``flops_law`` {group key:
 {exponents {symbol: e}, n_cases, max_rel_residual} | {none: why}} (mfulib.search.flops_law: gate 4 may be decided on the
 predicted FLOPs' roofline floor, gates 2-3 then ok null),
-``cut_candidate`` {candidate_id, source_case, scale, gates_done, cut_in, wall_s, why} (the candidate the budget cut,
+``ladders`` [{source_case, symbols, joint: bool, tried [[factor, passed]], best {factors, wall_figure} | null,
+stopped (why the ladder ended), why (single: this symbol alone; joint: the two single ladders that gained most, or why
+it was not run)}] (per source case one ladder per scaled symbol, then the joint one), ``counts`` {tried, resumed,
+passed_gate1, passed} (of the candidates),
+``cut_candidate`` {candidate_id, source_case, scale, factors, gates_done, cut_in, wall_s, why} (the candidate the budget cut,
 without a verdict: where its seconds went; absent when none was cut), ``baselines`` {"<source case>": {time_ms,
 flops, input_bytes, figure, detail, wall_s}} (each source timed at scale 1, the saturation rule's starting point),
 ``wall_s`` (seconds of this run and the runs it resumed),
@@ -26,7 +33,8 @@ flops, input_bytes, figure, detail, wall_s}} (each source timed at scale 1, the 
 so by a killed run -, the reason a run stopped early, or null; one naming ``--budget-s`` is a run its budget cut:
 :func:`budget_cut`), ``resumed`` [candidate ids whose verdict was reused
 from the previous run], ``inputs`` {model.py, model_new.py: sha256} and ``run_key`` {backend, seed, max_bytes,
-max_ms, scale_dims, peak, saturation_stop} (a re-run reuses verdicts only for the same files and run key), ``sources``
+max_ms, scale_symbols (the sorted names of the scaled symbols: two --scale-dims spellings of one choice are one run; an
+earlier file's ``scale_dims`` spelling is resolved before the comparison), peak, saturation_stop} (a re-run reuses verdicts only for the same files and run key), ``sources``
 (the source cases in the order their ladders run - a run cut by --budget-s lists those still to run; a source
 found over --max-ms at scale 1 leaves it and the next case is appended), ``skipped_sources`` {case: why} (ranked
 above the last source but not run: the backend's size cap, or over --max-ms at scale 1 by its roofline floor or

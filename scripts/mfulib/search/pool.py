@@ -22,6 +22,7 @@ from mfulib.core.definitions import is_number
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import read_json
 from mfulib.core.opdir import OpDir
+from mfulib.core.symbols import factors_label
 
 CHECK_FLOPS = os.path.join(SCRIPTS_DIR, "check_flops.py")
 ALWAYS_TOP = 3  # the original top 3 are always in the pool (different cases take different code paths)
@@ -211,7 +212,7 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
             excluded.append({"case": cid, "reason": f"variant of case {src}, which is not among the top {top_n}"})
         else:
             entry = pool_entry(by_id[cid], src, origin["factors"], top_ids[src],
-                               f"scaled variant of case {src} (probe.json)")
+                               f"scaled variant of case {src}: {factors_label(origin['factors'])} (probe.json)")
             if origin.get("scale") is not None:  # the probe's own figure, where it records one
                 entry["scale"] = float(origin["scale"])
             pool.append(entry)

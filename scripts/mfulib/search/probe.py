@@ -1,12 +1,15 @@
 """The max-shape probe (step 2a): scale cases along chosen symbols under five gates, in cost order.
 
-Per source case, a ladder of scale factors s = 2, 4, 8, ... <= ``max_scale`` is applied to every chosen symbol
-(:mod:`mfulib.core.symbols`); the ladder stops at the first failing factor and is refined by bisection between the last
-passing and the first failing factor (integers, at most ``refine_steps`` more candidates). The gates, cheapest
-first, each recorded with its numbers (:func:`mfulib.schemas.probe_json.gate`):
+Per source case, one ladder of scale factors s = 2, 4, 8, ... <= ``max_scale`` per chosen symbol alone
+(:mod:`mfulib.core.symbols`), then the joint ladder of the two symbols whose single ladders gained most (both at the
+same factor; :func:`mfulib.search.ladder.run_ladders`); each ladder stops at its first failing factor, is refined by
+bisection between the last passing and the first failing factor (integers, at most ``refine_steps`` more
+candidates) and has its own saturation stop. A candidate keeps ``factors`` {symbol: factor}; its ``scale`` is their
+product. The gates, cheapest first, each recorded with its numbers (:func:`mfulib.schemas.probe_json.gate`):
 
 1. **input bytes**, from the case description before any tensor exists (:func:`mfulib.core.cases.describe_case`):
-   bytes <= ``max_bytes``; :data:`HOST_COPIES` x bytes <= host memory (MemAvailable of /proc/meminfo, and the
+   bytes <= ``max_bytes`` and <= verify's input cap of the backend (1 MB on the CPU interpreter: verify skips larger
+   cases, so none is appended); :data:`HOST_COPIES` x bytes <= host memory (MemAvailable of /proc/meminfo, and the
    RLIMIT_AS headroom of this process: ``get_input_groups()`` builds on the host); on an accelerator
    :data:`DEVICE_COPIES` x bytes <= free device memory (``torch.<cuda|npu>.mem_get_info``). verify keeps the draw and
    a pristine clone, hence 2 copies; outputs are not known before running (an OOM then is gate 3's ``oom``).
@@ -33,6 +36,7 @@ saturation rules run in tests on a fake clock without a child process.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -42,6 +46,7 @@ from mfulib.core import symbols as _sym
 from mfulib.core.definitions import actual_tflops
 from mfulib.schemas import probe_json as pj
 from mfulib.search import flops_law
+from mfulib.core.symbols import factors_label
 from mfulib.search.ladder import STOP, ladder
 from mfulib.search.probe_files import backup, record_verify, rewrite_case_files, stage_candidate
 from mfulib.search.probe_gates import (GateWorker, OutOfBudget, TraceJob, effective_gbps, gate1, gate2, gate4_floor,
@@ -100,7 +105,8 @@ class Probe:
         self.out_of_budget = False
         self.prefetched = {}  # candidate id -> (tmp dir, staged dir, TraceJob): gate 2 started ahead
         self.upcoming = []  # source cases after the current one (their first factor may be traced ahead)
-        self.best = {}  # source case -> best wall figure so far
+        self.best = {}  # ladder key (source, "sym+sym") -> best wall figure of its passed candidates so far
+        self.base_fig = {}  # source case -> its wall figure at scale 1 (None: not known)
         self.sources = {}  # source case -> (no_matrix, traced FLOPs at scale 1), set by set_source
         self.laws = {}  # group key -> the traced FLOPs' power law of its symbols (None: none holds)
 
@@ -116,14 +122,14 @@ class Probe:
         self.tracer().close_shared()  # the warm start of the gate-2 traces (and any trace still running)
 
     def prefetch(self, wanted) -> None:
-        """Start gate 2 ahead for ``wanted`` [(source, s)] (in order, up to ``opts["trace_jobs"]`` outstanding):
+        """Start gate 2 ahead for ``wanted`` [(source, factors)] (in order, up to ``opts["trace_jobs"]`` outstanding):
         the tracer runs on the host while the device runs the current candidate's gates 3-4. Candidates that
         already have a verdict, fail gate 1 or cannot be scaled consistently are skipped (they need no trace)."""
         cap = int(self.opts.get("trace_jobs") or 0)
-        for source, s in wanted:
+        for source, factors in wanted:
             if len(self.prefetched) >= cap:
                 return
-            cand, case, info, refusals = self.plan(source, s)
+            cand, case, info, refusals = self.plan(source, factors)
             cid = cand["candidate_id"]
             if cid in self.prefetched or cid in self.done or refusals or not gate1(info, self.limits)["ok"] \
                     or self.predicted_gate4(source, cand, info) is not None:
@@ -132,17 +138,38 @@ class Probe:
             staged = stage_candidate(self.od, case, tmp)
             self.prefetched[cid] = (tmp, staged, self._trace(staged))
 
-    def end_source(self, source: int) -> None:
-        """The ladder of ``source`` is over: traces started ahead for it are no longer needed (killed)."""
-        for cid in [c for c in self.prefetched if c.startswith(f"c{source}:")]:
+    def end_source(self, source: int, symbols=None) -> None:
+        """The ladders of ``source`` are over (``symbols``: only the ladder of these symbols): traces started ahead
+        for them are no longer needed (killed)."""
+        def ours(cid):
+            return cid.startswith(f"c{source}:") and (symbols is None or sorted(
+                part.rsplit("x", 1)[0] for part in cid.split(":", 1)[1].split(",")) == sorted(symbols))
+        for cid in [c for c in self.prefetched if ours(c)]:
             tmp, _staged, job = self.prefetched.pop(cid)
             job.kill()
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def next_factor(self, s: int):
-        """The ladder's factor after ``s`` (None at the top)."""
-        lad = ladder(self.limits["max_scale"])
-        return next((f for f in lad if f > s), None)
+    def next_factors(self, factors: dict):
+        """The ladder's candidate after ``factors`` (every symbol of the ladder at the next factor; None at the
+        top)."""
+        s = max(factors.values())
+        nxt = next((f for f in ladder(self.limits["max_scale"]) if f > s), None)
+        return None if nxt is None else {n: nxt for n in factors}
+
+    def first_candidate(self, source: int):
+        """The first candidate of ``source``'s first ladder ({its first scaled symbol: 2}), or None."""
+        names = self.scaled_symbols(source)
+        return {names[0]: 2} if names else None
+
+    def figure_of(self, source: int, factors: dict):
+        """The wall figure of the candidate ``factors`` of ``source`` as recorded (None: not run, failed, unknown)."""
+        cid = candidate_id(source, factors)
+        c = next((c for c in reversed(self.doc["candidates"]) if c["candidate_id"] == cid), None) or self.done.get(cid)
+        return (c or {}).get("wall_figure") if (c or {}).get("verdict") == "pass" else None
+
+    def scaled_symbols(self, source: int) -> list:
+        """The scaled symbols of ``source``'s group, in the analysis' order: one single ladder each."""
+        return [x.name for x in self.group_of[source].symbols if x.scaled]
 
     def _worker(self):
         if self.worker is None:
@@ -170,14 +197,15 @@ class Probe:
             raise OutOfBudget(f"--budget-s {budget:g} s reached")
         return (left, True) if left < self.opts["timeout_s"] else (self.opts["timeout_s"], False)
 
-    def plan(self, source: int, s: int):
-        """(candidate dict without gates, scaled case, refusals) for scale ``s`` of case ``source``."""
+    def plan(self, source: int, factors: dict):
+        """(candidate dict without gates, scaled case, case description, refusals) for ``factors`` {symbol: factor}
+        of case ``source``."""
         g = self.group_of[source]
-        factors = {x.name: s for x in g.symbols if x.scaled}
         info = self.od.describe(source)
         case, refusals = _sym.scale_case(self.od.read_cases()[source], info, g, factors)
         new_info = _cases.describe_case(case, source)
-        cand = {"candidate_id": candidate_id(source, factors), "source_case": source, "scale": s,
+        cand = {"candidate_id": candidate_id(source, factors), "source_case": source,
+                "scale": math.prod(factors.values()),
                 "factors": factors, "input_bytes": new_info.input_bytes, "gates": [], "verdict": None,
                 "failed_gate": None, "new_case_id": None, "time_ms": None, "flops": None, "wall_figure": None,
                 "saturated": None, "wall_s": None}
@@ -225,7 +253,7 @@ class Probe:
         (``force``) for a source near the time limit (:meth:`source_too_slow`)."""
         if not force and not self.opts.get("saturation", True):
             return None
-        if not force and source in self.best:
+        if not force and source in self.base_fig:
             return None
         key = str(source)
         rec = (self.doc.setdefault("baselines", {})).get(key)
@@ -247,8 +275,7 @@ class Probe:
                    "figure": self.figure(flops, info.input_bytes, t, no_matrix),
                    "detail": (g4 or {}).get("detail"), "wall_s": round(self.clock() - t0, 3)}
             self.doc["baselines"][key] = rec
-        if rec.get("figure") is not None:
-            self.best[source] = max(self.best.get(source, 0.0), rec["figure"])
+        self.base_fig[source] = rec.get("figure")
         return rec
 
     def source_too_slow(self, source: int, no_matrix: bool, flops):
@@ -275,39 +302,45 @@ class Probe:
         """Declare the next source case (its scale-1 FLOPs for the saturation baseline)."""
         self.sources[source] = (no_matrix, flops)
 
-    def _saturation(self, cand, no_matrix):
-        """STOP when the passing ``cand`` raised the source's best figure by less than SATURATION_GAIN."""
+    def _saturation(self, cand, no_matrix, key):
+        """STOP when the passing ``cand`` raised the best figure of its ladder ``key`` (the source at scale 1
+        included) by less than SATURATION_GAIN."""
         fig = cand["wall_figure"]
         src = cand["source_case"]
-        if src not in self.best and src in self.sources:
+        if src not in self.base_fig and src in self.sources:
             try:
                 self.baseline(src, *self.sources[src])
             except OutOfBudget:  # the candidate keeps its verdict; the next one stops the run
                 self.out_of_budget = True
-        prev = self.best.get(src)
+        known = [f for f in (self.best.get((src, key)), self.base_fig.get(src)) if f is not None]
+        prev = max(known) if known else None
         if fig is not None:
-            self.best[src] = max(prev or 0.0, fig)
+            self.best[(src, key)] = max(self.best.get((src, key)) or 0.0, fig)
         if not self.opts.get("saturation", True) or fig is None or prev is None:
             return True
         unit = "GB/s" if no_matrix else "TFLOP/s"
         if fig < (1.0 + SATURATION_GAIN) * prev:
+            along = key.replace("+", " and ")
             cand["saturated"] = (f"wall {fig:.4g} {unit} < (1 + {SATURATION_GAIN:g}) x best so far {prev:.4g} "
                                  f"{unit} ({'a fall' if fig < prev else 'a plateau'}): larger factors of case {src} "
-                                 "are not tried (--no-saturation-stop tries them)")
+                                 f"along {along} are not tried (--no-saturation-stop tries them)")
             return STOP
         return True
 
-    def evaluate(self, source: int, s: int, no_matrix: bool, save):
-        """Run the gates on scale ``s`` of ``source``: True (pass), False (fail) or STOP (pass, saturated).
-        Raises OutOfBudget when the budget ends before or during the candidate (no verdict recorded)."""
-        cand, case, info, refusals = self.plan(source, s)
+    def evaluate(self, source: int, factors: dict, no_matrix: bool, save, key: str = ""):
+        """Run the gates on ``factors`` {symbol: factor} of ``source`` in the ladder ``key`` (its symbols joined by
+        ``+``; its own saturation stop): True (pass), False (fail) or STOP (pass, saturated). Raises OutOfBudget
+        when the budget ends before or during the candidate (no verdict recorded)."""
+        cand, case, info, refusals = self.plan(source, factors)
+        s, label = cand["scale"], factors_label(factors)
+        cand["ladder"] = key
         if cand["candidate_id"] in self.done:
             self.doc.setdefault("resumed", []).append(cand["candidate_id"])
             old = self.done[cand["candidate_id"]]
             if old["verdict"] != "pass":
                 return False
             cand.update(wall_figure=old.get("wall_figure"), source_case=source)
-            return self._saturation(cand, no_matrix)
+            return self._saturation(cand, no_matrix, key)
         o = self.opts
         timeout, cut = self._timeout()
         t_start = self.clock()
@@ -325,8 +358,9 @@ class Probe:
                 staged = staged or stage_candidate(self.od, case, tmp)
                 if job is None and not refusals:
                     job = self._trace(staged)
-                nxt = self.next_factor(s)  # traced on the host while this candidate runs on the device
-                self.prefetch(([(source, nxt)] if nxt else []) + [(u, 2) for u in self.upcoming])
+                nxt = self.next_factors(factors)  # traced on the host while this candidate runs on the device
+                self.prefetch(([(source, nxt)] if nxt else []) + [(u, self.first_candidate(u)) for u in self.upcoming
+                                                                  if self.first_candidate(u)])
                 g2, cand["flops"] = gate2(o["flops_tool"], staged, o["seed"], timeout, no_matrix,
                                           info.input_bytes, refusals, budget_cut=cut, job=job, clock=self.clock)
                 gates.append(g2)
@@ -345,7 +379,7 @@ class Probe:
             self.out_of_budget = True
             # no verdict (a re-run redoes it), but where its time went is kept: the gates it finished and the one cut
             self.doc["cut_candidate"] = {
-                "candidate_id": cand["candidate_id"], "source_case": source, "scale": s,
+                "candidate_id": cand["candidate_id"], "source_case": source, "scale": s, "factors": dict(factors),
                 "gates_done": [g["gate"] for g in gates], "cut_in": "gate 2 (trace)" if len(gates) < 2
                 else "gates 3-4 (verify, timing)", "wall_s": round(self.clock() - t_start, 3), "why": str(exc)}
             save()
@@ -360,7 +394,7 @@ class Probe:
         result = cand["verdict"] == "pass"
         if result:
             cand["wall_figure"] = self.figure(cand["flops"], info.input_bytes, cand["time_ms"], no_matrix)
-            result = self._saturation(cand, no_matrix)
+            result = self._saturation(cand, no_matrix, key)
         self.doc["candidates"] = [c for c in self.doc["candidates"] if c["candidate_id"] != cand["candidate_id"]]
         self.doc["candidates"].append(cand)
         again = [k for k, a in self.doc["appended"].items() if a["candidate_id"] == cand["candidate_id"]]
@@ -377,7 +411,7 @@ class Probe:
             rewrite_case_files(self.od, self.doc)
             cand["verify_json"] = record_verify(self.od, new_id, row, o["backend"], o["device"], new_id + 1, o["seed"])
         save()
-        self.log(f"case {source} x{s}: {cand['verdict']} ({cand['wall_s']:.1f} s)" + (
+        self.log(f"case {source} {label}: {cand['verdict']} ({cand['wall_s']:.1f} s)" + (
             f" at gate {cand['failed_gate']} ({next(g['detail'] for g in gates if g['gate'] == cand['failed_gate'])})"
             if cand["failed_gate"] else "") + (f"; saturated: {cand['saturated']}" if cand["saturated"] else ""))
         return result

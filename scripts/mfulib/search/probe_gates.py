@@ -23,8 +23,10 @@ import tempfile
 import time
 
 from mfulib.core.paths import SCRIPTS_DIR
+from mfulib.run.worker import died_why, exit_status, log_tail
 from mfulib.schemas import probe_json as pj
 from mfulib.verify.slices import UNVERIFIED, UNVERIFIED_REASON
+from mfulib.verify.verified_cases import over_input_cap
 
 HOST_COPIES = 2
 DEVICE_COPIES = 2
@@ -44,7 +46,8 @@ def _timed(g: dict, t0: float, clock=time.monotonic) -> dict:
 
 def gate1(info, limits: dict) -> dict:
     """Gate 1 on a CaseInfo (:func:`mfulib.core.cases.describe_case`): nothing is allocated. Limits: ``max_bytes``,
-    ``host_bytes`` (x :data:`HOST_COPIES`: verify keeps the draw and a pristine clone), ``device_free_bytes``
+    ``host_bytes`` (x :data:`HOST_COPIES`: verify keeps the draw and a pristine clone), ``verify_max_input_mb``
+    (verify's input cap of the backend, :func:`mfulib.verify.verified_cases.over_input_cap`), ``device_free_bytes``
     (x :data:`DEVICE_COPIES`)."""
     t0 = time.monotonic()
     b = info.input_bytes
@@ -56,6 +59,10 @@ def gate1(info, limits: dict) -> dict:
         return _timed(pj.gate(1, False, f"{HOST_COPIES} x inputs {HOST_COPIES * b / 1e9:.3g} GB > host memory "
                               f"{host / 1e9:.3g} GB ({limits.get('host_source')}): the host-side build would not fit",
                               HOST_COPIES * b, host), t0)
+    capped = over_input_cap(b, limits.get("verify_max_input_mb"))
+    if capped:  # verify skips such a case on this backend (the CPU interpreter): appending it would strand it
+        return _timed(pj.gate(1, False, f"{capped}: verify's input cap on this backend (it would skip the case)", b,
+                              limits["verify_max_input_mb"] * 1e6), t0)
     dev = limits.get("device_free_bytes")
     if dev is not None and DEVICE_COPIES * b > dev:
         return _timed(pj.gate(1, False, f"{DEVICE_COPIES} x inputs {DEVICE_COPIES * b / 1e9:.3g} GB > free device "
@@ -95,7 +102,7 @@ class TraceJob:
         self.tracer.stop(self.proc)  # its group, and the pid itself (a fresh fork may not lead a group yet)
 
     def tail(self, n: int = 2) -> str:
-        return _log_tail(self.log, n)
+        return log_tail(self.log, n)
 
 
 def gate2(flops_tool: str, staged: str, seed: int, timeout_s: float, no_matrix: bool, input_bytes: int,
@@ -124,7 +131,8 @@ def gate2(flops_tool: str, staged: str, seed: int, timeout_s: float, no_matrix: 
                            clock), waited_s=waited), None
     out = job.out
     if not os.path.exists(out):
-        return dict(_timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} exit {rc}: {job.tail()}"), t0, clock),
+        return dict(_timed(pj.gate(2, False, f"{os.path.basename(flops_tool)} {exit_status(rc)}: "
+                                          f"{job.tail() or 'it wrote nothing to stdout or stderr'}"), t0, clock),
                     waited_s=waited), None
     g, flops = _gate2_verdict(out, seed, no_matrix, input_bytes, t0, clock)
     g["waited_s"] = waited
@@ -180,30 +188,21 @@ class GateWorker:
         return True
 
     def call(self, request: dict, timeout_s: float):
-        """(reply message or None, outcome "done" | "timeout" | "died", wall s, returncode)."""
+        """(reply message, outcome "done" | "timeout" | "died", wall s, returncode); a child that timed out or died
+        leaves the message ``{"worker_log": the last lines of its own log}`` (its start-up, what ended it)."""
         fresh = self._ensure()
         rep = self.worker.call(request, timeout_s, min(timeout_s, START_TIMEOUT_S) if fresh else timeout_s)
+        msg = rep.message if rep.outcome == "done" else {"worker_log": self.worker.tail()}
         if (rep.message or {}).get("retire") or rep.outcome != "done":
             self.worker.kill()  # retired (oom / error), timed out or died: the next candidate gets a fresh child
             self.worker = None
-        return rep.message, rep.outcome, rep.wall_s, rep.returncode
+        return msg, rep.outcome, rep.wall_s, rep.returncode
 
     def close(self):
         if self.worker is not None:
             self.worker.close(grace_s=5.0)
             self.worker = None
         shutil.rmtree(self.log_dir, ignore_errors=True)  # the child's own log (a case logs beside its staged dir)
-
-
-def _log_tail(path: str, n: int = 2) -> str:
-    """The last ``n`` lines of a log; a crash's ``Fatal Python error`` line (faulthandler) first when there is one."""
-    try:
-        with open(path, errors="replace") as f:
-            lines = f.read().strip().splitlines()
-    except OSError:
-        return ""
-    fatal = [ln for ln in lines if ln.startswith("Fatal Python error")][-1:]
-    return " | ".join(fatal + [ln for ln in lines[-n:] if ln not in fatal])
 
 
 def gates34(worker, staged: str, seed: int, max_ms: float, timeout_s: float,
@@ -229,7 +228,7 @@ def gates34(worker, staged: str, seed: int, max_ms: float, timeout_s: float,
         row = {"status": "pass", "reason": "time only (scale 1: verified by verify.py)"}
     if row is None:
         why = (f"no result within {timeout_s:g} s (killed)" if outcome == "timeout"
-               else f"the child died (exit {rc}): {_log_tail(log_path)}")
+               else died_why(rc, log_tail(log_path), (msg or {}).get("worker_log")))
         g3 = pj.gate(3, False, f"verify: {why}")
         g3["wall_s"] = round(wall, 3)
         return g3, None, {"status": "timeout" if outcome == "timeout" else "crashed", "reason": why}, None
@@ -249,7 +248,7 @@ def gates34(worker, staged: str, seed: int, max_ms: float, timeout_s: float,
             return g3, None, row, None
     if timing is None or timing.get("status") != "ok":
         why = (timing or {}).get("reason") or (f"no timing within {timeout_s:g} s" if outcome == "timeout"
-                                               else f"the child died (exit {rc}): {_log_tail(log_path)}")
+                                               else died_why(rc, log_tail(log_path), (msg or {}).get("worker_log")))
         g4 = pj.gate(4, False, f"timing {(timing or {}).get('status', 'missing')}: {why}", None, max_ms)
         g4["wall_s"] = (timing or {}).get("wall_s")
         return g3, g4, row, None

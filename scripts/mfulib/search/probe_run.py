@@ -20,7 +20,9 @@ from mfulib.core import cli
 from mfulib.core.errors import UserError
 from mfulib.schemas import probe_json as pj
 from mfulib.search import probe_files, probe_limits
-from mfulib.search.ladder import ladder, search_factor
+from mfulib.search.probe_axes import choose_symbols, run_key_symbols
+from mfulib.core.symbols import factors_label
+from mfulib.search.ladder import ladder, run_ladders
 from mfulib.search.probe import Probe
 from mfulib.search.probe_gates import OutOfBudget, gate1, gate4_floor
 
@@ -115,39 +117,14 @@ def check_args(args) -> None:
                         "the option out (<dir>/peak.json)")
 
 
-def choose_symbols(od, infos, scale_dims_arg):
-    """(groups, scale_dims, chosen) of :mod:`mfulib.core.symbols`, printed; UserError when nothing can scale."""
-    from mfulib.core import symbols
-    groups = symbols.analyse(infos)
-    symbols.unique_names(groups)
-    scale_dims = [s.strip() for s in scale_dims_arg.split(",") if s.strip()] if scale_dims_arg else None
-    chosen = symbols.choose(groups, scale_dims)
-    if not chosen:
-        names = sorted({s.name for g in groups for s in g.symbols})
-        if not names:
-            raise UserError(f"{od.cases_path}: no axis to scale - every tensor axis here is a last axis (excluded: "
-                            "usually head_dim / hidden) or a 1-D tensor's only axis, so the case files give no batch "
-                            "or sequence symbol; scale the cases by hand, or give the tensors a batch/sequence axis")
-        raise UserError(f"--scale-dims {scale_dims_arg!r} selects no symbol; symbols are {names}" if scale_dims_arg
-                        else f"{od.cases_path}: no batch or sequence symbol among {names} - pick the ones to scale "
-                             "with --scale-dims")
-    print("symbols (scaled marked *):")
-    for g in groups:
-        print(f"  group {g.key}: cases {g.cases[:10]}{'...' if len(g.cases) > 10 else ''}" +
-              (f" - {'; '.join(g.notes)}" if g.notes else ""))
-        for s in g.symbols:
-            print(f"   {'*' if s.scaled else ' '} {s.name:<22} {s.kind:<8} {s.positions} values "
-                  f"{sorted(set(s.values))[:6]} - {s.evidence[0]}")
-    print("scaling: " + ", ".join(n for n, _w in chosen) + f" ({chosen[0][1]})")
-    return groups, scale_dims, chosen
-
-
 def pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, tracer) -> dict:
     """The source cases: ``--cases``, or the ``--top`` ones by traced FLOPs that this backend runs (ranked by one
     trace), the ``reserve`` ranked after them, ``skipped`` ({case: why}), ``traced`` ({case: FLOPs}), ``order``
     (the whole ranking) and ``rank_cut`` (why the budget ended in the ranking trace, else None)."""
     from mfulib.verify.verified_cases import default_max_input_mb, skip_reason
     rank_cut = None  # the budget ended during the ranking trace: probe.json records it, no candidate runs
+    # the originals are judged by the memory limits only: verify's input cap skips them below, and says so
+    limits = {k: v for k, v in limits.items() if k != "verify_max_input_mb"}
     try:
         if args.cases:
             sources = cli.parse_case_list(args.cases)
@@ -184,17 +161,27 @@ def pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, trace
 
 
 def dry_run(od, groups, sources, skipped, limits, max_scale) -> int:
-    """``--dry-run``: the ladder candidates of every source with their gate-1 bytes and refusals; nothing runs."""
+    """``--dry-run``: the candidates of every source's ladders - each scaled symbol alone, then the joint ones
+    (every pair: at run time only the pair whose single ladders gained most runs) - at the ladder's powers of two,
+    with their gate-1 bytes and refusals; nothing runs."""
     from tabulate import tabulate
     pr = Probe(od, {"candidates": [], "appended": {}}, groups, {}, limits, {})
-    rows = []
+    rows, n_ok = [], 0
     for i in sources:
-        for s in ladder(max_scale):
-            cand, _case, info, refusals = pr.plan(i, s)
-            g1 = gate1(info, limits)
-            rows.append([i, s, ",".join(f"{k}x{v}" for k, v in cand["factors"].items()), info.input_bytes,
-                         "ok" if g1["ok"] else "FAIL: " + g1["detail"][:60], "; ".join(refusals)[:40]])
-    print(tabulate(rows, headers=["case", "scale", "factors", "input_bytes", "gate 1", "refusal"], tablefmt="plain"))
+        names = pr.scaled_symbols(i)
+        ladders = [([n], "single") for n in names] + [
+            ([a, b], "joint (if these two gain most)") for k, a in enumerate(names) for b in names[k + 1:]]
+        for lad, what in ladders:
+            for s in ladder(max_scale):
+                cand, _case, info, refusals = pr.plan(i, {n: s for n in lad})
+                g1 = gate1(info, limits)
+                n_ok += bool(g1["ok"])
+                rows.append([i, "+".join(lad), what, factors_label(cand["factors"]), cand["scale"], info.input_bytes,
+                             "ok" if g1["ok"] else "FAIL: " + g1["detail"][:60], "; ".join(refusals)[:40]])
+    print(tabulate(rows, headers=["case", "ladder", "kind", "factors", "scale", "input_bytes", "gate 1", "refusal"],
+                   tablefmt="plain"))
+    print(f"{len(rows)} candidate(s) listed, {n_ok} pass gate 1 (bisection adds up to --refine-steps more per ladder; "
+          "a ladder ends at its first failure or saturation)")
     for i, r in skipped.items():
         print(f"case {i} skipped: {r}")
     return 0
@@ -233,9 +220,10 @@ def _check_run_key(old, run_key, path):
 
 
 def run_sources(pr, doc, picked, infos, bw, args, save, bar) -> None:
-    """The source loop: each source's ladder (:func:`mfulib.search.ladder.search_factor` over
-    :meth:`Probe.evaluate`), a source already over --max-ms replaced by the next reserve case (each once).
-    OutOfBudget ends it (``pr.out_of_budget``); KeyboardInterrupt reaches the caller."""
+    """The source loop: each source's ladders (:func:`mfulib.search.ladder.run_ladders` over
+    :meth:`Probe.evaluate`: each scaled symbol alone, then the joint pair; recorded in probe.json ``ladders``), a
+    source already over --max-ms replaced by the next reserve case (each once). OutOfBudget ends it
+    (``pr.out_of_budget``); KeyboardInterrupt reaches the caller."""
     sources, reserve, traced = picked["sources"], picked["reserve"], picked["traced"]
     order, cap_skipped = picked["order"], picked["cap_skipped"]
     k = 0
@@ -264,8 +252,11 @@ def run_sources(pr, doc, picked, infos, bw, args, save, bar) -> None:
                 doc["sources"] = list(sources)
                 save()
                 continue
-            search_factor(lambda s: (bar.update(1), pr.evaluate(i, s, no_matrix, save))[1], args.max_scale,
-                          args.refine_steps)
+            run_ladders(pr.scaled_symbols(i),
+                        lambda f, key: (bar.update(1), pr.evaluate(i, f, no_matrix, save, key))[1],
+                        lambda f: pr.figure_of(i, f), args.max_scale, args.refine_steps,
+                        log=lambda m: pr.log(f"case {i}: {m}"), records=doc.setdefault("ladders", []),
+                        extra={"source_case": i}, on_end=lambda names: pr.end_source(i, names))
             pr.end_source(i)
             k += 1
     except OutOfBudget as exc:  # from a gate, or the scale-1 timing of a source near the limit
@@ -277,7 +268,8 @@ def print_summary(od, doc, traced, max_ms, path) -> None:
     """The candidates table, the appended count, and why nothing was scaled when every source was skipped."""
     from tabulate import tabulate
     unit = "GB/s" if traced and not any(traced.values()) else "TFLOP/s"
-    table = [[c["source_case"], c.get("scale"), c.get("input_bytes"), c.get("verdict"), c.get("failed_gate") or "",
+    table = [[c["source_case"], factors_label(c.get("factors")), c.get("scale"), c.get("input_bytes"), c.get("verdict"),
+              c.get("failed_gate") or "",
               c["new_case_id"] if c.get("new_case_id") is not None else "",
               "" if c.get("wall_figure") is None else f"{c['wall_figure']:.4g}",
               "" if c.get("wall_s") is None else f"{c['wall_s']:.1f}",
@@ -285,8 +277,16 @@ def print_summary(od, doc, traced, max_ms, path) -> None:
                (next((g["detail"] for g in c.get("gates") or [] if g["gate"] == c.get("failed_gate")), "")
                 or ""))[:60]]
              for c in doc["candidates"]]
-    print(tabulate(table, headers=["case", "scale", "input_bytes", "verdict", "gate", "new id", f"wall {unit}",
-                                   "wall_s", "why"], tablefmt="plain"))
+    print(tabulate(table, headers=["case", "factors", "scale", "input_bytes", "verdict", "gate", "new id",
+                                   f"wall {unit}", "wall_s", "why"], tablefmt="plain"))
+    for lad in doc.get("ladders") or []:
+        best = lad.get("best") or {}
+        print(f"ladder case {lad['source_case']} {'+'.join(lad['symbols']) or '(joint)'}: {lad['stopped']}" +
+              (f"; best {factors_label(best['factors'])} at {best['wall_figure']:.4g} {unit}" if best else ""))
+    n = doc.get("counts") or {}
+    if n:
+        print(f"{n['tried']} candidate(s) tried ({n['resumed']} resumed), {n['passed_gate1']} passed gate 1, "
+              f"{n['passed']} passed every gate")
     print(f"{len(doc['appended'])} case(s) appended to {', '.join(od.case_file_names())}; {path}"
           + (f"; {doc['interrupted']}" if doc["interrupted"] else ""))
     if not doc["sources"] and doc["complete"]:  # every source skipped (or none chosen): say so, not an empty table
@@ -317,12 +317,13 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None)
         probe_files.check_resumable(od, old)
     n_orig = old["backup"]["n_cases"] if old and old.get("backup") else len(od.read_cases())
     infos = od.describe_all()[:n_orig]
-    groups, scale_dims, chosen = choose_symbols(od, infos, args.scale_dims)
+    groups, _scale_dims, chosen, weights = choose_symbols(od, infos, args.scale_dims)
     backend, why = dev.resolve_backend(args.backend)
     device = dev.device_string(backend, args.device)
     host, host_src = probe_limits.host_free_bytes()
+    from mfulib.verify.verified_cases import default_max_input_mb
     limits = {"max_bytes": args.max_bytes, "max_ms": args.max_ms, "max_scale": args.max_scale,
-              "host_bytes": host, "host_source": host_src,
+              "host_bytes": host, "host_source": host_src, "verify_max_input_mb": default_max_input_mb(backend),
               "device_free_bytes": None if args.dry_run else probe_limits.device_free_bytes(backend, args.device)}
     picked = pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, tracer)
     if args.dry_run:
@@ -333,12 +334,16 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None)
     limits.update(bandwidth_gbps=bw["bandwidth_gbps"], bandwidth_source=bw["source"], l2_bytes=bw["l2_bytes"],
                   peak_tflops_max=bw["peak_tflops_max"])
     run_key = {"backend": backend, "seed": args.seed, "max_bytes": args.max_bytes, "max_ms": args.max_ms,
-               "scale_dims": scale_dims, "peak": bw, "saturation_stop": not args.no_saturation_stop}
+               "scale_symbols": sorted(n for n, _w in chosen), "peak": bw,
+               "saturation_stop": not args.no_saturation_stop}
+    if old:  # the scaled symbols compared as a set: an earlier run's --scale-dims spelling resolved first
+        old = dict(old, run_key=run_key_symbols(groups, old.get("run_key")))
     if args.accept_unverified_reference:  # its verdicts differ; absent otherwise, so earlier probe.json files resume
         run_key["accept_unverified_reference"] = True
     old = _check_run_key(old, run_key, path)
     doc = _new_doc(od, old, backend, device, why, limits, groups, chosen, picked, run_key,
                    verify_json.input_digests(od.path))
+    doc["weights"] = weights
     save = lambda: pj.write_probe_json(path, doc)  # noqa: E731
     save()
     opts = {"flops_tool": os.path.abspath(args.flops_tool), "seed": args.seed, "timeout_s": args.timeout_s,
@@ -349,7 +354,9 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None)
             "trace_jobs": args.trace_jobs if args.trace_jobs is not None else min(4, (os.cpu_count() or 1) // 4)}
     if opts["reuse_verdicts"]:
         doc["baselines"] = (old or {}).get("baselines") or {}
-    bar = tqdm(total=len(picked["sources"]) * len(ladder(args.max_scale)), desc=f"probe {od.op_name}", unit="cand",
+    n_sym = max((sum(s.scaled for s in g.symbols) for g in groups), default=1)  # one ladder each, then the joint
+    bar = tqdm(total=len(picked["sources"]) * len(ladder(args.max_scale)) * (n_sym + (n_sym > 1)),
+               desc=f"probe {od.op_name}", unit="cand",
                file=sys.stderr, disable=not sys.stderr.isatty())
     pr = Probe(od, doc, groups, opts, limits, bw, log=lambda m: (bar.write(m) if not bar.disable else print(m)),
                clock=clock, gate_runner=gate_runner, tracer=tracer)
@@ -369,6 +376,10 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None)
     rank_cut = picked["rank_cut"]
     doc["interrupted"] = rank_cut or (f"--budget-s {args.budget_s:g} s reached" if pr.out_of_budget else None)
     doc["complete"] = not (pr.out_of_budget or rank_cut)
+    cands = doc["candidates"]
+    doc["counts"] = {"tried": len(cands), "resumed": len(set(doc.get("resumed") or [])),
+                     "passed_gate1": sum(1 for c in cands if (c.get("gates") or [{}])[0].get("ok")),
+                     "passed": sum(1 for c in cands if c.get("verdict") == "pass")}
     save()
     print_summary(od, doc, picked["traced"], args.max_ms, path)
     return 0

@@ -38,8 +38,14 @@ def skip_reason(info, backend: str, max_input_mb=None, skip_bf16: bool = False):
     cls = backend_class(backend)
     if (not cls.runs_bf16 or skip_bf16) and info.compute_dtype == "bfloat16":
         return cls.bf16_skip_reason if not cls.runs_bf16 else "--skip-bf16"
-    if max_input_mb is not None and info.input_bytes > max_input_mb * 1e6:
-        return f"inputs {info.input_bytes / 1e6:.1f} MB > --max-input-mb {max_input_mb:g}"
+    return over_input_cap(info.input_bytes, max_input_mb)
+
+
+def over_input_cap(input_bytes: int, max_input_mb) -> str | None:
+    """Why inputs of ``input_bytes`` exceed verify's input cap ``max_input_mb`` (1 MB = 1e6 bytes; None: no cap),
+    or None."""
+    if max_input_mb is not None and input_bytes > max_input_mb * 1e6:
+        return f"inputs {input_bytes / 1e6:.1f} MB > --max-input-mb {max_input_mb:g}"
     return None
 
 

@@ -1,0 +1,224 @@
+"""The rules that give a case file's (tensor, axis) positions their meaning, for :mod:`mfulib.core.symbols`.
+
+Each rule reads the case descriptions of one group (:func:`mfulib.core.cases.describe_case`) and names positions
+with a kind and an evidence string: layout letters (:func:`kind_for`), matrix products (:func:`matmul_roles`),
+sequence-length lists (:func:`seqlen_roles`), grouped-query attention and elimination (:func:`attention_roles`),
+chance equalities split off (:func:`split_strays`); and which operands are weights (:func:`weight_names`). The
+module docstring of :mod:`mfulib.core.symbols` states the rules as a whole; this module holds their code.
+"""
+from __future__ import annotations
+
+import re
+
+LAYOUT_KIND = {"B": "batch", "S": "seq", "N": "heads", "D": "head_dim", "H": "hidden", "T": "seq"}
+SEQLEN_ATTR = re.compile(r"seq.?len|seqlen|actual_seq", re.I)
+# operands named as weights (weight, weight1, w, w1, wq, w_o, bias, gamma, beta, q_weight, fc1_bias, ...): the
+# model's parameters passed as inputs; their axes never scale (scaling them changes the model, not the load)
+WEIGHT_NAME = re.compile(r"^(w[qkvo]?|weights?|bias|gamma|beta)(\d+|_\w+)?$|_(weights?|w|bias)\d*$", re.I)
+
+
+def weight_names(members) -> dict:
+    """{tensor name: evidence} of the weight operands of a group: tensors named as weights (:data:`WEIGHT_NAME`).
+    Module parameters and ``get_init_inputs()`` (Model's constructor arguments) are not case inputs at all, so the
+    case file cannot scale them (the probe states that evidence from model.py)."""
+    return {t.name: f"{t.name} is named as a weight operand (a model parameter passed in): never scaled"
+            for t in members[0].tensors if t.shapes is None and WEIGHT_NAME.search(t.name)}
+
+
+def tensor_letters(lay, rank):
+    return lay if lay and len(lay) == rank else None
+
+
+def kind_for(tensor_index, name, axis, rank, lay, matmul):
+    """(kind, evidence) of a symbol-forming position (``matmul``: :func:`matmul_roles`)."""
+    letters = tensor_letters(lay, rank)
+    if letters:
+        letter = letters[axis]
+        kind = LAYOUT_KIND.get(letter, "other")
+        if letter == "S":
+            kind = "seq_q" if tensor_index == 0 else "seq_k"
+        return kind, f"input_layout={lay}: axis {axis} of {name} is {letter}"
+    if (name, axis) in matmul:
+        return matmul[(name, axis)][:2]
+    if tensor_index != 0:
+        return "other", f"axis {axis} of {name}: no layout or matmul rule, and not the first (activation) tensor"
+    if rank >= 3 and axis == 0:
+        return "batch", f"axis 0 of the rank-{rank} tensor {name} (leading axis)"
+    if rank == 3 and axis == 1:
+        return "seq", f"axis 1 of the rank-3 tensor {name} ([batch, seq, hidden] position)"
+    if rank == 2 and axis == 0:
+        return "seq", f"axis 0 of the rank-2 tensor {name} (rows / tokens)"
+    return "other", f"axis {axis} of {name}: no layout, matmul or position rule gives it a meaning"
+
+
+def matmul_roles(members, weights=()):
+    """{(tensor, axis): (kind, evidence, tag)} for tensor pairs that multiply: A's last axis equals B's axis -2 in
+    every case, same rank (or both 2-D).
+
+    A's leading axes and B's are batch, A's axis -2 (the row axis m) ``seq``: scaling only the batch of a
+    [b, 128, 256] batched matmul leaves it launch-bound. With a weight operand (``weights``: names, e.g. x @ weight1
+    of an FFN), B's axis -2 is the contraction k of kind ``hidden`` and B stays as it is. With two data operands (a
+    batched matmul) m, k and n all scale - the stated extension of the sequence-and-batch rule, since all three set a
+    GEMM's arithmetic intensity: B's axis -2 is ``gemm_k``, and B's last axis, otherwise excluded from symbols, forms
+    the symbol ``gemm_n``. ``tag`` ("<A>@<B>:m" / ":k" / ":n", None elsewhere) keeps those three apart even where
+    their values happen to be equal in every case; A's last axis (tag ":k") follows k only."""
+    roles = {}
+    tensors = [t for t in members[0].tensors if t.shapes is None and len(t.shape) >= 2]
+    for ia, a in enumerate(tensors):
+        for b in tensors[ia + 1:]:
+            ra, rb = len(a.shape), len(b.shape)
+            if ra != rb and not (ra == 2 and rb == 2):
+                continue
+            if not all(c.tensor(a.name).shape[-1] == c.tensor(b.name).shape[-2] for c in members):
+                continue
+            why = (f"{a.name}[..., m, k] @ {b.name}[..., k, n]: {a.name}'s last axis equals {b.name}'s axis -2 in "
+                   "every case")
+            data = a.name not in weights and b.name not in weights
+            tag = f"{a.name}@{b.name}:" if data else None
+            roles.setdefault((a.name, ra - 2), ("seq", f"row axis m of {why} (sequence-like: it scales)",
+                                                tag and tag + "m"))
+            if data:
+                both = "two data operands (a batched matmul): m, k and n set its arithmetic intensity, so it scales"
+                roles.setdefault((b.name, rb - 2), ("gemm_k", f"contraction axis k of {why}; {both}", tag + "k"))
+                roles.setdefault((b.name, rb - 1), ("gemm_n", f"column axis n of {why}; {both}", tag + "n"))
+                roles.setdefault((a.name, ra - 1), ("gemm_k", f"contraction axis k of {why}", tag + "k"))
+            else:
+                roles.setdefault((b.name, rb - 2), ("hidden", f"contraction axis k of {why}", None))
+            for ax in range(ra - 2):
+                roles.setdefault((a.name, ax), ("batch", f"leading axis {ax} of {why}", None))
+                roles.setdefault((b.name, ax), ("batch", f"leading axis {ax} of {why}", None))
+    return roles
+
+
+def int_attr_positions(members):
+    """[(name, index or None, values)] of integer attributes and of the elements of fixed-length int lists."""
+    out = []
+    first = members[0]
+    for name, v in first.attrs.items():
+        vals = [c.attrs.get(name) for c in members]
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in vals):
+            out.append((name, None, vals))
+        elif all(isinstance(x, list) and len(x) == len(v) and all(isinstance(e, int) and not isinstance(e, bool)
+                                                                   for e in x) for x in vals) and isinstance(v, list):
+            if SEQLEN_ATTR.search(name):
+                continue  # per-batch lengths: handled by the sequence rule, not by equality
+            for j in range(len(v)):
+                out.append((name, j, [x[j] for x in vals]))
+    return out
+
+
+def is_int(e):
+    return isinstance(e, int) and not isinstance(e, bool)
+
+
+def seqlen_lists(members):
+    """{name: [list per case]} of the sequence-length list attributes holding integers in every case."""
+    vals = {name: [c.attrs.get(name) for c in members] for name in members[0].attrs if SEQLEN_ATTR.search(name)}
+    return {n: v for n, v in vals.items() if all(isinstance(x, list) and x and all(map(is_int, x)) for x in v)}
+
+
+def padded_fit(per_case, values):
+    return all(max(v) <= x for v, x in zip(per_case, values)) and any(max(v) == x for v, x in zip(per_case, values))
+
+
+def fit(per_case, values):
+    """How lengths fit an axis over the cases: "packed" (their sum equals it in every case), "padded" (the longest
+    <= it in every case, equal in some), "bounded" (the longest <= it), else None."""
+    if all(sum(v) == x for v, x in zip(per_case, values)):
+        return "packed"
+    if all(max(v) <= x for v, x in zip(per_case, values)):
+        return "padded" if padded_fit(per_case, values) else "bounded"
+    return None
+
+
+def seqlen_roles(members, class_values):
+    """{values: (kind, evidence)} from sequence-length list attributes (``actual_seq_lengths`` ...) in a group
+    without a layout attribute, whose axes have no letters: the one position class whose value equals the list's
+    length in every case is ``batch`` (one length per batch); the one whose value bounds the lengths in every case
+    and equals the longest in some (padded [B, S, ...]), or equals their sum in every case (packed tokens), is
+    ``seq``. Ambiguous (several classes match, e.g. values that never vary) -> no role from that rule."""
+    roles = {}
+    for name, per_case in seqlen_lists(members).items():
+        n = [len(v) for v in per_case]
+        batch = [cv for cv in class_values if list(cv) == n]
+        seq = [cv for cv in class_values if cv not in batch and fit(per_case, cv) in ("packed", "padded")]
+        if len(seq) == 1 and not padded_fit(per_case, seq[0]):
+            batch = []  # packed tokens [T, ...]: no axis holds the batch, an axis equal to the count is chance
+        if len(batch) == 1:
+            roles.setdefault(batch[0], ("batch", f"len({name}) equals it in every case: one length per batch"))
+        if len(seq) == 1:
+            roles.setdefault(seq[0], ("seq", f"{name} fits it in every case (longest length <= it, equal in some, "
+                                             "or their sum equals it): the sequence axis"))
+    return roles
+
+
+def split_strays(classes, first, named):
+    """Split off, in place, the positions that only chance puts beside a ruled one: a position with no rule on a
+    tensor of the rank of a ruled position, on another axis (q [1, 8, S, D] with k [1, 1, S, D] in every case: k's
+    heads axis is no batch, so it must not scale with q's batch) - in a constant class, or where its tensor also
+    has the ruled axis in the class (k [B, S, Nkv, D] with Nkv = B in every case: one tensor has one batch axis).
+    A constant class with no ruled position and no role from the lengths (values in ``named``) takes the axes of
+    the ``first`` tensor as ruled (decode q [B, 1, N, D], k [B, S, 1, D]: S_q = 1 = N_kv in every case). Strays
+    form a class of their own (key with a third element ``"stray"``), kind ``other``, without followers."""
+    for ck, cls in list(classes.items()):
+        rows = list(zip(cls["positions"], cls["kinds"], cls["evidence"], cls["ranks"]))
+        ruled_at = {(r, pos[1]) for pos, k, _e, r in rows if k != "other"} or {
+            (r, pos[1]) for pos, _k, _e, r in rows if pos[0] == first and len(set(ck[0])) == 1 and ck[0] not in named}
+        anchored = {pos[0] for pos, _k, _e, r in rows if (r, pos[1]) in ruled_at}
+        stray = [row for row in rows if row[1] == "other" and row[3] in {r for r, _a in ruled_at}
+                 and (row[3], row[0][1]) not in ruled_at and (len(set(ck[0])) == 1 or row[0][0] in anchored)]
+        if stray:
+            new = classes[(ck[0], ck[1], "stray")] = {"matmul": False, "stray": True}
+            for cl, part in ((cls, [row for row in rows if row not in stray]), (new, stray)):
+                cl.update({k: [r[i] for r in part] for i, k in enumerate(("positions", "kinds", "evidence", "ranks"))})
+            ruled = ", ".join(f"axis {a} of rank {r}" for r, a in sorted(ruled_at))
+            new["evidence"].insert(0, f"equal to the ruled {ruled} only by chance (another axis, same rank)")
+
+
+def attention_roles(members, tensors, classes, voted):
+    """Heads and sequence axes of 4-D query/key tensors without a layout attribute ([B, N, S, D] or [B, S, N, D]:
+    the case files do not say which), updating ``voted`` {class key: (kind, evidence)} in place.
+
+    The query is the first tensor when it has rank 4 and its axis 0 is batch; the key the next rank-4 tensor with
+    the same last axis (head dim) in every case. Grouped-query attention names the heads axis: the one middle axis
+    where query and key differ in some case and the key's value divides the query's in every case (the other axis
+    would need every query length to be a multiple of every key length). Elimination then names the remaining
+    middle axis of each tensor: of [B, ?, ?, D] with one axis heads the other is the sequence, and with one axis the
+    sequence (a sequence-length list, :func:`seqlen_roles`) the other is heads. No rule fires when both middle
+    axes qualify or neither does."""
+    if len(tensors) < 2 or len(tensors[0].shape) != 4:
+        return
+    q = tensors[0]
+    cls_of = {pos: ck for ck, cls in classes.items() for pos in cls["positions"]}
+
+    def vals(name, ax):
+        return [c.tensor(name).shape[ax] for c in members]
+
+    if voted.get(cls_of.get((q.name, 0)), ("",))[0] != "batch":
+        return
+    keys = [t for t in tensors[1:] if len(t.shape) == 4 and vals(t.name, 3) == vals(q.name, 3)]
+    if not keys:
+        return
+    k = keys[0]
+    def divides(a):  # the key's value divides the query's in every case
+        return all(kv > 0 and qv % kv == 0 for qv, kv in zip(vals(q.name, a), vals(k.name, a)))
+    gqa = [a for a in (1, 2) if cls_of[(q.name, a)] != cls_of[(k.name, a)] and divides(a)]
+    # the other axis must be proven no heads axis (query and key differ there, not as multiples): a cross
+    # attention with q [B, N, 128, D], k [B, N, 64, D] would otherwise make its sequence axis "heads"
+    if len(gqa) == 1 and divides(3 - gqa[0]):
+        gqa = []
+    for t in (q, k):
+        mids = {a: voted[cls_of[(t.name, a)]][0] for a in (1, 2)}
+        if len(gqa) == 1:
+            a = gqa[0]
+            if mids[a] == "other":
+                voted[cls_of[(t.name, a)]] = ("heads", [f"{q.name}.{a} is a multiple of {k.name}.{a} in every case "
+                                                        "and differs from it in some: grouped-query heads"])
+                mids[a] = "heads"
+        for a, b in ((1, 2), (2, 1)):
+            if mids[b] == "other" and mids[a] in ("heads", "seq", "seq_q", "seq_k"):
+                kind = ("seq_q" if t is q else "seq_k") if mids[a] == "heads" else "heads"
+                voted[cls_of[(t.name, b)]] = (kind, [f"{t.name} is [batch, ?, ?, head_dim] and axis {a} is "
+                                                     f"{mids[a]}: axis {b} is the other middle axis ({kind})"])
+                mids[b] = kind
+
