@@ -80,7 +80,7 @@ MEASURES = {
     "pmu": TOOL + ("bench/pmu_h200.sh",) + ops("zoo/5_MHABlock"),
     "pmu_micro": BOUND + ("bench/pmu_bound_h200.py",),
     "gemm_grid": BOUND + ("bench/gemm_grid_h200.py", "scripts/mfulib/run/compat.py") + ops("zoo/5_MHABlock"),
-    "search": TOOL + ("bench/bench_search_h200.py",) + ops("zoo/5_MHABlock", "npukernelbench/level4/2_FFN"),
+    "referee": TOOL + ("bench/bench_search_vs_bruteforce.py", "examples/ops/"),  # its operators: any bundled one
     "batch": TOOL + ("examples/ops/",),
 }
 
