@@ -43,6 +43,8 @@ SCRIPTS = os.path.join(ROOT, "scripts")
 CHECK_FLOPS = os.path.join(SCRIPTS, "check_flops.py")
 DEFAULT_OP = "zoo/5_MHABlock"
 ZYGOTE_ENV = "MFU_TRACE_ZYGOTE"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from freshness import source_stamp  # noqa: E402  (the tree's content hashes, recorded with the result)
 
 
 def _host() -> dict:
@@ -211,7 +213,7 @@ def main(argv=None) -> int:
             os.environ[ZYGOTE_ENV] = user_env
         tmp.cleanup()
     res = dict(provenance("bench_trace_zygote", 1, device={"backend": backend, "why": why}),
-               bench="trace_zygote", git_commit=_commit(), host_detail=_host(),
+               bench="trace_zygote", git_commit=_commit(), source=source_stamp(), host_detail=_host(),
                op=None if args.work else args.op, work=args.work, case=args.case, input_bytes=input_bytes,
                seed=args.seed, n=args.n, load_avg={"plain": load_plain, "zygote": load_zygote},
                prime=prime, plain=plain, zygote=zygote, summary=summarize(plain, zygote, warmup_s, args.n, prime),

@@ -21,7 +21,10 @@ A stage that is not packed yet is listed as "not run" - the file says what it la
 import argparse
 import json
 import os
+import re
 import sys
+
+import freshness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PACK = os.path.join(ROOT, "bench", "validation", "h200")
@@ -55,10 +58,82 @@ def num(x, digits=1):
     return None if x is None else f"{x:,.{digits}f}"
 
 
-# Commits that changed a bundled example's kernel after some stages were measured: (commit, commit time UTC, the
-# example it changed, what changed). A section measured before one and naming that example says so.
-EXAMPLE_CHANGES = (("b028d53", "2026-12-01T15:04:54Z", "zoo/5_MHABlock",
-                    "its GEMM tile went from 128x128x64 to 128x256x64 for 16-bit inputs"),)
+def ops(*names):
+    """Path prefixes of the bundled operators ``names`` (reference, cases, flops.py, implementation)."""
+    return tuple(f"examples/ops/{kind}/{n}" for n in names for kind in ("bench", "gen"))
+
+
+#: the whole tool a `make` pipeline runs (the package's old-name table, mfulib/__init__.py's MOVED, measures nothing)
+TOOL = ("scripts/", "Makefile")
+NOT_MEASURED = ("scripts/mfulib/__init__.py",)
+PEAKS = ("scripts/peak_calib.py", "scripts/mfulib/peaks/", "scripts/mfulib/core/")
+BOUND = ("scripts/mfulib/profiles/", "scripts/mfulib/report/bound.py", "scripts/mfulib/core/")
+#: what each section measures: path prefixes of the measured tree (bench/freshness.py judges them by content)
+MEASURES = {
+    "env": (),  # nvidia-smi and versions only
+    "ncu": TOOL + ("bench/ncu_vs_profiler.py",) + ops("zoo/5_MHABlock", "zoo/1_BatchMatmul", "zoo/4_FFN"),
+    "gemm": TOOL + ("bench/bench_gemm_mfu.py",),
+    "makeall": TOOL + ops("zoo/5_MHABlock", "zoo/1_BatchMatmul"),
+    "overhead": TOOL + ("bench/bench_tool_overhead.py",) + ops("zoo/5_MHABlock", "zoo/1_BatchMatmul"),
+    "peaks_wide": PEAKS + ("bench/bench_peak_calib.py",),
+    "peaks": PEAKS + ("bench/bench_peaks_h200.py",),
+    "pmu": TOOL + ("bench/pmu_h200.sh",) + ops("zoo/5_MHABlock"),
+    "pmu_micro": BOUND + ("bench/pmu_bound_h200.py",),
+    "gemm_grid": BOUND + ("bench/gemm_grid_h200.py", "scripts/mfulib/run/compat.py") + ops("zoo/5_MHABlock"),
+    "referee": TOOL + ("bench/bench_search_vs_bruteforce.py", "examples/ops/"),  # its operators: any bundled one
+    "batch": TOOL + ("examples/ops/",),
+}
+
+
+def measured(name, st):
+    """The path prefixes stage ``name`` measures: MEASURES, else the tool and the bench script its command ran."""
+    if name in MEASURES:
+        return MEASURES[name]
+    script = re.search(r"\bbench/[\w./-]+\.(?:py|sh)", st.get("command") or "")
+    return TOOL + ((script.group(0),) if script else ())
+
+
+def freshness_of(name, st, now):
+    """{"state": fresh | stale | unknown | none, "changed": [paths]} of packed stage ``name`` against the module
+    hashes ``now``: a batch is judged by every call that finished one of its results."""
+    prefixes = measured(name, st)
+    if not prefixes:
+        return {"state": "none", "changed": []}
+    runs = [st]
+    if name == "batch":
+        calls = (st.get("result") or {}).get("calls") or []
+        used = {o.get("finished_by_call") for o in (st.get("result") or {}).get("ops") or []}
+        runs = [c for i, c in enumerate(calls, 1) if i in used] or [st]
+    changed = set()
+    for run in runs:
+        then = freshness.pack_hashes(run)
+        if then is None:
+            return {"state": "unknown", "changed": [], "commit": run.get("git_commit")}
+        changed.update(freshness.stale_modules(prefixes, then, now, exclude=NOT_MEASURED))
+    return {"state": "stale" if changed else "fresh", "changed": sorted(changed)}
+
+
+def _by_dir(paths):
+    """``paths`` grouped by directory: "dir/ (n)", with the file names where a directory has three or fewer."""
+    dirs = {}
+    for p in paths:
+        d, _, f = p.rpartition("/")
+        dirs.setdefault(d, []).append(f)
+    return ", ".join(f"`{fs[0]}`" if not d else f"`{d}/` ({', '.join(fs)})" if len(fs) <= 3 else
+                     f"`{d}/` ({len(fs)} files)" for d, fs in sorted(dirs.items()))
+
+
+def fresh_line(f):
+    """The freshness note of a section (computed by :func:`freshness_of`, never typed)."""
+    if f is None or f["state"] == "none":
+        return ""
+    if f["state"] == "unknown":
+        return (f"\n\n> **Freshness unknown:** the pack records no source hashes and its commit "
+                f"`{f.get('commit') or '?'}` is not in this clone.")
+    if f["state"] == "fresh":
+        return "\n\n> **Fresh:** no code this section measures changed since its pack (judged by content)."
+    return (f"\n\n> **Stale:** {len(f['changed'])} file(s) this section measures changed since its pack (judged by "
+            f"content, moves followed; re-measure): {_by_dir(f['changed'])}.")
 
 
 def stamp(st):
@@ -66,16 +141,11 @@ def stamp(st):
     for key in ("git_commit_note", "call_note"):  # notes added to a pack after the call (who and why, in the text)
         if st.get(key):
             text += f"\n\n> **{key.replace('_', ' ')}:** {st[key]}"
-    for commit, at, example, what in earlier_kernels(st):
-        text += (f"\n\n> **Earlier kernel:** measured before `{commit}` ({at}), where {example} changed: {what}. "
-                 f"Its {example} figures here are of the kernel before that change.")
-    return text
-
-
-def earlier_kernels(st):
-    """The EXAMPLE_CHANGES made after stage ``st`` was measured, of examples its result names."""
-    body = json.dumps(st.get("result"), default=str)
-    return [c for c in EXAMPLE_CHANGES if str(st.get("created_at") or "9") < c[1] and c[2] in body]
+    src = st.get("source") or {}
+    if src.get("tree_matches_expected") is False:
+        text += (f"\n\n> **Tree mismatch:** the device ran a tree hashing to `{src.get('tree_sha256', '?')[:12]}`, "
+                 f"not the `{src.get('tree_sha256_expected', '?')[:12]}` computed before the call.")
+    return text + fresh_line(st.get("freshness"))
 
 
 def counters(c, keys):
@@ -479,17 +549,15 @@ def _verdict(ok):
     return {True: "yes", False: "**NO**"}.get(ok, "unverified")
 
 
+FRESH_MARK = {"fresh": "yes", "stale": "**stale**", "unknown": "unknown", "none": "-"}
+
+
 def summary_rows(pack):
-    """[claim, measured, criterion, met, section] for each packed stage with a pass/fail criterion - read from the
-    stage's own figures, so a stage that is absent or has no result gives no row (never an invented number). A
-    stage measured before a bundled kernel changed says so in its measured cell (EXAMPLE_CHANGES)."""
-    rows = []
-    for stage, row in _summary_rows(pack):
-        old = earlier_kernels(pack.get(stage) or {})
-        if old:
-            row[1] = f"{row[1]} (before `{old[0][0]}`: the earlier {old[0][2]} kernel)"
-        rows.append(row + [TITLES[stage]])
-    return rows
+    """[claim, measured, criterion, met, code unchanged, section] for each packed stage with a pass/fail criterion -
+    read from the stage's own figures, so a stage that is absent or has no result gives no row (never an invented
+    number). "code unchanged" is the stage's freshness (``freshness`` key set by :func:`render`)."""
+    return [row + [FRESH_MARK[((pack.get(stage) or {}).get("freshness") or {}).get("state", "unknown")],
+                   TITLES[stage]] for stage, row in _summary_rows(pack)]
 
 
 def bf16_peaks(pack):
@@ -571,14 +639,18 @@ def _summary_rows(pack):
 def render(pack_dir):
     """The whole RESULTS.md text for the packs in ``pack_dir``."""
     pack = load_pack(pack_dir)
+    now = freshness.tree_hashes(ROOT)["modules"]
+    pack = {name: dict(st, freshness=freshness_of(name, st, now)) for name, st in pack.items()}
     rel = os.path.relpath(pack_dir, ROOT)
     parts = [f"# Validation results ({os.path.basename(pack_dir)})\n\nGenerated by `bench/make_results.py` from the "
              f"packed results in `{rel}/` (written by `bench/validate_h200.py` on the device). Do not edit by "
              "hand: re-run the generator."]
     rows = summary_rows(pack)
     if rows:
-        parts.append("## At a glance\n\nEach criterion as the stage measured it (details in the sections below):\n\n"
-                     + table(["claim", "measured", "criterion", "met", "section"], rows))
+        parts.append("## At a glance\n\nEach criterion as the stage measured it (details in the sections below). "
+                     "\"code unchanged\": whether the code the section measures is, by content, the code its pack "
+                     "measured (`bench/freshness.py`; a **stale** row is to be measured again):\n\n"
+                     + table(["claim", "measured", "criterion", "met", "code unchanged", "section"], rows))
     missing = [s for s in ORDER if s not in pack]
     for name in list(ORDER) + sorted(set(pack) - set(ORDER)):
         st = pack.get(name)

@@ -6,8 +6,11 @@ script of bench/ with its own time limit, and is resumable across calls: a stage
 in ``--pack-dir`` (committed to the repository between calls, so it travels with the tree) is not run again. Each
 call runs the stages that are left, in order, until ``--deadline-s``; every stage that finished is written to
 ``$OUT/pack.tgz`` as ``<stage>.json`` (the bench's own JSON result wrapped with the stage's command, exit status,
-wall time, git commit and the log's tail) - small tables, never profiles. Unpack it into ``--pack-dir``, commit,
-and ``bench/make_results.py`` turns the pack directory into ``bench/RESULTS.md``.
+wall time, git commit, ``source`` and the log's tail) - small tables, never profiles. Unpack it into
+``--pack-dir``, commit, and ``bench/make_results.py`` turns the pack directory into ``bench/RESULTS.md``.
+``source`` is bench/freshness.py's content hash of the tree the call ran, computed on the device from the files
+(the device copy's ``.git`` can be stale); run ``MFU_TREE_SHA256=$(python3 bench/freshness.py)`` computed before
+the call and the pack also records whether the device's tree matched it.
 
 Stages (``--stages`` picks and orders them; default: all, in this order):
 
@@ -67,6 +70,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_tool_overhead  # noqa: E402
 from benchlib import load_json, run_tree  # noqa: E402
+from freshness import source_stamp  # noqa: E402
 PY = sys.executable
 MAKEALL_OPS = ("zoo/5_MHABlock", "zoo/1_BatchMatmul")
 # extra bench_search_vs_bruteforce.py arguments (e.g. "--ops zoo/5_MHABlock,zoo/6_GQAAttention": the operators one
@@ -459,6 +463,7 @@ def stage_batch(out, limit_s, env, final_out, settings, pack_dir, fresh=False):
     ops = [op_result(j, batch_out) for j in jobs]
     manifest = pack_batch_state(batch_out, os.path.join(final_out, BATCH_STATE_NAME))
     call = {"created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git_commit(),
+            "source": tree_source(),
             "rc": rc, "wall_s": round(time.perf_counter() - t0, 1), "restored_files": restored, "ran": pending,
             "finished": [o["name"] for o in ops if o["name"] in pending and o["status"] in final],
             "stale": [{"name": n, "why": w} for n, w in stale],
@@ -552,8 +557,23 @@ def run_stage(name, out_root, limit_s, env, final_out, pack_dir=None, batch_sett
                 shutil.copy(os.path.join(out, REFEREE_RESUME_NAME), final_out)  # the next call resumes from it
                 res["pack_files"] = [os.path.join(final_out, REFEREE_RESUME_NAME)]
     res.update({"stage": name, "wall_s": round(time.perf_counter() - t0, 1),
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git_commit()})
+                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "git_commit": git_commit(),
+                "source": tree_source()})
     return res
+
+
+_SOURCE = []
+
+
+def tree_source():
+    """bench/freshness.py's source stamp of the tree this call runs, hashed here from the files (never the copy's
+    .git), once per call; checked against MFU_TREE_SHA256 when the caller computed it before the call."""
+    if not _SOURCE:
+        _SOURCE.append(source_stamp())
+        if _SOURCE[0].get("tree_matches_expected") is False:
+            log(f"WARNING: this tree hashes to {_SOURCE[0]['tree_sha256']}, not MFU_TREE_SHA256 "
+                f"{_SOURCE[0]['tree_sha256_expected']}: the packs record the mismatch")
+    return _SOURCE[0]
 
 
 def git_commit():

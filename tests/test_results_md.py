@@ -361,21 +361,32 @@ def test_at_a_glance_states_each_criterion_as_measured_and_omits_absent_stages(t
     assert "search = exhaustive" not in text and "peak = best" not in text
 
 
-def test_a_stage_measured_before_a_bundled_kernel_changed_says_so_and_a_limit_shows_its_retiming(tmp_path):
-    """Synthetic packs (test data): a makeall of zoo/5_MHABlock dated before make_results.EXAMPLE_CHANGES' commit
-    carries the earlier-kernel note in its section and in the at-a-glance row; one dated after does not. A batch
-    limit is shown beside the collection's re-timing of the same case."""
-    commit, at, example, _what = make_results.EXAMPLE_CHANGES[0]
-    run = {"op": example, "mode": "warm", "rc": 0, "wall_s": 40.0, "cases": []}
-    _write(tmp_path, "makeall", {**SYNTH, "created_at": "2026-12-01T10:00:00Z", "stage": "makeall",
-                                 "result": {"runs": [run], "target_s": 60}})
+def test_a_stage_whose_measured_code_changed_is_marked_stale_and_a_limit_shows_its_retiming(tmp_path):
+    """Synthetic packs (test data): a makeall whose recorded source hashes are today's tree is fresh; the same pack
+    with one measured module's hash altered is stale, names that module and is marked in the at-a-glance row; a
+    pack with only a commit this clone lacks says freshness unknown (never an error). A batch limit is shown beside
+    the collection's re-timing of the same case."""
+    import freshness
+    now = freshness.tree_hashes()["modules"]
+    run = {"op": "zoo/5_MHABlock", "mode": "warm", "rc": 0, "wall_s": 40.0, "cases": []}
+    doc = {**SYNTH, "stage": "makeall", "result": {"runs": [run], "target_s": 60},
+           "source": {"method": freshness.METHOD, "modules": dict(now)}}
+    _write(tmp_path, "makeall", doc)
     text = make_results.render(str(tmp_path))
     glance = md_row(text.split("## At a glance")[1].split("\n## ")[0], claim="`make all` (warm Triton cache)")
-    assert f"before `{commit}`" in glance["measured"] and example in glance["measured"]
-    assert "**Earlier kernel:**" in text.split("## Tool wall time")[1]
-    _write(tmp_path, "makeall", {**SYNTH, "created_at": "2099-01-01T00:00:00Z", "stage": "makeall",
+    assert glance["code unchanged"] == "yes" and "> **Fresh:**" in text.split("## Tool wall time")[1]
+    changed = "scripts/mfulib/collect/driver.py"
+    doc["source"]["modules"][changed] = "0" * 64  # the pack measured another version of this module
+    _write(tmp_path, "makeall", doc)
+    text = make_results.render(str(tmp_path))
+    glance = md_row(text.split("## At a glance")[1].split("\n## ")[0], claim="`make all` (warm Triton cache)")
+    assert glance["code unchanged"] == "**stale**"
+    assert "> **Stale:** 1 file(s)" in text and "`scripts/mfulib/collect/` (driver.py)" in text
+    _write(tmp_path, "makeall", {**SYNTH, "git_commit": "f" * 40, "stage": "makeall",
                                  "result": {"runs": [run], "target_s": 60}})
-    assert "Earlier kernel" not in make_results.render(str(tmp_path))
+    text = make_results.render(str(tmp_path))
+    assert "> **Freshness unknown:**" in text and "unknown" in md_row(
+        text.split("## At a glance")[1].split("\n## ")[0], claim="`make all` (warm Triton cache)")["code unchanged"]
     op = {"search": {"best": {"case": 7, "scale": 1.0, "mfu": 0.6405, "mfu_kind": "ach"}, "pool": 3, "scaled": 0},
           "rows": [{"case": 7, "mfu_ach": 0.6058}, {"case": 8, "mfu_ach": 0.6262}]}
     assert make_results._limit(op).endswith("; re-timed by the collection: 60.6%")
