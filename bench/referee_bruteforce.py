@@ -33,6 +33,8 @@ import sys
 import time
 
 SCALE_KINDS = ("batch", "seq", "seq_q", "seq_k")  # SKILL.md step 2: sequence and batch scale, heads/head_dim stay
+# a matmul of two data operands: its k (B's axis -2) and n (B's last axis) set the arithmetic intensity with m
+GEMM_KINDS = ("gemm_k", "gemm_n")
 WEIGHT_NAME = re.compile(r"^(w\d*|weights?\d*|.*_weights?\d*|weights?_.*|bias\d*|.*_bias|gamma|beta)$", re.I)
 GATED = ("bytes", "time", "oom")  # failures that grow with every factor: larger points of the same case fail too
 FLUSH_BYTES = 256 * 2 ** 20  # the L2 flush buffer (H200 L2: 50 MiB; triton.testing.do_bench flushes 256 MB)
@@ -45,7 +47,8 @@ def is_weight(name: str) -> bool:
 
 def referee_axes(group) -> list:
     """Names of the symbols of a :class:`mfulib.core.symbols.SymbolGroup` the brute force scales: the batch and
-    sequence kinds, and a ``hidden`` symbol (the contraction axis k) where every tensor it touches is a data operand
+    sequence kinds, a batched matmul's ``gemm_k`` / ``gemm_n`` (k and n of a matmul of two data operands), and a
+    ``hidden`` symbol (the contraction axis k) where every tensor it touches is a data operand
     and it touches two (a batched matmul of two inputs); never a symbol on a weight, never one made only of
     attributes. A stated choice of the referee, made apart from the search's ``--scale-dims``."""
     out = []
@@ -56,7 +59,7 @@ def referee_axes(group) -> list:
         if any(is_weight(n) for n in names):
             continue
         tensors = {n for n, ax in s.positions if ax is not None} | {n for n, ax in s.followers if ax is not None}
-        if s.kind in SCALE_KINDS or (s.kind == "hidden" and len(tensors) >= 2):
+        if s.kind in SCALE_KINDS + GEMM_KINDS or (s.kind == "hidden" and len(tensors) >= 2):
             out.append(s.name)
     return out
 

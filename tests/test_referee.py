@@ -38,7 +38,8 @@ def _axes(cases):
 
 def test_axes_batch_and_sequence_and_k_of_a_batched_matmul_but_never_a_weight():
     bmm = [_case(("A", [2, 64, 32]), ("B", [2, 32, 16])), _case(("A", [4, 128, 96]), ("B", [4, 96, 128]))]
-    assert sorted(_axes(bmm)) == ["batch", "hidden", "seq"]  # b, m and k (A's last axis follows B's axis 1)
+    # b, m, k (B's axis -2; A's last axis follows it) and n (B's last axis): a matmul of two data operands
+    assert sorted(_axes(bmm)) == ["batch", "gemm_k", "gemm_n", "seq"]
     ffn = [_case(("x", [64, 256]), ("weight1", [256, 512]), ("weight2", [512, 256])),
            _case(("x", [96, 384]), ("weight1", [384, 768]), ("weight2", [768, 384]))]
     assert _axes(ffn) == ["seq"]  # the hidden sizes sit on the weights
@@ -49,13 +50,20 @@ def test_enumerated_points_scale_the_case_and_refuse_inputs_over_the_limit():
     cases = [_case(("A", [2, 64, 32]), ("B", [2, 32, 16])), _case(("A", [4, 128, 96]), ("B", [4, 96, 128]))]
     # case 1 inputs: 2 * (4*128*96) * 2 B = 196608 B; the limit lets x1 and one doubling through, not x4
     pts = bf.enumerate_points(cases, [1], max_scale=2, max_input_bytes=400_000)
-    assert len(pts) == 1 + 7 and pts[0]["factors"] == {} and pts[0]["case"] == cases[1]
+    assert len(pts) == 1 + 15 and pts[0]["factors"] == {} and pts[0]["case"] == cases[1]  # 4 axes: 15 subsets
     seq2 = next(p for p in pts if p["factors"] == {"seq": 2})
     assert [e["shape"] for e in seq2["case"]["inputs"]] == [[4, 256, 96], [4, 96, 128]]
-    k2 = next(p for p in pts if p["factors"] == {"hidden": 2})
+    k2 = next(p for p in pts if p["factors"] == {"gemm_k": 2})
     assert [e["shape"] for e in k2["case"]["inputs"]] == [[4, 128, 192], [4, 192, 128]]
-    assert all(p["status"] is None for p in pts if len(p["factors"]) <= 1)  # 294912 B or 393216 B: within
-    assert all(p["status"] == "bytes" for p in pts if len(p["factors"]) >= 2)  # >= 2x the inputs of 196608 B
+    n2 = next(p for p in pts if p["factors"] == {"gemm_n": 2})
+    assert [e["shape"] for e in n2["case"]["inputs"]] == [[4, 128, 96], [4, 96, 256]]
+
+    def hand_bytes(f):  # A = b*m*k, B = b*k*n elements of 2 B (fp16), each factor on the axes it sits on
+        b, m, k, n = (f.get(a, 1) for a in ("batch", "seq", "gemm_k", "gemm_n"))
+        return 2 * (4 * b * 128 * m * 96 * k + 4 * b * 96 * k * 128 * n)
+    for p in pts:
+        assert p["status"] == (None if hand_bytes(p["factors"]) <= 400_000 else "bytes"), p["factors"]
+    assert sum(p["status"] is None for p in pts) == 1 + 4 + 1  # x1, each axis alone, and seq x2 with n x2
 
 
 def test_dominance_only_from_a_smaller_failed_point_of_the_same_shape_family():
