@@ -60,7 +60,7 @@ RETIRE = ("oom", "error")
 
 def handle(req: dict, device: str) -> dict:
     """One candidate (module docstring): the reply of one request."""
-    from mfulib.backends import backend_class
+    from mfulib.backends import backend_class, backend_for_device
     from mfulib.run import interpreter
     from mfulib.core.opdir import OpDir
     from mfulib.verify.correctness import verify_case
@@ -70,7 +70,7 @@ def handle(req: dict, device: str) -> dict:
     if not req.get("time_only"):
         t0 = time.monotonic()
         row = verify_case(od, 0, device=device, seed=req["seed"])
-        if backend_class(device).interpreter:
+        if backend_class(backend_for_device(device)).interpreter:
             row["cpu_adaptations"] = interpreter.adaptations()
         reply.update(verify=row, verify_s=round(time.monotonic() - t0, 3))
         accepted = row.get("status") == UNVERIFIED and req.get("accept_unverified_reference")
@@ -84,10 +84,10 @@ def handle(req: dict, device: str) -> dict:
 
 def serve_main(device: str) -> int:
     """Entry point of the persistent child: ``python -c '... serve_main(device)' --request-fd R --reply-fd W``."""
-    from mfulib.backends import backend_class
+    from mfulib.backends import backend_class, backend_for_device
     from mfulib.run.worker import die_with_parent
     die_with_parent()  # a killed probe never leaves a candidate running on the device
-    interpreted = backend_class(device).interpreter
+    interpreted = backend_class(backend_for_device(device)).interpreter
     if interpreted:
         os.environ["TRITON_INTERPRET"] = "1"
     from mfulib.run import compat
