@@ -18,8 +18,9 @@ import textwrap
 from tabulate import tabulate
 
 from mfulib.backends import validates_only
-from mfulib.core.fmt import pct
+from mfulib.core.fmt import pct, sig, times
 from mfulib.flops.kernel_parts import OTHER
+from mfulib.report import cells
 
 
 NO_MFU = "—"  # an operator without matrix work has no MFU (docs/ARCHITECTURE.md#flops)
@@ -30,17 +31,7 @@ def _wrap(text: str, indent: str = "  ") -> str:
     return textwrap.fill(str(text), width=WRAP, subsequent_indent=indent + "  ", initial_indent="")
 
 
-def _x(v):
-    return "-" if v is None else f"{v:.2f}x"
-
-
-def _f(x, nd=1):
-    """Fixed decimals; values below 1 keep three significant digits (CPU GFLOP-scale peaks are not 0.0)."""
-    if x is None:
-        return "-"
-    if 0 < abs(x) < 1:
-        return f"{x:.3g}"
-    return f"{x:.{nd}f}"
+US_DIGITS, TFLOPS_DIGITS = 4, 3  # significant digits of the time and throughput columns (terminal and HTML)
 
 
 def peak_table(peak: dict) -> str:
@@ -50,17 +41,17 @@ def peak_table(peak: dict) -> str:
     for mode, m in (peak.get("measured") or {}).items():
         s = m.get("best_shape") or {}
         frac = m.get("fraction_of_nominal")
-        rows.append([mode, _f(m.get("peak_tflops")), m.get("unit", "TFLOP/s"), _f(m.get("sweep_tflops")),
-                     pct(m.get("spread"), 1), _f(nom.get(mode)), pct(frac, 1),
+        rows.append([mode, sig(m.get("peak_tflops")), m.get("unit", "TFLOP/s"), sig(m.get("sweep_tflops")),
+                     pct(m.get("spread"), 1), sig(nom.get(mode)), pct(frac, 1),
                      f"{s.get('m')}x{s.get('n')}x{s.get('k')}" + (f" B {m['b_layout']}" if m.get("b_layout") else ""),
-                     m.get("n_shapes"), _f(m.get("elapsed_s"), 1)])
+                     m.get("n_shapes"), sig(m.get("elapsed_s"), 2)])
     if peak.get("bandwidth_gbps") is not None:
         bw = peak.get("bandwidth") or {}
         nbw = (peak.get("nominal") or {}).get("bandwidth_gbps")
-        rows.append(["copy bandwidth", _f(peak["bandwidth_gbps"], 0), "GB/s", "-", pct(bw.get("spread"), 1),
-                     _f(nbw, 0),
+        rows.append(["copy bandwidth", sig(peak["bandwidth_gbps"]), "GB/s", "-", pct(bw.get("spread"), 1),
+                     sig(nbw),
                      pct(bw.get("fraction_of_nominal"), 1), f"{bw.get('buffer_bytes', 0) >> 20} MiB", bw.get("iters"),
-                     _f(bw.get("elapsed_s"), 1)])
+                     sig(bw.get("elapsed_s"), 2)])
     head = ["mode", "confirmed", "unit", "sweep", "spread", "nominal", "of nominal", "best m x n x k", "shapes", "s"]
     lines = [f"peaks of {peak.get('label')}", tabulate(rows, head, tablefmt="plain", disable_numparse=True),
              "  confirmed = the reported peak (best shape re-timed); sweep = that shape's sweep figure; spread = "
@@ -100,17 +91,19 @@ def _part_names(reports: list) -> list:
     return names + ([OTHER] if has_other else [])
 
 
-def shape_cell(row: dict, width: int = 28) -> str:
+def shape_cell(row: dict, width: int = 28, sep: str = "\n") -> str:
     """A row's first input shape (the case file's), with its search origin when the probe appended it:
-    ``[8,256,64]<-case0x4`` (``x`` the scale of the origin's factors), without spaces."""
-    shape = str(row.get("shape") or "-").replace(" ", "")  # one token: the table stays whitespace-separated
-    if len(shape) > width:
-        shape = shape[: width - 3] + "..."
+    ``[8,256,64]<-case0x4`` (``x`` the scale of the origin's factors), without spaces; a shape longer than
+    ``width`` is wrapped after its commas into lines joined by ``sep`` (a multi-line table cell), never cut."""
+    lines = cells.shape_lines(row.get("shape") or "-", width)
     o = row.get("search_origin") or {}
     if o.get("source_case") is not None and str(o["source_case"]) != str(row.get("case")):  # not an original case
         scale = o.get("scale")  # (the search's x1 point: the case itself, no origin to name)
-        shape += f"<-case{o['source_case']}" + (f"x{scale:g}" if isinstance(scale, (int, float)) else "")
-    return shape
+        origin = f"<-case{o['source_case']}" + (f"x{scale:g}" if isinstance(scale, (int, float)) else "")
+        if len(lines[-1]) + len(origin) > width and len(lines[-1]) > 1:
+            lines.append("")
+        lines[-1] += origin
+    return sep.join(lines)
 
 
 def decompose_table(result: dict) -> str:
@@ -122,7 +115,7 @@ def decompose_table(result: dict) -> str:
                                             "MBU", "bound", "headroom"] + (["speed-up"] if multi else [])
     for p in parts:
         head += [f"{p} us"] + ([f"{p} MFU"] if p != OTHER else [])  # 'other' does no counted FLOPs
-    rows, not_ok, no_matrix, marked, skipped = [], [], [], [], []
+    rows, not_ok, no_matrix, marked, skipped, ok_rows = [], [], [], [], [], []
     for rep in reports:
         for r in rep["rows"]:
             lead = [rep["label"]] if multi else []
@@ -136,7 +129,7 @@ def decompose_table(result: dict) -> str:
                 continue
             dt = r["dtype"] + ("(tf32)" if r.get("tf32") else "")
             if r.get("matrix_work", True):
-                mfus = [_f(r["actual_tflops"]), pct(r["mfu_nom"], 2), pct(r["mfu_ach"], 1)]
+                mfus = [sig(r["actual_tflops"], TFLOPS_DIGITS), cells.mfu_nom(r, 2), cells.util(r["mfu_ach"], 1)]
             else:  # no matrix work: no MFU, MBU is the headline (docs/ARCHITECTURE.md#mbu)
                 mfus = [NO_MFU, NO_MFU, NO_MFU]
             mark = "" if r.get("numerator") in (None, "checked") else f" [{r['numerator']}]"
@@ -144,10 +137,12 @@ def decompose_table(result: dict) -> str:
             label = bd.get("label") or "-"
             label += " (fallback)" if str(bd.get("source") or "").startswith("fallback") else ""
             replay = " [ncu]" if r.get("ncu_replay") else ""  # an ncu replay time, not a free-running one
-            row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, _f(r["kernel_time_us"]) + replay] + mfus + \
-                [pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
-                 _x((r.get("roofline") or {}).get("headroom"))] + \
-                ([_x((r.get("speedup") or {}).get("value"))] if multi else [])
+            replay += f" {cells.SPREAD_MARK}" if cells.spread_flagged(r) else ""
+            row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, sig(r["kernel_time_us"], US_DIGITS) + replay] + \
+                mfus + [pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
+                        times((r.get("roofline") or {}).get("headroom"))] + \
+                ([times((r.get("speedup") or {}).get("value"))] if multi else [])
+            ok_rows.append(r)
             if not r.get("matrix_work", True):
                 no_matrix.append(r)
             if replay:
@@ -159,9 +154,9 @@ def decompose_table(result: dict) -> str:
             by = {p["part"]: p for p in r.get("parts") or []}
             for p in parts:
                 d = by.get(p)
-                cells = ["-", "-"] if d is None else [_f(d["time_us"]), NO_MFU if d.get("flops") == 0 else
-                                                      pct(d.get("mfu_ach"), 1)]  # no matrix work: no MFU
-                row += cells[:1] if p == OTHER else cells
+                pc = ["-", "-"] if d is None else [sig(d["time_us"], US_DIGITS), NO_MFU if d.get("flops") == 0 else
+                                                   cells.util(d.get("mfu_ach"), 1)]  # no matrix work: no MFU
+                row += pc[:1] if p == OTHER else pc
             rows.append(row)
     lines = [f"peak: {result.get('peak_label')}  ({result['peak_json']})"]
     reg = result.get("regime") or {}
@@ -175,6 +170,7 @@ def decompose_table(result: dict) -> str:
                            + "; ".join(why[:3]) + ("; ..." if len(why) > 3 else "")))
     lines.extend(_wrap(t) for t in not_ok)
     lines.extend(_wrap(t) for t in marked)
+    lines.extend(_wrap(t) for t in cells.legend(ok_rows, {rep.get("backend") for rep in reports}))
     ptab = parts_table(result)
     if ptab:
         lines.extend(["", ptab])
@@ -182,7 +178,7 @@ def decompose_table(result: dict) -> str:
     if vtab:
         lines.extend(["", vtab])
     if no_matrix:
-        vec = "; ".join(f"case {r['case']} {_f(r['vector_tflops'], 3)} vector TFLOP/s" for r in no_matrix
+        vec = "; ".join(f"case {r['case']} {sig(r['vector_tflops'], TFLOPS_DIGITS)} vector TFLOP/s" for r in no_matrix
                         if r.get("vector_tflops"))
         lines.append(f"* no matrix work: no MFU ({NO_MFU}); MBU is the headline" + (f" ({vec})" if vec else ""))
     mx = result.get("maxima") or {}
@@ -231,10 +227,11 @@ def parts_table(result: dict) -> str:
                 rf, bd = p.get("roofline") or {}, p.get("bound") or {}
                 src = str(bd.get("source") or "-").replace("fallback:fp32-vs-fp16", "fallback")
                 rows.append(([rep["label"]] if multi else []) + [
-                    r["case"], name, _f(p.get("time_us")), pct(p.get("time_share"), 0), _f(p.get("tflops")),
-                    pct(p.get("mfu_ach"), 1), f"{bd.get('label', '-')} [{src}]", _x(rf.get("headroom")),
+                    r["case"], name, sig(p.get("time_us"), US_DIGITS), pct(p.get("time_share"), 0),
+                    sig(p.get("tflops"), TFLOPS_DIGITS), cells.util(p.get("mfu_ach"), 1),
+                    f"{bd.get('label', '-')} [{src}]", times(rf.get("headroom")),
                     pct(rf.get("mfu_if_fixed"), 1) + (f" ({rf['target_source']})" if rf.get("target_source") else "")]
-                    + ([_x((p.get("speedup") or {}).get("value"))] if multi else []))
+                    + ([times((p.get("speedup") or {}).get("value"))] if multi else []))
     if not rows:
         return ""
     head = (["report"] if multi else []) + ["case", "part", "us", "time", "TFLOP/s", "MFU@ach", "bound [source]",
@@ -253,7 +250,7 @@ def pmu_view_table(result: dict) -> str:
             v = r.get("pmu_view") or {}
             if r.get("status") == "ok" and v.get("executed_flops"):
                 rows.append([rep["label"], r["case"], pct(v.get("official_mfu"), 1), pct(v.get("pmu_mfu"), 1),
-                             pct(v.get("active_core_fraction"), 0), _x(v.get("redundancy"))])
+                             pct(v.get("active_core_fraction"), 0), times(v.get("redundancy"))])
     if not rows:
         return ""
     return ("official MFU (semantic FLOPs, all cores) vs PMU view (executed FLOPs, active cores):\n"
