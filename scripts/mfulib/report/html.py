@@ -27,7 +27,7 @@ from mfulib.core.definitions import OPS_MODES, canonical_mode, finite_or_none
 from mfulib.core.fmt import EM_DASH as DASH, pct, sig, times
 from mfulib.core.jsonio import write_text_atomic
 from mfulib.report import cells
-from mfulib.report.tables import TFLOPS_DIGITS, US_DIGITS, shape_cell
+from mfulib.report.tables import TFLOPS_DIGITS, US_DIGITS, chart_title, save_figure, shape_cell
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:24px;color:#1d2330;
@@ -104,7 +104,7 @@ def headline(row) -> str:
 
 def _png_b64(fig) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    save_figure(fig, buf)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -149,20 +149,31 @@ def plot_roofline(doc: dict, peak_doc: dict | None) -> tuple:
         return None, "no roofline: no measured peak and no case with FLOPs and bytes"
     ais = [p[2] for p in pts] or [1.0]
     lo, hi = min(ais + [1.0]) / 10, max(ais + [1e3]) * 10
-    fig = Figure(figsize=(9, 5.2))
+    fig = Figure(figsize=(9, 5.2), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     import numpy as np
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
     colors = colormaps["tab10"]
     roof_color = {}
+    styles = ("-", "--", "-.", ":")
+    if bw:  # the memory roof is shared by every dtype: drawn once, so no roof's slope lies hidden under another's
+        ridge = max(peaks.values(), default=0.0) * 1e3 / bw
+        xs = x[x <= max(ridge, lo)]
+        ax.plot(xs, xs * bw / 1e3, color="grey", lw=1.4, label=f"memory roof {bw:.4g} GB/s")
+    last_y, below_prev = None, False
     for i, (dt, pk) in enumerate(sorted(peaks.items(), key=lambda kv: -kv[1])):
-        y = np.minimum(pk, x * bw / 1e3) if bw else np.full_like(x, pk)
         roof_color[dt] = colors(i % 10)
         unit = "TOPS" if canonical_mode(dt) in OPS_MODES else "TFLOP/s"  # int8: tera-ops (peak_json docstring)
-        ax.plot(x, y, color=roof_color[dt], lw=1.6, label=f"{dt} roof {pk:.4g} {unit}")
-    if bw:
-        ax.plot(x, x * bw / 1e3, color="grey", lw=0.8, ls=":", label=f"bandwidth {bw:.4g} GB/s")
+        start = max(pk * 1e3 / bw, lo) if bw else lo  # the compute roof begins at its own ridge point
+        # each dtype's roof in its own colour and dash, labelled at its right end: close peaks (bf16 800 beside fp16
+        # 780) stay two lines with two labels, one above and one below
+        ax.plot([start, hi], [pk, pk], color=roof_color[dt], lw=1.8, ls=styles[i % len(styles)],
+                label=f"{dt} roof {pk:.4g} {unit}", zorder=3)
+        below = last_y is not None and last_y / pk < 1.3 and not below_prev
+        ax.annotate(f"{dt} {pk:.4g} {unit}", (hi, pk), xytext=(-4, -3 if below else 3), textcoords="offset points",
+                    ha="right", va="top" if below else "bottom", fontsize=7, color=roof_color[dt])
+        last_y, below_prev = pk, below
     for label, kind, ai, tf, dt in pts:  # filled in the colour of the roof of the point's own dtype
         ax.scatter([ai], [tf], marker="o" if kind == "case" else "s", s=46 if kind == "case" else 30,
                    color=roof_color.get(dt, "black"), edgecolors="black", linewidths=0.8, zorder=5)
@@ -174,14 +185,14 @@ def plot_roofline(doc: dict, peak_doc: dict | None) -> tuple:
     ax.set_ylim(max(min(ys) / 10, 1e-6), max(ys) * 3)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"roofline - {doc.get('peak_label') or '?'} (measured roofs from peak.json)", fontsize=10)
+    ax.set_title(chart_title(f"roofline - {doc.get('peak_label') or '?'} (measured roofs from peak.json)"),
+                 fontsize=10)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: covers no point
     left_out = sum(1 for rep in doc.get("reports") or [] for r in rep.get("rows") or []
                    if r.get("status") == "ok" and r.get("matrix_work") is False)
     cap = ("circles: cases; squares: parts with a roofline AI, filled in the colour of their dtype's roof. "
-           "Roof = min(peak, AI x bandwidth)."
+           "Roof = min(peak, AI x bandwidth): one grey memory roof, each dtype's compute roof in its colour and dash."
            + (f" {left_out} case(s) without matrix work are read by MBU and not drawn." if left_out else "")
            + ("" if bw else " No measured bandwidth in peak.json: compute roofs only."))
     return _png_b64(fig), cap

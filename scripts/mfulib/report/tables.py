@@ -137,8 +137,8 @@ def decompose_table(result: dict) -> str:
             label = bd.get("label") or "-"
             label += " (fallback)" if str(bd.get("source") or "").startswith("fallback") else ""
             replay = " [ncu]" if r.get("ncu_replay") else ""  # an ncu replay time, not a free-running one
-            replay += f" {cells.SPREAD_MARK}" if cells.spread_flagged(r) else ""
-            row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, sig(r["kernel_time_us"], US_DIGITS) + replay] + \
+            noisy = f" {cells.SPREAD_MARK}" if cells.spread_flagged(r) else ""  # the collector's spread flag
+            row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, sig(r["kernel_time_us"], US_DIGITS) + replay + noisy] + \
                 mfus + [pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
                         times((r.get("roofline") or {}).get("headroom"))] + \
                 ([times((r.get("speedup") or {}).get("value"))] if multi else [])
@@ -280,11 +280,10 @@ def plot_decompose(result: dict, path: str) -> str | None:
     labels, time_sh, flop_sh = [], [], []
     for lab, r in rows:
         by = {p["part"]: p for p in r["parts"]}
-        labels.append((f"{lab}: " if multi else "") + f"case {r['case']} {r['dtype']}\n"
-                      f"MFU@ach {pct(r.get('mfu_ach'), 1)}")
+        labels.append((f"{lab}: " if multi else "") + f"case {r['case']} {r['dtype']}\n{cells.headline(r)}")
         time_sh.append([(by.get(p) or {}).get("time_share") or 0.0 for p in parts])
         flop_sh.append([(by.get(p) or {}).get("flops_share") or 0.0 for p in parts])
-    fig = Figure(figsize=(9, 1.6 + 0.9 * len(rows)))
+    fig = Figure(figsize=(9, 1.6 + 0.9 * len(rows)), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     colors = colormaps["tab10"]
@@ -307,19 +306,28 @@ def plot_decompose(result: dict, path: str) -> str | None:
     ax.set_xlim(0, 1)
     ax.set_xlabel("share (upper bar: kernel time, lower hatched bar: FLOPs)")
     device = result.get("peak_label") or "?"
-    ax.set_title(f"time share vs FLOPs share per part - {device}", fontsize=10)
+    ax.set_title(chart_title(f"time share vs FLOPs share per part - {device}"), fontsize=10)
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color=colors(k % 10), label=p) for k, p in enumerate(parts)], fontsize=8,
-              ncol=min(len(parts), 6), loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.25 / len(rows)),
-              frameon=False)
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="part", title_fontsize=8)
     return _save(fig, path)
 
 
+def chart_title(text: str, width: int = 80) -> str:
+    """A chart title wrapped onto lines of at most ``width`` characters (a long device label is never cut)."""
+    return textwrap.fill(text, width=width)
+
+
+def save_figure(fig, target) -> None:
+    """Save ``fig`` as PNG to ``target`` (a path or a binary file) with every artist inside the image: the tight
+    bounding box takes in titles and legends placed outside the axes (:func:`plot_decompose`, the roofline)."""
+    fig.savefig(target, format="png", dpi=110, bbox_inches="tight", pad_inches=0.15)
+
+
 def _save(fig, path):
-    fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, tmp)
     os.replace(tmp, path)
     return path
 
@@ -330,23 +338,28 @@ def _plot_utilisation(result: dict, ok: list, path: str) -> str:
     from matplotlib.figure import Figure
 
     multi = len(result["reports"]) > 1
-    fig = Figure(figsize=(9, 1.6 + 0.6 * len(ok)))
+    fig = Figure(figsize=(9, 1.6 + 0.6 * len(ok)), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     height = 0.38
+    top, labelled = 1.0, set()
     for i, (lab, r) in enumerate(ok):
         for off, key, name, color in ((-height / 2, "mbu", "MBU", "tab:blue"), (height / 2, "mfu_ach", "MFU@ach",
                                                                                    "tab:orange")):
             v = r.get(key)
             if v is None:
                 continue
-            ax.barh(i + off, v, height=height * 0.95, color=color, label=name if i == 0 else None)
-            ax.text(v, i + off, f" {v:.1%}", va="center", fontsize=7)
+            ax.barh(i + off, v, height=height * 0.95, color=color, label=None if name in labelled else name)
+            labelled.add(name)
+            top = max(top, v)
+            ax.text(v, i + off, f" {pct(v, 1)}", va="center", fontsize=7)
     ax.set_yticks(range(len(ok)))
     ax.set_yticklabels([(f"{lab}: " if multi else "") + f"case {r['case']} {r.get('dtype')}" for lab, r in ok],
                        fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("fraction of the measured peak (bandwidth for MBU, dtype's compute peak for MFU@ach)")
-    ax.set_title(f"one kernel part per case: MBU and MFU@ach - {result.get('peak_label') or '?'}", fontsize=10)
-    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    ax.set_xlim(0, top * 1.15)  # room for the value labels right of the longest bar
+    ax.set_title(chart_title(f"one kernel part per case: MBU and MFU@ach - {result.get('peak_label') or '?'}"),
+                 fontsize=10)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: covers no bar
     return _save(fig, path)
