@@ -160,7 +160,7 @@ def plot_roofline(doc: dict, peak_doc: dict | None) -> tuple:
     if bw:  # the memory roof is shared by every dtype: drawn once, so no roof's slope lies hidden under another's
         ridge = max(peaks.values(), default=0.0) * 1e3 / bw
         xs = x[x <= max(ridge, lo)]
-        ax.plot(xs, xs * bw / 1e3, color="grey", lw=1.4, label=f"memory roof {bw:.4g} GB/s")
+        ax.plot(xs, xs * bw / 1e3, color="grey", lw=1.4, label=f"memory roof {sig(bw)} GB/s")
     last_y, below_prev = None, False
     for i, (dt, pk) in enumerate(sorted(peaks.items(), key=lambda kv: -kv[1])):
         roof_color[dt] = colors(i % 10)
@@ -169,9 +169,9 @@ def plot_roofline(doc: dict, peak_doc: dict | None) -> tuple:
         # each dtype's roof in its own colour and dash, labelled at its right end: close peaks (bf16 800 beside fp16
         # 780) stay two lines with two labels, one above and one below
         ax.plot([start, hi], [pk, pk], color=roof_color[dt], lw=1.8, ls=styles[i % len(styles)],
-                label=f"{dt} roof {pk:.4g} {unit}", zorder=3)
+                label=f"{dt} roof {sig(pk)} {unit}", zorder=3)
         below = last_y is not None and last_y / pk < 1.3 and not below_prev
-        ax.annotate(f"{dt} {pk:.4g} {unit}", (hi, pk), xytext=(-4, -3 if below else 3), textcoords="offset points",
+        ax.annotate(f"{dt} {sig(pk)} {unit}", (hi, pk), xytext=(-4, -3 if below else 3), textcoords="offset points",
                     ha="right", va="top" if below else "bottom", fontsize=7, color=roof_color[dt])
         last_y, below_prev = pk, below
     for label, kind, ai, tf, dt in pts:  # filled in the colour of the roof of the point's own dtype

@@ -15,7 +15,7 @@ import os
 from mfulib.backends import matrix_unit, validates_only
 from mfulib.report.bound import fallback_bound
 from mfulib.core.definitions import HALF_DTYPES, NOISE_MARGIN, above_peak, finite_or_none, is_number, is_positive
-from mfulib.core.fmt import pct
+from mfulib.core.fmt import pct, sig, times
 from mfulib.flops.kernel_parts import OTHER
 from mfulib.report import cells
 
@@ -288,16 +288,16 @@ def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
             text = verdict["note"]
         rep = f" [{x['report']}]" if multi else ""
         out.append(f"{x['part']}{rep}: "
-                   f"{p32['tflops']:.3g} TFLOP/s in fp32 (case {r32['case']}) vs {p16['tflops']:.3g} in "
+                   f"{sig(p32['tflops'], 3)} TFLOP/s in fp32 (case {r32['case']}) vs {sig(p16['tflops'], 3)} in "
                    f"{r16['dtype']} (case {r16['case']}; {x['why']}) = {ratio:.2f}, expected ~{expect:.2f} "
                    f"({x['src']}) - {text}.")
     for rep, part, c32, c16, near in incomparable_parts(ok):
         tag = f" [{rep}]" if multi else ""
-        apart = f"nearest pair {near:.3g}x apart in FLOPs" if near != float("inf") else "FLOPs unknown"
+        apart = f"nearest pair {times(near)} apart in FLOPs" if near != float("inf") else "FLOPs unknown"
         out.append(f"{part}{tag}: no comparable fp32 / fp16-bf16 pair - fp32 case(s) {c32} and fp16/bf16 case(s) "
                    f"{c16} differ in shape and by more than {COMPARABLE_FLOPS_FACTOR:g}x in FLOPs ({apart}), so "
-                   "their throughputs measure the sizes, not the dtypes; time both dtypes at one shape to tell "
-                   "whether the cube/tensor unit is waiting.")
+                   "their throughputs measure the sizes, not the dtypes; time both dtypes at one shape to read them "
+                   "against each other.")
     if not out:
         out.append("fp32 vs fp16: no part ran in both fp32 and fp16/bf16 here; measure a case in each dtype to "
                    "tell whether the cube/tensor unit is waiting.")
@@ -407,7 +407,7 @@ def _agreement(best, stage2, here) -> str:
     entry = next((e for e in stage2 if isinstance(e, dict) and e.get("case") == best["case"]), {})
     spreads = [v for v in (entry.get("repeat_spread"), here.get("repeat_spread")) if is_number(v) and v >= 0]
     diff = abs(t_here - t_search) / t_search
-    said = f" - kernel time {t_search / 1e3:.4g} us in the search, {t_here / 1e3:.4g} us here ({diff:.1%} apart"
+    said = f" - kernel time {sig(t_search / 1e3)} us in the search, {sig(t_here / 1e3)} us here ({diff:.1%} apart"
     if diff <= SAME_POINT_REL:
         return said + ": the same time)"
     if not spreads:
