@@ -8,7 +8,8 @@ with device events after a cache flush; the best shape's median is the achievabl
 seconds). Memory bandwidth comes from a large device-to-device copy. peak.json also records the nominal dense
 peaks (with their source), the device identity, the regime (timed bursts at <= 50% duty cycle by default, or
 --regime sustained), the SM clocks and throttle reasons sampled during the run, every shape timed and how long it
-took. The progress lines label sweep figures "sweep" and the reported, re-timed figure "confirmed".
+took. On a terminal one progress bar counts the shapes timed; in a log (make's output) nothing is printed per
+shape. The result table at the end labels each mode's reported, re-timed figure "confirmed" beside its sweep figure.
 
 MFU against the nominal fp16 peak makes an fp32 case look ~4x worse than it is (910B2C: fp16/bf16 ~314-320, fp32
 ~85 TFLOP/s); mfu_decompose.py reads this file to judge each case against its own dtype's ceiling.
@@ -28,7 +29,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mfulib.peaks import calib  # noqa: E402
-from mfulib.core import cli
+from mfulib.peaks.progress import console_progress  # noqa: E402
+from mfulib.core import cli  # noqa: E402
 
 
 def build_parser():
@@ -55,25 +57,23 @@ def build_parser():
     p.add_argument("--max-age-days", type=float, default=14.0, help="reuse a cached calibration up to this age")
     p.add_argument("--show-noise", action="store_true",
                    help="do not filter known-harmless native warnings (CANN 'tiling struct ... is conflict')")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar (there is none without a terminal)")
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     modes = calib.parse_modes(args.dtypes)
-    progress = None
-    if not args.quiet:
-        def progress(text):
-            sys.stderr.write("\r\033[K" + text[:150] if sys.stderr.isatty() else text + "\n")
-            sys.stderr.flush()
-    out = calib.run_calibration(args.output, backend=args.backend, index=args.device, modes=modes,
-                                budget_s=args.budget_s, bandwidth=not args.no_bandwidth, cache=args.cache,
-                                cache_dir=args.cache_dir, max_age_days=args.max_age_days, progress=progress,
-                                filter_noise=None if not args.show_noise else False,
-                                log=lambda s: print(s, file=sys.stderr), regime=args.regime)
-    if progress and sys.stderr.isatty():
-        sys.stderr.write("\n")
+    progress = console_progress(sys.stderr, quiet=args.quiet)
+    try:
+        out = calib.run_calibration(args.output, backend=args.backend, index=args.device, modes=modes,
+                                    budget_s=args.budget_s, bandwidth=not args.no_bandwidth, cache=args.cache,
+                                    cache_dir=args.cache_dir, max_age_days=args.max_age_days, progress=progress,
+                                    filter_noise=None if not args.show_noise else False,
+                                    log=lambda s: print(s, file=sys.stderr), regime=args.regime)
+    finally:
+        if progress:
+            progress.close()
     from mfulib.report import tables as report
     print(report.peak_table(out))
     print(f"wrote {os.path.abspath(args.output)}")

@@ -221,7 +221,7 @@ def test_cases_option_selects_cases_and_two_reports_become_side_by_side_rows(tmp
     r1 = next(line.split() for line in res.stdout.splitlines()
               if line.split()[:2] == ["round1", "46"] and line.split()[3] == "float16")
     assert r1[2].startswith("[")  # the case's first input shape, one token
-    assert r1[head.split().index("speed-up") - 1] == "0.50x"  # "total us" is two header words, one cell
+    assert r1[head.split().index("speed-up") - 1] == "0.500x"  # "total us" is two header words, one cell
     assert out["reports"][1]["rows"][0]["speedup"] == {"baseline": "op", "value": pytest.approx(0.5)}
     assert "speedup" not in out["reports"][0]["rows"][0]
 

@@ -174,5 +174,6 @@ def test_the_shape_cell_names_the_search_origin_of_an_appended_case_only():
     # the search's x1 point of an original case is the case itself: no origin to name
     original = {"case": 2, "shape": "[2, 10000]", "search_origin": {"source_case": 2, "scale": 1}}
     assert report.shape_cell(original) == "[2,10000]"
-    assert report.shape_cell({"case": 0, "shape": "[1, 2, 3, 4, 5, 6, 7, 8, 9]"}, width=10) == "[1,2,3,..."
+    # a long shape is wrapped after its commas (a multi-line cell), never cut
+    assert report.shape_cell({"case": 0, "shape": "[1, 2, 3, 4, 5, 6, 7, 8, 9]"}, width=10) == "[1,2,3,4,\n5,6,7,8,9]"
     assert report.shape_cell({"case": 0}) == "-"

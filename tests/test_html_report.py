@@ -209,3 +209,50 @@ def test_from_json_renders_the_report_without_recomputing_or_rewriting_the_decom
     assert r.returncode == 0, r.stderr
     assert (d / "mfu_decompose.json").read_bytes() == before and "_attn_fwd" in out.read_text()
     assert "how to read it" not in r.stdout  # the table is printed by the decompose step, once
+
+
+def _case_table(text):
+    """(header cells, body rows as cell lists) of the report's first table (the case table), tags stripped."""
+    table = text[text.index("<table>"):text.index("</table>")]
+    rows = [re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", table)]
+    clean = [[re.sub(r"<[^>]+>", " ", c).replace("&#x27;", "'").strip() for c in r] for r in rows]
+    return clean[0], clean[1:], rows[1:]
+
+
+def test_the_case_table_names_its_figures_formats_each_column_alike_and_carries_the_spread_flag(tmp_path):
+    """Hand values: case 0 (bf16) 70e9 FLOPs in 500,000 ns = 140 TFLOP/s, MFU@ach 140 / 800 = 17.5%, MFU@nom 140 /
+    989.5 = 14.15%; case 1 (no matrix work) MBU 32e6 B / 10,000 ns / 4000 GB/s = 80.0%. Case 0's repeat spread 51.5%
+    is above the collector's 5%: flagged in its cell, explained under the table, in the reading aid and the warnings.
+    Headroom 21881.29 reads 21,881x here and on screen."""
+    from mfulib.report import tables
+    perf = copy.deepcopy(PERF)
+    perf["per_case"][0].update(repeat_spread=0.515, flags=["repeat_spread 51.5% > 5%: per-iteration kernel time "
+                                                           "varies (fixture)"])
+    perf["per_case"][1]["repeat_spread"] = 0.012
+    d = tmp_path / "op"
+    d.mkdir()
+    (d / "performance.json").write_text(json.dumps(perf))
+    (d / "peak.json").write_text(json.dumps(PEAK))
+    (d / "flops.py").write_text(FLOPS_PY)
+    doc = decompose.decompose(str(d), str(d / "peak.json"))
+    doc["reports"][0]["rows"][0]["roofline"]["headroom"] = 21881.29
+    text = render_html(doc)
+    head, rows, raw = _case_table(text)
+    assert head == ["case", "shape", "dtype", "kernel time (us)", "repeat spread", "TFLOP/s", "MFU@nom",
+                    "headline (MFU@ach or MBU, named)", "numerator", "bound", "headroom"]
+    col = {h: [r[i] for r in rows] for i, h in enumerate(head)}
+    assert col["headline (MFU@ach or MBU, named)"] == ["MFU@ach 17.5%", "MBU 80.0%"]  # each row says which
+    assert col["TFLOP/s"] == ["140", DASH] and col["MFU@nom"] == ["14.15%", DASH]
+    assert col["kernel time (us)"] == ["500.0", "10.00"]  # four significant digits, fixed point, in both rows
+    assert col["headroom"][0] == "21,881x"
+    assert col["repeat spread"] == ["51.5% [spread]", "1.2%"]
+    assert 'class="warn"' in raw[0][4] and "warn" not in raw[1][4]  # only the flagged cell is marked
+    assert not re.search(r"\de[+-]\d", " ".join(" ".join(r) for r in rows))  # no exponent anywhere in the table
+    assert "[spread] the collector flagged the repeat spread" in text and "case 0 51.5%" in text
+    assert any("noisy timing: case 0 repeat spread 51.5% &gt; 5%" in ln for ln in text.split("<li>"))
+    assert any("case 0" in w and "repeat_spread 51.5%" in w for w in doc["warnings"])
+    assert doc["reports"][0]["rows"][0]["spread_flagged"] is True
+    assert doc["reports"][0]["rows"][1]["spread_flagged"] is False
+    screen = tables.decompose_table(dict(doc, peak_json="peak.json"))
+    row0 = next(ln for ln in screen.splitlines() if ln.split()[:1] == ["0"])
+    assert "500.0 [spread]" in row0 and "21,881x" in row0  # the same formats and flag on screen

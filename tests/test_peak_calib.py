@@ -11,10 +11,10 @@ import pytest
 
 from mfulib.peaks import calib
 from mfulib.core import definitions
+from mfulib.core import fmt
 from mfulib.backends import device_identity, get_backend
 from mfulib.peaks import gemm_search
 from mfulib.peaks import gemm_timing
-from mfulib.report import tables as report
 from mfulib.schemas import peak_json
 from mfulib.core.errors import UserError
 
@@ -87,16 +87,40 @@ def test_peak_json_records_regime_clocks_and_trust(cpu_peak):
     assert os.path.exists(_d / "cache" / f"peak-{peak['device']['key']}.json") is trust["trusted"]
 
 
-def test_progress_lines_print_the_confirmed_figure_the_table_reports(cpu_peak):
+def test_without_a_terminal_nothing_is_printed_per_shape_and_the_result_table_comes_last(cpu_peak):
+    """make's log: no sweep or per-mode line on stderr (only the few peak_calib: log lines), and the result table
+    - each mode's confirmed figure beside its sweep figure - at the end of stdout, before the "wrote" line."""
     _d, res, peak = cpu_peak
+    assert all(ln.startswith("peak_calib: ") for ln in res.stderr.splitlines() if ln.strip()), res.stderr
+    assert len(res.stderr.splitlines()) <= 3
+    out = res.stdout.splitlines()
+    assert out[0].startswith("peaks of ") and out[-1].startswith("wrote ")
+    head = out[1].split()
+    assert head[:4] == ["mode", "confirmed", "unit", "sweep"]
     for mode, m in peak["measured"].items():
-        line = next(ln for ln in res.stderr.splitlines() if ln.startswith(f"{mode}: confirmed "))
-        assert f"{mode}: confirmed {calib._g(m['peak_tflops'])} {m['unit']}" in line and "reported" in line
-        assert f"sweep figure {calib._g(m['sweep_tflops'])}" in line
-        row = next(ln for ln in res.stdout.splitlines() if ln.startswith(mode + " "))
-        assert row.split()[1] == report._f(m["peak_tflops"])  # the table's "confirmed" column: the same number
-    sweep_lines = [ln for ln in res.stderr.splitlines() if re.match(r"^\w+: sweep \d+ shapes, best ", ln)]
-    assert {ln.split(":")[0] for ln in sweep_lines} == set(peak["measured"])  # every sweep figure says "sweep"
+        row = next(ln for ln in out if ln.startswith(mode + " ")).split()
+        assert row[1] == fmt.sig(m["peak_tflops"]) and row[3] == fmt.sig(m["sweep_tflops"])  # the same numbers
+
+
+def test_on_a_terminal_one_bar_counts_the_steps_in_place():
+    import io
+
+    from mfulib.peaks.progress import console_progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert console_progress(io.StringIO()) is None  # a log or a pipe: nothing per point
+    assert console_progress(Tty(), quiet=True) is None
+    stream = Tty()
+    bar = console_progress(stream)
+    for i in range(3):
+        bar(f"float32: sweep {i + 1} shapes, best 1.0 TFLOP/s")
+    bar.close()
+    text = stream.getvalue()
+    assert "\n" not in text.rstrip("\n")  # redrawn in place (carriage returns), one line in the end
+    assert "3 step" in text and "sweep 3 shapes" in text.split("\r")[-1]
 
 
 def _calibrate(tmp_path, name, limits, monkeypatch, **kw):

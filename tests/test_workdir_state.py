@@ -97,14 +97,20 @@ def test_another_iter_variant_or_content_redoes_step_1_a_touch_does_not_and_a_mi
 
 
 def status_of(stdout: str) -> dict:
-    """{step: (state, detail...)} from `make status` output."""
-    out = {}
+    """{step: (state, detail...)} from `make status` output; a detail wrapped onto further lines (indented, the
+    step column blank) is joined to its step's line."""
+    out, last = {}, None
     for line in stdout.splitlines():
         words = line.split()
         if words and words[0] in {s.name for s in workdir_state.STEPS}:
             state = " ".join(words[1:3]) if words[1:3] == ["not", "run"] or words[1:3] == ["not", "done"] \
                 else words[1]
             out[words[0]] = (state, line)
+            last = words[0]
+        elif last and line.startswith(" ") and words:
+            out[last] = (out[last][0], out[last][1] + " " + " ".join(words))
+        else:
+            last = None
     return out
 
 

@@ -1,4 +1,5 @@
-"""Number formatting shared by every printed or rendered table: one percent formatter for MFU, MBU and shares.
+"""Number formatting shared by every printed or rendered table: percentages (MFU, MBU, shares), plain figures
+(times, throughputs) and ratios (headroom, speed-up), each with one formatter used by the terminal and the HTML.
 
 A ratio (MFU@nom, MFU@ach, MBU, a time or FLOPs share, a spread) is stored as a fraction (0.1234) and shown as a
 percentage with a fixed number of decimals (``12.34%``); a missing figure is shown as a dash. Each table keeps its
@@ -6,6 +7,8 @@ own decimals and dash (ASCII ``-`` in terminal tables, the em dash in HTML and t
 the caller's; the arithmetic and the missing-value rule are here only.
 """
 from __future__ import annotations
+
+import math
 
 from mfulib.core.definitions import finite_or_none
 
@@ -22,3 +25,33 @@ def pct(x, nd: int, dash: str = DASH) -> str:
     """
     v = finite_or_none(x)
     return dash if v is None else f"{v * 100:.{nd}f}%"
+
+
+def sig(x, digits: int = 4, dash: str = DASH) -> str:
+    """``x`` with ``digits`` significant digits in fixed-point notation, never an exponent, thousands grouped with
+    commas: ``sig(0.012345)`` -> ``"0.01235"``, ``sig(12.345)`` -> ``"12.35"``, ``sig(21881.29)`` -> ``"21,881"``.
+
+    From ``10 ** digits`` up the figure is a whole number (more digits than asked, none dropped); at most 12
+    decimals (smaller figures round to ``0.000000000000``). One format for every magnitude, so a column of
+    throughputs or times reads alike from CPU-scale (0.0012) to accelerator-scale (1,234) figures; ``dash`` for a
+    missing figure (the rule of :func:`pct`). Never raises.
+    """
+    v = finite_or_none(x)
+    if v is None:
+        return dash
+    if v == 0:
+        return "0"
+    mag = math.floor(math.log10(abs(v)))
+    decimals = min(max(digits - 1 - mag, 0), 12)
+    text = f"{v:,.{decimals}f}"
+    shown = abs(float(text.replace(",", "")))
+    if decimals and shown and math.floor(math.log10(shown)) > mag:
+        text = f"{v:,.{decimals - 1}f}"  # rounding carried into a new digit (9.9996 -> 10.000): keep `digits`
+    return text
+
+
+def times(x, dash: str = DASH) -> str:
+    """A ratio such as a roofline headroom or a speed-up: three significant digits and ``x`` (:func:`sig`):
+    ``times(2.188)`` -> ``"2.19x"``, ``times(21881.29)`` -> ``"21,881x"``; ``dash`` when missing."""
+    text = sig(x, 3, dash)
+    return text if text == dash else text + "x"

@@ -20,6 +20,7 @@ was built from, every later step by its stamp and its report.
 from __future__ import annotations
 
 import os
+import textwrap
 
 from mfulib.core.jsonio import sha256
 from mfulib.core.errors import UserError
@@ -295,7 +296,7 @@ def status_table(work: str, prepare: tuple, settings_changed: dict | None = None
     warning when the steps ran with different seeds."""
     from tabulate import tabulate
     rows = step_states(work, prepare, settings_changed)
-    body = [[r["step"], r["state"], (r["detail"] or "")[:110], r["report"]] for r in rows]
+    body = [[r["step"], r["state"], textwrap.fill(r["detail"] or "", 80), r["report"]] for r in rows]  # wrapped, not cut
     mixed = seed_mismatch(work)
     return (f"work directory {work}\n" + tabulate(body, headers=["step", "state", "detail", "report"])
             + (f"\nwarning: {mixed}" if mixed else ""))

@@ -37,6 +37,7 @@ from mfulib.core.definitions import (HALF_DTYPES, NOISE_MARGIN, above_peak, actu
 from mfulib.core.device import slug
 from mfulib.core.errors import REJECT_PREFIX, UserError
 from mfulib.flops.contract import load_flops
+from mfulib.report.cells import spread_flagged
 from mfulib.report.reading import apply_fallback_bounds, maxima, reading_aid, regime, search_note, speedups
 from mfulib.flops.kernel_parts import OTHER, check_kernel_parts, match_part
 from mfulib.core.nominal_peaks import dtype_nominal_tflops
@@ -177,8 +178,10 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str, above_peak_
                                        "check_flops.py could not confirm")
     if row["span_ns"] is not None:  # idle time: span - union of the kernel intervals (= sum without overlap)
         row["launch_overhead_ns"] = max(row["span_ns"] - (finite_or_none(case.get("kernel_union_ns")) or t_ns), 0.0)
+    row["spread_flagged"] = spread_flagged(row)  # the collector's repeat-spread flag, carried to every view
     for f in case.get("flags") or []:
-        _flag(row["flags"], "note", f"collector: {f}")
+        spread_flag = row["spread_flagged"] and str(f).startswith("repeat_spread")
+        _flag(row["flags"], "warning" if spread_flag else "note", f"collector: {f}")
     if peak_ach is None and matrix:
         _flag(row["flags"], "warning", f"peak.json has no measured peak for {key!r}: MFU@ach not computed - "
                                        f"re-run peak_calib.py with --dtypes including it")

@@ -24,9 +24,10 @@ import os
 import tempfile
 
 from mfulib.core.definitions import OPS_MODES, canonical_mode, finite_or_none
-from mfulib.core.fmt import EM_DASH as DASH, pct
+from mfulib.core.fmt import EM_DASH as DASH, pct, sig, times
 from mfulib.core.jsonio import write_text_atomic
-from mfulib.report.tables import shape_cell
+from mfulib.report import cells
+from mfulib.report.tables import TFLOPS_DIGITS, US_DIGITS, chart_title, save_figure, shape_cell
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:24px;color:#1d2330;
@@ -39,35 +40,26 @@ th{background:#f2f4f7;text-align:center}td.l,th.l{text-align:left}
 .sub{color:#566074;font-size:13px}.err{color:#b42318}.warn{color:#b54708}
 .bound{font-weight:600}.ev{color:#566074;font-size:12px}
 img{max-width:100%;border:1px solid #e4e7ec;margin:6px 0}
-ul{font-size:13px}code{font-size:12px}
+ul{font-size:13px}code{font-size:12px}td{overflow-wrap:anywhere}td code{white-space:normal}
 """
 
 
 # ------------------------------------------------------------------------------------------------------- cells
 
 
-def fmt_num(x, nd=3):
-    """A number with ``nd`` significant digits; "—" when missing."""
-    v = finite_or_none(x)
-    return DASH if v is None else f"{v:.{nd}g}"
-
-
 def fmt_us(x):
-    """A time in us: thousands separated from 1000 us up, else 4 significant digits; "—" when missing."""
-    v = finite_or_none(x)
-    if v is None:
-        return DASH
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    """A time in us, as the terminal table shows it (:data:`mfulib.report.tables.US_DIGITS` significant digits)."""
+    return sig(x, US_DIGITS, DASH)
 
 
 def fmt_counter(key, v):
-    """A PMU counter value: percentages with one decimal, counts and bytes in engineering notation."""
+    """A PMU counter value: percentages with one decimal, counts and bytes with 4 significant digits."""
     n = finite_or_none(v)
     if n is None:
         return DASH
     if key.endswith("_pct") or key.endswith("_ratio"):
         return f"{n:.1f}"
-    return f"{n:.4g}"
+    return sig(n, 4, DASH)
 
 
 def esc(x) -> str:
@@ -102,10 +94,9 @@ def _roof(obj, key):
 
 
 def headline(row) -> str:
-    """The case's headline figure: MFU@ach, or MBU for a case without matrix work (docs/ARCHITECTURE.md#mbu)."""
-    if row.get("matrix_work", True) is False or row.get("headline") == "mbu":
-        return f"MBU {pct(row.get('mbu'), 1, DASH)}"
-    return pct(row.get("mfu_ach"), 1, DASH)
+    """The case's headline figure, named: ``MFU@ach 18.5%``, or ``MBU 13.8%`` for a case without matrix work
+    (docs/ARCHITECTURE.md#mbu; :func:`mfulib.report.cells.headline`)."""
+    return cells.headline(row, 1, DASH)
 
 
 # ------------------------------------------------------------------------------------------------------ figures
@@ -113,7 +104,7 @@ def headline(row) -> str:
 
 def _png_b64(fig) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    save_figure(fig, buf)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -158,20 +149,31 @@ def plot_roofline(doc: dict, peak_doc: dict | None) -> tuple:
         return None, "no roofline: no measured peak and no case with FLOPs and bytes"
     ais = [p[2] for p in pts] or [1.0]
     lo, hi = min(ais + [1.0]) / 10, max(ais + [1e3]) * 10
-    fig = Figure(figsize=(9, 5.2))
+    fig = Figure(figsize=(9, 5.2), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     import numpy as np
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
     colors = colormaps["tab10"]
     roof_color = {}
+    styles = ("-", "--", "-.", ":")
+    if bw:  # the memory roof is shared by every dtype: drawn once, so no roof's slope lies hidden under another's
+        ridge = max(peaks.values(), default=0.0) * 1e3 / bw
+        xs = x[x <= max(ridge, lo)]
+        ax.plot(xs, xs * bw / 1e3, color="grey", lw=1.4, label=f"memory roof {sig(bw)} GB/s")
+    last_y, below_prev = None, False
     for i, (dt, pk) in enumerate(sorted(peaks.items(), key=lambda kv: -kv[1])):
-        y = np.minimum(pk, x * bw / 1e3) if bw else np.full_like(x, pk)
         roof_color[dt] = colors(i % 10)
         unit = "TOPS" if canonical_mode(dt) in OPS_MODES else "TFLOP/s"  # int8: tera-ops (peak_json docstring)
-        ax.plot(x, y, color=roof_color[dt], lw=1.6, label=f"{dt} roof {pk:.4g} {unit}")
-    if bw:
-        ax.plot(x, x * bw / 1e3, color="grey", lw=0.8, ls=":", label=f"bandwidth {bw:.4g} GB/s")
+        start = max(pk * 1e3 / bw, lo) if bw else lo  # the compute roof begins at its own ridge point
+        # each dtype's roof in its own colour and dash, labelled at its right end: close peaks (bf16 800 beside fp16
+        # 780) stay two lines with two labels, one above and one below
+        ax.plot([start, hi], [pk, pk], color=roof_color[dt], lw=1.8, ls=styles[i % len(styles)],
+                label=f"{dt} roof {sig(pk)} {unit}", zorder=3)
+        below = last_y is not None and last_y / pk < 1.3 and not below_prev
+        ax.annotate(f"{dt} {sig(pk)} {unit}", (hi, pk), xytext=(-4, -3 if below else 3), textcoords="offset points",
+                    ha="right", va="top" if below else "bottom", fontsize=7, color=roof_color[dt])
+        last_y, below_prev = pk, below
     for label, kind, ai, tf, dt in pts:  # filled in the colour of the roof of the point's own dtype
         ax.scatter([ai], [tf], marker="o" if kind == "case" else "s", s=46 if kind == "case" else 30,
                    color=roof_color.get(dt, "black"), edgecolors="black", linewidths=0.8, zorder=5)
@@ -183,14 +185,14 @@ def plot_roofline(doc: dict, peak_doc: dict | None) -> tuple:
     ax.set_ylim(max(min(ys) / 10, 1e-6), max(ys) * 3)
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"roofline - {doc.get('peak_label') or '?'} (measured roofs from peak.json)", fontsize=10)
+    ax.set_title(chart_title(f"roofline - {doc.get('peak_label') or '?'} (measured roofs from peak.json)"),
+                 fontsize=10)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # outside: covers no point
     left_out = sum(1 for rep in doc.get("reports") or [] for r in rep.get("rows") or []
                    if r.get("status") == "ok" and r.get("matrix_work") is False)
     cap = ("circles: cases; squares: parts with a roofline AI, filled in the colour of their dtype's roof. "
-           "Roof = min(peak, AI x bandwidth)."
+           "Roof = min(peak, AI x bandwidth): one grey memory roof, each dtype's compute roof in its colour and dash."
            + (f" {left_out} case(s) without matrix work are read by MBU and not drawn." if left_out else "")
            + ("" if bw else " No measured bandwidth in peak.json: compute roofs only."))
     return _png_b64(fig), cap
@@ -220,9 +222,10 @@ def _perf_for(rep: dict, perf_docs, i: int):
 
 def case_table(doc: dict) -> str:
     multi = len(doc.get("reports") or []) > 1
-    head = (["report"] if multi else []) + ["case", "shape", "dtype", "kernel time (us)", "TFLOP/s", "MFU@nom",
-                                            "MFU@ach / MBU", "numerator", "bound", "headroom"]
-    rows, not_run = [], []
+    head = (["report"] if multi else []) + ["case", "shape", "dtype", "kernel time (us)", "repeat spread", "TFLOP/s",
+                                            "MFU@nom", "headline (MFU@ach or MBU, named)", "numerator", "bound",
+                                            "headroom"]
+    rows, not_run, ok_rows = [], [], []
     for rep in doc.get("reports") or []:
         for r in rep.get("rows") or []:
             lead = [esc(rep.get("label"))] if multi else []
@@ -230,14 +233,22 @@ def case_table(doc: dict) -> str:
                 not_run.append(f"{rep.get('label') + ': ' if multi else ''}case {r.get('case')} {r.get('status')}: "
                                f"{r.get('reason')}")
                 continue
+            ok_rows.append(r)
             dt = f"{r.get('dtype')}{' (tf32)' if r.get('tf32') else ''}"
-            rows.append(lead + [esc(r.get("case")), esc(shape_cell(r, 60)), esc(dt), fmt_us(r.get("kernel_time_us"))
-                                + (" [ncu replay]" if r.get("ncu_replay") else ""), fmt_num(r.get("actual_tflops")), pct(r.get("mfu_nom"), 2, DASH), esc(headline(r)),
-                                esc(r.get("numerator")), bound_cell(r.get("bound")),
-                                fmt_num(_roof(r, "headroom"))])
+            shape = "<br>".join(esc(line) for line in shape_cell(r, 40).split("\n"))  # wrapped, never cut
+            spread = pct(r.get("repeat_spread"), 1, DASH)
+            if cells.spread_flagged(r):
+                spread = f"<span class=\"warn\">{esc(spread)} {esc(cells.SPREAD_MARK)}</span>"
+            rows.append(lead + [esc(r.get("case")), shape, esc(dt), fmt_us(r.get("kernel_time_us"))
+                                + (" [ncu replay]" if r.get("ncu_replay") else ""), spread,
+                                sig(r.get("actual_tflops"), TFLOPS_DIGITS, DASH), esc(cells.mfu_nom(r, 2, DASH)),
+                                esc(headline(r)), esc(r.get("numerator")), bound_cell(r.get("bound")),
+                                times(_roof(r, "headroom"), DASH)])
     left = {0, 1, 2, 3} if multi else {0, 1, 2}
     foot = "".join(f"<li>{esc(t)}</li>" for t in dict.fromkeys(not_run))
+    marks = cells.legend(ok_rows, {rep.get("backend") for rep in doc.get("reports") or []})
     return _table(head, rows, left=left | {len(head) - 3, len(head) - 2}) + \
+        (f"<ul class=\"sub\">{''.join(f'<li>{esc(t)}</li>' for t in marks)}</ul>" if marks else "") + \
         (f"<p class=\"sub\">not measured (no row above):</p><ul class=\"sub\">{foot}</ul>" if foot else "")
 
 
@@ -253,10 +264,10 @@ def part_tables(doc: dict) -> str:
             parts = sorted(r["parts"], key=lambda p: -(finite_or_none(_roof(p, "mfu_if_fixed")) or -1.0))
             for p in parts:
                 ks = ", ".join(p.get("kernels") or [])
-                rows.append([esc(p.get("part")), f"<code>{esc(ks[:160])}</code>", fmt_us(p.get("time_us")),
+                rows.append([esc(p.get("part")), f"<code>{esc(ks)}</code>", fmt_us(p.get("time_us")),
                              pct(p.get("time_share"), 1, DASH), pct(p.get("flops_share"), 1, DASH),
-                             DASH if p.get("flops") == 0 else pct(p.get("mfu_ach"), 1, DASH),  # no matrix work
-                             bound_cell(p.get("bound")), fmt_num(_roof(p, "headroom")),
+                             DASH if p.get("flops") == 0 else esc(cells.util(p.get("mfu_ach"), 1, DASH)),  # no matrix work
+                             bound_cell(p.get("bound")), times(_roof(p, "headroom"), DASH),
                              pct(_roof(p, "mfu_if_fixed"), 1, DASH)])
             title = (f"{rep.get('label')}: " if len(doc.get("reports")) > 1 else "") + \
                 f"case {r.get('case')} ({r.get('dtype')}, {headline(r)})"
@@ -278,7 +289,7 @@ def pmu_tables(doc: dict, perf_docs) -> str:
                                f"{esc(c.get('pmu_unavailable'))}</p>")
                 continue
             keys = list(dict.fromkeys(k for v in pmu.values() if isinstance(v, dict) for k in v))
-            rows = [[f"<code>{esc(name[:80])}</code>"] + [esc(fmt_counter(k, (v or {}).get(k))) for k in keys]
+            rows = [[f"<code>{esc(name)}</code>"] + [esc(fmt_counter(k, (v or {}).get(k))) for k in keys]
                     for name, v in pmu.items()]
             out.append(f"<h3>case {esc(c.get('case'))} ({esc(c.get('pmu_source'))})</h3>"
                        + _table(["kernel"] + keys, rows, left={0}))
@@ -298,8 +309,8 @@ def provenance(doc: dict, perf_docs, peak_doc) -> str:
     items.append(("peak.json", doc.get("peak_json")))
     for k, v in sorted((doc.get("peak_tflops") or {}).items()):
         unit = "TOPS" if canonical_mode(k) in OPS_MODES else "TFLOP/s"  # int8: tera-ops (peak_json docstring)
-        items.append((f"measured peak {k}", f"{fmt_num(v, 4)} {unit}"))
-    items.append(("measured bandwidth", f"{fmt_num(doc.get('bandwidth_gbps'), 4)} GB/s"))
+        items.append((f"measured peak {k}", f"{sig(v, 4, DASH)} {unit}"))
+    items.append(("measured bandwidth", f"{sig(doc.get('bandwidth_gbps'), 4, DASH)} GB/s"))
     preg = (peak_doc or {}).get("regime")
     if isinstance(preg, dict):
         items.append(("peak regime",
@@ -312,7 +323,7 @@ def provenance(doc: dict, perf_docs, peak_doc) -> str:
         items.append(("regime", DASH))
     for i, rep in enumerate(doc.get("reports") or []):
         lab = rep.get("label")
-        items.append((f"{lab}: nominal peak", f"{fmt_num(rep.get('nominal_tflops'), 4)} TFLOP/s "
+        items.append((f"{lab}: nominal peak", f"{sig(rep.get('nominal_tflops'), 4, DASH)} TFLOP/s "
                                               f"({rep.get('nominal_source')})"))
         items.append((f"{lab}: timing", f"{rep.get('timing_method')}, warmup {rep.get('warmup')}, repeats "
                                         f"{rep.get('repeats')}, backend {rep.get('backend')}"))

@@ -14,21 +14,36 @@ import os
 
 from mfulib.backends import matrix_unit, validates_only
 from mfulib.report.bound import fallback_bound
-from mfulib.core.definitions import HALF_DTYPES, finite_or_none, is_number, is_positive
-from mfulib.core.fmt import pct
+from mfulib.core.definitions import HALF_DTYPES, NOISE_MARGIN, above_peak, finite_or_none, is_number, is_positive
+from mfulib.core.fmt import pct, sig, times
 from mfulib.flops.kernel_parts import OTHER
+from mfulib.report import cells
 
 DRAG_MIN_TIME_SHARE = 0.20  # a part "drags" when it holds >= 20% of the time ...
 DRAG_RATIO = 2.0  # ... and at least twice its FLOPs share
+# fp32 and fp16/bf16 runs of one part are compared only at the same shape or within this factor of the part's
+# FLOPs: a kernel's throughput moves with its size (occupancy, tile quantisation, launch overhead), so a small fp32
+# case beside a large bf16 one measures the sizes, not the dtypes. 2x is a judgment: near enough that the same
+# tiling regime usually holds, stated on every line that uses it.
+COMPARABLE_FLOPS_FACTOR = 2.0
+
+
+def _in_error(r: dict, key: str) -> bool:
+    """The row's figure ``key`` is above the peak beyond the noise band (an error, not a result); MFU@nom only for
+    fp16/bf16 rows (other dtypes are divided by the fp16 figure: int8 / fp8 exceed it legitimately)."""
+    if key == "mfu_nom" and cells.nom_caveat(r):
+        return False
+    return key in ("mfu_ach", "mfu_nom") and above_peak(r.get(key)) == "error"
 
 
 def maxima(rows: list) -> dict:
     """The best measured case by MFU@ach and by MFU@nom (the "maximum" of SKILL.md step 2), and by MBU (the headline of
-    operators without matrix work)."""
+    operators without matrix work). A figure above the peak beyond the noise band is an error in the inputs, never
+    a maximum: those rows are left out of that key (the reading aid names them)."""
     ok = [r for r in rows if r.get("status") == "ok"]
     out = {}
     for key in ("mfu_ach", "mfu_nom", "actual_tflops", "mbu"):
-        cand = [r for r in ok if r.get(key) is not None]
+        cand = [r for r in ok if r.get(key) is not None and not _in_error(r, key)]
         if cand:
             b = max(cand, key=lambda r: r[key])
             out[key] = {"value": b[key], "report": b.get("report"), "case": b["case"], "dtype": b.get("dtype")}
@@ -43,7 +58,8 @@ def reading_aid(rows: list, peak_tflops: dict) -> list:
     An operator without matrix work is compared on MBU (step 1) and its parts by time and bytes (step 2)."""
     ok = [r for r in rows if r.get("status") == "ok"]
     cpu = any(validates_only(r.get("backend")) for r in rows)
-    items = [[_dtype_line(ok)], [_drag_line(ok, rows, cpu)]]
+    items = [line for line in (_band_line(ok, rows), _spread_line(ok, rows)) if line]
+    items = [[line] for line in items] + [[_dtype_line(ok)], [_drag_line(ok, rows, cpu)]]
     # fp32 vs fp16/bf16 throughput of the same part: is the cube/tensor unit waiting?
     if cpu:
         items.append(["skipped: CPU-interpreter kernel times against torch CPU GEMM peaks say nothing about a "
@@ -59,6 +75,8 @@ def reading_aid(rows: list, peak_tflops: dict) -> list:
                           "; ".join(bl[:8]) + ("; ..." if len(bl) > 8 else "") + "."])
         pay = []
         for r in ok:
+            if _in_error(r, "mfu_ach"):  # an impossible MFU@ach buys nothing to rank
+                continue
             top = next((p for p in r.get("parts") or [] if p["part"] == (r.get("payoff_order") or [None])[0]), None)
             rf = (top or {}).get("roofline") or {}
             if top and rf.get("payoff") and rf["payoff"] > 0:
@@ -67,6 +85,43 @@ def reading_aid(rows: list, peak_tflops: dict) -> list:
         if pay:
             items.append(["largest payoff: " + "; ".join(pay[:6]) + "."])
     return [f"{n}. {line}" for n, item in enumerate(items, 1) for line in item]
+
+
+def _band_line(ok: list, rows: list) -> str:
+    """Read first: figures above the peak (:func:`mfulib.core.definitions.above_peak`): beyond the noise band an
+    error (left out of the maximum), within it a warning; MFU@nom of a dtype other than fp16/bf16 is not judged
+    here (its caveat, :func:`mfulib.report.cells.nom_caveat`). '' when none."""
+    err, warn = [], []
+    for r in ok:
+        for key, name in (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom")):
+            if key == "mfu_nom" and cells.nom_caveat(r):
+                continue
+            level = above_peak(r.get(key))
+            if level:
+                (err if level == "error" else warn).append(f"case {r['case']}{_rep(r, rows)} {name} {pct(r[key], 1)}")
+    if not err and not warn:
+        return ""
+    text = "above the peak: "
+    if err:
+        text += (f"{', '.join(err[:6])} - ERROR: more than the {NOISE_MARGIN:.0%} noise margin above it is "
+                 "impossible, an error in flops.py (FLOPs too high: run check_flops.py) or peak.json (too low, "
+                 "another device: re-run peak_calib.py); not a result, left out of the maximum")
+    if warn:
+        text += ("; " if err else "") + (f"{', '.join(warn[:6])} - warning: within the {NOISE_MARGIN:.0%} noise "
+                                         "margin of the peak, read as the peak")
+    return text + "."
+
+
+def _spread_line(ok: list, rows: list) -> str:
+    """Read second: cases whose repeat spread the collector flagged (:func:`mfulib.report.cells.spread_flagged`);
+    '' when none."""
+    noisy = [r for r in ok if cells.spread_flagged(r)]
+    if not noisy:
+        return ""
+    return ("noisy timing: " + "; ".join(f"case {r['case']}{_rep(r, rows)} {cells.spread_text(r)}"
+                                         for r in noisy[:6]) + ("; ..." if len(noisy) > 6 else "")
+            + " - differences smaller than that spread are noise; collect again with more --repeats or on a quiet "
+            "device before reading these cases.")
 
 
 def _dtype_line(ok: list) -> str:
@@ -138,28 +193,68 @@ def _rep(r, rows):
     return f" [{r['report']}]" if len({x.get("report") for x in rows}) > 1 else ""
 
 
-def fp32_fp16_pairs(ok: list, peak_tflops: dict) -> list:
-    """Per (report, part) measured in fp32 and in fp16/bf16: the best of each and their throughput ratio against
-    the expected (measured peak) ratio. Returns [{report, part, r32, p32, r16, p16, ratio, expect, src}]."""
-    by, out = {}, []
+def comparable(r32: dict, p32: dict, r16: dict, p16: dict):
+    """Why an fp32 and an fp16/bf16 run of one part are comparable evidence - ``"same shape"``, or ``"FLOPs within
+    2x (1.37x)"`` (:data:`COMPARABLE_FLOPS_FACTOR`) - or None when they are not (sizes too far apart to tell the
+    dtypes from the sizes). Rows and parts as :func:`mfulib.report.decompose.decompose_case` builds them."""
+    shape32, shape16 = (str(r.get("shape") or "").replace(" ", "") for r in (r32, r16))
+    if shape32 and shape32 == shape16:
+        return "same shape"
+    f32, f16 = finite_or_none(p32.get("flops")), finite_or_none(p16.get("flops"))
+    if f32 and f16 and f32 > 0 and f16 > 0:
+        ratio = max(f32, f16) / min(f32, f16)
+        if ratio <= COMPARABLE_FLOPS_FACTOR:
+            return f"FLOPs within {COMPARABLE_FLOPS_FACTOR:g}x ({ratio:.2f}x)"
+    return None
+
+
+def _flops_ratio(p32: dict, p16: dict) -> float:
+    f32, f16 = finite_or_none(p32.get("flops")) or 0.0, finite_or_none(p16.get("flops")) or 0.0
+    return max(f32, f16) / min(f32, f16) if f32 > 0 and f16 > 0 else float("inf")
+
+
+def _dtype_runs(ok: list) -> dict:
+    """{(report, part): (fp32 [(row, part)], fp16/bf16 [(row, part)])} of parts with a throughput."""
+    by = {}
     for r in ok:
         for p in r.get("parts") or []:
             if p.get("tflops"):
                 by.setdefault((r.get("report"), p["part"]), []).append((r, p))
-    for (rep, part), items in sorted(by.items(), key=lambda kv: str(kv[0])):
-        f32 = [(r, p) for r, p in items if r["dtype"] == "float32"]
-        f16 = [(r, p) for r, p in items if r["dtype"] in HALF_DTYPES]
-        if not f32 or not f16:
+    return {key: ([(r, p) for r, p in items if r["dtype"] == "float32"],
+                  [(r, p) for r, p in items if r["dtype"] in HALF_DTYPES])
+            for key, items in sorted(by.items(), key=lambda kv: str(kv[0]))}
+
+
+def fp32_fp16_pairs(ok: list, peak_tflops: dict) -> list:
+    """Per (report, part) measured in fp32 and in fp16/bf16 at a comparable size (:func:`comparable`): the closest
+    pair - the same shape first, then the nearest FLOPs, then the faster fp16/bf16 run - and their throughput ratio
+    against the expected (measured peak) ratio. Parts run in both dtypes only at sizes too far apart give no pair
+    (:func:`incomparable_parts` lists them). Returns [{report, part, r32, p32, r16, p16, ratio, expect, src, why}]."""
+    out = []
+    for (rep, part), (f32, f16) in _dtype_runs(ok).items():
+        cand = [(a, b, why) for a in f32 for b in f16 if (why := comparable(a[0], a[1], b[0], b[1]))]
+        if not cand:
             continue
-        r32, p32 = max(f32, key=lambda rp: rp[1]["tflops"])
-        r16, p16 = max(f16, key=lambda rp: rp[1]["tflops"])
+        (r32, p32), (r16, p16), why = min(cand, key=lambda c: (c[2] != "same shape", _flops_ratio(c[0][1], c[1][1]),
+                                                                -c[1][1]["tflops"]))
         k32, k16 = r32["peak_key"], r16["peak_key"]
         if peak_tflops.get(k32) and peak_tflops.get(k16):
             expect, src = peak_tflops[k32] / peak_tflops[k16], f"measured {k32}/{k16} peak ratio"
         else:
             expect, src = 0.25, "the ~1/4 fp32:fp16 cube ratio (docs/sources.md#npu-fp32-ratio)"
         out.append({"report": rep, "part": part, "r32": r32, "p32": p32, "r16": r16, "p16": p16,
-                    "ratio": p32["tflops"] / p16["tflops"], "expect": expect, "src": src})
+                    "ratio": p32["tflops"] / p16["tflops"], "expect": expect, "src": src, "why": why})
+    return out
+
+
+def incomparable_parts(ok: list) -> list:
+    """(report, part, fp32 case ids, fp16/bf16 case ids, nearest FLOPs ratio) of the parts run in both dtypes but at
+    no comparable size (:func:`comparable`): no dtype comparison can be read from them."""
+    out = []
+    for (rep, part), (f32, f16) in _dtype_runs(ok).items():
+        if f32 and f16 and not any(comparable(a[0], a[1], b[0], b[1]) for a in f32 for b in f16):
+            near = min(_flops_ratio(a[1], b[1]) for a in f32 for b in f16)
+            out.append((rep, part, [r["case"] for r, _ in f32], [r["case"] for r, _ in f16], near))
     return out
 
 
@@ -186,7 +281,6 @@ def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
     out = []
     for x in fp32_fp16_pairs(ok, peak_tflops):
         r32, p32, r16, p16, ratio, expect = x["r32"], x["p32"], x["r16"], x["p16"], x["ratio"], x["expect"]
-        same = r32.get("shape") == r16.get("shape")
         verdict = fallback_bound(ratio, expect, p16.get("mfu_ach"))
         if verdict["label"] == "tensor-bound":
             text = "this part is compute-bound (fallback without counters)"
@@ -194,9 +288,16 @@ def _dtype_throughput_lines(ok: list, peak_tflops: dict, multi: bool) -> list:
             text = verdict["note"]
         rep = f" [{x['report']}]" if multi else ""
         out.append(f"{x['part']}{rep}: "
-                   f"{p32['tflops']:.3g} TFLOP/s in fp32 (case {r32['case']}) vs {p16['tflops']:.3g} in "
-                   f"{r16['dtype']} (case {r16['case']}) = {ratio:.2f}, expected ~{expect:.2f} ({x['src']})"
-                   f"{'' if same else ' [different shapes]'} - {text}.")
+                   f"{sig(p32['tflops'], 3)} TFLOP/s in fp32 (case {r32['case']}) vs {sig(p16['tflops'], 3)} in "
+                   f"{r16['dtype']} (case {r16['case']}; {x['why']}) = {ratio:.2f}, expected ~{expect:.2f} "
+                   f"({x['src']}) - {text}.")
+    for rep, part, c32, c16, near in incomparable_parts(ok):
+        tag = f" [{rep}]" if multi else ""
+        apart = f"nearest pair {times(near)} apart in FLOPs" if near != float("inf") else "FLOPs unknown"
+        out.append(f"{part}{tag}: no comparable fp32 / fp16-bf16 pair - fp32 case(s) {c32} and fp16/bf16 case(s) "
+                   f"{c16} differ in shape and by more than {COMPARABLE_FLOPS_FACTOR:g}x in FLOPs ({apart}), so "
+                   "their throughputs measure the sizes, not the dtypes; time both dtypes at one shape to read them "
+                   "against each other.")
     if not out:
         out.append("fp32 vs fp16: no part ran in both fp32 and fp16/bf16 here; measure a case in each dtype to "
                    "tell whether the cube/tensor unit is waiting.")
@@ -306,7 +407,7 @@ def _agreement(best, stage2, here) -> str:
     entry = next((e for e in stage2 if isinstance(e, dict) and e.get("case") == best["case"]), {})
     spreads = [v for v in (entry.get("repeat_spread"), here.get("repeat_spread")) if is_number(v) and v >= 0]
     diff = abs(t_here - t_search) / t_search
-    said = f" - kernel time {t_search / 1e3:.4g} us in the search, {t_here / 1e3:.4g} us here ({diff:.1%} apart"
+    said = f" - kernel time {sig(t_search / 1e3)} us in the search, {sig(t_here / 1e3)} us here ({diff:.1%} apart"
     if diff <= SAME_POINT_REL:
         return said + ": the same time)"
     if not spreads:

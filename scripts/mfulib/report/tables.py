@@ -18,9 +18,10 @@ import textwrap
 from tabulate import tabulate
 
 from mfulib.backends import validates_only
-from mfulib.core.fmt import pct
+from mfulib.core.fmt import pct, sig, times
 from mfulib.core.symbols import factors_label
 from mfulib.flops.kernel_parts import OTHER
+from mfulib.report import cells
 
 
 NO_MFU = "—"  # an operator without matrix work has no MFU (docs/ARCHITECTURE.md#flops)
@@ -31,17 +32,7 @@ def _wrap(text: str, indent: str = "  ") -> str:
     return textwrap.fill(str(text), width=WRAP, subsequent_indent=indent + "  ", initial_indent="")
 
 
-def _x(v):
-    return "-" if v is None else f"{v:.2f}x"
-
-
-def _f(x, nd=1):
-    """Fixed decimals; values below 1 keep three significant digits (CPU GFLOP-scale peaks are not 0.0)."""
-    if x is None:
-        return "-"
-    if 0 < abs(x) < 1:
-        return f"{x:.3g}"
-    return f"{x:.{nd}f}"
+US_DIGITS, TFLOPS_DIGITS = 4, 3  # significant digits of the time and throughput columns (terminal and HTML)
 
 
 def peak_table(peak: dict) -> str:
@@ -51,17 +42,17 @@ def peak_table(peak: dict) -> str:
     for mode, m in (peak.get("measured") or {}).items():
         s = m.get("best_shape") or {}
         frac = m.get("fraction_of_nominal")
-        rows.append([mode, _f(m.get("peak_tflops")), m.get("unit", "TFLOP/s"), _f(m.get("sweep_tflops")),
-                     pct(m.get("spread"), 1), _f(nom.get(mode)), pct(frac, 1),
+        rows.append([mode, sig(m.get("peak_tflops")), m.get("unit", "TFLOP/s"), sig(m.get("sweep_tflops")),
+                     pct(m.get("spread"), 1), sig(nom.get(mode)), pct(frac, 1),
                      f"{s.get('m')}x{s.get('n')}x{s.get('k')}" + (f" B {m['b_layout']}" if m.get("b_layout") else ""),
-                     m.get("n_shapes"), _f(m.get("elapsed_s"), 1)])
+                     m.get("n_shapes"), sig(m.get("elapsed_s"), 2)])
     if peak.get("bandwidth_gbps") is not None:
         bw = peak.get("bandwidth") or {}
         nbw = (peak.get("nominal") or {}).get("bandwidth_gbps")
-        rows.append(["copy bandwidth", _f(peak["bandwidth_gbps"], 0), "GB/s", "-", pct(bw.get("spread"), 1),
-                     _f(nbw, 0),
+        rows.append(["copy bandwidth", sig(peak["bandwidth_gbps"]), "GB/s", "-", pct(bw.get("spread"), 1),
+                     sig(nbw),
                      pct(bw.get("fraction_of_nominal"), 1), f"{bw.get('buffer_bytes', 0) >> 20} MiB", bw.get("iters"),
-                     _f(bw.get("elapsed_s"), 1)])
+                     sig(bw.get("elapsed_s"), 2)])
     head = ["mode", "confirmed", "unit", "sweep", "spread", "nominal", "of nominal", "best m x n x k", "shapes", "s"]
     lines = [f"peaks of {peak.get('label')}", tabulate(rows, head, tablefmt="plain", disable_numparse=True),
              "  confirmed = the reported peak (best shape re-timed); sweep = that shape's sweep figure; spread = "
@@ -101,19 +92,21 @@ def _part_names(reports: list) -> list:
     return names + ([OTHER] if has_other else [])
 
 
-def shape_cell(row: dict, width: int = 28) -> str:
+def shape_cell(row: dict, width: int = 28, sep: str = "\n") -> str:
     """A row's first input shape (the case file's), with its search origin when the probe appended it:
     ``[8,256,64]<-case0:batchx4,seqx2`` (the origin's factors; ``<-case0x4``, its scale, where it records none),
-    without spaces."""
-    shape = str(row.get("shape") or "-").replace(" ", "")  # one token: the table stays whitespace-separated
-    if len(shape) > width:
-        shape = shape[: width - 3] + "..."
+    without spaces; a shape longer than ``width`` is wrapped after its commas into lines joined by ``sep`` (a
+    multi-line table cell), never cut."""
+    lines = cells.shape_lines(row.get("shape") or "-", width)
     o = row.get("search_origin") or {}
     if o.get("source_case") is not None and str(o["source_case"]) != str(row.get("case")):  # not an original case
         scale = o.get("scale")  # (the search's x1 point: the case itself, no origin to name)
-        shape += f"<-case{o['source_case']}" + (":" + factors_label(o["factors"], sep="") if o.get("factors") else
-                                               f"x{scale:g}" if isinstance(scale, (int, float)) else "")
-    return shape
+        origin = f"<-case{o['source_case']}" + (":" + factors_label(o["factors"], sep="") if o.get("factors") else
+                                                f"x{scale:g}" if isinstance(scale, (int, float)) else "")
+        if len(lines[-1]) + len(origin) > width and len(lines[-1]) > 1:
+            lines.append("")
+        lines[-1] += origin
+    return sep.join(lines)
 
 
 def decompose_table(result: dict) -> str:
@@ -125,7 +118,7 @@ def decompose_table(result: dict) -> str:
                                             "MBU", "bound", "headroom"] + (["speed-up"] if multi else [])
     for p in parts:
         head += [f"{p} us"] + ([f"{p} MFU"] if p != OTHER else [])  # 'other' does no counted FLOPs
-    rows, not_ok, no_matrix, marked, skipped = [], [], [], [], []
+    rows, not_ok, no_matrix, marked, skipped, ok_rows = [], [], [], [], [], []
     for rep in reports:
         for r in rep["rows"]:
             lead = [rep["label"]] if multi else []
@@ -139,7 +132,7 @@ def decompose_table(result: dict) -> str:
                 continue
             dt = r["dtype"] + ("(tf32)" if r.get("tf32") else "")
             if r.get("matrix_work", True):
-                mfus = [_f(r["actual_tflops"]), pct(r["mfu_nom"], 2), pct(r["mfu_ach"], 1)]
+                mfus = [sig(r["actual_tflops"], TFLOPS_DIGITS), cells.mfu_nom(r, 2), cells.util(r["mfu_ach"], 1)]
             else:  # no matrix work: no MFU, MBU is the headline (docs/ARCHITECTURE.md#mbu)
                 mfus = [NO_MFU, NO_MFU, NO_MFU]
             mark = "" if r.get("numerator") in (None, "checked") else f" [{r['numerator']}]"
@@ -147,10 +140,12 @@ def decompose_table(result: dict) -> str:
             label = bd.get("label") or "-"
             label += " (fallback)" if str(bd.get("source") or "").startswith("fallback") else ""
             replay = " [ncu]" if r.get("ncu_replay") else ""  # an ncu replay time, not a free-running one
-            row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, _f(r["kernel_time_us"]) + replay] + mfus + \
-                [pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
-                 _x((r.get("roofline") or {}).get("headroom"))] + \
-                ([_x((r.get("speedup") or {}).get("value"))] if multi else [])
+            noisy = f" {cells.SPREAD_MARK}" if cells.spread_flagged(r) else ""  # the collector's spread flag
+            row = lead + [f"{r['case']}{mark}", shape_cell(r), dt, sig(r["kernel_time_us"], US_DIGITS) + replay + noisy] + \
+                mfus + [pct(r["mbu"], 1) + (" *" if not r.get("matrix_work", True) else ""), label,
+                        times((r.get("roofline") or {}).get("headroom"))] + \
+                ([times((r.get("speedup") or {}).get("value"))] if multi else [])
+            ok_rows.append(r)
             if not r.get("matrix_work", True):
                 no_matrix.append(r)
             if replay:
@@ -162,9 +157,9 @@ def decompose_table(result: dict) -> str:
             by = {p["part"]: p for p in r.get("parts") or []}
             for p in parts:
                 d = by.get(p)
-                cells = ["-", "-"] if d is None else [_f(d["time_us"]), NO_MFU if d.get("flops") == 0 else
-                                                      pct(d.get("mfu_ach"), 1)]  # no matrix work: no MFU
-                row += cells[:1] if p == OTHER else cells
+                pc = ["-", "-"] if d is None else [sig(d["time_us"], US_DIGITS), NO_MFU if d.get("flops") == 0 else
+                                                   cells.util(d.get("mfu_ach"), 1)]  # no matrix work: no MFU
+                row += pc[:1] if p == OTHER else pc
             rows.append(row)
     lines = [f"peak: {result.get('peak_label')}  ({result['peak_json']})"]
     reg = result.get("regime") or {}
@@ -178,6 +173,7 @@ def decompose_table(result: dict) -> str:
                            + "; ".join(why[:3]) + ("; ..." if len(why) > 3 else "")))
     lines.extend(_wrap(t) for t in not_ok)
     lines.extend(_wrap(t) for t in marked)
+    lines.extend(_wrap(t) for t in cells.legend(ok_rows, {rep.get("backend") for rep in reports}))
     ptab = parts_table(result)
     if ptab:
         lines.extend(["", ptab])
@@ -185,7 +181,7 @@ def decompose_table(result: dict) -> str:
     if vtab:
         lines.extend(["", vtab])
     if no_matrix:
-        vec = "; ".join(f"case {r['case']} {_f(r['vector_tflops'], 3)} vector TFLOP/s" for r in no_matrix
+        vec = "; ".join(f"case {r['case']} {sig(r['vector_tflops'], TFLOPS_DIGITS)} vector TFLOP/s" for r in no_matrix
                         if r.get("vector_tflops"))
         lines.append(f"* no matrix work: no MFU ({NO_MFU}); MBU is the headline" + (f" ({vec})" if vec else ""))
     mx = result.get("maxima") or {}
@@ -234,10 +230,11 @@ def parts_table(result: dict) -> str:
                 rf, bd = p.get("roofline") or {}, p.get("bound") or {}
                 src = str(bd.get("source") or "-").replace("fallback:fp32-vs-fp16", "fallback")
                 rows.append(([rep["label"]] if multi else []) + [
-                    r["case"], name, _f(p.get("time_us")), pct(p.get("time_share"), 0), _f(p.get("tflops")),
-                    pct(p.get("mfu_ach"), 1), f"{bd.get('label', '-')} [{src}]", _x(rf.get("headroom")),
+                    r["case"], name, sig(p.get("time_us"), US_DIGITS), pct(p.get("time_share"), 0),
+                    sig(p.get("tflops"), TFLOPS_DIGITS), cells.util(p.get("mfu_ach"), 1),
+                    f"{bd.get('label', '-')} [{src}]", times(rf.get("headroom")),
                     pct(rf.get("mfu_if_fixed"), 1) + (f" ({rf['target_source']})" if rf.get("target_source") else "")]
-                    + ([_x((p.get("speedup") or {}).get("value"))] if multi else []))
+                    + ([times((p.get("speedup") or {}).get("value"))] if multi else []))
     if not rows:
         return ""
     head = (["report"] if multi else []) + ["case", "part", "us", "time", "TFLOP/s", "MFU@ach", "bound [source]",
@@ -256,7 +253,7 @@ def pmu_view_table(result: dict) -> str:
             v = r.get("pmu_view") or {}
             if r.get("status") == "ok" and v.get("executed_flops"):
                 rows.append([rep["label"], r["case"], pct(v.get("official_mfu"), 1), pct(v.get("pmu_mfu"), 1),
-                             pct(v.get("active_core_fraction"), 0), _x(v.get("redundancy"))])
+                             pct(v.get("active_core_fraction"), 0), times(v.get("redundancy"))])
     if not rows:
         return ""
     return ("official MFU (semantic FLOPs, all cores) vs PMU view (executed FLOPs, active cores):\n"
@@ -286,11 +283,10 @@ def plot_decompose(result: dict, path: str) -> str | None:
     labels, time_sh, flop_sh = [], [], []
     for lab, r in rows:
         by = {p["part"]: p for p in r["parts"]}
-        labels.append((f"{lab}: " if multi else "") + f"case {r['case']} {r['dtype']}\n"
-                      f"MFU@ach {pct(r.get('mfu_ach'), 1)}")
+        labels.append((f"{lab}: " if multi else "") + f"case {r['case']} {r['dtype']}\n{cells.headline(r)}")
         time_sh.append([(by.get(p) or {}).get("time_share") or 0.0 for p in parts])
         flop_sh.append([(by.get(p) or {}).get("flops_share") or 0.0 for p in parts])
-    fig = Figure(figsize=(9, 1.6 + 0.9 * len(rows)))
+    fig = Figure(figsize=(9, 1.6 + 0.9 * len(rows)), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     colors = colormaps["tab10"]
@@ -313,19 +309,28 @@ def plot_decompose(result: dict, path: str) -> str | None:
     ax.set_xlim(0, 1)
     ax.set_xlabel("share (upper bar: kernel time, lower hatched bar: FLOPs)")
     device = result.get("peak_label") or "?"
-    ax.set_title(f"time share vs FLOPs share per part - {device}", fontsize=10)
+    ax.set_title(chart_title(f"time share vs FLOPs share per part - {device}"), fontsize=10)
     from matplotlib.patches import Patch
     ax.legend(handles=[Patch(color=colors(k % 10), label=p) for k, p in enumerate(parts)], fontsize=8,
-              ncol=min(len(parts), 6), loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.25 / len(rows)),
-              frameon=False)
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="part", title_fontsize=8)
     return _save(fig, path)
 
 
+def chart_title(text: str, width: int = 80) -> str:
+    """A chart title wrapped onto lines of at most ``width`` characters (a long device label is never cut)."""
+    return textwrap.fill(text, width=width)
+
+
+def save_figure(fig, target) -> None:
+    """Save ``fig`` as PNG to ``target`` (a path or a binary file) with every artist inside the image: the tight
+    bounding box takes in titles and legends placed outside the axes (:func:`plot_decompose`, the roofline)."""
+    fig.savefig(target, format="png", dpi=110, bbox_inches="tight", pad_inches=0.15)
+
+
 def _save(fig, path):
-    fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, tmp)
     os.replace(tmp, path)
     return path
 
@@ -336,23 +341,28 @@ def _plot_utilisation(result: dict, ok: list, path: str) -> str:
     from matplotlib.figure import Figure
 
     multi = len(result["reports"]) > 1
-    fig = Figure(figsize=(9, 1.6 + 0.6 * len(ok)))
+    fig = Figure(figsize=(9, 1.6 + 0.6 * len(ok)), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     height = 0.38
+    top, labelled = 1.0, set()
     for i, (lab, r) in enumerate(ok):
         for off, key, name, color in ((-height / 2, "mbu", "MBU", "tab:blue"), (height / 2, "mfu_ach", "MFU@ach",
                                                                                    "tab:orange")):
             v = r.get(key)
             if v is None:
                 continue
-            ax.barh(i + off, v, height=height * 0.95, color=color, label=name if i == 0 else None)
-            ax.text(v, i + off, f" {v:.1%}", va="center", fontsize=7)
+            ax.barh(i + off, v, height=height * 0.95, color=color, label=None if name in labelled else name)
+            labelled.add(name)
+            top = max(top, v)
+            ax.text(v, i + off, f" {pct(v, 1)}", va="center", fontsize=7)
     ax.set_yticks(range(len(ok)))
     ax.set_yticklabels([(f"{lab}: " if multi else "") + f"case {r['case']} {r.get('dtype')}" for lab, r in ok],
                        fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("fraction of the measured peak (bandwidth for MBU, dtype's compute peak for MFU@ach)")
-    ax.set_title(f"one kernel part per case: MBU and MFU@ach - {result.get('peak_label') or '?'}", fontsize=10)
-    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    ax.set_xlim(0, top * 1.15)  # room for the value labels right of the longest bar
+    ax.set_title(chart_title(f"one kernel part per case: MBU and MFU@ach - {result.get('peak_label') or '?'}"),
+                 fontsize=10)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: covers no bar
     return _save(fig, path)

@@ -18,6 +18,8 @@ target_source, payoff)} (:mod:`mfulib.report.roofline`); parts also ``dram_bytes
 semantic_flops, redundancy, active_core_fraction, executed_how}, ``pmu_source``, ``pmu_unavailable``,
 ``ncu_replay`` (performance.json's: the kernel time is an ncu replay time; None for trace-timed cases) and, when
 several reports are shown side by side, ``speedup`` {baseline, value} (rows and parts of the non-baseline reports).
+Rows also carry ``repeat_spread`` (performance.json's) and ``spread_flagged`` (true above the collector's limit,
+:func:`mfulib.report.cells.spread_flagged`; the collector's flag is then a warning).
 """
 from __future__ import annotations
 
