@@ -1,4 +1,5 @@
-"""Number formatting shared by every printed or rendered table: one percent formatter for MFU, MBU and shares.
+"""Number formatting shared by every printed or rendered table: one percent formatter for MFU, MBU and shares, and
+a count with its noun (``1 case``, ``2 cases``).
 
 A ratio (MFU@nom, MFU@ach, MBU, a time or FLOPs share, a spread) is stored as a fraction (0.1234) and shown as a
 percentage with a fixed number of decimals (``12.34%``); a missing figure is shown as a dash. Each table keeps its
@@ -22,3 +23,9 @@ def pct(x, nd: int, dash: str = DASH) -> str:
     """
     v = finite_or_none(x)
     return dash if v is None else f"{v * 100:.{nd}f}%"
+
+
+def plural(n, noun: str, nouns: str = None) -> str:
+    """``n`` and ``noun``, the plural (``nouns``, default ``noun + "s"``) unless ``n`` is 1: ``plural(1, "case")``
+    -> ``"1 case"``, ``plural(11, "case")`` -> ``"11 cases"``."""
+    return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
