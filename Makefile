@@ -162,9 +162,7 @@ status: ## per step of the work directory: done / stale (why) / failed (its repo
 # exist) runs prepare, which redoes the directory (old one kept as a backup) or fails with the reason.
 PIPELINE_GOALS := prepare verify flops collect peak decompose report all probe search
 ifneq ($(OP),)
-# (`all` asks in its sub-make only: the outer make just starts it)
-CHECK_GOALS := $(if $(ALL_INNER),$(PIPELINE_GOALS),$(filter-out all,$(PIPELINE_GOALS)))
-ifneq ($(filter $(CHECK_GOALS) $(WORK)/%,$(MAKECMDGOALS)),)
+ifneq ($(filter $(PIPELINE_GOALS) $(WORK)/%,$(MAKECMDGOALS)),)
 PREPARE_CHECK := $(shell $(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --check 2>&1)
 PREPARE_VERDICT := $(firstword $(PREPARE_CHECK))
 ifeq ($(PREPARE_VERDICT),redo)
@@ -184,13 +182,16 @@ $(WORK)/prepare.json: $(if $(or $(FORCE),$(filter-out ok,$(PREPARE_VERDICT))),_a
 # $@ is written only when it succeeded (an earlier one is removed first: a re-run forced by a changed setting that
 # fails must not leave the stamp of the run before it). A failing step keeps its report at its name (the one before
 # it is copied to $(ST)/previous/ first), says where it is, records its exit status in $(ST)/<name>.failed (for
-# make status; removed when the step starts again) and stops make; the next `make` redoes the step.
+# make status; removed when the step starts again) and stops make; the next `make` redoes the step. An interrupted
+# step (exit status 128 + SIGHUP / SIGINT / SIGTERM: scripts/device_lock.py) is not a failure: no record, no stamp.
 STATUS_HINT = make status OP=$(OP)$(if $(V), V=$(V))$(if $(BENCH), BENCH=$(BENCH) GEN=$(GEN))$(strip \
   )$(if $(REF_ROOT), REF_ROOT=$(REF_ROOT) IMPL_ROOT=$(IMPL_ROOT))$(if $(ITER), ITER=$(ITER))$(strip \
   )$(if $(VARIANT), VARIANT=$(VARIANT))$(if $(filter command line,$(WORK_ORIGIN)), WORK=$(WORK))
 define step
 @rm -f $@ $(ST)/$(1).failed && mkdir -p $(ST)/previous && if [ -f $(2) ]; then cp -p $(2) $(ST)/previous/; fi && touch $(ST)/$(1).started
 $(info $(3))@( $(3) ) || { rc=$$?; \
+	  case $$rc in 129|130|143) echo "make: step $(1) interrupted (exit status $$rc): not done, the next make redoes it" >&2; \
+	    exit $$rc;; esac; \
 	  if [ -n "$(4)" ] && [ "$$rc" = "$(4)" ]; then echo "make: step $(1): exit status $$rc accepted ($(5)); report: $(2)" >&2; \
 	  else if [ -f $(2) ] && [ $(2) -nt $(ST)/$(1).started ]; then echo "make: step $(1) FAILED (exit status $$rc); its report is kept: $(2)" >&2; \
 	       elif [ -f $(2) ]; then echo "make: step $(1) FAILED (exit status $$rc) before writing a new $(2) - the one there is from an earlier run; the error is above" >&2; \
@@ -200,17 +201,22 @@ $(info $(3))@( $(3) ) || { rc=$$?; \
 $(if $(SETVARS_$(1)),@printf '%s\n' $(foreach v,$(SETVARS_$(1)),'$(v)=$(subst ','\'',$(strip $($(v))))') > $(ST)/$(1).settings)
 endef
 
-# One device, one step at a time: verify, collect and peak run under an exclusive lock per device index (flock(1)),
-# so under `make -j` (and in `all`, which runs its steps with -j$(ALL_JOBS)) peak never times GEMMs while a case runs,
-# even from another make. flops (a host-only tracer) overlaps them on cuda/npu; on cpu (and auto) the CPU is the
-# device, so flops takes the lock too. Without flock the steps still run, and `all` runs them one at a time.
+# One device, one step at a time: verify, collect, peak, the probe and the search run under an exclusive lock
+# (scripts/device_lock.py), so under `make -j` (and in `all`, which runs its steps with -j$(ALL_JOBS)) peak never times
+# GEMMs while a case runs, even from another make. Its scope follows the backend: an accelerator's lock is machine-wide
+# per device ($(TMPDIR)/triton-mfu-analyzer-device<LOCK_DEVICE>.lock); the CPU's is per work directory (unrelated
+# checkouts and operators do not queue behind each other). flops (a host-only tracer) takes it only on the CPU. A
+# step that waits says who holds the lock (pid, command, since: the holder record beside it) and shows a timer; a
+# SIGINT / SIGTERM to make or to its process group stops the running step, which is then not done.
 # LOCK_DEVICE: the physical device a batch worker's DEVICE_ID=0 stands for (its CUDA_VISIBLE_DEVICES / ASCEND_RT_...)
+# DEVICE_LOCK=<file>: this lock file for every step instead
 LOCK_DEVICE ?= $(DEVICE_ID)
-DEVICE_LOCK ?= $(or $(TMPDIR),/tmp)/triton-mfu-analyzer-device$(LOCK_DEVICE).lock
-HAVE_FLOCK  := $(shell command -v flock 2>/dev/null)
-DEVICE_RUN   = $(if $(HAVE_FLOCK),flock $(DEVICE_LOCK))
-FLOPS_RUN    = $(if $(filter cuda npu,$(BACKEND)),,$(DEVICE_RUN))
-ALL_JOBS    ?= $(if $(HAVE_FLOCK),3,1)
+DEVICE_LOCK ?=
+LOCK_ARGS    = --backend $(BACKEND) --device $(LOCK_DEVICE) --work $(abspath $(WORK)) $(if $(DEVICE_LOCK),--lock \
+  $(DEVICE_LOCK))
+DEVICE_RUN   = $(PY) $(SCRIPTS)/device_lock.py $(LOCK_ARGS) --
+FLOPS_RUN    = $(PY) $(SCRIPTS)/device_lock.py $(LOCK_ARGS) --host-only --
+ALL_JOBS    ?= 3
 
 VERIFY_CMD = $(DEVICE_RUN) $(PY) $(SCRIPTS)/verify_op.py --op-dir $(WORK) --backend $(BACKEND) --device $(DEVICE_ID) \
   --seed $(SEED) $(VERIFY_ARGS)
@@ -336,15 +342,19 @@ $(ST)/collect.ok: $(if $(SEARCH),$(ST)/search.ok) $(wildcard $(ST)/search.ok)
 $(ST)/flops.ok: $(if $(SEARCH),$(ST)/probe.ok) $(wildcard $(ST)/probe.ok)
 
 # the steps in parallel where the graph and the device lock allow (verify | flops | peak, then collect, decompose):
-# `all` runs itself again as a sub-make with -j$(ALL_JOBS); ALL_JOBS=1: one step at a time. Output is not
-# synchronised (make's -O holds a step's whole output until it ends: no progress lines), so lines of the steps that
-# overlap (flops beside verify or peak) interleave. A -j given to this make is kept (its job server).
-ifeq ($(ALL_INNER),)
-all: ## prepare -> verify + flops (+ peak) -> collect -> decompose -> report.html; SEARCH=1: probe + search before collect; ALL_JOBS=1: one step at a time
-	+@$(MAKE) --no-print-directory ALL_INNER=1 $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(ALL_JOBS)) all
-else
-all: decompose $(WORK)/report.html
+# `all` adds -j$(ALL_JOBS) to this make (GNU make >= 4.3; older ones run one step at a time unless given -j), unless
+# a -j was given (on the command line it wins; from an enclosing make, its job server is kept). ALL_JOBS=1: one step
+# at a time. One make, no sub-make: a signal to it stops the pipeline (an inner make would have run on). Output is
+# not synchronised (make's -O holds a step's whole output until it ends: no progress lines), so lines of the steps
+# that overlap (flops beside verify or peak) interleave.
+ifneq ($(filter all,$(MAKECMDGOALS)),)
+ifeq ($(filter 3.% 4.0% 4.1% 4.2%,$(MAKE_VERSION)),)
+ifeq ($(findstring -j,$(shell printenv MAKEFLAGS)),)
+MAKEFLAGS += -j$(ALL_JOBS)
 endif
+endif
+endif
+all: decompose $(WORK)/report.html ## prepare -> verify + flops (+ peak) -> collect -> decompose -> report.html; SEARCH=1: probe + search before collect; ALL_JOBS=1: one step at a time
 
 clean-work: ## remove $(WORK)
 	$(need-op)

@@ -17,6 +17,7 @@ Examples:
   python3 flops_generator.py --op-dir work/5_MHABlock      (the same, from the work directory's files)
 """
 import os
+import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -79,8 +80,11 @@ def main(argv=None):
             print(f"  {n:4d}: {text}")
     else:
         print("no line needs review (the check still decides)")
-    print(f"wrote {args.output}; next: python3 {os.path.join(os.path.dirname(os.path.abspath(__file__)), 'check_flops.py')}"
-          f" --op-dir {os.path.dirname(os.path.abspath(args.output))}")
+    work = os.path.abspath(args.op_dir or os.path.dirname(os.path.abspath(args.model)))
+    out = os.path.abspath(args.output)
+    # the hint checks the draft just written: check_flops.py reads <op-dir>/flops.py unless told --flops
+    print(f"wrote {args.output}; next: {cli.script_command('check_flops.py')} --op-dir {shlex.quote(work)}"
+          + ("" if out == os.path.join(work, "flops.py") else f" --flops {shlex.quote(out)}"))
     return 0
 
 

@@ -95,24 +95,22 @@ def test_a_failed_step_is_recorded_so_status_says_failed_not_interrupted(tmp_pat
 
 def test_the_device_lock_is_named_by_lock_device_which_defaults_to_device_id(tmp_path):
     # a batch worker runs with DEVICE_ID=0 (its only visible device) and LOCK_DEVICE=<physical id>: its steps must
-    # take that device's lock, the one a plain make with DEVICE_ID=<physical id> takes
-    if shutil.which("flock") is None:
-        import pytest
-        pytest.skip("no flock(1): the Makefile runs steps without a lock")
+    # take that device's lock, the one a plain make with DEVICE_ID=<physical id> takes (an accelerator's lock is
+    # named by it: mfulib/pipeline/device_lock.py; the CPU's is per work directory)
     work, _make = fake_work(tmp_path)
-    tmp = tmp_path / "t"
-    tmp.mkdir()
 
     def dry(*args):
         r = subprocess.run([shutil.which("make"), "-C", ROOT, "-n", "OP=zoo/2_Softmax", f"WORK={work}",
-                            f"PY={tmp_path / 'py'}", "BACKEND=cpu", *args, "verify"], capture_output=True, text=True,
-                           env=dict(os.environ, TMPDIR=str(tmp)), timeout=60)
+                            f"PY={tmp_path / 'py'}", "BACKEND=cuda", *args, "verify"], capture_output=True, text=True,
+                           timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
         return r.stdout
-    assert f"flock {tmp}/triton-mfu-analyzer-device0.lock " in dry()
-    assert f"flock {tmp}/triton-mfu-analyzer-device3.lock " in dry("DEVICE_ID=3")
+    lock = f"device_lock.py --backend cuda --device {{}} --work {work} "
+    assert lock.format(0) in dry()
+    assert lock.format(3) in dry("DEVICE_ID=3")
     out = dry("DEVICE_ID=0", "LOCK_DEVICE=3")
-    assert f"flock {tmp}/triton-mfu-analyzer-device3.lock " in out and "--device 0" in out
+    assert lock.format(3) in out and "verify_op.py --op-dir" in out and "--device 0" in out
+    assert f"--lock {tmp_path}/l " in dry(f"DEVICE_LOCK={tmp_path}/l")
 
 
 def test_a_step_rerun_by_a_cascade_keeps_the_arguments_it_last_ran_with(tmp_path):

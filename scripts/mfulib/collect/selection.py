@@ -6,6 +6,7 @@ from __future__ import annotations
 from mfulib.collect.options import Options
 from mfulib.core.errors import UserError
 from mfulib.core.opdir import OpDir
+from mfulib.core.fmt import plural
 
 
 def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str, gate=None):
@@ -24,7 +25,7 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str, gate
     if opts.cases is not None:
         bad = [c for c in opts.cases if c not in by_id]
         if bad:
-            raise UserError(f"--cases: no case {bad} (the case file has {len(infos)} cases, ids 0..{len(infos) - 1})")
+            raise UserError(f"--cases: no case {bad} (the case file has {plural(len(infos), 'case')}, ids 0..{len(infos) - 1})")
         order = [by_id[c] for c in opts.cases]
         rule = (f"chosen by the search ({opts.search_json})" if opts.search_json else "--cases") + \
             f" {','.join(map(str, opts.cases))}"

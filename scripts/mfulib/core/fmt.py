@@ -1,5 +1,6 @@
 """Number formatting shared by every printed or rendered table: percentages (MFU, MBU, shares), plain figures
-(times, throughputs) and ratios (headroom, speed-up), each with one formatter used by the terminal and the HTML.
+(times, throughputs), ratios (headroom, speed-up) and a count with its noun (``1 case``, ``2 cases``), each with
+one formatter used by the terminal and the HTML.
 
 A ratio (MFU@nom, MFU@ach, MBU, a time or FLOPs share, a spread) is stored as a fraction (0.1234) and shown as a
 percentage with a fixed number of decimals (``12.34%``); a missing figure is shown as a dash. Each table keeps its
@@ -55,3 +56,9 @@ def times(x, dash: str = DASH) -> str:
     ``times(2.188)`` -> ``"2.19x"``, ``times(21881.29)`` -> ``"21,881x"``; ``dash`` when missing."""
     text = sig(x, 3, dash)
     return text if text == dash else text + "x"
+
+
+def plural(n, noun: str, nouns: str = None) -> str:
+    """``n`` and ``noun``, the plural (``nouns``, default ``noun + "s"``) unless ``n`` is 1: ``plural(1, "case")``
+    -> ``"1 case"``, ``plural(11, "case")`` -> ``"11 cases"``."""
+    return f"{n} {noun if n == 1 else (nouns or noun + 's')}"

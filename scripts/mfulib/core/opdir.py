@@ -25,6 +25,7 @@ from mfulib.core.errors import UserError
 # seed_everything: callers import it from here
 from mfulib.core.input_draw import input_draw, seed_everything  # noqa: F401
 from mfulib.core.jsonio import read_json
+from mfulib.core.fmt import plural
 
 MODEL_PY = "model.py"
 MODEL_NEW_PY = "model_new.py"
@@ -194,7 +195,7 @@ class OpDir:
     def describe(self, case_id: int) -> _cases.CaseInfo:
         cases = self.read_cases()
         if not 0 <= case_id < len(cases):
-            raise UserError(f"{self.cases_path}: no case {case_id} (it has {len(cases)} cases, ids 0..{len(cases) - 1})")
+            raise UserError(f"{self.cases_path}: no case {case_id} (it has {plural(len(cases), 'case')}, ids 0..{len(cases) - 1})")
         return _cases.describe_case(cases[case_id], case_id)
 
     def describe_all(self) -> list:

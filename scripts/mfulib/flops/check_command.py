@@ -7,6 +7,7 @@ import os
 import sys
 
 from mfulib.core import cli
+from mfulib.core.fmt import plural
 
 
 def tracer_rows(od, ids, seed, trace_kwargs, progress):
@@ -62,7 +63,7 @@ def print_table(rows, file_level, summary, out_path):
 
 def summary_line(summary):
     """'PASSED|FAILED|UNVERIFIED: n cases {...}; k rejected; j no work'."""
-    line = f"{summary['verdict'].upper()}: {summary['n_cases']} cases {summary['by_status']}"
+    line = f"{summary['verdict'].upper()}: {plural(summary['n_cases'], 'case')} {summary['by_status']}"
     if summary.get("n_rejected"):
         rej = summary["rejected_cases"]
         line += f"; {summary['n_rejected']} rejected (cases {rej[:12]}{' ...' if summary['n_rejected'] > len(rej[:12]) else ''})"

@@ -291,12 +291,27 @@ def seed_mismatch(work: str):
             "command line redoes each step that ran with another), or FORCE=1 to rebuild the work directory")
 
 
+def case_file_problem(work: str):
+    """The error every step of ``work`` would stop at on its case file (a malformed line: file, line, case and the
+    fix, from :func:`mfulib.core.cases.read_case_file`), else None; None too before step 1 made the directory."""
+    if not os.path.exists(os.path.join(work, PREPARE_JSON)):
+        return None
+    from mfulib.core.cases import read_case_file
+    from mfulib.core.opdir import OpDir
+    try:
+        read_case_file(OpDir(work).cases_path)
+    except UserError as exc:
+        return str(exc)
+    return None
+
+
 def status_table(work: str, prepare: tuple, settings_changed: dict | None = None) -> str:
-    """The ``make status`` table (tabulate) of :func:`step_states` for ``work``, then :func:`seed_mismatch`'s
-    warning when the steps ran with different seeds."""
+    """The ``make status`` table (tabulate) of :func:`step_states` for ``work``, then the case file's error
+    (:func:`case_file_problem`: a step that failed on it, or has not run, would otherwise say only "failed" or "not
+    run") and :func:`seed_mismatch`'s warning when the steps ran with different seeds."""
     from tabulate import tabulate
     rows = step_states(work, prepare, settings_changed)
     body = [[r["step"], r["state"], textwrap.fill(r["detail"] or "", 80), r["report"]] for r in rows]  # wrapped, not cut
-    mixed = seed_mismatch(work)
+    mixed, bad = seed_mismatch(work), case_file_problem(work)
     return (f"work directory {work}\n" + tabulate(body, headers=["step", "state", "detail", "report"])
-            + (f"\nwarning: {mixed}" if mixed else ""))
+            + (f"\nerror: {bad}" if bad else "") + (f"\nwarning: {mixed}" if mixed else ""))

@@ -55,7 +55,11 @@ def resolve(name: str) -> dict:
     names = [n for n, _ in list_examples()]
     matches = [n for n in names if n == name or n.split("/")[-1] == name]
     if not matches:
-        raise UserError(f"no bundled operator named {name!r}; bundled: {', '.join(names)}")
+        raise UserError(f"no bundled operator named {name!r}; bundled: {', '.join(names)}. For your own operator "
+                        "give its sources: V=<verify dir or op root> (layout A), BENCH=<level dir> GEN=<generated "
+                        "dir> (layout B, paired by OP's numeric prefix) or REF_ROOT=<reference tree> "
+                        "IMPL_ROOT=<implementation tree> (layout C, OP = the relative path) to make; --src, --bench/--gen or "
+                        "--ref-root/--impl-root to prepare_op_dir.py (README \"Step 1\")")
     if len(matches) > 1:
         raise UserError(f"{name!r} is ambiguous: {', '.join(matches)} - use the qualified name")
     if matches[0].startswith("layoutc/"):

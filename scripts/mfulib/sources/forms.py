@@ -10,6 +10,7 @@ import sys
 
 from mfulib.core.errors import UserError
 from mfulib.sources import discover, examples, layoutc, prepare
+from mfulib.core.fmt import plural
 
 
 def resolve_form(args):
@@ -144,7 +145,7 @@ def layout_c(args, request):
 
 
 def print_done(info):
-    print(f"prepared {info['op']} ({info['layout']}, {info['n_cases']} cases) -> {info['work_dir']}")
+    print(f"prepared {info['op']} ({info['layout']}, {plural(info['n_cases'], 'case')}) -> {info['work_dir']}")
     for k, why in info.get("choices", {}).items():
         print(f"  {k:<10} {why}")
     for f, ch in info.get("rewrites", {}).items():
