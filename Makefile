@@ -201,6 +201,10 @@ $(info $(3))@( $(3) ) || { rc=$$?; \
 $(if $(SETVARS_$(1)),@printf '%s\n' $(foreach v,$(SETVARS_$(1)),'$(v)=$(subst ','\'',$(strip $($(v))))') > $(ST)/$(1).settings)
 endef
 
+# each step's script records whether make ran it (made_from.by_make in its report: a run by hand counts as make's
+# only with make's settings and inputs - mfulib/schemas/provenance.py)
+$(ST)/%.ok: export MFU_MAKE_STEP = $(patsubst %.ok,%,$(notdir $@))
+
 # One device, one step at a time: verify, collect, peak, the probe and the search run under an exclusive lock
 # (scripts/device_lock.py), so under `make -j` (and in `all`, which runs its steps with -j$(ALL_JOBS)) peak never times
 # GEMMs while a case runs, even from another make. Its scope follows the backend: an accelerator's lock is machine-wide
@@ -278,7 +282,9 @@ REPORT_CMD = $(PY) $(SCRIPTS)/mfu_decompose.py --op-dir $(WORK) --from-json --ht
 
 report: $(WORK)/report.html ## one self-contained HTML report of the decomposition -> $(WORK)/report.html (all makes it)
 
-$(WORK)/report.html: $(ST)/decompose.ok
+# it renders what mfu_decompose.json and the reports it names hold: a newer one of them renders it again
+$(WORK)/mfu_decompose.json: | $(ST)/decompose.ok
+$(WORK)/report.html: $(ST)/decompose.ok $(WORK)/mfu_decompose.json $(WORK)/performance.json $(WORK)/peak.json
 	$(REPORT_CMD)
 
 

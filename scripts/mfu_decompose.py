@@ -64,14 +64,18 @@ def parse_report_arg(text: str):
     return None, text
 
 
-def write_report_html(result: dict, path: str) -> None:
-    """The HTML report of a decomposition ``result`` (mfu_decompose.json's content) at ``path``, with the
-    performance.json and peak.json it names."""
+def write_report_html(result: dict, path: str, source: str) -> None:
+    """The HTML report of a decomposition ``result`` (mfu_decompose.json's content, read from or written to
+    ``source``) at ``path``, with the performance.json and peak.json it names; it records what it was made from."""
     from mfulib.report.html import write_html
+    from mfulib.schemas import provenance as made
     from mfulib.schemas.peak_json import read_peak_json
     from mfulib.schemas.performance_json import load_report
     perf = {rep["label"]: load_report(rep["path"]) for rep in result["reports"]}
-    print(f"wrote {write_html(result, path, perf_docs=perf, peak_doc=read_peak_json(result['peak_json']))}")
+    record = made.made_from(os.path.dirname(os.path.abspath(path)), [source, result["peak_json"]] + [
+        rep["path"] for rep in result["reports"]], {}, step="report")
+    peak = read_peak_json(result["peak_json"])
+    print(f"wrote {write_html(result, path, perf_docs=perf, peak_doc=peak, made_from=record)}")
 
 
 def main(argv=None):
@@ -85,12 +89,20 @@ def main(argv=None):
     from mfulib.report import tables as report
     from mfulib.core.jsonio import provenance
     from mfulib.schemas import decompose_json
+    from mfulib.schemas import provenance as made
+    from mfulib.pipeline.workdir_state import check_current
     op_dir = os.path.abspath(args.op_dir)
     if args.from_json:
         if not args.html:
             raise UserError("--from-json renders the HTML report: give --html PATH too")
         src = args.output or os.path.join(op_dir, decompose_json.FILE_NAME)
-        write_report_html(decompose_json.read_decompose_json(src), args.html)
+        doc = decompose_json.read_decompose_json(src)
+        stale = check_current(src, doc, refuse=False)
+        if stale:  # the decomposition is older than what it was made from: said on screen and in the HTML
+            doc["stale"] = list(doc.get("stale") or []) + [f"{src}: {why}" for why in stale]
+            print(f"warning: STALE {src}: {'; '.join(stale)} - make decompose (or mfu_decompose.py without "
+                  "--from-json) brings it up to date", file=sys.stderr)
+        write_report_html(doc, args.html, src)
         return 0
     peak_path = args.peak_json
     if not os.path.isabs(peak_path) and not os.path.exists(peak_path) \
@@ -102,12 +114,17 @@ def main(argv=None):
                                allow_incomplete=args.allow_incomplete)
     out_path = args.output or os.path.join(op_dir, decompose_json.FILE_NAME)
     result = {**provenance(decompose_json.TOOL, decompose_json.SCHEMA, device=body.get("peak_device")), **body}
+    flops_py = os.path.join(op_dir, "flops.py")  # KERNEL_PARTS, when the reports name none
+    result[made.KEY] = made.made_from(os.path.dirname(os.path.abspath(out_path)), [
+        rep["path"] for rep in body["reports"]] + [peak_path, flops_py], made.settings_of(
+        args, drop=("report", "output", "no_current")) | {"reports": [r["label"] for r in body["reports"]]},
+        step="decompose")
     if args.plot:
         png = report.plot_decompose(result, os.path.splitext(out_path)[0] + ".png")
         result["plot"] = png
     decompose_json.write_decompose_json(out_path, result)
     if args.html:
-        write_report_html(result, args.html)
+        write_report_html(result, args.html, out_path)
     print(report.decompose_table(result))
     print(f"wrote {out_path}" + (f" and {result['plot']}" if result.get("plot") else ""))
     return 1 if result["errors"] else 0

@@ -73,7 +73,11 @@ def build_parser():
                    help="explicit 0-based case ids, e.g. 3,7,9 or 0-4, measured in the order given")
     p.add_argument("--search-json", default=None, metavar="GRID_SEARCH_JSON",
                    help="measure the cases a search chose (grid_search.json chosen_cases, best first) instead of "
-                        "the top-k; each is marked with its origin (per_case[].search_origin)")
+                        "the top-k; each is marked with its origin (per_case[].search_origin). Without it (and "
+                        "without --cases) <op-dir>/grid_search.json is used when it is complete and its recorded "
+                        "inputs match the work directory, as make collect does after a search")
+    p.add_argument("--no-search-json", action="store_true",
+                   help="do not use <op-dir>/grid_search.json: measure the top-k (or --cases) even after a search")
     p.add_argument("--max-cases", type=int, default=None,
                    help="take the top N cases instead of --mfu-top-k (N >= number of cases: all)")
     p.add_argument("--mfu-peak", type=float, default=None, metavar="TFLOPS",

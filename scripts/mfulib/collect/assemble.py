@@ -3,6 +3,7 @@ MFU@nom divides by (:func:`resolve_peak`), the per_case entries (FLOPs, PMU coun
 run block (:func:`build_report` from a :class:`Collection`, the state of one finished or interrupted run)."""
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -10,6 +11,7 @@ from mfulib.backends import fp32_dot_is_tf32
 from mfulib.collect.options import Options
 from mfulib.core.definitions import MATH_MODES
 from mfulib.core.jsonio import provenance
+from mfulib.schemas import provenance as made
 from mfulib.core.opdir import OpDir
 from mfulib.core import nominal_peaks as _peaks
 from mfulib.schemas import performance_json as _perf
@@ -55,6 +57,23 @@ class Collection:
     impls: list
     interrupted: bool
     t_start: float  # time.perf_counter() at the start of the run
+
+
+#: options of the collector that do not change what is measured (where things are written, how it is shown)
+_NOT_SETTINGS = ("progress", "search_origins", "search_json", "msprof", "ncu", "flags")
+
+
+def collect_made_from(opts, opdir, selection: dict) -> dict:
+    """performance.json's ``made_from`` (:mod:`mfulib.schemas.provenance`), relative to ``opts.output_dir``: the
+    operator files, the case file, verify.json, flops_check.json and the search's grid_search.json when it chose the
+    cases; settings: the collector's options (the measured case order as ``measured``)."""
+    files = [opdir.model_py, opdir.model_new_py, opdir.flops_py, opdir.cases_path,
+             os.path.join(opdir.path, "verify.json"), os.path.join(opdir.path, "flops_check.json")]
+    if opts.search_json:
+        files.append(os.path.abspath(opts.search_json))
+    settings = made.settings_of(opts, drop=_NOT_SETTINGS)
+    settings["measured"] = list(selection.get("order") or [])
+    return made.made_from(opts.output_dir, files, settings, step="collect")
 
 
 def build_report(c: Collection) -> dict:
@@ -120,5 +139,6 @@ def build_report(c: Collection) -> dict:
     if opts.mfu and ff is None:
         run["flags"].append("MFU not reported: no flops.py in the work directory")
     header = provenance(_perf.TOOL, _perf.SCHEMA, device=device)
+    header[made.KEY] = collect_made_from(opts, opdir, selection)
     report = _perf.build_report(header, run, per_case, impls, missing=missing)
     return report

@@ -90,6 +90,11 @@ def run(args, default=None) -> int:
     from mfulib.collect.driver import Options, collect
     from mfulib.collect.from_prof import parse_case_sequence  # in the order given: the search's re-timing interleaves
     cases, origins = list(dict.fromkeys(parse_case_sequence(args.cases))) if args.cases is not None else None, {}
+    if args.search_json and getattr(args, "no_search_json", False):
+        from mfulib.core.errors import UserError
+        raise UserError("--search-json and --no-search-json contradict each other - give one of them")
+    if not args.search_json and args.cases is None and not getattr(args, "no_search_json", False):
+        args.search_json = current_search(args.op_dir or args.output_dir)
     if args.search_json:
         from mfulib.core.errors import UserError
         from mfulib.schemas.grid_search_json import chosen_cases
@@ -108,6 +113,33 @@ def run(args, default=None) -> int:
                    unverified_ok=args.unverified_ok, pmu=args.pmu, ncu=args.ncu,
                    ncu_cache_control=args.ncu_cache_control, pmu_iterations=args.pmu_iterations)
     return _finish(collect(opts), args.output_dir, "no selected case has a kernel time")
+
+
+def current_search(op_dir: str):
+    """``<op_dir>/grid_search.json`` when the collector should measure its chosen cases without being told (the
+    search is complete, chose cases, and the files it recorded are unchanged: :func:`mfulib.pipeline.workdir_state.
+    judge_report`), else None; says on screen (stderr) which, and that ``--cases`` / ``--no-search-json``
+    override."""
+    from mfulib.pipeline.workdir_state import judge_report
+    from mfulib.schemas import grid_search_json
+    from mfulib.schemas.provenance import stale_reasons
+    path = os.path.join(os.path.abspath(op_dir), grid_search_json.FILE_NAME)
+    if not os.path.exists(path):
+        return None
+    try:
+        doc = grid_search_json.read_grid_search_json(path)
+    except Exception as exc:  # a bad file is reported and not used: the collection itself does not need it
+        print(f"note: {path} not used ({exc})", file=sys.stderr)
+        return None
+    why = [] if doc.get("complete") and doc.get("chosen_cases") else ["the search is incomplete or chose no case"]
+    why += stale_reasons(judge_report(path, doc))
+    if why:
+        print(f"note: {path} not used: {'; '.join(why)} - the top-k cases are measured (make search redoes the "
+              "search)", file=sys.stderr)
+        return None
+    print(f"measuring the search's chosen cases {doc['chosen_cases']} from {path} (its recorded inputs match); "
+          "--cases or --no-search-json measures others", file=sys.stderr)
+    return path
 
 
 def _finish(report: dict, output_dir: str, none_timed: str) -> int:

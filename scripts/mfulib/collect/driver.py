@@ -113,9 +113,11 @@ def collect(opts: Options, log=None) -> dict:
     report = build_report(Collection(opts, opdir, backend, reason, env_facts, dev_source, pmu, gate, ff, selection,
                                      selected, skipped, flops, results, impls, interrupted, t_start))
     _perf.write_performance_json(output_dir, report)
+    from mfulib.pipeline.workdir_state import invalidate, record_run
     if report["missing"] or not report["n_cases_valid"]:  # make must redo this step (its stamp no longer holds)
-        from mfulib.pipeline.workdir_state import invalidate
         invalidate(opdir.path, "collect")
+    elif os.path.samefile(output_dir, opdir.path):
+        record_run(opdir.path, "collect", report["made_from"], log)
     if interrupted:
         raise KeyboardInterrupt
     return report

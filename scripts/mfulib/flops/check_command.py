@@ -156,6 +156,9 @@ def run(args) -> int:
     bar.close()
     summary = fchk.summarize(rows, file_level)
     doc.update(summary=summary, file_checks=file_level, per_case=rows, accept_unverified=bool(args.accept_unverified))
+    from mfulib.schemas import provenance as made
+    doc[made.KEY] = made.made_from(os.path.dirname(os.path.abspath(out_path)), [
+        od.model_py, args.flops or od.flops_py], made.settings_of(args, drop=("flops",)), step="flops")
     flops_check_json.write_flops_check_json(out_path, doc, n_cases=len(od.read_cases()))
     if args.quiet:
         print(summary_line(summary))

@@ -35,6 +35,7 @@ from mfulib.peaks.gemm_search import Sweep, confirm_best, hill_climb, probe_layo
 from mfulib.core.definitions import MIB
 from mfulib.peaks.gemm_timing import Bench, b_layouts, low_precision_support, math_mode, measure_bandwidth
 from mfulib.core.jsonio import ensure_writable_dir, provenance, write_json_atomic
+from mfulib.schemas import provenance as made
 from mfulib.run.noise import native_noise_filter
 from mfulib.schemas import peak_json
 from mfulib.schemas.peak_json import METHOD_VERSION, SCHEMA, TOOL, cache_path, default_cache_dir, load_cached
@@ -372,6 +373,9 @@ def _reuse_or_measure(output, be, why, ident, index, cpath, modes, budget_s, ban
     cached, reason = (None, "cache off") if cache != "use" else load_cached(cpath, ident, modes, bandwidth,
                                                                            max_age_days, regime)
     head = provenance(TOOL, SCHEMA, device=ident)
+    head[made.KEY] = made.made_from(os.path.dirname(os.path.abspath(output)), [], {
+        "backend": be, "device": index, "modes": list(modes), "regime": regime, "bandwidth": bool(bandwidth),
+        "budget_s": budget_s}, step="peak")
     if cached is not None:
         log(f"peak_calib: reusing {cpath}: {reason} (--cache refresh re-measures)")
         body = {k: v for k, v in cached.items() if k not in head}

@@ -27,6 +27,7 @@ from mfulib.core.errors import UserError
 from mfulib.core.jsonio import read_json
 from mfulib.core.opdir import PREPARE_JSON
 from mfulib.pipeline.step_graph import Step, read_steps  # noqa: F401  Step: the row type of STEPS
+from mfulib.schemas import provenance
 
 STATE_DIR = ".state"
 # request keys -> the make variable that sets them (for the "what changed" message)
@@ -81,6 +82,96 @@ def invalidate(work: str, step: str) -> bool:
         return False
     os.unlink(path)
     return True
+
+
+def make_record_path(work: str, step: str) -> str:
+    """``<work>/.state/<step>.made_from.json``: the ``made_from`` of the step's last run by make (its settings and
+    inputs), what a run by hand is compared with (:func:`record_run`)."""
+    return os.path.join(work, STATE_DIR, f"{step}.made_from.json")
+
+
+def _same_run(a: dict, b: dict) -> list:
+    """The differences between two ``made_from`` blocks' settings and input digests ([] when the runs match)."""
+    out = []
+    sa, sb = a.get("settings") or {}, b.get("settings") or {}
+    out += [f"{k} {sb.get(k)!r} -> {sa.get(k)!r}" for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k)]
+    fa, fb = a.get("files") or {}, b.get("files") or {}
+    out += [f"{k} differs" for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+    return out
+
+
+def hand_run_differences(work: str, step: str, block: dict):
+    """How a run of ``step`` outside make (its report's ``made_from`` ``block``) differs from make's last run of it
+    (:func:`make_record_path`): a list ([] = the same settings and inputs: it counts as make's), or None when make
+    never recorded a run to compare with."""
+    try:
+        made = read_json(make_record_path(work, step))
+    except (OSError, ValueError):
+        return None
+    return _same_run(block, made) if isinstance(made, dict) else None
+
+
+def record_run(work: str, step: str, block: dict, log=print) -> None:
+    """After ``step`` wrote its report with the ``made_from`` ``block`` in ``work``: a run by make stores the block
+    as make's record (:func:`make_record_path`); a run by hand counts as make's only when its settings and inputs
+    are the ones of make's last run - then the step's stamp is (re)written, else it is removed so that make redoes
+    the step - and says which on screen (``log``)."""
+    if block.get("by_make"):
+        from mfulib.core.jsonio import write_json_atomic
+        write_json_atomic(make_record_path(work, step), block)
+        return
+    diff = hand_run_differences(work, step, block)
+    if diff is None:
+        return
+    stamp = stamp_path(work, step)
+    if not diff:
+        if os.path.isdir(os.path.dirname(stamp)):
+            open(stamp, "a").close()
+            os.utime(stamp)
+        log(f"{step}: run by hand with make's settings and inputs: counts as make's step")
+    elif invalidate(work, step):
+        log(f"{step}: run by hand with other settings or inputs than make's last run ({'; '.join(diff[:4])}): "
+            "make status shows it not done and the next make redoes it")
+
+
+def failed_report(path: str):
+    """Why the report at ``path`` is a failed step's report (str), or None: it is one of the step reports of
+    :data:`STEPS`, records a failure or an incomplete run (:func:`report_verdict`) and make did not accept it (no
+    stamp newer than it: ``ACCEPT_VERIFY_FAILURES=1``'s accepted per-case failures are no step failure)."""
+    name, work = os.path.basename(path), os.path.dirname(os.path.abspath(path))
+    step = next((s.name for s in read_steps() if s.report == name and s.name != "prepare"), None)
+    if step is None:
+        return None
+    stamp = _mtime(stamp_path(work, step))
+    if stamp is not None and stamp >= (_mtime(path) or 0):
+        return None
+    ok, detail = report_verdict(step, path)
+    return None if ok else (detail[:160] + ("..." if len(detail) > 160 else "") if detail else "failed")
+
+
+def judge_report(path: str, doc: dict | None = None) -> list:
+    """:func:`mfulib.schemas.provenance.judge` of the report at ``path`` (``doc``: its content when already read),
+    with a failed step's report (:func:`failed_report`) as the refusing input."""
+    if doc is None:
+        try:
+            doc = read_json(path)
+        except (OSError, ValueError):
+            return []
+    return provenance.judge(doc, os.path.dirname(os.path.abspath(path)), failed=failed_report)
+
+
+def check_current(path: str, doc: dict | None = None, refuse: bool = True) -> list:
+    """The stale reasons of the report at ``path`` (:func:`judge_report`; [] when current). With ``refuse``, a
+    recorded input that changed and is now a failed step's report raises UserError (naming the report, the input
+    and the fix): a step must not build on it. A report given for comparison (``--report``: an earlier round) is
+    judged with ``refuse`` False - against its own recorded inputs, marked, never refused."""
+    issues = judge_report(path, doc)
+    bad = provenance.refusals(issues)
+    if refuse and bad:
+        raise UserError(f"{path}: made from inputs that changed since, and {bad[0]} - it cannot be built on: fix that "
+                        f"step and re-run it and the steps after it (make status OP=<op> shows which), or give this "
+                        "report as --report to read it as an earlier round")
+    return provenance.stale_reasons(issues)
 
 
 # ------------------------------------------------------------------------------------------------ step 1
@@ -196,6 +287,16 @@ def _search_verdict(path: str) -> tuple:
     return bool(doc.get("complete")), [f"best: {text}" if text else "no best point"]
 
 
+def _made_from(path: str):
+    """The ``made_from`` block of the report at ``path``, or None (unreadable, or made before the record existed)."""
+    try:
+        doc = read_json(path)
+    except (OSError, ValueError):
+        return None
+    block = doc.get(provenance.KEY) if isinstance(doc, dict) else None
+    return block if isinstance(block, dict) else None
+
+
 def _mtime(path):
     return os.path.getmtime(path) if os.path.exists(path) else None
 
@@ -224,10 +325,11 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
         if os.path.exists(stamp):
             newer = [os.path.relpath(d, work) for d in deps if (_mtime(d) or 0) > _mtime(stamp)]
             given = settings_changed.get(step.name) or []
-            if upstream or newer or given:
+            judged = provenance.stale_reasons(judge_report(report)) if have_report and ok is not None else []
+            if upstream or newer or given or judged:
                 st, detail = "stale", "; ".join(upstream + [f"{n} changed since this step ran" for n in newer] +
                                                  ([f"{', '.join(given)} given with another value than its last run"]
-                                                  if given else []))
+                                                  if given else []) + judged)
             elif not have_report:
                 st, detail = "stale", f"its report {report} is gone"
             elif ok is None:  # the stamp stands, so make takes the step as done - but nothing can read its report
@@ -249,8 +351,12 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
         elif not ok:
             st = "failed"
         else:
-            st, detail = "not done", ("report present but make recorded no success (interrupted, or run outside "
-                                      "make): make redoes it" + (f"; {detail}" if detail else ""))
+            block = _made_from(report)
+            diff = hand_run_differences(work, step.name, block) if block and not block.get("by_make") else None
+            why = (f"run by hand with other settings or inputs than make's ({'; '.join(diff[:3])})" if diff else
+                   "interrupted, or run outside make")
+            st, detail = "not done", (f"report present but make recorded no success ({why}): make redoes it" +
+                                      (f"; {detail}" if detail else ""))
         state[step.name] = st
         rows.append({"step": step.name, "state": st, "detail": detail, "report": report if have_report else ""})
     return rows
@@ -313,5 +419,9 @@ def status_table(work: str, prepare: tuple, settings_changed: dict | None = None
     rows = step_states(work, prepare, settings_changed)
     body = [[r["step"], r["state"], textwrap.fill(r["detail"] or "", 80), r["report"]] for r in rows]  # wrapped, not cut
     mixed, bad = seed_mismatch(work), case_file_problem(work)
+    html = os.path.join(work, "report.html")
+    record = provenance.html_record(html) if os.path.exists(html) else None
+    old = provenance.stale_reasons(provenance.judge(record, work)) if record else []
     return (f"work directory {work}\n" + tabulate(body, headers=["step", "state", "detail", "report"])
-            + (f"\nerror: {bad}" if bad else "") + (f"\nwarning: {mixed}" if mixed else ""))
+            + (f"\nerror: {bad}" if bad else "") + (f"\nwarning: {mixed}" if mixed else "")
+            + (f"\nreport.html: stale ({'; '.join(old)}) - make report renders it again" if old else ""))

@@ -43,7 +43,7 @@ from mfulib.flops.kernel_parts import OTHER, check_kernel_parts, match_part
 from mfulib.core.nominal_peaks import dtype_nominal_tflops
 from mfulib.schemas.peak_json import nominal_half_tflops, read_peak_json
 from mfulib.schemas.performance_json import completeness, load_report
-from mfulib.pipeline.workdir_state import seed_mismatch
+from mfulib.pipeline.workdir_state import check_current, seed_mismatch
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -391,11 +391,13 @@ def report_label(path: str, taken: set) -> str:
 
 
 def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: str | None,
-                     cases=None, allow_incomplete: bool = False) -> dict:
+                     cases=None, allow_incomplete: bool = False, current: bool = False) -> dict:
     """Decompose every (or the selected) measured case of one performance.json. An incomplete collection
     (interrupted: ``complete`` false) raises UserError unless ``allow_incomplete``; then it is marked
-    (``complete``/``missing`` of the report)."""
+    (``complete``/``missing``). ``stale``: :func:`mfulib.pipeline.workdir_state.check_current` (refused for the
+    work directory's own report, ``current``, when a changed input is a failed step's report)."""
     rep = load_report(path)
+    stale = check_current(path, rep, refuse=current)
     complete, missing_runs = completeness(rep)
     if not complete and not allow_incomplete:
         raise UserError(f"{path}: incomplete collection ({'; '.join(missing_runs[:4]) or 'interrupted'}) - re-run "
@@ -431,7 +433,7 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
             "nominal_tflops": peaks["nominal_tflops"], "nominal_source": peaks["nominal_source"],
             "warmup": rep.get("warmup"), "repeats": rep.get("repeats"), "timing_method": rep.get("timing_method"),
             "flush_cache_mib": rep.get("flush_cache_mib"),
-            "complete": complete, "missing": missing_runs, "notes": notes, "rows": rows}
+            "complete": complete, "missing": missing_runs, "stale": stale, "notes": notes, "rows": rows}
 
 
 def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, include_current: bool = True,
@@ -459,7 +461,7 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
         if label:
             taken.add(label)
         out_reports.append(decompose_report(path, label or report_label(path, taken), peak, peak_path, op_dir,
-                                            cases, allow_incomplete))
+                                            cases, allow_incomplete, current=include_current and not out_reports))
     rows = [r for rep in out_reports for r in rep["rows"]]
     if cases is not None and not rows:
         have = "; ".join(f"{rep['path']}: {rep['measured_cases']}" for rep in out_reports)
@@ -476,6 +478,9 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
                 for rep in out_reports if not rep["complete"]]
     warnings += [f"{r['report']} case {r['case']}: {f['message']}" for r in rows for f in r.get("flags", [])
                  if f["level"] == "warning"]
+    stale = [f"{rep['path']}: {why}" for rep in out_reports for why in rep["stale"]] + \
+        [f"{os.path.abspath(peak_path)}: {why}" for why in check_current(peak_path, peak, refuse=False)]
+    warnings += [f"STALE {s}" for s in stale]
     if op_dir and (mixed := seed_mismatch(op_dir)):
         warnings.append(mixed)
     trust = peak.get("trust") or {}
@@ -492,7 +497,7 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
             "reports": out_reports, "maxima": maxima(rows),
             "regime": regime(out_reports, peak),
             "reading_aid": reading_aid(rows, peak.get("peak_tflops") or {}),
-            "errors": errors, "warnings": warnings,
+            "errors": errors, "warnings": warnings, "stale": stale,
             "notes": [n for rep in out_reports for n in rep["notes"]] + search_note(op_dir, rows),
             "complete": all(rep["complete"] for rep in out_reports),
             "missing": [f"{rep['label']}: {m}" for rep in out_reports for m in rep["missing"]]}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import os
 import tempfile
 
@@ -28,6 +29,7 @@ from mfulib.core.fmt import EM_DASH as DASH, pct, sig, times
 from mfulib.core.jsonio import write_text_atomic
 from mfulib.report import cells
 from mfulib.report.tables import TFLOPS_DIGITS, US_DIGITS, chart_title, save_figure, shape_cell
+from mfulib.schemas.provenance import HTML_MARK
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:24px;color:#1d2330;
@@ -362,6 +364,8 @@ def render_html(doc: dict, perf_docs=None, peak_doc=None) -> str:
             f"<p class=\"sub\">{esc(doc.get('peak_label'))} &middot; {esc(doc.get('created_at'))}</p>"]
     if doc.get("complete") is False:
         body.append(f"<p class=\"err\">INCOMPLETE collection: {esc('; '.join(doc.get('missing') or []))}</p>")
+    if doc.get("stale"):  # made from files that changed since (mfulib.schemas.provenance.judge)
+        body.append(f"<p class=\"err\">STALE: {esc('; '.join(doc['stale']))}</p>")
     body += ["<h2>Cases</h2>", case_table(doc), "<h2>Roofline</h2>",
              _img(roof_png, "roofline plot") if roof_png else "", f"<p class=\"sub\">{esc(roof_cap)}</p>",
              "<h2>Parts</h2>", _img(parts_png, "time share vs FLOPs share per part") if parts_png else "",
@@ -377,8 +381,14 @@ def render_html(doc: dict, perf_docs=None, peak_doc=None) -> str:
             + "\n".join(body) + "</body></html>\n")
 
 
-def write_html(doc: dict, path: str, perf_docs=None, peak_doc=None) -> str:
-    """Write :func:`render_html` atomically to ``path``; returns the path."""
+def write_html(doc: dict, path: str, perf_docs=None, peak_doc=None, made_from=None) -> str:
+    """Write :func:`render_html` atomically to ``path``; returns the path. ``made_from``
+    (:mod:`mfulib.schemas.provenance`) is recorded as an HTML comment on the second line
+    (:func:`mfulib.schemas.provenance.html_record` reads it back)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    write_text_atomic(path, render_html(doc, perf_docs, peak_doc))
+    text = render_html(doc, perf_docs, peak_doc)
+    if made_from is not None:
+        head, rest = text.split("\n", 1)
+        text = f"{head}\n<!-- {HTML_MARK} {json.dumps(made_from)} -->\n{rest}"
+    write_text_atomic(path, text)
     return path

@@ -147,6 +147,10 @@ def measure_again_reason(path: str):
     if method.get("method_version") != METHOD_VERSION:
         return (f"measured by method version {method.get('method_version')!r}, this tool measures version "
                 f"{METHOD_VERSION}")
+    from mfulib.schemas.provenance import judge  # torch / Triton changed since it was measured
+    changed = [i["why"] for i in judge(doc, os.path.dirname(os.path.abspath(path))) if i["file"] is None]
+    if changed:
+        return "; ".join(changed)
     if doc.get("accelerator") is False:
         return None
     trust = doc.get("trust")

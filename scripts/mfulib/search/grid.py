@@ -48,6 +48,7 @@ from mfulib.core.errors import UserError
 from mfulib.core.jsonio import provenance, read_json
 from mfulib.core.opdir import OpDir
 from mfulib.schemas import grid_search_json as _gs
+from mfulib.schemas import provenance as made
 
 COLLECTOR = os.path.join(SCRIPTS_DIR, "ops_profiling", "msprof_perf_summary.py")
 SCRATCH = "search"
@@ -483,5 +484,11 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         doc["complete"] = True
     finally:
         cost["total"] = time.perf_counter() - t_start
+        doc[made.KEY] = made.made_from(os.path.dirname(os.path.abspath(out)), [  # what the collector judges it by
+            opdir.model_py, opdir.model_new_py, opdir.flops_py, opdir.cases_path, probe_path],
+            made.settings_of(opts, drop=("progress", "probe_json")), step="search")
         _gs.write_grid_search_json(out, doc)
+    if os.path.dirname(os.path.abspath(out)) == opdir.path:
+        from mfulib.pipeline.workdir_state import record_run
+        record_run(opdir.path, "search", doc[made.KEY], log)
     return doc

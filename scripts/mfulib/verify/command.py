@@ -1,5 +1,6 @@
 """The verify_op.py command: which cases are verified (the caps of the backend), each in its own child process
 (:func:`mfulib.verify.correctness.verify_isolated`), verify.json written, the table printed."""
+import os
 import sys
 
 from mfulib.core import cli
@@ -56,7 +57,16 @@ def run(args) -> int:
         from mfulib.run.interpreter import summary
         out["cpu_adaptations"] = summary(rows)
     out_path = args.output or od.file(verify_json.FILE_NAME)
+    from mfulib.schemas import provenance as made
+    out[made.KEY] = made.made_from(os.path.dirname(os.path.abspath(out_path)), [od.model_py, od.model_new_py],
+                                   made.settings_of(args), step="verify")
     verify_json.write_verify_json(out_path, out)
+    if os.path.dirname(os.path.abspath(out_path)) == od.path:  # a failed run by hand: make must redo the step
+        from mfulib.pipeline.workdir_state import invalidate, record_run
+        if not out["failed"]:
+            record_run(od.path, "verify", out[made.KEY])
+        elif not out[made.KEY]["by_make"]:
+            invalidate(od.path, "verify")
     # one table renderer (tabulate): missing cells print empty, no NaN and no pandas fill warnings
     cols = [c for c in ("case", "dtype", "status", "max_norm_err", "tol", "shape", "reason") if any(c in r for r in rows)]
     table = [["" if r.get(c) is None else r[c] for c in cols] for r in rows]
