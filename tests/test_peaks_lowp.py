@@ -3,7 +3,7 @@ and the above-peak check judged against the dtype's own nominal figure (MFU@nom 
 import pytest
 
 from mfulib.peaks import calib
-from mfulib.report import decompose
+from mfulib.report import decompose, peaks_match
 from mfulib.backends import get_backend
 from mfulib.core import device
 from mfulib.peaks import gemm_search
@@ -175,11 +175,11 @@ def test_decompose_judges_int8_against_its_own_nominal_not_the_fp16_figure(tops,
 
 def test_decompose_reads_the_per_dtype_nominal_from_the_report_or_peak_json():
     nom = peaks.nominal_for_identity(H200)["tflops"]
-    from_report = decompose.peaks_for({"peak": {"nominal_tflops": nom, "value_tflops": 989.5}}, {"peak_tflops": {}})
+    from_report = peaks_match.peaks_for({"peak": {"nominal_tflops": nom, "value_tflops": 989.5}}, {"peak_tflops": {}})
     assert from_report["nominal_by_mode"]["int8"] == 1979.0 and from_report["nominal_tflops"] == 989.5
     override = {"peak": {"nominal_tflops": {"float16": 500.0, "bfloat16": 500.0}, "value_tflops": 500.0,
                          "override": True}}
-    from_peak = decompose.peaks_for(override, {"peak_tflops": {}, "nominal": {"tflops": nom}})
+    from_peak = peaks_match.peaks_for(override, {"peak_tflops": {}, "nominal": {"tflops": nom}})
     assert from_peak["nominal_tflops"] == 500.0 and from_peak["nominal_by_mode"]["int8"] == 1979.0
 
 
