@@ -344,7 +344,7 @@ def test_a_probe_cut_by_its_budget_makes_the_row_say_search_incomplete_never_a_p
     assert md_row(md, name="whole")["status"] == "ok" and "search incomplete 1 (probe cut by its budget)" in md
     assert "ok (search incomplete)" in open(paths["html"]).read()
     csv = open(paths["csv"]).read().splitlines()
-    assert csv[0].split(",")[:7] == ["name", "layout", "status", "reason", "case", "scale", "search"]
+    assert csv[0].split(",")[:8] == ["name", "layout", "status", "reason", "case", "scale", "factors", "search"]
     no_search = tmp_path / "ops" / "plain"
     no_search.mkdir()
     assert operator_row({"name": "plain", "layout": "B", "work": str(no_search), "log": "x"},

@@ -170,7 +170,8 @@ def test_the_shape_cell_names_the_search_origin_of_an_appended_case_only():
     appended = {"case": 11, "shape": "[4, 10000]", "search_origin": {"source_case": 2, "scale": 2}}
     assert report.shape_cell(appended) == "[4,10000]<-case2x2"
     appended["search_origin"]["factors"] = {"batch": 2, "seq": 4}  # the probe's factors, where recorded
-    assert report.shape_cell(appended) == "[4,10000]<-case2:batchx2,seqx4"
+    assert report.shape_cell(appended, width=40) == "[4,10000]<-case2:batchx2,seqx4"
+    assert report.shape_cell(appended) == "[4,10000]\n<-case2:batchx2,seqx4"  # over 28 characters: wrapped, not cut
     # the search's x1 point of an original case is the case itself: no origin to name
     original = {"case": 2, "shape": "[2, 10000]", "search_origin": {"source_case": 2, "scale": 1}}
     assert report.shape_cell(original) == "[2,10000]"

@@ -119,6 +119,7 @@ def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
     best = grid.get("best") if isinstance(grid.get("best"), dict) else {}
     if best.get("case") is not None:
         row["case"], row["scale"] = best.get("case"), best.get("scale")
+        row["factors"] = factors_label(best.get("factors") or {})  # batch x4,seq x2 (x1: an original case)
     row["search"] = search_state(job["work"], grid)
     row["errors"] = "; ".join(errors) or None  # the decomposition's errors; why a job failed is its reason
     return row
