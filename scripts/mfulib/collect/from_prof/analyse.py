@@ -25,6 +25,9 @@ from mfulib.collect.from_prof.ranges import choose as choose_ranges, tag, tag_by
 from mfulib.profiles import kernels as _kernels
 
 
+OWN_RANGES = ("mfu_iter", "marker_kernels")  # this tool's iteration ranges / marker kernels
+
+
 def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude", l2_bytes=None, range_name=None,
             device=None, own_kernels=()) -> dict:
     """A collector-style result ({status, error, summary, flags, attempts, prof_dir, device, runtime,
@@ -129,7 +132,8 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
         flags += flags_lost
         problems += problems_lost
     src["iterations_from"] = source
-    flags.insert(0, f"iterations from: {source}")
+    if source not in OWN_RANGES:  # a foreign profile says where its iterations came from; this tool's own kept
+        flags.insert(0, f"iterations from: {source}")  # profile re-reads to the live run's flags (the round trip)
     src.update(flush_record)
     rows, w2, r2 = renumber(rows, w, r)
     src.update(warmup=w, repeats=r, warmup_used=w2, repeats_used=r2)
@@ -149,9 +153,12 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
         if note:
             flags.append(note)
     src["excluded"] = _excluded(rows, w2, flush_record)
-    if src["excluded"]:
+    # listed as a flag where it is news: in this tool's own kept profile the warm-up and the launches outside the
+    # iterations are the live run's own design (recorded in from_profile.excluded all the same)
+    news = [e for e in src["excluded"] if source not in OWN_RANGES or e["what"] not in ("warmup", "outside_iterations")]
+    if news:
         flags.append("left out of the operator's time: " + "; ".join(
-            f"{e['what']} {e['launches']} launch(es) {e['time_ns'] / 1e3:.1f} us" for e in src["excluded"]))
+            f"{e['what']} {e['launches']} launch(es) {e['time_ns'] / 1e3:.1f} us" for e in news))
     res["summary"] = summary
     res["flags"] = flags + list(summary.get("flags", []))
     if summary["status"] == "no_kernels":
