@@ -26,9 +26,17 @@ def script(work, name, *args):
 
 
 def status_rows(work) -> dict:
-    out = make(work, "status").stdout
-    return {line.split()[0]: line for line in out.splitlines() if line.split()[:1] and line.split()[0] in (
-        "verify", "flops", "collect", "peak", "decompose", "report.html:")}
+    """{step: its line, with the detail lines `make status` wraps it onto (step column blank) joined to it}."""
+    out, last = {}, None
+    for line in make(work, "status").stdout.splitlines():
+        words = line.split()
+        if words[:1] and words[0] in ("verify", "flops", "collect", "peak", "decompose", "report.html:"):
+            out[words[0]], last = line, words[0]
+        elif last and line.startswith(" ") and words:
+            out[last] += " " + " ".join(words)
+        else:
+            last = None
+    return out
 
 
 @pytest.fixture
