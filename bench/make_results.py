@@ -137,7 +137,9 @@ def fresh_line(f):
 
 
 def stamp(st):
-    text = f"*{st.get('created_at', '?')}, commit `{st.get('git_commit') or '?'}`, {st.get('wall_s', '?')} s*"
+    wall = st.get("wall_s")
+    text = (f"*{st.get('created_at', '?')}, commit `{st.get('git_commit') or '?'}`, "
+            + (f"{wall} s*" if wall is not None else "wall time not recorded*"))
     for key in ("git_commit_note", "call_note"):  # notes added to a pack after the call (who and why, in the text)
         if st.get(key):
             text += f"\n\n> **{key.replace('_', ' ')}:** {st[key]}"
@@ -187,14 +189,21 @@ def sec_pmu(st):
             + table(["case", "part", "MFU@ach", "bound", "headroom", "case MFU if fixed", "why"], prow))
 
 
+def _observed(k):
+    """The class a known-kernel pack classified a kernel as: ``observed`` (the bench's own name-matched kernels),
+    else the older packs' ``bound.label``."""
+    return k.get("observed") or (k.get("bound") or {}).get("label")
+
+
 def sec_pmu_micro(st):
     r = st.get("result") or {}
-    rows = [[k["kernel"][:44], k.get("expected"), k["bound"]["label"], counters(k.get("counters"), NCU_SHOWN)]
+    rows = [[k["kernel"][:44], k.get("expected"), _observed(k), counters(k.get("counters"), NCU_SHOWN)]
             for k in r.get("kernels") or []]
     return (f"## Bound classes on known kernels (`bench/pmu_bound_h200.py`)\n\n{stamp(st)}\n\n{r.get('device')}, "
             f"compute capability {r.get('capability')}; counters unavailable: {r.get('pmu_unavailable')}; metrics "
             f"rejected by this ncu: {r.get('rejected_metrics') or 'none'}. The expected class is the kernel's "
-            "design intent (a large GEMM, a copy, a small layer_norm), written in the script before the run.\n\n"
+            "design intent, written in the script before the run and matched by the kernel's exact name (packs before the "
+            "name-matched bench: a large GEMM, a copy, a small layer_norm, matched by name substring).\n\n"
             + table(["kernel", "expected", "classified", "counters"], rows))
 
 
@@ -605,12 +614,14 @@ def _summary_rows(pack):
     r = (pack.get("pmu_micro") or {}).get("result") or {}
     known = [k for k in r.get("kernels") or [] if k.get("expected")]
     if known:
-        bad = [k for k in known if (k.get("bound") or {}).get("label") != k["expected"]]
-        why = "".join(f"; {k['kernel'][:40]}: expected {k['expected']}, classified {k['bound']['label']} (SM "
+        bad = [k for k in known if _observed(k) != k["expected"]]
+        classes = sorted({k["expected"] for k in known} - {k["expected"] for k in bad})
+        why = "".join(f"; {k['kernel'][:40]}: expected {k['expected']}, classified {_observed(k)} (SM "
                       f"{num((k.get('counters') or {}).get('sm_throughput_pct'))}%, memory "
                       f"{num((k.get('counters') or {}).get('memory_throughput_pct'))}%)" for k in bad)
         rows.append(("pmu_micro", ["bound class = a known kernel's design intent",
-                                   f"{len(known) - len(bad)}/{len(known)} agree{why}", "all agree",
+                                   f"{len(known) - len(bad)}/{len(known)} agree (classes observed: "
+                                   f"{', '.join(classes) or 'none'}){why}", "all agree",
                                    _verdict(not bad)]))
     r = (pack.get("makeall") or {}).get("result") or {}
     warm = [x for x in r.get("runs") or [] if x.get("mode") == "warm"]
