@@ -17,6 +17,11 @@ and the index id that ``read_file`` opens:
 * level2 ``GroupNormSwish`` (named in docs/sources.md's benchmark conventions): calls
   ``torch_npu.npu_group_norm_swish``, whose tracer stand-in counts 0 matrix FLOPs.
 
+The same classes in repository-cited public references (tests/test_flops_drafts_classes.py reads them for the
+drafts): grouped matmul ``weich97/NPUKernelBench`` ``tasks/level3/GMM/GroupedMatmul/validation/module.py``; sparse
+attention ``sgl-project/sgl-kernel-npu`` ``tests/python/sgl_kernel_npu/test_sparse_flash_attention.py``;
+GroupNormSwish ``weich97/NPUKernelBench`` ``tasks/level2/Norm/GroupNormSwish/validation/module.py``.
+
 The references' code is not copied: the work directories below call the same ops with the same argument
 conventions, and the hand values are computed from the formulas above.
 """
