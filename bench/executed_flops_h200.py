@@ -10,7 +10,8 @@ Two parts:
 1. **compile** (any host, no GPU): the kernels the tests read are compiled by Triton for target sm_90 into a fresh
    ``TRITON_CACHE_DIR`` (``triton.compile``; Triton's own cache layout) and their ``<name>.json`` + ``<name>.ptx``
    are copied to ``<out>/fixtures/triton_cache/<key>/`` with ``manifest.json`` (which kernel, which config, Triton
-   version). :data:`FIXTURE_KERNELS`: the zoo MHA ``matmul_kernel`` at its fp16 and fp32 tiles, the zoo
+   version). :data:`FIXTURE_KERNELS`: the zoo MHA ``matmul_kernel`` at its fp16 and fp32 tiles (and the fp16 tile
+   in bf16: same warps and shared memory, another MMA input type), the zoo
    ``flash_attn_fwd_kernel`` at head dim 128 (two wgmma shapes) and a toy ``mm_tile_kernel`` at 128x64 and 64x128
    (same warps and shared memory, different N).
 2. **measure** (CUDA + ncu; skipped with ``--compile-only``): the zoo operator 5_MHABlock, reference and
@@ -53,6 +54,8 @@ GEMM_TILE = (128, 256, 64)  # examples/ops/gen/zoo/5_MHABlock_triton_optimized.p
 FIXTURE_KERNELS = (  # (label, kernel source, constexprs, signature types, num_warps, num_stages)
     ("zoo5 matmul_kernel fp16 128x256x64", "matmul", {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8},
      "fp16", 8, 3),
+    ("zoo5 matmul_kernel bf16 128x256x64", "matmul", {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8},
+     "bf16", 8, 3),
     ("zoo5 matmul_kernel fp32 (tf32) 128x128x32", "matmul", {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32,
                                                              "GROUP_M": 8}, "fp32", 8, 3),
     ("zoo5 flash_attn_fwd_kernel fp16 d128 (QK n64, PV n128)", "attn", {"CAUSAL": True, "BLOCK_M": 128, "BLOCK_N": 64,

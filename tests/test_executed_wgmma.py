@@ -38,17 +38,18 @@ def test_ptx_shapes_from_instruction_text():
 
 
 def test_compiled_variants_read_triton_cache_layout():
-    got = {(v["num_warps"], v["shared"]): v for v in triton_ptx.compiled_variants(CACHE, "matmul_kernel")}
-    assert set(got) == {(8, 49152), (8, 98304)}  # manifest.json: the fp16 and the fp32 config of the zoo GEMM
-    assert [(w["shape"], w["types"]) for w in got[(8, 49152)]["wgmma"]] == [("m64n256k16", "f32.f16.f16")]
-    assert [(w["shape"], w["types"]) for w in got[(8, 98304)]["wgmma"]] == [("m64n128k8", "f32.tf32.tf32")]
-    assert all(len(v["ptx_sha256"]) == 64 and v["arch"] == 90 for v in got.values())
+    vs = triton_ptx.compiled_variants(CACHE, "matmul_kernel")
+    got = {(v["num_warps"], v["shared"], w["shape"], w["types"]) for v in vs for w in v["wgmma"]}
+    # manifest.json: the fp16, bf16 and fp32 configs of the zoo GEMM, one wgmma form each
+    assert len(vs) == 3 and got == {(8, 49152, "m64n256k16", "f32.f16.f16"), (8, 49152, "m64n256k16", "f32.bf16.bf16"),
+                                    (8, 98304, "m64n128k8", "f32.tf32.tf32")}
+    assert all(len(v["ptx_sha256"]) == 64 and v["arch"] == 90 for v in vs)
     assert triton_ptx.compiled_variants(CACHE, "no_such_kernel") == []
 
 
 def test_the_launch_picks_its_variant_by_threads_and_dynamic_shared_memory():
     rec = triton_ptx.launched_variant(CACHE, "matmul_kernel", 256.0, 98304.0)
-    assert rec["status"] == "found" and rec["candidates"] == 2 and len(rec["variants"]) == 1
+    assert rec["status"] == "found" and rec["candidates"] == 3 and len(rec["variants"]) == 1
     assert rec["variants"][0]["wgmma"][0]["n"] == 128
     none = triton_ptx.launched_variant(CACHE, "matmul_kernel", 128.0, 98304.0)  # 4 warps: no such variant
     assert none["status"] == "none" and "matches the launch" in none["why"]
@@ -69,6 +70,32 @@ def test_wgmma_flops_from_the_compiled_shape():
     tf32 = triton_ptx.launched_variant(CACHE, "matmul_kernel", 256, 98304)
     v, _ = executed.kernel_flops(_wgmma_counters(1000), "ncu", "9.0", "tf32", tf32)
     assert v == 1000 * (2 * 64 * 128 * 8 // 4) == 32_768_000
+
+
+def test_variants_of_another_math_mode_cannot_be_the_one_that_ran():
+    """The H200 search's case: the cache holds a bf16 and an fp16 compile of matmul_kernel (8 warps, 48 KiB each,
+    m64n256k16): the launch matches both; the case's math mode picks one. 4000 gmma x 2*64*256*16/4 by hand."""
+    rec = triton_ptx.launched_variant(CACHE, "matmul_kernel", 256, 49152)
+    assert rec["status"] == "ambiguous" and "m64n256k16.f32.bf16.bf16; m64n256k16.f32.f16.f16" in rec["why"]
+    v, why = executed.kernel_flops(_wgmma_counters(4000), "cuda", "9.0", None, rec)  # no mode: still unknown
+    assert v is None and "which one ran is unknown" in why
+    for mode, kept, out in (("float16", "f32.f16.f16", "bf16.bf16"), ("bfloat16", "f32.bf16.bf16", "f32.f16.f16)")):
+        v, how = executed.kernel_flops(_wgmma_counters(4000), "cuda", "9.0", mode, rec)
+        assert v == 4000 * 2 * 64 * 256 * 16 / 4 == 524_288_000, how
+        assert f"m64n256k16.{kept} (PTX sha256" in how and f"1 of the 2 matching variants ruled out by the case's " \
+            f"math mode {mode}" in how and out in how.split("ruled out")[1]
+    v, why = executed.kernel_flops(_wgmma_counters(4000), "cuda", "9.0", "tf32", rec)  # neither takes tf32
+    assert v is None and "none of them takes the case's math mode tf32" in why
+    entry = {"pmu": {"matmul_kernel": dict(_wgmma_counters(4000), launches=1)},
+             "kernels": [{"name": "matmul_kernel", "launches_per_iter": 3}],
+             executed.SHAPES_FIELD: {"matmul_kernel": rec}}
+    assert executed.executed_flops(entry, "cuda", "9.0", "bfloat16")[0] == 3 * 524_288_000
+    # variants of one input type with different N stay ambiguous whatever the mode (mm_tile 128x64 vs 64x128)
+    amb = triton_ptx.launched_variant(CACHE, "mm_tile_kernel", 128, 24576)
+    assert executed.variants_for_mode(amb["variants"], "float16") == (amb["variants"], [])
+    assert [executed.ptx_input_mode(t) for t in ("f32.f16.f16", "f32.bf16.bf16", "f32.tf32.tf32", "s32.s8.s8",
+                                                 "f32.e4m3.e4m3", "")] == ["float16", "bfloat16", "tf32", "int8",
+                                                                           "float8_e4m3fn", None]
 
 
 def test_wgmma_refusals_say_why():
@@ -123,7 +150,10 @@ def test_kernel_records_match_every_profiled_kernel():
     counters = {"matmul_kernel": {"launches": 2, "block_size": 256.0, "shared_mem_dynamic_bytes": 49152.0},
                 "void at::native::elementwise_kernel<4>(int)": {"launches": 0}}
     recs = triton_ptx.kernel_records(counters, CACHE)
-    assert list(recs) == ["matmul_kernel"] and recs["matmul_kernel"]["status"] == "found"
+    # the fp16 and the bf16 compile share 8 warps and 48 KiB: the record keeps both (the math mode tells them apart)
+    assert list(recs) == ["matmul_kernel"] and recs["matmul_kernel"]["status"] == "ambiguous"
+    assert sorted(v["wgmma"][0]["types"] for v in recs["matmul_kernel"]["variants"]) == ["f32.bf16.bf16",
+                                                                                         "f32.f16.f16"]
 
 
 @pytest.mark.skipif(not os.path.isdir(H200_CACHE), reason="no H200-recorded Triton cache (bench/executed_flops_h200.py)")

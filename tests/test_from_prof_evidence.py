@@ -28,12 +28,12 @@ class Trace:
         self.ev, self.t, self.corr = [], 1_000_000.0, 1
 
     def launch(self, name, dur_us, block=128, host_op=None, nbytes=None, device=0, stream=7, record=True, gap=8.0,
-               host_ts=None):
+               host_ts=None, types=("int", "Scalar")):
         t = self.t if host_ts is None else host_ts
         if host_op:
             args = {"External id": self.corr}
-            if nbytes is not None:
-                args.update({"Input Dims": [[nbytes // 4], []], "Input type": ["int", "Scalar"]})
+            if nbytes is not None:  # record_shapes: the first input holds nbytes of 4-byte elements
+                args.update({"Input Dims": [[nbytes // 4]] + [[]] * (len(types) - 1), "Input type": list(types)})
             self.ev.append({"ph": "X", "cat": "cpu_op", "name": host_op, "ts": t - 1, "dur": 6, "pid": 1, "tid": 1,
                             "args": args})
         self.ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t, "dur": 4, "pid": 1,
@@ -199,6 +199,55 @@ def test_an_operator_with_its_own_fill_and_sum_reads_its_whole_time(tmp_path):
                                     t.launch("sum_kernel", 50.0)))
     c = case(run_from_prof(tmp_path / "b", tr.write(tmp_path / "t2.json")))
     assert c["kernel_time_ns"] == 190000.0 and c["harness_launches_dropped"] == 0
+
+
+FILL_FLOAT = FILL_CUDA.replace("FillFunctor<int>", "FillFunctor<float>")
+# CAST_HALF and SUM_FLOAT: torch's CUDA kernels as the H200 recording own_fill_sum_ranges.json.gz names them
+# (tests/fixtures/profiles/cuda); COPY: a stand-in for torch's direct_copy_kernel_cuda (its type read from the host op)
+CAST_HALF = ("void at::native::vectorized_elementwise_kernel<8, at::native::float16_copy_kernel_cuda(at::TensorIterator"
+             "Base&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::float16_copy_kernel_cuda(at::Tensor"
+             "IteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul>)")
+SUM_FLOAT = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::"
+             "native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, uns"
+             "igned int, float, 4, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_"
+             "functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, "
+             "float, 4, 4>)")
+COPY = "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)>"
+
+
+@pytest.mark.parametrize("what, head, tail, expected_ns, dropped, why", [
+    # torch's fill_ of a float buffer at the head: not do_bench's torch.int cache - the operator's 60 + 100 us
+    ("fill float", [(FILL_FLOAT, 60.0, "aten::fill_", ("float", "Scalar"))], [], 160000.0, 0, "fills a float buffer"),
+    # the type from the host op alone (a kernel name cut before its template argument)
+    ("fill float, host type", [(FILL_FLOAT[:60], 60.0, "aten::fill_", ("float", "Scalar"))], [], 160000.0, 0,
+     "fills a float buffer"),
+    ("fill int", [(FILL_CUDA, 60.0, "aten::zero_", ("int",))], [], 100000.0, 4, None),
+    # .to(float16) then a sum of the float buffer at the tail (the recorded own_fill_sum case): 100 + 95 + 73 us
+    ("cast half + sum", [], [(CAST_HALF, 95.0, "aten::copy_", ("c10::Half", "float", "Scalar")),
+                             (SUM_FLOAT, 73.0, "aten::sum", ("float", "ScalarList", "Scalar", ""))], 268000.0, 0,
+     "the cast writes c10::Half"),
+    # buffer.float() of an int buffer, then buffer.sum() of what it wrote: harness, 100 us left
+    ("float() + sum", [], [(COPY, 95.0, "aten::copy_", ("float", "int", "Scalar")),
+                           (SUM_FLOAT, 73.0, "aten::sum", ("float", "ScalarList", "Scalar", ""))], 100000.0, 8, None),
+])
+def test_cuda_element_types_tell_a_harness_flush_from_the_operators_own(tmp_path, what, head, tail, expected_ns,
+                                                                       dropped, why):
+    """A 256 MiB signature at the head / tail of each of 4 iterations around a 100 us matmul on an H200 (L2 60 MiB):
+    excluded only when its types are do_bench's (torch.int cache; buffer.float() writes float32, buffer.sum()
+    reads it)."""
+    tr = Trace()
+
+    def body(t, i):
+        for name, dur, op, types in head:
+            t.launch(name, dur, host_op=op, nbytes=256 * MIB, types=types)
+        t.launch("matmul_kernel", 100.0)
+        for name, dur, op, types in tail:
+            t.launch(name, dur, host_op=op, nbytes=256 * MIB, types=types)
+    iterations(tr, 4, body)
+    c = case(run_from_prof(tmp_path / "o", tr.write(tmp_path / "t.json")))
+    assert c["kernel_time_ns"] == pytest.approx(expected_ns) and c["harness_launches_dropped"] == dropped
+    kept = [f for f in c["flags"] if "the operator's own work, kept in its time" in f]
+    assert (len(kept) == 1 and why in kept[0]) if why else not kept
 
 
 def test_an_npu_output_cast_of_256_mib_is_the_operators(tmp_path):

@@ -21,8 +21,11 @@ instructions, Nsight Compute Kernel Profiling Guide "Metrics Decoder": ``inst_ex
   2*64*N*K/4 FLOPs per counted instruction (:func:`wgmma_flops_per_counted_inst`: 512*N for 16-bit, 256*N tf32,
   1024*N 8-bit). No counter reports N: it is read from the compiled kernel the launch ran - the PTX of the Triton
   cache variant with the launch's name, threads and dynamic shared memory (performance.json ``mma_shapes``,
-  :mod:`mfulib.profiles.triton_ptx`). The count is refused (None, with why) when no variant matches or several
-  with different instructions do, when the PTX names several wgmma shapes (the counter does not split by shape,
+  :mod:`mfulib.profiles.triton_ptx`). Several matching variants with different instructions are told apart by
+  the case's math mode: a variant whose MMA instructions all take another input type (``bf16`` for a float16 case:
+  a bf16 and an fp16 compile of one kernel share warps and shared memory) cannot be the one that ran
+  (:func:`variants_for_mode`). The count is refused (None, with why) when no variant matches or several with
+  different instructions remain, when the PTX names several wgmma shapes (the counter does not split by shape,
   and the PTX's static instruction counts are not executed counts: the K loop's trip count, predication and
   software pipelining decide those, so they are not apportioned), when the PTX's K disagrees with this table for
   its input type, for sparse wgmma (``.sp``), and when ``tensor_inst_executed`` exceeds the gmma count (mma.sync
@@ -36,6 +39,8 @@ core, or how it treats padded fractal tiles, so it cannot be compared with trace
 therefore not used (None, with :data:`NPU_WHY`), and the numerator is the tracer's.
 """
 from __future__ import annotations
+
+import json
 
 from mfulib.core.definitions import canonical_mode, finite_or_none
 from mfulib.core.errors import UserError
@@ -83,17 +88,57 @@ def _major(capability):
         return None
 
 
-def wgmma_from_compiled(record) -> tuple:
+def ptx_input_mode(types: str):
+    """The math mode (:func:`mfulib.core.definitions.canonical_mode` key) of an MMA instruction's types
+    ``dtype.atype.btype[...]`` (:func:`mfulib.profiles.triton_ptx.ptx_mma_shapes`): its input type ``atype``,
+    ``f16`` -> float16, ``bf16`` -> bfloat16, ``tf32`` -> tf32, ``s8`` / ``u8`` -> int8; None without one."""
+    parts = str(types or "").split(".")
+    atype = parts[1] if len(parts) > 1 else ""
+    return "int8" if atype in PTX_INT8_TYPES else canonical_mode(atype) if atype else None
+
+
+def variants_for_mode(variants, mode) -> tuple:
+    """``(kept, ruled out)`` of compiled variants (:func:`mfulib.profiles.triton_ptx.compiled_variants` entries) for
+    a case of math mode ``mode``: a variant whose wgmma / mma.sync instructions all take another input type than
+    ``mode`` (:func:`ptx_input_mode`) cannot be the one that ran; a variant without MMA instructions, or any variant
+    when ``mode`` is None, is kept."""
+    want = canonical_mode(mode) if mode else None
+    kept, out = [], []
+    for v in variants or []:
+        modes = {ptx_input_mode(w.get("types")) for w in (v.get("wgmma") or []) + (v.get("mma_sync") or [])}
+        (out if want and modes and want not in modes else kept).append(v)
+    return kept, out
+
+
+def _forms(variants):
+    return sorted({(w["m"], w["n"], w["k"], w["types"], bool(w.get("sparse"))) for v in variants
+                   for w in v.get("wgmma") or []})
+
+
+def _all_forms(v):
+    return sorted(f"{w['shape']}.{w['types']}" for w in (v.get("wgmma") or []) + (v.get("mma_sync") or []))
+
+
+def wgmma_from_compiled(record, mode=None) -> tuple:
     """(FLOPs per counted gmma instruction or None, how or why not) from one kernel's compiled-variant record
     (performance.json ``mma_shapes[kernel]``, :func:`mfulib.profiles.triton_ptx.launched_variant`): the variant's
-    single wgmma shape and input type give N, K and the math mode (module docstring for every refusal)."""
+    single wgmma shape and input type give N, K and the math mode (module docstring for every refusal). An
+    ``ambiguous`` record is narrowed by the case's math mode ``mode`` (:func:`variants_for_mode`) first."""
     if not isinstance(record, dict):
         return None, "no compiled-kernel record (performance.json mma_shapes) to read the wgmma N from"
-    if record.get("status") != "found":
+    variants, narrowed = record.get("variants") or [], ""
+    if record.get("status") == "ambiguous" and mode and variants:
+        kept, out = variants_for_mode(variants, mode)
+        if kept and out and len({json.dumps(_all_forms(v)) for v in kept}) == 1:
+            narrowed = (f"; {len(out)} of the {len(variants)} matching variants ruled out by the case's math mode "
+                        f"{mode} ({', '.join(sorted({f for v in out for f in _all_forms(v)}))})")
+            variants = kept
+        elif not kept:
+            return None, (f"compiled kernel not identified: {record.get('why')}; none of them takes the case's math "
+                          f"mode {mode}")
+    if record.get("status") != "found" and not narrowed:
         return None, f"compiled kernel not identified: {record.get('why') or record.get('status')}"
-    variants = record.get("variants") or []
-    forms = sorted({(w["m"], w["n"], w["k"], w["types"], bool(w.get("sparse"))) for v in variants
-                    for w in v.get("wgmma") or []})
+    forms = _forms(variants)
     sha = ", ".join(sorted({str(v.get("ptx_sha256", "?"))[:12] for v in variants}))
     if not forms:
         return None, f"gmma instructions ran but the matched PTX (sha256 {sha}) names no wgmma.mma_async"
@@ -106,13 +151,13 @@ def wgmma_from_compiled(record) -> tuple:
     m, n, k, types, sparse = forms[0]
     if sparse:
         return None, f"sparse wgmma (.sp) m{m}n{n}k{k}.{types}: no FLOP convention for it here"
-    atype = types.split(".")[1] if "." in types else ""
-    mode = "int8" if atype in PTX_INT8_TYPES else canonical_mode(atype) if atype else None  # f16 -> float16, ...
-    if mode is None or m != WGMMA_M or WGMMA_K.get(mode) != k:
+    ptx_mode = ptx_input_mode(types)  # f16 -> float16, ...
+    if ptx_mode is None or m != WGMMA_M or WGMMA_K.get(ptx_mode) != k:
         return None, (f"wgmma m{m}n{n}k{k}.{types} does not fit the shape table (m {WGMMA_M}, k by input type "
                       f"{WGMMA_K})")
-    per = wgmma_flops_per_counted_inst(n, mode)
-    return per, f"wgmma m{m}n{n}k{k}.{types} (PTX sha256 {sha}): 2*{m}*{n}*{k}/{WARPS_PER_WARPGROUP} = {per} FLOPs"
+    per = wgmma_flops_per_counted_inst(n, ptx_mode)
+    return per, (f"wgmma m{m}n{n}k{k}.{types} (PTX sha256 {sha}): 2*{m}*{n}*{k}/{WARPS_PER_WARPGROUP} = {per} "
+                 f"FLOPs{narrowed}")
 
 
 def kernel_flops(counters: dict, backend: str, capability=None, mode=None, compiled=None) -> tuple:
@@ -147,7 +192,7 @@ def kernel_flops(counters: dict, backend: str, capability=None, mode=None, compi
             if inst > gmma:
                 return None, (f"{pre} beside {inst - gmma:.6g} other tensor instructions ({CUDA_COUNTER} {inst:.6g}): "
                               "the remainder's shape is not split out")
-            per, how = wgmma_from_compiled(compiled)
+            per, how = wgmma_from_compiled(compiled, mode)
             if per is None:
                 return None, f"{pre}; {how}"
             return gmma * per, f"ncu {GMMA_COUNTER} x {how}"
@@ -160,7 +205,8 @@ def kernel_flops(counters: dict, backend: str, capability=None, mode=None, compi
 def executed_flops(entry: dict, backend: str, capability=None, mode=None) -> tuple:
     """(executed matrix FLOPs per iteration, source, why not) of one performance.json ``per_case`` entry: the sum
     over its ``kernels`` of :func:`kernel_flops` x ``launches_per_iter`` (each kernel's compiled-variant record
-    from the entry's ``mma_shapes``). ``source`` is ``"hardware:tensor_inst_executed"`` when counted; the value and source are None (``why`` says why) where any
+    from the entry's ``mma_shapes``, narrowed by ``mode`` where ambiguous). ``source`` is
+    ``"hardware:tensor_inst_executed"`` when counted; the value and source are None (``why`` says why) where any
     kernel gives no usable count, the counters were unavailable (``pmu_unavailable``) or the backend has none.
     Never raises."""
     if entry.get("pmu_unavailable"):

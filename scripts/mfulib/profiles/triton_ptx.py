@@ -89,7 +89,9 @@ def launched_variant(cache_dir: str, name: str, block_size, shared_dynamic_bytes
     ``{"status", "why", "cache_dir", "block_size", "shared_mem_dynamic_bytes", "candidates" (variants of that name),
     "variants" [the matching ones, :func:`compiled_variants` entries without ``mma_sync``/``wgmma`` duplicates
     removed]}``. ``status``: ``found`` (one or more variants match and all have the same MMA instruction forms),
-    ``ambiguous`` (matching variants differ in their MMA forms: which one ran is unknown), ``none`` (no cache, no
+    ``ambiguous`` (matching variants differ in their MMA forms: which one ran is unknown here; every matching one is
+    kept in ``variants``, so that :func:`mfulib.flops.executed.variants_for_mode` can rule out those of another
+    math mode than the case's), ``none`` (no cache, no
     variant of that name, or none matches the launch). ``block_size`` threads, ``shared_dynamic_bytes`` bytes
     (ncu's launch metrics; None when not measured: then that criterion cannot be applied and the record says so)."""
     rec = {"status": "none", "why": None, "cache_dir": cache_dir, "block_size": block_size,

@@ -11,7 +11,22 @@ these hold (docs/sources.md#triton-do-bench, #l2-sizes):
    ``clear_cache`` is ``cache.zero_()`` on CUDA and in Triton-Ascend), or ``buffer.float(); buffer.sum()`` - a
    cast **followed by** a sum over the same buffer (NPU OP Types ``Cast`` then ``ReduceSum``; CUDA
    ``direct_copy_kernel`` then a ``sum_functor`` reduction). A cast alone, a sum alone, or a Triton kernel named
-   ``fill`` / ``reduce_sum`` is no signature;
+   ``fill`` / ``reduce_sum`` is no signature. **On CUDA the element types decide where the trace carries them**
+   (:func:`dtype_mismatch`): ``do_bench``'s cache is ``torch.empty(int(cache_size // 4), dtype=torch.int)``
+   (``get_empty_cache_for_benchmark`` in ``triton/backends/nvidia/driver.py``; torch inductor's benchmarker in
+   ``torch/_inductor/runtime/benchmarking.py`` makes the same ``dtype=torch.int`` buffer and ``zero_()``s it), so a
+   fill of any other type is the operator's own; ``buffer.float()`` writes float32 and ``buffer.sum()`` reads what
+   it wrote, so a cast to another type, or a sum of another type, is no ``float_sum``. The types come from torch's
+   kernel names (``FillFunctor<T>``; ``sum_functor<T, acc, out>``, T the input; ``float16_copy_kernel_cuda`` /
+   ``bfloat16_copy_kernel_cuda`` write 16-bit floats), else from the launching host op's ``Input type`` when
+   recorded with ``record_shapes`` (``aten::zero_`` / ``aten::fill_`` / ``aten::sum``: the input; ``aten::copy_``:
+   its first input, the destination). The H200 recordings under tests/fixtures/profiles/cuda show both kinds: the
+   ``do_bench`` flushes (``flush_zero*``, the autotuning of ``autotune_user_ranges``) are ``FillFunctor<int>`` of
+   ``int`` buffers; an operator's own ``fill_`` / ``zero_`` / ``.to(float16)`` / ``.sum()`` (``own_fill_sum_*``)
+   are ``FillFunctor<float>``, a ``float16_copy_kernel_cuda`` writing ``c10::Half`` and a ``sum_functor<float, ...>``
+   of the float buffer. (``do_bench`` also records a CUDA event - ``cudaEventRecordWithFlags`` - between the flush
+   and ``fn()``; a flush loop timed by other means has none, so the events are not required.) msprof rows carry no
+   such evidence here: the NPU rule is the signature alone;
 2. **at the head or the tail of every iteration** (the same signature in each one, and not the whole iteration);
 3. **a buffer at least the device's L2** (:data:`L2_FACTS`, the profile's own L2 record, ``--l2-mib``); for a device
    the facts do not know, at least :data:`UNKNOWN_DEVICE_FLUSH_BYTES` (256 MiB, ``do_bench``'s buffer on CUDA and
@@ -22,7 +37,8 @@ these hold (docs/sources.md#triton-do-bench, #l2-sizes):
 4. **not a kernel of the implementation** (the ``@triton.jit`` kernels of ``model_new.py`` with ``--op-dir``).
 
 ``exclude`` (default) drops them, listed with their time; ``keep`` leaves them in the operator's time, flagged.
-A signature at the head/tail of every iteration whose buffer or L2 size is unknown is kept and flagged.
+A signature at the head/tail of every iteration whose buffer or L2 size is unknown is kept and flagged; one whose
+element types rule the harness out is kept and flagged with the types.
 """
 from __future__ import annotations
 
@@ -53,6 +69,13 @@ _FILL_HOST_OPS = {"aten::zero_", "aten::fill_"}
 _CAST_NAMES = re.compile(r"direct_copy_kernel")
 _CAST_HOST_OPS = {"aten::_to_copy", "aten::to", "aten::copy_"}
 _SUM_NAMES = re.compile(r"sum_functor")
+# CUDA element types (the spelling torch's kernel templates and the profiler's "Input type" share: int, float,
+# c10::Half, ...): do_bench's cache buffer, what buffer.float() writes, and the kernels whose names give a type
+HARNESS_CACHE_DTYPE = "int"
+FLOAT_SUM_DTYPE = "float"
+_FILL_DTYPE = re.compile(r"FillFunctor<\s*([^<>,]+?)\s*>")
+_SUM_DTYPE = re.compile(r"sum_functor<\s*([^<>,]+?)\s*,")
+_COPY_OUT_DTYPE = {"bfloat16_copy_kernel_cuda": "c10::BFloat16", "float16_copy_kernel_cuda": "c10::Half"}
 #: signature -> what it is, for the flags
 SIGNATURES = {"zero_fill": "do_bench's cache.zero_() / fill_ of a cache buffer",
               "float_sum": "buffer.float(); buffer.sum() (a cast, then a sum of the buffer)"}
@@ -86,6 +109,46 @@ def _is_sum(row):
         row.get("host_op") == "aten::sum"
 
 
+def _host_type(row, host_ops):
+    types = row.get("host_types") or []
+    return str(types[0]) if row.get("host_op") in host_ops and types and types[0] else None
+
+
+def _fill_dtype(row):
+    m = _FILL_DTYPE.search(str(row.get("name") or ""))
+    return m.group(1) if m else _host_type(row, _FILL_HOST_OPS)
+
+
+def _cast_out_dtype(row):
+    name = str(row.get("name") or "")
+    for kernel, dtype in _COPY_OUT_DTYPE.items():  # bfloat16 first: "float16_copy" is inside "bfloat16_copy"
+        if kernel in name:
+            return dtype
+    return _host_type(row, {"aten::copy_"})
+
+
+def _sum_in_dtype(row):
+    m = _SUM_DTYPE.search(str(row.get("name") or ""))
+    return m.group(1) if m else _host_type(row, {"aten::sum"})
+
+
+def dtype_mismatch(signature: str, launches):
+    """Why the element types of one iteration's signature ``launches`` (rows, in start order) rule out the harness
+    (module rule 1: do_bench's ``int`` cache, ``buffer.float()``'s float32), or None when they agree or are not in
+    the trace."""
+    if signature == "zero_fill":
+        t = _fill_dtype(launches[0])
+        if t is not None and t != HARNESS_CACHE_DTYPE:
+            return f"it fills a {t} buffer; do_bench's cache is {HARNESS_CACHE_DTYPE} (torch.int)"
+        return None
+    out, into = _cast_out_dtype(launches[0]), _sum_in_dtype(launches[1])
+    if out is not None and out != FLOAT_SUM_DTYPE:
+        return f"the cast writes {out}; buffer.float() writes {FLOAT_SUM_DTYPE}"
+    if into is not None and into != FLOAT_SUM_DTYPE:
+        return f"the sum reads {into}; buffer.sum() after buffer.float() reads {FLOAT_SUM_DTYPE}"
+    return None
+
+
 def signature_at(seq, end: str):
     """``(signature, positions)`` of a harness signature at the ``head`` or ``tail`` of one iteration's launches
     (start order), or None."""
@@ -117,7 +180,9 @@ def find_harness_flushes(rows, l2_bytes, bandwidth_gbps, own_kernels=()):
     """``(flush row indices, record)`` of the harness flushes among iteration-tagged ``rows`` (module rule).
 
     ``record``: ``flushes`` [{signature, end, names, launches, time_ns, bytes, bytes_source}], ``threshold_bytes``,
-    ``undecided`` [text] (a signature everywhere whose buffer or L2 size is unknown, or below the threshold)."""
+    ``undecided`` [text] (a signature everywhere whose buffer or L2 size is unknown, or below the threshold),
+    ``not_harness`` [text] (a signature everywhere whose element types rule the harness out: :func:`dtype_mismatch`).
+    """
     by_iter = {}
     for i, r in enumerate(rows):
         if r.get("iteration") is not None and not _kernels.is_harness(r.get("name")):
@@ -125,7 +190,7 @@ def find_harness_flushes(rows, l2_bytes, bandwidth_gbps, own_kernels=()):
     for idx in by_iter.values():
         idx.sort(key=lambda i: rows[i].get("start_ns") or 0)
     threshold = l2_bytes or UNKNOWN_DEVICE_FLUSH_BYTES
-    record = {"flushes": [], "threshold_bytes": threshold, "undecided": []}
+    record = {"flushes": [], "threshold_bytes": threshold, "undecided": [], "not_harness": []}
     hits = set()
     if not by_iter:
         return hits, record
@@ -142,6 +207,13 @@ def find_harness_flushes(rows, l2_bytes, bandwidth_gbps, own_kernels=()):
         group = [i for _, ids in found.values() for i in ids]
         if any(rows[i].get("name") in own or rows[i].get("op_type") in own for i in group):
             continue
+        sig = next(iter(found.values()))[0]
+        names = sorted({str(rows[i].get("name"))[:80] for i in group})
+        why = next((w for _, ids in found.values() if (w := dtype_mismatch(sig, [rows[i] for i in ids]))), None)
+        if why:
+            record["not_harness"].append(f"{SIGNATURES[sig]} at the {end} of every iteration ({names[0]}): {why} - "
+                                         "the operator's own work, kept in its time")
+            continue
         nbytes, how = None, None
         for _, ids in found.values():
             b, src = _bytes([rows[i] for i in ids], bandwidth_gbps)
@@ -150,8 +222,6 @@ def find_harness_flushes(rows, l2_bytes, bandwidth_gbps, own_kernels=()):
                 break
             if nbytes is None or b < nbytes:
                 nbytes, how = b, src
-        sig = next(iter(found.values()))[0]
-        names = sorted({str(rows[i].get("name"))[:80] for i in group})
         if nbytes is None:
             record["undecided"].append(f"{SIGNATURES[sig]} at the {end} of every iteration ({names[0]}): buffer size "
                                        "unknown (no shapes recorded, no nominal bandwidth) - kept; record with shapes")
@@ -177,7 +247,7 @@ def apply_flush_rule(rows, l2_bytes, l2_source, bandwidth_gbps, mode: str, own_k
     ``l2_flush_launches``, ``l2_flush_ns`` (ns) and ``l2_flushes`` (per signature) when there are any."""
     hits, found = find_harness_flushes(rows, l2_bytes, bandwidth_gbps, own_kernels)
     flags, record, dropped, kept = [], {}, 0, list(rows)
-    for text in found["undecided"]:
+    for text in found["undecided"] + found["not_harness"]:
         flags.append("flush-like launch(es) " + text)
     if not hits:
         return kept, dropped, flags, record

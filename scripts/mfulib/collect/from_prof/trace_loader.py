@@ -1,6 +1,6 @@
 """torch.profiler chrome traces as :class:`~mfulib.collect.from_prof.profile.Profile` (:func:`load_chrome`):
 CUDA traces (CUPTI kernel events; launch configuration grid/block/registers/shared memory; the bytes of the
-launching host op's largest input when recorded with ``record_shapes``; each kernel's host launch time and device,
+launching host op's largest input and its input types when recorded with ``record_shapes``; each kernel's host launch time and device,
 the kernel event's ``pid``; the trace's own ProfilerStep / record_function ranges) and this tool's CPU-backend
 traces."""
 from __future__ import annotations
@@ -77,6 +77,7 @@ def load_chrome(path, n_iters=None) -> Profile:
             r["config"] = tuple(str(r.get(k)) for k in ("grid", "block", "registers", "shared_memory"))
             op = ops.get(r.get("external_id")) if r.get("external_id") else None
             r["host_op"] = op.get("name") if op else None
+            r["host_types"] = [str(t) for t in (op.get("args") or {}).get("Input type") or []] if op else []
             r["bytes"] = _host_op_bytes(op) if op else None
             r["bytes_source"] = f"host op {op.get('name')} Input Dims" if r["bytes"] is not None else None
         prof = Profile(path=os.path.abspath(path), fmt="chrome_trace", backend="cuda", rows=rows,
