@@ -177,9 +177,9 @@ def extend_joint(ladders: list, evaluate, figure, max_scale: int, min_gain: floa
                     f"ladder, {fig(prev)}"
                     if cur["best"] else "passed no candidate with a figure"))
         elif not grown:
-            why = ("not run: no other single ladder gained more than (1 + " + f"{min_gain:g}) x scale 1" +
-                   (f" ({x1:.4g})" if x1 is not None else "") + (": " + ", ".join(fig(r) for r in rest) if rest
-                                                                  else ": none passed a candidate with a figure"))
+            others = ", ".join(fig(r) for r in rest) if rest else "none passed a candidate with a figure"
+            why = (f"not run: no other single ladder gained more than (1 + {min_gain:g}) x scale 1" +
+                   (f" ({x1:.4g})" if x1 is not None else "") + f": {others}")
         else:
             add = grown[0]
             why = (f"joint (greedy): {fig(cur)} gained over the best earlier ladder, {fig(prev)}, and "
