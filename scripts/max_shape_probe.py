@@ -6,8 +6,10 @@ tensor's last axis excluded, per layout group (BSH/SBH/BSND/BNSD...); symbols ar
 seq / heads / head_dim / hidden / gemm_k / gemm_n with the evidence; sequence + batch scale by default, and a batched
 matmul's k and n (two data operands: m, k and n set its arithmetic intensity); weights never scale (--scale-dims,
 compared by the symbols it selects). Per source case, one ladder of factors s = 2, 4, 8, ... <= --max-scale per chosen
-symbol alone, then the joint ladder of the two whose single ladders gained most (both at one factor); a candidate's
-factors are shown per symbol (batch x4,seq x2). Each candidate goes through five gates in cost order
+symbol alone, then the joint ladder of the two whose single ladders gained most (both at one factor), then - after
+every source's pair, greedily, while it gains - the joint ladder of three or more (each symbol whose single ladder
+gained joins, all at one factor; mfulib/search/ladder.py extend_joint); a candidate's factors are shown per symbol
+(batch x4,seq x2). Each candidate goes through five gates in cost order
 (mfulib/search/probe.py): 1 input bytes (from the case description, before anything is allocated) <= --max-bytes,
 verify's input cap of the backend (1 MB on cpu), host and free device memory; 2 the reference accepts the shape
 (--flops-tool --tracer-only as a subprocess: FLOPs > 0, same seed as the timed run); 3 ModelNew matches Model within
@@ -81,7 +83,8 @@ def build_parser():
                    "verdict, probe.json says complete: false, and a re-run resumes")
     p.add_argument("--peak-json", help="peak.json with bandwidth_gbps (default: <dir>/peak.json)")
     p.add_argument("--dry-run", action="store_true", help="list the ladders' candidates (each symbol alone, then "
-                   "the joint pairs) and their gate-1 bytes; run nothing")
+                   "the joint pairs, then the joint sets of three or more the greedy selection may reach) and their "
+                   "gate-1 bytes; run nothing")
     p.add_argument("--restore", action="store_true", help="put the original case files back and exit")
     return p
 

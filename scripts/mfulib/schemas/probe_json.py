@@ -21,8 +21,11 @@ of inputs without matrix work), saturated (why the ladder ended at this passing 
 {exponents {symbol: e}, n_cases, max_rel_residual} | {none: why}} (mfulib.search.flops_law: gate 4 may be decided on the
 predicted FLOPs' roofline floor, gates 2-3 then ok null),
 ``ladders`` [{source_case, symbols, joint: bool, tried [[factor, passed]], best {factors, wall_figure} | null,
-stopped (why the ladder ended), why (single: this symbol alone; joint: the two single ladders that gained most, or why
-it was not run)}] (per source case one ladder per scaled symbol, then the joint one), ``counts`` {tried, resumed,
+stopped (why the ladder ended), why (single: this symbol alone; joint: the two single ladders that gained most;
+joint (greedy): the previous joint ladder gained over the earlier ones and this ladder's added symbol gained over
+scale 1; or "not run: ..." with tried [], symbols the ones it would have joined or [])}] (per source case one
+ladder per scaled symbol, then the joint pair; after every source's pair, source by source, the greedy joint
+ladders of three or more symbols, mfulib.search.ladder.extend_joint), ``counts`` {tried, resumed,
 passed_gate1, passed} (of the candidates),
 ``cut_candidate`` {candidate_id, source_case, scale, factors, gates_done, cut_in, wall_s, why} (the candidate the budget cut,
 without a verdict: where its seconds went; absent when none was cut), ``baselines`` {"<source case>": {time_ms,

@@ -2,7 +2,10 @@
 
 Per source case, one ladder of scale factors s = 2, 4, 8, ... <= ``max_scale`` per chosen symbol alone
 (:mod:`mfulib.core.symbols`), then the joint ladder of the two symbols whose single ladders gained most (both at the
-same factor; :func:`mfulib.search.ladder.run_ladders`); each ladder stops at its first failing factor, is refined by
+same factor; :func:`mfulib.search.ladder.run_ladders`), then a greedy forward selection after every source's pair
+(:func:`mfulib.search.ladder.extend_joint`): while the last joint ladder gained over the earlier ones and another
+symbol's single ladder gained over scale 1 (both by more than :data:`SATURATION_GAIN`), the joint ladder of its
+symbols plus that one, all at one factor; each ladder stops at its first failing factor, is refined by
 bisection between the last passing and the first failing factor (integers, at most ``refine_steps`` more
 candidates) and has its own saturation stop. A candidate keeps ``factors`` {symbol: factor}; its ``scale`` is their
 product. The gates, cheapest first, each recorded with its numbers (:func:`mfulib.schemas.probe_json.gate`):

@@ -9,6 +9,7 @@ gate-2 traces (default: :mod:`mfulib.run.trace_zygote`). The rules themselves ar
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -22,8 +23,8 @@ from mfulib.schemas import probe_json as pj
 from mfulib.search import probe_files, probe_limits
 from mfulib.search.probe_axes import choose_symbols, run_key_symbols
 from mfulib.core.symbols import factors_label
-from mfulib.search.ladder import ladder, run_ladders
-from mfulib.search.probe import Probe
+from mfulib.search.ladder import extend_joint, ladder, run_ladders
+from mfulib.search.probe import SATURATION_GAIN, Probe
 from mfulib.search.probe_gates import OutOfBudget, gate1, gate4_floor
 
 
@@ -162,15 +163,17 @@ def pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, trace
 
 def dry_run(od, groups, sources, skipped, limits, max_scale) -> int:
     """``--dry-run``: the candidates of every source's ladders - each scaled symbol alone, then the joint ones
-    (every pair: at run time only the pair whose single ladders gained most runs) - at the ladder's powers of two,
-    with their gate-1 bytes and refusals; nothing runs."""
+    (every pair: at run time only the pair whose single ladders gained most runs; every set of three or more: at
+    run time only the greedy one, the pair plus each symbol whose single ladder gained, while the joint ladders
+    keep gaining) - at the ladder's powers of two, with their gate-1 bytes and refusals; nothing runs."""
     from tabulate import tabulate
     pr = Probe(od, {"candidates": [], "appended": {}}, groups, {}, limits, {})
     rows, n_ok = [], 0
     for i in sources:
         names = pr.scaled_symbols(i)
         ladders = [([n], "single") for n in names] + [
-            ([a, b], "joint (if these two gain most)") for k, a in enumerate(names) for b in names[k + 1:]]
+            (list(c), "joint (if these two gain most)" if size == 2 else "joint (greedy: if the pair and each "
+             "added symbol gain)") for size in range(2, len(names) + 1) for c in itertools.combinations(names, size)]
         for lad, what in ladders:
             for s in ladder(max_scale):
                 cand, _case, info, refusals = pr.plan(i, {n: s for n in lad})
@@ -219,14 +222,26 @@ def _check_run_key(old, run_key, path):
     return old
 
 
+def _ladder_args(pr, source, no_matrix, args, save, bar) -> tuple:
+    """(evaluate, figure, max_scale, refine_steps) of :func:`mfulib.search.ladder.run_ladders` for ``source``:
+    :meth:`Probe.evaluate` (one progress-bar step each) and :meth:`Probe.figure_of`."""
+    return (lambda f, key: (bar.update(1), pr.evaluate(source, f, no_matrix, save, key))[1],
+            lambda f: pr.figure_of(source, f), args.max_scale, args.refine_steps)
+
+
 def run_sources(pr, doc, picked, infos, bw, args, save, bar) -> None:
     """The source loop: each source's ladders (:func:`mfulib.search.ladder.run_ladders` over
     :meth:`Probe.evaluate`: each scaled symbol alone, then the joint pair; recorded in probe.json ``ladders``), a
-    source already over --max-ms replaced by the next reserve case (each once). OutOfBudget ends it
-    (``pr.out_of_budget``); KeyboardInterrupt reaches the caller."""
+    source already over --max-ms replaced by the next reserve case (each once); then, source by source, the greedy
+    joint ladders of three or more symbols (:func:`mfulib.search.ladder.extend_joint`: while the last joint ladder
+    gains over the earlier ones by more than :data:`mfulib.search.probe.SATURATION_GAIN` and another symbol's single
+    ladder gained over scale 1 by more than it - the scale-1 figure timed for the saturation stop; without it,
+    under --no-saturation-stop, a single ladder that passed counts as gained). They run after every source's pair,
+    so the budget cuts them first. OutOfBudget ends it (``pr.out_of_budget``); KeyboardInterrupt reaches the
+    caller."""
     sources, reserve, traced = picked["sources"], picked["reserve"], picked["traced"]
     order, cap_skipped = picked["order"], picked["cap_skipped"]
-    k = 0
+    k, ran = 0, []  # ran: (source, no_matrix) of the sources whose single ladders and pair ran
     try:
         while k < len(sources):
             i = sources[k]
@@ -252,13 +267,20 @@ def run_sources(pr, doc, picked, infos, bw, args, save, bar) -> None:
                 doc["sources"] = list(sources)
                 save()
                 continue
-            run_ladders(pr.scaled_symbols(i),
-                        lambda f, key: (bar.update(1), pr.evaluate(i, f, no_matrix, save, key))[1],
-                        lambda f: pr.figure_of(i, f), args.max_scale, args.refine_steps,
+            run_ladders(pr.scaled_symbols(i), *_ladder_args(pr, i, no_matrix, args, save, bar),
                         log=lambda m: pr.log(f"case {i}: {m}"), records=doc.setdefault("ladders", []),
                         extra={"source_case": i}, on_end=lambda names: pr.end_source(i, names))
             pr.end_source(i)
+            ran.append((i, no_matrix))
             k += 1
+        pr.upcoming = []  # the joint ladders of three or more symbols, source by source: the first a budget cuts
+        for i, no_matrix in ran:
+            extend_joint([r for r in doc["ladders"] if r.get("source_case") == i],
+                         *_ladder_args(pr, i, no_matrix, args, save, bar)[:3], SATURATION_GAIN,
+                         base=lambda: pr.base_fig.get(i), refine_steps=args.refine_steps,
+                         log=lambda m: pr.log(f"case {i}: {m}"), records=doc["ladders"], extra={"source_case": i},
+                         on_end=lambda names: pr.end_source(i, names))
+            pr.end_source(i)
     except OutOfBudget as exc:  # from a gate, or the scale-1 timing of a source near the limit
         pr.out_of_budget = True
         pr.log(f"stopped: {exc}; a re-run resumes from {pr.od.file(pj.FILE_NAME)}")
@@ -354,8 +376,9 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None)
             "trace_jobs": args.trace_jobs if args.trace_jobs is not None else min(4, (os.cpu_count() or 1) // 4)}
     if opts["reuse_verdicts"]:
         doc["baselines"] = (old or {}).get("baselines") or {}
-    n_sym = max((sum(s.scaled for s in g.symbols) for g in groups), default=1)  # one ladder each, then the joint
-    bar = tqdm(total=len(picked["sources"]) * len(ladder(args.max_scale)) * (n_sym + (n_sym > 1)),
+    # one ladder each, then at most the joint ones of 2, 3, ... n_sym symbols
+    n_sym = max((sum(s.scaled for s in g.symbols) for g in groups), default=1)
+    bar = tqdm(total=len(picked["sources"]) * len(ladder(args.max_scale)) * (2 * n_sym - 1),
                desc=f"probe {od.op_name}", unit="cand",
                file=sys.stderr, disable=not sys.stderr.isatty())
     pr = Probe(od, doc, groups, opts, limits, bw, log=lambda m: (bar.write(m) if not bar.disable else print(m)),
