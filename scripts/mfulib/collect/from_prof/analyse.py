@@ -102,6 +102,8 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
         elif w is None or r is None:
             w = w if w is not None else max(n_tagged - r, 0)
             r = r if r is not None else max(n_tagged - w, 1)
+        if not prof.tagged:
+            rows, later = _align_to_end(rows, later, n_tagged, w, r, flags)
         problems += _lost_problems(later, w, w + r)
         src.update(expected=w + r)
     else:
@@ -152,7 +154,7 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
         note = stream_overlap_note(rows, set(range(w2, w2 + r2)))
         if note:
             flags.append(note)
-    src["excluded"] = _excluded(rows, w2, flush_record)
+    src["excluded"] = _excluded(rows, w2, flush_record if l2_flush == "exclude" else {})
     # listed as a flag where it is news: in this tool's own kept profile the warm-up and the launches outside the
     # iterations are the live run's own design (recorded in from_profile.excluded all the same)
     news = [e for e in src["excluded"] if source not in OWN_RANGES or e["what"] not in ("warmup", "outside_iterations")]
@@ -170,8 +172,36 @@ def analyse(prof: Profile, warmup=None, repeats=None, l2_flush: str = "exclude",
     return res
 
 
+def _align_to_end(rows, lost, n_found, warmup, repeats, flags):
+    """``(rows, lost)`` with the foreign profile's range iterations renumbered so that the last one found is
+    ``warmup + repeats - 1``, as the repeating-sequence path numbers them: the measured iterations are the last
+    ``repeats``; iterations missing from the window (a profile cut at its start) count as warm-up, and extra ones
+    before the window's last ``warmup + repeats`` are left out as warm-up."""
+    shift = warmup + repeats - n_found
+    if shift == 0:
+        return rows, lost
+    out = []
+    for x in rows:
+        it = x.get("iteration")
+        if it is None:
+            out.append(x)
+        elif it + shift < 0:
+            out.append(dict(x, iteration=None, excluded_as="warmup"))
+        else:
+            out.append(dict(x, iteration=it + shift))
+    if shift < 0:
+        flags.append(f"{n_found} iterations in the profile's ranges where --warmup {warmup} + --repeats {repeats} "
+                     f"were expected: the first {-shift} are not measured (warm-up), the last {repeats} are")
+    else:
+        flags.append(f"{n_found} iterations in the profile's ranges where --warmup {warmup} + --repeats {repeats} "
+                     f"were expected: the first {shift} are missing from the window (counted as warm-up), the last "
+                     f"{min(repeats, n_found)} measured")
+    return out, {int(k) + shift: v for k, v in (lost or {}).items() if int(k) + shift >= 0}
+
+
 def _excluded(rows, warmup, flush_record):
-    """Everything left out of the operator's time, by kind, with its launches and time (ns)."""
+    """Everything left out of the operator's time, by kind, with its launches and time (ns); ``flush_record``
+    holds the L2 flushes dropped (empty when ``--l2-flush keep`` kept them in)."""
     out = [{"what": "l2_flush", "launches": f["launches"], "time_ns": f["time_ns"], "names": f["names"][:3]}
            for f in flush_record.get("l2_flushes", [])]
     groups = {}

@@ -46,6 +46,24 @@ def _host_op_bytes(op):
     return best
 
 
+def _gzip_fault(path):
+    """A description of a gzip file that cannot be read to its end (truncated or corrupt), else None."""
+    import gzip
+    import zlib
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            return None
+    try:
+        with gzip.open(path, "rb") as f:
+            while f.read(1 << 24):
+                pass
+    except EOFError:
+        return "truncated gzip file (its compressed stream ends before the end-of-stream marker)"
+    except (OSError, zlib.error) as exc:
+        return f"corrupt gzip file ({type(exc).__name__}: {exc})"
+    return None
+
+
 def load_chrome(path, n_iters=None) -> Profile:
     """A torch.profiler chrome trace (CUDA, or this tool's CPU-backend trace) as a :class:`Profile`."""
     from mfulib.core import nominal_peaks as _peaks
@@ -54,17 +72,30 @@ def load_chrome(path, n_iters=None) -> Profile:
     from mfulib.backends import cuda as _cuda
     head = head_text(path, 1 << 16)
     if '"traceEvents"' not in head and not head.lstrip().startswith("["):
+        fault = _gzip_fault(path)
+        if fault:
+            raise UserError(f"{path}: {fault} - the file was cut short or damaged (an interrupted copy or export?); "
+                            "copy or export it again (torch.profiler's export_chrome_trace, .json or .json.gz)")
         raise UserError(f"{path}: no \"traceEvents\" - not a chrome trace; give the file torch.profiler's "
                         "export_chrome_trace wrote (.json or .json.gz)")
     try:
         events, top = _base.load_trace(path)
     except (ValueError, UnicodeDecodeError, OSError, EOFError) as exc:
+        fault = _gzip_fault(path)
+        if fault:
+            raise UserError(f"{path}: {fault} - the file was cut short or damaged; copy or export it again") from None
         raise UserError(f"{path}: not a readable chrome trace ({type(exc).__name__}: {exc}) - give the file "
                         "export_chrome_trace wrote (.json or .json.gz)") from None
     cats = Counter(e.get("cat") for e in events)
     has_cuda = cats.get("kernel") or cats.get("cuda_runtime") or cats.get("cuda_driver") or cats.get("gpu_memset")
     props = (top.get("deviceProperties") or [{}])[0] if isinstance(top.get("deviceProperties"), list) else {}
-    if has_cuda or not any(str(e.get("name", "")).startswith(TRITON_RANGE_PREFIX) for e in events):
+    own_cpu = any(str(e.get("name", "")).startswith(TRITON_RANGE_PREFIX) for e in events)
+    if not has_cuda and not own_cpu and not props.get("name"):
+        raise UserError(f"{path}: a chrome trace without any CUDA activity (no kernel / cuda_runtime events, no "
+                        "deviceProperties) and without this tool's Triton-interpreter ranges: a CPU-only "
+                        "torch.profiler trace has no device kernel time to read - record it with "
+                        "ProfilerActivity.CUDA on the GPU, or with this tool's CPU backend (make collect)")
+    if has_cuda or not own_cpu:
         rows, info = _cuda.trace_launches(path, events)
         ops = _host_ops(events)
         host_ns = {(e.get("args") or {}).get("correlation"): e["ts_ns"] for e in events
