@@ -18,7 +18,7 @@ from mfulib.flops.drafts.attention import (BODY_DENSE, BODY_PAGED, BODY_SPARSE, 
                                            T_ATTENTION, T_MHA, T_NPU_FA, render_npu_attention)
 from mfulib.flops.drafts.classes import ORDER_CALLS, classify
 from mfulib.flops.drafts.evidence import (CaseView, ModelFeatures, analyze_model, forward_params, launched_kernels,
-                                         read_case_view)
+                                         lstm_construction, read_case_view)
 from mfulib.flops.drafts.parts import format_parts, kernel_parts_for
 from mfulib.flops.drafts.templates import (HEADER, T_CONV, T_FFN, T_GROUPED, T_MATMUL, T_NOMATRIX, T_RNN, T_SKELETON,
                                            T_UNKNOWN, T_VECTOR, T_VECTOR_EXACT)
@@ -186,16 +186,24 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
             ("bias", cv.tensor(r"bias|b|b_ih|bias_ih\w*")), ("state", h0),
             ("state", cv.tensor(r"c0|c_0|cx|c|init_c")), ("w_hh", cv.tensor(r"w_hh|weight_hh\w*"))) if name]
         layers = cv.attr(r"num_layers|n_layers|layers")
+        module, line, not_literal = lstm_construction(f.source)
+        module = {k: v for k, v in module.items() if k in ("input_size", "hidden_size", "num_layers", "batch_first",
+                                                          "bidirectional")}
+        module_note = (f"model.py line {line}: nn.LSTM's literal arguments, used where the case gives none"
+                       if line else "no nn.LSTM(...) in model.py")
+        if not_literal:
+            module_note += f"\n# REVIEW: nn.LSTM's {', '.join(not_literal)} (line {line}) not literal: give them here"
+        proj = lstm_construction(f.source)[0].get("proj_size", 0)
+        if proj:
+            module_note += f"\n# REVIEW: proj_size={proj}: W_hh is [4H, P] and h_t is projected - adjust the count"
         body = string.Template(T_RNN).substitute(
+            module=repr(module), module_note=module_note,
             x=x, hidden_from=repr(sources), layers=layers or "num_layers",
             layers_fallback=(f'max(1, shape(case, "{h0}")[0] // dirs) if has(case, "{h0}") and '
                              f'len(shape(case, "{h0}")) == 3 else 1') if h0 else "1",
             bidir=cv.attr(r"bidirectional") or "bidirectional", batch_first=bf or "batch_first",
-            bf_note="" if bf else "  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)")
-        if not bf and re.search(r"batch_first\s*=\s*True", f.source):   # fixed in model.py's constructor
-            body = body.replace('bool(attr(case, "batch_first", False))', 'bool(attr(case, "batch_first", True))')
-            body = body.replace("  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)",
-                                "  # model.py builds the LSTM with batch_first=True: x [B, T, I]")
+            bf_note="" if bf or "batch_first" in module else
+            "  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)")
         heads = f.lines(*("Linear", "linear", "matmul", "bmm", "mm", "@"))
         if heads:
             body += (f"\n# REVIEW: model.py line(s) {', '.join(map(str, heads[:8]))} also multiply matrices (a head "
