@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import string
+import textwrap
 
 from mfulib.core.definitions import FLOAT_DTYPES
 from mfulib.flops.contract import REVIEW_MARK
@@ -28,6 +29,38 @@ GATED_ACTIVATIONS = ("swiglu", "geglu", "reglu", "glu")
 _LIBRARY_ROW_OPS = ("layer_norm", "LayerNorm", "group_norm", "GroupNorm", "native_group_norm", "native_layer_norm",
                     "batch_norm", "BatchNorm1d", "BatchNorm2d", "rms_norm", "RMSNorm", "instance_norm", "softmax",
                     "log_softmax", "_softmax")
+
+
+class CannotDraft(ValueError):
+    """A class drafter cannot write the count from what model.py and the case file show; the message says why and
+    what to read. :func:`generate` turns it into a skeleton draft (REVIEW lines, a flops() that raises)."""
+
+
+def _padded_index_inputs(cv: CaseView) -> list:
+    """Integer tensor inputs drawn with negative values in some case (``"range": [-1, n]``): -1-padded indices?"""
+    out = []
+    for case in cv.cases:
+        for spec in case.get("inputs", []):
+            rng = spec.get("range") if isinstance(spec, dict) else None
+            if spec.get("type") == "tensor" and str(spec.get("dtype", "")).startswith(("int", "uint")) and \
+                    isinstance(rng, (list, tuple)) and rng and rng[0] < 0 and spec["name"] not in out:
+                out.append(spec["name"])
+    return out
+
+
+def _three_d_without_layout(cv: CaseView, q: str, cls: str) -> None:
+    """Raise :class:`CannotDraft` when q is 3-D in some case and no layout attribute says how to read it: TND
+    [T, N, D] and BSH [B, S, N*D] both fit, and BSH needs the head count; a 4-D guess would reject every case."""
+    ranks = {len(info.tensor(q).shape) for info in cv.all_infos if q in {t.name for t in info.tensors}}
+    if 3 not in ranks:
+        return
+    why = (f"{q} is 3-D in the cases and no input_layout / layout attribute says TND [T, N, D] or BSH [B, S, N*D] "
+           f"(heads?) - read forward() for the layout, then count with attention_dims(case, ..., layout, heads)")
+    padded = _padded_index_inputs(cv)
+    if padded:
+        why += (f"; {', '.join(padded)}: integer input drawn with negatives (a -1-padded key index?) - count only "
+                f"its valid entries (def flops(case, args) reads the seeded draw), not every slot")
+    raise CannotDraft(f"{cls}: {why}")
 
 
 def _layout_guess(f: ModelFeatures, cv: CaseView, q: str) -> tuple:
@@ -117,6 +150,7 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         if layout_attr:
             layout, layout_note, layout_expr = "BNSD", "", f'attr(case, "{layout_attr}")'
         else:
+            _three_d_without_layout(cv, q, cls)
             layout, layout_note = _layout_guess(f, cv, q)
             layout_expr = "LAYOUT"
         heads = cv.attr(r"head_num|num_heads|n_heads")
@@ -191,6 +225,9 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
                                                           "bidirectional")}
         module_note = (f"model.py line {line}: nn.LSTM's literal arguments, used where the case gives none"
                        if line else "no nn.LSTM(...) in model.py")
+        covered = {"hidden_size": sources, "num_layers": layers, "batch_first": bf,
+                   "bidirectional": cv.attr(r"bidirectional")}          # the case gives these; input_size is x's
+        not_literal = [n for n in not_literal if n in covered and not covered[n]]
         if not_literal:
             module_note += f"\n# REVIEW: nn.LSTM's {', '.join(not_literal)} (line {line}) not literal: give them here"
         proj = lstm_construction(f.source)[0].get("proj_size", 0)
@@ -353,10 +390,12 @@ def skeleton(cls: str, op: str, why: list, exc: BaseException) -> str:
     """The draft written when the class drafter raised: the header, REVIEW lines naming the exception, and a
     flops() that raises until a human writes it."""
     short = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+    why_text = str(exc) if isinstance(exc, CannotDraft) else f"the {cls} drafter raised {short}"
     fill = {"op": op, "cls": cls, "why": "; ".join(why), "imports": "shape, attr", "kernel_parts": "{}",
             "kernel_note": "# REVIEW: define the parts once flops() is written"}
     return string.Template(HEADER).substitute(fill) + string.Template(T_SKELETON).substitute(
-        why=f"the {cls} drafter raised {short}", short=short.replace('"', "'").replace("\\", "/"))
+        why="\n# REVIEW: ".join(textwrap.wrap("the generator could not write this draft: " + why_text, 108)),
+        short=short.replace('"', "'").replace("\\", "/"))
 
 
 def generate(model_py: str, cases_path: str, impl_py: str | None = None, op: str | None = None,

@@ -210,7 +210,7 @@ def flops(case):
 
 T_SKELETON = '''
 
-# REVIEW: the generator could not write this draft: $why
+# REVIEW: $why
 # REVIEW: read model.py's forward() and write flops(case) (2 FLOPs per multiply-accumulate of its matrix work);
 # REVIEW: check_flops.py fails until you do.
 

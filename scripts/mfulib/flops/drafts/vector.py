@@ -8,8 +8,9 @@ axes (``x.sum(dim)``, ``torch.mean(x, -1, keepdim=True)``, ``amax``, ``var``, ``
 rules; a reduction drops or keeps its axes) and adds, per op, its per-element cost times the elements of its
 output ("out" ops) or of its first input ("in" ops). The costs are read from :func:`mfulib.flops.vector_costs
 .call_cost` with the call's own literal arguments (``F.gelu(x, approximate="tanh")`` 9, ``x.clamp(min=0)`` 1; an
-argument-dependent op whose argument is not a literal is not followed) - the same table the tracer applies to the aten ops it sees - so the draft is exact by construction
-and needs no REVIEW marker; check_flops still holds it against the tracer.
+argument-dependent op whose argument is not a literal is not followed) - the same table the tracer applies to
+the aten ops it sees - so the draft is exact by construction and needs no REVIEW marker; check_flops still holds
+it against the tracer.
 
 Anything else (a branch, a loop, ``self.`` state, a view / reshape, an op the table does not cost, an input that
 is optional per case) makes :func:`vector_program` return None with the reason, and the generator falls back to
