@@ -284,3 +284,111 @@ def test_an_element_wise_guess_counts_the_broadcast_output(tmp_path):
     mod, d = draft_module(od)
     assert d["class"] == "elementwise" and d["review_lines"]
     assert mod.vector_flops(od.read_cases()[0]) == 4 * 64 * 45
+
+
+GELU_REF = '''
+import torch, torch.nn as nn, torch.nn.functional as F
+class Model(nn.Module):
+    def forward(self, x):
+        y = F.gelu(x, approximate="tanh")
+        return F.gelu(y) + x.clamp(min=0)
+def get_input_groups():
+    return []
+def get_init_inputs():
+    return []
+'''
+
+
+def test_element_wise_drafts_cost_each_call_by_the_table_with_its_own_arguments(tmp_path):
+    """GELU as torch.nn.GELU documents it (PyTorch docs): approximate='tanh' is 0.5 x (1 + tanh(sqrt(2/pi) (x +
+    0.044715 x^3))) = 9 operations per element (3 muls for x^3 and 0.044715, +, * sqrt(2/pi), tanh, + 1, * x,
+    * 0.5); the erf form 0.5 x (1 + erf(x / sqrt 2)) = 5; clamp(min=0) one bound = 1; the + = 1. x [64, 128] =
+    8192 elements -> (9 + 5 + 1 + 1) * 8192 = 131072 (the old draft: 5 for the tanh form)."""
+    od = write_workdir(tmp_path, GELU_REF, [{"inputs": [tensor("x", [64, 128])]}], name="Gelu")
+    mod, d = draft_module(od)
+    assert d["class"] == "elementwise" and not d["skeleton"]
+    assert mod.vector_flops(od.read_cases()[0]) == 16 * 8192
+    assert "9 per output element" in d["source"]
+
+
+LSTM_BIDIR_REF = '''
+import json, os, torch, torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(32, hidden_size=64, num_layers=2, batch_first=True, bidirectional=True)
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return out
+def get_input_groups():
+    return [[torch.randn(json.loads(line)["inputs"][0]["shape"])]
+            for line in open(os.path.splitext(__file__)[0] + ".json") if line.strip()]
+def get_init_inputs():
+    return []
+'''
+
+
+def test_lstm_sizes_come_from_model_py_when_the_case_has_only_x(tmp_path):
+    """Public reference: ScalingIntelligence/KernelBench KernelBench/level3/38_LTSMBidirectional.py (nn.LSTM(
+    input_size, hidden_size, num_layers, batch_first=True, bidirectional=True) built in __init__, forward(x));
+    reconstructed with literal sizes I 32, H 64, 2 layers, no h0/c0 (the old draft rejected every case: "no hidden
+    size in this case"). Hand count per token and direction (PyTorch nn.LSTM equations, gates = W_ih x + W_hh h):
+    layer 0 2 * 4H * (I + H) = 512 * 96 = 49152, layer 1 2 * 4H * (2H + H) = 512 * 192 = 98304; x 2 directions =
+    294912 per token. x [2, 10, 32] 20 tokens -> 5898240, [4, 6, 32] -> 7077888, [1, 16, 32] -> 4718592."""
+    lines = [{"inputs": [tensor("x", s)]} for s in ([2, 10, 32], [4, 6, 32], [1, 16, 32])]
+    od = write_workdir(tmp_path, LSTM_BIDIR_REF, lines, name="LSTM2")
+    mod, d = draft_module(od)
+    assert d["class"] == "rnn" and not d["skeleton"]
+    assert [mod.flops(c) for c in od.read_cases()] == [5898240, 7077888, 4718592]
+    assert not any("layout [T, B, I] assumed" in t for _, t in d["review_lines"])   # batch_first read, not guessed
+    with pytest.raises(ValueError, match="input size 16"):                     # a case nn.LSTM(32, ...) cannot take
+        mod.flops({"inputs": [tensor("x", [2, 10, 16])]})
+
+
+SPARSE_IDX_REF = '''
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, q, k, v, idx):
+        valid = idx >= 0
+        B, S, K = idx.shape
+        bi = torch.arange(B)[:, None, None].expand(B, S, K)
+        kg, vg = k[bi, idx.clamp(min=0)], v[bi, idx.clamp(min=0)]
+        s = torch.einsum("bsd,bskd->bsk", q, kg).masked_fill(~valid, float("-inf"))
+        return torch.einsum("bsk,bskd->bsd", torch.softmax(s, dim=-1).nan_to_num(0.0), vg)
+def get_input_groups():
+    return []
+def get_init_inputs():
+    return []
+'''
+
+
+def test_3d_attention_without_a_layout_attribute_leaves_a_skeleton_not_a_guess(tmp_path):
+    """A gather-by-index sparse attention on 3-D q/k/v (q [B, S, D], k/v [B, N, D], idx [B, S, K], -1 = padding;
+    the pattern of NSA / DeepSeek sparse attention references, reduced). The old draft guessed BNSD, causal and
+    rejected every case; with no layout attribute the 3-D inputs fit TND and BSH alike, so the draft is a skeleton
+    that says so, names the -1-padded index, and whose flops() raises."""
+    case = [tensor("q", [1, 16, 16]), tensor("k", [1, 32, 16]), tensor("v", [1, 32, 16]),
+            dict(tensor("idx", [1, 16, 8], "int64"), range=[-1, 32])]
+    od = write_workdir(tmp_path, SPARSE_IDX_REF, [{"inputs": case}], name="SA")
+    mod, d = draft_module(od)
+    assert d["skeleton"]
+    review = " ".join(t for _, t in d["review_lines"])
+    assert "TND" in review and "BSH" in review and "idx" in review and "-1-padded" in review
+    assert all(len(ln) <= 120 for ln in d["source"].splitlines() if ln.startswith("#"))
+    with pytest.raises(RuntimeError, match="not written"):
+        mod.flops(od.read_cases()[0])
+
+
+def test_3d_attention_reads_the_layout_attribute(tmp_path):
+    """The same 3-D q/k/v with input_layout "BSH" and head_num 2 in the case: q [1, 16, 32] is B 1, S 16, 2 heads
+    of d 16; k/v [1, 32, 32] S_k 32. Dense, not causal: 16 * 32 = 512 pairs per head, 2 FLOPs per MAC of q k^T
+    (d 16) and p v (d 16) -> 2 * 512 * 2 heads * (16 + 16) = 65536."""
+    ref = SPARSE_IDX_REF.replace("def forward(self, q, k, v, idx):", "def forward(self, q, k, v, idx, input_layout, "
+                                 "head_num):")
+    case = [tensor("q", [1, 16, 32]), tensor("k", [1, 32, 32]), tensor("v", [1, 32, 32]),
+            attr_("input_layout", "BSH", "str"), attr_("head_num", 2)]
+    od = write_workdir(tmp_path, ref.replace("masked_fill(~valid, float(\"-inf\"))", "float()"), [{"inputs": case}],
+                       name="SA3")
+    mod, d = draft_module(od)
+    assert not d["skeleton"]
+    assert mod.flops(od.read_cases()[0]) == 65536

@@ -97,6 +97,27 @@ def element_cost(name: str):
     return cost, basis
 
 
+def call_cost(name: str, args=(), kwargs=None):
+    """(FLOPs per element, basis) of aten op ``name`` called with ``args`` / ``kwargs`` in the aten (= torch
+    functional / method) argument order, receiver first: ``F.gelu(x, approximate="tanh")`` is
+    ``call_cost("gelu", [x], {"approximate": "tanh"})`` = (9, "out"). Only the non-tensor arguments an
+    argument-dependent row reads (gelu's ``approximate``, clamp's bounds, softplus' beta, addcmul's value) are
+    looked at, so a tensor may be any placeholder. None for an op the table does not cost (norms included:
+    :func:`vector_cost` computes them). The drafts (:mod:`mfulib.flops.drafts.vector`) cost each call with it, the
+    tracer's :func:`vector_cost` uses the same rows: one table."""
+    got = element_cost(name)
+    if got is None or not depends_on_args(name):
+        return got
+    return _per_element_from_args(name, list(args), dict(kwargs or {})), got[1]
+
+
+def depends_on_args(name: str) -> bool:
+    """True when the per-element cost of aten op ``name`` depends on its non-tensor arguments (a row whose cost
+    in :data:`ROWS` is computed from them: gelu, clamp, softplus, addcmul / addcdiv, the norms)."""
+    got = _BY_NAME.get(name)
+    return got is not None and got[0] is None
+
+
 def gelu_cost(approximate="none") -> int:
     """FLOPs per element of GELU: 5 (erf form), 9 (``approximate="tanh"``); the formulas are in :data:`ROWS`."""
     return 9 if str(approximate) == "tanh" else 5

@@ -158,3 +158,34 @@ def forward_params(source: str) -> list:
                 a = fn.args
                 return [p.arg for p in a.posonlyargs + a.args][1:] + [p.arg for p in a.kwonlyargs]
     return []
+
+
+LSTM_PARAMS = ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional",
+               "proj_size")
+"""nn.LSTM's constructor arguments in positional order (PyTorch docs, torch.nn.LSTM)."""
+
+
+def lstm_construction(source: str) -> tuple:
+    """({argument: literal value}, line, [arguments not literal]) of the first ``nn.LSTM(...)`` call in the
+    reference ``source`` (positional and keyword arguments, named per :data:`LSTM_PARAMS`), or ({}, None, []) when
+    there is none. An argument that is not a Python literal (``nn.LSTM(input_size, hidden, ...)`` from __init__'s
+    parameters) is listed by name instead of guessed."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}, None, []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        if (fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else "") != "LSTM":
+            continue
+        given = list(zip(LSTM_PARAMS, node.args)) + [(k.arg, k.value) for k in node.keywords if k.arg]
+        known, unknown = {}, []
+        for name, value in given:
+            try:
+                known[name] = ast.literal_eval(value)
+            except ValueError:
+                unknown.append(name)
+        return known, node.lineno, unknown
+    return {}, None, []

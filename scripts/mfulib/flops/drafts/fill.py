@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import string
+import textwrap
 
 from mfulib.core.definitions import FLOAT_DTYPES
 from mfulib.flops.contract import REVIEW_MARK
@@ -18,7 +19,7 @@ from mfulib.flops.drafts.attention import (BODY_DENSE, BODY_PAGED, BODY_SPARSE, 
                                            T_ATTENTION, T_MHA, T_NPU_FA, render_npu_attention)
 from mfulib.flops.drafts.classes import ORDER_CALLS, classify
 from mfulib.flops.drafts.evidence import (CaseView, ModelFeatures, analyze_model, forward_params, launched_kernels,
-                                         read_case_view)
+                                         lstm_construction, read_case_view)
 from mfulib.flops.drafts.parts import format_parts, kernel_parts_for
 from mfulib.flops.drafts.templates import (HEADER, T_CONV, T_FFN, T_GROUPED, T_MATMUL, T_NOMATRIX, T_RNN, T_SKELETON,
                                            T_UNKNOWN, T_VECTOR, T_VECTOR_EXACT)
@@ -28,6 +29,38 @@ GATED_ACTIVATIONS = ("swiglu", "geglu", "reglu", "glu")
 _LIBRARY_ROW_OPS = ("layer_norm", "LayerNorm", "group_norm", "GroupNorm", "native_group_norm", "native_layer_norm",
                     "batch_norm", "BatchNorm1d", "BatchNorm2d", "rms_norm", "RMSNorm", "instance_norm", "softmax",
                     "log_softmax", "_softmax")
+
+
+class CannotDraft(ValueError):
+    """A class drafter cannot write the count from what model.py and the case file show; the message says why and
+    what to read. :func:`generate` turns it into a skeleton draft (REVIEW lines, a flops() that raises)."""
+
+
+def _padded_index_inputs(cv: CaseView) -> list:
+    """Integer tensor inputs drawn with negative values in some case (``"range": [-1, n]``): -1-padded indices?"""
+    out = []
+    for case in cv.cases:
+        for spec in case.get("inputs", []):
+            rng = spec.get("range") if isinstance(spec, dict) else None
+            if spec.get("type") == "tensor" and str(spec.get("dtype", "")).startswith(("int", "uint")) and \
+                    isinstance(rng, (list, tuple)) and rng and rng[0] < 0 and spec["name"] not in out:
+                out.append(spec["name"])
+    return out
+
+
+def _three_d_without_layout(cv: CaseView, q: str, cls: str) -> None:
+    """Raise :class:`CannotDraft` when q is 3-D in some case and no layout attribute says how to read it: TND
+    [T, N, D] and BSH [B, S, N*D] both fit, and BSH needs the head count; a 4-D guess would reject every case."""
+    ranks = {len(info.tensor(q).shape) for info in cv.all_infos if q in {t.name for t in info.tensors}}
+    if 3 not in ranks:
+        return
+    why = (f"{q} is 3-D in the cases and no input_layout / layout attribute says TND [T, N, D] or BSH [B, S, N*D] "
+           f"(heads?) - read forward() for the layout, then count with attention_dims(case, ..., layout, heads)")
+    padded = _padded_index_inputs(cv)
+    if padded:
+        why += (f"; {', '.join(padded)}: integer input drawn with negatives (a -1-padded key index?) - count only "
+                f"its valid entries (def flops(case, args) reads the seeded draw), not every slot")
+    raise CannotDraft(f"{cls}: {why}")
 
 
 def _layout_guess(f: ModelFeatures, cv: CaseView, q: str) -> tuple:
@@ -117,6 +150,7 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         if layout_attr:
             layout, layout_note, layout_expr = "BNSD", "", f'attr(case, "{layout_attr}")'
         else:
+            _three_d_without_layout(cv, q, cls)
             layout, layout_note = _layout_guess(f, cv, q)
             layout_expr = "LAYOUT"
         heads = cv.attr(r"head_num|num_heads|n_heads")
@@ -186,16 +220,27 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
             ("bias", cv.tensor(r"bias|b|b_ih|bias_ih\w*")), ("state", h0),
             ("state", cv.tensor(r"c0|c_0|cx|c|init_c")), ("w_hh", cv.tensor(r"w_hh|weight_hh\w*"))) if name]
         layers = cv.attr(r"num_layers|n_layers|layers")
+        module, line, not_literal = lstm_construction(f.source)
+        module = {k: v for k, v in module.items() if k in ("input_size", "hidden_size", "num_layers", "batch_first",
+                                                          "bidirectional")}
+        module_note = (f"model.py line {line}: nn.LSTM's literal arguments, used where the case gives none"
+                       if line else "no nn.LSTM(...) in model.py")
+        covered = {"hidden_size": sources, "num_layers": layers, "batch_first": bf,
+                   "bidirectional": cv.attr(r"bidirectional")}          # the case gives these; input_size is x's
+        not_literal = [n for n in not_literal if n in covered and not covered[n]]
+        if not_literal:
+            module_note += f"\n# REVIEW: nn.LSTM's {', '.join(not_literal)} (line {line}) not literal: give them here"
+        proj = lstm_construction(f.source)[0].get("proj_size", 0)
+        if proj:
+            module_note += f"\n# REVIEW: proj_size={proj}: W_hh is [4H, P] and h_t is projected - adjust the count"
         body = string.Template(T_RNN).substitute(
+            module=repr(module), module_note=module_note,
             x=x, hidden_from=repr(sources), layers=layers or "num_layers",
             layers_fallback=(f'max(1, shape(case, "{h0}")[0] // dirs) if has(case, "{h0}") and '
                              f'len(shape(case, "{h0}")) == 3 else 1') if h0 else "1",
             bidir=cv.attr(r"bidirectional") or "bidirectional", batch_first=bf or "batch_first",
-            bf_note="" if bf else "  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)")
-        if not bf and re.search(r"batch_first\s*=\s*True", f.source):   # fixed in model.py's constructor
-            body = body.replace('bool(attr(case, "batch_first", False))', 'bool(attr(case, "batch_first", True))')
-            body = body.replace("  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)",
-                                "  # model.py builds the LSTM with batch_first=True: x [B, T, I]")
+            bf_note="" if bf or "batch_first" in module else
+            "  # REVIEW: layout [T, B, I] assumed (batch_first=False, nn.LSTM's default)")
         heads = f.lines(*("Linear", "linear", "matmul", "bmm", "mm", "@"))
         if heads:
             body += (f"\n# REVIEW: model.py line(s) {', '.join(map(str, heads[:8]))} also multiply matrices (a head "
@@ -345,10 +390,12 @@ def skeleton(cls: str, op: str, why: list, exc: BaseException) -> str:
     """The draft written when the class drafter raised: the header, REVIEW lines naming the exception, and a
     flops() that raises until a human writes it."""
     short = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+    why_text = str(exc) if isinstance(exc, CannotDraft) else f"the {cls} drafter raised {short}"
     fill = {"op": op, "cls": cls, "why": "; ".join(why), "imports": "shape, attr", "kernel_parts": "{}",
             "kernel_note": "# REVIEW: define the parts once flops() is written"}
     return string.Template(HEADER).substitute(fill) + string.Template(T_SKELETON).substitute(
-        why=f"the {cls} drafter raised {short}", short=short.replace('"', "'").replace("\\", "/"))
+        why="\n# REVIEW: ".join(textwrap.wrap("the generator could not write this draft: " + why_text, 108)),
+        short=short.replace('"', "'").replace("\\", "/"))
 
 
 def generate(model_py: str, cases_path: str, impl_py: str | None = None, op: str | None = None,

@@ -163,6 +163,8 @@ $helpers'''
 
 T_RNN = '''
 HIDDEN_FROM = $hidden_from   # (kind, name): where H comes from, read from the case file's names
+# $module_note
+MODULE = $module
 
 
 def _hidden(case):
@@ -175,21 +177,26 @@ def _hidden(case):
             return shape(case, name)[-1]                # h0 / c0 [layers * dirs, B, H]
         if kind == "w_hh" and has(case, name):
             return shape(case, name)[-1]                # weight_hh [4H, H]
-    raise ValueError("case rejected: no hidden size in this case (no hidden_size attribute, bias, h0 or weight_hh)")
+    if MODULE.get("hidden_size"):
+        return int(MODULE["hidden_size"])               # the nn.LSTM(...) of model.py
+    raise ValueError("case rejected: no hidden size in this case (no hidden_size attribute, bias, h0 or weight_hh) "
+                     "and none in model.py's nn.LSTM(...)")
 
 
 def flops_parts(case):
     # LSTM (PyTorch nn.LSTM equations): per time step and direction, gates [i f g o] = W_ih x_t + W_hh h_(t-1):
     # 2 * T * B * 4H * (I_l + H), I_l = the input size for layer 0, H * directions above it.
     x = shape(case, "$x")
-    batch_first = bool(attr(case, "$batch_first", False))$bf_note
+    batch_first = bool(attr(case, "$batch_first", MODULE.get("batch_first", False)))$bf_note
     if len(x) == 2:                                     # unbatched [T, I]
         t, b, i = x[0], 1, x[1]
     else:
         t, b, i = (x[1], x[0], x[2]) if batch_first else (x[0], x[1], x[2])
+    if MODULE.get("input_size") and i != MODULE["input_size"]:
+        raise ValueError(f"case rejected: $x {x} has input size {i}, model.py's nn.LSTM takes {MODULE['input_size']}")
     h = _hidden(case)
-    dirs = 2 if bool(attr(case, "$bidir", False)) else 1
-    layers = int(attr(case, "$layers", 0)) or $layers_fallback
+    dirs = 2 if bool(attr(case, "$bidir", MODULE.get("bidirectional", False))) else 1
+    layers = int(attr(case, "$layers", 0)) or int(MODULE.get("num_layers", 0)) or $layers_fallback
     total = 0
     for layer in range(layers):
         i_l = i if layer == 0 else h * dirs
@@ -203,7 +210,7 @@ def flops(case):
 
 T_SKELETON = '''
 
-# REVIEW: the generator could not write this draft: $why
+# REVIEW: $why
 # REVIEW: read model.py's forward() and write flops(case) (2 FLOPs per multiply-accumulate of its matrix work);
 # REVIEW: check_flops.py fails until you do.
 

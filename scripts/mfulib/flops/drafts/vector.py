@@ -7,8 +7,10 @@ axes (``x.sum(dim)``, ``torch.mean(x, -1, keepdim=True)``, ``amax``, ``var``, ``
 ``vector_flops(case)`` body that re-plays the shapes of that code on each case's input shapes (numpy broadcasting
 rules; a reduction drops or keeps its axes) and adds, per op, its per-element cost times the elements of its
 output ("out" ops) or of its first input ("in" ops). The costs are read from :func:`mfulib.flops.vector_costs
-.element_cost` - the same table the tracer applies to the aten ops it sees - so the draft is exact by construction
-and needs no REVIEW marker; check_flops still holds it against the tracer.
+.call_cost` with the call's own literal arguments (``F.gelu(x, approximate="tanh")`` 9, ``x.clamp(min=0)`` 1; an
+argument-dependent op whose argument is not a literal is not followed) - the same table the tracer applies to
+the aten ops it sees - so the draft is exact by construction and needs no REVIEW marker; check_flops still holds
+it against the tracer.
 
 Anything else (a branch, a loop, ``self.`` state, a view / reshape, an op the table does not cost, an input that
 is optional per case) makes :func:`vector_program` return None with the reason, and the generator falls back to
@@ -21,7 +23,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from mfulib.flops.vector_costs import element_cost, gelu_cost
+from mfulib.flops.vector_costs import call_cost, depends_on_args, element_cost
 
 _MODULES = {"torch", "F", "nn", "functional", "special", "math"}
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow", ast.Mod: "remainder"}
@@ -83,8 +85,8 @@ class _Reader:
         self.p.lines.append(f"    {var} = {expr}")
         return _T(var)
 
-    def cost(self, aten: str, basis_shape: str, line: int, what: str):
-        got = element_cost(aten)
+    def cost(self, aten: str, basis_shape: str, line: int, what: str, got=None):
+        got = got or element_cost(aten)
         if got is None:
             raise _Bail(f"line {line}: {aten} is not in the cost table (mfulib/flops/vector_costs.py)")
         c, basis = got
@@ -178,15 +180,30 @@ class _Reader:
             return vals[0]
         if aten in _REDUCTIONS or aten in _ROW_OPS:
             return self.reduction(aten, vals, kw_vals, node, what)
-        got = element_cost(aten)
+        got = self.call_cost(aten, args, node)
         if got is not None and got[1] == "free" and aten not in _POINTWISE_FREE:
             raise _Bail(f"line {node.lineno}: {aten} changes shapes or selects (not followed)")
         if got is not None and got[1] == "in":
             raise _Bail(f"line {node.lineno}: {aten} costed per input element outside a reduction")
         tensors = [v for v in vals + list(kw_vals.values()) if isinstance(v, _T)]
         out = self.bcast(tensors)
-        self.cost(aten, out.var, node.lineno, what)
+        self.cost(aten, out.var, node.lineno, what, got)
         return out
+
+    @staticmethod
+    def call_cost(aten: str, args: list, node: ast.Call):
+        """The table's (cost, basis) for this call, read with its literal arguments (receiver first)."""
+        if not depends_on_args(aten):
+            return element_cost(aten)
+        for a in args[1:] + [k.value for k in node.keywords if k.arg != "input"]:
+            try:
+                ast.literal_eval(a)
+            except ValueError:
+                raise _Bail(f"line {node.lineno}: {aten}'s cost depends on its arguments and "
+                            f"{ast.unparse(a)} is not a literal") from None
+        pos = [None] + [ast.literal_eval(a) for a in args[1:]]
+        kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg != "input"}
+        return call_cost(aten, pos, kw)
 
     def reduction(self, aten, vals, kw, node, what):
         x = vals[0]
@@ -353,6 +370,13 @@ def tensor_ops(source: str, tensor_params) -> list:
             base = node.func.attr[:-1] if node.func.attr.endswith("_") else node.func.attr
             aten = _ALIASES.get(base, base)
         got = element_cost(aten) if aten else None
+        if isinstance(node, ast.Call) and got is not None and depends_on_args(aten):
+            try:                                 # the call's own literal arguments (gelu's approximate ...)
+                lit = [None] + [ast.literal_eval(a) for a in node.args[0 if is_tensor(node.func) else 1:]]
+                got = call_cost(aten, lit, {k.arg: ast.literal_eval(k.value) for k in node.keywords
+                                            if k.arg not in ("input", "out")})
+            except ValueError:
+                pass                             # not literal: the default-argument cost (a REVIEW-marked guess)
         if got is None or got[1] != "out" or got[0] == 0:
             continue
         text = ast.unparse(node)
@@ -363,9 +387,5 @@ def tensor_ops(source: str, tensor_params) -> list:
         if text in seen:
             continue
         seen.add(text)
-        cost = got[0]
-        if aten == "gelu" and any(k.arg == "approximate" and isinstance(k.value, ast.Constant) and
-                                  k.value.value == "tanh" for k in getattr(node, "keywords", [])):
-            cost = gelu_cost("tanh")
-        found.append((aten, cost, node.lineno, text))
+        found.append((aten, got[0], node.lineno, text))
     return sorted(found, key=lambda r: r[2])
