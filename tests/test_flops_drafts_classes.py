@@ -329,9 +329,10 @@ def get_init_inputs():
 
 
 def test_lstm_sizes_come_from_model_py_when_the_case_has_only_x(tmp_path):
-    """Public reference: ScalingIntelligence/KernelBench KernelBench/level3/38_LTSMBidirectional.py (nn.LSTM(
-    input_size, hidden_size, num_layers, batch_first=True, bidirectional=True) built in __init__, forward(x));
-    reconstructed with literal sizes I 32, H 64, 2 layers, no h0/c0 (the old draft rejected every case: "no hidden
+    """Public reference: ScalingIntelligence/KernelBench KernelBench/level3/38_LSTMBidirectional.py (nn.LSTM(
+    input_size, hidden_size, num_layers, batch_first=True, dropout=dropout, bidirectional=True) built in __init__
+    from get_init_inputs(); its forward also takes h0, c0); reconstructed with literal sizes I 32, H 64, 2 layers and
+    x only (the old draft rejected every case: "no hidden
     size in this case"). Hand count per token and direction (PyTorch nn.LSTM equations, gates = W_ih x + W_hh h):
     layer 0 2 * 4H * (I + H) = 512 * 96 = 49152, layer 1 2 * 4H * (2H + H) = 512 * 192 = 98304; x 2 directions =
     294912 per token. x [2, 10, 32] 20 tokens -> 5898240, [4, 6, 32] -> 7077888, [1, 16, 32] -> 4718592."""
