@@ -172,7 +172,7 @@ def test_a_signal_to_make_stops_the_running_step_which_is_then_not_done(tmp_path
     rest, _ = proc.communicate(timeout=60)
     text = "".join(out) + rest
     assert proc.returncode != 0 and time.monotonic() - t0 < 25, text  # the 30 s step did not run to its end
-    assert "interrupted (SIG" in text and "stopping the step" in text, text
+    assert "interrupted (SIG" in text and "step verify interrupted (SIG" in text, text
     assert not (work / ".state" / "verify.ok").exists() and not (work / ".state" / "verify.failed").exists()
     rows = {r["step"]: r for r in workdir_state.step_states(str(work), ("ok", ""))}
     assert rows["verify"]["state"] != "done", rows["verify"]

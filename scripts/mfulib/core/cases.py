@@ -155,7 +155,7 @@ def parse_case_lines(text: str, path=None) -> list:
         try:
             case = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UserError(f"{_where(path, line_no)} (case {len(cases)}): not valid JSON ({exc.msg} at column "
+            raise UserError(f"{_where(path, line_no)} (case {len(cases)}): not valid JSON ({exc.msg}: column "
                             f"{exc.colno}) - each line must be one JSON object {{\"inputs\": [...]}}") from None
         validate_case(case, path, line_no)
         cases.append(case)

@@ -108,8 +108,9 @@ class Supervisor:
         n = len(self.signals)
         sent = signal.SIGINT if n == 1 else signal.SIGTERM if n == 2 else signal.SIGKILL
         if n == 1:
-            self.err.write(f"interrupted ({signal.Signals(signum).name}): stopping the step (pid {self.child.pid}); "
-                           "it is not done, the next make redoes it\n")
+            step = os.environ.get("MFU_MAKE_STEP") or "the step"  # make names each step (Makefile: MFU_MAKE_STEP)
+            self.err.write(f"\nstep {step} interrupted ({signal.Signals(signum).name}): stopping it (pid "
+                           f"{self.child.pid}); it is not done, the next make redoes it\n")
             self.err.flush()
         try:
             os.killpg(self.child.pid, sent)

@@ -127,13 +127,14 @@ def judge(doc: dict, base_dir: str, failed=None, _depth: int = 0) -> list:
 
 
 def stale_reasons(issues) -> list:
-    """The ``why`` texts of :func:`judge`'s issues (what a report's ``stale`` field and the screen show)."""
-    return [i["why"] for i in issues]
+    """The ``why`` texts of :func:`judge`'s issues (what a report's ``stale`` field and the screen show), each once,
+    in the order found (one changed file reached through several reports is one reason)."""
+    return list(dict.fromkeys(i["why"] for i in issues))
 
 
 def refusals(issues) -> list:
-    """The ``why`` texts of the issues that refuse (a changed input that is a failed step's report)."""
-    return [i["why"] for i in issues if i["refuse"]]
+    """The ``why`` texts of the issues that refuse (a changed input that is a failed step's report), each once."""
+    return list(dict.fromkeys(i["why"] for i in issues if i["refuse"]))
 
 
 def html_record(path: str):
