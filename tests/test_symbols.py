@@ -295,7 +295,9 @@ def test_a_constant_axis_equal_to_batch_by_chance_does_not_scale_with_it():
     # batch equal to heads (8) in every case, q/k/v [B, N, S, D]: the heads axes do not scale with the batch
     lines = [{"inputs": [_t(n, [8, 8, s, 64]) for n in ("q", "k", "v")]} for s in (64, 128)]
     _g, by = _crafted(lines)
-    assert by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)] and by[("q", 1)].kind == "other"
+    assert by[("q", 0)].positions == [("q", 0), ("k", 0), ("v", 0)] and by[("q", 1)].kind == "heads"
+    assert by[("q", 1)].name not in dict(symbols.choose([_g]))
+    assert by[("q", 2)].kind == "seq_q"  # the names (torch's [batch, heads, seq, head_dim]) name the sequence
 
 
 def test_a_lengths_tensor_follows_a_constant_batch():
@@ -388,12 +390,18 @@ def test_grouped_query_attention_names_heads_and_by_elimination_the_sequences():
     assert by[("q", 2)].kind == "heads" and by[("q", 1)].kind == "seq_q" and by[("k", 1)].kind == "seq_k"
 
 
-def test_attention_rule_stays_silent_when_heads_and_sequence_cannot_be_told_apart():
-    # q [B, 8, 128, D] with k [B, 8, 64, D] in every case: a cross attention, or a grouped one? neither axis is
-    # proven no-heads, so no middle axis gets a kind from this rule (the user picks with --scale-dims)
+def test_names_decide_where_shapes_cannot_tell_heads_and_sequence_apart():
+    # q [B, 8, 128, D] with k [B, 8, 64, D] in every case: a cross attention, or a grouped one? the shapes do not
+    # say; the names q/k/v do, by torch's SDPA layout [batch, heads, seq, head_dim]: axis 1 heads, axis 2 the
+    # query / key sequences, each its own symbol
     _g, by = _crafted([_qkv([2, 8, 128, 64], [2, 8, 64, 64]), _qkv([1, 8, 256, 64], [1, 8, 128, 64])])
     assert by[("q", 0)].kind == "batch"
-    assert by[("q", 1)].kind == "other" and by[("q", 2)].kind == "other"
+    assert by[("q", 1)].kind == "heads" and by[("q", 2)].kind == "seq_q" and by[("k", 2)].kind == "seq_k"
+    assert "scaled_dot_product_attention" in by[("q", 2)].evidence[0]
+    # tensors not named as attention operands: no such rule
+    line = lambda qs, ks: {"inputs": [_t("a", qs), _t("b", ks), _t("c", ks)]}
+    _g, by = _crafted([line([2, 8, 128, 64], [2, 8, 64, 64]), line([1, 8, 256, 64], [1, 8, 128, 64])])
+    assert by[("a", 1)].kind == "other" and by[("a", 2)].kind == "other"
 
 
 def test_key_heads_equal_to_the_batch_or_to_a_decode_query_length_do_not_scale_with_them():

@@ -19,10 +19,8 @@ import re
 from dataclasses import dataclass, field
 
 from mfulib.core import symbols
+from mfulib.core.symbol_rules import KEY_NAME as _K, QUERY_NAME as _Q, VALUE_NAME as _V
 
-_Q = re.compile(r"^(q|query|xq|queries)$", re.I)
-_K = re.compile(r"^(k|key|keys|xk|k_cache|key_cache)$", re.I)
-_V = re.compile(r"^(v|value|values|xv|v_cache|value_cache)$", re.I)
 _KV_HEADS = re.compile(r"^(num_key_value_heads|kv_head_num|num_kv_heads|n_kv_heads)$", re.I)
 _OFFSETS = re.compile(r"^(offs|offsets|group_list|group_sizes|batch_sizes|tokens_per_expert|m_splits?|"
                       r"split_sizes|expert_tokens|expert_offsets)$", re.I)

@@ -15,6 +15,12 @@ SEQLEN_ATTR = re.compile(r"seq.?len|seqlen|actual_seq", re.I)
 # operands named as weights (weight, weight1, w, w1, wq, w_o, bias, gamma, beta, q_weight, fc1_bias, ...): the
 # model's parameters passed as inputs; their axes never scale (scaling them changes the model, not the load)
 WEIGHT_NAME = re.compile(r"^(w[qkvo]?|weights?|bias|gamma|beta)(\d+|_\w+)?$|_(weights?|w|bias)\d*$", re.I)
+# the weight names that are a bias (bias, bias1, fc1_bias): a 1-D addend of a product's output columns
+BIAS_NAME = re.compile(r"^bias(\d+|_\w+)?$|_bias\d*$", re.I)
+# attention operands by name (also read by :mod:`mfulib.core.symbol_roles`); a *_cache is a paged KV cache
+QUERY_NAME = re.compile(r"^(q|query|xq|queries)$", re.I)
+KEY_NAME = re.compile(r"^(k|key|keys|xk|k_cache|key_cache)$", re.I)
+VALUE_NAME = re.compile(r"^(v|value|values|xv|v_cache|value_cache)$", re.I)
 
 
 def weight_names(members) -> dict:
@@ -221,4 +227,29 @@ def attention_roles(members, tensors, classes, voted):
                 voted[cls_of[(t.name, b)]] = (kind, [f"{t.name} is [batch, ?, ?, head_dim] and axis {a} is "
                                                      f"{mids[a]}: axis {b} is the other middle axis ({kind})"])
                 mids[b] = kind
+    if not seqlen_lists(members):  # lengths lists come with [B, S, N, D] files (varlen): no torch layout assumed
+        by_names(q, tensors, cls_of, voted)
+
+
+def by_names(q, tensors, cls_of, voted):
+    """Where no shape rule told the middle axes of a 4-D query / key / value apart (grouped-query heads beside a
+    sequence equal in query and key read the same as a cross attention whose query length is a multiple of the
+    key's), their names decide, by the layout of torch's ``scaled_dot_product_attention`` ([batch, heads, seq,
+    head_dim]: https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html):
+    axis 1 heads, axis 2 ``seq_q`` (query) / ``seq_k`` (key, value). Only tensors named as a query (the first
+    tensor), key or value (:data:`QUERY_NAME`, :data:`KEY_NAME`, :data:`VALUE_NAME`; not a paged ``*_cache``)
+    whose two middle axes both still have no rule, in a group without sequence-length lists (those come with
+    [B, S, N, D] varlen files); ``voted`` is updated in place."""
+    if not QUERY_NAME.match(q.name):
+        return
+    named = [t for t in tensors if len(t.shape) == 4 and "cache" not in t.name.lower()
+             and (t is q or KEY_NAME.match(t.name) or VALUE_NAME.match(t.name))]
+    open_ = [t for t in named if all(voted[cls_of[(t.name, a)]][0] == "other" for a in (1, 2))]
+    for t in open_:
+        for a, kind in ((1, "heads"), (2, "seq_q" if t is q else "seq_k")):
+            ck = cls_of[(t.name, a)]
+            if voted[ck][0] == "other":
+                voted[ck] = (kind, [f"{t.name} is named as an attention operand and no shape rule tells its middle "
+                                    "axes apart: torch's scaled_dot_product_attention layout [batch, heads, seq, "
+                                    f"head_dim] makes axis {a} {kind} (an input_layout attribute says otherwise)"])
 

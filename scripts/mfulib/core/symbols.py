@@ -20,13 +20,19 @@ Kinds (:data:`KINDS`), each with its evidence string:
   sequence-and-batch rule: all three set a GEMM's arithmetic intensity);
 * weights (operands named as weights: ``weight1``, ``w_q``, ``bias``, ...) form symbols of their own, marked
   ``weight``, that never scale, and their last axes follow no data symbol: an FFN's weights stay as they are
-  (module parameters and ``get_init_inputs()`` are not case inputs, so nothing here can scale them);
+  (module parameters and ``get_init_inputs()`` are not case inputs, so nothing here can scale them); a data
+  tensor's last axis equal in every case to a weight symbol as well as to a data symbol belongs to the weight's
+  symbol (x [T, H] @ weight1 [H, F] with T = H: only x's rows scale); the exception is a 1-D operand named like a
+  bias whose size equals a data GEMM's n in every case (``torch.bmm(A, B) + bias``): an addend of that output, it
+  follows n (``SymbolGroup.biases``; ``SymbolGroup.weights`` lists the weight operands that stay);
 * without a layout attribute, a sequence-length list (``actual_seq_lengths``) names the axes of 4-D [B, S, N, D]
   tensors too: the axis equal to the list's length in every case is batch, the one the lengths fit (padded: the
   longest <= it, equal in some case; packed: their sum) is seq (:func:`mfulib.core.symbol_rules.seqlen_roles`);
   packed lengths name no batch axis, and a position rule's batch / seq on another axis of the first tensor gives
   way ([T, N, D]: axis 1 is no sequence); grouped-query attention names the heads axis of 4-D query/key tensors
-  and elimination the other middle axis (:func:`mfulib.core.symbol_rules.attention_roles`);
+  and elimination the other middle axis (:func:`mfulib.core.symbol_rules.attention_roles`); where neither tells
+  them apart, 4-D tensors named q / k / v (query, key, value) take torch's SDPA layout [batch, heads, seq, head_dim]
+  (:func:`mfulib.core.symbol_rules.by_names`);
 * an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
   0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``. A position
   with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol; in a constant
@@ -52,9 +58,9 @@ import copy
 import re
 from dataclasses import dataclass, field
 
-from mfulib.core.symbol_rules import (SEQLEN_ATTR, attention_roles, fit, int_attr_positions, is_int, kind_for,
-                                     matmul_roles, seqlen_lists, seqlen_roles, split_strays, tensor_letters,
-                                     weight_names)
+from mfulib.core.symbol_rules import (BIAS_NAME, SEQLEN_ATTR, attention_roles, fit, int_attr_positions, is_int,
+                                     kind_for, matmul_roles, seqlen_lists, seqlen_roles, split_strays,
+                                     tensor_letters, weight_names)
 
 KINDS = ("batch", "seq_q", "seq_k", "seq", "gemm_k", "gemm_n", "heads", "head_dim", "hidden", "other")
 DEFAULT_SCALE_KINDS = ("batch", "seq_q", "seq_k", "seq", "gemm_k", "gemm_n")
@@ -94,6 +100,8 @@ class SymbolGroup:
     notes: list = field(default_factory=list)
     # {sequence-length list name: [(Symbol, "padded" | "packed" | "bounded")]}: the axis symbols (not batch) it fits
     lengths: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)  # {operand named as a weight: evidence} that never scales
+    biases: dict = field(default_factory=dict)  # {operand named like a bias: the gemm_n kind it follows}
 
     def symbol(self, name):
         return next(s for s in self.symbols if s.name == name)
@@ -159,6 +167,7 @@ def analyse_group(key, lay, members) -> SymbolGroup:
     attr_pos = int_attr_positions(members)
     by_lengths = {} if lay else seqlen_roles(members, [ck[0] for ck in classes])
     split_strays(classes, tensors[0].name if tensors else None, by_lengths)
+    weight_vals = {ck[0] for ck, cls in classes.items() if cls.get("weight")}
     voted = {}
     for ck, cls in classes.items():
         kinds = cls["kinds"]
@@ -190,8 +199,20 @@ def analyse_group(key, lay, members) -> SymbolGroup:
             ev.append(f"constant {vals[0]} in every case: equality with other positions is weak evidence")
         followers = []
         for pos, lvals, lletters, ltag in ([] if cls.get("stray") else lasts):
+            if _output_bias(pos, lvals, ck, weights):
+                followers.append(pos)
+                grp.biases[pos[0]] = kind
+                ev.append(f"{pos[0]} [{kind}] is named like a bias and equals the column axis n of a data GEMM in "
+                          "every case: added to its output, it follows n (weights that never scale are the weight "
+                          "matrices of a module)")
+                continue
             if (ltag is not None and ck[2:] != (ltag,)) or (pos[0] in weights and not cls["weight"]):
                 continue  # A's last axis follows its k only; a weight's last axis follows no data symbol
+            if ltag is None and not cls["weight"] and lvals in weight_vals:
+                if lvals == vals:  # a tie with a weight symbol: the axis is the weight's (x [T, H] @ w [H, F], T = H)
+                    ev.append(f"last axis {pos[0]}.{pos[1]} equals it but also a weight symbol in every case: it "
+                              "belongs to the weight's symbol and stays")
+                continue
             same_letter = lletters is None or letter is None or lletters[pos[1]] == letter
             per_batch = kind == "batch" and pos[1] == 0 and SEQLEN_ATTR.search(pos[0])  # lengths [B], B constant
             if lvals == vals and same_letter and (len(set(vals)) > 1 or letter is not None or per_batch):
@@ -232,7 +253,16 @@ def analyse_group(key, lay, members) -> SymbolGroup:
                          "with a scaled batch (one length per batch), otherwise the scaled case is refused")
     if lay:
         grp.notes.append(f"input_layout={lay}: axis meanings from the layout letters")
+    grp.weights = {n: why for n, why in weights.items() if n not in grp.biases}
     return grp
+
+
+def _output_bias(pos, lvals, ck, weights) -> bool:
+    """Whether the last axis ``pos`` is a 1-D operand named like a bias (:data:`BIAS_NAME`) whose size equals, in
+    every case, the column axis n of a product of two data operands (class key ``ck`` tagged ``:n``): ``A @ B +
+    bias`` broadcasts it over n, so it follows n even where n never varies."""
+    return (pos[1] == 0 and pos[0] in weights and bool(BIAS_NAME.search(pos[0])) and lvals == ck[0]
+            and len(ck) > 2 and str(ck[2]).endswith(":n"))
 
 
 def analyse(infos: list) -> list:

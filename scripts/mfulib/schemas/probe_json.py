@@ -7,8 +7,9 @@ peak_tflops_max (the highest peak of peak.json, measured or nominal, TFLOP/s: ga
 one)}, ``groups`` [{key, layout, cases, notes}], ``symbols`` [{name, kind, group,
 positions [[tensor, axis]...] (an attribute: [name, null]), followers [[input, axis | list index | null]...],
 values (per case of ``cases``), cases, evidence [str], scaled: bool, weight: bool (a weight operand's axes: never
-scaled)}], ``scale_dims`` [{symbol, why}], ``weights`` {operands [tensor names], module_parameters [str],
-init_inputs, why} (what never scales, with the evidence), ``candidates`` [{candidate_id, source_case, ladder (its
+scaled)}], ``scale_dims`` [{symbol, why}], ``weights`` {operands [tensor names], output_biases [tensor names:
+bias-named operands that follow a data GEMM's n], module_parameters [str], init_inputs, why} (what never scales, with the evidence),
+``candidates`` [{candidate_id, source_case, ladder (its
 ladder's symbols joined by "+"), scale (the product of the factors), factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
 | null (null: not checked, with the reason in detail), detail, value, limit; gate 3 also verified_by: full |
 batch_slice | head_slice | row_slice (verify.json's, mfulib.verify.slices) | unverified (the whole reference did

@@ -45,11 +45,17 @@ def model_weights(model_py: str) -> dict:
 
 
 def weights_evidence(groups: list, model_py: str) -> dict:
-    """probe.json ``weights``: {operands [tensor names], module_parameters, init_inputs, why} - what never scales."""
-    operands = sorted({t for g in groups for s in g.symbols if s.weight for t, _a in s.positions})
-    out = dict(operands=operands, **model_weights(model_py))
-    out["why"] = ("weights never scale: " + (f"operands {', '.join(operands)} are named as weights; " if operands
-                                             else "no case operand is named as a weight; ") +
+    """probe.json ``weights``: {operands [tensor names], output_biases [tensor names], module_parameters,
+    init_inputs, why} - what never scales; ``output_biases`` are operands named like a bias that follow a data
+    GEMM's column axis n instead (:attr:`mfulib.core.symbols.SymbolGroup.biases`)."""
+    operands = sorted({t for g in groups for s in g.symbols if s.weight for t, _a in s.positions} |
+                      {t for g in groups for t in g.weights})
+    biases = {t: kind for g in groups for t, kind in g.biases.items()}
+    out = dict(operands=operands, output_biases=sorted(biases), **model_weights(model_py))
+    named = (f"operands {', '.join(operands)} are named as weights; " if operands else
+             "no other case operand is named as a weight; " if biases else "no case operand is named as a weight; ")
+    out["why"] = ("weights never scale: " + "".join(f"{t} is named like a bias but is added to a data GEMM's output: "
+                                                    f"it follows {k}; " for t, k in sorted(biases.items())) + named +
                   (f"Model's module parameters ({', '.join(out['module_parameters'])}) and " if out["module_parameters"]
                    else "Model holds no module parameters; ") + f"{out['init_inputs']} - neither is a case input, "
                   "so the scaled cases leave them as they are")
