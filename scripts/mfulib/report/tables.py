@@ -215,7 +215,8 @@ def decompose_table(result: dict) -> str:
 def parts_table(result: dict) -> str:
     """One row per part of every ok case with FLOPs, ranked per case by payoff (:func:`mfulib.report.roofline.
     rank_by_payoff`): time, TFLOP/s, MFU@ach, bound (source), headroom ("unknown (bytes)" when the part's bytes are
-    unknown), the case MFU@ach if that part were fixed (and its target), speed-up against the baseline report when several are shown. Empty when no case has parts."""
+    unknown), the case MFU@ach if that part were fixed (and its target), speed-up against the baseline report when
+    several are shown. Empty when no case has parts."""
     from tabulate import tabulate
     multi = len(result["reports"]) > 1
     rows = []
