@@ -7,8 +7,8 @@ Fixture case 46 (float16, 910B2 peak 314 TFLOP/s, 1600 GB/s): 15.8e9 FLOPs in 27
   achieved 58.131 TFLOP/s -> headroom 314 / 58.131 = 5.4016
   attn fixed to proj's 142.993: T' = 104900 + 0.8e9 / 142.993 / 1e3 = 104900 + 5594.6 = 110494.6 ns
     -> 15.8e9 / 110494.6 / 1e3 / 314 = 45.540 %   (payoff 45.540 - 18.513 = 27.03 points)
-  proj (already the best part) fixed to the compute roof 314: T' = 166900 + 15e9 / 314 / 1e3 = 214670.7 ns
-    -> 15.8e9 / 214670.7 / 1e3 / 314 = 23.440 %
+  proj (already the best part) has no PMU bytes and is not the whole case: its roofline is unknown (no headroom, no
+    target - not the compute roof by default)
 """
 import copy
 import json
@@ -41,9 +41,54 @@ def test_parts_are_ranked_by_what_fixing_them_buys_the_case(tmp_path):
     assert parts["attn"]["target_source"] == "best sibling part"
     assert parts["attn"]["mfu_if_fixed"] == pytest.approx(0.45540, rel=1e-4)
     assert parts["attn"]["payoff"] == pytest.approx(0.45540 - 0.18513, rel=1e-3)
-    assert parts["proj"]["target_source"] == "compute roof"
-    assert parts["proj"]["mfu_if_fixed"] == pytest.approx(0.23440, rel=1e-4)
+    assert parts["proj"]["roof"] == "unknown" and parts["proj"]["target_source"] is None
+    assert parts["proj"]["headroom"] is None and parts["proj"]["mfu_if_fixed"] is None
     assert r["payoff_order"] == ["attn", "proj"]
+
+
+def test_a_part_that_is_the_whole_case_gets_exactly_the_case_roofline():
+    # 2e9 FLOPs, 1e8 compulsory bytes, 1e6 ns, peak 100 TFLOP/s, 1000 GB/s: ai 20 FLOP/B, memory roof 20 TFLOP/s,
+    # achieved 2e9 / 1e6 / 1e3 = 2 TFLOP/s -> headroom 10, mfu_if_fixed 20 / 100 = 0.2, payoff 0.2 - 0.02 = 0.18
+    case = roofline.roofline(2e9, 1e8, 1_000_000, 100.0, 1000.0)
+    parts = [{"part": "mm", "kernels": ["matmul_relu_kernel"], "flops": 2e9, "time_ns": 1_000_000.0, "tflops": 2.0},
+             {"part": "unused", "kernels": [], "flops": 0.0, "time_ns": 0.0}]  # a declared part no kernel matched
+    roofline.part_rooflines(parts, 2e9, 1_000_000, 100.0, 1000.0, case_bytes=1e8)
+    rf = parts[0]["roofline"]
+    assert {k: rf[k] for k in case} == case
+    assert rf["roof"] == "memory" and rf["attainable_tflops"] == pytest.approx(20.0) and rf["headroom"] == 10.0
+    assert rf["mfu_if_fixed"] == pytest.approx(0.2) and rf["payoff"] == pytest.approx(0.18)
+    assert rf["bytes_source"] == "case compulsory bytes"
+    assert rf["target_source"] == "own attainable (case compulsory bytes)"
+
+
+def test_a_part_with_unknown_bytes_is_labelled_unknown_not_the_compute_roof():
+    # case 2e9 FLOPs in 1.5e6 ns (base MFU 2e9 / 1.5e6 / 1e3 / 100 = 1.333%), peak 100, 1000 GB/s:
+    # a: 1e9 FLOPs in 5e5 ns (2 TFLOP/s), PMU 2e7 bytes -> ai 50, memory roof 50 -> headroom 25;
+    #    fixed: T' = 1.5e6 - 5e5 + 1e9 / 50 / 1e3 = 1.02e6 ns -> 2e9 / 1.02e6 / 1e3 / 100 = 1.96078%
+    # b: 1e9 FLOPs in 1e6 ns (1 TFLOP/s), no bytes -> roof unknown, no headroom; target a's 2 TFLOP/s:
+    #    T' = 1.5e6 - 1e6 + 1e9 / 2 / 1e3 = 1e6 ns -> 2%
+    parts = [{"part": "a", "kernels": ["ka"], "flops": 1e9, "time_ns": 5e5, "tflops": 2.0, "dram_bytes": 2e7},
+             {"part": "b", "kernels": ["kb"], "flops": 1e9, "time_ns": 1e6, "tflops": 1.0, "dram_bytes": None}]
+    roofline.part_rooflines(parts, 2e9, 1.5e6, 100.0, 1000.0, case_bytes=1e8)
+    a, b = parts[0]["roofline"], parts[1]["roofline"]
+    assert a["roof"] == "memory" and a["bytes_source"] == "PMU dram_bytes" and a["compulsory_bytes"] is None
+    assert a["ai_flop_per_byte"] == 50.0 and a["headroom"] == pytest.approx(25.0)
+    assert a["mfu_if_fixed"] == pytest.approx(0.0196078, rel=1e-5)
+    assert b["roof"] == "unknown" and b["bytes_source"] is None
+    assert b["ai_flop_per_byte"] is None and b["attainable_tflops"] is None and b["headroom"] is None
+    assert b["target_source"] == "best sibling part" and b["mfu_if_fixed"] == pytest.approx(0.02)
+    # a lone part whose case has no bytes either: unknown, and no target at all
+    lone = [{"part": "mm", "kernels": ["k"], "flops": 2e9, "time_ns": 1e6, "tflops": 2.0}]
+    roofline.part_rooflines(lone, 2e9, 1e6, 100.0, 1000.0, case_bytes=None)
+    assert lone[0]["roofline"]["roof"] == "unknown" and lone[0]["roofline"]["headroom"] is None
+    assert lone[0]["roofline"]["mfu_if_fixed"] is None and lone[0]["roofline"]["target_source"] is None
+
+
+def test_the_parts_table_prints_unknown_bytes_not_a_headroom(tmp_path):
+    d = _write_op(tmp_path)
+    text = report.parts_table(decompose.decompose(str(d), str(d / "peak.json")))
+    proj = next(line for line in text.splitlines() if " proj " in f" {line} ")
+    assert "unknown (bytes)" in proj and "compute roof" not in proj
 
 
 def test_official_mfu_beside_the_pmu_view_and_npu_cube_fops_are_not_executed_flops(tmp_path):

@@ -254,7 +254,7 @@ def attach_bounds_and_roofline(row: dict, case: dict, peaks: dict) -> None:
                                          sum(case_dram) if case_dram and all(v is not None for v in case_dram) else None)
     if flops:
         _roofline.part_rooflines(row.get("parts") or [], flops, row.get("kernel_time_ns"),
-                                 row.get("measured_peak_tflops"), row.get("bandwidth_gbps"))
+                                 row.get("measured_peak_tflops"), row.get("bandwidth_gbps"), row.get("bytes"))
         row["payoff_order"] = _roofline.rank_by_payoff(row.get("parts") or [])
     ex = [v for v, _ in executed.values()]
     frac = (sum(t * f for t, f in active) / sum(t for t, _ in active)) if active else None

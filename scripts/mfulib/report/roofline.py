@@ -9,10 +9,14 @@ Definitions (Williams, Waterman & Patterson, "Roofline: an insightful visual per
 * ``attainable_tflops = min(peak_tflops, ai x bandwidth_gbps / 1e3)`` (GB/s x FLOP/B = GFLOP/s; /1e3 = TFLOP/s),
   with the measured peak of the case's dtype and the measured copy bandwidth of peak.json;
 * ``headroom = attainable_tflops / achieved_tflops`` (>= 1: how many times faster the roofline allows);
+* per part, the bytes behind its arithmetic intensity (``bytes_source``): the case's compulsory bytes when the part
+  is the whole case (it holds every kernel of the case: its roofline is then the case's, same figures); else its
+  kernels' measured DRAM bytes (PMU ``dram_bytes``); else none - ``roof`` is ``"unknown"`` and ``attainable_tflops``
+  and ``headroom`` are None (never the compute roof by default);
 * per part, ``mfu_if_fixed``: the operator's MFU@ach if that part alone ran at its target throughput - its own
-  attainable where its bytes are known (PMU dram_bytes), else the best throughput a sibling part of the same case
-  reaches when that is higher than its own, else the compute roof (the measured peak; ``target_source`` says
-  which) - with the other parts' times unchanged:
+  attainable where its bytes are known, else the best throughput a sibling part of the same case reaches when that
+  is higher than its own (``target_source`` says which; neither: no target, ``mfu_if_fixed`` None) - with the other
+  parts' times unchanged:
   ``T' = T - t_k + flops_k / target_k``, ``mfu_if_fixed = flops / T' / peak``; ``payoff = mfu_if_fixed - mfu_ach``
   ranks the parts (:func:`rank_by_payoff`);
 * official vs PMU view (SKILL.md "官方口径与 PMU 口径"): official MFU = semantic FLOPs / time / peak of all cores;
@@ -58,43 +62,54 @@ def roofline(flops, compulsory_bytes, time_ns, peak_tflops, bandwidth_gbps, dram
             "mfu_if_fixed": mfu(att, peak) if att is not None else None}
 
 
-def part_rooflines(parts: list, case_flops, case_time_ns, peak_tflops, bandwidth_gbps) -> None:
-    """Add ``roofline`` to every part (in place): ``parts`` are decompose rows' parts (``flops``, ``time_ns``,
-    ``tflops``, ``dram_bytes`` optional). See the module docstring for ``mfu_if_fixed``, ``target_tflops``,
-    ``target_source`` and ``payoff``. Parts without FLOPs (``other``) get the time they cost: ``mfu_if_fixed`` =
-    the MFU with that part's time removed (its work is not counted, so its target is "gone")."""
+def part_rooflines(parts: list, case_flops, case_time_ns, peak_tflops, bandwidth_gbps, case_bytes=None) -> None:
+    """Add ``roofline`` to every part (in place): ``parts`` are decompose rows' parts (``part``, ``kernels``,
+    ``flops``, ``time_ns``, ``tflops``, ``dram_bytes`` optional); ``case_bytes`` the case's compulsory bytes
+    (input + output). See the module docstring for ``bytes_source``, ``mfu_if_fixed``, ``target_tflops``,
+    ``target_source`` and ``payoff``. A part holding every kernel of the case gets the case's roofline
+    (:func:`roofline` of the case's FLOPs, bytes and time). Parts without FLOPs (``other``) get the time they
+    cost: ``mfu_if_fixed`` = the MFU with that part's time removed (its work is not counted, so its target is
+    "gone")."""
     flops, total = finite_or_none(case_flops), finite_or_none(case_time_ns)
-    peak = finite_or_none(peak_tflops)
+    peak, cbytes = finite_or_none(peak_tflops), finite_or_none(case_bytes)
     base = mfu(actual_tflops(flops, total), peak) if flops and total else None
     tput = {p["part"]: p.get("tflops") for p in parts if p.get("tflops")}
     for p in parts:
         pf, t = finite_or_none(p.get("flops")), finite_or_none(p.get("time_ns"))
         dram = finite_or_none(p.get("dram_bytes"))
-        ai = pf / dram if pf and dram else None
-        att = attainable_tflops(ai, peak, bandwidth_gbps) if ai else None
-        siblings = [v for k, v in tput.items() if k != p["part"]]
+        whole = bool(p.get("kernels")) and not any(q.get("kernels") for q in parts if q is not p)
         ach = p.get("tflops")
+        if whole and pf and cbytes:
+            rf = roofline(pf, cbytes, total, peak, bandwidth_gbps, dram)
+            src_bytes, t, ach = "case compulsory bytes", total, rf["achieved_tflops"]
+        elif pf and dram:
+            rf = roofline(pf, dram, t, peak, bandwidth_gbps, dram)
+            rf["compulsory_bytes"], src_bytes = None, "PMU dram_bytes"
+        else:
+            rf = roofline(pf, None, t, peak, bandwidth_gbps, dram)
+            src_bytes = None
+        att = rf["attainable_tflops"]
+        siblings = [v for k, v in tput.items() if k != p["part"]]
         if att is not None:
-            target, src = att, "own attainable (PMU dram_bytes)"
+            target, src = att, f"own attainable ({src_bytes})"
         elif pf and siblings and ach and max(siblings) > ach:
             target, src = max(siblings), "best sibling part"
-        elif pf and peak:
-            target, src = peak, "compute roof"
         else:
             target, src = None, None
         fixed = None
         if flops and total and t is not None and peak:
             if not pf:  # no counted FLOPs (e.g. 'other'): fixing = removing its time
                 fixed = mfu(actual_tflops(flops, max(total - t, 1e-9)), peak) if t > 0 else base
+            elif src_bytes and whole:  # the part is the case: fixing it = the case at its attainable
+                fixed = rf["mfu_if_fixed"]
             elif target and ach and target > ach:
                 fixed = mfu(actual_tflops(flops, total - t + time_ns_at(pf, target)), peak)
-            else:
+            elif target:
                 fixed = base
-        p["roofline"] = {"ai_flop_per_byte": ai, "compulsory_bytes": None, "dram_bytes": dram,
-                         "attainable_tflops": att, "achieved_tflops": ach,
-                         "headroom": target / ach if target and ach else None,
-                         "mfu_if_fixed": fixed, "target_tflops": target, "target_source": src,
-                         "payoff": fixed - base if fixed is not None and base is not None else None}
+        p["roofline"] = dict(rf, achieved_tflops=ach, bytes_source=src_bytes,
+                             roof=rf["roof"] if att is not None else ("unknown" if pf else None),
+                             mfu_if_fixed=fixed, target_tflops=target, target_source=src,
+                             payoff=fixed - base if fixed is not None and base is not None else None)
 
 
 def rank_by_payoff(parts: list) -> list:

@@ -214,8 +214,9 @@ def decompose_table(result: dict) -> str:
 
 def parts_table(result: dict) -> str:
     """One row per part of every ok case with FLOPs, ranked per case by payoff (:func:`mfulib.report.roofline.
-    rank_by_payoff`): time, TFLOP/s, MFU@ach, bound (source), headroom, the case MFU@ach if that part were fixed
-    (and its target), speed-up against the baseline report when several are shown. Empty when no case has parts."""
+    rank_by_payoff`): time, TFLOP/s, MFU@ach, bound (source), headroom ("unknown (bytes)" when the part's bytes are
+    unknown), the case MFU@ach if that part were fixed (and its target), speed-up against the baseline report when
+    several are shown. Empty when no case has parts."""
     from tabulate import tabulate
     multi = len(result["reports"]) > 1
     rows = []
@@ -232,7 +233,8 @@ def parts_table(result: dict) -> str:
                 rows.append(([rep["label"]] if multi else []) + [
                     r["case"], name, sig(p.get("time_us"), US_DIGITS), pct(p.get("time_share"), 0),
                     sig(p.get("tflops"), TFLOPS_DIGITS), cells.util(p.get("mfu_ach"), 1),
-                    f"{bd.get('label', '-')} [{src}]", times(rf.get("headroom")),
+                    f"{bd.get('label', '-')} [{src}]",
+                    "unknown (bytes)" if rf.get("roof") == "unknown" else times(rf.get("headroom")),
                     pct(rf.get("mfu_if_fixed"), 1) + (f" ({rf['target_source']})" if rf.get("target_source") else "")]
                     + ([times((p.get("speedup") or {}).get("value"))] if multi else []))
     if not rows:
