@@ -75,9 +75,9 @@ def _own_kernels(opdir):
 
 def _check_kept(profs, kept_runs, opdir) -> list:
     """The run's flags about kept profiles (a keep dir without an index, ``--all-runs``, a case file changed since
-    the run was kept). With a work directory (``--op-dir``, or an ``--output-dir`` that is one): raises UserError naming every kept profile whose
-    case id is no longer in its case file (an earlier collection's, e.g. a case the shape probe added and
-    ``--restore`` removed)."""
+    the run was kept). With a work directory (``--op-dir``, or an ``--output-dir`` that is one): raises UserError
+    naming every kept profile whose case id is no longer in its case file (an earlier collection's, e.g. a case
+    the shape probe added and ``--restore`` removed)."""
     flags = [i["warning"] for i in kept_runs if i["warning"]]
     flags += [i["note"] for i in kept_runs if i["mode"] == "all-runs"]
     if opdir is None:
