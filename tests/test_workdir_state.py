@@ -164,7 +164,7 @@ def test_only_verified_cases_are_timed_and_a_failing_verify_keeps_its_report_nam
     assert refused[1]["verify"] == {"status": "fail", "reason": refused[1]["verify"]["reason"], "forced": False}
     assert all(c["verify"] == {"status": "pass", "reason": None, "forced": False} for c in perf["per_case"]
                if c["case"] in timed)
-    assert sorted(os.listdir(work / "prof")) == ["case0_asc", "case2_asc", "case3_asc"]
+    assert sorted(os.listdir(work / "prof")) == ["case0_asc", "case2_asc", "case3_asc", "runs.json"]
     v = read(work / "verify.json")  # the collector's own verification is recorded
     assert {c["case"]: c["status"] for c in v["cases"]}[0] == "pass" and v["complete"] and v["failed"] == [1]
 

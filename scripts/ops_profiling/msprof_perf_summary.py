@@ -115,6 +115,10 @@ def build_parser():
                    help="a PROF_* / *_ascend_pt dir, chrome trace (.json/.json.gz), ncu --csv output (raw or details "
                         "page: ncu replay times, marked) or --keep-prof dir; repeatable (Nsight Systems exports are "
                         "not read)")
+    g.add_argument("--all-runs", action="store_true",
+                   help="a --keep-prof dir: read every current case<N>_<impl> folder, whichever collection kept it "
+                        "(profiles of different runs MIXED, as before the runs.json index); default: the latest "
+                        "run's profiles only, the others listed as ignored")
     g.add_argument("--range", default=None, metavar="NAME",
                    help="the record_function (or ProfilerStep) range whose instances are the iterations, where a "
                         "foreign trace has several or nested ones (default: the one covering the most kernels)")

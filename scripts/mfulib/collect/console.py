@@ -84,9 +84,13 @@ def run(args, default=None) -> int:
             paths=args.from_prof, output_dir=args.output_dir, op_dir=args.op_dir,
             cases=parse_case_sequence(args.cases) if args.cases is not None else None, impl=args.impl,
             warmup=args.warmup, repeats=args.repeats, l2_flush=args.l2_flush, l2_mib=args.l2_mib, mfu=args.mfu,
-            mfu_peak=args.mfu_peak, seed=args.seed, range_name=args.range, device=args.device)
+            mfu_peak=args.mfu_peak, seed=args.seed, range_name=args.range, device=args.device,
+            all_runs=getattr(args, "all_runs", False))
         report = from_prof(opts, log=None if args.quiet else lambda m: print(m, file=sys.stderr))
         return _finish(report, args.output_dir, "no case of the profile(s) has a kernel time")
+    if getattr(args, "all_runs", False):
+        from mfulib.core.errors import UserError
+        raise UserError("--all-runs: chooses which kept profiles --from-prof reads - give it with --from-prof")
     from mfulib.collect.driver import Options, collect
     from mfulib.collect.from_prof import parse_case_sequence  # in the order given: the search's re-timing interleaves
     cases, origins = list(dict.fromkeys(parse_case_sequence(args.cases))) if args.cases is not None else None, {}

@@ -12,6 +12,7 @@ import time
 from mfulib.backends.base import lost_problems
 from mfulib.backends.runner import close_workers, run_child
 from mfulib.profiles import kernels as _kernels
+from mfulib.collect import keep_index
 from mfulib.collect.options import Options
 from mfulib.collect.selection import next_admitted
 from mfulib.core.errors import UserError
@@ -97,13 +98,13 @@ def run_case_impl(backend, opdir: OpDir, case_id: int, impl: str, opts: Options,
 
 def keep_profile(res: dict, keep_root: str, case_id: int, impl: str, output_dir: str):
     """Move the last attempt's raw profile to ``<keep>/prof/case<id>_<impl>``; returns its path relative to
-    ``output_dir`` (absolute when outside it)."""
+    ``output_dir`` (absolute when outside it). A profile an earlier run kept there is moved aside, not deleted
+    (:func:`mfulib.collect.keep_index.make_room`)."""
     src = res.get("attempt_dir")
     if not src or not os.path.isdir(src):
         return None
     dst = os.path.join(keep_root, "prof", f"case{case_id}_{impl}")
-    if os.path.exists(dst):
-        shutil.rmtree(dst)
+    keep_index.make_room(os.path.dirname(dst), os.path.basename(dst))
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     shutil.move(src, dst)
     rel = os.path.relpath(dst, output_dir)
@@ -129,7 +130,8 @@ def measure_cases(backend, opdir: OpDir, opts: Options, pmu, gate, selected: lis
     """Measure every (case, impl) of ``selected`` (appended to when a rejected case's slot goes to the next case of
     ``reserve``; ``flops_of(info)`` gives that case's ``flops`` entry). Returns ``(results {case id: {impl:
     result}}, interrupted)``; attempts live in a temporary directory (under ``<keep_root>/prof`` when kept), removed
-    at the end."""
+    at the end. Profiles kept are recorded as one run in ``<keep_root>/prof/runs.json`` (:mod:`mfulib.collect.
+    keep_index`), also after an interrupt."""
     if keep_root:  # attempts live beside their final place, so keeping one is a rename
         os.makedirs(os.path.join(keep_root, "prof"), exist_ok=True)
     work_root = tempfile.mkdtemp(prefix=".tmp-collect-", dir=os.path.join(keep_root, "prof") if keep_root else None)
@@ -165,4 +167,8 @@ def measure_cases(backend, opdir: OpDir, opts: Options, pmu, gate, selected: lis
     finally:
         close_workers()
         shutil.rmtree(work_root, ignore_errors=True)
+        kept = [(cid, impl, f"case{cid}_{impl}") for cid, per in results.items() for impl, r in per.items()
+                if r.get("prof_dir")]
+        if keep_root and kept:
+            keep_index.record_run(os.path.join(keep_root, "prof"), keep_index.new_run_id(), opdir.cases_path, kept)
     return results, interrupted

@@ -25,8 +25,10 @@ Top level
     ``retry``, ``flush_cache_mib``, ``pmu_collection`` {requested (auto | ncu | none), tool ("ncu" or
     None), available (the probe's verdict, asked once per run), reason; with ncu also ncu, ncu_version,
     cache_control (all | none), clock_control ("none"), iterations (profiled per case), metrics {counter: [ncu
-    metrics]}, metrics_dropped (unknown to this ncu)}, ``aic_metrics`` (npu), ``flags`` (run-level notes), ``wall_s``
-    (whole run, s); ``complete`` (every selected (case, impl) was run: false after Ctrl-C) and ``missing``
+    metrics]}, metrics_dropped (unknown to this ncu)}, ``aic_metrics`` (npu),
+    ``from_prof`` (``--from-prof`` only: paths, profiles, all_runs, kept_runs [what
+    :func:`mfulib.collect.keep_index.select_kept` read and ignored per keep dir], ...), ``flags`` (run-level notes),
+    ``wall_s`` (whole run, s); ``complete`` (every selected (case, impl) was run: false after Ctrl-C) and ``missing``
     [{case, impl, reason}] (what was not run) - make and mfu_decompose.py never take an incomplete file for a
     finished collection (:func:`completeness`).
 

@@ -5,6 +5,7 @@ Accepted inputs (one ``--from-prof`` path may hold several profiles; each is one
 
 * this tool's kept profiles (``--keep-prof``): ``<dir>/prof/case<N>_<impl>/`` with ``spec.json`` (case, impl,
   warmup, repeats, backend), ``report.json`` (device) and ``trace.json`` (cuda/cpu) or ``msprof/PROF_*`` (npu);
+  of a keep dir only the latest run's (``prof/runs.json``, :mod:`mfulib.collect.keep_index`; ``--all-runs``: all);
 * msprof ``PROF_*`` directories and torch_npu ``*_ascend_pt`` directories (:mod:`mfulib.profiles.msprof` reads them), or
   one ``op_summary_*.csv`` / ``task_time_*.csv`` / ``kernel_details.csv`` file;
 * torch.profiler chrome traces (``.json`` / ``.json.gz``, ``export_chrome_trace``), with or without this tool's

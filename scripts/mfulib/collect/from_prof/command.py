@@ -43,6 +43,7 @@ class FromProfOptions:
     seed: int = 0
     range_name: str | None = None  # --range: the record_function / ProfilerStep range that delimits iterations
     device: int | None = None  # --device: the device read from a multi-device profile
+    all_runs: bool = False  # --all-runs: a keep dir's every current profile folder, not only its latest run's
 
 
 def _work_dir(opts: FromProfOptions):
@@ -72,12 +73,39 @@ def _own_kernels(opdir):
     return tuple(sorted(inspect_py(opdir.model_new_py).kernels))
 
 
+def _check_kept(profs, kept_runs, opdir) -> list:
+    """The run's flags about kept profiles (a keep dir without an index, ``--all-runs``, a case file changed since
+    the run was kept). With a work directory (``--op-dir``, or an ``--output-dir`` that is one): raises UserError
+    naming every kept profile whose case id is no longer in its case file (an earlier collection's, e.g. a case
+    the shape probe added and ``--restore`` removed)."""
+    flags = [i["warning"] for i in kept_runs if i["warning"]]
+    flags += [i["note"] for i in kept_runs if i["mode"] == "all-runs"]
+    if opdir is None:
+        return flags
+    from mfulib.core.jsonio import sha256
+    n_cases = len(opdir.read_cases())
+    stale = [p for p in profs if p.fmt.startswith("kept") and not (isinstance(p.case_id, int) and
+                                                                   0 <= p.case_id < n_cases)]
+    if stale:
+        raise UserError(f"--from-prof: kept profile(s) of case ids not in {opdir.cases_path} ({n_cases} cases, ids "
+                        f"0..{n_cases - 1}): {', '.join(f'{p.path} (case {p.case_id})' for p in stale)} - kept by "
+                        "an earlier collection whose cases are gone; remove them, re-collect, or leave out --op-dir")
+    now = sha256(opdir.cases_path)
+    for i in kept_runs:
+        if i["case_file_sha256"] and i["case_file_sha256"] != now:
+            flags.append(f"{opdir.cases_path} changed since run {i['run_id']} kept its profiles ({i['created_at']}): "
+                         "a case id may now name another shape - re-collect to be sure")
+    return flags
+
+
 def from_prof(opts: FromProfOptions, log=None) -> dict:
     """Re-parse the profiles of ``opts.paths`` and write ``<output_dir>/performance.json`` (returned).
 
     Raises UserError for bad options, unreadable or unrecognised paths, profiles of different backends, a case
     claimed twice, or (inside a work directory) a foreign profile without ``--cases`` / a case id not in the case
-    file."""
+    file (kept profiles: refused by name with ``--op-dir``). A keep directory gives its latest run's profiles unless
+    ``opts.all_runs`` (:func:`mfulib.collect.keep_index.select_kept`); what was read and ignored is logged and
+    recorded under ``run.from_prof.kept_runs``."""
     from mfulib.schemas import performance_json as _perf
     from mfulib.collect.assemble import resolve_peak
     from mfulib.collect.case_flops import flops_entry, load_flops, numerator_verdicts, tracer_flops
@@ -95,7 +123,12 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
     if opts.impl not in ("asc", "ref", "both"):
         raise UserError(f"--impl {opts.impl!r}: choose asc, ref or both")
     output_dir = ensure_writable_dir(opts.output_dir, f"--output-dir {opts.output_dir}")
-    found = [entry for p in opts.paths for entry in discover(p)]
+    kept_runs = []
+    found = [entry for p in opts.paths for entry in discover(p, opts.all_runs, kept_runs)]
+    for info in kept_runs:
+        for line in (info["note"], info["warning"]):
+            if line:
+                log(("warning: " if line is info["warning"] else "") + line)
     profs = []
     for kind, path in found:
         try:
@@ -138,6 +171,7 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
             raise UserError(f"--from-prof: two profiles for case {p.case_id} ({p.impl}): {seen[key]} and {p.path} - "
                             "give each its own case id with --cases")
         seen[key] = p.path
+    kept_flags = _check_kept(profs, kept_runs, opdir)
     ff = load_flops(opdir) if opdir is not None else None
     tracer = tracer_flops(opdir) if opdir is not None else {}
     verdicts = numerator_verdicts(opdir) if opdir is not None else {}
@@ -169,7 +203,7 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
                                  nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None)
         entry["from_profile"] = {impl: res.get("from_profile") for impl, res in results[cid].items()}
         per_case.append(entry)
-    flags = []
+    flags = list(kept_flags)
     if opdir is None:
         flags.append("no work directory (--op-dir): kernel times only, FLOPs and MFU are null")
     elif ff is None:
@@ -192,7 +226,7 @@ def from_prof(opts: FromProfOptions, log=None) -> dict:
         "retry": 0, "flush_cache_mib": None, "aic_metrics": None, "flags": flags,
         "from_prof": {"paths": [os.path.abspath(p) for p in opts.paths], "l2_flush": opts.l2_flush,
                       "l2_mib": opts.l2_mib, "range": opts.range_name, "device": opts.device,
-                      "implementation_kernels": sorted(own),
+                      "implementation_kernels": sorted(own), "all_runs": opts.all_runs, "kept_runs": kept_runs,
                       "profiles": [{"case": p.case_id, "impl": p.impl, "format": p.fmt, "path": p.path}
                                    for p in profs]},
         "wall_s": time.perf_counter() - t_start,

@@ -6,6 +6,7 @@ import glob
 import os
 import re
 
+from mfulib.collect.keep_index import INDEX_NAME, select_kept
 from mfulib.profiles.msprof_csv import has_duration_column
 from mfulib.core.errors import UserError
 
@@ -43,9 +44,14 @@ def _sniff_file(path):
     return None
 
 
-def discover(path):
+def discover(path, all_runs=False, kept_runs=None):
     """``[(kind, path)]`` of the profiles at ``path`` (kind: kept | msprof | chrome | ncu | msprof_csv), in
-    recording order (kept: case then impl; others by name). Raises UserError when none is recognised."""
+    recording order (kept: case then impl; others by name). Raises UserError when none is recognised.
+
+    A keep directory (``<dir>/prof`` or ``prof`` itself) gives the profiles of its latest run only
+    (:func:`mfulib.collect.keep_index.select_kept`; ``all_runs``: every current ``case<N>_<impl>`` folder, runs
+    mixed; without a ``runs.json`` index: every folder, with a warning). ``kept_runs``: a list that receives the
+    selection's info dict (what was read, what was ignored, the note and warning to show) per keep directory."""
     path = os.path.abspath(path)
     if not os.path.exists(path):
         raise UserError(f"--from-prof {path}: not found - give a PROF_* / *_ascend_pt directory, a chrome trace "
@@ -66,8 +72,13 @@ def discover(path):
         return [("kept", path)]
     for base in (path, os.path.join(path, "prof")):
         kept = sorted((d for d in glob.glob(os.path.join(base, "case*_*")) if _is_kept(d)), key=_kept_key)
-        if kept:
-            return [("kept", d) for d in kept]
+        if kept or os.path.exists(os.path.join(base, INDEX_NAME)):
+            chosen, info = select_kept(base, kept, all_runs)
+            if kept_runs is not None:
+                kept_runs.append(info)
+            if not chosen:
+                raise UserError(f"--from-prof {path}: {info['warning'] or info['note']}")
+            return [("kept", d) for d in sorted(chosen, key=_kept_key)]
     base = os.path.basename(path)
     if base.startswith("PROF_") or base.endswith("_ascend_pt") or base == "ASCEND_PROFILER_OUTPUT":
         return [("msprof", path)]
