@@ -379,8 +379,8 @@ def _reuse_or_measure(output, be, why, ident, index, cpath, modes, budget_s, ban
     if cached is not None:
         log(f"peak_calib: reusing {cpath}: {reason} (--cache refresh re-measures)")
         body = {k: v for k, v in cached.items() if k not in head}
-        out = {**head, **body, "cache": {"hit": True, "path": cpath, "reason": reason,
-                                          "measured_at": cached.get("created_at"),
+        out = {**head, **body, "cache": {"hit": True, "path": cpath, "reason": reason, "stored": True,
+                                          "not_stored_why": None, "measured_at": cached.get("created_at"),
                                           "measured_by": cached.get("command_line")}}
         write_json_atomic(output, out)
         return out
@@ -391,7 +391,8 @@ def _reuse_or_measure(output, be, why, ident, index, cpath, modes, budget_s, ban
         body = calibrate(be, index, modes, budget_s, bandwidth, progress, nominal, regime)
     out = {**head, "backend_reason": why, **body, "software": peak_json.software(ident),
            "noise_filtered": noise.summary(),
-           "cache": {"hit": False, "path": cpath if cache != "off" else None, "reason": reason}}
+           "cache": {"hit": False, "path": cpath if cache != "off" else None, "reason": reason,
+                     "measured_at": None, "measured_by": None}}  # this run measured it: the header says when, how
     trust = out["trust"]
     out["cache"]["stored"] = cache != "off" and trust["trusted"]
     out["cache"]["not_stored_why"] = (None if out["cache"]["stored"] else "--cache off" if cache == "off" else

@@ -9,7 +9,9 @@ reader keeps one lookup}, ``peak_tops`` {int8: TOPS} (the same int8 figure under
 (int8 in TOPS), bandwidth_gbps, source}, ``regime`` {kind burst|sustained, requested, duty_cycle_max, duty_cycle_measured,
 busy_s, why}, ``clocks`` {n_samples, interval_s, sm_clock_mhz {min, median, max}, throttle_reasons_seen, samples}
 with ``clocks_before`` / ``clocks_after``, ``trust`` {trusted, untrusted, max_spread, max_drift, spreads, drifts,
-...}, ``software``, ``noise_filtered``, ``cache`` {hit, path, reason, stored, not_stored_why}, ``interrupted``...).
+...}, ``software``, ``noise_filtered``, ``cache`` {hit, path, reason, stored, not_stored_why, measured_at,
+measured_by (a hit: when and by which command the cached calibration was measured; null when this run measured
+it)}, ``interrupted``...).
 peak.json is a per-device fact any step may read (docs/ARCHITECTURE.md#layers); every reader goes through
 :func:`read_peak_json`. Cached per device as ``peak-<device key>.json`` under :func:`default_cache_dir`; a cached
 result is reused only when the device key, software versions, method version, regime and dtype set match, it was
