@@ -394,3 +394,24 @@ def test_steps_run_with_different_seeds_are_a_warning_naming_the_files_and_the_f
 
     (d / "verify.json").write_text(json.dumps({"tool": "verify_op.py", "seed": 0, "cases": []}))
     assert not any("different seeds" in w for w in decompose.decompose(str(d), str(d / "peak.json"))["warnings"])
+
+
+def test_an_untrusted_peak_marks_the_mfu_ach_column_above_the_table_not_only_in_the_closing_warnings(tmp_path):
+    """A noisy calibration (peak.json trust.trusted false, e.g. a CPU calibration on a shared host) is kept and
+    used; the table itself must say so, because the warnings come after the tables (a new user read MFU@ach 0.5%
+    from an untrusted peak with no mark on it)."""
+    from mfulib.report import tables as report
+    trusted = decompose.decompose(str(_write_op(tmp_path, name="ok")), str(tmp_path / "ok" / "peak.json"))
+    assert trusted["peak_trusted"] is True
+    text = report.decompose_table(trusted)
+    assert "MFU@ach(!)" not in text and "NOT trusted" not in text
+    noisy = dict(PEAK, trust={"trusted": False, "untrusted": ["float16 spread 3512.8% > 10%"]})
+    d = _write_op(tmp_path, peak=noisy, name="noisy")
+    res = decompose.decompose(str(d), str(d / "peak.json"))
+    assert res["peak_trusted"] is False
+    text = report.decompose_table(res)
+    lines = text.splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["case"])
+    assert "MFU@ach(!)" in lines[header].split()  # the column's own header
+    assert any("NOT trusted" in ln for ln in lines[:header])  # said before the rows
+    assert text.index("MFU@ach(!)") < text.index("float16 spread 3512.8%")

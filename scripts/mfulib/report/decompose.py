@@ -440,6 +440,7 @@ def decompose(op_dir: str | None, peak_path: str, reports=None, cases=None, incl
                         f"{'; '.join(trust.get('untrusted') or []) or 'interrupted'}) - MFU@ach, headroom and the "
                         f"roofline divide by it; {again}")
     return {"peak_json": os.path.abspath(peak_path), "peak_label": peak.get("label"),
+            "peak_trusted": trust.get("trusted") is not False,
             "peak_backend": peak.get("backend"), "peak_device": peak.get("device"),
             "peak_tflops": peak.get("peak_tflops"), "bandwidth_gbps": peak.get("bandwidth_gbps"),
             "reports": out_reports, "maxima": maxima(rows),

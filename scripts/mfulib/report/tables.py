@@ -114,7 +114,8 @@ def decompose_table(result: dict) -> str:
     reports = result["reports"]
     multi = len(reports) > 1
     parts = _part_names(reports)
-    head = (["report"] if multi else []) + ["case", "shape", "dtype", "total us", "TFLOP/s", "MFU@nom", "MFU@ach",
+    ach = "MFU@ach" if result.get("peak_trusted", True) else "MFU@ach(!)"  # an untrusted peak, said above the table
+    head = (["report"] if multi else []) + ["case", "shape", "dtype", "total us", "TFLOP/s", "MFU@nom", ach,
                                             "MBU", "bound", "headroom"] + (["speed-up"] if multi else [])
     for p in parts:
         head += [f"{p} us"] + ([f"{p} MFU"] if p != OTHER else [])  # 'other' does no counted FLOPs
@@ -162,6 +163,9 @@ def decompose_table(result: dict) -> str:
                 row += pc[:1] if p == OTHER else pc
             rows.append(row)
     lines = [f"peak: {result.get('peak_label')}  ({result['peak_json']})"]
+    if not result.get("peak_trusted", True):
+        lines.append("MFU@ach(!): the peak calibration is NOT trusted (noisy; see the warning below) - MFU@ach, "
+                     "headroom and the roofline divide by it")
     reg = result.get("regime") or {}
     if reg.get("note"):
         lines.append(_wrap(f"cache regime: {reg['note']}"))

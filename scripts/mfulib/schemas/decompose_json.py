@@ -1,7 +1,8 @@
 """mfu_decompose.json: step 6's per-case / per-kernel-part MFU table, its writer and reader/validator.
 
 Provenance (:func:`mfulib.core.jsonio.provenance`) + the body :func:`mfulib.report.decompose.decompose` returns:
-``peak_json, peak_label, peak_backend, peak_device, peak_tflops, bandwidth_gbps, reports`` [{label, path, backend,
+``peak_json, peak_label, peak_trusted (false: peak.json's calibration is not trusted),
+peak_backend, peak_device, peak_tflops, bandwidth_gbps, reports`` [{label, path, backend,
 measured_cases, device, kernel_parts, kernel_parts_source, nominal_tflops, nominal_source, warmup, repeats,
 timing_method, flush_cache_mib, complete, missing, notes, rows}], ``maxima, reading_aid, errors, warnings, notes``,
 ``regime`` {flush_cache_mib_collect, flush_cache_mib_peak, note} (:func:`mfulib.report.reading.regime`),
