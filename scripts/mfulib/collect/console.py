@@ -4,7 +4,7 @@ with ``--from-prof``), runs the core, prints :func:`print_table` and gives the e
 import os
 import sys
 
-from mfulib.core.fmt import pct
+from mfulib.core.fmt import TFLOPS_DIGITS, pct, sig
 
 
 def print_table(report):
@@ -25,7 +25,7 @@ def print_table(report):
                      (f"{c['kernel_time_ns'] / 1e3:.2f}" + (" [ncu]" if c.get("ncu_replay") else ""))
                      if c.get("kernel_time_ns") else "-",
                      f"{c['span_ns'] / 1e3:.2f}" if c.get("span_ns") else "-",
-                     f"{c['actual_tflops']:.3g}" if c.get("actual_tflops") else "-",
+                     sig(c["actual_tflops"], TFLOPS_DIGITS) if c.get("actual_tflops") else "-",
                      pct(c.get("mfu_nom"), 2), pct(spread, 1), note])
     headers = ["case", "impl", "dtype", "shape", "launch/it", "kernel us", "span us", "TFLOP/s", "MFU@nom", "spread",
                "flags / error"]

@@ -17,6 +17,10 @@ DASH = "-"
 EM_DASH = "\u2014"
 
 
+# significant digits of every time (us) and throughput (TFLOP/s) column: the collector's, the decomposition's and
+# the HTML's tables show the same figure alike (:func:`sig`)
+US_DIGITS, TFLOPS_DIGITS = 4, 3
+
 def pct(x, nd: int, dash: str = DASH) -> str:
     """``x`` (a fraction) as a percentage with ``nd`` decimals: ``pct(0.1234, 1)`` -> ``"12.3%"``.
 

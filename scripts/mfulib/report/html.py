@@ -25,10 +25,10 @@ import os
 import tempfile
 
 from mfulib.core.definitions import OPS_MODES, canonical_mode, finite_or_none
-from mfulib.core.fmt import EM_DASH as DASH, pct, sig, times
+from mfulib.core.fmt import EM_DASH as DASH, TFLOPS_DIGITS, US_DIGITS, pct, sig, times
 from mfulib.core.jsonio import write_text_atomic
 from mfulib.report import cells
-from mfulib.report.tables import TFLOPS_DIGITS, US_DIGITS, chart_title, save_figure, shape_cell
+from mfulib.report.tables import chart_title, save_figure, shape_cell
 from mfulib.schemas.provenance import HTML_MARK
 
 CSS = """
@@ -50,7 +50,7 @@ ul{font-size:13px}code{font-size:12px}td{overflow-wrap:anywhere}td code{white-sp
 
 
 def fmt_us(x):
-    """A time in us, as the terminal table shows it (:data:`mfulib.report.tables.US_DIGITS` significant digits)."""
+    """A time in us, as the terminal table shows it (:data:`mfulib.core.fmt.US_DIGITS` significant digits)."""
     return sig(x, US_DIGITS, DASH)
 
 

@@ -18,7 +18,7 @@ import textwrap
 from tabulate import tabulate
 
 from mfulib.backends import validates_only
-from mfulib.core.fmt import pct, sig, times
+from mfulib.core.fmt import TFLOPS_DIGITS, US_DIGITS, pct, sig, times
 from mfulib.core.symbols import factors_label
 from mfulib.flops.kernel_parts import OTHER
 from mfulib.report import cells
@@ -32,7 +32,6 @@ def _wrap(text: str, indent: str = "  ") -> str:
     return textwrap.fill(str(text), width=WRAP, subsequent_indent=indent + "  ", initial_indent="")
 
 
-US_DIGITS, TFLOPS_DIGITS = 4, 3  # significant digits of the time and throughput columns (terminal and HTML)
 
 
 def peak_table(peak: dict) -> str:
