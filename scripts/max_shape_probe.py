@@ -91,14 +91,15 @@ def build_parser():
 
 def main(argv=None):
     t_start = time.monotonic()  # --budget-s counts from here
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     import signal
 
     def _terminated(signum, _frame):  # kill / timeout(1): saved as interrupted, like Ctrl-C
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, _terminated)
     from mfulib.search import probe_run
-    return probe_run.run(args, t_start=t_start)
+    return probe_run.run(args, t_start=t_start, parse=parser.parse_args)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from mfulib.core.paths import REPO_ROOT
 STEP_ORDER = ("prepare", "verify", "flops", "probe", "search", "collect", "peak", "decompose")
 
 _RULE = re.compile(r"^\$\(ST\)/([a-z_]+)\.ok:(?!=)(.*)$")
-_CALL = re.compile(r"\$\(call step,([a-z_]+),\$\(WORK\)/([A-Za-z0-9_.]+)")
+_CALL = re.compile(r"\$\(call step,([a-z_]+),\$\(WORK\)/([A-Za-z0-9_.]+)(?:,\$\(([A-Z_]+)\))?")
 _STAMP = re.compile(r"^\$\(ST\)/([a-z_]+)\.ok$")
 _WORKFILE = re.compile(r"^\$\(WORK\)/([A-Za-z0-9_.]+)$")
 
@@ -34,11 +34,13 @@ _WORKFILE = re.compile(r"^\$\(WORK\)/([A-Za-z0-9_.]+)$")
 @dataclass(frozen=True)
 class Step:
     """One pipeline step as the Makefile builds it: its stamp name, its report, the steps and work-dir files its
-    stamp depends on."""
+    stamp depends on, and the make variable holding its command line (``PROBE_CMD``: the recipe's third argument;
+    "" for step 1)."""
     name: str
     report: str
     needs: tuple = ()
     files: tuple = ()
+    command: str = ""
 
 
 def _strip_calls(text: str) -> str:
@@ -119,7 +121,7 @@ def parse_makefile(text: str, where: str = "Makefile") -> tuple:
             op = line[len(m.group(1)):].lstrip()[:2]
             variables[m.group(1)] = (variables.get(m.group(1), "") + " " + m.group(2)) if op.startswith("+") \
                 else m.group(2)
-    reports, needs, files = {}, {}, {}
+    reports, needs, files, commands = {}, {}, {}, {}
     for k, (n, line) in enumerate(lines):
         m = _RULE.match(line)
         if not m:
@@ -132,6 +134,7 @@ def parse_makefile(text: str, where: str = "Makefile") -> tuple:
                 raise UserError(f"{where}:{lines[k + 1][0]}: the rule for $(ST)/{stamp}.ok calls step "
                                 f"{call.group(1)!r}")
             reports[stamp] = call.group(2)
+            commands[stamp] = call.group(3) or ""
         for tok in _prerequisites(m.group(2), variables, f"{where}:{n}"):
             st, wf = _STAMP.match(tok), _WORKFILE.match(tok)
             if st:
@@ -158,7 +161,7 @@ def parse_makefile(text: str, where: str = "Makefile") -> tuple:
             raise UserError(f"{where}: step {name} needs {later}, listed after it in "
                             "mfulib.pipeline.step_graph.STEP_ORDER - reorder STEP_ORDER so every step follows what "
                             "it needs")
-        steps.append(Step(name, reports[name], own, tuple(dict.fromkeys(files.get(name, ())))))
+        steps.append(Step(name, reports[name], own, tuple(dict.fromkeys(files.get(name, ()))), commands[name]))
     return tuple(steps)
 
 

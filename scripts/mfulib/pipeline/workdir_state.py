@@ -100,27 +100,63 @@ def _same_run(a: dict, b: dict) -> list:
     return out
 
 
+def make_would_path(work: str, step: str) -> str:
+    """``<work>/.state/<step>.make_would.json``: where make never ran ``step``, the ``made_from`` settings make's
+    command line would give (:mod:`mfulib.pipeline.make_command`), derived by the last run by hand and compared with
+    it (``make status`` says which settings differ)."""
+    return os.path.join(work, STATE_DIR, f"{step}.make_would.json")
+
+
 def hand_run_differences(work: str, step: str, block: dict):
     """How a run of ``step`` outside make (its report's ``made_from`` ``block``) differs from make's last run of it
-    (:func:`make_record_path`): a list ([] = the same settings and inputs: it counts as make's), or None when make
-    never recorded a run to compare with."""
-    try:
-        made = read_json(make_record_path(work, step))
-    except (OSError, ValueError):
-        return None
-    return _same_run(block, made) if isinstance(made, dict) else None
+    (:func:`make_record_path`), else from the run make's command line would be (:func:`make_would_path`): a list
+    ([] = the same settings and inputs: it counts as make's), or None when there is neither to compare with."""
+    for path in (make_record_path(work, step), make_would_path(work, step)):
+        try:
+            made = read_json(path)
+        except (OSError, ValueError):
+            continue
+        if isinstance(made, dict):
+            return _same_run(block, made)
+    return None
 
 
-def record_run(work: str, step: str, block: dict, log=print) -> None:
+def _make_would(work: str, step: str, block: dict, parse, script: str, drop) -> list:
+    """The differences between the hand run's ``block`` and the run make would make of ``step`` now: its command
+    line from the Makefile (:func:`mfulib.pipeline.make_command.make_step_command`), parsed by the step script's own
+    parser (``parse``: argv -> namespace) into :func:`mfulib.schemas.provenance.settings_of` (without ``drop``);
+    plus each step it needs that make has not done (no stamp). Stores make's side in :func:`make_would_path` (with
+    ``setvars``: what make would write to ``.state/<step>.settings``)."""
+    from mfulib.core.jsonio import write_json_atomic
+    from mfulib.pipeline.make_command import make_step_command, script_arguments
+    argv, setvars = make_step_command(work, step)
+    settings = provenance.settings_of(parse(script_arguments(argv, script)), drop=drop)
+    would = {"settings": settings, "files": block.get("files") or {}, "setvars": setvars}
+    os.makedirs(os.path.join(work, STATE_DIR), exist_ok=True)
+    write_json_atomic(make_would_path(work, step), would)
+    row = next(s for s in read_steps() if s.name == step)
+    return _same_run(block, would) + [f"{n} not done by make" for n in row.needs if not os.path.exists(
+        stamp_path(work, n))]
+
+
+def record_run(work: str, step: str, block: dict, log=print, parse=None, script: str = "", drop=()) -> None:
     """After ``step`` wrote its report with the ``made_from`` ``block`` in ``work``: a run by make stores the block
     as make's record (:func:`make_record_path`); a run by hand counts as make's only when its settings and inputs
-    are the ones of make's last run - then the step's stamp is (re)written, else it is removed so that make redoes
-    the step - and says which on screen (``log``)."""
+    are the ones of make's last run - or, where make never ran the step and ``parse`` (the step script's
+    ``parse_args``; ``script`` its file name, ``drop`` the destinations left out of its settings) is given, the
+    ones make's command line would use now (:func:`_make_would`): then the step's stamp is (re)written (with
+    ``.state/<step>.settings`` as make writes it), else it is removed so that make redoes the step - and says which
+    on screen (``log``). UserError when make cannot be asked."""
     if block.get("by_make"):
         from mfulib.core.jsonio import write_json_atomic
         write_json_atomic(make_record_path(work, step), block)
         return
-    diff = hand_run_differences(work, step, block)
+    setvars = None
+    if os.path.exists(make_record_path(work, step)) or parse is None:
+        diff = hand_run_differences(work, step, block)
+    else:
+        diff = _make_would(work, step, block, parse, script, drop)
+        setvars = read_json(make_would_path(work, step)).get("setvars") or {}
     if diff is None:
         return
     stamp = stamp_path(work, step)
@@ -128,9 +164,13 @@ def record_run(work: str, step: str, block: dict, log=print) -> None:
         if os.path.isdir(os.path.dirname(stamp)):
             open(stamp, "a").close()
             os.utime(stamp)
-        log(f"{step}: run by hand with make's settings and inputs: counts as make's step")
-    elif invalidate(work, step):
-        log(f"{step}: run by hand with other settings or inputs than make's last run ({'; '.join(diff[:4])}): "
+            if setvars:  # as the Makefile's step macro records them
+                with open(os.path.join(work, STATE_DIR, f"{step}.settings"), "w", encoding="utf-8") as f:
+                    f.write("".join(f"{k}={v}\n" for k, v in setvars.items()))
+        log(f"{step}: run by hand with make's settings and inputs: counts as make's {step} step")
+    else:
+        invalidate(work, step)
+        log(f"{step}: run by hand with other settings or inputs than make's ({'; '.join(diff[:4])}): "
             "make status shows it not done and the next make redoes it")
 
 

@@ -36,7 +36,9 @@ flops, input_bytes, figure, detail, wall_s}} (each source timed at scale 1, the 
 ``complete`` (every planned candidate has a verdict), ``interrupted`` ("running" while a run is in progress - left
 so by a killed run -, the reason a run stopped early, or null; one naming ``--budget-s`` is a run its budget cut:
 :func:`budget_cut`), ``resumed`` [candidate ids whose verdict was reused
-from the previous run], ``inputs`` {model.py, model_new.py: sha256} and ``run_key`` {backend, seed, max_bytes,
+from the previous run], ``inputs`` {model.py, model_new.py: sha256}, ``made_from`` (written when the run ends:
+:mod:`mfulib.schemas.provenance`; a run by hand with the settings of make's command line counts as make's probe step:
+:func:`mfulib.pipeline.workdir_state.record_run`) and ``run_key`` {backend, seed, max_bytes,
 max_ms, scale_symbols (the sorted names of the scaled symbols: two --scale-dims spellings of one choice are one run; an
 earlier file's ``scale_dims`` spelling is resolved before the comparison), peak, saturation_stop} (a re-run reuses verdicts only for the same files and run key), ``sources``
 (the source cases in the order their ladders run - a run cut by --budget-s lists those still to run; a source

@@ -319,10 +319,15 @@ def print_summary(od, doc, traced, max_ms, path) -> None:
               "scale them")
 
 
-def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None) -> int:
+#: max_shape_probe.py's destinations that do not change the probe's result (besides provenance.NOT_SETTINGS)
+NOT_SETTINGS = ("restore", "dry_run", "trace_jobs")
+
+
+def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None, parse=None) -> int:
     """The whole probe of ``args`` (``max_shape_probe.py``'s parsed arguments; ``t_start``: ``clock`` seconds of
-    the script's start, where ``--budget-s`` counts from). Returns 0; UserError on bad input; KeyboardInterrupt
-    after probe.json was saved as interrupted."""
+    the script's start, where ``--budget-s`` counts from; ``parse``: the script's ``parse_args``, with which a run
+    by hand is compared with make's command line: :func:`mfulib.pipeline.workdir_state.record_run`). Returns 0;
+    UserError on bad input; KeyboardInterrupt after probe.json was saved as interrupted."""
     from tqdm import tqdm
 
     from mfulib import backends as dev
@@ -403,6 +408,11 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None)
     doc["counts"] = {"tried": len(cands), "resumed": len(set(doc.get("resumed") or [])),
                      "passed_gate1": sum(1 for c in cands if (c.get("gates") or [{}])[0].get("ok")),
                      "passed": sum(1 for c in cands if c.get("verdict") == "pass")}
+    from mfulib.pipeline.workdir_state import record_run
+    from mfulib.schemas import provenance as made
+    doc[made.KEY] = made.made_from(od.path, [od.model_py, od.model_new_py], made.settings_of(args, NOT_SETTINGS),
+                                   step="probe")
     save()
     print_summary(od, doc, picked["traced"], args.max_ms, path)
+    record_run(od.path, "probe", doc[made.KEY], print, parse=parse, script="max_shape_probe.py", drop=NOT_SETTINGS)
     return 0
