@@ -87,7 +87,7 @@ def test_a_hand_run_collection_with_makes_settings_counts_as_makes(mha):
     r = script(mha, os.path.join("ops_profiling", "msprof_perf_summary.py"), "--quick", "--mfu", "--impl", "asc",
                "--output-dir", ".", "--keep-prof", ".", "--seed", "0", "--pmu", "none", "--quiet")
     assert r.returncode == 0, r.stderr
-    assert "counts as make's step" in r.stdout + r.stderr
+    assert "counts as make's collect step" in r.stdout + r.stderr
     assert " done " in status_rows(mha)["collect"]
     # another case choice by hand: not make's - not done, and make redoes the step
     r = script(mha, os.path.join("ops_profiling", "msprof_perf_summary.py"), "--quick", "--mfu", "--impl", "asc",
