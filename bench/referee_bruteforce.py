@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import statistics
 import sys
 import time
@@ -35,14 +34,16 @@ import time
 SCALE_KINDS = ("batch", "seq", "seq_q", "seq_k")  # SKILL.md step 2: sequence and batch scale, heads/head_dim stay
 # a matmul of two data operands: its k (B's axis -2) and n (B's last axis) set the arithmetic intensity with m
 GEMM_KINDS = ("gemm_k", "gemm_n")
-WEIGHT_NAME = re.compile(r"^(w\d*|weights?\d*|.*_weights?\d*|weights?_.*|bias\d*|.*_bias|gamma|beta)$", re.I)
 GATED = ("bytes", "time", "oom")  # failures that grow with every factor: larger points of the same case fail too
 FLUSH_BYTES = 256 * 2 ** 20  # the L2 flush buffer (H200 L2: 50 MiB; triton.testing.do_bench flushes 256 MB)
 
 
 def is_weight(name: str) -> bool:
-    """True for an input named like a weight (weight1, w2, bias, gamma, ``*_weight``): weights never scale."""
-    return bool(WEIGHT_NAME.match(name or ""))
+    """True for an input named like a weight (weight1, w2, bias, gamma, ``*_weight``): weights never scale - the
+    project's one naming rule (:data:`mfulib.core.symbol_rules.WEIGHT_NAME`), so the referee and the search agree on
+    what a weight is and differ only in the points they try and how they time them."""
+    from mfulib.core.symbol_rules import WEIGHT_NAME
+    return bool(WEIGHT_NAME.search(name or ""))
 
 
 def referee_axes(group) -> list:

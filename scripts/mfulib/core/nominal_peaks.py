@@ -7,6 +7,8 @@ Public API (used by the collector, ``check_flops`` and ``peak_calib``):
   for the math modes of peak.json (``bfloat16 float16 float32 tf32 int8 float8_e4m3fn``; int8 in TOPS);
 * :func:`dtype_nominal_tflops` ``(nominal_by_mode, dtype, tf32) -> value | None``: the dtype's own nominal figure
   (the threshold the >100% check of MFU@nom is judged against; MFU@nom itself keeps the fp16/bf16 figure).
+* :func:`l2_from_facts` ``(device name) -> (L2 bytes | None, source)`` and :data:`NPU_L2_BY_FREQ`: the documented
+  L2 sizes ``--from-prof``'s flush rule reads when a profile records none (one table of device facts).
 
 ``device_info`` / ``ident`` is a dict with ``backend`` (``npu|cuda|cpu``) and what is known of the device:
 
@@ -36,7 +38,7 @@ import os
 import platform
 import re
 
-from mfulib.core.definitions import MATH_MODES, canonical_mode, finite_or_none, peak_key
+from mfulib.core.definitions import MATH_MODES, MIB, canonical_mode, finite_or_none, peak_key
 
 NPU_OPS_PER_CYCLE = {"float16": 16 * 16 * 16 * 2, "int8": 16 * 32 * 16 * 2}  # msprof-analyze chip_peak_flops.py
 # msprof-analyze DTYPE_MAP: FLOAT, FLOAT16, BF16 -> FLOAT16; INT8 -> INT8
@@ -84,6 +86,25 @@ CUDA_SPEC_TABLE = [
     (r"L40S", {"bfloat16": 362.05, "float16": 362.05, "tf32": 183.0, "float32": 91.6, "int8": 733.0,
       "float8_e4m3fn": 733.0}, 864.0, "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s), sparse tensor figures halved"),
 ]
+
+# L2 sizes by device name (regex, bytes, source); (--from-prof's flush rule: used when neither --l2-mib nor the profile gives one)
+L2_FACTS = [
+    (r"H200", 60 * MIB, "torch L2_cache_size of an H200, 60 MiB (docs/sources.md#l2-sizes)"),
+    (r"^Ascend910B4$", 100663296, "Ascend910B4.ini l2_size 96 MiB (docs/sources.md#l2-sizes)"),
+    (r"^Ascend910B[123]C?$", 201326592, "Ascend910B1/B2/B2C/B3.ini l2_size 192 MiB (docs/sources.md#l2-sizes)"),
+]
+# runtime (ai_core_num, aic_frequency MHz) of info.json.N -> L2 of the 910B variant with that pair
+# (docs/sources.md#l2-sizes: inferred from the ini table: only 910B4, 20 cores at 1500 MHz, has 96 MiB; 910B1/B2/B2C/B3
+# run 20-25 cores at 1800/1850 MHz with 192 MiB)
+NPU_L2_BY_FREQ = {1500.0: 100663296, 1800.0: 201326592, 1850.0: 201326592}
+
+def l2_from_facts(name):
+    """``(L2 bytes, source)`` of a device name by :data:`L2_FACTS`, or ``(None, None)``."""
+    for pat, size, src in L2_FACTS:
+        if name and re.search(pat, str(name)):
+            return float(size), src
+    return None, None
+
 
 # SMs x clock fallback: dense fp16 tensor FLOP per clock per SM, derived from the datasheets above:
 # A100 312e12 / (108 SMs * 1410 MHz) = 2048; H100 SXM 989.5e12 / (132 * 1830 MHz) = 4096; L40S 362e12 / (142 * 2520) ~ 1024.

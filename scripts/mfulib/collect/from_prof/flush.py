@@ -28,8 +28,8 @@ these hold (docs/sources.md#triton-do-bench, #l2-sizes):
    and ``fn()``; a flush loop timed by other means has none, so the events are not required.) msprof rows carry no
    such evidence here: the NPU rule is the signature alone;
 2. **at the head or the tail of every iteration** (the same signature in each one, and not the whole iteration);
-3. **a buffer at least the device's L2** (:data:`L2_FACTS`, the profile's own L2 record, ``--l2-mib``); for a device
-   the facts do not know, at least :data:`UNKNOWN_DEVICE_FLUSH_BYTES` (256 MiB, ``do_bench``'s buffer on CUDA and
+3. **a buffer at least the device's L2** (:data:`mfulib.core.nominal_peaks.L2_FACTS`, the profile's own L2
+   record, ``--l2-mib``); for a device the facts do not know, at least :data:`UNKNOWN_DEVICE_FLUSH_BYTES` (256 MiB, ``do_bench``'s buffer on CUDA and
    larger than any L2 in the table). Buffer bytes: the largest tensor of the launch (msprof Input/Output Shapes x
    data type size; a chrome trace's host op ``Input Dims`` when recorded with ``record_shapes``; ncu
    ``dram__bytes``), else the documented upper bound duration x the device's nominal DRAM bandwidth (labelled
@@ -49,16 +49,6 @@ from mfulib.profiles import kernels as _kernels
 
 L2_FLUSH_MODES = ("exclude", "keep")
 
-# L2 sizes by device name (regex, bytes, source); used when neither --l2-mib nor the profile gives one
-L2_FACTS = [
-    (r"H200", 60 * MIB, "torch L2_cache_size of an H200, 60 MiB (docs/sources.md#l2-sizes)"),
-    (r"^Ascend910B4$", 100663296, "Ascend910B4.ini l2_size 96 MiB (docs/sources.md#l2-sizes)"),
-    (r"^Ascend910B[123]C?$", 201326592, "Ascend910B1/B2/B2C/B3.ini l2_size 192 MiB (docs/sources.md#l2-sizes)"),
-]
-# runtime (ai_core_num, aic_frequency MHz) of info.json.N -> L2 of the 910B variant with that pair
-# (docs/sources.md#l2-sizes: inferred from the ini table: only 910B4, 20 cores at 1500 MHz, has 96 MiB; 910B1/B2/B2C/B3
-# run 20-25 cores at 1800/1850 MHz with 192 MiB)
-NPU_L2_BY_FREQ = {1500.0: 100663296, 1800.0: 201326592, 1850.0: 201326592}
 # a device the facts do not know: a signature over at least this many bytes is a flush (Triton's CUDA
 # get_empty_cache_for_benchmark: 256 MiB of int32, triton/backends/nvidia/driver.py; docs/sources.md#triton-do-bench)
 UNKNOWN_DEVICE_FLUSH_BYTES = 256 * MIB
@@ -79,14 +69,6 @@ _COPY_OUT_DTYPE = {"bfloat16_copy_kernel_cuda": "c10::BFloat16", "float16_copy_k
 #: signature -> what it is, for the flags
 SIGNATURES = {"zero_fill": "do_bench's cache.zero_() / fill_ of a cache buffer",
               "float_sum": "buffer.float(); buffer.sum() (a cast, then a sum of the buffer)"}
-
-
-def l2_from_facts(name):
-    """``(L2 bytes, source)`` of a device name by :data:`L2_FACTS`, or ``(None, None)``."""
-    for pat, size, src in L2_FACTS:
-        if name and re.search(pat, str(name)):
-            return float(size), src
-    return None, None
 
 
 def _op_type(row):

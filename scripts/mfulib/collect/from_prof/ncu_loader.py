@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from mfulib.profiles import ncu as _ncu
-from mfulib.collect.from_prof.flush import l2_from_facts
+from mfulib.core.nominal_peaks import l2_from_facts
 from mfulib.collect.from_prof.profile import Profile
 from mfulib.core.errors import UserError
 

@@ -11,7 +11,7 @@ import os
 from mfulib.profiles import kernels as _kernels
 from mfulib.profiles import msprof as _msprof
 from mfulib.profiles import msprof_csv as _csv
-from mfulib.collect.from_prof.flush import NPU_L2_BY_FREQ
+from mfulib.core.nominal_peaks import NPU_L2_BY_FREQ
 from mfulib.collect.from_prof.profile import Profile
 
 NPU_DTYPE_BYTES = {"FLOAT": 4, "FLOAT32": 4, "FLOAT16": 2, "DT_BF16": 2, "BF16": 2, "BFLOAT16": 2, "INT8": 1,

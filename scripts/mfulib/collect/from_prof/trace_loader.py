@@ -10,7 +10,7 @@ import os
 from collections import Counter
 
 from mfulib.collect.from_prof.discovery import head_text
-from mfulib.collect.from_prof.flush import l2_from_facts
+from mfulib.core.nominal_peaks import l2_from_facts
 from mfulib.collect.from_prof.profile import Profile
 from mfulib.collect.from_prof.ranges import range_sets
 from mfulib.core.errors import UserError
