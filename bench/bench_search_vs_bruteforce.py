@@ -165,6 +165,7 @@ def write_brute_dir(d, args):
     ranks, metric = bf.source_ranks(cases, os.path.join(work, "flops.py"), args.top,
                                     _cpu_runs if args.cpu_tiny else None)
     points = bf.enumerate_points(cases, ranks, args.max_scale, CPU_INPUT_BYTES if args.cpu_tiny else MAX_BYTES)
+    bf.point_work(points, os.path.join(work, "flops.py"), metric)
     os.makedirs(bdir, exist_ok=True)
     for f in ("model.py", "model_new.py", "flops.py", "prepare.json"):
         if os.path.exists(os.path.join(work, f)):
@@ -191,6 +192,7 @@ def part_brute(op, d, args, env, st):
             "max_verify": args.max_verify, "deadline": time.time() + max(10.0, left_s(args) - 40)}
     spent = sum(c["wall_s"] for c in st.get("brute_calls", []))
     spec["timing_deadline"] = time.time() + max(0.0, args.brute_budget_s - spent)
+    st["brute_budget_s"] = args.brute_budget_s
     save_json(os.path.join(d, "brute_spec.json"), spec)
     calls = st.setdefault("brute_calls", [])
     while time.time() < spec["deadline"]:
@@ -341,7 +343,7 @@ def differ(search_best: dict, brute: dict, search_shape, brute_shape) -> str:
 
 def summarize(op, st, peaks, backend_name):
     out = {"op": op, "parts_done": [p for p in PARTS if p in st], "errors": st.get("errors", []),
-           "skipped": st.get("skipped")}
+           "skipped": st.get("skipped"), "trees": sorted({t for t in (st.get("trees") or {}).values() if t})}
     if "search" in st:
         out["search_best"] = st["search"]["best"]
         out["probe"] = {k: (st.get("probe") or {}).get(k) for k in ("complete", "interrupted", "appended",
@@ -398,6 +400,9 @@ def markdown(results) -> str:
                      f"{_f(r['brute_rate'], False)} | {r['search_cost_s']:.0f} | {r['brute_cost_s']:.0f} "
                      f"({b.get('first_call_s', 0):.0f}) | {_f(r['cost_ratio'])} | "
                      f"{ {True: 'yes', False: 'NO', None: '-'}[r['pass']]} | {r['differ']} |")
+    trees = [f"{r['op']}: {', '.join(t[:12] for t in r['trees'])}" for r in results if r.get("trees")]
+    if trees:  # resumed packs: the parts of one operator may have been measured by an earlier tree
+        lines.append("\nMeasured by tree (bench/freshness.py hash, first 12 hex): " + "; ".join(trees) + "\n")
     return "\n".join(lines) + "\n"
 
 
@@ -444,6 +449,8 @@ def parse_args(argv=None):
     p.add_argument("--cpu-tiny", action="store_true", help="smoke test on cpu: backend cpu, --top 2, --max-scale 2, "
                    "interpreter-sized cases, a small probe")
     p.add_argument("--retry-failed", action="store_true", help="retry the part an operator failed in before")
+    p.add_argument("--redo", default="", help="operators (comma-separated) whose state is dropped first, so this "
+                   "call measures them afresh (after a fix in the code they measure); the others resume")
     args = p.parse_args(argv)
     if args.cpu_tiny:
         args.backend, args.top, args.max_scale = "cpu", min(args.top, 2), min(args.max_scale, 2)
@@ -466,6 +473,12 @@ def main(argv=None):
         env["MFU_SHARED_DATA"] = os.path.abspath(args.shared_data)
     listed = list_examples(env)
     todo = [o for o in args.ops.split(",") if o]
+    for op in [o for o in args.redo.split(",") if o]:
+        key = op.replace("/", "__")
+        shutil.rmtree(os.path.join(args.state, key), ignore_errors=True)
+        if os.path.exists(os.path.join(args.state, f"{key}.json")):
+            os.remove(os.path.join(args.state, f"{key}.json"))
+            print(f"note: {op}: state dropped (--redo)")
     known = list(dict.fromkeys(list(OPS) + todo))
     try:
         part_peak(args.state, args, env)
@@ -494,6 +507,8 @@ def main(argv=None):
                     pending.append(f"{op}: {why}")
                 break
             os.makedirs(d, exist_ok=True)
+            # which tree measured each part (bench/freshness.py's hash, when the driver passed it)
+            st.setdefault("trees", {})[part] = os.environ.get("MFU_TREE_SHA256")
             before = json.dumps(st, sort_keys=True, default=str)
             try:
                 PART_FNS[part](st["op"], d, args, env, st)
@@ -507,6 +522,8 @@ def main(argv=None):
             if part not in st and not st.get("failed"):
                 pending.append(f"{op}: {part} goes on next call")
                 break
+        if op in OPS and op not in todo and not os.path.exists(st_path):
+            pending.append(f"{op}: not started (not in --ops this call)")
         if os.path.exists(st_path) or op in todo:
             if op not in todo and next_part(st, 1e9, lambda p: 0)[0] is not None:
                 pending.append(f"{op}: not in --ops this call")

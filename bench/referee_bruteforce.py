@@ -10,6 +10,9 @@ Points (:func:`enumerate_points`): the top ``top`` original cases by flops.py FL
 without matrix work; all cases if fewer) at scale 1, and for each one every non-empty subset of its scalable axes
 (:func:`referee_axes`) x every combination of powers of two ``2 .. max_scale`` per axis of the subset.
 
+Timing order: most work first (:func:`point_work`: flops.py FLOPs, input bytes for an operator without matrix
+work), so a brute force cut by its budget has timed the largest points; the points it did not reach are counted.
+
 Gates, the probe's limits: input + output bytes <= ``max_bytes`` (inputs checked before anything is allocated), one
 forward call <= ``max_ms``, the reference accepts the case (flops.py and the forward do not reject it), and ModelNew
 matches Model within verify's tolerance - checked for the best timed points only, best first, until one passes
@@ -135,6 +138,21 @@ def enumerate_points(cases: list, ranks: list, max_scale: int, max_input_bytes: 
                 row.update(status="bytes", reason=f"inputs {nbytes:.3g} B > {max_input_bytes:.3g} B")
             points.append(row)
     return points
+
+
+def point_work(points: list, flops_py: str, metric: str) -> None:
+    """Set each point's ``work``: flops.py's FLOPs of its case ("mfu") or its input bytes ("mbu"); 0 where flops.py
+    rejects it. Only the timing order reads it (:func:`next_work`)."""
+    from mfulib.flops.contract import evaluate_case, load_flops
+    ff = load_flops(flops_py)
+    for p in points:
+        if p["status"]:
+            continue
+        if metric == "mbu":
+            p["work"] = float(input_bytes(p["case"]))
+            continue
+        ev = evaluate_case(ff, p["case"], case_id=p["point"])
+        p["work"] = float(ev["flops"] or 0.0) if ev["status"] == "ok" else 0.0
 
 
 def source_ranks(cases: list, flops_py: str, top: int, keep=None) -> tuple:
@@ -314,7 +332,10 @@ def next_work(points: list, timed: dict, verified: dict, ranked_ok: list, max_ve
         r = timed.get(p["point"]) or ({"status": p["status"]} if p["status"] else None)
         if r and r["status"] in GATED and p["factors"]:
             failed.setdefault(p["source_case"], []).append(p["factors"])
-    for p in points if timing else []:
+    # most FLOPs (bytes) first where the plan recorded them: a brute force cut by its budget has then timed the
+    # largest points, where limits usually are; ties and plans without the figure keep the enumeration's order
+    order = sorted(points, key=lambda p: (-(p.get("work") or 0), p["point"]))
+    for p in order if timing else []:
         if p["point"] in timed or p["status"]:
             continue
         by = dominated(p["factors"], failed.get(p["source_case"], [])) if p["factors"] else None
