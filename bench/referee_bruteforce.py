@@ -10,8 +10,9 @@ Points (:func:`enumerate_points`): the top ``top`` original cases by flops.py FL
 without matrix work; all cases if fewer) at scale 1, and for each one every non-empty subset of its scalable axes
 (:func:`referee_axes`) x every combination of powers of two ``2 .. max_scale`` per axis of the subset.
 
-Timing order: most work first (:func:`point_work`: flops.py FLOPs, input bytes for an operator without matrix
-work), so a brute force cut by its budget has timed the largest points; the points it did not reach are counted.
+Timing order: the source cases at scale 1, then most work first (:func:`point_work`: flops.py FLOPs, input bytes
+for an operator without matrix work), so a brute force cut by its budget has timed the originals and the largest
+points; the points it did not reach are counted.
 
 Gates, the probe's limits: input + output bytes <= ``max_bytes`` (inputs checked before anything is allocated), one
 forward call <= ``max_ms``, the reference accepts the case (flops.py and the forward do not reject it), and ModelNew
@@ -332,9 +333,11 @@ def next_work(points: list, timed: dict, verified: dict, ranked_ok: list, max_ve
         r = timed.get(p["point"]) or ({"status": p["status"]} if p["status"] else None)
         if r and r["status"] in GATED and p["factors"]:
             failed.setdefault(p["source_case"], []).append(p["factors"])
-    # most FLOPs (bytes) first where the plan recorded them: a brute force cut by its budget has then timed the
-    # largest points, where limits usually are; ties and plans without the figure keep the enumeration's order
-    order = sorted(points, key=lambda p: (-(p.get("work") or 0), p["point"]))
+    # every source case at scale 1 first, then most FLOPs (bytes) first where the plan recorded them: a brute force
+    # cut by its budget has timed the originals and the largest points; plans without the figure keep the
+    # enumeration's order
+    order = sorted(points, key=lambda p: (bool(p["factors"]) if "work" in p else 0, -(p.get("work") or 0),
+                                          p["point"]))
     for p in order if timing else []:
         if p["point"] in timed or p["status"]:
             continue

@@ -119,10 +119,12 @@ def test_the_brute_force_resumes_from_its_rows_and_charges_a_crash_to_its_point(
     assert bf.next_work(_points(), timed, {0: {"status": "pass"}}, [0], 3) is None
 
 
-def test_a_brute_force_cut_by_its_budget_has_timed_the_largest_points_first():
+def test_a_brute_force_cut_by_its_budget_has_timed_the_originals_then_the_largest_points():
     pts = [dict(p, work=w) for p, w in zip(_points(), (1e9, 4e9, 2e9, 8e9))]  # point 3 is bytes-failed already
-    assert bf.next_work(pts, {}, {}, [], 3) == ("time", pts[1])  # 4e9 FLOPs before 2e9 and the 1e9 original
-    assert bf.next_work(pts, {1: {"point": 1, "status": "ok"}}, {}, [], 3) == ("time", pts[2])
+    assert bf.next_work(pts, {}, {}, [], 3) == ("time", pts[0])  # the original (x1) first
+    ok = {"status": "ok"}
+    assert bf.next_work(pts, {0: ok}, {}, [], 3) == ("time", pts[1])  # then 4e9 FLOPs before 2e9
+    assert bf.next_work(pts, {0: ok, 1: ok}, {}, [], 3) == ("time", pts[2])
     assert bf.next_work(_points(), {}, {}, [], 3) == ("time", _points()[0])  # no figure: the enumeration's order
 
 
