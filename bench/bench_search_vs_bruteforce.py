@@ -343,7 +343,8 @@ def differ(search_best: dict, brute: dict, search_shape, brute_shape) -> str:
 
 def summarize(op, st, peaks, backend_name):
     out = {"op": op, "parts_done": [p for p in PARTS if p in st], "errors": st.get("errors", []),
-           "skipped": st.get("skipped"), "trees": sorted({t for t in (st.get("trees") or {}).values() if t})}
+           "skipped": st.get("skipped"),
+           "trees": sorted({t for part, t in (st.get("trees") or {}).items() if t and part != "prepare"})}
     if "search" in st:
         out["search_best"] = st["search"]["best"]
         out["probe"] = {k: (st.get("probe") or {}).get(k) for k in ("complete", "interrupted", "appended",

@@ -80,7 +80,7 @@ MEASURES = {
     "pmu": TOOL + ("bench/pmu_h200.sh",) + ops("zoo/5_MHABlock"),
     "pmu_micro": BOUND + ("bench/pmu_bound_h200.py",),
     "gemm_grid": BOUND + ("bench/gemm_grid_h200.py", "scripts/mfulib/run/compat.py") + ops("zoo/5_MHABlock"),
-    "referee": TOOL + ("bench/bench_search_vs_bruteforce.py", "examples/ops/"),  # its operators: any bundled one
+    "referee": TOOL + ("bench/bench_search_vs_bruteforce.py", "bench/referee_bruteforce.py", "examples/ops/"),  # its operators: any bundled one
     "batch": TOOL + ("examples/ops/",),
 }
 
@@ -565,8 +565,22 @@ def summary_rows(pack):
     """[claim, measured, criterion, met, code unchanged, section] for each packed stage with a pass/fail criterion -
     read from the stage's own figures, so a stage that is absent or has no result gives no row (never an invented
     number). "code unchanged" is the stage's freshness (``freshness`` key set by :func:`render`)."""
-    return [row + [FRESH_MARK[((pack.get(stage) or {}).get("freshness") or {}).get("state", "unknown")],
-                   TITLES[stage]] for stage, row in _summary_rows(pack)]
+    out = []
+    for stage, row, *own in _summary_rows(pack):
+        mark = FRESH_MARK[((pack.get(stage) or {}).get("freshness") or {}).get("state", "unknown")]
+        out.append(row + [own[0] if own and own[0] else mark, TITLES[stage]])
+    return out
+
+
+def referee_op_fresh(st: dict, op: dict):
+    """None when every part of a referee operator was measured by the tree of its pack, else the mark that it was
+    not: a resumed referee pack carries operators measured by earlier calls (their trees in ``op["trees"]``; rows
+    from before the per-part stamps have none)."""
+    src = (st or {}).get("source") or {}
+    trees = op.get("trees") or []  # the trees of its measuring parts (probe, search, brute, retime)
+    if len(trees) == 1 and trees[0] in {src.get("tree_sha256"), src.get("tree_sha256_expected")} - {None}:
+        return None  # measured by this pack's tree: the section's freshness (by content) applies
+    return "**stale** (measured by an earlier tree)" if trees else "**stale** (measured before per-part tree stamps)"
 
 
 def bf16_peaks(pack):
@@ -638,7 +652,7 @@ def _summary_rows(pack):
             rows.append(("referee", [f"search finds the limit ({op['op']})", f"search / brute {num(op.get('ratio'), 3)}"
                                      f", cost {pct(op.get('cost_ratio'))}", f">= {crit.get('ratio_min')} or within "
                                      f"the re-timings' spread, cost <= {pct(crit.get('cost_max'), 0)}",
-                                     _verdict(op.get("pass"))]))
+                                     _verdict(op.get("pass"))], referee_op_fresh(pack.get("referee"), op)))
     r = (pack.get("batch") or {}).get("result") or {}
     if r.get("ops"):
         ok = sum(1 for o in r["ops"] if o.get("status") == "ok")
