@@ -24,6 +24,10 @@ Two parts:
    tiles of ``gemm_tiles``) - the padding of a shape that is not a tile multiple. The PTX/metadata files of the
    launched variants (performance.json ``mma_shapes``) are copied to ``<out>/fixtures/h200_triton_cache/``.
 
+3. **tril** (same steps): ``bench/executed_ops/tril_bmm*.py``, C = tril(A @ B), a dense reference whose kernel
+   skips the tiles above the diagonal: the operator where min(traced, executed) must take the executed count
+   (``num_src: executed``); beside it a hand tile model (:func:`tril_tile_model`).
+
 Writes ``<out>/result.json`` and ``<out>/result.md``; every number is what the tools wrote (no value typed here
 but the tile sizes of the zoo's ``gemm_tiles``, which the model checks against).
 """
@@ -238,6 +242,81 @@ def measure(out: str, backend: str, cases=CASES) -> dict:
     return res
 
 
+TRIL_DIR = os.path.join(ROOT, "bench", "executed_ops")
+# A [b, m, k] @ B [b, k, n], fp16: case 0 square, 128-tile multiples (16 x 16 tiles, 136 on or below the diagonal);
+# case 1 no dimension a multiple (1500 x 1400, k 1000: 12 x 11 tiles, 78 computed, k padded to 1024)
+TRIL_CASES = (((4, 2048, 1024), (4, 1024, 2048)), ((2, 1500, 1000), (2, 1000, 1400)))
+TRIL_TINY = (((1, 64, 32), (1, 32, 64)), ((1, 40, 48), (1, 48, 72)))
+
+
+def tril_tile_model(b: int, m: int, n: int, k: int, tiles=(128, 128, 64)) -> dict:
+    """The tril_bmm kernel's executed matrix FLOPs by hand (bench/executed_ops/tril_bmm_triton.py): per batch, the
+    tiles on or below the diagonal (first column <= last row) x 2 * BM * BN * BK * ceil(k / BK); and the dense
+    2 * b * m * n * k the reference computes."""
+    bm, bn, bk = tiles
+    kept = sum(1 for tm in range(math.ceil(m / bm)) for tn in range(math.ceil(n / bn)) if tn * bn <= tm * bm + bm - 1)
+    return {"tiles": [bm, bn, bk], "tiles_computed": kept, "tiles_all": math.ceil(m / bm) * math.ceil(n / bn),
+            "executed": float(b * kept * 2 * bm * bn * bk * math.ceil(k / bk)), "dense": 2.0 * b * m * n * k}
+
+
+def _tril_tiles(m, n, k):
+    """The kernel's own (BLOCK_M, BLOCK_N, BLOCK_K) for a float16 problem (tril_bmm_triton.tile_config)."""
+    import torch
+    sys.path.insert(0, TRIL_DIR)
+    from tril_bmm_triton import tile_config
+    return tile_config(m, n, k, torch.float16)[:3]
+
+
+def measure_tril(out: str, backend: str, cases=TRIL_CASES) -> dict:
+    """The operator whose dense reference over-counts (bench/executed_ops/tril_bmm*.py) through the same steps as
+    :func:`measure`: traced (the reference's dense bmm), executed (the counters x the compiled MMA shapes), the
+    numerator (``num_src`` executed expected on Hopper) and the hand tile model beside it."""
+    from mfulib.flops.executed import executed_flops
+    from mfulib.core.definitions import peak_key
+    from mfulib.search.numerator import numerator
+    work = os.path.join(out, "work_tril")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(os.path.join(out, "cases"), exist_ok=True)
+    cases_file = os.path.join(out, "cases", "tril_bmm_cases.jsonl")
+    with open(cases_file, "w") as f:
+        for a, b in cases:
+            f.write(json.dumps({"inputs": [
+                {"name": "A", "type": "tensor", "required": True, "dtype": "float16", "shape": list(a)},
+                {"name": "B", "type": "tensor", "required": True, "dtype": "float16", "shape": list(b)}]}) + "\n")
+    env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(out, "triton_cache"), PYTHONUNBUFFERED="1")
+    py, log = sys.executable, []
+    rc = _run([py, os.path.join(SCRIPTS, "prepare_op_dir.py"), "--ref", os.path.join(TRIL_DIR, "tril_bmm.py"),
+               "--cases", cases_file, "--impl", os.path.join(TRIL_DIR, "tril_bmm_triton.py"), "--dst", work], log, env)
+    if rc == 0:
+        shutil.copy2(os.path.join(TRIL_DIR, "tril_bmm_flops.py"), os.path.join(work, "flops.py"))
+        for cmd in ([py, os.path.join(SCRIPTS, "verify_op.py"), "--op-dir", work, "--backend", backend],
+                    [py, os.path.join(SCRIPTS, "check_flops.py"), "--op-dir", work, "--backend", backend],
+                    [py, os.path.join(SCRIPTS, "ops_profiling", "msprof_perf_summary.py"), "--quick", "--mfu",
+                     "--impl", "asc", "--op-dir", work, "--output-dir", work, "--backend", backend, "--cases", "0,1",
+                     "--repeats", "3", "--pmu", "ncu" if backend == "cuda" else "none"]):
+            rc = _run(cmd, log, env)
+            if rc != 0:
+                break
+    res = {"backend": backend, "cases": [list(map(list, c)) for c in cases], "steps": log, "per_case": []}
+    perf = os.path.join(work, "performance.json")
+    if not os.path.exists(perf):
+        res["error"] = "no performance.json (see steps)"
+        return res
+    from mfulib.schemas.performance_json import load_report
+    rep = load_report(perf)
+    cap = (rep.get("device") or {}).get("capability")
+    for e in rep["per_case"]:
+        mode = peak_key(e.get("compute_dtype"), bool(e.get("tf32"))) if e.get("compute_dtype") else None
+        ex, src, why = executed_flops(e, rep.get("backend"), cap, mode)
+        (b, m, k), (_b, _k, n) = cases[e["case"]]
+        res["per_case"].append({"case": e["case"], "shape": e.get("shape"), "flops_py": e.get("flops"),
+                                "traced": e.get("flops_tracer"), "executed": ex, "executed_src": src,
+                                "executed_why": why, "numerator": numerator(e.get("flops_tracer"), ex, src, why),
+                                "tile_model": tril_tile_model(b, m, n, k, _tril_tiles(m, n, k)),
+                                "asc_us": e.get("asc_us")})
+    return res
+
+
 def markdown(res: dict) -> str:
     def g(v):
         return "—" if v is None else f"{v:.6g}"
@@ -258,6 +337,22 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def markdown_tril(res: dict) -> str:
+    def g(v):
+        return "—" if v is None else f"{v:.6g}"
+    lines = ["", "# Executed vs traced FLOPs (tril_bmm: a dense reference that over-counts)", "",
+             "| case | shape | traced | executed | tile model (executed) | dense | numerator | num_src |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in res.get("per_case") or []:
+        n, t = r["numerator"], r["tile_model"]
+        lines.append(f"| {r['case']} | {r['shape']} | {g(r['traced'])} | {g(r['executed'])} | {g(t['executed'])} "
+                     f"({t['tiles_computed']}/{t['tiles_all']} tiles) | {g(t['dense'])} | {g(n.get('numerator'))} | "
+                     f"{n.get('num_src')} |")
+    if res.get("error"):
+        lines.append(f"\nerror: {res['error']}")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -269,10 +364,11 @@ def main():
     res = {"compile": compile_fixtures(args.out)}
     if not args.compile_only:
         res["measure"] = measure(args.out, "cpu", TINY_CASES) if args.tiny else measure(args.out, "cuda")
+        res["tril"] = (measure_tril(args.out, "cpu", TRIL_TINY) if args.tiny else measure_tril(args.out, "cuda"))
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     with open(os.path.join(args.out, "result.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
-    md = markdown(res.get("measure") or {})
+    md = markdown(res.get("measure") or {}) + markdown_tril(res.get("tril") or {})
     with open(os.path.join(args.out, "result.md"), "w") as f:
         f.write(md)
     print(md)
