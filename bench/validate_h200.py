@@ -29,6 +29,8 @@ pmu            bench/pmu_h200.sh: the MHA block with Nsight Compute counters, bo
 pmu_micro      bench/pmu_bound_h200.py: GEMMs, a copy and a small layer_norm under ncu, classified
 gemm_grid      bench/gemm_grid_h200.py: the MHA example's matmul_kernel and variants (grid, B layout, stages,
                unmasked K loop) timed and classified under ncu - why its GEMM is latency-bound
+executed       bench/executed_flops_h200.py: executed vs traced FLOPs on Hopper (the MHA GEMM, tril_bmm); the
+               launched kernels' PTX come back as executed_fixtures.tar.gz
 referee        bench/bench_search_vs_bruteforce.py: the limit search (probe + grid search) vs a brute force
 batch          scripts/mfu_batch.py over the bundled and real-case operators (SEARCH=1), the MFU tables
 =============  ===========================================================================================
@@ -109,13 +111,14 @@ STATE_SKIP_DIRS = ("prof",)
 STATE_SKIP_SUFFIXES = (".png", ".svg", ".html", ".pt", ".ncu-rep", ".nsys-rep", ".gz", ".trace.json", ".log")
 STATE_MAX_FILE_BYTES = 2_000_000
 STAGES = ("env", "makeall", "overhead", "peaks", "peaks_wide", "gemm", "ncu", "pmu", "pmu_micro", "gemm_grid",
-          "referee", "batch")
+          "executed", "referee", "batch")
 # per stage: (script that must exist, time limit s); the limit is also capped by the call's deadline
 LIMITS = {"env": (None, 60), "makeall": (None, 330), "overhead": ("bench/bench_tool_overhead.py", 420),
           "peaks": ("bench/bench_peaks_h200.py", 150), "peaks_wide": ("bench/bench_peak_calib.py", 200),
           "gemm": ("bench/bench_gemm_mfu.py", 90),
           "ncu": ("bench/ncu_vs_profiler.py", 200), "pmu": ("bench/pmu_h200.sh", 300),
           "pmu_micro": ("bench/pmu_bound_h200.py", 150), "gemm_grid": ("bench/gemm_grid_h200.py", 200),
+          "executed": ("bench/executed_flops_h200.py", 420),
           "referee": ("bench/bench_search_vs_bruteforce.py", 540), "batch": ("scripts/mfu_batch.py", 540)}
 # peaks_wide: a 5 x 5 x 4 grid (100 shapes per dtype, m, n in 2048..12288, k in 2048..16384, 10 ms each) instead
 # of bench_peak_calib's 448: the three dtypes' sweeps and the calibration fit in ~100 s of the stage's 200
@@ -495,6 +498,7 @@ def bench_stage(name):
                            "--work", os.path.join(o, "work"), "--ops", "zoo/5_MHABlock,zoo/1_BatchMatmul,zoo/4_FFN"],
                 "ncu_vs_profiler.md.json"),
         "pmu_micro": (lambda o: [PY, "bench/pmu_bound_h200.py", "--out", o], "result.json"),
+        "executed": (lambda o: [PY, "bench/executed_flops_h200.py", "--out", o], "result.json"),
         "gemm_grid": (lambda o: [PY, "bench/gemm_grid_h200.py", "--out", o], "result.json"),
         "referee": (lambda o, lim, resume: [PY, "bench/bench_search_vs_bruteforce.py", "--out", o, "--shared-data",
                                             os.path.join(ROOT, ".shared_data", "data"),
@@ -551,6 +555,11 @@ def run_stage(name, out_root, limit_s, env, final_out, pack_dir=None, batch_sett
         if name == "peaks_wide":  # the calibration's every dtype and bandwidth (the bench's JSON has three dtypes)
             pk = load_json(os.path.join(out, "peak.json")) or {}
             res["peak_json"] = {k: pk.get(k) for k in ("peak_tflops", "peak_tops", "bandwidth_gbps", "regime")}
+        if name == "executed" and os.path.isdir(os.path.join(out, "fixtures")):  # the launched kernels' PTX
+            fx = os.path.join(final_out, "executed_fixtures.tar.gz")  # -> tests/fixtures/h200_triton_cache/
+            with tarfile.open(fx, "w:gz") as tar:
+                tar.add(os.path.join(out, "fixtures"), arcname="fixtures")
+            res["pack_files"] = [fx]
         if name == "referee":  # resumable: done when the bench has no part pending; its tar travels in the pack
             res["complete"] = bool(res["result"]) and not res["result"].get("pending")
             if os.path.exists(os.path.join(out, REFEREE_RESUME_NAME)):
