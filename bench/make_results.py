@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PACK = os.path.join(ROOT, "bench", "validation", "h200")
 DEFAULT_OUT = os.path.join(ROOT, "bench", "RESULTS.md")
 ORDER = ("env", "ncu", "gemm", "makeall", "overhead", "peaks_wide", "peaks", "pmu", "pmu_micro", "gemm_grid",
-         "referee", "batch")
+         "executed", "referee", "batch")
 
 
 def load_pack(pack_dir):
@@ -80,6 +80,7 @@ MEASURES = {
     "pmu": TOOL + ("bench/pmu_h200.sh",) + ops("zoo/5_MHABlock"),
     "pmu_micro": BOUND + ("bench/pmu_bound_h200.py",),
     "gemm_grid": BOUND + ("bench/gemm_grid_h200.py", "scripts/mfulib/run/compat.py") + ops("zoo/5_MHABlock"),
+    "executed": TOOL + ("bench/executed_flops_h200.py", "bench/executed_ops/") + ops("zoo/5_MHABlock"),
     "referee": TOOL + ("bench/bench_search_vs_bruteforce.py", "bench/referee_bruteforce.py", "examples/ops/"),  # its operators: any bundled one
     "batch": TOOL + ("examples/ops/",),
 }
@@ -205,6 +206,36 @@ def sec_pmu_micro(st):
             "design intent, written in the script before the run and matched by the kernel's exact name (packs before the "
             "name-matched bench: a large GEMM, a copy, a small layer_norm, matched by name substring).\n\n"
             + table(["kernel", "expected", "classified", "counters"], rows))
+
+
+def executed_checks(r: dict) -> dict:
+    """The executed-FLOPs criteria from bench/executed_flops_h200.py's result: the MHA cases' executed >= traced
+    (the tiles pad, a causal kernel runs whole diagonal blocks), tril_bmm's executed equal to its hand tile model
+    (within 0.1%) and chosen as the numerator (``num_src`` not the tracer)."""
+    mha = (r.get("measure") or {}).get("per_case") or []
+    tril = (r.get("tril") or {}).get("per_case") or []
+    mha_ok = bool(mha) and all(x.get("executed") and x.get("traced") and x["executed"] >= x["traced"] for x in mha)
+    tril_ok = bool(tril) and all(
+        x.get("executed") and abs(x["executed"] / x["tile_model"]["executed"] - 1) <= 1e-3
+        and (x.get("numerator") or {}).get("num_src") not in (None, "tracer") for x in tril)
+    return {"mha": mha, "tril": tril, "mha_ok": mha_ok, "tril_ok": tril_ok}
+
+
+def _tile_ratio(x):
+    return num(x["executed"] / x["tile_model"]["executed"] if x.get("executed") else None, 4)
+
+
+def sec_executed(st):
+    r = st.get("result") or {}
+    c = executed_checks(r)
+    body = (st.get("extras") or {}).get("result.md") or "(no result.md)"
+    return (f"## Executed vs traced FLOPs on Hopper (`bench/executed_flops_h200.py`)\n\n{stamp(st)}\n\n"
+            f"`{st.get('command', '')}` exit status {st.get('rc')}. Executed FLOPs = the "
+            "kernel's ncu count of warpgroup MMA instructions (`tensor_inst_executed_gmma`) x the FLOPs of the wgmma shape its compiled "
+            "PTX names (matched to the launched variant); the numerator is min(traced, executed). MHA (zoo/5) "
+            "executed >= traced on every case: " + _verdict(c["mha_ok"]) + "; tril_bmm executed = the hand tile "
+            "model and `num_src` from the hardware count: " + _verdict(c["tril_ok"]) + ".\n\n" + body.strip()
+            .replace("# Executed vs traced", "### Executed vs traced"))
 
 
 def sec_gemm_grid(st):
@@ -547,11 +578,12 @@ TITLES = {"env": "Device", "ncu": "Kernel time: collector vs Nsight Compute",
           "overhead": "Tool overhead per step", "peaks_wide": "Peaks: calibration vs a wide sweep (bf16, fp16, fp32)",
           "peaks": "Peaks: int8 and fp8", "pmu": "PMU counters and bound classes (Nsight Compute)",
           "pmu_micro": "Bound classes on known kernels", "gemm_grid": "The MHA example's GEMM under ncu",
+          "executed": "Executed vs traced FLOPs on Hopper",
           "referee": "Limit search vs a brute force",
           "batch": "Batch over the bundled and real-case operators: MFU tables"}
 SECTIONS = {"env": sec_env, "ncu": sec_ncu, "gemm": sec_gemm, "makeall": sec_makeall, "overhead": sec_overhead,
             "peaks_wide": sec_peaks_wide, "peaks": sec_peaks, "pmu": sec_pmu, "pmu_micro": sec_pmu_micro,
-            "gemm_grid": sec_gemm_grid, "referee": sec_referee, "batch": sec_batch}
+            "gemm_grid": sec_gemm_grid, "executed": sec_executed, "referee": sec_referee, "batch": sec_batch}
 
 
 def _verdict(ok):
@@ -645,6 +677,16 @@ def _summary_rows(pack):
         rows.append(("makeall", ["`make all` (warm Triton cache)",
                                  ", ".join(f"{x['op']} {num(x.get('wall_s'))} s" for x in warm),
                                  f"<= {r.get('target_s', 60)} s", _verdict(len(ok) == len(warm))]))
+    r = (pack.get("executed") or {}).get("result") or {}
+    if r.get("measure") or r.get("tril"):
+        c = executed_checks(r)
+        n_ok = sum(1 for x in c["mha"] if x.get("executed") and x.get("traced") and x["executed"] >= x["traced"])
+        rows.append(("executed", ["executed FLOPs >= traced where the kernel pads (zoo/5_MHABlock)",
+                                  f"{n_ok}/{len(c['mha'])} cases", "all", _verdict(c["mha_ok"])]))
+        rows.append(("executed", ["a dense reference that over-counts takes the executed numerator (tril_bmm)",
+                                  ", ".join(f"case {x['case']}: executed / tile model {_tile_ratio(x)}, num_src "
+                                            f"{(x.get('numerator') or {}).get('num_src')}" for x in c["tril"]),
+                                  "= tile model, num_src not tracer", _verdict(c["tril_ok"])]))
     r = (pack.get("referee") or {}).get("result") or {}
     crit = r.get("criteria") or {}
     for op in r.get("ops") or []:

@@ -165,3 +165,8 @@ def test_h200_recorded_variants_parse():
             name = json.load(f)["name"]
         vs = triton_ptx.compiled_variants(H200_CACHE, name)
         assert vs and all(v["wgmma"] or v["mma_sync"] for v in vs), name
+    # what the H200 compiled for the zoo MHA cases of bench/executed_flops_h200.py (Triton 3.6): the GEMM's
+    # 128 x 256 fp16 tile issues m64n256k16, the attention at head dim 64 (and 40, padded) m64n64k16
+    shapes = {n: {f"m{w['m']}n{w['n']}k{w['k']}" for v in triton_ptx.compiled_variants(H200_CACHE, n)
+                  for w in v["wgmma"]} for n in ("matmul_kernel", "flash_attn_fwd_kernel")}
+    assert shapes == {"matmul_kernel": {"m64n256k16"}, "flash_attn_fwd_kernel": {"m64n64k16"}}
