@@ -598,10 +598,6 @@ def stage_done(pack_dir, name, batch_settings=None):
     doc = load_json(os.path.join(pack_dir, f"{name}.json"))
     if doc is None or doc.get("complete") is False:
         return False
-    if name == "referee":  # done when every operator of the bench's list has all its parts
-        from bench_search_vs_bruteforce import OPS, PARTS
-        done = {o.get("op") for o in (doc.get("result") or {}).get("ops") or [] if o.get("parts_done") == list(PARTS)}
-        return all(op in done for op in OPS)
     if name == "batch" and batch_settings is not None:
         if batch_settings.get("rerun"):
             return False
