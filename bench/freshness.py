@@ -236,22 +236,53 @@ def pack_hashes(stage, root=ROOT, cache_path=CACHE):
     return mods
 
 
-def write_cache(commits, root=ROOT, cache_path=CACHE):
+def tree_modules(tree, cache_path=CACHE):
+    """{path: normalised hash} of the measured tree whose :func:`tree_digest` is ``tree`` (what a resumed pack's part
+    records as the tree that measured it), from the committed cache (``--cache-trees``), else None (unknown)."""
+    try:
+        with open(cache_path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    commit = (doc.get("trees") or {}).get(tree) if doc.get("method") == METHOD else None
+    return cached_commit_modules(commit, cache_path) if commit else None
+
+
+def find_tree_commits(trees, root=ROOT, depth=400):
+    """{tree digest: commit} for the digests ``trees`` found among the last ``depth`` commits of HEAD (each commit's
+    measured sources hashed from git, newest first); digests not found are left out."""
+    want, found = set(trees) - {None}, {}
+    log = _git(root, "log", "--format=%H", f"-{depth}", text=True)
+    for c in (log.stdout.split() if log.returncode == 0 else []):
+        if not want - set(found):
+            break
+        h = commit_hashes(c, root)
+        d = h and tree_digest(h)
+        if d in want and d not in found:
+            found[d] = c
+    return found
+
+
+def write_cache(commits, root=ROOT, cache_path=CACHE, trees=None):
     """Compute (from git) the module hashes of ``commits`` and write them to the cache, so that a clone without
-    those commits still judges the packs that carry only a commit. Returns the commits written."""
-    have = {}
+    those commits still judges the packs that carry only a commit; ``trees`` ({tree digest: commit}, the commits
+    included) is merged into the cache's ``trees`` map (:func:`tree_modules`). Returns the commits written."""
+    have, have_trees = {}, {}
     with contextlib.suppress(OSError, ValueError):
         with open(cache_path) as f:
             doc = json.load(f)
-        have = (doc.get("commits") or {}) if doc.get("method") == METHOD else {}
-    for c in commits:
+        if doc.get("method") == METHOD:
+            have, have_trees = doc.get("commits") or {}, doc.get("trees") or {}
+    have_trees.update(trees or {})
+    for c in sorted(set(commits) | set((trees or {}).values())):
         h = commit_hashes(c, root)
         if h is None:
             raise SystemExit(f"error: commit {c} is not in this clone; run --cache in a full clone")
         have[c] = h["modules"]
     doc = {"about": "normalised module hashes (bench/freshness.py) of the commits that packs without a 'source' "
-                    "record name; computed from git by `python3 bench/freshness.py --cache`, never typed",
-           "method": METHOD, "commits": dict(sorted(have.items()))}
+                    "record name, and the commit of each measured tree a resumed pack's parts name; computed from "
+                    "git by `python3 bench/freshness.py --cache / --cache-trees`, never typed",
+           "method": METHOD, "commits": dict(sorted(have.items())), "trees": dict(sorted(have_trees.items()))}
     with open(cache_path + ".tmp", "w") as f:
         json.dump(doc, f, indent=0, sort_keys=True)
         f.write("\n")
@@ -288,7 +319,22 @@ def main(argv=None):
     p.add_argument("--commit", help="hash the measured sources of this commit (git show) instead of the files")
     p.add_argument("--cache", metavar="PACK_DIR", action="append", help="write bench/validation/source_hashes.json "
                    "for the commits of PACK_DIR's packs that record no source hashes (repeatable)")
+    p.add_argument("--cache-trees", metavar="PACK_JSON", action="append", help="write into the cache the commit "
+                   "(found in git history) and module hashes of each tree that PACK_JSON's referee operators name "
+                   "as the trees of their parts (repeatable)")
     args = p.parse_args(argv)
+    if args.cache_trees:
+        trees = set()
+        for path in args.cache_trees:
+            with open(path) as f:
+                for op in ((json.load(f).get("result") or {}).get("ops") or []):
+                    trees.update(op.get("trees") or [])
+        found = find_tree_commits(trees, args.root)
+        write_cache([], args.root, trees=found)
+        for t in sorted(trees - set(found)):
+            print(f"note: tree {t[:12]}: no commit in the last 400 has it (left unknown)")
+        print(f"wrote {CACHE}: {len(found)} trees")
+        return 0
     if args.cache:
         done = write_cache(sorted(pack_commits(args.cache)), args.root)
         print(f"wrote {CACHE}: {len(done)} commits")

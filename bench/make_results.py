@@ -605,14 +605,25 @@ def summary_rows(pack):
 
 
 def referee_op_fresh(st: dict, op: dict):
-    """None when every part of a referee operator was measured by the tree of its pack, else the mark that it was
-    not: a resumed referee pack carries operators measured by earlier calls (their trees in ``op["trees"]``; rows
-    from before the per-part stamps have none)."""
+    """None when every part of a referee operator was measured by the tree of its pack, or by an earlier tree whose
+    code under MEASURES["referee"] is the same (judged by content: that tree's module hashes from the cache that
+    ``bench/freshness.py --cache-trees`` writes), else the mark that it was not, naming the changed modules: a
+    resumed referee pack carries operators measured by earlier calls (their trees in ``op["trees"]``; rows from
+    before the per-part stamps have none)."""
     src = (st or {}).get("source") or {}
     trees = op.get("trees") or []  # the trees of its measuring parts (probe, search, brute, retime)
-    if len(trees) == 1 and trees[0] in {src.get("tree_sha256"), src.get("tree_sha256_expected")} - {None}:
-        return None  # measured by this pack's tree: the section's freshness (by content) applies
-    return "**stale** (measured by an earlier tree)" if trees else "**stale** (measured before per-part tree stamps)"
+    if not trees:
+        return "**stale** (measured before per-part tree stamps)"
+    pack_trees = {src.get("tree_sha256"), src.get("tree_sha256_expected")} - {None}
+    changed = set()
+    for tree in set(trees) - pack_trees:  # an earlier tree: fresh when the code the referee measures is the same
+        then = freshness.tree_modules(tree)
+        if then is None or not src.get("modules"):
+            return "**stale** (measured by an earlier tree, its code unknown here)"
+        changed.update(freshness.stale_modules(MEASURES["referee"], then, src["modules"], NOT_MEASURED))
+    if changed:
+        return f"**stale** (measured by an earlier tree; changed since: {', '.join(sorted(changed))})"
+    return None  # measured by this pack's tree, or one with the same measured code: the section's freshness applies
 
 
 def bf16_peaks(pack):

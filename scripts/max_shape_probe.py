@@ -8,7 +8,8 @@ matmul's k and n (two data operands: m, k and n set its arithmetic intensity); w
 compared by the symbols it selects). Per source case, one ladder of factors s = 2, 4, 8, ... <= --max-scale per chosen
 symbol alone, then the joint ladder of the two whose single ladders gained most (both at one factor), then - after
 every source's pair, greedily, while it gains - the joint ladder of three or more (each symbol whose single ladder
-gained joins, all at one factor; mfulib/search/ladder.py extend_joint); a candidate's factors are shown per symbol
+gained joins, all at one factor; mfulib/search/ladder.py extend_joint); batch symbols rank after every other in both
+choices (they replicate work, never raise the arithmetic intensity); a candidate's factors are shown per symbol
 (batch x4,seq x2). Each candidate goes through five gates in cost order
 (mfulib/search/probe.py): 1 input bytes (from the case description, before anything is allocated) <= --max-bytes,
 verify's input cap of the backend (1 MB on cpu), host and free device memory; 2 the reference accepts the shape

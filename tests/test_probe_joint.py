@@ -66,6 +66,43 @@ def test_a_gemm_whose_figure_needs_m_k_and_n_gets_the_three_symbol_joint_ladder(
     assert "ladder case 0 gemm_n+seq+gemm_k: every factor up to --max-scale 8 passed" in out
 
 
+def _batch_amortises(b, m, k, n):
+    """:func:`_intensity` x 1.9 once b >= 2 (test double): a batch axis that amortises launch overhead on a small
+    case - its single ladder beats seq's and gemm_k's, though it never raises the arithmetic intensity."""
+    return _intensity(b, m, k, n) * (1.9 if b >= 2 else 1.0)
+
+
+def test_batch_joins_after_the_gemm_axes_though_its_single_ladder_beats_them(tmp_path):
+    work = probe_ops.make_workdir(tmp_path)
+    p = fake_probe(work, "--cases", "0", "--max-scale", "8", "--trace-jobs", "0", op=Op("rate", rate=_batch_amortises))
+    lads = _ladders(p.doc)
+    best = {tuple(x["symbols"]): x["best"] for x in lads if x["tried"]}
+    # singles by hand: batch 1.9 x 4.571 = 8.686 at x2 (x4 the same: saturated), gemm_n 9.143 at x8, seq 6.095 at
+    # x8, gemm_k 5.12 at x4: by figure the pair would be gemm_n+batch; batch ranks last, so it is gemm_n+seq
+    assert best[("batch",)]["wall_figure"] == pytest.approx(1.9 * _intensity_tflops(16, 32, 8))
+    assert best[("batch",)]["wall_figure"] > best[("seq",)]["wall_figure"] > best[("gemm_k",)]["wall_figure"]
+    assert [x["symbols"] for x in lads[:7]] == [["batch"], ["seq"], ["gemm_k"], ["gemm_n"], ["gemm_n", "seq"],
+                                                ["gemm_n", "seq", "gemm_k"], ["gemm_n", "seq", "gemm_k", "batch"]]
+    # gemm_k joins before batch (both gained over scale 1): m, k and n x8 reach I(128, 256, 64) = 36.57
+    assert lads[5]["best"] == {"factors": {"gemm_n": 8, "seq": 8, "gemm_k": 8},
+                               "wall_figure": pytest.approx(_intensity_tflops(128, 256, 64))}
+    assert lads[4]["why"].startswith("joint: the two single ladders that gained most - gemm_n 9.143e-06 at x8, "
+                                     "seq 6.095e-06 at x8")
+
+
+def test_a_batch_symbol_is_in_the_pair_when_fewer_than_two_others_passed():
+    def evaluate(factors, key):
+        return "c" not in factors  # c never passes
+
+    def figure(factors):
+        return 1.0 + sum({"a": 0.5, "b": 0.9, "c": 0.0}[n] for n in factors)
+    recs = ladder.run_ladders(["a", "b", "c"], evaluate, figure, max_scale=2, last=("b",))
+    assert [r["symbols"] for r in recs if r["joint"]] == [["b", "a"]]
+    # with two others passing, the batch symbol b is left out of the pair though its figure is the highest
+    recs = ladder.run_ladders(["a", "b", "c"], lambda f, k: True, figure, max_scale=2, last=("b",))
+    assert [r["symbols"] for r in recs if r["joint"]] == [["a", "c"]]
+
+
 def _n_or_k_or_m(b, m, k, n):
     """FLOP/s that follow whichever of n (up to 32), k (up to 64) or m = 32 helps most, never two at once (test
     double): the joint pair reaches what its best single reached, no more."""

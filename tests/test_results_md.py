@@ -395,3 +395,18 @@ def test_a_stage_whose_measured_code_changed_is_marked_stale_and_a_limit_shows_i
     cell = make_results._probe({"probe": probe})
     assert cell.startswith("0/0 passed, 0 appended") and "--budget-s 45 s reached" in cell
     assert "gate 2 (trace)" in cell and "case 7 x2" in cell and "25.2 s" in cell
+
+
+def test_a_referee_row_from_an_earlier_tree_is_fresh_only_when_the_referee_code_is_the_same(monkeypatch):
+    # TEST DATA: module hashes of three trees; "T0" is the pack's, "T1" the same referee code, "T2" another search
+    import freshness
+    mods = {"T1": {"scripts/a.py": "h1", "bench/other.py": "x"},  # bench/other.py: not referee code
+            "T2": {"scripts/a.py": "h-old", "bench/other.py": "x"}}
+    monkeypatch.setattr(freshness, "tree_modules", lambda tree, *a, **k: mods.get(tree))
+    st = {"source": {"tree_sha256": "T0", "modules": {"scripts/a.py": "h1", "bench/other.py": "y"}}}
+    assert make_results.referee_op_fresh(st, {"trees": ["T0"]}) is None
+    assert make_results.referee_op_fresh(st, {"trees": ["T0", "T1"]}) is None
+    assert make_results.referee_op_fresh(st, {"trees": ["T2"]}) == (
+        "**stale** (measured by an earlier tree; changed since: scripts/a.py)")
+    assert "code unknown" in make_results.referee_op_fresh(st, {"trees": ["T9"]})
+    assert "before per-part tree stamps" in make_results.referee_op_fresh(st, {"trees": []})

@@ -89,13 +89,15 @@ def _climb(names, why, evaluate, figure, max_scale, refine_steps, records, extra
     return rec
 
 
-def _ranked_singles(records: list) -> list:
-    """The single ladders of ``records`` that passed a candidate with a figure, highest best figure first."""
-    return sorted((r for r in records if not r["joint"] and r["best"]), key=lambda r: -r["best"]["wall_figure"])
+def _ranked_singles(records: list, last=()) -> list:
+    """The single ladders of ``records`` that passed a candidate with a figure, highest best figure first - those of
+    the symbols ``last`` (batch axes: they replicate independent work) after every other."""
+    return sorted((r for r in records if not r["joint"] and r["best"]),
+                  key=lambda r: (r["symbols"][0] in last, -r["best"]["wall_figure"]))
 
 
 def run_ladders(symbols: list, evaluate, figure, max_scale: int, refine_steps: int = 3, log=None, records=None,
-                extra=None, on_end=None) -> list:
+                extra=None, on_end=None, last=()) -> list:
     """The single ladders and the joint pair of one source case over its scaled ``symbols`` (names, in order).
     ``evaluate(factors, key) -> bool | STOP`` runs one candidate ({symbol: factor}) of the ladder ``key`` (its
     symbols joined by ``+``: each ladder has its own saturation stop); ``figure(factors)`` is a passed candidate's
@@ -104,6 +106,12 @@ def run_ladders(symbols: list, evaluate, figure, max_scale: int, refine_steps: i
     reached the highest figure - not run when fewer than two single ladders passed. ``log(line)`` gets the decision
     as it is carried out. The joint ladders of three or more symbols are :func:`extend_joint`'s (run after every
     source's pair, so that a budget cuts them first).
+
+    ``last``: the batch symbols, ranked after every other single ladder that passed (the pair takes them only when
+    fewer than two others passed). A batch axis replicates independent work: it raises parallelism, never the
+    arithmetic intensity, and its wall-clock gain on a small source case (launch overhead amortised) says nothing
+    about the limit - on the H200 a batched matmul's pair seq+batch (from its figures) led to 35.3% MFU@ach where
+    m, k and n x16 reach 76.4% (bench/RESULTS.md, the referee).
 
     Returns ``records`` (a new list by default) with one record per ladder appended as it starts, ``extra``'s keys
     first: {symbols, joint, tried [[factor, passed]], best {factors, wall_figure} | None, stopped, why}. An
@@ -114,7 +122,7 @@ def run_ladders(symbols: list, evaluate, figure, max_scale: int, refine_steps: i
     singles = [_climb([n], "single: this symbol alone", *run) for n in symbols]
     if len(symbols) < 2:
         return records
-    ranked = _ranked_singles(singles)
+    ranked = _ranked_singles(singles, last)
     if len(ranked) < 2:
         why = (f"not run: {len(ranked)} of {len(singles)} single ladders passed a candidate with a figure (the joint "
                "ladder needs two)")
@@ -122,6 +130,7 @@ def run_ladders(symbols: list, evaluate, figure, max_scale: int, refine_steps: i
         if log:
             log(why)
         return records
+    ranked = sorted(ranked[:2], key=lambda r: -r["best"]["wall_figure"])  # the pair's names: highest figure first
     pair = [ranked[0]["symbols"][0], ranked[1]["symbols"][0]]
     why = ("joint: the two single ladders that gained most - " +
            ", ".join(f"{r['symbols'][0]} {r['best']['wall_figure']:.4g} at x{r['best']['factors'][r['symbols'][0]]}"
@@ -133,7 +142,7 @@ def run_ladders(symbols: list, evaluate, figure, max_scale: int, refine_steps: i
 
 
 def extend_joint(ladders: list, evaluate, figure, max_scale: int, min_gain: float, base=None, refine_steps: int = 3,
-                 log=None, records=None, extra=None, on_end=None) -> list:
+                 log=None, records=None, extra=None, on_end=None, last=()) -> list:
     """The greedy forward selection after the joint pair: ``ladders`` are one source's records from
     :func:`run_ladders` (its singles and pair). While the last joint ladder gained - its best figure exceeds
     (1 + ``min_gain``) x the best of every earlier ladder of the source (for the pair: the best single) - and
@@ -147,13 +156,14 @@ def extend_joint(ladders: list, evaluate, figure, max_scale: int, min_gain: floa
     three grow - on the H200 a batched matmul's best point scales m, k and n x16 (bench/RESULTS.md), which a
     joint ladder of two symbols cannot reach.
 
-    The other arguments are :func:`run_ladders`'. Appends to ``records`` (a new list by default) one record per
+    The symbols ``last`` (batch axes) join after every other gaining symbol, as in :func:`run_ladders`. The other
+    arguments are :func:`run_ladders`'. Appends to ``records`` (a new list by default) one record per
     joint ladder run (``why`` says why it ran) and, where a larger one was possible but is not run, one record with
     ``tried`` [] and ``stopped`` = ``why`` = "not run: ..." (``symbols`` the ones it would have joined, [] when no
     symbol was left to join). Returns ``records``; an interruption re-raises as in :func:`run_ladders`."""
     records = [] if records is None else records
     singles = [r for r in ladders if not r["joint"]]
-    ranked = _ranked_singles(singles)
+    ranked = _ranked_singles(singles, last)
     joint = [r for r in ladders if r["joint"] and r["tried"]]
     if not joint or len(singles) < 3:  # no pair ran, or the pair already holds every symbol
         return records

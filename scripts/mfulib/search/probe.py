@@ -174,6 +174,11 @@ class Probe:
         """The scaled symbols of ``source``'s group, in the analysis' order: one single ladder each."""
         return [x.name for x in self.group_of[source].symbols if x.scaled]
 
+    def batch_symbols(self, source: int) -> tuple:
+        """The scaled symbols of ``source``'s group of kind batch: the ladders rank them last
+        (:func:`mfulib.search.ladder.run_ladders`)."""
+        return tuple(x.name for x in self.group_of[source].symbols if x.scaled and x.kind == "batch")
+
     def _worker(self):
         if self.worker is None:
             self.worker = GateWorker(self.opts["device"])

@@ -269,7 +269,8 @@ def run_sources(pr, doc, picked, infos, bw, args, save, bar) -> None:
                 continue
             run_ladders(pr.scaled_symbols(i), *_ladder_args(pr, i, no_matrix, args, save, bar),
                         log=lambda m: pr.log(f"case {i}: {m}"), records=doc.setdefault("ladders", []),
-                        extra={"source_case": i}, on_end=lambda names: pr.end_source(i, names))
+                        extra={"source_case": i}, on_end=lambda names: pr.end_source(i, names),
+                        last=pr.batch_symbols(i))
             pr.end_source(i)
             ran.append((i, no_matrix))
             k += 1
@@ -279,7 +280,7 @@ def run_sources(pr, doc, picked, infos, bw, args, save, bar) -> None:
                          *_ladder_args(pr, i, no_matrix, args, save, bar)[:3], SATURATION_GAIN,
                          base=lambda: pr.base_fig.get(i), refine_steps=args.refine_steps,
                          log=lambda m: pr.log(f"case {i}: {m}"), records=doc["ladders"], extra={"source_case": i},
-                         on_end=lambda names: pr.end_source(i, names))
+                         on_end=lambda names: pr.end_source(i, names), last=pr.batch_symbols(i))
             pr.end_source(i)
     except OutOfBudget as exc:  # from a gate, or the scale-1 timing of a source near the limit
         pr.out_of_budget = True
