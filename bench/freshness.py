@@ -23,7 +23,6 @@ it over the tree it runs and the pack records both and whether they agree.
 """
 import argparse
 import ast
-import contextlib
 import hashlib
 import io
 import json
@@ -207,16 +206,20 @@ def _blobs(root, oids):
     return blobs
 
 
-def cached_commit_modules(commit, cache_path=CACHE):
-    """{path: normalised hash} of ``commit`` from the committed cache (written by ``--cache``), else None."""
+def _cache(cache_path=CACHE):
+    """The committed cache's document when it holds hashes of this :data:`METHOD`, else {} (absent, unreadable or
+    of another method)."""
     try:
         with open(cache_path) as f:
             doc = json.load(f)
     except (OSError, ValueError):
-        return None
-    commits = doc.get("commits") if doc.get("method") == METHOD else None
-    commits = commits or {}
-    for key, mods in commits.items():
+        return {}
+    return doc if doc.get("method") == METHOD else {}
+
+
+def cached_commit_modules(commit, cache_path=CACHE):
+    """{path: normalised hash} of ``commit`` from the committed cache (written by ``--cache``), else None."""
+    for key, mods in (_cache(cache_path).get("commits") or {}).items():
         if commit and (key.startswith(commit) or commit.startswith(key)):
             return mods
     return None
@@ -239,12 +242,7 @@ def pack_hashes(stage, root=ROOT, cache_path=CACHE):
 def tree_modules(tree, cache_path=CACHE):
     """{path: normalised hash} of the measured tree whose :func:`tree_digest` is ``tree`` (what a resumed pack's part
     records as the tree that measured it), from the committed cache (``--cache-trees``), else None (unknown)."""
-    try:
-        with open(cache_path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    commit = (doc.get("trees") or {}).get(tree) if doc.get("method") == METHOD else None
+    commit = (_cache(cache_path).get("trees") or {}).get(tree)
     return cached_commit_modules(commit, cache_path) if commit else None
 
 
@@ -267,13 +265,8 @@ def write_cache(commits, root=ROOT, cache_path=CACHE, trees=None):
     """Compute (from git) the module hashes of ``commits`` and write them to the cache, so that a clone without
     those commits still judges the packs that carry only a commit; ``trees`` ({tree digest: commit}, the commits
     included) is merged into the cache's ``trees`` map (:func:`tree_modules`). Returns the commits written."""
-    have, have_trees = {}, {}
-    with contextlib.suppress(OSError, ValueError):
-        with open(cache_path) as f:
-            doc = json.load(f)
-        if doc.get("method") == METHOD:
-            have, have_trees = doc.get("commits") or {}, doc.get("trees") or {}
-    have_trees.update(trees or {})
+    doc = _cache(cache_path)
+    have, have_trees = doc.get("commits") or {}, dict(doc.get("trees") or {}, **(trees or {}))
     for c in sorted(set(commits) | set((trees or {}).values())):
         h = commit_hashes(c, root)
         if h is None:

@@ -130,11 +130,11 @@ def run_ladders(symbols: list, evaluate, figure, max_scale: int, refine_steps: i
         if log:
             log(why)
         return records
-    ranked = sorted(ranked[:2], key=lambda r: -r["best"]["wall_figure"])  # the pair's names: highest figure first
-    pair = [ranked[0]["symbols"][0], ranked[1]["symbols"][0]]
+    chosen = sorted(ranked[:2], key=lambda r: -r["best"]["wall_figure"])  # named highest figure first
+    pair = [r["symbols"][0] for r in chosen]
     why = ("joint: the two single ladders that gained most - " +
            ", ".join(f"{r['symbols'][0]} {r['best']['wall_figure']:.4g} at x{r['best']['factors'][r['symbols'][0]]}"
-                     for r in ranked[:2]))
+                     for r in chosen))
     if log:
         log(f"joint ladder of {' and '.join(pair)} ({why.split(' - ', 1)[1]})")
     _climb(pair, why, *run)
