@@ -341,6 +341,20 @@ def differ(search_best: dict, brute: dict, search_shape, brute_shape) -> str:
     return "; ".join(parts) or "same point"
 
 
+def cost_parts(st: dict) -> dict:
+    """Where the search's wall cost (s) went: the probe's process, and the grid search's stage 1, stage 2 (collector
+    runs with the PMU pass), cross-run retime and the rest of its process (start, imports, pool), from
+    grid_search.json ``cost_s``; empty parts are left out."""
+    grid = (st.get("search") or {}).get("cost_s") or {}
+    out = {"probe": (st.get("probe") or {}).get("wall_s")}
+    for k in ("stage1", "stage2", "retime"):
+        out[k] = grid.get(k)
+    if "search" in st:
+        out["grid_other"] = max(0.0, st["search"]["wall_s"] - sum(grid.get(k) or 0 for k in ("stage1", "stage2",
+                                                                                               "retime")))
+    return {k: v for k, v in out.items() if v is not None}
+
+
 def summarize(op, st, peaks, backend_name):
     out = {"op": op, "parts_done": [p for p in PARTS if p in st], "errors": st.get("errors", []),
            "skipped": st.get("skipped"),
@@ -350,6 +364,7 @@ def summarize(op, st, peaks, backend_name):
         out["probe"] = {k: (st.get("probe") or {}).get(k) for k in ("complete", "interrupted", "appended",
                                                                       "candidates", "wall_s")}
         out["search_cost_s"] = (st.get("probe") or {}).get("wall_s", 0) + st["search"]["wall_s"]
+        out["search_cost_parts_s"] = cost_parts(st)
     if "brute" in st:
         out["brute"] = {k: v for k, v in st["brute"].items() if k != "case"}
         out["brute_plan"] = st.get("brute_plan")

@@ -400,6 +400,14 @@ def yes_no(v):
     return {True: "yes", False: "NO", None: None}.get(v, v)
 
 
+def _cost_parts(parts) -> str:
+    """`` (probe 36, stage 2 36, retime 28, other 8)``: the split of a search's wall cost, s (empty for packs that
+    predate it)."""
+    names = {"probe": "probe", "stage1": "stage 1", "stage2": "stage 2", "retime": "retime", "grid_other": "other"}
+    shown = [f"{names[k]} {num(v)}" for k, v in (parts or {}).items() if k in names and v >= 0.5]
+    return f" ({', '.join(shown)})" if shown else ""
+
+
 def sec_referee(st):
     r = st.get("result") or {}
     crit, cfg = r.get("criteria") or {}, r.get("settings") or {}
@@ -418,7 +426,7 @@ def sec_referee(st):
                      f"{_factors(sb.get('factors'))})", f"{val(med(op.get('brute_values') or []))} (case "
                      f"{b.get('source_case')}, {_factors(b.get('factors'))}; {b.get('verified')})",
                      num(op.get("ratio"), 3), f"{_g(op.get('search_rate'))} / {_g(op.get('brute_rate'))} {rate}",
-                     yes_no(op.get("limit_ok")), f"{num(op.get('search_cost_s'))}"
+                     yes_no(op.get("limit_ok")), f"{num(op.get('search_cost_s'))}" + _cost_parts(op.get("search_cost_parts_s"))
                      + ("" if probe.get("complete") else " (probe cut by its budget)"),
                      f"{num(op.get('brute_cost_s'))} ({num(b.get('first_call_s'))})"
                      + (f"; estimated, {num(b.get('wall_s'))} s measured" if op.get("brute_cost_estimated") else ""),
@@ -441,7 +449,9 @@ def sec_referee(st):
             "method, one peak.json, flops.py as the numerator); the figures are the re-timings' medians. Pass: "
             f"search / brute >= {crit.get('ratio_min')} or a gap within the combined spread (max - min) of the "
             f"two re-timings, at a search cost <= {pct(crit.get('cost_max'), 0)} of the brute force's (wall "
-            "seconds; the brute force's first calls - compilation - in brackets; one Triton cache for both).\n\n"
+            "seconds; the brute force's first calls - compilation - in brackets; one Triton cache for both; the search's "
+            "cost split into its probe and the grid search's stage 1, stage 2 with the PMU pass, cross-run retime and "
+            "the rest of its process where the pack records it).\n\n"
             + ("**Partial:** " + "; ".join(pending) + " (the next call resumes).\n\n" if pending else "")
             + table(["operator", "figure", "search limit", "brute-force best", "search / brute", "rate search / "
                      "brute", "limit ok", "search cost s", "brute cost s (first calls)", "cost ratio", "pass",

@@ -87,6 +87,14 @@ def test_pass_rule_ratio_or_spread_and_cost():
     assert ref.judge([], [0.5], 1.0, 2.0)["limit_ok"] is None and ref.judge([0.5], [0.5], 1.0, 0)["pass"] is None
 
 
+def test_the_search_cost_is_split_into_probe_stages_retime_and_the_rest():
+    st = {"probe": {"wall_s": 36.0}, "search": {"wall_s": 72.0, "cost_s": {"stage1": 0.5, "stage2": 36.0,
+                                                                          "retime": 28.0}}}
+    # the rest of the grid search's process: 72 - (0.5 + 36 + 28) = 7.5 s
+    assert ref.cost_parts(st) == {"probe": 36.0, "stage1": 0.5, "stage2": 36.0, "retime": 28.0, "grid_other": 7.5}
+    assert ref.cost_parts({"probe": {"wall_s": 10.0}}) == {"probe": 10.0}  # the grid search has not run yet
+
+
 def test_parts_are_skipped_when_done_and_a_call_stops_between_parts():
     need = lambda part: {"probe": 145}.get(part, 20)  # noqa: E731
     assert ref.next_part({}, 500, need) == ("prepare", "run")
