@@ -163,3 +163,59 @@ def test_a_meta_trace_above_the_cap_records_timed_ints_and_says_so(tmp_path, mon
     assert r.device == "meta" and r.total_flops == 2 * 4 * 4096 * 4096 * 64
     assert r.inputs_drawn == "timed-ints" and r.data_values == {"1": timed_lengths()}
     assert any("integer/bool inputs as timed" in n for n in r.notes)
+
+
+MASK_REF = '''
+import json, os, torch, torch.nn as nn
+def get_input_groups():
+    out = []
+    for line in open(os.path.splitext(__file__)[0] + ".json"):
+        if line.strip():
+            e = json.loads(line)["inputs"][0]
+            q = torch.randn(e["shape"])
+            keep = torch.rand(e["shape"][0], e["shape"][1], e["shape"][1]) < 0.25   # a mask from a big float draw
+            out.append([q, keep])
+    return out
+def get_init_inputs():
+    return []
+class Model(nn.Module):
+    def forward(self, q, keep):
+        s = (q @ q.transpose(-1, -2)).masked_fill(~keep, float("-inf"))
+        return s.softmax(-1) @ q
+'''
+MASK_CASE = {"inputs": [{"name": "q", "type": "tensor", "required": True, "dtype": "float32", "shape": [2, 2048, 1024]},
+                        {"name": "keep", "type": "tensor", "required": True, "dtype": "bool", "shape": [2, 2048, 2048]}]}
+
+
+def test_a_big_case_is_built_on_meta_first_and_drawn_for_real_only_when_a_value_was_lost(tmp_path, monkeypatch):
+    """q [2, 2048, 1024] float32 (16 MiB) + a [2, 2048, 2048] bool mask: at or above META_FIRST_MIN_BYTES, below the
+    real-draw cap. The mask comes from a big float draw (rand < 0.25): built on meta it would have no values, so the
+    tracer draws the case for real after all ("timed") and counts the kept (q, k) pairs exactly. Oracle: the case
+    built for real as the timed child builds it (OpDir.build_case on the CPU), counted by hand - QK^T and PV over
+    the kept pairs, 2 x 1024 each: 4096 x keep.sum(); the same count with the meta-first build switched off. Without
+    the mask, q alone is built on meta ("timed-ints": nothing drawn on the host) and counted dense:
+    2 x (2 x 2 x 2048 x 2048 x 1024)."""
+    one = "def flops(case):\n    return 1.0\n"
+    od = write_dir(tmp_path, MASK_REF, [MASK_CASE], one)
+    assert fc.META_FIRST_MIN_BYTES <= od.describe(0).input_bytes <= fc.REAL_DRAW_MAX_BYTES
+    built = od.build_case(0, impl="ref", seed=0, device="cpu")
+    want = 4096 * int(built.args[1].sum())
+    built.close()
+    assert 0 < want < 4096 * 2 * 2048 * 2048
+    r = fc.trace_case(od, 0)
+    assert r.status == "ok" and r.inputs_drawn == "timed" and r.total_flops == want
+    monkeypatch.setattr(fc, "META_FIRST_MIN_BYTES", 1 << 40)  # off: the plain real draw
+    assert fc.trace_case(od, 0).total_flops == want
+    monkeypatch.undo()
+
+    plain = "\n".join(line for line in MASK_REF.split("\n") if "keep = " not in line)
+    plain = plain.replace("[q, keep]", "[q]").replace("def forward(self, q, keep):", "def forward(self, q):") \
+        .replace('.masked_fill(~keep, float("-inf"))', "")
+    (tmp_path / "plain").mkdir()
+    od2 = write_dir(tmp_path / "plain", plain, [{"inputs": MASK_CASE["inputs"][:1]}], one)
+    assert od2.describe(0).input_bytes >= fc.META_FIRST_MIN_BYTES
+    built, how = fc._build_as_timed(od2, 0, 0, meta_first_min_bytes=fc.META_FIRST_MIN_BYTES)
+    assert how == "timed-ints" and built.args[0].device.type == "meta"
+    built.close()
+    r2 = fc.trace_case(od2, 0)
+    assert r2.inputs_drawn == "timed-ints" and r2.total_flops == 2 * (2 * 2 * 2048 * 2048 * 1024)

@@ -33,8 +33,9 @@ convolution exactly (2 FLOPs per multiply-accumulate, docs/ARCHITECTURE.md#flops
 Where it runs: on **meta** tensors by default (no big allocation while counting). The case's inputs are drawn
 as the timed child draws them (``get_input_groups()`` on the CPU after seeding: the same random stream, so random
 sequence lengths, masks and routing are the timed ones; recorded as ``inputs_drawn`` = "timed" with the
-data-dependent values in ``data_values``), then moved to meta; above :data:`REAL_DRAW_MAX_BYTES` of inputs the case
-is built in a meta build mode instead: big floating tensors are created on meta and their random draws replayed on
+data-dependent values in ``data_values``), then moved to meta; from :data:`META_FIRST_MIN_BYTES` of inputs the case
+is built in a meta build mode instead (below :data:`REAL_DRAW_MAX_BYTES` drawn for real after all when that build
+lost a value): big floating tensors are created on meta and their random draws replayed on
 the CPU in chunks (values dropped), so integer/bool inputs drawn later still get the timed values
 (``inputs_drawn`` = "timed-ints"; "meta" where that cannot hold, noted).
 Small tensors (index math, masks, lengths) keep real values in a side table ("shadows") so masks built on the fly
@@ -303,21 +304,34 @@ def trace_case(opdir, case_id: int, seed: int = 0, prefer: str = "meta", max_cpu
 
 
 REAL_DRAW_MAX_BYTES = 1 << 28  # cases up to 256 MiB of inputs are drawn for real, exactly as the timed child draws
+META_FIRST_MIN_BYTES = 1 << 24  # a meta trace of a case this big builds it on meta first (see _build_as_timed)
 
 
-def _build_as_timed(opdir, case_id, seed, real_draw_max_bytes=None):
+def _build_as_timed(opdir, case_id, seed, real_draw_max_bytes=None, meta_first_min_bytes=None):
     """(BuiltCase, how): the case's inputs drawn the way the timed child draws them (get_input_groups() on the CPU
     after seeding with ``seed``: the same random stream, so data-dependent values - random sequence lengths, masks,
     top-k routing - are the ones timed): ``how`` "timed". Above ``real_draw_max_bytes`` of inputs the case is
     built in the meta build mode: big floating tensors on meta (shapes only) while their random draws are replayed
     so the integer/bool inputs still get the timed values - ``how`` "timed-ints"; "meta" when that could not be
-    kept (an integer/bool input on meta, a random op not replayable: the random stream differs from the timed one)."""
+    kept (an integer/bool input on meta, a random op not replayable: the random stream differs from the timed one).
+
+    ``meta_first_min_bytes`` (None: off; the meta trace passes :data:`META_FIRST_MIN_BYTES`): a case of at least
+    that many input bytes is built in the meta build mode first even below the real-draw cap, and drawn for real
+    only when that build lost a value (a mask computed from a big floating draw, say). A meta trace keeps no
+    values of floating tensors above 2^16 elements (:func:`_to_meta_with_shadows`), and the meta build keeps every
+    other value real and as timed, so the trace counts the same; what it saves is the host draw of the big
+    floats - seconds per 256 MiB case, which the probe's gate 2 paid once per candidate."""
     limit = REAL_DRAW_MAX_BYTES if real_draw_max_bytes is None else real_draw_max_bytes
-    if opdir.describe(case_id).input_bytes <= limit:
+    nbytes = opdir.describe(case_id).input_bytes
+    meta_first = meta_first_min_bytes is not None and nbytes >= meta_first_min_bytes
+    if nbytes <= limit and not meta_first:
         return opdir.build_case(case_id, impl="ref", seed=seed, device="cpu"), "timed"
     mode = _build_mode_class()()
     with mode:
         built = opdir.build_case(case_id, impl="ref", seed=seed, device="cpu")
+    if mode.lost and nbytes <= limit:  # the meta build lost a value the real draw keeps: draw for real
+        built.close()
+        return opdir.build_case(case_id, impl="ref", seed=seed, device="cpu"), "timed"
     return built, ("meta" if mode.lost else "timed-ints")
 
 
@@ -377,7 +391,7 @@ def _trace_once(opdir, case_id, seed, device_kind, registry=REGISTRY, standins=N
         with npu_standins(functools.partial(_counting, registry=registry), extra=standins):
             try:
                 if device_kind == "meta":
-                    built, how = _build_as_timed(opdir, case_id, seed)
+                    built, how = _build_as_timed(opdir, case_id, seed, meta_first_min_bytes=META_FIRST_MIN_BYTES)
                     values = data_values(built.args)
                     args, shadows = _to_meta_with_shadows(built.args, built.model)
                 else:
@@ -392,7 +406,7 @@ def _trace_once(opdir, case_id, seed, device_kind, registry=REGISTRY, standins=N
                 if bound:
                     res.notes.append(bound)
                 if how != "timed":
-                    res.notes.append("inputs above the real-draw cap: floats as shapes (meta); " + (
+                    res.notes.append("big floating inputs built as shapes (meta); " + (
                         "integer/bool inputs as timed (random stream replayed)" if how == "timed-ints" else
                         "random values other than the timed draw"))
             except Exception as exc:
