@@ -114,7 +114,44 @@ def test_band_mask_counts_equal_the_materialised_tensor(r0, c0, lo, hi):
     real = ((d >= max(lo, -10 ** 6)) & (d <= min(hi, 10 ** 6))).expand(2, 9, 13)
     assert m.count_nonzero() == int(real.sum())
     assert (~m).count_nonzero() == int((~real).sum())
+    assert torch.equal(m.materialize(), real) and torch.equal((~m).materialize(), ~real)
     assert constant((4, 5), torch.float32, -math.inf).compare("le", -1e4).all()
+
+
+def test_a_materialised_float_band_is_the_tensor_torch_builds():
+    """An additive bias zeros(9, 13).masked_fill(c > r, -inf) as a float16 band, and a 1-D band, materialise to the
+    tensors torch builds from the same construction."""
+    r, c = torch.arange(9)[:, None], torch.arange(13)[None, :]
+    bias = torch.zeros(9, 13, dtype=torch.float16).masked_fill(c > r, float("-inf"))
+    m = BandMask((3, 9, 13), torch.float16, -(1 << 62), 0, 0.0, -math.inf)
+    assert torch.equal(m.materialize(), bias.expand(3, 9, 13)) and m.materialize().dtype == torch.float16
+    row = BandMask((13,), torch.bool, 2, 4, True, False)
+    assert torch.equal(row.materialize(), (c[0] >= 2) & (c[0] <= 4))
+
+
+@pytest.mark.parametrize("build", ["flip", "inplace_or"])
+def test_a_mid_size_described_mask_gets_its_values_when_an_uncovered_op_needs_them(build):
+    """s = 512: the causal mask (262144 entries) is described, not computed; torch.flip (twice) and an in-place
+    ``hidden |= j > i`` on a described zeros mask (7_SparseVarlenAttention's form) are no constructions the
+    descriptions know, so they need values, which come from the descriptions: the count stays
+    the causal 4 * 2 * 512 * 4096^2 + 2 * 32 * (512 * 513 / 2) * 256 = 68719476736 + 2151677952 = 70871154688."""
+    s = 512
+    want = 4 * 2 * s * HIDDEN * HIDDEN + 2 * H * (s * (s + 1) // 2) * (D + D)
+    assert want == 70871154688 and flop_dispatch.DESCRIBE_MIN_NUMEL < s * s <= flop_dispatch.SHADOW_MAX_NUMEL
+
+    def flipped(x):
+        w = [torch.empty(HIDDEN, HIDDEN, dtype=x.dtype, device=x.device) for _ in range(4)]
+        q, k, v = (F.linear(x, wi).view(1, s, H, D).transpose(1, 2) for wi in w[:3])
+        i = torch.arange(s, device=x.device)
+        if build == "flip":
+            masked = (i[None, :] > i[:, None]).flip(-1).flip(-1)
+        else:
+            masked = torch.zeros(s, s, dtype=torch.bool, device=x.device)
+            masked |= i[None, :] > i[:, None]
+        scores = (q @ k.transpose(-1, -2)).masked_fill(masked, float("-inf"))
+        return F.linear((scores.softmax(-1) @ v).transpose(1, 2).reshape(1, s, HIDDEN), w[3])
+    r = fc.trace_callable(flipped, [torch.empty(1, s, HIDDEN, dtype=torch.float16, device="meta")], "meta")
+    assert r.total_flops == want and not r.needs_values, r.notes
 
 
 def test_a_chunked_reference_slicing_a_big_described_mask_counts_each_chunk(tmp_path):

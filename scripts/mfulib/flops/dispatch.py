@@ -22,7 +22,11 @@ from mfulib.flops.vector_costs import vector_cost
 
 SHADOW_MAX_NUMEL = 1 << 24          # small tensors keep real values beside their meta twin
 SHADOW_MATMUL_MAX_NUMEL = 1 << 16   # ... but matmuls are evaluated on the CPU only when tiny
-DESCRIBE_MIN_NUMEL = SHADOW_MAX_NUMEL  # bigger masks are described by their construction (mfulib.flops.lazy_masks)
+# masks from this size on are described by their construction (mfulib.flops.lazy_masks) instead of computed: a
+# reference that masks its scores per chunk of query rows builds one [rows, s] mask per chunk, and computing,
+# inverting and counting them all cost seconds per case; one up to SHADOW_MAX_NUMEL gets its values from the
+# description when an op needs them (TraceState.real_value_of)
+DESCRIBE_MIN_NUMEL = 1 << 16
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -117,10 +121,16 @@ class TraceState:
         return v if v is not None else self.structured.get(t)
 
     def real_value_of(self, t):
-        """Real values only (a CPU tensor), never a description: what ops are re-run on."""
+        """Real values only (a CPU tensor), never a description: what ops are re-run on. A described mask of at
+        most :data:`SHADOW_MAX_NUMEL` entries is materialised from its description the first time (and kept)."""
         if t.device.type != "meta":
             return t
-        return self.shadows.get(t)
+        v = self.shadows.get(t)
+        if v is None:
+            desc = self.structured.get(t)
+            if desc is not None and desc.numel() <= SHADOW_MAX_NUMEL:
+                v = self.shadows[t] = desc.materialize()
+        return v
 
     def note(self, text):
         if text not in self.notes:
@@ -291,6 +301,7 @@ def _make_mode_class():
                 desc = None
             if desc is None:
                 if func._schema.is_mutable and args and isinstance(args[0], torch.Tensor):
+                    st.real_value_of(args[0])  # its values before this op, from its description: the re-run's input
                     st.structured.pop(args[0], None)
                 return False
             st.shadows.pop(outs[0], None)

@@ -19,6 +19,12 @@ Counting uses :func:`mfulib.flops.formulas.band_pairs` (a per-row sum, O(rows)).
 tensor stays unknown, and the tracer says "needs values" rather than counting dense. The class answers the few
 tensor methods the mask consumers call (``dtype``, ``shape``, ``is_floating_point``, ``bool``, ``~``, comparisons
 with scalars, ``all``, ``count_nonzero``), so formulas receive it through ``values(tensor)`` like a shadow.
+
+The tracer describes masks from :data:`mfulib.flops.dispatch.DESCRIBE_MIN_NUMEL` (2^16) entries on, below the
+size up to which it keeps values: a reference that masks per chunk of query rows builds thousands of mid-size
+masks, and describing them costs O(rows) where computing, inverting and counting their values cost O(rows x
+cols) each. When an op outside the constructions above needs such a mask's values, :meth:`BandMask.materialize`
+builds them (once; ``TraceState.real_value_of``), so nothing counts differently from the value path.
 """
 from __future__ import annotations
 
@@ -104,6 +110,17 @@ class BandMask:
         return self.compare("ne", x)
 
     __hash__ = object.__hash__
+
+    def materialize(self):
+        """The CPU tensor of ``shape``/``dtype`` this mask describes (every leading index the same matrix)."""
+        import torch
+        rows, cols = (self.shape[-2], self.shape[-1]) if self.ndim >= 2 else (1, self.shape[-1] if self.shape else 1)
+        d = (torch.arange(cols, dtype=torch.int64)[None, :] + self.c0) - \
+            (torch.arange(rows, dtype=torch.int64)[:, None] + self.r0)
+        on = (d >= max(self.lo, -BIG_TOKENS)) & (d <= min(self.hi, BIG_TOKENS))
+        mat = torch.where(on, torch.tensor(self.inside, dtype=self.dtype), torch.tensor(self.outside, dtype=self.dtype))
+        return mat.reshape(tuple(self.shape[-2:]) if self.ndim >= 2 else tuple(self.shape)) \
+            .expand(tuple(self.shape)).contiguous()
 
     def band_entries(self) -> int:
         """Entries of one [rows, cols] matrix on the band."""
