@@ -3,9 +3,9 @@
 their construction (the default) against the value path (every mask below 2^24 entries computed, inverted and
 counted on the host, as the tracer did before ``DESCRIBE_MIN_NUMEL`` came down to 2^16).
 
-The reference is the chunked causal multi-head attention of the bundled ``zoo/5_MHABlock`` (projections, then per
-chunk of ``rows = 2^28 // (b * heads * s)`` query rows: scores, an ``arange`` comparison mask, ``masked_fill_``,
-softmax, P V), traced on meta tensors with ``mfulib.flops.tracer.trace_callable`` - what gate 2 of the probe
+The reference is the bundled ``examples/ops/bench/zoo/5_MHABlock.py`` itself, causal (projections, then per chunk
+of ``rows = 2^28 // (b * heads * s)`` query rows: scores, an ``arange`` comparison mask, ``masked_fill_``, softmax,
+P V), traced on meta tensors with ``mfulib.flops.tracer.trace_callable`` - what gate 2 of the probe
 runs on each candidate. Default shape [4, 65536, 2048], 16 heads (the probe candidate ``c8:batchx4,seqx4`` whose
 gate 2 took 42.8 s on the H200 host): 1024 chunks of [64, 65536] masks.
 
@@ -20,7 +20,6 @@ Reported: median wall s per mode, ``speedup`` = value / description, the number 
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -29,29 +28,13 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-SCORE_CHUNK_ELEMS = 1 << 28  # as in examples/ops/bench/zoo/5_MHABlock.py
+MHA_REFERENCE = os.path.join(ROOT, "examples", "ops", "bench", "zoo", "5_MHABlock.py")
 
 
-def chunked_mha(x, heads):
-    """5_MHABlock's reference computation on ``x`` [b, s, hidden] (weights as empty tensors: the trace needs
-    shapes only)."""
-    import torch
-    import torch.nn.functional as F
-    b, s, hidden = x.shape
-    d = hidden // heads
-    w = [torch.empty(hidden, hidden, dtype=x.dtype, device=x.device) for _ in range(4)]
-    q, k, v = (F.linear(x, wi).view(b, s, heads, d).transpose(1, 2) for wi in w[:3])
-    kf, vf = k.float(), v.float()
-    o = torch.empty(b, heads, s, d, dtype=x.dtype, device=x.device)
-    rows = max(1, SCORE_CHUNK_ELEMS // max(1, b * heads * s))
-    for i0 in range(0, s, rows):
-        i1 = min(s, i0 + rows)
-        scores = q[:, :, i0:i1].float() @ kf.transpose(-1, -2) / math.sqrt(d)
-        qi = torch.arange(i0, i1, device=x.device)[:, None]
-        kj = torch.arange(s, device=x.device)[None, :]
-        scores.masked_fill_(kj > qi, float("-inf"))
-        o[:, :, i0:i1] = (scores.softmax(dim=-1) @ vf).to(x.dtype)
-    return F.linear(o.transpose(1, 2).reshape(b, s, hidden), w[3])
+def mha_reference():
+    """The bundled 5_MHABlock reference module (its ``Model`` builds meta weights for meta inputs)."""
+    from mfulib.core.opdir import import_file
+    return import_file(MHA_REFERENCE, "mha_reference")
 
 
 def hand_count(b, s, hidden, heads) -> int:
@@ -59,7 +42,7 @@ def hand_count(b, s, hidden, heads) -> int:
     return 4 * 2 * b * s * hidden * hidden + 2 * b * heads * (s * (s + 1) // 2) * (d + d)
 
 
-def trace_once(shape, heads, describe_min_numel):
+def trace_once(model, shape, heads, describe_min_numel):
     import torch
     from mfulib.flops import dispatch
     from mfulib.flops import tracer
@@ -68,7 +51,7 @@ def trace_once(shape, heads, describe_min_numel):
     try:
         x = torch.empty(*shape, dtype=torch.float16, device="meta")
         t0 = time.perf_counter()
-        r = tracer.trace_callable(lambda t: chunked_mha(t, heads), [x], "meta")
+        r = tracer.trace_callable(model, [x, heads, True], "meta")
         return time.perf_counter() - t0, r
     finally:
         dispatch.DESCRIBE_MIN_NUMEL = saved
@@ -85,15 +68,17 @@ def main(argv=None):
     shape = tuple(int(v) for v in a.shape.split(","))
     want = hand_count(*shape, a.heads)
     modes = {"value": dispatch.SHADOW_MAX_NUMEL, "description": dispatch.DESCRIBE_MIN_NUMEL}
-    trace_once(shape, a.heads, modes["description"])  # warm-up: first-call imports and dispatcher caches
+    ref = mha_reference()
+    model = ref.Model()
+    trace_once(model, shape, a.heads, modes["description"])  # warm-up: first-call imports and dispatcher caches
     walls = {m: [] for m in modes}
     counts = {}
     b, s, _ = shape
-    rows = max(1, SCORE_CHUNK_ELEMS // max(1, b * a.heads * s))
+    rows = max(1, ref.SCORE_CHUNK_ELEMS // max(1, b * a.heads * s))  # the reference's own chunking
     chunks = -(-s // rows)
     for _ in range(a.n):
         for m, limit in modes.items():
-            wall, r = trace_once(shape, a.heads, limit)
+            wall, r = trace_once(model, shape, a.heads, limit)
             walls[m].append(round(wall, 3))
             counts.setdefault(m, set()).add((r.total_flops, r.needs_values))
     med = {m: statistics.median(w) for m, w in walls.items()}

@@ -111,10 +111,14 @@ class BandMask:
 
     __hash__ = object.__hash__
 
+    def _matrix(self) -> tuple:
+        """(rows, cols) of the band's matrix: the last two dims (a 1-D mask is one row, a 0-D one entry)."""
+        return (self.shape[-2], self.shape[-1]) if self.ndim >= 2 else (1, self.shape[-1] if self.shape else 1)
+
     def materialize(self):
         """The CPU tensor of ``shape``/``dtype`` this mask describes (every leading index the same matrix)."""
         import torch
-        rows, cols = (self.shape[-2], self.shape[-1]) if self.ndim >= 2 else (1, self.shape[-1] if self.shape else 1)
+        rows, cols = self._matrix()
         d = (torch.arange(cols, dtype=torch.int64)[None, :] + self.c0) - \
             (torch.arange(rows, dtype=torch.int64)[:, None] + self.r0)
         on = (d >= max(self.lo, -BIG_TOKENS)) & (d <= min(self.hi, BIG_TOKENS))
@@ -124,7 +128,7 @@ class BandMask:
 
     def band_entries(self) -> int:
         """Entries of one [rows, cols] matrix on the band."""
-        rows, cols = (self.shape[-2], self.shape[-1]) if self.ndim >= 2 else (1, self.shape[-1] if self.shape else 1)
+        rows, cols = self._matrix()
         off = self.c0 - self.r0
         lo = self.lo - off if self.lo > -BIG_TOKENS else -BIG_TOKENS
         hi = self.hi - off if self.hi < BIG_TOKENS else BIG_TOKENS
@@ -132,7 +136,7 @@ class BandMask:
 
     def count_nonzero(self) -> int:
         """Non-zero entries of the whole tensor, exactly, in O(rows)."""
-        rows, cols = (self.shape[-2], self.shape[-1]) if self.ndim >= 2 else (1, self.shape[-1] if self.shape else 1)
+        rows, cols = self._matrix()
         lead = math.prod(self.shape[:-2]) if self.ndim >= 2 else 1
         band = self.band_entries()
         per = (band if self.inside else 0) + ((rows * cols - band) if self.outside else 0)
