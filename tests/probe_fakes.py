@@ -101,9 +101,11 @@ class FakeTracer:
 
     def __init__(self, clock: FakeClock, op: Op, durations=()):
         self.clock, self.op, self.procs, self.traced, self.closed = clock, op, [], [], 0
+        self.threads = []  # the threads= each start_tool call was given
         self.durations = list(durations)  # seconds of the first runs, in order (then op.trace_s)
 
-    def start_tool(self, argv, log):
+    def start_tool(self, argv, log, threads=None):
+        self.threads.append(threads)
         self.clock.advance(self.op.warmup_s)
         op_dir, out = argv[argv.index("--op-dir") + 1], argv[argv.index("-o") + 1]
         cases = OpDir(op_dir).read_cases()

@@ -19,6 +19,7 @@ from probe_fakes import FakeClock, FakeGateRunner, FakeTracer, Op  # noqa: E402
 from mfulib.core.errors import UserError  # noqa: E402
 from mfulib.schemas import probe_json as pj  # noqa: E402
 from mfulib.search import ladder, probe_run  # noqa: E402
+from mfulib.search import probe_gates  # noqa: E402
 from mfulib.search.probe_gates import OutOfBudget, gate1, gate4_floor  # noqa: E402
 
 PROBE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "max_shape_probe.py")
@@ -281,13 +282,16 @@ def test_a_budget_that_ends_in_the_ranking_trace_is_an_interruption_and_a_hang_i
 def test_traces_started_ahead_give_the_same_verdicts_and_leave_nothing_running(tmp_path, monkeypatch):
     # two source cases, ladder 2, 4: with --trace-jobs 2 the tracer of the next factor / the next source runs while
     # the runner runs the current candidate; the verdicts and traced FLOPs are those of the sequential run
-    runs = {}
+    # the threads each trace is given: torch's default alone, 16 cpus // (2 ahead + the current + the gate child)
+    # with --trace-jobs 2; the ranking trace (the first start, alone) always the default
+    runs, threads = {}, {}
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     for jobs in ("0", "2"):
         tmp = tmp_path / f"j{jobs}"
         work = probe_ops.make_workdir(tmp)
         monkeypatch.setattr(tempfile, "tempdir", str(tmp))
         p = fake_probe(work, "--cases", "0,1", "--max-scale", "4", "--no-saturation-stop", "--trace-jobs", jobs)
-        runs[jobs] = p.doc
+        runs[jobs], threads[jobs] = p.doc, p.tracer.threads
         assert not list(tmp.glob("mfu_probe_*")), "a staged candidate was left behind"
         assert p.tracer.running() == [] and p.tracer.closed  # no trace left running
     key = lambda d: [(c["candidate_id"], c["verdict"], c["flops"]) for c in d["candidates"]]  # noqa: E731
@@ -297,6 +301,14 @@ def test_traces_started_ahead_give_the_same_verdicts_and_leave_nothing_running(t
     waited = [next(g for g in c["gates"] if g["gate"] == 2) for c in runs["2"]["candidates"]]
     assert any(g["waited_s"] < g["wall_s"] for g in waited)  # at least one trace had started ahead
     assert all(g["waited_s"] == g["wall_s"] for c in runs["0"]["candidates"] for g in c["gates"] if g["gate"] == 2)
+    assert threads["0"] and set(threads["0"]) == {None}
+    assert threads["2"][0] is None and set(threads["2"][1:]) == {4} and len(threads["2"]) > 1
+
+
+def test_trace_threads_share_the_cpus_among_the_traces_that_run_at_once():
+    assert probe_gates.trace_threads(16, 0) is None  # one trace at a time: torch's default
+    assert probe_gates.trace_threads(16, 4) == 2 and probe_gates.trace_threads(16, 2) == 4
+    assert probe_gates.trace_threads(2, 1) == 1 and probe_gates.trace_threads(None, 3) == 1
 
 
 def test_probe_refuses_a_zero_budget_and_negative_trace_jobs(tmp_path):

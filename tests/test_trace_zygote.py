@@ -222,3 +222,25 @@ def test_a_trace_dies_with_its_forkserver_and_the_next_trace_gets_a_fresh_one(tm
         assert (tmp_path / "ok.log").read_text() == "ok\n"
     finally:
         tz.close_shared()
+
+
+def test_threads_cap_the_tools_torch_threads_forked_or_plain(tmp_path, monkeypatch):
+    # torch was imported by the server, so OMP_NUM_THREADS alone would come too late in a forked child: the child
+    # sets torch's intra-op threads itself; a plain subprocess reads the variable at its own import
+    tool = tmp_path / "threads.py"
+    tool.write_text("import os, sys, torch\nopen(sys.argv[1], 'w').write(f\"{torch.get_num_threads()} "
+                    "{os.environ.get('OMP_NUM_THREADS', '-')}\")\n")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert tz.shared() is not None, tz._SHARED["failed"]
+    try:
+        for name, threads in (("one", 1), ("default", None)):
+            job = tz.start_tool([str(tool), str(tmp_path / f"z_{name}")], str(tmp_path / f"z_{name}.log"), threads)
+            assert isinstance(job, tz.ZygoteJob) and job.wait(60) == 0, (tmp_path / f"z_{name}.log").read_text()
+    finally:
+        tz.close_shared()
+    monkeypatch.setenv(tz.ENV, "0")
+    job = tz.start_tool([str(tool), str(tmp_path / "p_one")], str(tmp_path / "p_one.log"), 1)
+    assert not isinstance(job, tz.ZygoteJob) and job.wait(60) == 0
+    default = int((tmp_path / "z_default").read_text().split()[0])
+    assert (tmp_path / "z_one").read_text() == "1 1" and (tmp_path / "p_one").read_text() == "1 1"
+    assert (tmp_path / "z_default").read_text() == f"{default} -" and default >= 1

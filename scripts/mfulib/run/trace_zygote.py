@@ -47,6 +47,7 @@ import threading
 ENV = "MFU_TRACE_ZYGOTE"  # "0": every trace a plain subprocess
 PRELOAD = ["__main__", "torch", "torch._dynamo", "torch.utils.flop_counter"]  # ImportError: skipped by the server
 READY_TIMEOUT_S = 120.0
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")  # read by torch's CPU libraries at load
 
 
 def kill_tree(pid: int) -> None:
@@ -70,12 +71,22 @@ def stop(job, wait_s: float = 10.0) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ child side
-def _child(argv: list, log: str, env: dict) -> None:
+def _child(argv: list, log: str, env: dict, threads: int | None = None) -> None:
     """The forked child's target: become the tool's process. ``multiprocessing`` has already set the caller's
-    working directory and ``sys.path``; ``env``: the caller's environment when it asked. Ends with SystemExit
-    (the tool's status, which ``multiprocessing`` makes the exit code)."""
+    working directory and ``sys.path``; ``env``: the caller's environment when it asked (with
+    :func:`thread_env` applied for ``threads``); ``threads``: torch's intra-op CPU threads in this child
+    (``torch.set_num_threads``: torch was imported by the server, so its OpenMP pool would otherwise take the
+    server's default, one thread per core). Ends with SystemExit (the tool's status, which ``multiprocessing``
+    makes the exit code)."""
     os.environ.clear()
     os.environ.update(env)
+    if threads:
+        try:
+            import torch
+        except ImportError:  # the server could not preload it: the tool imports it afresh and reads thread_env
+            pass
+        else:
+            torch.set_num_threads(int(threads))
     os.setsid()
     from mfulib.run.worker import die_with_parent
     die_with_parent()  # the forkserver is the parent
@@ -156,8 +167,8 @@ class ZygoteJob:
     negative for a signal; ``wait`` raises ``subprocess.TimeoutExpired``); end it with :func:`stop`. ``proc``: its
     ``multiprocessing`` process. Raises OSError, EOFError or RuntimeError when the server cannot fork it."""
 
-    def __init__(self, ctx, argv: list, log: str):
-        self.proc = ctx.Process(target=_child, args=(list(argv), os.path.abspath(log), dict(os.environ)),
+    def __init__(self, ctx, argv: list, log: str, threads: int | None = None):
+        self.proc = ctx.Process(target=_child, args=(list(argv), os.path.abspath(log), thread_env(threads), threads),
                                 name="mfu-trace")
         self.proc.start()
         self.pid = self.proc.pid
@@ -210,15 +221,26 @@ def shared(ready_timeout_s: float = READY_TIMEOUT_S):
     return ctx
 
 
-def start_tool(argv: list, log: str):
+def thread_env(threads: int | None = None) -> dict:
+    """This process's environment, with the OpenMP / MKL / OpenBLAS thread counts set to ``threads`` when given
+    (what a tool started with it, and anything it starts, reads at import)."""
+    env = dict(os.environ)
+    if threads:
+        env.update({k: str(int(threads)) for k in THREAD_VARS})
+    return env
+
+
+def start_tool(argv: list, log: str, threads: int | None = None):
     """Start the Python tool ``argv`` (script path first) with stdout/stderr to ``log``: forked from the shared
-    forkserver when it runs, else a plain subprocess in its own session that dies with this process. Returns an
-    object with ``pid``, ``poll()``, ``wait(timeout)`` (raises subprocess.TimeoutExpired) - a :class:`ZygoteJob` or a
+    forkserver when it runs, else a plain subprocess in its own session that dies with this process. ``threads``
+    (None: torch's default, one per core): the tool's intra-op CPU threads - several traces at once, each with a
+    thread per core, oversubscribe the host (``bench/bench_trace_threads.py``). Returns an object with ``pid``,
+    ``poll()``, ``wait(timeout)`` (raises subprocess.TimeoutExpired) - a :class:`ZygoteJob` or a
     :class:`subprocess.Popen`; end it with :func:`stop`."""
     ctx = shared()
     if ctx is not None:
         try:
-            job = ZygoteJob(ctx, argv, log)
+            job = ZygoteJob(ctx, argv, log, threads)
         except (OSError, EOFError, RuntimeError):
             pass
         else:
@@ -228,7 +250,8 @@ def start_tool(argv: list, log: str):
     from mfulib.run.worker import die_with_parent
     with open(log, "w") as out:
         return subprocess.Popen([sys.executable] + list(argv), stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent)
+                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
+                                env=thread_env(threads))
 
 
 def close_shared() -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -53,7 +54,7 @@ from mfulib.core.symbols import factors_label
 from mfulib.search.ladder import STOP, ladder
 from mfulib.search.probe_files import backup, record_verify, rewrite_case_files, stage_candidate
 from mfulib.search.probe_gates import (GateWorker, OutOfBudget, TraceJob, effective_gbps, gate1, gate2, gate4_floor,
-                                       gate5, gates34)
+                                       gate5, gates34, trace_threads)
 
 SATURATION_GAIN = 0.05  # a doubling that raises wall TFLOP/s (GB/s) by less than this ends the source's ladder
 # a source whose roofline floor at scale 1 is at least this fraction of --max-ms is timed at scale 1 before its
@@ -192,7 +193,8 @@ class Probe:
         return self._tracer
 
     def _trace(self, staged: str) -> TraceJob:
-        return TraceJob(self.opts["flops_tool"], staged, self.opts["seed"], tracer=self.tracer(), clock=self.clock)
+        return TraceJob(self.opts["flops_tool"], staged, self.opts["seed"], tracer=self.tracer(), clock=self.clock,
+                        threads=trace_threads(os.cpu_count(), int(self.opts.get("trace_jobs") or 0)))
 
     def _timeout(self):
         """(timeout s for the next subprocess, whether the budget - not --timeout-s - sets it)."""

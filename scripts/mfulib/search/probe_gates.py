@@ -71,15 +71,30 @@ def gate1(info, limits: dict) -> dict:
                           limits["max_bytes"]), t0)
 
 
+def trace_threads(cpus: int | None, trace_jobs: int) -> int | None:
+    """torch's intra-op CPU threads for one gate-2 trace when the probe prefetches ``trace_jobs`` traces
+    (:class:`mfulib.search.probe.Probe`): None (torch's default, a thread per core) without prefetch - one trace at
+    a time -, else the ``cpus`` shared by the traces that can run at once (the current candidate's and
+    ``trace_jobs`` ahead) and the gate-3/4 child: max(1, cpus // (trace_jobs + 2)). Why: a trace is Python-bound
+    dispatch on meta or small tensors, yet each process's OpenMP pool spins a thread per core, so concurrent
+    traces with default pools oversubscribe the host (``bench/bench_trace_threads.py`` measures both ways; its
+    pack: ``bench/validation/cpu/trace_threads.json``)."""
+    if trace_jobs <= 0:
+        return None
+    return max(1, int(cpus or 1) // (int(trace_jobs) + 2))
+
+
 class TraceJob:
     """One ``--flops-tool --tracer-only --cases 0`` run on a staged candidate, started at construction (its own
     process group, stdout/stderr to files beside the staged dir; forked from the warm zygote of
     :mod:`mfulib.run.trace_zygote` when it runs, else a plain subprocess) and read by :func:`gate2` - at once, or later
     when the probe started it ahead (:class:`mfulib.search.probe.Probe`'s trace prefetch, while the device runs another
     candidate). ``kill()`` ends it and whatever it started. ``tracer``: what starts and stops it (``start_tool``,
-    ``stop`` of :mod:`mfulib.run.trace_zygote`, the default); ``clock``: seconds (``t0``, its start)."""
+    ``stop`` of :mod:`mfulib.run.trace_zygote`, the default); ``clock``: seconds (``t0``, its start); ``threads``:
+    the trace's intra-op CPU threads (:func:`trace_threads`; None: torch's default)."""
 
-    def __init__(self, flops_tool: str, staged: str, seed: int, tracer=None, clock=time.monotonic):
+    def __init__(self, flops_tool: str, staged: str, seed: int, tracer=None, clock=time.monotonic,
+                 threads: int | None = None):
         if tracer is None:
             from mfulib.run import trace_zygote as tracer
         root = os.path.dirname(staged)
@@ -88,7 +103,9 @@ class TraceJob:
         cmd = [sys.executable, flops_tool, "--op-dir", staged, "--tracer-only", "--cases", "0", "--seed", str(seed),
                "--quiet", "-o", self.out]
         self.tracer, self.t0 = tracer, clock()
-        self.proc = tracer.start_tool(cmd[1:], self.log)  # forked warm (torch imported once) or a plain subprocess
+        self.threads = threads
+        # forked warm (torch imported once) or a plain subprocess
+        self.proc = tracer.start_tool(cmd[1:], self.log, threads=threads)
 
     def wait(self, timeout_s: float):
         """The exit status, or None when it did not end within ``timeout_s`` (it is killed then)."""
