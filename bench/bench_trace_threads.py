@@ -2,10 +2,11 @@
 """Concurrent gate-2 traces with torch's default CPU threads against the per-trace cap the probe now gives them.
 
 When the probe prefetches (``--trace-jobs`` k > 0, the default ``min(4, cpus // 4)``: 4 on the 16-core H200 host),
-up to k + 1 gate-2 traces (``check_flops.py --tracer-only``, forked from the trace zygote) run at once beside the
-gate-3/4 child. Each trace is Python-bound dispatch on meta or small tensors, yet each process's OpenMP pool has a
-thread per core, so k + 1 such processes oversubscribe the host. ``mfulib.search.probe_gates.trace_threads`` caps
-each trace at ``cpus // (k + 2)`` threads; this bench measures what that buys.
+k gate-2 traces (``check_flops.py --tracer-only``, forked from the trace zygote) run ahead beside the current
+candidate's trace or its gate-3/4 child. Each trace is Python-bound dispatch on meta or small tensors, yet each
+process's OpenMP pool has a thread per core, so k + 1 such processes oversubscribe the host.
+``mfulib.search.probe_gates.trace_threads`` caps each trace at ``cpus // (k + 1)`` threads; this bench measures
+what that buys.
 
 It prepares a work dir for the bundled ``zoo/5_MHABlock`` (``scripts/prepare_op_dir.py --example``), writes one
 causal case of ``--shape`` / ``--heads`` (default [4, 65536, 2048], 16 heads: the H200 probe candidate
@@ -14,14 +15,15 @@ default, ...) after one untimed warm-up round. A round starts ``--jobs`` traces 
 (``mfulib.search.probe.stage_candidate``), through the probe's own ``TraceJob`` / ``gate2``, and waits for all:
 
 * ``default``: ``threads=None`` (torch's default, a thread per core);
-* ``capped``: ``threads=trace_threads(cpus, jobs - 1)`` (the probe's rule for ``jobs - 1`` traces ahead).
+* ``capped``: ``threads=trace_threads(cpus, jobs - 1)`` (the probe's rule for ``jobs - 1`` traces ahead; the
+  threads shown are those asked for - tests/test_trace_zygote.py checks that a forked child gets them).
 
 Every trace must pass gate 2 with the same traced FLOPs, equal to the hand count of the reference
 (``bench_tracer_masks.hand_count``), else exit 1. Reported: median round wall s per mode (the slowest trace of the
 round: what a probe waiting on them all pays), the median per-trace wall, ``speedup`` = default / capped round
 medians, the threads each mode gave, and the host's load average. Writes JSON to ``--out`` (default
-``$OUT/trace_threads.json``, else ./trace_threads.json). Exit status 0, 1 (a trace failed or a count differs),
-2 (bad arguments).
+``$OUT/trace_threads.json``, else ./trace_threads.json). Exit status 0, 1 (a trace failed, was not forked from
+the zygote or a count differs), 2 (bad arguments).
 
   python3 bench/bench_trace_threads.py --jobs 2 --rounds 3          # this host's cores, two traces at once
 """
@@ -78,16 +80,22 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="4,65536,2048", help="x's shape b,s,hidden (default 4,65536,2048)")
     p.add_argument("--heads", type=int, default=16, help="head_num (default 16)")
-    p.add_argument("--jobs", type=int, default=2, help="traces at once per round (default 2)")
+    p.add_argument("--jobs", type=int, default=2, help="traces at once per round, >= 2 (default 2)")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per mode (default 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout-s", type=float, default=600.0, help="limit per trace (default 600 s)")
     p.add_argument("--out", default=None, help="result JSON (default $OUT/trace_threads.json, else "
                                                "./trace_threads.json)")
     args = p.parse_args(argv)
-    shape = [int(x) for x in args.shape.split(",")]
-    if len(shape) != 3 or args.jobs < 1 or args.rounds < 1 or shape[2] % args.heads:
-        p.error("--shape is b,s,hidden with hidden a multiple of --heads; --jobs and --rounds >= 1")
+    try:
+        shape = [int(x) for x in args.shape.split(",")]
+    except ValueError:
+        p.error(f"--shape {args.shape!r}: three integers b,s,hidden (e.g. 4,65536,2048)")
+    if len(shape) != 3 or min(shape) < 1 or args.heads < 1 or shape[2] % args.heads:
+        p.error(f"--shape {args.shape} / --heads {args.heads}: b,s,hidden >= 1 with hidden a multiple of heads >= 1")
+    if args.jobs < 2 or args.rounds < 1:
+        p.error("--jobs >= 2 (one trace at a time gets torch's default threads in the probe too, so both modes "
+                "would be the same) and --rounds >= 1")
     if not sys.platform.startswith("linux"):
         p.error("the trace zygote forks: Linux only")
     out = os.path.abspath(args.out or os.path.join(os.environ.get("OUT") or ".", "trace_threads.json"))

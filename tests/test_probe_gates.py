@@ -282,8 +282,8 @@ def test_a_budget_that_ends_in_the_ranking_trace_is_an_interruption_and_a_hang_i
 def test_traces_started_ahead_give_the_same_verdicts_and_leave_nothing_running(tmp_path, monkeypatch):
     # two source cases, ladder 2, 4: with --trace-jobs 2 the tracer of the next factor / the next source runs while
     # the runner runs the current candidate; the verdicts and traced FLOPs are those of the sequential run
-    # the threads each trace is given: torch's default alone, 16 cpus // (2 ahead + the current + the gate child)
-    # with --trace-jobs 2; the ranking trace (the first start, alone) always the default
+    # the threads each trace is given: torch's default alone, 16 cpus // (2 ahead + the current trace or the gate
+    # child) with --trace-jobs 2; the ranking trace (the first start, alone) always the default
     runs, threads = {}, {}
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     for jobs in ("0", "2"):
@@ -302,13 +302,14 @@ def test_traces_started_ahead_give_the_same_verdicts_and_leave_nothing_running(t
     assert any(g["waited_s"] < g["wall_s"] for g in waited)  # at least one trace had started ahead
     assert all(g["waited_s"] == g["wall_s"] for c in runs["0"]["candidates"] for g in c["gates"] if g["gate"] == 2)
     assert threads["0"] and set(threads["0"]) == {None}
-    assert threads["2"][0] is None and set(threads["2"][1:]) == {4} and len(threads["2"]) > 1
+    assert threads["2"][0] is None and set(threads["2"][1:]) == {5} and len(threads["2"]) > 1
 
 
 def test_trace_threads_share_the_cpus_among_the_traces_that_run_at_once():
     assert probe_gates.trace_threads(16, 0) is None  # one trace at a time: torch's default
-    assert probe_gates.trace_threads(16, 4) == 2 and probe_gates.trace_threads(16, 2) == 4
-    assert probe_gates.trace_threads(2, 1) == 1 and probe_gates.trace_threads(None, 3) == 1
+    assert probe_gates.trace_threads(16, 4) == 3 and probe_gates.trace_threads(16, 2) == 5
+    assert probe_gates.trace_threads(2, 1) == 1 and probe_gates.trace_threads(2, 4) == 1
+    assert probe_gates.trace_threads(None, 3) == 1
 
 
 def test_probe_refuses_a_zero_budget_and_negative_trace_jobs(tmp_path):

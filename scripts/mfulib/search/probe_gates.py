@@ -74,14 +74,14 @@ def gate1(info, limits: dict) -> dict:
 def trace_threads(cpus: int | None, trace_jobs: int) -> int | None:
     """torch's intra-op CPU threads for one gate-2 trace when the probe prefetches ``trace_jobs`` traces
     (:class:`mfulib.search.probe.Probe`): None (torch's default, a thread per core) without prefetch - one trace at
-    a time -, else the ``cpus`` shared by the traces that can run at once (the current candidate's and
-    ``trace_jobs`` ahead) and the gate-3/4 child: max(1, cpus // (trace_jobs + 2)). Why: a trace is Python-bound
-    dispatch on meta or small tensors, yet each process's OpenMP pool spins a thread per core, so concurrent
-    traces with default pools oversubscribe the host (``bench/bench_trace_threads.py`` measures both ways; its
-    pack: ``bench/validation/cpu/trace_threads.json``)."""
+    a time -, else the ``cpus`` shared by the processes busy at once: ``trace_jobs`` traces ahead plus either the
+    current candidate's trace or, once it has returned, the gate-3/4 child (gates 3-4 start only after gate 2):
+    max(1, cpus // (trace_jobs + 1)). Why: a trace is Python-bound dispatch on meta or small tensors, yet each
+    process's OpenMP pool spins a thread per core, so concurrent traces with default pools oversubscribe the host
+    (``bench/bench_trace_threads.py`` measures both ways; its pack: ``bench/validation/cpu/trace_threads.json``)."""
     if trace_jobs <= 0:
         return None
-    return max(1, int(cpus or 1) // (int(trace_jobs) + 2))
+    return max(1, int(cpus or 1) // (int(trace_jobs) + 1))
 
 
 class TraceJob:
