@@ -103,9 +103,7 @@ class TraceJob:
         cmd = [sys.executable, flops_tool, "--op-dir", staged, "--tracer-only", "--cases", "0", "--seed", str(seed),
                "--quiet", "-o", self.out]
         self.tracer, self.t0 = tracer, clock()
-        self.threads = threads
-        # forked warm (torch imported once) or a plain subprocess
-        self.proc = tracer.start_tool(cmd[1:], self.log, threads=threads)
+        self.proc = tracer.start_tool(cmd[1:], self.log, threads=threads)  # forked warm (torch imported once) or plain
 
     def wait(self, timeout_s: float):
         """The exit status, or None when it did not end within ``timeout_s`` (it is killed then)."""
