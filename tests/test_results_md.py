@@ -215,6 +215,11 @@ def test_stage_done_reruns_a_partial_resumable_stage(tmp_path):
     assert not validate_h200.stage_done(str(tmp_path), "batch")
     assert validate_h200.stage_done(str(tmp_path), "peaks")
     assert not validate_h200.stage_done(str(tmp_path), "referee")
+    (tmp_path / "referee.json").write_text(json.dumps({"complete": True}))
+    assert validate_h200.stage_done(str(tmp_path), "referee", referee_extra=[])
+    # a complete referee asked to measure an operator again (--redo) runs again
+    assert not validate_h200.stage_done(str(tmp_path), "referee", referee_extra=["--redo", "zoo/5_MHABlock"])
+    assert not validate_h200.stage_done(str(tmp_path), "referee", referee_extra=["--redo=zoo/5_MHABlock"])
     # a complete batch whose operators were finished under other measuring settings runs again
     calls = [{"finished": ["a"], "settings": {"probe_args": "--budget-s 20"}},
              {"finished": ["b"], "settings": {"probe_args": "--budget-s 45"}}]
