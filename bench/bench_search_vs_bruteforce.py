@@ -343,15 +343,16 @@ def differ(search_best: dict, brute: dict, search_shape, brute_shape) -> str:
 
 def cost_parts(st: dict) -> dict:
     """Where the search's wall cost (s) went: the probe's process, and the grid search's stage 1, stage 2 (collector
-    runs with the PMU pass), cross-run retime and the rest of its process (start, imports, pool), from
-    grid_search.json ``cost_s``; empty parts are left out."""
+    runs, with the PMU pass under ``--counts-on all``), cross-run retime, the counting pass on the leaders
+    (``counts``) and the rest of its process (start, imports, pool), from grid_search.json ``cost_s``; empty parts
+    are left out."""
     grid = (st.get("search") or {}).get("cost_s") or {}
     out = {"probe": (st.get("probe") or {}).get("wall_s")}
-    for k in ("stage1", "stage2", "retime"):
+    parts = ("stage1", "stage2", "retime", "counts")
+    for k in parts:
         out[k] = grid.get(k)
     if "search" in st:
-        out["grid_other"] = max(0.0, st["search"]["wall_s"] - sum(grid.get(k) or 0 for k in ("stage1", "stage2",
-                                                                                               "retime")))
+        out["grid_other"] = max(0.0, st["search"]["wall_s"] - sum(grid.get(k) or 0 for k in parts))
     return {k: v for k, v in out.items() if v is not None}
 
 

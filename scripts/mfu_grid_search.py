@@ -61,6 +61,10 @@ def build_parser():
                    help="collector --pmu on cuda (tensor instruction counts for the executed-FLOPs numerator): auto "
                         "= Nsight Compute when found and permitted; ncu = required; none = no counters (numerator "
                         "from the tracer). A --collect-arg=--pmu ... wins")
+    p.add_argument("--counts-on", choices=("leaders", "all"), default="leaders",
+                   help="where the counters run on cuda: leaders (default) = stage 2 and the re-timing time without "
+                        "them, then the leaders are counted one run each until no uncounted case can beat the "
+                        "counted limit (a count only lowers the figure); all = stage 2 counts every case")
     p.add_argument("--retime-top", type=int, default=3, metavar="K",
                    help="stage-2 leaders timed again across collector runs (0: no re-timing)")
     p.add_argument("--retime-runs", type=int, default=3, metavar="R",
@@ -129,7 +133,8 @@ def print_summary(doc):
                   f"({_figure(by[tie[1]]['median'], f)}{unit}): their medians differ by less than the sum of their "
                   "ranges over the runs - either is the limit")
     print(f"cost: flops {cost['flops']:.1f} s, verify {cost['verify']:.1f} s, stage 1 {cost['stage1']:.1f} s, "
-          f"stage 2 {cost['stage2']:.1f} s, re-timing {cost.get('retime') or 0.0:.1f} s; chosen cases "
+          f"stage 2 {cost['stage2']:.1f} s, re-timing {cost.get('retime') or 0.0:.1f} s, counting "
+          f"{cost.get('counts') or 0.0:.1f} s; chosen cases "
           f"{doc['chosen_cases']}")
     for n in doc.get("notes") or []:
         print(f"note: {n}")
@@ -180,7 +185,7 @@ def main(argv=None):
     opts = SearchOptions(op_dir=args.dir, backend=args.backend, device_id=args.device, seed=args.seed,
                          top_n=args.top_n, stage2_k=args.stage2_k, warmup=args.warmup, repeats=args.repeats,
                          stage2_warmup=args.stage2_warmup, stage2_repeats=args.stage2_repeats,
-                         stage2_pmu=args.stage2_pmu, stage1_budget_s=args.stage1_budget_s,
+                         stage2_pmu=args.stage2_pmu, counts_on=args.counts_on, stage1_budget_s=args.stage1_budget_s,
                          stage1_retime=args.stage1_retime,
                          case_timeout_s=args.case_timeout_s, flops_tool=args.flops_tool, probe_json=args.probe_json,
                          peak_json=args.peak_json, output=args.output, collect_args=args.collect_arg,

@@ -217,7 +217,7 @@ def test_stage2_reads_the_collectors_kernel_times_applies_min_traced_executed_an
                    backend="cuda", device={"name": "x", "capability": "8.0"})
     seen = {}
 
-    def fake_collector(opdir, ids, out_dir, backend_name, opts, log, case_wall_s=None):
+    def fake_collector(opdir, ids, out_dir, backend_name, opts, log, case_wall_s=None, timing_only=False):
         seen.update(ids=ids, backend=backend_name)
         case_wall_s.update({1: 1.5, 0: 0.5})  # case 2 printed no progress line
         path = tmp_path / "performance.json"
@@ -250,7 +250,7 @@ def test_stage2_of_an_operator_without_matrix_work_reports_mbu_from_bytes_moved(
     pool = [search_pool.pool_entry(infos_of([bmm_line(1, 16, 16, 16)])[0], 0, {}, 0, "t")]
     path = tmp_path / "performance.json"
     path.write_text(json.dumps(perf_doc([perf_case(0, 1000.0, out_bytes=1000)], backend="cpu")))
-    monkeypatch.setattr(grid_search, "run_collector", lambda *a: str(path))
+    monkeypatch.setattr(grid_search, "run_collector", lambda *a, **kw: str(path))
     from mfulib.core.opdir import OpDir
     rows, _ = grid_search.stage2(OpDir(str(work)), [0], pool, "cpu", grid_search.SearchOptions(),
                                  {"bandwidth_gbps": 8.0}, "mbu", lambda m: None, {})

@@ -35,7 +35,10 @@ numerator_traced, numerator_executed, numerator, kernel_time_ns, retimed} (None 
 limit: with re-timing, the candidate of the highest median, ``mfu`` / ``mbu`` and ``kernel_time_ns`` its medians over
 the runs and ``retimed`` its stage-2 row's ``retimed`` plus ``figure`` and ``tie`` (the retime block's); absent
 without re-timing,
-``cost_s`` {flops, verify, stage1, stage2, retime, total} (wall seconds of each part), ``chosen_cases`` [case ids the
+``counts`` {order [case ids counted, in order], stopped (why the pass stopped), runs [{case, performance_json,
+error}]} (None: no counting pass - not cuda, ``--counts-on all``, counters off; :mod:`mfulib.search.counting`; each
+stage-2 row then carries ``counted``: True, or False where its numerator stayed the traced upper bound),
+``cost_s`` {flops, verify, stage1, stage2, retime, counts, total} (wall seconds of each part), ``chosen_cases`` [case ids the
 collector measures after the search, best first], ``probe_cut`` (the probe.json ``interrupted`` text when its budget
 cut the probe - :func:`mfulib.schemas.probe_json.budget_cut`: the search is then incomplete -, else None),
 ``complete`` (both stages ran to the end).
@@ -52,7 +55,7 @@ TOOL = "mfu_grid_search"
 FILE_NAME = "grid_search.json"
 REQUIRED = ("pool", "stage1", "stage2", "best", "cost_s", "chosen_cases")
 TOP_KEYS = ("op_dir", "cases_file", "backend", "metric", "probe_json", "rule", "notes", "pool", "excluded", "stage1",
-            "stage2", "stage2_performance_json", "retime", "best", "cost_s", "chosen_cases", "probe_cut", "complete")
+            "stage2", "stage2_performance_json", "retime", "counts", "best", "cost_s", "chosen_cases", "probe_cut", "complete")
 BEST_KEYS = ("case", "source_case", "factors", "scale", "metric", "mfu", "mfu_kind", "mbu", "num_src", "num_src_why",
              "numerator_traced", "numerator_executed", "numerator", "kernel_time_ns", "retimed")
 

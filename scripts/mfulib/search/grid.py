@@ -21,7 +21,11 @@ largest shape (scaled up, data fall out of cache and MFU often drops), so the se
 * **re-timing**: the top :attr:`SearchOptions.retime_top` (3) of stage 2 are timed again in
   :attr:`SearchOptions.retime_runs` (3) fresh, interleaved collector runs without the PMU pass
   (:mod:`mfulib.search.retime`): the limit is the highest median over the runs (stage 2's counts as one), with its
-  spread, and a gap smaller than the combined spread is called a tie.
+  spread, and a gap smaller than the combined spread is called a tie;
+* **counting pass** (:mod:`mfulib.search.counting`, :attr:`SearchOptions.counts_on` ``leaders``, where
+  :func:`counts_later` holds - cuda with counters asked for): stage 2 then times without the counters, and only the
+  leaders are counted, one collector run each, until the best counted figure is at least the next candidate's
+  traced figure (an upper bound: a count only lowers it); ``all`` counts every stage-2 case in stage 2's run.
 
 Writes grid_search.json (:mod:`mfulib.schemas.grid_search_json`); its ``chosen_cases`` are what ``make collect``
 measures afterwards (the collector's ``--search-json``). Scratch files live in ``<work>/search/``.
@@ -40,6 +44,7 @@ from dataclasses import dataclass, field
 
 from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.flops import executed as _executed
+from mfulib.search import counting as _counting
 from mfulib.search import numerator as _sn
 from mfulib.search import retime as _rt
 from mfulib.search.pool import ALWAYS_TOP, CHECK_FLOPS, build_pool, flops_py_values, read_probe, trace_flops
@@ -76,6 +81,7 @@ class SearchOptions:
     output: str | None = None
     collect_args: list = field(default_factory=list)
     stage2_pmu: str = "auto"
+    counts_on: str = "leaders"  # leaders: the counting pass (mfulib.search.counting); all: stage 2 counts every case
     stage1_budget_s: float | None = None
     stage1_retime: bool = False
     unverified_ok: bool = False
@@ -297,18 +303,52 @@ def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts
     return perf
 
 
+def executed_of(e: dict, p: dict, backend_name: str, capability) -> tuple:
+    """(executed FLOPs | None, source | None, why none) of the collector's per-case entry ``e`` of pool case ``p``:
+    :func:`mfulib.flops.executed.executed_flops` in the case's compute dtype (the collector's, else the pool's)."""
+    dtype = e.get("compute_dtype") or p["compute_dtype"]
+    mode = peak_key(dtype, bool(e.get("tf32"))) if dtype else None
+    return _executed.executed_flops(e, backend_name, capability, mode)
+
+
+def counts_later(backend_name: str, opts: SearchOptions, metric: str) -> bool:
+    """Whether stage 2 times without counters and :mod:`mfulib.search.counting` counts the leaders afterwards:
+    ``--counts-on leaders``, an MFU figure, a backend whose counters give executed FLOPs in a separate pass (cuda)
+    and counters asked for (``--stage2-pmu`` not none, no ``--pmu`` in ``collect_args``)."""
+    from mfulib.backends import backend_class
+    cls = backend_class(backend_name)
+    own = any(a == "--pmu" or str(a).startswith("--pmu=") for a in opts.collect_args)
+    return (opts.counts_on == "leaders" and metric == "mfu" and cls.matrix_counter_documented
+            and not cls.pmu_in_profile and opts.stage2_pmu != "none" and not own)
+
+
+def count_one(opdir: OpDir, case: int, pool: list, backend_name: str, opts: SearchOptions, log) -> tuple:
+    """The counting pass's run on one ``case``: the collector with the counters on (``--pmu``
+    :attr:`SearchOptions.stage2_pmu`) into ``<work>/search/counts<case>/``; returns :func:`executed_of` of its entry.
+    Raises UserError when the collector wrote no report or no entry for the case."""
+    from mfulib.schemas import performance_json as _perf
+    out_dir = os.path.join(opdir.path, SCRATCH, f"counts{case}")
+    rep = _perf.load_report(run_collector(opdir, [case], out_dir, backend_name, opts, log, label=f"counting {case}"))
+    e = next((x for x in rep["per_case"] if x["case"] == case), None)
+    if e is None or e.get("skipped"):
+        raise UserError(f"counting case {case}: the collector measured nothing ({(e or {}).get('skipped')})")
+    p = next(x for x in pool if x["case"] == case)
+    return executed_of(e, p, backend_name, (rep.get("device") or {}).get("capability"))
+
+
 def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchOptions, peaks: dict, metric: str,
-           log, cost: dict, out_name: str = "stage2"):
+           log, cost: dict, out_name: str = "stage2", timing_only: bool = False):
     """(stage-2 rows, performance.json path): the collector's precise kernel time of the ``top`` case ids and each
     one's numerator (min(traced, executed)) and MFU / MBU. The collector writes to ``<work>/search/<out_name>/``
-    (bench/bench_search_h200.py measures the whole pool the same way under another name)."""
+    (bench/bench_search_h200.py measures the whole pool the same way under another name). ``timing_only``: no
+    counters (:func:`counts_later`): the numerator is the traced count, an upper bound the counting pass settles."""
     from mfulib.core.nominal_peaks import nominal_for_identity
     from mfulib.schemas import performance_json as _perf
     t0 = time.perf_counter()
     out_dir = os.path.join(opdir.path, SCRATCH, out_name)
     case_wall_s = {}
     try:
-        perf_path = run_collector(opdir, top, out_dir, backend_name, opts, log, case_wall_s)
+        perf_path = run_collector(opdir, top, out_dir, backend_name, opts, log, case_wall_s, timing_only=timing_only)
     finally:
         cost["stage2"] = time.perf_counter() - t0
     rep = _perf.load_report(perf_path)
@@ -328,8 +368,9 @@ def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchO
                "repeat_spread": e.get("repeat_spread"), "pmu_source": e.get("pmu_source"),
                "peak_nom_tflops": peak_nom, "bandwidth_gbps": bw, "wall_s": case_wall_s.get(e["case"])}
         dtype = e.get("compute_dtype") or p["compute_dtype"]
-        mode = peak_key(dtype, bool(e.get("tf32"))) if dtype else None
-        executed, src, why = _executed.executed_flops(e, backend_name, device.get("capability"), mode)
+        executed, src, why = executed_of(e, p, backend_name, device.get("capability"))
+        if timing_only:
+            why = "counters off in stage 2 (--counts-on leaders: the counting pass counts the leaders); " + str(why)
         row.update(_sn.numerator(p["flops_traced"], executed, src, why))
         row["peak_ach_tflops"] = measured_peak_tflops(ach, dtype, bool(e.get("tf32")))[0] if dtype else None
         row["bytes_moved"] = (e.get("input_bytes") or p["input_bytes"]) + (e.get("output_bytes") or 0)
@@ -380,6 +421,8 @@ def check_options(opts: SearchOptions) -> None:
             raise UserError(f"{flag} {v}: a whole number >= 0 (0 turns the re-timing off)")
     if opts.stage2_pmu not in ("auto", "ncu", "none"):
         raise UserError(f"--stage2-pmu {opts.stage2_pmu}: choose auto, ncu or none")
+    if opts.counts_on not in ("leaders", "all"):
+        raise UserError(f"--counts-on {opts.counts_on}: choose leaders or all")
     if not is_positive(opts.case_timeout_s):
         raise UserError(f"--case-timeout-s {opts.case_timeout_s}: a number of seconds > 0")
     if not os.path.exists(opts.flops_tool):
@@ -409,7 +452,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     probe = read_probe(probe_path)
     peaks = load_peaks(opts.peak_json or opdir.file("peak.json"))
     infos = opdir.describe_all()
-    cost = {"flops": 0.0, "verify": 0.0, "stage1": 0.0, "stage2": 0.0, "retime": 0.0, "total": None}
+    cost = {"flops": 0.0, "verify": 0.0, "stage1": 0.0, "stage2": 0.0, "retime": 0.0, "counts": 0.0, "total": None}
     t0 = time.perf_counter()
     originals = [i.case_id for i in infos if i.case_id not in ((probe or {}).get("appended") or {})]
     fpy = flops_py_values(opdir, [i.case_id for i in infos])
@@ -457,7 +500,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     doc = provenance(_gs.TOOL, _gs.SCHEMA, device={"backend": backend.name, "device_id": opts.device_id})
     doc.update(op_dir=opdir.path, cases_file=opdir.cases_path, backend=backend.name, metric=metric,
                probe_json=probe_path if probe is not None else None, rule=rule, notes=notes, pool=pool,
-               excluded=excluded, stage1=[], stage2=[], stage2_performance_json=None, retime=None, best=None,
+               excluded=excluded, stage1=[], stage2=[], stage2_performance_json=None, retime=None, counts=None, best=None,
                cost_s=cost, chosen_cases=[], probe_cut=probe_cut, complete=False)
     out = opts.output or opdir.file(_gs.FILE_NAME)
     try:
@@ -470,13 +513,19 @@ def run_search(opts: SearchOptions, log=None) -> dict:
             raise UserError(f"{opdir.cases_path}: no pool case ran in stage 1 ("
                             + "; ".join(f"case {r['case']}: {r['status']} {r['error']}" for r in doc["stage1"][:4])
                             + ") - fix the cases or the implementation and re-run the search")
+        later = counts_later(backend.name, opts, metric)
         doc["stage2"], doc["stage2_performance_json"] = stage2(opdir, top, pool, backend.name, opts, peaks, metric,
-                                                               log, cost)
+                                                               log, cost, timing_only=later)
         doc["retime"] = _rt.retime(
             doc["stage2"], metric, opts.retime_top, opts.retime_runs,
             lambda ids, r: run_collector(opdir, ids, opdir.file(os.path.join(SCRATCH, f"retime{r}")), backend.name,
                                          opts, log, label=f"re-timing {r}/{opts.retime_runs}", timing_only=True),
             log, cost)
+        if later:
+            doc["counts"] = _counting.count_leaders(
+                doc["stage2"], metric, lambda c: count_one(opdir, c, pool, backend.name, opts, log), log, cost,
+                doc["retime"])
+            log(f"counting pass: cases {doc['counts']['order']} counted; {doc['counts']['stopped']}")
         doc["best"] = best_of(doc["stage2"], pool, metric)
         if doc["best"] and doc["retime"]:
             doc["best"] = _rt.retimed_limit(doc["best"], doc["stage2"], doc["retime"])
