@@ -10,6 +10,7 @@ import pytest
 from mfulib.flops import executed as ex
 from mfulib.core import cases
 from mfulib.search import grid as grid_search
+from mfulib.search import stage1 as stage1_mod
 from mfulib.search import numerator as sn
 from mfulib.search import pool as search_pool
 from mfulib.core.errors import UserError
@@ -344,7 +345,7 @@ def test_stage1_ranks_what_the_probe_already_timed_and_runs_only_the_rest(tmp_pa
     pool = [{"case": c, "flops_traced": 8192.0 * (1 + (c == 2)), "input_bytes": 1024, "compute_dtype": "float16"}
             for c in (0, 1, 2)]
     opts = grid_search.SearchOptions(op_dir=str(work), backend="cpu", warmup=1, repeats=2, progress=False)
-    rows = grid_search.stage1(OpDir(str(work)), pool, CpuBackend(), opts, {}, "mfu", lambda m: None, {}, probe)
+    rows = stage1_mod.stage1(OpDir(str(work)), pool, CpuBackend(), opts, {}, "mfu", lambda m: None, {}, probe)
     assert ran == [1]  # only the case the probe never timed
     by = {r["case"]: r for r in rows}
     assert by[0]["wall_median_ns"] == 1e6 and by[0]["timing_source"].startswith("probe.json baselines")
@@ -356,7 +357,7 @@ def test_stage1_ranks_what_the_probe_already_timed_and_runs_only_the_rest(tmp_pa
     why = search_pool.probe_timings(probe, "cpu", 1, input_digests(str(work)))[1]
     assert "on cpu" in why and "seed 0" in why  # the probe's seed, not this run's (1)
     opts.stage1_retime = True
-    grid_search.stage1(OpDir(str(work)), pool, CpuBackend(), opts, {}, "mfu", lambda m: None, {}, probe)
+    stage1_mod.stage1(OpDir(str(work)), pool, CpuBackend(), opts, {}, "mfu", lambda m: None, {}, probe)
     assert ran == [0, 1, 2]
 
 

@@ -20,7 +20,7 @@ def gemm_work(tmp_path_factory):
 def _iterations(work, tmp, repeats, budget_s):
     from mfulib.backends import get_backend
     from mfulib.backends.runner import close_workers, run_child
-    from mfulib.search.grid import WallClockBackend
+    from mfulib.search.stage1 import WallClockBackend
     backend = get_backend("cpu")
     spec = {"op_dir": work, "case_id": 0, "impl": "asc", "seed": 0, "warmup": 1, "repeats": repeats,
             "backend": "cpu", "device": backend.device_string(0), "markers": False, "profile": False,

@@ -1,0 +1,142 @@
+"""Stage 1 of the grid search (:mod:`mfulib.search.grid`): every pool case ranked by device-synchronised wall clock.
+
+SKILL.md step 2: the verify gate first (:class:`mfulib.verify.verified_cases.Gate`), then per pool case the prime call
+(compilation), ``warmup`` and up to ``repeats`` iterations in the persistent worker (:mod:`mfulib.backends.runner`,
+spec ``"profile": false``: no profiler, no msprof), stopping once at least 2 measured ones sum to
+:data:`STAGE1_BUDGET_S`; ranked by traced FLOPs (bytes moved for MBU) over the median wall time of one iteration.
+Only a ranking: the figures the search reports come from the collector (stage 2).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+from mfulib.backends import fp32_dot_is_tf32
+from mfulib.core.definitions import actual_tflops, measured_peak_tflops
+from mfulib.core.opdir import OpDir
+
+SCRATCH = "search"  # <work>/search/: the search's scratch files (mfulib.search.grid writes there too)
+STAGE1_BUDGET_S = 0.1  # s: stage-1 measured iterations stop once they sum to this (at least 2): ranking only
+
+
+class WallClockBackend:
+    """A backend as stage 1 runs it: the same child side (:func:`mfulib.backends.get_backend` in the worker), but
+    started plainly (no msprof wrapper) in a persistent worker; stage 1 ranks by wall clock, without a profiler session
+    (SKILL.md step 2)."""
+
+    persistent_worker = True
+
+    def __init__(self, backend):
+        self.inner, self.name = backend, backend.name
+
+    def command(self, child_cmd, attempt_dir, opts):
+        return list(child_cmd)
+
+    def child_env(self, env):
+        return self.inner.child_env(env)
+
+
+def stage1(opdir: OpDir, pool: list, backend, opts, peaks: dict, metric: str, log, cost: dict,
+           probe: dict | None = None):
+    """Stage-1 rows (schema module), best first; the verify gate and the wall-clock run of every pool case.
+
+    A pool case the probe already timed (gate 4 of its candidate, or the scale-1 baseline of a source case: the same
+    synchronised wall clock without a profiler, same backend, seed and operator files -
+    :func:`mfulib.search.pool.probe_timings`) is ranked by that time (``timing_source`` says so) instead of being
+    run again, unless ``opts.stage1_retime``."""
+    from tqdm import tqdm
+
+    from mfulib.backends.runner import close_workers, run_child
+    from mfulib.verify.verified_cases import Gate
+    device = backend.device_string(opts.device_id)
+    t0 = time.perf_counter()
+    gate = Gate(opdir, backend.name, device, seed=opts.seed, case_timeout_s=opts.case_timeout_s,
+                forced=opts.unverified_ok, log=log)
+    todo = gate.pending([p["case"] for p in pool])
+    if todo:
+        gate.verify(todo)
+    cost["verify"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    from mfulib.schemas.verify_json import input_digests
+    from mfulib.search.pool import probe_timings
+    reuse, why_not = ({}, "--stage1-retime") if opts.stage1_retime else \
+        probe_timings(probe, backend.name, opts.seed, input_digests(opdir.path))
+    if metric == "mbu" and reuse:  # MBU ranks bytes moved incl. outputs, which only a stage-1 run reports
+        reuse, why_not = {}, "an MBU ranking needs each case's output bytes"
+    if probe and why_not:
+        log(f"stage 1: every pool case is timed (probe timings not reused: {why_not})")
+    wall = WallClockBackend(backend)
+    rows = []
+    root = tempfile.mkdtemp(prefix=".tmp-stage1-", dir=os.path.join(opdir.path, SCRATCH))
+    tty = opts.progress and sys.stderr.isatty()  # a bar on a terminal, one line per case in a log
+    bar = tqdm(pool, desc="search stage 1 (wall clock)", unit="case", disable=not tty, file=sys.stderr)
+    try:
+        for p in bar:
+            row = {"case": p["case"], "rank": None, "status": None, "error": None, "wall_iter_ns": None,
+                   "wall_median_ns": None, "wall_spread": None, "wall_tflops": None, "wall_gbps": None,
+                   "rank_value": None, "output_bytes": None, "wall_s": None, "timing_source": "stage 1"}
+            rows.append(row)
+            admitted, mark = gate.admits(p["case"])
+            if not admitted:
+                row.update(status="not_verified", error=mark["reason"])
+                continue
+            if metric == "mfu" and not p["flops_traced"]:
+                row.update(status="no_flops", error="the tracer counted no matrix FLOPs for this case (gate 2: FLOPs "
+                                                    "> 0) - it cannot have an MFU")
+                continue
+            if p["case"] in reuse:
+                med = reuse[p["case"]]["time_ms"] * 1e6
+                row.update(status="ok", wall_median_ns=med, wall_s=0.0, timing_source=reuse[p["case"]]["from"])
+                if p["flops_traced"]:
+                    row["wall_tflops"] = actual_tflops(p["flops_traced"], med)
+                row["wall_gbps"] = p["input_bytes"] / med  # outputs unknown here: inputs only
+                continue
+            spec = {"op_dir": opdir.path, "case_id": p["case"], "impl": "asc", "seed": opts.seed,
+                    "warmup": opts.warmup, "repeats": opts.repeats, "backend": backend.name, "device": device,
+                    "markers": False, "profile": False, "flush_cache_mib": 0, "repeat_budget_s": opts.stage1_budget_s}
+            t_case = time.perf_counter()
+            child = run_child(wall, spec, os.path.join(root, f"case{p['case']}"), opts.case_timeout_s)
+            row.update(status=child.status, error=child.error, output_bytes=child.report.get("output_bytes"),
+                       wall_s=time.perf_counter() - t_case)
+            per_iter = (child.report.get("iter_wall_ns") or [])[opts.warmup:]
+            if child.status != "ok" or not per_iter:
+                row["error"] = row["error"] or "the worker reported no iteration wall times"
+                row["status"] = row["status"] if row["status"] != "ok" else "error"
+                continue
+            med = float(statistics.median(per_iter))
+            row.update(wall_iter_ns=per_iter, wall_median_ns=med, wall_spread=(max(per_iter) - min(per_iter)) / med)
+            if p["flops_traced"]:
+                row["wall_tflops"] = actual_tflops(p["flops_traced"], med)
+            moved = p["input_bytes"] + (row["output_bytes"] or 0)
+            row["wall_gbps"] = moved / med
+            bar.set_postfix_str(f"case {p['case']}: {med / 1e3:.1f} us")
+            if opts.progress and not tty:
+                log(f"stage 1: case {p['case']}: median wall {med / 1e3:.2f} us over {len(per_iter)} iteration(s)")
+    finally:
+        bar.close()
+        close_workers()
+        shutil.rmtree(root, ignore_errors=True)
+        cost["stage1"] = time.perf_counter() - t0
+    by_case = {p["case"]: p for p in pool}
+    ach = peaks.get("peak_tflops") or {}
+    peaks_known = all(measured_peak_tflops(ach, by_case[r["case"]]["compute_dtype"] or "",
+                                           fp32_dot_is_tf32(backend.name, by_case[r["case"]]["compute_dtype"]))[0]
+                      for r in rows if r["status"] == "ok")
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        if metric == "mbu":
+            r["rank_value"] = r["wall_gbps"]
+        elif peaks_known and r["wall_tflops"] is not None:
+            dt = by_case[r["case"]]["compute_dtype"]
+            r["rank_value"] = r["wall_tflops"] / measured_peak_tflops(ach, dt, fp32_dot_is_tf32(backend.name, dt))[0]
+        else:
+            r["rank_value"] = r["wall_tflops"]
+    rows.sort(key=lambda r: (r["rank_value"] is None, -(r["rank_value"] or 0.0), r["case"]))
+    for k, r in enumerate(x for x in rows if x["rank_value"] is not None):
+        r["rank"] = k + 1
+    return rows
