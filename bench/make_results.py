@@ -403,7 +403,8 @@ def yes_no(v):
 def _cost_parts(parts) -> str:
     """`` (probe 36, stage 2 36, retime 28, other 8)``: the split of a search's wall cost, s (empty for packs that
     predate it)."""
-    names = {"probe": "probe", "stage1": "stage 1", "stage2": "stage 2", "retime": "retime", "grid_other": "other"}
+    names = {"probe": "probe", "stage1": "stage 1", "stage2": "stage 2", "retime": "retime", "counts": "counting",
+             "grid_other": "other"}
     shown = [f"{names[k]} {num(v)}" for k, v in (parts or {}).items() if k in names and v >= 0.5]
     return f" ({', '.join(shown)})" if shown else ""
 
@@ -450,7 +451,7 @@ def sec_referee(st):
             f"search / brute >= {crit.get('ratio_min')} or a gap within the combined spread (max - min) of the "
             f"two re-timings, at a search cost <= {pct(crit.get('cost_max'), 0)} of the brute force's (wall "
             "seconds; the brute force's first calls - compilation - in brackets; one Triton cache for both; the search's "
-            "cost split into its probe and the grid search's stage 1, stage 2 with the PMU pass, cross-run retime and "
+            "cost split into its probe and the grid search's stage 1, stage 2 (with the PMU pass in packs before the counting pass), cross-run retime, the counting pass on the leaders and "
             "the rest of its process where the pack records it).\n\n"
             + ("**Partial:** " + "; ".join(pending) + " (the next call resumes).\n\n" if pending else "")
             + table(["operator", "figure", "search limit", "brute-force best", "search / brute", "rate search / "

@@ -35,8 +35,8 @@ numerator_traced, numerator_executed, numerator, kernel_time_ns, retimed} (None 
 limit: with re-timing, the candidate of the highest median, ``mfu`` / ``mbu`` and ``kernel_time_ns`` its medians over
 the runs and ``retimed`` its stage-2 row's ``retimed`` plus ``figure`` and ``tie`` (the retime block's); absent
 without re-timing,
-``counts`` {order [case ids counted, in order], stopped (why the pass stopped), runs [{case, performance_json,
-error}]} (None: no counting pass - not cuda, ``--counts-on all``, counters off; :mod:`mfulib.search.counting`; each
+``counts`` {order [case ids counted, in order], stopped (why the pass stopped), runs [{case, performance_json
+(None as written today: the run's report is ``<work>/search/counts<case>/performance.json``), error}]} (None: no counting pass - not cuda, ``--counts-on all``, counters off; :mod:`mfulib.search.counting`; each
 stage-2 row then carries ``counted``: True, or False where its numerator stayed the traced upper bound),
 ``cost_s`` {flops, verify, stage1, stage2, retime, counts, total} (wall seconds of each part), ``chosen_cases`` [case ids the
 collector measures after the search, best first], ``probe_cut`` (the probe.json ``interrupted`` text when its budget
