@@ -365,3 +365,18 @@ def test_a_performance_json_of_the_wrong_structure_is_a_user_error_naming_file_a
     with pytest.raises(UserError) as err:
         performance.load_report(str(path))
     assert str(path) in str(err.value) and says in str(err.value)
+
+
+def test_without_an_ncu_pass_cuda_cases_get_their_compiled_variants_from_cupti(monkeypatch):
+    """performance.json ``mma_shapes`` of a timing-only cuda run: the launch configuration CUPTI recorded matched in
+    the child's Triton cache (here the sm_90 fixture cache: the zoo flash kernel, 8 warps, 48 KiB)."""
+    import os
+    from mfulib.backends.cuda import CudaBackend
+    from mfulib.collect import assemble
+    cache = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "triton_cache")
+    monkeypatch.setenv("TRITON_CACHE_DIR", cache)
+    recs = assemble._cupti_shapes(CudaBackend(), {"flash_attn_fwd_kernel": (256, 49152)})
+    rec = recs["flash_attn_fwd_kernel"]
+    assert rec["status"] == "found" and rec["launch_source"] == "cupti" and rec["cache_dir"] == cache
+    assert sorted(w["shape"] for w in rec["variants"][0]["wgmma"]) == ["m64n128k16", "m64n64k16"]
+    assert assemble._cupti_shapes(CudaBackend(), None) is None

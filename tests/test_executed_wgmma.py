@@ -170,3 +170,65 @@ def test_h200_recorded_variants_parse():
     shapes = {n: {f"m{w['m']}n{w['n']}k{w['k']}" for v in triton_ptx.compiled_variants(H200_CACHE, n)
                   for w in v["wgmma"]} for n in ("matmul_kernel", "flash_attn_fwd_kernel")}
     assert shapes == {"matmul_kernel": {"m64n256k16"}, "flash_attn_fwd_kernel": {"m64n64k16"}}
+
+
+# ------------------------------------------------------------------ the launched variant from CUPTI, and what it settles
+
+RECORDED = os.path.join(HERE, "fixtures", "profiles", "cuda")
+
+
+def _d128_flash_rows(threads=256, shared=49152, iterations=(0, 1)):
+    """CUPTI launch rows (the shape :func:`mfulib.backends.cuda.trace_launches` gives) of the zoo flash kernel at head
+    dim 128 (fixture ZISZ7F...: 8 warps, 48 KiB, QK m64n64k16 + PV m64n128k16)."""
+    return [{"name": "flash_attn_fwd_kernel", "iteration": i, "kind": "kernel", "block": [threads, 1, 1],
+             "shared_memory": shared} for i in iterations]
+
+
+def test_cupti_launch_config_equals_ncus_launch_metrics_on_the_recorded_h200_profile(tmp_path):
+    """The same H200 run recorded both ways (bench/record_profile_fixtures.py): CUPTI's block and shared memory of
+    bmm_tile_kernel are ncu's launch__block_size and launch__shared_mem_per_block_dynamic (static 0)."""
+    import gzip
+    from mfulib.backends.cuda import trace_launches
+    trace = tmp_path / "trace.json"
+    trace.write_bytes(gzip.open(os.path.join(RECORDED, "tool_ranges.json.gz")).read())
+    rows, _info = trace_launches(str(trace))
+    with open(os.path.join(RECORDED, "ncu_raw.csv"), encoding="utf-8") as f:
+        c = pmu.from_ncu_record(ncu.parse_ncu_csv(f.read())[0])
+    assert triton_ptx.cupti_launch_configs(rows, range(2, 6)) == {
+        "bmm_tile_kernel": (int(c["block_size"]), int(c["shared_mem_dynamic_bytes"]))}
+
+
+def test_cupti_launch_configs_take_the_measured_iterations_and_refuse_mixed_configs():
+    rows = _d128_flash_rows(iterations=(1, 2)) + _d128_flash_rows(threads=128, iterations=(0,))  # warm-up differs
+    assert triton_ptx.cupti_launch_configs(rows, [1, 2]) == {"flash_attn_fwd_kernel": (256, 49152)}
+    assert triton_ptx.cupti_launch_configs(rows, [0, 1]) == {"flash_attn_fwd_kernel": (None, None)}
+    recs = triton_ptx.cupti_kernel_records(triton_ptx.cupti_launch_configs(rows, [0, 1]), CACHE)
+    assert recs["flash_attn_fwd_kernel"]["status"] == "none" and "cupti gave no single" in \
+        recs["flash_attn_fwd_kernel"]["why"]
+
+
+def _entry(rows, cache=CACHE):
+    recs = triton_ptx.cupti_kernel_records(triton_ptx.cupti_launch_configs(rows, [0, 1]), cache)
+    return {"kernels": [{"name": n, "launches_per_iter": 1} for n in recs], executed.SHAPES_FIELD: recs}
+
+
+def test_a_kernel_of_several_wgmma_shapes_is_settled_before_any_count_as_the_count_would_say():
+    entry = _entry(_d128_flash_rows())
+    assert entry[executed.SHAPES_FIELD]["flash_attn_fwd_kernel"]["launch_source"] == "cupti"
+    why = executed.settled_without_counts(entry, "cuda", "9.0", "float16")
+    assert why and "several wgmma shapes (m64n64k16.f32.f16.f16, m64n128k16.f32.f16.f16;" in why
+    # what the count itself says for any non-zero gmma count (the module's rule, the same compiled record)
+    for gmma in (1.0, 4.0e6, 3.3e9):
+        counted = dict(entry, pmu={"flash_attn_fwd_kernel": dict(_wgmma_counters(gmma), launches=1)})
+        ex, src, refusal = executed.executed_flops(counted, "cuda", "9.0", "float16")
+        assert ex is None and src is None
+        assert refusal.split("per counted instruction); ", 1)[1] in why  # the same refusal, word for word
+
+
+def test_only_a_count_can_tell_one_shape_an_older_gpu_or_an_unidentified_variant():
+    one_shape = [{"name": "matmul_kernel", "iteration": i, "kind": "kernel", "block": [256, 1, 1],
+                  "shared_memory": 98304} for i in (0, 1)]  # tf32 128x128x32: m64n128k8 only
+    assert executed.settled_without_counts(_entry(one_shape), "cuda", "9.0", "tf32") is None
+    assert executed.settled_without_counts(_entry(_d128_flash_rows()), "cuda", "8.0", "float16") is None
+    assert executed.settled_without_counts(_entry(_d128_flash_rows(threads=128)), "cuda", "9.0", "float16") is None
+    assert executed.settled_without_counts(_entry(_d128_flash_rows()), "npu", "9.0", "float16") is None

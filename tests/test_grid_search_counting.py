@@ -145,7 +145,8 @@ def test_stage2_without_counters_runs_the_collector_timing_only_and_counting_one
     assert calls[0]["timing_only"] is True
     assert all(r["numerator"] == 2.0e9 and r["num_src"] == "tracer" and "counters off" in r["num_src_why"]
                for r in rows)
-    executed, src, why = grid_search.count_one(opdir, 1, pool, "cuda", opts, lambda m: None)
+    executed, src, why, perf = grid_search.count_one(opdir, 1, pool, "cuda", opts, lambda m: None)
+    assert perf == str(tmp_path / "perf2.json")  # the report the counting run wrote
     assert calls[1]["ids"] == [1] and calls[1]["timing_only"] is False and calls[1]["out_dir"].endswith("counts1")
     assert executed == pytest.approx(1.5e9) and src == "hardware:tensor_inst_executed" and why is None
 
@@ -153,3 +154,65 @@ def test_stage2_without_counters_runs_the_collector_timing_only_and_counting_one
 def test_bad_counts_on_is_refused():
     with pytest.raises(UserError, match="--counts-on"):
         grid_search.check_options(grid_search.SearchOptions(counts_on="some", warmup=1, repeats=10))
+
+
+def test_a_case_the_compiled_kernels_settle_is_not_counted_and_the_pass_stops_as_a_count_would_stop_it():
+    kt = lambda m: TRACED / (m * PEAK_ACH * 1e12) * 1e9  # noqa: E731
+    rows = [row(1, [kt(0.6)] * 3), row(2, [kt(0.59)] * 3), row(3, [kt(0.4)] * 3)]
+    calls, logged = [], []
+    why = "kernel 'k': compute capability 9.0: the PTX names several wgmma shapes (m64n64k16, m64n128k16)"
+    out = counting.count_leaders(rows, "mfu", lambda c: calls.append(c) or (None, None, "refused"), logged.append,
+                                 {}, settled={1: why, 3: "never reached"})
+    assert calls == [] and out["order"] == [1] and out["runs"] == [
+        {"case": 1, "performance_json": None, "error": None, "settled_by": "compiled kernels"}]
+    assert "case 1's counted figure" in out["stopped"] and "case 2's upper bound" in out["stopped"]
+    assert rows[0]["counted"] and rows[0]["num_src"] == "tracer" and why in rows[0]["num_src_why"]
+    assert rows[0]["retimed"]["median"] == pytest.approx(0.6) and any("settled without a counting run" in m
+                                                                         for m in logged)
+    # a settled case that a count drops out of the lead does not stop the next one from being counted
+    rows = [row(1, [kt(0.6)] * 3), row(2, [kt(0.59)] * 3)]
+    out = counting.count_leaders(rows, "mfu", lambda c: calls.append(c) or (0.5 * TRACED, "hardware:x", None, "p.json"),
+                                 lambda m: None, {}, settled={2: why})
+    assert calls == [1] and out["order"] == [1, 2] and [r["settled_by"] for r in out["runs"]] == [None,
+                                                                                                  "compiled kernels"]
+    assert [r["performance_json"] for r in out["runs"]] == ["p.json", None]
+    assert [r["case"] for r in rows] == [2, 1]  # 0.59 (exact) over 0.30 (counted)
+
+
+def test_stage2_rows_carry_what_the_compiled_kernels_settle(tmp_path, monkeypatch):
+    """The collector's timing-only entry with mma_shapes from CUPTI (fixture ZISZ7F...: the zoo flash kernel at head
+    dim 128, QK m64n64k16 + PV m64n128k16): on 9.0 stage 2 marks the case settled, on 8.0 (mma.sync) it does not."""
+    import os
+    from mfulib.core import cases
+    from mfulib.core.opdir import OpDir
+    from mfulib.profiles import triton_ptx
+    from mfulib.search import pool as search_pool
+    cache = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "triton_cache")
+    line = {"inputs": [{"name": "Q", "type": "tensor", "dtype": "float16", "shape": [1, 4, 128, 128]}]}
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "model.json").write_text(json.dumps(line) + "\n")
+    pool = [dict(search_pool.pool_entry(cases.describe_case(line, 0), 0, {}, 0, "t"), flops_traced=2.0e9)]
+    shapes = triton_ptx.cupti_kernel_records({"flash_attn_fwd_kernel": (256, 49152)}, cache)
+
+    def collector(capability):
+        def fake(opdir, ids, out_dir, backend_name, opts, log, case_wall_s=None, label="", timing_only=False):
+            path = tmp_path / f"perf{capability}.json"
+            path.write_text(json.dumps({
+                "schema": 1, "tool": "msprof_perf_summary", "backend": "cuda",
+                "device": {"name": "x", "capability": capability}, "peak": {"value_tflops": 100.0},
+                "per_case": [{"case": 0, "kernel_time_ns": 1.0e4, "compute_dtype": "float16", "tf32": False,
+                              "input_bytes": 1024, "output_bytes": 512, "repeat_spread": 0.01, "asc_error": None,
+                              "pmu": None, "pmu_unavailable": "--pmu none: no PMU counters collected",
+                              "mma_shapes": shapes, "kernels": [{"name": "flash_attn_fwd_kernel",
+                                                                 "launches_per_iter": 1}]}],
+                "complete": True, "missing": []}))
+            return str(path)
+        return fake
+    for capability, settled in (("9.0", True), ("8.0", False)):
+        monkeypatch.setattr(grid_search, "run_collector", collector(capability))
+        rows, _ = grid_search.stage2(OpDir(str(work)), [0], pool, "cuda", grid_search.SearchOptions(), {}, "mfu",
+                                     lambda m: None, {}, timing_only=True)
+        assert bool(rows[0]["count_settled"]) is settled
+        if settled:
+            assert "several wgmma shapes (m64n64k16.f32.f16.f16, m64n128k16.f32.f16.f16;" in rows[0]["count_settled"]

@@ -76,6 +76,16 @@ def collect_made_from(opts, opdir, selection: dict) -> dict:
     return made.made_from(opts.output_dir, files, settings, step="collect")
 
 
+def _cupti_shapes(backend, configs):
+    """``mma_shapes`` from the timed launches' CUPTI configurations where no ncu pass read them (None without any):
+    the compiled variants of the child's Triton cache (:func:`mfulib.profiles.triton_ptx.cupti_kernel_records`)."""
+    if not configs:
+        return None
+    from mfulib.profiles.triton_ptx import cupti_kernel_records
+    from mfulib.run.worker import child_env, triton_cache_dir
+    return cupti_kernel_records(configs, triton_cache_dir(child_env(backend.child_env(os.environ))))
+
+
 def build_report(c: Collection) -> dict:
     """The performance.json document of ``c`` (:func:`mfulib.schemas.performance_json.build_report`); ``missing``
     lists the selected (case, impl) pairs not run."""
@@ -105,11 +115,12 @@ def build_report(c: Collection) -> dict:
         entry = _perf.case_entry(info, results[info.case_id], flops.get(info.case_id) or {}, nominal, tf32,
                                  nominal_by_mode=peak["nominal_tflops"] if opts.mfu else None)
         if not backend.pmu_in_profile:  # else the counters came with the profile's own columns (msprof)
-            got = results[info.case_id][impls[-1]].get("pmu_run") or {}
+            last = results[info.case_id][impls[-1]]
+            got = last.get("pmu_run") or {}
             entry.update(pmu=got.get("pmu") if got.get("pmu") is not None else entry.get("pmu") or None,
                          pmu_source=got.get("pmu_source"),
                          pmu_unavailable=got.get("pmu_unavailable", pmu.probe()["reason"]),
-                         mma_shapes=got.get("mma_shapes"))
+                         mma_shapes=got.get("mma_shapes") or _cupti_shapes(backend, last.get("launch_configs")))
             entry["flags"] += got.get("flags") or []
         if gate is not None:
             entry["verify"] = gate.admits(info.case_id)[1]

@@ -46,7 +46,8 @@ def run_pmu(pmu, backend, opdir: OpDir, case_id: int, impl: str, opts: Options, 
 def run_case_impl(backend, opdir: OpDir, case_id: int, impl: str, opts: Options, work_root: str) -> dict:
     """Measure one (case, impl) with up to ``opts.retry`` retries of an incomplete profile; never raises for the
     case's own failures. Returns {status, error, summary, flags, attempts, attempt_dir, output_bytes, wall_s,
-    device, compat, runtime, timing_method}."""
+    device, compat, runtime, timing_method} (+ ``launch_configs`` on cuda: each kernel's block threads and shared
+    memory in the measured iterations, :func:`mfulib.profiles.triton_ptx.cupti_launch_configs`)."""
     n = opts.warmup + opts.repeats
     spec = case_spec(backend, opdir, case_id, impl, opts)
     problems_seen = []
@@ -80,6 +81,9 @@ def run_case_impl(backend, opdir: OpDir, case_id: int, impl: str, opts: Options,
         problems = list(info.get("problems", [])) + lost_problems(info, opts.warmup, n)
         summary = _kernels.summarize(rows, opts.warmup, opts.repeats, extra_problems=problems)
         res["summary"] = summary
+        if backend.matrix_counter_documented and not backend.pmu_in_profile:  # cuda: which compiled variant ran
+            from mfulib.profiles.triton_ptx import cupti_launch_configs
+            res["launch_configs"] = cupti_launch_configs(rows, range(opts.warmup, n))
         res["flags"] = list(info.get("flags", [])) + list(summary.get("flags", []))
         res["wall_s"]["parse"] = time.perf_counter() - t0 - child.wall_s
         if summary["status"] == "ok":

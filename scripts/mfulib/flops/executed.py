@@ -119,13 +119,12 @@ def _all_forms(v):
     return sorted(f"{w['shape']}.{w['types']}" for w in (v.get("wgmma") or []) + (v.get("mma_sync") or []))
 
 
-def wgmma_from_compiled(record, mode=None) -> tuple:
-    """(FLOPs per counted gmma instruction or None, how or why not) from one kernel's compiled-variant record
-    (performance.json ``mma_shapes[kernel]``, :func:`mfulib.profiles.triton_ptx.launched_variant`): the variant's
-    single wgmma shape and input type give N, K and the math mode (module docstring for every refusal). An
-    ``ambiguous`` record is narrowed by the case's math mode ``mode`` (:func:`variants_for_mode`) first."""
+def _launched_variants(record, mode=None) -> tuple:
+    """(variants, narrowed note, None) of the compiled variant(s) a kernel's record identifies as the one that ran, or
+    (None, "", why not): a ``found`` record's variants, an ``ambiguous`` one's narrowed by the math mode ``mode``
+    (:func:`variants_for_mode`) to variants of one instruction set."""
     if not isinstance(record, dict):
-        return None, "no compiled-kernel record (performance.json mma_shapes) to read the wgmma N from"
+        return None, "", "no compiled-kernel record (performance.json mma_shapes) to read the wgmma N from"
     variants, narrowed = record.get("variants") or [], ""
     if record.get("status") == "ambiguous" and mode and variants:
         kept, out = variants_for_mode(variants, mode)
@@ -134,30 +133,81 @@ def wgmma_from_compiled(record, mode=None) -> tuple:
                         f"{mode} ({', '.join(sorted({f for v in out for f in _all_forms(v)}))})")
             variants = kept
         elif not kept:
-            return None, (f"compiled kernel not identified: {record.get('why')}; none of them takes the case's math "
-                          f"mode {mode}")
+            return None, "", (f"compiled kernel not identified: {record.get('why')}; none of them takes the case's "
+                              f"math mode {mode}")
     if record.get("status") != "found" and not narrowed:
-        return None, f"compiled kernel not identified: {record.get('why') or record.get('status')}"
+        return None, "", f"compiled kernel not identified: {record.get('why') or record.get('status')}"
+    return variants, narrowed, None
+
+
+def _shape_refusal(variants) -> str | None:
+    """Why the wgmma instructions of identified ``variants`` give no FLOPs per counted instruction whatever the
+    counters say (several shapes, sparse, a shape outside the table); None when one usable shape (or none) is named."""
+    forms = _forms(variants)
+    sha = ", ".join(sorted({str(v.get("ptx_sha256", "?"))[:12] for v in variants}))
+    if len(forms) > 1:
+        shown = ", ".join(f"m{m}n{n}k{k}.{t}" for m, n, k, t, _ in forms)
+        counts = {f"m{w['m']}n{w['n']}k{w['k']}": w.get("static_count") for v in variants for w in v["wgmma"]}
+        return (f"the PTX (sha256 {sha}) names several wgmma shapes ({shown}; static counts {counts}) and the "
+                "gmma counter does not split by shape; static counts are not executed counts (loop trip "
+                "counts, predication, pipelining), so the count is not apportioned")
+    if not forms:
+        return None
+    m, n, k, types, sparse = forms[0]
+    if sparse:
+        return f"sparse wgmma (.sp) m{m}n{n}k{k}.{types}: no FLOP convention for it here"
+    ptx_mode = ptx_input_mode(types)  # f16 -> float16, ...
+    if ptx_mode is None or m != WGMMA_M or WGMMA_K.get(ptx_mode) != k:
+        return f"wgmma m{m}n{n}k{k}.{types} does not fit the shape table (m {WGMMA_M}, k by input type {WGMMA_K})"
+    return None
+
+
+def wgmma_from_compiled(record, mode=None) -> tuple:
+    """(FLOPs per counted gmma instruction or None, how or why not) from one kernel's compiled-variant record
+    (performance.json ``mma_shapes[kernel]``, :func:`mfulib.profiles.triton_ptx.launched_variant`): the variant's
+    single wgmma shape and input type give N, K and the math mode (module docstring for every refusal). An
+    ``ambiguous`` record is narrowed by the case's math mode ``mode`` (:func:`variants_for_mode`) first."""
+    variants, narrowed, why = _launched_variants(record, mode)
+    if variants is None:
+        return None, why
     forms = _forms(variants)
     sha = ", ".join(sorted({str(v.get("ptx_sha256", "?"))[:12] for v in variants}))
     if not forms:
         return None, f"gmma instructions ran but the matched PTX (sha256 {sha}) names no wgmma.mma_async"
-    if len(forms) > 1:
-        shown = ", ".join(f"m{m}n{n}k{k}.{t}" for m, n, k, t, _ in forms)
-        counts = {f"m{w['m']}n{w['n']}k{w['k']}": w.get("static_count") for v in variants for w in v["wgmma"]}
-        return None, (f"the PTX (sha256 {sha}) names several wgmma shapes ({shown}; static counts {counts}) and the "
-                      "gmma counter does not split by shape; static counts are not executed counts (loop trip "
-                      "counts, predication, pipelining), so the count is not apportioned")
-    m, n, k, types, sparse = forms[0]
-    if sparse:
-        return None, f"sparse wgmma (.sp) m{m}n{n}k{k}.{types}: no FLOP convention for it here"
-    ptx_mode = ptx_input_mode(types)  # f16 -> float16, ...
-    if ptx_mode is None or m != WGMMA_M or WGMMA_K.get(ptx_mode) != k:
-        return None, (f"wgmma m{m}n{n}k{k}.{types} does not fit the shape table (m {WGMMA_M}, k by input type "
-                      f"{WGMMA_K})")
-    per = wgmma_flops_per_counted_inst(n, ptx_mode)
+    refused = _shape_refusal(variants)
+    if refused:
+        return None, refused
+    m, n, k, types, _sparse = forms[0]
+    per = wgmma_flops_per_counted_inst(n, ptx_input_mode(types))
     return per, (f"wgmma m{m}n{n}k{k}.{types} (PTX sha256 {sha}): 2*{m}*{n}*{k}/{WARPS_PER_WARPGROUP} = {per} "
                  f"FLOPs{narrowed}")
+
+
+def settled_without_counts(entry: dict, backend: str, capability=None, mode=None) -> str | None:
+    """Why no hardware count can give ``entry``'s executed FLOPs, known from its compiled kernels alone (None: only a
+    count can tell). ``entry``: a performance.json ``per_case`` entry of a run without counters whose ``mma_shapes``
+    came from CUPTI's launch records (:func:`mfulib.profiles.triton_ptx.cupti_kernel_records`).
+
+    On compute capability >= 9 a kernel whose identified compiled variant names several wgmma shapes, a sparse
+    wgmma or a shape outside the table is refused by :func:`kernel_flops` for every counter value with a non-zero
+    gmma count, and one refused kernel refuses the case (:func:`executed_flops`). So where such a kernel runs
+    any of its wgmma instructions, counting the case can only return "no executed count" with this reason: the
+    search's counting pass (:mod:`mfulib.search.counting`) then settles the case without an Nsight Compute run.
+    The one outcome this does not foresee is a kernel that runs none of its wgmma instructions (gmma 0), whose count
+    would be its mma.sync instructions (none in such a PTX): no matrix work at all, which a case with traced FLOPs
+    and a verified output does not do. Never raises."""
+    if _no_counter(backend) or (_major(capability) or 0) < 9:
+        return None
+    compiled = entry.get(SHAPES_FIELD) or {}
+    for k in entry.get("kernels") or []:
+        variants, _narrowed, _why = _launched_variants(compiled.get(k.get("name")), mode)
+        if not variants or not _forms(variants):
+            continue
+        refused = _shape_refusal(variants)
+        if refused:
+            return (f"kernel {k.get('name')!r}: compute capability {capability}: {refused} (read from the compiled "
+                    f"kernel CUPTI's launch record identifies, before any count)")
+    return None
 
 
 def kernel_flops(counters: dict, backend: str, capability=None, mode=None, compiled=None) -> tuple:

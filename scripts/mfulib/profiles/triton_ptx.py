@@ -15,7 +15,11 @@ The PTX names each warpgroup MMA with its shape and types, ``wgmma.mma_async.syn
 
 The launched variant is the one compiled for the launch ncu profiled: same kernel name, ``num_warps * 32`` threads
 = ncu's ``launch__block_size``, ``shared`` = ncu's ``launch__shared_mem_per_block_dynamic`` (Triton launches with
-its metadata's ``shared`` as the dynamic shared memory; its kernels declare no static shared memory).
+its metadata's ``shared`` as the dynamic shared memory; its kernels declare no static shared memory). Without an ncu
+pass the same two facts come from CUPTI's kernel record of the timed launches (:func:`cupti_launch_configs`: the
+product of ``block`` and ``shared memory``, which CUPTI reports as static + dynamic bytes - equal to ncu's dynamic
+bytes for a Triton kernel: 98304 for both in the H200-recorded ``tests/fixtures/profiles/cuda/plain.json.gz`` and
+``ncu_raw.csv``, static 0).
 :func:`launched_variant` returns the record performance.json keeps per kernel (``per_case[].mma_shapes``,
 :mod:`mfulib.schemas.performance_json`); :mod:`mfulib.flops.executed` turns it into FLOPs. Never raises for a
 kernel: a missing cache, an unreadable file or no match is a record with ``status`` and ``why``.
@@ -84,7 +88,7 @@ def _same_shapes(variants) -> bool:
     return len(forms) == 1
 
 
-def launched_variant(cache_dir: str, name: str, block_size, shared_dynamic_bytes) -> dict:
+def launched_variant(cache_dir: str, name: str, block_size, shared_dynamic_bytes, launch_source: str = "ncu") -> dict:
     """The record of the compiled variant(s) that match one profiled launch of kernel ``name`` (module docstring):
     ``{"status", "why", "cache_dir", "block_size", "shared_mem_dynamic_bytes", "candidates" (variants of that name),
     "variants" [the matching ones, :func:`compiled_variants` entries without ``mma_sync``/``wgmma`` duplicates
@@ -93,9 +97,11 @@ def launched_variant(cache_dir: str, name: str, block_size, shared_dynamic_bytes
     kept in ``variants``, so that :func:`mfulib.flops.executed.variants_for_mode` can rule out those of another
     math mode than the case's), ``none`` (no cache, no
     variant of that name, or none matches the launch). ``block_size`` threads, ``shared_dynamic_bytes`` bytes
-    (ncu's launch metrics; None when not measured: then that criterion cannot be applied and the record says so)."""
+    (ncu's launch metrics, or CUPTI's launch record: ``launch_source`` "ncu" | "cupti", kept in the record; None when
+    not measured: then that criterion cannot be applied and the record says so)."""
     rec = {"status": "none", "why": None, "cache_dir": cache_dir, "block_size": block_size,
-           "shared_mem_dynamic_bytes": shared_dynamic_bytes, "candidates": 0, "variants": []}
+           "shared_mem_dynamic_bytes": shared_dynamic_bytes, "launch_source": launch_source, "candidates": 0,
+           "variants": []}
     if not cache_dir or not os.path.isdir(cache_dir):
         rec["why"] = f"no Triton cache directory {cache_dir!r}"
         return rec
@@ -105,7 +111,8 @@ def launched_variant(cache_dir: str, name: str, block_size, shared_dynamic_bytes
         rec["why"] = f"no compiled Triton kernel named {name!r} in {cache_dir} (not a Triton kernel, or compiled elsewhere)"
         return rec
     if block_size is None or shared_dynamic_bytes is None:
-        rec["why"] = ("ncu gave no launch__block_size / launch__shared_mem_per_block_dynamic for this kernel: the "
+        rec["why"] = (("ncu gave no launch__block_size / launch__shared_mem_per_block_dynamic" if launch_source == "ncu"
+                       else f"{launch_source} gave no single block size / shared memory") + " for this kernel: the "
                       "launched variant cannot be told among the compiled ones")
         return rec
     match = [v for v in cands if isinstance(v.get("num_warps"), int) and v["num_warps"] * WARP_SIZE == int(block_size)
@@ -140,3 +147,31 @@ def kernel_records(pmu_by_kernel: dict, cache_dir: str) -> dict:
         out[name] = launched_variant(cache_dir, short_kernel_name(name), c.get("block_size"),
                                      c.get("shared_mem_dynamic_bytes"))
     return out
+
+
+def cupti_launch_configs(rows, iterations) -> dict:
+    """{kernel name: (threads per block, shared memory bytes) or (None, None)} of the CUPTI launch ``rows``
+    (:meth:`mfulib.backends.cuda` launch rows: ``name``, ``iteration``, ``block`` [x, y, z], ``shared_memory``) of
+    the ``iterations`` (iteration indices, the measured ones). A kernel launched with several configurations in them
+    gets (None, None): its variant cannot be told by one launch (:func:`launched_variant` then says so)."""
+    want = set(iterations)
+    seen = {}
+    for r in rows or []:
+        if r.get("iteration") not in want or r.get("kind", "kernel") != "kernel":
+            continue
+        block, shared = r.get("block"), r.get("shared_memory")
+        try:
+            threads = int(block[0]) * int(block[1]) * int(block[2]) if block is not None else None
+            shared = int(shared) if shared is not None else None
+        except (TypeError, ValueError, IndexError):
+            threads, shared = None, None
+        seen.setdefault(str(r.get("name", "")), set()).add((threads, shared))
+    return {name: (next(iter(c)) if len(c) == 1 else (None, None)) for name, c in seen.items()}
+
+
+def cupti_kernel_records(configs: dict, cache_dir: str) -> dict:
+    """{kernel name: :func:`launched_variant` record} from CUPTI launch configurations (:func:`cupti_launch_configs`),
+    ``launch_source`` "cupti": the compiled variants a timing run without an ncu pass launched."""
+    from mfulib.profiles.ncu import short_kernel_name
+    return {name: launched_variant(cache_dir, short_kernel_name(name), threads, shared, launch_source="cupti")
+            for name, (threads, shared) in (configs or {}).items()}

@@ -22,7 +22,9 @@ peak_nom_tflops, peak_ach_tflops, bytes_moved, achieved_gbps, mbu, bandwidth_gbp
 between the collector's progress line of the previous case - the first: the collector's start - and this case's:
 its timing child plus its PMU pass; None when the collector printed no line for it), retimed (the re-timed leaders
 only, :func:`mfulib.search.retime.summarize`: {runs, values [the figure per run, stage 2's first], kernel_time_ns
-[per run, None where a run gave none], median, min, max, spread ((max - min) / median)})}] - best first: the re-timed
+[per run, None where a run gave none], median, min, max, spread ((max - min) / median)}), count_settled (only
+when stage 2 timed without counters: why no count can give the case's executed FLOPs, read from the compiled
+kernels its launches ran - :func:`mfulib.flops.executed.settled_without_counts` -, or None)}] - best first: the re-timed
 ones by median, then the rest as stage 2 ranked them,
 ``stage2_performance_json`` (the collector's report of stage 2),
 ``retime`` {top_k, runs (re-timing runs asked for), figure (the field the values are: mfu_ach | mfu_nom |
@@ -35,8 +37,10 @@ numerator_traced, numerator_executed, numerator, kernel_time_ns, retimed} (None 
 limit: with re-timing, the candidate of the highest median, ``mfu`` / ``mbu`` and ``kernel_time_ns`` its medians over
 the runs and ``retimed`` its stage-2 row's ``retimed`` plus ``figure`` and ``tie`` (the retime block's); absent
 without re-timing,
-``counts`` {order [case ids counted, in order], stopped (why the pass stopped), runs [{case, performance_json
-(None as written today: the run's report is ``<work>/search/counts<case>/performance.json``), error}]} (None: no counting pass - not cuda, ``--counts-on all``, counters off; :mod:`mfulib.search.counting`; each
+``counts`` {order [case ids counted, in order], stopped (why the pass stopped), runs [{case, performance_json (the
+counting run's report, ``<work>/search/counts<case>/performance.json``; None where no run was made or it wrote none),
+error, settled_by ("compiled kernels": settled by the stage-2 row's ``count_settled`` without a counting run; None:
+counted)}]} (None: no counting pass - not cuda, ``--counts-on all``, counters off; :mod:`mfulib.search.counting`; each
 stage-2 row then carries ``counted``: True, or False where its numerator stayed the traced upper bound),
 ``cost_s`` {flops, verify, stage1, stage2, retime, counts, total} (wall seconds of each part), ``chosen_cases`` [case ids the
 collector measures after the search, best first], ``probe_cut`` (the probe.json ``interrupted`` text when its budget

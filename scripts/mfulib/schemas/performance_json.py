@@ -64,10 +64,11 @@ Top level
     profiled launches; a counter not measured is None, never 0), ``pmu_source`` ("ncu" |
     "msprof:<Group>[+<Group>...]" | None), ``mma_shapes`` {kernel: the MMA instructions of the compiled Triton variant
     that launch ran: {status (found | ambiguous | none), why, cache_dir, block_size, shared_mem_dynamic_bytes,
-    candidates, variants [{key, ptx_file, ptx_sha256, num_warps, shared, arch, wgmma [...], mma_sync [...]}]}}
-    (:func:`mfulib.profiles.triton_ptx.launched_variant`; the wgmma N of :mod:`mfulib.flops.executed`; None without
-    an ncu pass), ``pmu_unavailable`` (None, or why there are no counters:
-    "ncu: ERR_NVGPUCTRPERM - ...", "ncu not found ...", "cpu backend: no hardware counters ..."),
+    launch_source (ncu | cupti: whose launch record gave the block size and shared memory), candidates, variants
+    [{key, ptx_file, ptx_sha256, num_warps, shared, arch, wgmma [...], mma_sync [...]}]}}
+    (:func:`mfulib.profiles.triton_ptx.launched_variant`; the wgmma N of :mod:`mfulib.flops.executed`; from CUPTI's
+    launch records where cuda ran no ncu pass; None on other backends), ``pmu_unavailable`` (None, or why there
+    are no counters: "ncu: ERR_NVGPUCTRPERM - ...", "ncu not found ...", "cpu backend: no hardware counters ..."),
     ``median_iterations`` (the measured iteration(s) whose kernel time is the median: the kernels'
     ``time_per_iter_ns``), ``attempts`` (profiling attempts used),
     ``ncu_replay`` (None when the kernel times come from a trace; for a case timed from an ``ncu --csv`` file with

@@ -10,11 +10,13 @@ the counters on: after each count the candidate's figures are recomputed from mi
 kernel times, and the pass stops once the best counted figure is at least the next candidate's upper bound - no
 uncounted candidate can then beat it (branch and bound). Where the counters give no executed count (warpgroup MMA
 of several shapes on Hopper, a refused counter), the first count already settles it: its figure is exact and it
-stays first. ``--counts-on all`` counts every stage-2 case in stage 2's own run (the earlier behaviour).
+stays first - and where the compiled kernels stage 2's launches ran already say so (several wgmma shapes in one
+kernel: :func:`mfulib.flops.executed.settled_without_counts`), that case is settled without a counting run at all.
+``--counts-on all`` counts every stage-2 case in stage 2's own run (the earlier behaviour).
 
 Each row gets ``counted``: True (counted here; its numerator follows the rule), False (not counted: its figure is
 the traced upper bound, ``num_src_why`` says so), and the pass returns {order [case ids counted, in order], stopped
-(why it stopped), runs [{case, performance_json, error}]}.
+(why it stopped), runs [{case, performance_json, error, settled_by}]}.
 """
 from __future__ import annotations
 
@@ -61,13 +63,17 @@ def apply_count(row: dict, executed, executed_src, why, fld: str, metric: str) -
     row["counted"] = True
 
 
-def count_leaders(rows: list, metric: str, count, log, cost: dict, retime_block: dict | None = None) -> dict:
+def count_leaders(rows: list, metric: str, count, log, cost: dict, retime_block: dict | None = None,
+                  settled: dict | None = None) -> dict:
     """Count the fewest candidates that settle the limit (module docstring). ``rows``: the stage-2 rows, best first
     (after :func:`mfulib.search.retime.retime` when re-timed), their numerator the traced count; ``count(case)``
-    runs the counters on one case and returns (executed, executed_src, why_no_executed) (UserError: that run failed,
-    the row keeps the traced count, with the reason). Re-orders ``rows`` in place (the group that can be the limit
-    by its figure, then the rest), updates ``retime_block``'s ``ranked`` and ``tie`` when given, adds
-    ``cost["counts"]`` (wall seconds) and returns the pass's block."""
+    runs the counters on one case and returns (executed, executed_src, why_no_executed[, its performance.json path])
+    (UserError: that run failed, the row keeps the traced count, with the reason). Re-orders ``rows`` in place
+    (the group that can be the limit by its figure, then the rest), updates ``retime_block``'s ``ranked`` and
+    ``tie`` when given, adds ``cost["counts"]`` (wall seconds) and returns the pass's block. ``settled`` {case: why}: cases whose count can
+    only say "no executed count" (:func:`mfulib.flops.executed.settled_without_counts`, from the compiled kernels
+    stage 2's launches ran): such a case is settled in its turn without calling ``count`` (its run entry says
+    ``settled_by`` "compiled kernels"), with the same outcome a count would have."""
     fld, _kind = _sn.common_figure(rows, metric)
     group = group_of(rows)
     for r in rows:
@@ -87,10 +93,17 @@ def count_leaders(rows: list, metric: str, count, log, cost: dict, retime_block:
                 block["stopped"] = (f"case {best['case']}'s counted figure {key_of(best):.6g} >= case {nxt['case']}'s "
                                     f"upper bound {key_of(nxt):.6g} (traced FLOPs; a count only lowers it)")
                 break
-            entry = {"case": nxt["case"], "performance_json": None, "error": None}
+            entry = {"case": nxt["case"], "performance_json": None, "error": None, "settled_by": None}
             block["runs"].append(entry)
             try:
-                executed, src, why = count(nxt["case"])
+                if (settled or {}).get(nxt["case"]):
+                    entry["settled_by"] = "compiled kernels"
+                    executed, src, why = None, None, f"no executed count: {settled[nxt['case']]}"
+                    log(f"counting case {nxt['case']}: settled without a counting run - {settled[nxt['case']]}")
+                else:
+                    got = count(nxt["case"])
+                    executed, src, why = got[:3]
+                    entry["performance_json"] = got[3] if len(got) > 3 else None
             except UserError as exc:
                 entry["error"] = str(exc)
                 log(f"counting case {nxt['case']}: {exc}")

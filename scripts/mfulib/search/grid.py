@@ -193,16 +193,18 @@ def counts_later(backend_name: str, opts: SearchOptions, metric: str) -> bool:
 
 def count_one(opdir: OpDir, case: int, pool: list, backend_name: str, opts: SearchOptions, log) -> tuple:
     """The counting pass's run on one ``case``: the collector with the counters on (``--pmu``
-    :attr:`SearchOptions.stage2_pmu`) into ``<work>/search/counts<case>/``; returns :func:`executed_of` of its entry.
-    Raises UserError when the collector wrote no report or no entry for the case."""
+    :attr:`SearchOptions.stage2_pmu`) into ``<work>/search/counts<case>/``; returns :func:`executed_of` of its entry
+    plus the run's performance.json path. Raises UserError when the collector wrote no report or no entry for the
+    case."""
     from mfulib.schemas import performance_json as _perf
     out_dir = os.path.join(opdir.path, SCRATCH, f"counts{case}")
-    rep = _perf.load_report(run_collector(opdir, [case], out_dir, backend_name, opts, log, label=f"counting {case}"))
+    path = run_collector(opdir, [case], out_dir, backend_name, opts, log, label=f"counting {case}")
+    rep = _perf.load_report(path)
     e = next((x for x in rep["per_case"] if x["case"] == case), None)
     if e is None or e.get("skipped"):
         raise UserError(f"counting case {case}: the collector measured nothing ({(e or {}).get('skipped')})")
     p = next(x for x in pool if x["case"] == case)
-    return executed_of(e, p, backend_name, (rep.get("device") or {}).get("capability"))
+    return executed_of(e, p, backend_name, (rep.get("device") or {}).get("capability")) + (path,)
 
 
 def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchOptions, peaks: dict, metric: str,
@@ -210,7 +212,9 @@ def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchO
     """(stage-2 rows, performance.json path): the collector's precise kernel time of the ``top`` case ids and each
     one's numerator (min(traced, executed)) and MFU / MBU. The collector writes to ``<work>/search/<out_name>/``
     (bench/bench_search_h200.py measures the whole pool the same way under another name). ``timing_only``: no
-    counters (:func:`counts_later`): the numerator is the traced count, an upper bound the counting pass settles."""
+    counters (:func:`counts_later`): the numerator is the traced count, an upper bound the counting pass settles;
+    each row then carries ``count_settled``: why no count can give its executed FLOPs, known from the compiled
+    kernels its launches ran (:func:`mfulib.flops.executed.settled_without_counts`), or None."""
     from mfulib.core.nominal_peaks import nominal_for_identity
     from mfulib.schemas import performance_json as _perf
     t0 = time.perf_counter()
@@ -240,6 +244,8 @@ def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchO
         executed, src, why = executed_of(e, p, backend_name, device.get("capability"))
         if timing_only:
             why = "counters off in stage 2 (--counts-on leaders: the counting pass counts the leaders); " + str(why)
+            mode = peak_key(dtype, bool(e.get("tf32"))) if dtype else None
+            row["count_settled"] = _executed.settled_without_counts(e, backend_name, device.get("capability"), mode)
         row.update(_sn.numerator(p["flops_traced"], executed, src, why))
         row["peak_ach_tflops"] = measured_peak_tflops(ach, dtype, bool(e.get("tf32")))[0] if dtype else None
         row["bytes_moved"] = (e.get("input_bytes") or p["input_bytes"]) + (e.get("output_bytes") or 0)
@@ -393,7 +399,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         if later:
             doc["counts"] = _counting.count_leaders(
                 doc["stage2"], metric, lambda c: count_one(opdir, c, pool, backend.name, opts, log), log, cost,
-                doc["retime"])
+                doc["retime"], settled={r["case"]: r["count_settled"] for r in doc["stage2"] if r.get("count_settled")})
             log(f"counting pass: cases {doc['counts']['order']} counted; {doc['counts']['stopped']}")
         doc["best"] = best_of(doc["stage2"], pool, metric)
         if doc["best"] and doc["retime"]:
