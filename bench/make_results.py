@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_PACK = os.path.join(ROOT, "bench", "validation", "h200")
 DEFAULT_OUT = os.path.join(ROOT, "bench", "RESULTS.md")
 ORDER = ("env", "ncu", "gemm", "makeall", "overhead", "peaks_wide", "peaks", "pmu", "pmu_micro", "gemm_grid",
-         "executed", "referee", "batch")
+         "executed", "cupti", "referee", "batch")
 
 
 def load_pack(pack_dir):
@@ -81,6 +81,7 @@ MEASURES = {
     "pmu_micro": BOUND + ("bench/pmu_bound_h200.py",),
     "gemm_grid": BOUND + ("bench/gemm_grid_h200.py", "scripts/mfulib/run/compat.py") + ops("zoo/5_MHABlock"),
     "executed": TOOL + ("bench/executed_flops_h200.py", "bench/executed_ops/") + ops("zoo/5_MHABlock"),
+    "cupti": TOOL + ("bench/cupti_variants_h200.py",) + ops("zoo/5_MHABlock"),
     "referee": TOOL + ("bench/bench_search_vs_bruteforce.py", "bench/referee_bruteforce.py", "examples/ops/"),  # its operators: any bundled one
     "batch": TOOL + ("examples/ops/",),
 }
@@ -236,6 +237,33 @@ def sec_executed(st):
             "executed >= traced on every case: " + _verdict(c["mha_ok"]) + "; tril_bmm executed = the hand tile "
             "model and `num_src` from the hardware count: " + _verdict(c["tril_ok"]) + ".\n\n" + body.strip()
             .replace("# Executed vs traced", "### Executed vs traced"))
+
+
+def cupti_checks(r):
+    """(kernels told alike / kernels, cases that agree / cases) of a cupti stage result (bench/cupti_variants_h200.py
+    ``rows``)."""
+    rows = r.get("rows") or []
+    ks = [k for x in rows for k in x.get("kernels") or []]
+    return sum(1 for k in ks if k.get("same")), len(ks), sum(1 for x in rows if x.get("agree")), len(rows)
+
+
+def sec_cupti(st):
+    r = st.get("result") or {}
+    same, n_k, agree, n_c = cupti_checks(r)
+    rows = [[x["case"], x.get("mode"), k["name"], k["cupti"].get("block_size"),
+             k["cupti"].get("shared_mem_dynamic_bytes"), k["ncu"].get("block_size"),
+             k["ncu"].get("shared_mem_dynamic_bytes"), ", ".join(k.get("wgmma") or []),
+             "yes" if k.get("same") else "**no**", "yes" if x.get("settled") else "no",
+             "yes" if x.get("agree") else "**no**"]
+            for x in r.get("rows") or [] for k in x.get("kernels") or []]
+    return (f"## The launched variant from CUPTI vs ncu (`bench/cupti_variants_h200.py`)\n\n{stamp(st)}\n\n"
+            f"`{st.get('command', '')}` exit status {st.get('rc')}. The zoo MHA block's cases, collected twice in one "
+            "Triton cache: `--pmu none` (each kernel's compiled variant told by CUPTI's block threads and shared "
+            "memory, what the search's stage 2 reads) and `--pmu ncu` (told by ncu's launch metrics). Variant told "
+            f"alike: {same}/{n_k} kernels; a case the compiled kernels settle (no count run by the search) counts to "
+            f"no executed FLOPs for the same reason under ncu: {agree}/{n_c} cases.\n\n"
+            + table(["case", "mode", "kernel", "CUPTI threads", "CUPTI shared B", "ncu threads", "ncu shared B",
+                     "wgmma", "same variant", "settled", "agrees"], rows))
 
 
 def sec_gemm_grid(st):
@@ -590,11 +618,13 @@ TITLES = {"env": "Device", "ncu": "Kernel time: collector vs Nsight Compute",
           "peaks": "Peaks: int8 and fp8", "pmu": "PMU counters and bound classes (Nsight Compute)",
           "pmu_micro": "Bound classes on known kernels", "gemm_grid": "The MHA example's GEMM under ncu",
           "executed": "Executed vs traced FLOPs on Hopper",
+          "cupti": "The launched variant from CUPTI vs ncu",
           "referee": "Limit search vs a brute force",
           "batch": "Batch over the bundled and real-case operators: MFU tables"}
 SECTIONS = {"env": sec_env, "ncu": sec_ncu, "gemm": sec_gemm, "makeall": sec_makeall, "overhead": sec_overhead,
             "peaks_wide": sec_peaks_wide, "peaks": sec_peaks, "pmu": sec_pmu, "pmu_micro": sec_pmu_micro,
-            "gemm_grid": sec_gemm_grid, "executed": sec_executed, "referee": sec_referee, "batch": sec_batch}
+            "gemm_grid": sec_gemm_grid, "executed": sec_executed, "cupti": sec_cupti, "referee": sec_referee,
+            "batch": sec_batch}
 
 
 def _verdict(ok):
@@ -709,6 +739,13 @@ def _summary_rows(pack):
                                   ", ".join(f"case {x['case']}: executed / tile model {_tile_ratio(x)}, num_src "
                                             f"{(x.get('numerator') or {}).get('num_src')}" for x in c["tril"]),
                                   "= tile model, num_src not tracer", _verdict(c["tril_ok"])]))
+    r = (pack.get("cupti") or {}).get("result") or {}
+    if r.get("rows"):
+        same, n_k, agree, n_c = cupti_checks(r)
+        rows.append(("cupti", ["the compiled variant CUPTI tells = ncu's (zoo/5_MHABlock)", f"{same}/{n_k} kernels",
+                               "all", _verdict(same == n_k)]))
+        rows.append(("cupti", ["a count the compiled kernels settle = the count's outcome", f"{agree}/{n_c} cases",
+                               "all", _verdict(agree == n_c)]))
     r = (pack.get("referee") or {}).get("result") or {}
     crit = r.get("criteria") or {}
     for op in r.get("ops") or []:

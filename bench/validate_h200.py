@@ -31,6 +31,8 @@ gemm_grid      bench/gemm_grid_h200.py: the MHA example's matmul_kernel and vari
                unmasked K loop) timed and classified under ncu - why its GEMM is latency-bound
 executed       bench/executed_flops_h200.py: executed vs traced FLOPs on Hopper (the MHA GEMM, tril_bmm); the
                launched kernels' PTX come back as executed_fixtures.tar.gz
+cupti          bench/cupti_variants_h200.py: the compiled variant each launch ran, told by CUPTI's launch record
+               (what the search's stage 2 reads) vs by ncu's; a count the compiled kernels settle vs the count
 referee        bench/bench_search_vs_bruteforce.py: the limit search (probe + grid search) vs a brute force
 batch          scripts/mfu_batch.py over the bundled and real-case operators (SEARCH=1), the MFU tables
 =============  ===========================================================================================
@@ -111,14 +113,14 @@ STATE_SKIP_DIRS = ("prof",)
 STATE_SKIP_SUFFIXES = (".png", ".svg", ".html", ".pt", ".ncu-rep", ".nsys-rep", ".gz", ".trace.json", ".log")
 STATE_MAX_FILE_BYTES = 2_000_000
 STAGES = ("env", "makeall", "overhead", "peaks", "peaks_wide", "gemm", "ncu", "pmu", "pmu_micro", "gemm_grid",
-          "executed", "referee", "batch")
+          "executed", "cupti", "referee", "batch")
 # per stage: (script that must exist, time limit s); the limit is also capped by the call's deadline
 LIMITS = {"env": (None, 60), "makeall": (None, 330), "overhead": ("bench/bench_tool_overhead.py", 420),
           "peaks": ("bench/bench_peaks_h200.py", 150), "peaks_wide": ("bench/bench_peak_calib.py", 200),
           "gemm": ("bench/bench_gemm_mfu.py", 90),
           "ncu": ("bench/ncu_vs_profiler.py", 200), "pmu": ("bench/pmu_h200.sh", 300),
           "pmu_micro": ("bench/pmu_bound_h200.py", 150), "gemm_grid": ("bench/gemm_grid_h200.py", 200),
-          "executed": ("bench/executed_flops_h200.py", 420),
+          "executed": ("bench/executed_flops_h200.py", 420), "cupti": ("bench/cupti_variants_h200.py", 240),
           "referee": ("bench/bench_search_vs_bruteforce.py", 540), "batch": ("scripts/mfu_batch.py", 540)}
 # peaks_wide: a 5 x 5 x 4 grid (100 shapes per dtype, m, n in 2048..12288, k in 2048..16384, 10 ms each) instead
 # of bench_peak_calib's 448: the three dtypes' sweeps and the calibration fit in ~100 s of the stage's 200
@@ -499,6 +501,7 @@ def bench_stage(name):
                 "ncu_vs_profiler.md.json"),
         "pmu_micro": (lambda o: [PY, "bench/pmu_bound_h200.py", "--out", o], "result.json"),
         "executed": (lambda o: [PY, "bench/executed_flops_h200.py", "--out", o], "result.json"),
+        "cupti": (lambda o: [PY, "bench/cupti_variants_h200.py", "--out", o], "result.json"),
         "gemm_grid": (lambda o: [PY, "bench/gemm_grid_h200.py", "--out", o], "result.json"),
         "referee": (lambda o, lim, resume: [PY, "bench/bench_search_vs_bruteforce.py", "--out", o, "--shared-data",
                                             os.path.join(ROOT, ".shared_data", "data"),

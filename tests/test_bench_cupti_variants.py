@@ -50,3 +50,20 @@ def test_a_variant_told_apart_differently_or_a_count_that_disagrees_is_reported(
     empty = copy.deepcopy(none)
     empty["per_case"][0]["mma_shapes"] = None
     assert not any(k["same"] for k in cv.compare(empty, ncu)[0]["kernels"])
+
+
+def test_the_results_section_and_criteria_say_what_the_stage_measured():
+    import make_results as mr
+    import validate_h200 as vh
+    assert "cupti" in vh.STAGES and "cupti" in mr.ORDER and vh.bench_stage("cupti")[1] == "result.json"
+    none, ncu = docs()
+    bad = copy.deepcopy(ncu)
+    bad["per_case"][0]["mma_shapes"]["matmul_kernel"] = triton_ptx.launched_variant(CACHE, "matmul_kernel", 256, 49152)
+    for pair, kernels_met in ((docs(), "yes"), ((none, bad), "**NO**")):
+        st = {"result": {"rows": cv.compare(*pair)}, "command": "bench/cupti_variants_h200.py", "rc": 0}
+        rows = {r[1][0]: r[1] for r in mr._summary_rows({"cupti": st})}
+        assert rows["the compiled variant CUPTI tells = ncu's (zoo/5_MHABlock)"][1:] == [
+            "2/2 kernels" if kernels_met == "yes" else "1/2 kernels", "all", kernels_met]
+        assert rows["a count the compiled kernels settle = the count's outcome"][1:] == ["1/1 cases", "all", "yes"]
+        assert "| 0 | tf32 | flash_attn_fwd_kernel | 256 | 49152 | 256 | 49152 | m64n128k16, m64n64k16 |" in \
+            mr.sec_cupti(st)
