@@ -45,8 +45,9 @@ def variant_keys(rec):
 
 def compare(none_rep: dict, ncu_rep: dict) -> list:
     """Per case of the two performance.json documents (``--pmu none`` and ``--pmu ncu`` of the same cases): the
-    kernels' CUPTI and ncu records side by side with ``same`` (status, block threads, dynamic shared memory and
-    matched variant folders equal), and ``settled`` (:func:`mfulib.flops.executed.settled_without_counts` of the
+    kernels' CUPTI and ncu records side by side with ``same`` (the first told by CUPTI, the second by ncu - an ncu
+    pass that failed leaves a CUPTI record there -, and status, block threads, dynamic shared memory and matched
+    variant folders equal), and ``settled`` (:func:`mfulib.flops.executed.settled_without_counts` of the
     none entry) beside ``counted`` (:func:`mfulib.flops.executed.executed_flops` of the ncu entry) with ``agree``:
     a settled case must count to None with the same reason; an unsettled one agrees whatever the count says."""
     from mfulib.core.definitions import peak_key
@@ -63,8 +64,8 @@ def compare(none_rep: dict, ncu_rep: dict) -> list:
         for k in e.get("kernels") or []:
             a = (e.get(executed.SHAPES_FIELD) or {}).get(k["name"]) or {}
             b = (n.get(executed.SHAPES_FIELD) or {}).get(k["name"]) or {}
-            same = bool(a) and bool(b) and all(_num(a.get(x)) == _num(b.get(x)) for x in KEYS) \
-                and variant_keys(a) == variant_keys(b)
+            same = a.get("launch_source") == "cupti" and b.get("launch_source") == "ncu" \
+                and all(_num(a.get(x)) == _num(b.get(x)) for x in KEYS) and variant_keys(a) == variant_keys(b)
             shown = KEYS + ("launch_source",)
             kernels.append({"name": k["name"], "same": same, "cupti": {x: a.get(x) for x in shown},
                             "ncu": {x: b.get(x) for x in shown}, "variants_cupti": variant_keys(a),

@@ -46,6 +46,9 @@ def test_a_variant_told_apart_differently_or_a_count_that_disagrees_is_reported(
         counted["per_case"][0]["mma_shapes"]["flash_attn_fwd_kernel"]["variants"][0]["wgmma"][:1]
     r = cv.compare(none, counted)[0]
     assert r["counted"]["executed"] is not None and r["settled"] and not r["agree"]
+    # an ncu pass that failed leaves the CUPTI record on the ncu side too: CUPTI against CUPTI is never "same"
+    failed = copy.deepcopy(none)
+    assert not any(k["same"] for k in cv.compare(none, failed)[0]["kernels"])
     # no cupti record at all (a collector that did not read it) is never "same"
     empty = copy.deepcopy(none)
     empty["per_case"][0]["mma_shapes"] = None

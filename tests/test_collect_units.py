@@ -380,3 +380,34 @@ def test_without_an_ncu_pass_cuda_cases_get_their_compiled_variants_from_cupti(m
     assert rec["status"] == "found" and rec["launch_source"] == "cupti" and rec["cache_dir"] == cache
     assert sorted(w["shape"] for w in rec["variants"][0]["wgmma"]) == ["m64n128k16", "m64n64k16"]
     assert assemble._cupti_shapes(CudaBackend(), None) is None
+
+
+def test_a_cuda_case_records_the_launch_configs_of_its_measured_iterations_only(tmp_path, monkeypatch):
+    """run_case_impl keeps each kernel's CUPTI block threads and shared memory from the measured iterations (the
+    warm-up launched another config: an autotuner trying one) for ``mma_shapes``; a backend without a documented
+    matrix counter (cpu) records none."""
+    from mfulib.backends.runner import ChildResult
+    from mfulib.collect import run_case
+    from mfulib.collect.options import Options
+    from mfulib.core.opdir import OpDir
+
+    class FakeCuda:  # test double of the cuda backend's collector side: the rows its trace parser would give
+        name, timing_method, markers = "cuda", "cupti", True
+        matrix_counter_documented, pmu_in_profile = True, False
+
+        def device_string(self, device_id):
+            return "cuda:0"
+
+        def launches(self, attempt_dir, report, n):
+            rows = [{"name": "k", "iteration": i, "kind": "kernel", "start_ns": 1000 * (i + 1), "duration_ns": 100,
+                     "block": [128 if i == 0 else 256, 1, 1], "shared_memory": 1024 if i == 0 else 49152}
+                    for i in range(n)]
+            return rows, {"lost_by_iter": {}, "problems": [], "flags": []}
+
+    monkeypatch.setattr(run_case, "run_child", lambda *a, **kw: ChildResult("ok", {"device": {}}))
+    opts = Options(warmup=1, repeats=2, retry=0)
+    res = run_case.run_case_impl(FakeCuda(), OpDir(str(tmp_path)), 0, "asc", opts, str(tmp_path / "w"))
+    assert res["status"] == "ok" and res["launch_configs"] == {"k": (256, 49152)}
+    FakeCuda.matrix_counter_documented = False
+    res = run_case.run_case_impl(FakeCuda(), OpDir(str(tmp_path)), 0, "asc", opts, str(tmp_path / "w"))
+    assert "launch_configs" not in res

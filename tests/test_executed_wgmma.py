@@ -232,3 +232,73 @@ def test_only_a_count_can_tell_one_shape_an_older_gpu_or_an_unidentified_variant
     assert executed.settled_without_counts(_entry(_d128_flash_rows()), "cuda", "8.0", "float16") is None
     assert executed.settled_without_counts(_entry(_d128_flash_rows(threads=128)), "cuda", "9.0", "float16") is None
     assert executed.settled_without_counts(_entry(_d128_flash_rows()), "npu", "9.0", "float16") is None
+
+
+def _rec(*variants, status="found"):
+    """A hand-made compiled-variant record (the shape of :func:`triton_ptx.launched_variant`), wgmma forms per PTX ISA
+    instruction text: (m, n, k, types, sparse)."""
+    vs = [{"key": f"v{i}", "ptx_sha256": f"sha{i}", "mma_sync": list(ms),
+           "wgmma": [{"shape": f"m{m}n{n}k{k}", "m": m, "n": n, "k": k, "types": t, "sparse": sp, "static_count": 4}
+                     for m, n, k, t, sp in ws]} for i, (ws, ms) in enumerate(variants)]
+    return {"status": status, "why": "two variants" if status == "ambiguous" else None, "variants": vs}
+
+
+F16_64, F16_128 = (64, 64, 16, "f32.f16.f16", False), (64, 128, 16, "f32.f16.f16", False)
+BF16_64, BF16_128 = (64, 64, 16, "f32.bf16.bf16", False), (64, 128, 16, "f32.bf16.bf16", False)
+MMA_SYNC = {"shape": "m16n8k16", "m": 16, "n": 8, "k": 16, "types": "f32.f16.f16.f32", "static_count": 2}
+
+
+def test_a_zero_gmma_count_against_a_wgmma_variant_is_refused_not_counted_as_mma_sync():
+    rec = _rec(([F16_64, F16_128], []))
+    for inst in (0.0, 1000.0):
+        v, why = executed.kernel_flops(_wgmma_counters(0, inst), "cuda", "9.0", "float16", rec)
+        assert v is None and "counted no tensor_inst_executed_gmma instruction" in why
+    # a variant with no wgmma (mma.sync only) and gmma 0 is still an mma.sync count
+    v, _ = executed.kernel_flops(_wgmma_counters(0, 1000), "cuda", "9.0", "float16", _rec(([], [MMA_SYNC])))
+    assert v == 1000 * 2 * 16 * 8 * 16
+
+
+SETTLED = {  # record -> settled (a count can only refuse) for a float16 case on 9.0
+    "two shapes": (_rec(([F16_64, F16_128], [])), True),
+    "two shapes beside mma.sync": (_rec(([F16_64, F16_128], [MMA_SYNC])), True),
+    "sparse": (_rec(([(64, 64, 32, "f32.f16.f16", True)], [])), True),
+    "off the table (m 128)": (_rec(([(128, 64, 16, "f32.f16.f16", False)], [])), True),
+    "one shape": (_rec(([F16_128], [])), False),
+    "ambiguous, narrowed by the mode to two shapes": (_rec(([F16_64, F16_128], []), ([BF16_64], []),
+                                                           status="ambiguous"), True),
+    "ambiguous, narrowed by the mode to one shape": (_rec(([F16_128], []), ([BF16_64, BF16_128], []),
+                                                          status="ambiguous"), False),
+    "ambiguous, not narrowed": (_rec(([F16_64, F16_128], []), ([F16_64], []), status="ambiguous"), False),
+    "not identified": ({"status": "none", "why": "no match", "variants": []}, False),
+}
+
+
+@pytest.mark.parametrize("label", sorted(SETTLED))
+def test_settled_exactly_where_every_counter_value_is_refused(label):
+    rec, settled = SETTLED[label]
+    single = {"name": "matmul_kernel", "launches_per_iter": 2}
+    entry = {"kernels": [single, {"name": "k", "launches_per_iter": 1}],  # the deciding kernel comes second
+             executed.SHAPES_FIELD: {"matmul_kernel": _rec(([F16_128], [])), "k": rec}}
+    assert bool(executed.settled_without_counts(entry, "cuda", "9.0", "float16")) is settled
+    outcomes = set()
+    for gmma in (0.0, 1.0, 3.0e6, None, float("nan")):
+        for extra in (0.0, 7.0):
+            inst = None if gmma is None else gmma + extra
+            pmu = {n: {"tensor_inst_executed": inst, "tensor_inst_executed_gmma": gmma, "launches": 1}
+                   for n in ("matmul_kernel", "k")}
+            outcomes.add(executed.executed_flops(dict(entry, pmu=pmu), "cuda", "9.0", "float16")[0] is None)
+    if settled:
+        assert outcomes == {True}  # no counter value gives an executed count
+    elif "one shape" in label:
+        assert False in outcomes  # some counter value does: only a count can tell
+    # an unidentified variant is never settled: refused by every value here too, but the PTX is not the evidence
+
+
+def test_cupti_configs_multiply_the_block_and_skip_other_rows_and_templated_names_match():
+    rows = [{"name": "void flash_attn_fwd_kernel<4>(float*)", "iteration": 0, "kind": "kernel", "block": [64, 4, 1],
+             "shared_memory": 49152},
+            {"name": "Memcpy HtoD", "iteration": 0, "kind": "memcpy", "block": None, "shared_memory": None}]
+    configs = triton_ptx.cupti_launch_configs(rows, [0])
+    assert configs == {"void flash_attn_fwd_kernel<4>(float*)": (256, 49152)}
+    rec = triton_ptx.cupti_kernel_records(configs, CACHE)["void flash_attn_fwd_kernel<4>(float*)"]
+    assert rec["status"] == "found" and rec["block_size"] == 256

@@ -161,8 +161,8 @@ def test_a_case_the_compiled_kernels_settle_is_not_counted_and_the_pass_stops_as
     rows = [row(1, [kt(0.6)] * 3), row(2, [kt(0.59)] * 3), row(3, [kt(0.4)] * 3)]
     calls, logged = [], []
     why = "kernel 'k': compute capability 9.0: the PTX names several wgmma shapes (m64n64k16, m64n128k16)"
-    out = counting.count_leaders(rows, "mfu", lambda c: calls.append(c) or (None, None, "refused"), logged.append,
-                                 {}, settled={1: why, 3: "never reached"})
+    rows[0]["count_settled"], rows[2]["count_settled"] = why, "never reached"
+    out = counting.count_leaders(rows, "mfu", lambda c: calls.append(c) or (None, None, "refused"), logged.append, {})
     assert calls == [] and out["order"] == [1] and out["runs"] == [
         {"case": 1, "performance_json": None, "error": None, "settled_by": "compiled kernels"}]
     assert "case 1's counted figure" in out["stopped"] and "case 2's upper bound" in out["stopped"]
@@ -170,9 +170,9 @@ def test_a_case_the_compiled_kernels_settle_is_not_counted_and_the_pass_stops_as
     assert rows[0]["retimed"]["median"] == pytest.approx(0.6) and any("settled without a counting run" in m
                                                                          for m in logged)
     # a settled case that a count drops out of the lead does not stop the next one from being counted
-    rows = [row(1, [kt(0.6)] * 3), row(2, [kt(0.59)] * 3)]
+    rows = [row(1, [kt(0.6)] * 3), dict(row(2, [kt(0.59)] * 3), count_settled=why)]
     out = counting.count_leaders(rows, "mfu", lambda c: calls.append(c) or (0.5 * TRACED, "hardware:x", None, "p.json"),
-                                 lambda m: None, {}, settled={2: why})
+                                 lambda m: None, {})
     assert calls == [1] and out["order"] == [1, 2] and [r["settled_by"] for r in out["runs"]] == [None,
                                                                                                   "compiled kernels"]
     assert [r["performance_json"] for r in out["runs"]] == ["p.json", None]

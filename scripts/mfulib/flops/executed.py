@@ -31,7 +31,9 @@ instructions, Nsight Compute Kernel Profiling Guide "Metrics Decoder": ``inst_ex
   its input type, for sparse wgmma (``.sp``), and when ``tensor_inst_executed`` exceeds the gmma count (mma.sync
   instructions ran too: on sm_90 the hmma count includes the gmma ones - equal on every real H200 kernel of
   tests/fixtures/h200/pmu_mha_128x128.json - and the remainder's shape is not split out). A missing gmma count
-  is a refusal too.
+  is a refusal too, and so is a gmma count of 0 where the launched variant names wgmma (the count and the compiled
+  kernel disagree). So where the identified variant names several shapes (or a sparse or off-table one) every
+  counter value is refused: :func:`settled_without_counts` knows it before any count.
 
 Ascend NPU: msprof's ``aic_cube_fops`` (``--aic-metrics ArithmeticUtilization``) is documented only as the cube
 unit's floating-point operations; no public source found says whether it counts FLOPs or MACs, per task or per
@@ -189,13 +191,12 @@ def settled_without_counts(entry: dict, backend: str, capability=None, mode=None
     came from CUPTI's launch records (:func:`mfulib.profiles.triton_ptx.cupti_kernel_records`).
 
     On compute capability >= 9 a kernel whose identified compiled variant names several wgmma shapes, a sparse
-    wgmma or a shape outside the table is refused by :func:`kernel_flops` for every counter value with a non-zero
-    gmma count, and one refused kernel refuses the case (:func:`executed_flops`). So where such a kernel runs
-    any of its wgmma instructions, counting the case can only return "no executed count" with this reason: the
+    wgmma or a shape outside the table is refused by :func:`kernel_flops` for every counter value (a non-zero gmma
+    count by its shape, a zero one as disagreeing with the PTX, a missing one as missing), and one refused kernel
+    refuses the case (:func:`executed_flops`). So counting the case can only return "no executed count": the
     search's counting pass (:mod:`mfulib.search.counting`) then settles the case without an Nsight Compute run.
-    The one outcome this does not foresee is a kernel that runs none of its wgmma instructions (gmma 0), whose count
-    would be its mma.sync instructions (none in such a PTX): no matrix work at all, which a case with traced FLOPs
-    and a verified output does not do. Never raises."""
+    The variant is the one stage 2 timed; an autotuned kernel could pick another config in a separate counting
+    run, whose count would then describe another kernel than the timed one. Never raises."""
     if _no_counter(backend) or (_major(capability) or 0) < 9:
         return None
     compiled = entry.get(SHAPES_FIELD) or {}
@@ -236,6 +237,12 @@ def kernel_flops(counters: dict, backend: str, capability=None, mode=None, compi
         if gmma is None:
             return None, (f"compute capability {capability}: no {GMMA_COUNTER} count, so warpgroup MMA (wgmma) "
                           f"instructions (FLOPs {factor} each) cannot be told from mma.sync ones")
+        variants = _launched_variants(compiled, mode)[0]
+        if gmma == 0 and variants and _forms(variants):
+            shown = ", ".join(f"m{m}n{n}k{k}.{t}" for m, n, k, t, _ in _forms(variants))
+            return None, (f"compute capability {capability}: the launched variant names wgmma ({shown}) but ncu "
+                          f"counted no {GMMA_COUNTER} instruction: the launch ran none of them, or the variant was "
+                          "told wrongly - the count and the compiled kernel disagree")
         if gmma > 0:
             pre = (f"compute capability {capability}: {gmma:.6g} warpgroup MMA (wgmma) instructions ran (ncu counts a "
                    f"wgmma m64nNk once per warp of its warpgroup: {factor} FLOPs per counted instruction)")

@@ -67,8 +67,8 @@ Top level
     launch_source (ncu | cupti: whose launch record gave the block size and shared memory), candidates, variants
     [{key, ptx_file, ptx_sha256, num_warps, shared, arch, wgmma [...], mma_sync [...]}]}}
     (:func:`mfulib.profiles.triton_ptx.launched_variant`; the wgmma N of :mod:`mfulib.flops.executed`; from CUPTI's
-    launch records where cuda ran no ncu pass; None on other backends), ``pmu_unavailable`` (None, or why there
-    are no counters: "ncu: ERR_NVGPUCTRPERM - ...", "ncu not found ...", "cpu backend: no hardware counters ..."),
+    launch records where no ncu pass gave them on cuda; None on other backends), ``pmu_unavailable`` (None, or why
+    there are no counters: "ncu: ERR_NVGPUCTRPERM - ...", "ncu not found ...", "cpu backend: no hardware counters ..."),
     ``median_iterations`` (the measured iteration(s) whose kernel time is the median: the kernels'
     ``time_per_iter_ns``), ``attempts`` (profiling attempts used),
     ``ncu_replay`` (None when the kernel times come from a trace; for a case timed from an ``ncu --csv`` file with

@@ -63,17 +63,17 @@ def apply_count(row: dict, executed, executed_src, why, fld: str, metric: str) -
     row["counted"] = True
 
 
-def count_leaders(rows: list, metric: str, count, log, cost: dict, retime_block: dict | None = None,
-                  settled: dict | None = None) -> dict:
+def count_leaders(rows: list, metric: str, count, log, cost: dict, retime_block: dict | None = None) -> dict:
     """Count the fewest candidates that settle the limit (module docstring). ``rows``: the stage-2 rows, best first
     (after :func:`mfulib.search.retime.retime` when re-timed), their numerator the traced count; ``count(case)``
     runs the counters on one case and returns (executed, executed_src, why_no_executed[, its performance.json path])
     (UserError: that run failed, the row keeps the traced count, with the reason). Re-orders ``rows`` in place
     (the group that can be the limit by its figure, then the rest), updates ``retime_block``'s ``ranked`` and
-    ``tie`` when given, adds ``cost["counts"]`` (wall seconds) and returns the pass's block. ``settled`` {case: why}: cases whose count can
-    only say "no executed count" (:func:`mfulib.flops.executed.settled_without_counts`, from the compiled kernels
-    stage 2's launches ran): such a case is settled in its turn without calling ``count`` (its run entry says
-    ``settled_by`` "compiled kernels"), with the same outcome a count would have."""
+    ``tie`` when given, adds ``cost["counts"]`` (wall seconds) and returns the pass's block. A row whose
+    ``count_settled`` gives a reason (stage 2's :func:`mfulib.flops.executed.settled_without_counts`, from the
+    compiled kernels its launches ran) can only count to "no executed count": it is settled in its turn without
+    calling ``count`` (its run entry says ``settled_by`` "compiled kernels"), with the outcome a count gives for
+    every counter value."""
     fld, _kind = _sn.common_figure(rows, metric)
     group = group_of(rows)
     for r in rows:
@@ -96,10 +96,10 @@ def count_leaders(rows: list, metric: str, count, log, cost: dict, retime_block:
             entry = {"case": nxt["case"], "performance_json": None, "error": None, "settled_by": None}
             block["runs"].append(entry)
             try:
-                if (settled or {}).get(nxt["case"]):
+                if nxt.get("count_settled"):
                     entry["settled_by"] = "compiled kernels"
-                    executed, src, why = None, None, f"no executed count: {settled[nxt['case']]}"
-                    log(f"counting case {nxt['case']}: settled without a counting run - {settled[nxt['case']]}")
+                    executed, src, why = None, None, f"no executed count: {nxt['count_settled']}"
+                    log(f"counting case {nxt['case']}: settled without a counting run - {nxt['count_settled']}")
                 else:
                     got = count(nxt["case"])
                     executed, src, why = got[:3]

@@ -399,7 +399,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         if later:
             doc["counts"] = _counting.count_leaders(
                 doc["stage2"], metric, lambda c: count_one(opdir, c, pool, backend.name, opts, log), log, cost,
-                doc["retime"], settled={r["case"]: r["count_settled"] for r in doc["stage2"] if r.get("count_settled")})
+                doc["retime"])
             log(f"counting pass: cases {doc['counts']['order']} counted; {doc['counts']['stopped']}")
         doc["best"] = best_of(doc["stage2"], pool, metric)
         if doc["best"] and doc["retime"]:
