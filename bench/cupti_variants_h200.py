@@ -29,8 +29,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "scripts")
 sys.path.insert(0, SCRIPTS)
-ZOO_REF = os.path.join(ROOT, "examples", "ops", "bench", "zoo", "5_MHABlock.py")
-ZOO_IMPL = os.path.join(ROOT, "examples", "ops", "gen", "zoo", "5_MHABlock_triton_optimized.py")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from executed_flops_h200 import prepare_mha_command, write_mha_cases  # noqa: E402 - the MHA block's cases
 # head dim = hidden / heads: 64 (the flash kernel's QK and PV both m64n64), 128 (QK m64n64, PV m64n128), 64 in tf32
 CASES = ({"x": [4, 512, 1024], "head_num": 16, "dtype": "float16"},
          {"x": [2, 1024, 2048], "head_num": 16, "dtype": "float16"},
@@ -95,16 +95,10 @@ def run(out: str, timeout_s: float, backend: str = "cuda", cases=CASES) -> dict:
     work, cases_file = os.path.join(out, "work"), os.path.join(out, "cases", "5_MHABlock_cases.jsonl")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.dirname(cases_file), exist_ok=True)
-    with open(cases_file, "w") as f:
-        for c in cases:
-            f.write(json.dumps({"inputs": [
-                {"name": "x", "type": "tensor", "required": True, "dtype": c["dtype"], "shape": c["x"]},
-                {"name": "head_num", "type": "attr", "required": True, "dtype": "int", "value": c["head_num"]},
-                {"name": "causal", "type": "attr", "required": True, "dtype": "bool", "value": True}]}) + "\n")
+    write_mha_cases(cases_file, cases)
     env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(out, "triton_cache"), PYTHONUNBUFFERED="1")
     py, steps = sys.executable, []
-    cmds = [[py, os.path.join(SCRIPTS, "prepare_op_dir.py"), "--ref", ZOO_REF, "--cases", cases_file, "--impl",
-             ZOO_IMPL, "--dst", work]]
+    cmds = [prepare_mha_command(cases_file, work)]
     for pmu in ("none", "ncu"):
         cmds.append([py, os.path.join(SCRIPTS, "ops_profiling", "msprof_perf_summary.py"), "--quick", "--impl", "asc",
                      "--op-dir", work, "--output-dir", os.path.join(out, pmu), "--backend", backend, "--cases",

@@ -172,6 +172,24 @@ def gemm_tile_model(m: int, n: int, k: int) -> float:
     return 2.0 * bm * math.ceil(m / bm) * bn * math.ceil(n / bn) * bk * math.ceil(k / bk)
 
 
+def write_mha_cases(path: str, cases) -> None:
+    """The zoo MHA block's case file at ``path`` (JSON Lines): per case ``x`` (shape), ``head_num``, ``causal``
+    (default True) and ``dtype`` of x (default float16)."""
+    with open(path, "w") as f:
+        for c in cases:
+            f.write(json.dumps({"inputs": [
+                {"name": "x", "type": "tensor", "required": True, "dtype": c.get("dtype", "float16"), "shape": c["x"]},
+                {"name": "head_num", "type": "attr", "required": True, "dtype": "int", "value": c["head_num"]},
+                {"name": "causal", "type": "attr", "required": True, "dtype": "bool",
+                 "value": c.get("causal", True)}]}) + "\n")
+
+
+def prepare_mha_command(cases_file: str, work: str) -> list:
+    """prepare_op_dir.py's command line: the zoo MHA block as shipped, with ``cases_file``, into ``work``."""
+    return [sys.executable, os.path.join(SCRIPTS, "prepare_op_dir.py"), "--ref", ZOO_REF, "--cases", cases_file,
+            "--impl", ZOO_IMPL, "--dst", work]
+
+
 def measure(out: str, backend: str, cases=CASES) -> dict:
     """Part 2 (module docstring) on ``backend`` with ``cases`` (cuda with ncu; cpu runs the same steps on the
     interpreter without counters: executed FLOPs None, ``num_src`` tracer, the why said)."""
@@ -182,17 +200,10 @@ def measure(out: str, backend: str, cases=CASES) -> dict:
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(out, "cases"), exist_ok=True)  # beside the work dir, never inside it
     cases_file = os.path.join(out, "cases", "5_MHABlock_cases.jsonl")
-    with open(cases_file, "w") as f:
-        for c in cases:
-            f.write(json.dumps({"inputs": [
-                {"name": "x", "type": "tensor", "required": True, "dtype": "float16", "shape": c["x"]},
-                {"name": "head_num", "type": "attr", "required": True, "dtype": "int", "value": c["head_num"]},
-                {"name": "causal", "type": "attr", "required": True, "dtype": "bool", "value": c["causal"]}]}) + "\n")
+    write_mha_cases(cases_file, cases)
     env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(out, "triton_cache"), PYTHONUNBUFFERED="1")
     py, log = sys.executable, []
-    steps = [[py, os.path.join(SCRIPTS, "prepare_op_dir.py"), "--ref", ZOO_REF, "--cases", cases_file, "--impl", ZOO_IMPL,
-              "--dst", work]]
-    rc = _run(steps[0], log, env)
+    rc = _run(prepare_mha_command(cases_file, work), log, env)
     if rc == 0:
         shutil.copy2(ZOO_FLOPS, os.path.join(work, "flops.py"))
         for cmd in ([py, os.path.join(SCRIPTS, "verify_op.py"), "--op-dir", work, "--backend", backend],

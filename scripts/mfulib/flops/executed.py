@@ -237,8 +237,8 @@ def kernel_flops(counters: dict, backend: str, capability=None, mode=None, compi
         if gmma is None:
             return None, (f"compute capability {capability}: no {GMMA_COUNTER} count, so warpgroup MMA (wgmma) "
                           f"instructions (FLOPs {factor} each) cannot be told from mma.sync ones")
-        variants = _launched_variants(compiled, mode)[0]
-        if gmma == 0 and variants and _forms(variants):
+        variants = _launched_variants(compiled, mode)[0] if gmma == 0 else None
+        if variants and _forms(variants):
             shown = ", ".join(f"m{m}n{n}k{k}.{t}" for m, n, k, t, _ in _forms(variants))
             return None, (f"compute capability {capability}: the launched variant names wgmma ({shown}) but ncu "
                           f"counted no {GMMA_COUNTER} instruction: the launch ran none of them, or the variant was "

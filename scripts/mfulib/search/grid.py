@@ -172,12 +172,17 @@ def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts
     return perf
 
 
+def math_mode(e: dict, p: dict):
+    """The math mode (:func:`mfulib.core.definitions.peak_key`) of the collector's per-case entry ``e`` of pool case
+    ``p``: its compute dtype (the collector's, else the pool's) and TF32 flag; None without a dtype."""
+    dtype = e.get("compute_dtype") or p["compute_dtype"]
+    return peak_key(dtype, bool(e.get("tf32"))) if dtype else None
+
+
 def executed_of(e: dict, p: dict, backend_name: str, capability) -> tuple:
     """(executed FLOPs | None, source | None, why none) of the collector's per-case entry ``e`` of pool case ``p``:
-    :func:`mfulib.flops.executed.executed_flops` in the case's compute dtype (the collector's, else the pool's)."""
-    dtype = e.get("compute_dtype") or p["compute_dtype"]
-    mode = peak_key(dtype, bool(e.get("tf32"))) if dtype else None
-    return _executed.executed_flops(e, backend_name, capability, mode)
+    :func:`mfulib.flops.executed.executed_flops` in the case's :func:`math_mode`."""
+    return _executed.executed_flops(e, backend_name, capability, math_mode(e, p))
 
 
 def counts_later(backend_name: str, opts: SearchOptions, metric: str) -> bool:
@@ -244,8 +249,8 @@ def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchO
         executed, src, why = executed_of(e, p, backend_name, device.get("capability"))
         if timing_only:
             why = "counters off in stage 2 (--counts-on leaders: the counting pass counts the leaders); " + str(why)
-            mode = peak_key(dtype, bool(e.get("tf32"))) if dtype else None
-            row["count_settled"] = _executed.settled_without_counts(e, backend_name, device.get("capability"), mode)
+            row["count_settled"] = _executed.settled_without_counts(e, backend_name, device.get("capability"),
+                                                                    math_mode(e, p))
         row.update(_sn.numerator(p["flops_traced"], executed, src, why))
         row["peak_ach_tflops"] = measured_peak_tflops(ach, dtype, bool(e.get("tf32")))[0] if dtype else None
         row["bytes_moved"] = (e.get("input_bytes") or p["input_bytes"]) + (e.get("output_bytes") or 0)
