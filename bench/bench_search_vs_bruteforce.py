@@ -214,6 +214,30 @@ def part_brute(op, d, args, env, st):
             f.write(json.dumps(line) + "\n")
 
 
+#: the parts --redo-search measures again, with their state keys and directories; the brute force's stay
+SEARCH_SIDE = {"keys": ("prepare", "probe", "search", "retime", "retime_cases", "retime_runs", "failed", "errors"),
+               "dirs": ("work", "retime")}
+
+
+def drop_search_side(state, op) -> bool:
+    """Drop operator ``op``'s search side from ``state`` (:data:`SEARCH_SIDE`: the work dir the probe appended to,
+    the re-timing dir, their part results and tree stamps) and keep its brute force (``brute*`` keys, ``brute/``,
+    ``points.json``, ``brute_rows.jsonl``, ``orig_cases.jsonl``); the next call prepares the work dir afresh and
+    re-times both limits again. False when ``op`` has no state."""
+    key = op.replace("/", "__")
+    st_path = os.path.join(state, f"{key}.json")
+    st = load_json(st_path)
+    if not st:
+        return False
+    for k in SEARCH_SIDE["keys"]:
+        st.pop(k, None)
+    st["trees"] = {p: t for p, t in (st.get("trees") or {}).items() if p not in SEARCH_SIDE["keys"]}
+    for sub in SEARCH_SIDE["dirs"]:
+        shutil.rmtree(os.path.join(state, key, sub), ignore_errors=True)
+    save_json(st_path, st)
+    return True
+
+
 def work_of(d):
     return os.path.join(d, "work")
 
@@ -359,7 +383,9 @@ def cost_parts(st: dict) -> dict:
 def summarize(op, st, peaks, backend_name):
     out = {"op": op, "parts_done": [p for p in PARTS if p in st], "errors": st.get("errors", []),
            "skipped": st.get("skipped"),
-           "trees": sorted({t for part, t in (st.get("trees") or {}).items() if t and part != "prepare"})}
+           "trees": sorted({t for part, t in (st.get("trees") or {}).items() if t and part != "prepare"}),
+           # which tree measured each part: the brute force's is judged by its own code (make_results)
+           "part_trees": {part: t for part, t in (st.get("trees") or {}).items() if t and part != "prepare"}}
     if "search" in st:
         out["search_best"] = st["search"]["best"]
         out["probe"] = {k: (st.get("probe") or {}).get(k) for k in ("complete", "interrupted", "appended",
@@ -468,6 +494,9 @@ def parse_args(argv=None):
     p.add_argument("--retry-failed", action="store_true", help="retry the part an operator failed in before")
     p.add_argument("--redo", default="", help="operators (comma-separated) whose state is dropped first, so this "
                    "call measures them afresh (after a fix in the code they measure); the others resume")
+    p.add_argument("--redo-search", default="", help="operators (comma-separated) whose search side is measured "
+                   "afresh (prepare, probe, search and the re-timing of both limits) while their brute force is "
+                   "kept: after a change in the search's code, not the brute force's (each part records its tree)")
     args = p.parse_args(argv)
     if args.cpu_tiny:
         args.backend, args.top, args.max_scale = "cpu", min(args.top, 2), min(args.max_scale, 2)
@@ -496,6 +525,9 @@ def main(argv=None):
         if os.path.exists(os.path.join(args.state, f"{key}.json")):
             os.remove(os.path.join(args.state, f"{key}.json"))
             print(f"note: {op}: state dropped (--redo)")
+    for op in [o for o in args.redo_search.split(",") if o]:
+        if drop_search_side(args.state, op):
+            print(f"note: {op}: search side dropped, brute force kept (--redo-search)")
     known = list(dict.fromkeys(list(OPS) + todo))
     try:
         part_peak(args.state, args, env)

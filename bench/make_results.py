@@ -83,6 +83,14 @@ MEASURES = {
     "executed": TOOL + ("bench/executed_flops_h200.py", "bench/executed_ops/") + ops("zoo/5_MHABlock"),
     "cupti": TOOL + ("bench/cupti_variants_h200.py",) + ops("zoo/5_MHABlock"),
     "referee": TOOL + ("bench/bench_search_vs_bruteforce.py", "bench/referee_bruteforce.py", "examples/ops/"),  # its operators: any bundled one
+    # the referee's brute-force part alone (its operator row's part_trees["brute"]): bench/referee_bruteforce.py
+    # (points, timing, verify, the summary's inputs) and the product modules it imports (mfulib.search never);
+    # the driver's brute-side functions (write_brute_dir, part_brute, brute_summary) are pinned by a test
+    "referee_brute": ("bench/referee_bruteforce.py", "examples/ops/", "scripts/mfulib/core/",
+                      "scripts/mfulib/backends/", "scripts/mfulib/run/", "scripts/mfulib/verify/",
+                      "scripts/mfulib/flops/contract.py", "scripts/mfulib/flops/formulas.py",
+                      "scripts/mfulib/flops/kernel_parts.py", "scripts/mfulib/flops/user_formulas.py",
+                      "scripts/mfulib/profiles/kernels.py"),
     "batch": TOOL + ("examples/ops/",),
 }
 
@@ -647,21 +655,27 @@ def summary_rows(pack):
 
 def referee_op_fresh(st: dict, op: dict):
     """None when every part of a referee operator was measured by the tree of its pack, or by an earlier tree whose
-    code under MEASURES["referee"] is the same (judged by content: that tree's module hashes from the cache that
-    ``bench/freshness.py --cache-trees`` writes), else the mark that it was not, naming the changed modules: a
+    code under what that part measures is the same (judged by content: that tree's module hashes from the cache
+    that ``bench/freshness.py --cache-trees`` writes), else the mark that it was not, naming the changed modules: a
     resumed referee pack carries operators measured by earlier calls (their trees in ``op["trees"]``; rows from
-    before the per-part stamps have none)."""
+    before the per-part stamps have none). With ``op["part_trees"]`` ({part: tree}) the brute force's part is
+    judged by MEASURES["referee_brute"] (its own code: a search-side re-run, ``--redo-search``, keeps it) and the
+    other parts by MEASURES["referee"]; without it every tree by MEASURES["referee"]."""
     src = (st or {}).get("source") or {}
-    trees = op.get("trees") or []  # the trees of its measuring parts (probe, search, brute, retime)
+    part_trees = op.get("part_trees") or {}
+    trees = [(t, "referee_brute" if p == "brute" else "referee") for p, t in part_trees.items()] or \
+        [(t, "referee") for t in op.get("trees") or []]  # the trees of its measuring parts (probe, search, ...)
     if not trees:
         return "**stale** (measured before per-part tree stamps)"
     pack_trees = {src.get("tree_sha256"), src.get("tree_sha256_expected")} - {None}
     changed = set()
-    for tree in set(trees) - pack_trees:  # an earlier tree: fresh when the code the referee measures is the same
+    for tree, measures in sorted(set(trees)):
+        if tree in pack_trees:
+            continue  # an earlier tree: fresh when the code that part measures is the same
         then = freshness.tree_modules(tree)
         if then is None or not src.get("modules"):
             return "**stale** (measured by an earlier tree, its code unknown here)"
-        changed.update(freshness.stale_modules(MEASURES["referee"], then, src["modules"], NOT_MEASURED))
+        changed.update(freshness.stale_modules(MEASURES[measures], then, src["modules"], NOT_MEASURED))
     if changed:
         return f"**stale** (measured by an earlier tree; changed since: {', '.join(sorted(changed))})"
     return None  # measured by this pack's tree, or one with the same measured code: the section's freshness applies

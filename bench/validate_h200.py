@@ -598,12 +598,13 @@ def git_commit():
 def stage_done(pack_dir, name, batch_settings=None, referee_extra=None):
     """Packed and complete: a resumable stage (referee, batch) packed with ``complete: false`` runs again, and so does
     a batch with an operator finished under other measuring settings than ``batch_settings`` (``same_measure``) and a
-    referee asked to measure operators again (``--redo`` in ``referee_extra``, default ``MFU_REFEREE_EXTRA``)."""
+    referee asked to measure operators again (``--redo`` or ``--redo-search`` in ``referee_extra``, default
+    ``MFU_REFEREE_EXTRA``)."""
     doc = load_json(os.path.join(pack_dir, f"{name}.json"))
     if doc is None or doc.get("complete") is False:
         return False
     extra = REFEREE_EXTRA if referee_extra is None else referee_extra
-    if name == "referee" and any(a == "--redo" or a.startswith("--redo=") for a in extra):
+    if name == "referee" and any(a.split("=")[0] in ("--redo", "--redo-search") for a in extra):
         return False
     if name == "batch" and batch_settings is not None:
         if batch_settings.get("rerun"):

@@ -220,6 +220,8 @@ def test_stage_done_reruns_a_partial_resumable_stage(tmp_path):
     # a complete referee asked to measure an operator again (--redo) runs again
     assert not validate_h200.stage_done(str(tmp_path), "referee", referee_extra=["--redo", "zoo/5_MHABlock"])
     assert not validate_h200.stage_done(str(tmp_path), "referee", referee_extra=["--redo=zoo/5_MHABlock"])
+    assert not validate_h200.stage_done(str(tmp_path), "referee", referee_extra=["--redo-search", "zoo/5_MHABlock"])
+    assert validate_h200.stage_done(str(tmp_path), "referee", referee_extra=["--redone", "x"])  # no such flag
     # a complete batch whose operators were finished under other measuring settings runs again
     calls = [{"finished": ["a"], "settings": {"probe_args": "--budget-s 20"}},
              {"finished": ["b"], "settings": {"probe_args": "--budget-s 45"}}]
@@ -415,3 +417,24 @@ def test_a_referee_row_from_an_earlier_tree_is_fresh_only_when_the_referee_code_
         "**stale** (measured by an earlier tree; changed since: scripts/a.py)")
     assert "code unknown" in make_results.referee_op_fresh(st, {"trees": ["T9"]})
     assert "before per-part tree stamps" in make_results.referee_op_fresh(st, {"trees": []})
+
+
+def test_a_kept_brute_force_is_judged_by_its_own_code_and_the_search_side_by_the_referee_code(monkeypatch):
+    # TEST DATA: "T0" the pack's tree; "T3" an earlier tree whose search code differs but whose brute-force code
+    # (bench/referee_bruteforce.py, mfulib.core) is the same; "T4" one whose brute-force code differs too
+    import freshness
+    now = {"scripts/mfulib/search/grid.py": "g-new", "scripts/mfulib/core/cases.py": "c1",
+           "bench/referee_bruteforce.py": "b1"}
+    mods = {"T3": dict(now, **{"scripts/mfulib/search/grid.py": "g-old"}),
+            "T4": dict(now, **{"bench/referee_bruteforce.py": "b-old"})}
+    monkeypatch.setattr(freshness, "tree_modules", lambda tree, *a, **k: mods.get(tree))
+    st = {"source": {"tree_sha256": "T0", "modules": now}}
+    kept = {"probe": "T0", "search": "T0", "retime": "T0", "brute": "T3"}
+    assert make_results.referee_op_fresh(st, {"trees": ["T0", "T3"], "part_trees": kept}) is None
+    # the same tree as a search-side part is stale: the search code changed since
+    assert make_results.referee_op_fresh(st, {"trees": ["T0", "T3"], "part_trees": dict(kept, probe="T3")}) == (
+        "**stale** (measured by an earlier tree; changed since: scripts/mfulib/search/grid.py)")
+    # without part_trees (older packs) every tree is judged by the whole referee's code
+    assert "grid.py" in make_results.referee_op_fresh(st, {"trees": ["T0", "T3"]})
+    assert make_results.referee_op_fresh(st, {"trees": ["T0", "T4"], "part_trees": dict(kept, brute="T4")}) == (
+        "**stale** (measured by an earlier tree; changed since: bench/referee_bruteforce.py)")
