@@ -7,7 +7,9 @@ between parts, and a part that runs long - the brute force - stops at its deadli
 1. ``prepare``: prepare_op_dir.py --example <op> into ``<state>/<op>/work`` (flops.py is the bundled
    ``<op>_flops.py``; the real case files come from ``--shared-data``, the folder holding ``npukernelbench/``); the
    original case file is kept as ``orig_cases.jsonl``, the state's ``peak.json`` copied in (``peak``: peak_calib.py
-   once per state directory, so both sides share one set of peaks);
+   once per state directory, so both sides share one set of peaks); then verify_op.py over the original cases, as
+   ``make all`` runs step 1's verify before the probe whether or not it searches (its wall clock is recorded,
+   ``verify_wall_s``, and is not the search's cost);
 2. ``probe`` and ``search``: the search as a user runs it, ``max_shape_probe.py --budget-s <--probe-budget-s>``
    (one call: a probe cut by its budget stays cut, probe.json says so) then ``mfu_grid_search.py`` -> the search's
    limit, grid_search.json's ``best``; each part's wall clock is the search's cost;
@@ -120,7 +122,13 @@ def part_prepare(op, d, args, env, st):
     from mfulib.core.opdir import OpDir
     shutil.copy(OpDir(work).cases_path, os.path.join(d, "orig_cases.jsonl"))
     shutil.copy(os.path.join(os.path.dirname(d), "peak.json"), os.path.join(work, "peak.json"))
-    st["prepare"] = {"wall_s": wall}
+    # step 1's verify of the original cases, as `make all` runs it before the probe with or without SEARCH=1 (the
+    # collector needs it too): not the search's cost; a case that fails is recorded in verify.json, not fatal
+    vrc, vtext, vwall = run([sys.executable, os.path.join(SCRIPTS, "verify_op.py"), "--op-dir", work, "--backend",
+                             args.backend, "--device", "0", "--seed", "0"], env=env)
+    if not os.path.exists(os.path.join(work, "verify.json")):
+        _fail(f"verify {op}", vrc, vtext)
+    st["prepare"] = {"wall_s": wall, "verify_wall_s": vwall, "verify_rc": vrc}
 
 
 def part_probe(op, d, args, env, st):
@@ -392,6 +400,8 @@ def summarize(op, st, peaks, backend_name):
                                                                       "candidates", "wall_s")}
         out["search_cost_s"] = (st.get("probe") or {}).get("wall_s", 0) + st["search"]["wall_s"]
         out["search_cost_parts_s"] = cost_parts(st)
+        # step 1's verify of the originals (not the search's cost; absent in rows measured before it ran here)
+        out["step1_verify_s"] = (st.get("prepare") or {}).get("verify_wall_s")
     if "brute" in st:
         out["brute"] = {k: v for k, v in st["brute"].items() if k != "case"}
         out["brute_plan"] = st.get("brute_plan")

@@ -464,7 +464,8 @@ def sec_referee(st):
                      f"{b.get('source_case')}, {_factors(b.get('factors'))}; {b.get('verified')})",
                      num(op.get("ratio"), 3), f"{_g(op.get('search_rate'))} / {_g(op.get('brute_rate'))} {rate}",
                      yes_no(op.get("limit_ok")), f"{num(op.get('search_cost_s'))}" + _cost_parts(op.get("search_cost_parts_s"))
-                     + ("" if probe.get("complete") else " (probe cut by its budget)"),
+                     + ("" if probe.get("complete") else " (probe cut by its budget)")
+                     + (f"; step 1's verify {num(op['step1_verify_s'])} s apart" if op.get("step1_verify_s") else ""),
                      f"{num(op.get('brute_cost_s'))} ({num(b.get('first_call_s'))})"
                      + (f"; estimated, {num(b.get('wall_s'))} s measured" if op.get("brute_cost_estimated") else ""),
                      f"{pct(op.get('cost_ratio'))} {yes_no(op.get('cost_ok'))}", yes_no(op.get("pass")), None])
@@ -488,7 +489,10 @@ def sec_referee(st):
             f"two re-timings, at a search cost <= {pct(crit.get('cost_max'), 0)} of the brute force's (wall "
             "seconds; the brute force's first calls - compilation - in brackets; one Triton cache for both; the search's "
             "cost split into its probe and the grid search's stage 1, stage 2 (with the PMU pass in packs before the counting pass), cross-run retime, the counting pass on the leaders and "
-            "the rest of its process where the pack records it).\n\n"
+            "the rest of its process where the pack records it; step 1's verify of the original cases, which "
+            "`make all` runs before the probe with or without the search, is shown apart where the pack ran it "
+            "and is not the search's cost - in packs without it, the grid search's verify gate verified the "
+            "original cases it needed, inside 'other').\n\n"
             + ("**Partial:** " + "; ".join(pending) + " (the next call resumes).\n\n" if pending else "")
             + table(["operator", "figure", "search limit", "brute-force best", "search / brute", "rate search / "
                      "brute", "limit ok", "search cost s", "brute cost s (first calls)", "cost ratio", "pass",
