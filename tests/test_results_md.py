@@ -253,7 +253,7 @@ def test_referee_section_renders_ratio_costs_verdict_and_where_the_limits_differ
                  "brute_values": [0.63, 0.64, 0.65], "search_rate": 480.0, "brute_rate": 505.0,
                  "ratio": 0.953, "combined_spread": 0.04, "limit_ok": True, "search_cost_s": 50.0,
                  "brute_cost_s": 300.0, "cost_ratio": 0.1667, "cost_ok": True, "pass": True,
-                 "differ": "factors {'seq': 4} vs {'batch': 2, 'seq': 2}"},
+                 "step1_verify_s": 9.0, "differ": "factors {'seq': 4} vs {'batch': 2, 'seq': 2}"},
                 {"op": "20_FlashAttentionV2", "parts_done": [], "skipped": "not a bundled example"},
                 {"op": "zoo/6_GQAAttention", "parts_done": ["prepare"], "errors": ["probe: boom | x"]}]}})
     text = make_results.render(str(tmp_path))
@@ -262,7 +262,7 @@ def test_referee_section_renders_ratio_costs_verdict_and_where_the_limits_differ
     assert row["brute-force best"] == "64.00% (case 11, batch x2, seq x2; full)"
     assert (row["search / brute"], row["limit ok"], row["pass"]) == ("0.953", "yes", "yes")
     assert (row["search cost s"], row["brute cost s (first calls)"], row["cost ratio"]) == (
-        "50.0", "300.0 (30.0)", "16.7% yes")
+        "50.0; step 1's verify 9.0 s apart", "300.0 (30.0)", "16.7% yes")
     assert md_row(text, operator="20_FlashAttentionV2")["note"] == "not a bundled example"
     assert "probe: boom \\| x" in text  # a pipe in an error does not break the table
     assert "**Partial:**" in text and "brute needs 60 s" in text
