@@ -113,6 +113,16 @@ def part_peak(state, args, env):
     save_json(os.path.join(state, "peak_run.json"), {"wall_s": wall, "command": " ".join(cmd)})
 
 
+def other_card(state, name):
+    """Why ``state`` cannot go on on this machine (``name``: its device), or None: both sides of every operator are
+    measured on one card with one peak.json, and the state's peak.json names the card it was made on."""
+    made_on = ((load_json(os.path.join(state, "peak.json")) or {}).get("device") or {}).get("name")
+    if made_on and name and made_on != name:
+        return (f"{state} was measured on a {made_on} (peak.json), this machine has a {name}: resume it on that "
+                "card, or start a state of this card (--state <new dir>, and a pack directory of its own)")
+    return None
+
+
 def part_prepare(op, d, args, env, st):
     work = os.path.join(d, "work")
     rc, text, wall = run([sys.executable, os.path.join(SCRIPTS, "prepare_op_dir.py"), "--example", op, "--dst",
@@ -539,6 +549,10 @@ def main(argv=None):
         if drop_search_side(args.state, op):
             print(f"note: {op}: search side dropped, brute force kept (--redo-search)")
     known = list(dict.fromkeys(list(OPS) + todo))
+    why = other_card(args.state, _device(args.backend))
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     try:
         part_peak(args.state, args, env)
     except RuntimeError as exc:

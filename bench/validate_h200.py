@@ -617,6 +617,28 @@ def stage_done(pack_dir, name, batch_settings=None, referee_extra=None):
     return True
 
 
+def device_name():
+    """The accelerator's name (torch.cuda.get_device_name, in a child), or None without one."""
+    try:
+        r = subprocess.run([PY, "-c", "import torch; print(torch.cuda.get_device_name(0) if "
+                            "torch.cuda.is_available() else '')"], capture_output=True, text=True, timeout=120)
+        return r.stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def card_mismatch(pack_dir, name):
+    """Why this call must not pack into ``pack_dir``, or None: a pack holds one card's measurements (its env.json
+    names the card), and a device call can land on another (an H100 for an H200); the referee's kept brute force
+    and peaks, and every comparison of the pack, would then mix two cards."""
+    env = load_json(os.path.join(pack_dir, "env.json")) or {}
+    packed = ((env.get("result") or {}).get("versions") or {}).get("name")
+    if packed and name and packed != name:
+        return (f"{pack_dir} holds measurements of a {packed} (env.json), this machine has a {name}: pack into a "
+                f"directory of this card (--pack-dir bench/validation/<card>) - never mix two cards in one pack")
+    return None
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pack-dir", default=os.path.join(ROOT, "bench", "validation", "h200"),
@@ -646,6 +668,10 @@ def main(argv=None):
     bad = [s for s in stages if s not in STAGES]
     if bad:
         p.error(f"--stages {bad}: choose from {','.join(STAGES)}")
+    why = card_mismatch(args.pack_dir, device_name())
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     os.makedirs(args.out, exist_ok=True)
     work_root = tempfile.mkdtemp(prefix="mfu_validate_")
     env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -182,3 +182,11 @@ def test_the_brute_side_of_the_driver_is_pinned_since_a_kept_brute_force_is_judg
     import inspect
     src = "".join(inspect.getsource(f) for f in (ref.write_brute_dir, ref.part_brute, ref.brute_summary))
     assert hashlib.sha256(src.encode()).hexdigest()[:16] == "557ae931121fa8bf"
+
+
+def test_a_state_of_another_card_is_refused(tmp_path):
+    (tmp_path / "peak.json").write_text(json.dumps({"device": {"name": "NVIDIA H200"}}))
+    assert ref.other_card(str(tmp_path), "NVIDIA H200") is None
+    why = ref.other_card(str(tmp_path), "NVIDIA H100 80GB HBM3")
+    assert "measured on a NVIDIA H200" in why and "--state <new dir>" in why
+    assert ref.other_card(str(tmp_path / "none"), "NVIDIA H100 80GB HBM3") is None  # a fresh state

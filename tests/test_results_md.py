@@ -28,6 +28,17 @@ def test_committed_results_md_is_regenerated_from_the_committed_pack():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_committed_results_of_another_card_are_regenerated_from_their_pack():
+    """Stages that ran on another card (a device call that got an H100) are packed apart, in their own file."""
+    pack = os.path.join(ROOT, "bench", "validation", "h100")
+    if not os.path.isdir(pack) or not os.listdir(pack):
+        pytest.skip("no H100 pack committed")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "make_results.py"), "--pack-dir", pack,
+                        "--out", os.path.join(ROOT, "bench", "RESULTS_h100.md"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def _write(pack, stage, doc):
     with open(os.path.join(pack, f"{stage}.json"), "w") as f:
         json.dump(doc, f)
@@ -438,3 +449,12 @@ def test_a_kept_brute_force_is_judged_by_its_own_code_and_the_search_side_by_the
     assert "grid.py" in make_results.referee_op_fresh(st, {"trees": ["T0", "T3"]})
     assert make_results.referee_op_fresh(st, {"trees": ["T0", "T4"], "part_trees": dict(kept, brute="T4")}) == (
         "**stale** (measured by an earlier tree; changed since: bench/referee_bruteforce.py)")
+
+
+def test_a_call_on_another_card_does_not_pack_into_this_cards_pack(tmp_path):
+    _write(tmp_path, "env", {"result": {"versions": {"name": "NVIDIA H200"}}})
+    assert validate_h200.card_mismatch(str(tmp_path), "NVIDIA H200") is None
+    why = validate_h200.card_mismatch(str(tmp_path), "NVIDIA H100 80GB HBM3")
+    assert "holds measurements of a NVIDIA H200" in why and "--pack-dir bench/validation/<card>" in why
+    assert validate_h200.card_mismatch(str(tmp_path), None) is None  # no accelerator here: nothing to compare
+    assert validate_h200.card_mismatch(str(tmp_path / "empty"), "NVIDIA H100 80GB HBM3") is None
