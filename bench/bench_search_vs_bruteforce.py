@@ -113,14 +113,19 @@ def part_peak(state, args, env):
     save_json(os.path.join(state, "peak_run.json"), {"wall_s": wall, "command": " ".join(cmd)})
 
 
-def other_card(state, name):
-    """Why ``state`` cannot go on on this machine (``name``: its device), or None: both sides of every operator are
-    measured on one card with one peak.json, and the state's peak.json names the card it was made on."""
-    made_on = ((load_json(os.path.join(state, "peak.json")) or {}).get("device") or {}).get("name")
-    if made_on and name and made_on != name:
-        return (f"{state} was measured on a {made_on} (peak.json), this machine has a {name}: resume it on that "
-                "card, or start a state of this card (--state <new dir>, and a pack directory of its own)")
-    return None
+def other_card(state, name, backend="cuda"):
+    """Why ``state`` cannot go on on this machine (``backend`` and ``name``, its device), or None: both sides of
+    every operator are measured on one card with one peak.json, and the state's peak.json names the backend and
+    card it was made on (on cpu the backend alone is compared: the interpreter validates the pipeline only)."""
+    made = (load_json(os.path.join(state, "peak.json")) or {}).get("device") or {}
+    if made.get("backend") and made["backend"] != backend:
+        made_on = f"{made['backend']} backend"
+    elif backend != "cpu" and made.get("name") and name and made["name"] != name:
+        made_on = made["name"]
+    else:
+        return None
+    return (f"{state} was measured on a {made_on} (peak.json), this machine has a {name}: resume it on that "
+            "card, or start a state of this card (--state <new dir>, and a pack directory of its own)")
 
 
 def part_prepare(op, d, args, env, st):
@@ -537,6 +542,10 @@ def main(argv=None):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if args.shared_data:
         env["MFU_SHARED_DATA"] = os.path.abspath(args.shared_data)
+    why = other_card(args.state, _device(args.backend), args.backend)  # before anything in the state is dropped
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     listed = list_examples(env)
     todo = [o for o in args.ops.split(",") if o]
     for op in [o for o in args.redo.split(",") if o]:
@@ -549,10 +558,6 @@ def main(argv=None):
         if drop_search_side(args.state, op):
             print(f"note: {op}: search side dropped, brute force kept (--redo-search)")
     known = list(dict.fromkeys(list(OPS) + todo))
-    why = other_card(args.state, _device(args.backend))
-    if why:
-        print(f"error: {why}", file=sys.stderr)
-        return 2
     try:
         part_peak(args.state, args, env)
     except RuntimeError as exc:

@@ -190,3 +190,6 @@ def test_a_state_of_another_card_is_refused(tmp_path):
     why = ref.other_card(str(tmp_path), "NVIDIA H100 80GB HBM3")
     assert "measured on a NVIDIA H200" in why and "--state <new dir>" in why
     assert ref.other_card(str(tmp_path / "none"), "NVIDIA H100 80GB HBM3") is None  # a fresh state
+    (tmp_path / "peak.json").write_text(json.dumps({"device": {"backend": "cpu", "name": "AMD EPYC"}}))
+    assert ref.other_card(str(tmp_path), "cpu", "cpu") is None  # cpu: the backend alone is compared
+    assert "cpu backend" in ref.other_card(str(tmp_path), "NVIDIA H200", "cuda")
