@@ -404,11 +404,10 @@ def cost_parts(st: dict) -> dict:
 
 
 def summarize(op, st, peaks, backend_name):
+    # which tree measured each part: the brute force's is judged by its own code (make_results)
+    part_trees = {part: t for part, t in (st.get("trees") or {}).items() if t and part != "prepare"}
     out = {"op": op, "parts_done": [p for p in PARTS if p in st], "errors": st.get("errors", []),
-           "skipped": st.get("skipped"),
-           "trees": sorted({t for part, t in (st.get("trees") or {}).items() if t and part != "prepare"}),
-           # which tree measured each part: the brute force's is judged by its own code (make_results)
-           "part_trees": {part: t for part, t in (st.get("trees") or {}).items() if t and part != "prepare"}}
+           "skipped": st.get("skipped"), "trees": sorted(set(part_trees.values())), "part_trees": part_trees}
     if "search" in st:
         out["search_best"] = st["search"]["best"]
         out["probe"] = {k: (st.get("probe") or {}).get(k) for k in ("complete", "interrupted", "appended",
