@@ -445,6 +445,35 @@ def _cost_parts(parts) -> str:
     return f" ({', '.join(shown)})" if shown else ""
 
 
+def referee_miss_why(op: dict, crit: dict) -> str | None:
+    """Why a referee row misses, from its own figures (None when it passes or lacks them): the limit's gap against
+    the combined spread of the two re-timings, and for the cost, the smallest share of the search that alone exceeds
+    ``cost_max`` x the brute force's wall (the grid search's collector runs - stage 2, retime, counting - whose
+    number does not depend on the space; else the probe; else both), with the brute force's size when it ran
+    complete (a small space is cheap to time exhaustively)."""
+    why = []
+    if op.get("limit_ok") is False:
+        why.append(f"limit: search / brute {num(op.get('ratio'), 3)} < {crit.get('ratio_min')} and the gap "
+                   f"{pct(abs(op.get('gap') or 0), 2)} exceeds the combined spread {pct(op.get('combined_spread'), 2)}")
+    brute_s, cap = op.get("brute_cost_s"), crit.get("cost_max")
+    if op.get("cost_ok") is False and brute_s and cap:
+        parts, allowed = op.get("search_cost_parts_s") or {}, cap * brute_s
+        fixed = sum(parts.get(k) or 0 for k in ("stage2", "retime", "counts"))
+        b = op.get("brute") or {}
+        space = (f"; the brute force timed its whole space ({sum((b.get('statuses') or {}).values())} points) in "
+                 f"{num(brute_s)} s" if b.get("complete") else "")
+        if fixed > allowed:
+            why.append(f"cost: the grid search's collector runs alone (stage 2 + retime + counting, {num(fixed)} s, "
+                       f"the same for any space) are {pct(fixed / brute_s, 0)} of the brute force's{space}")
+        elif (parts.get("probe") or 0) > allowed:
+            why.append(f"cost: the probe alone ({num(parts['probe'])} s) is {pct(parts['probe'] / brute_s, 0)} of "
+                       f"the brute force's{space}")
+        else:
+            why.append(f"cost: probe {num(parts.get('probe'))} s + collector runs {num(fixed)} s together exceed "
+                       f"{pct(cap, 0)} of the brute force's {num(brute_s)} s{space}")
+    return "; ".join(why) or None
+
+
 def sec_referee(st):
     r = st.get("result") or {}
     crit, cfg = r.get("criteria") or {}, r.get("settings") or {}
@@ -468,7 +497,8 @@ def sec_referee(st):
                      + (f"; step 1's verify {num(op['step1_verify_s'])} s apart" if op.get("step1_verify_s") else ""),
                      f"{num(op.get('brute_cost_s'))} ({num(b.get('first_call_s'))})"
                      + (f"; estimated, {num(b.get('wall_s'))} s measured" if op.get("brute_cost_estimated") else ""),
-                     f"{pct(op.get('cost_ratio'))} {yes_no(op.get('cost_ok'))}", yes_no(op.get("pass")), None])
+                     f"{pct(op.get('cost_ratio'))} {yes_no(op.get('cost_ok'))}", yes_no(op.get("pass")),
+                     referee_miss_why(op, crit)])
         spread = ", ".join(val(v) for v in op.get("search_values") or []) + " / " + ", ".join(
             val(v) for v in op.get("brute_values") or [])
         diff.append([op["op"], op.get("differ"), spread, val(op.get("combined_spread")),

@@ -193,3 +193,27 @@ def test_a_state_of_another_card_is_refused(tmp_path):
     (tmp_path / "peak.json").write_text(json.dumps({"device": {"backend": "cpu", "name": "AMD EPYC"}}))
     assert ref.other_card(str(tmp_path), "cpu", "cpu") is None  # cpu: the backend alone is compared
     assert "cpu backend" in ref.other_card(str(tmp_path), "NVIDIA H200", "cuda")
+
+
+def test_a_missing_row_says_why_from_its_own_figures():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import make_results as mr
+    crit = {"ratio_min": 0.97, "cost_max": 0.25}
+    # cost 100 s allowed 0.25 * 8 = 2 s; stage 2 + retime + counting = 30 + 20 + 5 = 55 s > 2 s: the fixed part
+    small = {"cost_ok": False, "limit_ok": True, "brute_cost_s": 8.0, "brute": {"complete": True, "statuses":
+             {"ok": 30, "oom": 10}}, "search_cost_parts_s": {"probe": 40.0, "stage2": 30.0, "retime": 20.0,
+                                                              "counts": 5.0}}
+    why = mr.referee_miss_why(small, crit)
+    assert "collector runs alone" in why and "55.0 s" in why and "688%" in why and "(40 points)" in why
+    # allowed 0.25 * 400 = 100 s: collector runs 60 s fit, the probe's 120 s alone does not (30%)
+    probe = {"cost_ok": False, "brute_cost_s": 400.0, "search_cost_parts_s": {"probe": 120.0, "stage2": 30.0,
+                                                                              "retime": 30.0}}
+    assert mr.referee_miss_why(probe, crit).startswith("cost: the probe alone (120.0 s) is 30%")
+    # probe 80 s and collector runs 60 s each fit in 100 s, together they do not
+    both = dict(probe, search_cost_parts_s={"probe": 80.0, "stage2": 30.0, "retime": 30.0})
+    assert "together exceed 25%" in mr.referee_miss_why(both, crit)
+    # the limit: gap 0.05 beyond the combined spread 0.02
+    lim = {"limit_ok": False, "cost_ok": True, "ratio": 0.9, "gap": 0.05, "combined_spread": 0.02}
+    assert mr.referee_miss_why(lim, crit) == "limit: search / brute 0.900 < 0.97 and the gap 5.00% exceeds the " \
+                                             "combined spread 2.00%"
+    assert mr.referee_miss_why({"limit_ok": True, "cost_ok": True}, crit) is None
