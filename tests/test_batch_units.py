@@ -434,6 +434,29 @@ def test_a_job_whose_runner_raises_is_recorded_failed_and_the_pool_runs_the_othe
     assert os.path.exists(jobs[2]["record"])  # the failed record is written, not left "running"
 
 
+def test_a_job_interrupted_before_the_batch_sees_the_ctrl_c_starts_no_other(tmp_path):
+    """A Ctrl-C that ends an operator's child (its status ``interrupted``) before the batch's own thread handles
+    it: the worker waits for the batch's interrupt instead of starting the next job at once (the race behind a
+    batch that showed two interrupted operators and none not run). The Ctrl-C is a real SIGINT to this process,
+    sent by the job just before it returns."""
+    import signal
+    from mfulib.batch.plan import run_local
+    jobs = [{"name": f"op{i}", "op": f"op{i}", "layout": "B", "work": str(tmp_path / f"w{i}"),
+             "log": str(tmp_path / f"op{i}.log"), "record": str(tmp_path / f"op{i}.json")} for i in range(3)]
+    ran = []
+
+    def run_job(job, opts, dev, restrict, stop):
+        ran.append(job["name"])
+        if job["name"] == "op0":
+            return {"name": "op0", "status": "ok"}
+        os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C: the batch's thread sees it after this job ends
+        return {"name": job["name"], "status": "interrupted"}
+
+    done = []
+    assert run_local(jobs, [0], {}, done.append, run_job) is True
+    assert ran == ["op0", "op1"] and [r["status"] for r in done] == ["ok", "interrupted"]
+
+
 def test_a_ctrl_c_in_the_pool_delivers_each_finished_record_once(tmp_path):
     """Ctrl-C arriving right after a record was handed on (on_done raising KeyboardInterrupt once): that record is
     not handed on again while the pool winds down, and the run says it was interrupted."""

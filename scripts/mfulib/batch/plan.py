@@ -246,6 +246,9 @@ def resolve_devices(devices: str | None, backend: str, env=None):
 
 
 # ----------------------------------------------------------------------------------------------- local pool
+INTERRUPT_GRACE_S = 1.0  # how long a worker whose operator was interrupted waits for the batch's own Ctrl-C
+
+
 def run_local(jobs, devices, opts, on_done, run_job):
     """Run ``jobs`` (in order) with one worker per device (a ``concurrent.futures`` thread pool: each job takes a
     free device, so at most one job runs per device); ``on_done(record)`` after each, in this thread. Returns True
@@ -260,7 +263,10 @@ def run_local(jobs, devices, opts, on_done, run_job):
             return None
         dev = free.get()
         try:
-            return run_job(job, opts, dev, restrict=dev is not None, stop=stop.is_set)
+            rec = run_job(job, opts, dev, restrict=dev is not None, stop=stop.is_set)
+            if (rec or {}).get("status") == "interrupted":  # a Ctrl-C that reached its child first reaches the
+                stop.wait(INTERRUPT_GRACE_S)  # batch moments later: the next job must not start before it is seen
+            return rec
         except Exception as exc:  # noqa: BLE001 - the runner itself failed: this job is failed, the batch goes on
             from mfulib.batch.job import failed_record
             return failed_record(job, opts, f"the batch could not run it: {type(exc).__name__}: {exc}", dev)
