@@ -448,9 +448,9 @@ def _cost_parts(parts) -> str:
 def referee_miss_why(op: dict, crit: dict) -> str | None:
     """Why a referee row misses, from its own figures (None when it passes or lacks them): the limit's gap against
     the combined spread of the two re-timings, and for the cost, the smallest share of the search that alone exceeds
-    ``cost_max`` x the brute force's wall (the grid search's collector runs - stage 2, retime, counting - whose
-    number of runs does not depend on the space's size; else the probe; else both), with the brute force's size when it ran
-    complete (a small space is cheap to time exhaustively)."""
+    ``cost_max`` x the brute force's wall (the grid search's collector runs - stage 2, retime, counting - a number
+    of runs that does not depend on the space's size; else the probe; else both), with the brute force's size when
+    it ran complete (a small space is cheap to time exhaustively)."""
     why = []
     if op.get("limit_ok") is False:
         why.append(f"limit: search / brute {num(op.get('ratio'), 3)} < {crit.get('ratio_min')} and the gap "
@@ -464,7 +464,8 @@ def referee_miss_why(op: dict, crit: dict) -> str | None:
                  f"{num(brute_s)} s" if b.get("complete") else "")
         if fixed > allowed:
             why.append(f"cost: the grid search's collector runs alone (stage 2 + retime + counting, {num(fixed)} s, "
-                       f"a number of runs that no space size changes) are {pct(fixed / brute_s, 0)} of the brute force's{space}")
+                       f"a number of runs that no space size changes) are {pct(fixed / brute_s, 0)} of the brute "
+                       f"force's{space}")
         elif (parts.get("probe") or 0) > allowed:
             why.append(f"cost: the probe alone ({num(parts['probe'])} s) is {pct(parts['probe'] / brute_s, 0)} of "
                        f"the brute force's{space}")
