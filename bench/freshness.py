@@ -283,6 +283,60 @@ def write_cache(commits, root=ROOT, cache_path=CACHE, trees=None):
     return sorted(have)
 
 
+#: where the tool's library lives (``scripts/mfulib``): :func:`import_closure` follows imports of it
+LIBRARY_ROOT = "scripts"
+
+
+def _module_file(name, root):
+    """Repository-relative path of module ``name`` (dotted) under :data:`LIBRARY_ROOT`, a package's ``__init__.py``;
+    None when it is not a file of this checkout (the standard library, torch, ...)."""
+    base = os.path.join(root, LIBRARY_ROOT, *name.split("."))
+    for path in (os.path.join(base, "__init__.py"), base + ".py"):
+        if os.path.isfile(path):
+            return os.path.relpath(path, root).replace(os.sep, "/")
+    return None
+
+
+def _imported_names(rel, root):
+    """Dotted names ``rel`` imports anywhere in its code (module level and inside functions, where the tool imports
+    lazily), relative imports resolved, ``from P import x`` giving P and P.x (x may be a submodule)."""
+    with open(os.path.join(root, rel), "rb") as f:
+        tree = ast.parse(f.read(), filename=rel)
+    # the package a relative import starts from: a module's own package (a package's __init__: the package itself)
+    package = rel[len(LIBRARY_ROOT) + 1:-3].split("/")[:-1] if rel.startswith(LIBRARY_ROOT + "/") else []
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package[:len(package) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+def import_closure(entry, root=ROOT):
+    """Sorted repository-relative paths of every library module (under :data:`LIBRARY_ROOT`) that script ``entry``
+    (repository-relative) imports, directly or through other library modules, at any depth and wherever the import
+    statement stands - what the script's results can depend on besides itself. Every package on the way is included
+    (importing ``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py``). Static: an import by a computed name
+    (``importlib.import_module(f"...")``) is not seen - a test imports the closure and checks that nothing outside
+    it was loaded. Raises OSError / SyntaxError for an unreadable entry."""
+    seen, todo = set(), [entry]
+    while todo:
+        for name in _imported_names(todo.pop(), root):
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                rel = _module_file(".".join(parts[:i]), root)
+                if rel and rel not in seen:
+                    seen.add(rel)
+                    todo.append(rel)
+    return sorted(seen)
+
+
 def stale_modules(measured, then, now, exclude=()):
     """Paths of ``now`` ({path: hash}) under the prefixes ``measured``, except those in ``exclude``, whose hash is
     not among ``then``'s values (changed or new since the pack; a moved file with the same normalised content is

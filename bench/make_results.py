@@ -84,13 +84,11 @@ MEASURES = {
     "cupti": TOOL + ("bench/cupti_variants_h200.py",) + ops("zoo/5_MHABlock"),
     "referee": TOOL + ("bench/bench_search_vs_bruteforce.py", "bench/referee_bruteforce.py", "examples/ops/"),  # its operators: any bundled one
     # the referee's brute-force part alone (its operator row's part_trees["brute"]): bench/referee_bruteforce.py
-    # (points, timing, verify, the summary's inputs) and the product modules it imports (mfulib.search never);
-    # the driver's brute-side functions (write_brute_dir, part_brute, brute_summary) are pinned by a test
-    "referee_brute": ("bench/referee_bruteforce.py", "examples/ops/", "scripts/mfulib/core/",
-                      "scripts/mfulib/backends/", "scripts/mfulib/run/", "scripts/mfulib/verify/",
-                      "scripts/mfulib/flops/contract.py", "scripts/mfulib/flops/formulas.py",
-                      "scripts/mfulib/flops/kernel_parts.py", "scripts/mfulib/flops/user_formulas.py",
-                      "scripts/mfulib/profiles/kernels.py"),
+    # (points, timing, verify, the summary's inputs), the operators, and exactly the library modules it imports
+    # (freshness.import_closure: mfulib.search never, nor mfulib.run.trace_zygote); the driver's brute-side
+    # functions (write_brute_dir, part_brute, brute_summary) are pinned by a test
+    "referee_brute": ("bench/referee_bruteforce.py", "examples/ops/")
+    + tuple(freshness.import_closure("bench/referee_bruteforce.py")),
     "batch": TOOL + ("examples/ops/",),
 }
 

@@ -4,6 +4,7 @@ bookkeeping that lets a call stop between parts and a later call (or a fresh mac
 counted by hand here."""
 import json
 import os
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -217,3 +218,37 @@ def test_a_missing_row_says_why_from_its_own_figures():
     assert mr.referee_miss_why(lim, crit) == "limit: search / brute 0.900 < 0.97 and the gap 5.00% exceeds the " \
                                              "combined spread 2.00%"
     assert mr.referee_miss_why({"limit_ok": True, "cost_ok": True}, crit) is None
+
+
+def test_the_brute_forces_code_is_exactly_the_library_it_imports(tmp_path):
+    """MEASURES["referee_brute"] is bench/referee_bruteforce.py's import closure (freshness.import_closure): a
+    module it never imports (the search, the tracer) cannot make its results stale, and every one it does can."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import freshness
+    import make_results as mr
+    closure = freshness.import_closure("bench/referee_bruteforce.py")
+    assert set(closure) <= set(mr.MEASURES["referee_brute"])
+    for rel in ("scripts/mfulib/__init__.py", "scripts/mfulib/verify/correctness.py", "scripts/mfulib/run/compat.py",
+                "scripts/mfulib/core/symbols.py", "scripts/mfulib/flops/contract.py"):
+        assert rel in closure, rel  # imported inside its functions (lazily) or as a package on the way
+    assert not [r for r in closure if r.startswith("scripts/mfulib/search/") or r.endswith("trace_zygote.py")]
+    # independent of the parser: import the closure in a fresh interpreter; no other library module gets loaded
+    mods = [r[len("scripts/"):-3].replace("/", ".").removesuffix(".__init__") for r in closure]
+    code = ("import sys, importlib; sys.path.insert(0, 'scripts'); sys.path.insert(0, 'bench')\n"
+            f"import referee_bruteforce\nfor m in {mods!r}: importlib.import_module(m)\n"
+            "print('\\n'.join(sorted(getattr(v, '__file__', None) or '' for k, v in sys.modules.items() "
+            "if k == 'mfulib' or k.startswith('mfulib.'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    loaded = {os.path.relpath(f, ROOT).replace(os.sep, "/") for f in out.split() if f}
+    assert loaded and loaded <= set(closure), sorted(loaded - set(closure))
+    # by hand on a small tree: a lazy import, a relative one, a package on the way, a name that is not a module
+    lib = tmp_path / "scripts" / "mfulib"
+    (lib / "a").mkdir(parents=True)
+    (lib / "__init__.py").write_text("")
+    (lib / "a" / "__init__.py").write_text("")
+    (lib / "a" / "b.py").write_text("from . import c\nfrom .c import helper\n")
+    (lib / "a" / "c.py").write_text("import os\n")
+    (lib / "z.py").write_text("")  # never imported
+    (tmp_path / "entry.py").write_text("import json\n\ndef f():\n    from mfulib.a.b import thing\n")
+    assert freshness.import_closure("entry.py", root=str(tmp_path)) == [
+        "scripts/mfulib/__init__.py", "scripts/mfulib/a/__init__.py", "scripts/mfulib/a/b.py", "scripts/mfulib/a/c.py"]
