@@ -22,7 +22,7 @@ from mdtable import md_row  # noqa: E402
 
 BATCH = os.path.join(ROOT, "scripts", "mfu_batch.py")
 
-# test double of `make OP=.. WORK=.. ... all`: records what it got; STUB_PLAN {op: ok|fail|hang}
+# test double of `make OP=.. WORK=.. ... all`: records what it got; STUB_PLAN {op: ok|fail|hang|sigint|ctrl_c}
 STUB_MAKE = r'''#!/usr/bin/env python3
 import json, os, subprocess, sys, time
 args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
@@ -38,6 +38,13 @@ if action == "hang":  # a grandchild in a session of its own, as the collector's
     rec["grandchild"] = p.pid
     json.dump(rec, open(out, "w"))
     time.sleep(120)
+if action == "ctrl_c":  # the user's Ctrl-C while this operator runs: the batch's process group, then this child
+    import signal
+    while not os.path.exists(os.environ["STUB_PGID_FILE"]):
+        time.sleep(0.05)
+    os.killpg(int(open(os.environ["STUB_PGID_FILE"]).read()), signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)  # dies of it unless its parent blocked SIGINT (Ray's workers do)
 if action == "sigint":  # what a Ctrl-C that reached the child before its setsid does
     import signal
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -399,6 +406,38 @@ def test_ctrl_c_under_runner_ray_kills_the_running_operators_and_records_them(tm
     s = json.loads((out / "batch_summary.json").read_text())
     assert [r["status"] for r in s["rows"]] == ["interrupted", "interrupted"] and s["runner"] == "ray"
     assert all(gone(rec["grandchild"]) for rec in stub_records(stub).values())
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("runner", ["local", "ray"])
+def test_a_ctrl_c_during_one_operator_starts_no_later_one(tmp_path, stub, runner):
+    """One worker, four operators; the second one's child sends a real Ctrl-C (SIGINT to the batch's process group)
+    and then receives one itself: that operator is interrupted and no later one starts (``not_run``, its stub never
+    ran). Locally the child dies of the SIGINT before the batch's thread sees its own (the race INTERRUPT_GRACE_S
+    closes); under Ray the child inherits the worker's blocked SIGINT and the batch's ray.cancel stops it."""
+    import signal
+    if runner == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            if os.environ.get("CI") == "true":
+                pytest.fail("ray is not importable in CI: .ci/run installs requirements-ray.txt")
+            pytest.skip("ray is not installed (pip install -r requirements-ray.txt)")
+    out, pgid_file = tmp_path / "out", tmp_path / "pgid"
+    env = dict(os.environ, STUB_DIR=str(stub[1]), STUB_SLEEP="0.5", STUB_PGID_FILE=str(pgid_file),
+               STUB_PLAN=json.dumps({"zoo/2_Softmax": "ctrl_c"}))
+    proc = subprocess.Popen([sys.executable, BATCH, "--out", str(out), "--make", stub[0], "--no-progress",
+                             "--examples", "zoo", "--ops", "1_BatchMatmul,2_Softmax,3_RMSNorm,4_FFN",
+                             "--runner", runner, "--devices", "0", "--backend", "cpu"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    pgid_file.write_text(str(proc.pid))
+    text, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, text
+    s = json.loads((out / "batch_summary.json").read_text())
+    by = {r["name"]: r["status"] for r in s["rows"]}
+    assert by == {"zoo/1_BatchMatmul": "ok", "zoo/2_Softmax": "interrupted", "zoo/3_RMSNorm": "not_run",
+                  "zoo/4_FFN": "not_run"}, text
+    assert set(stub_records(stub)) <= {"zoo/1_BatchMatmul", "zoo/2_Softmax"}  # no later operator's make ran
 
 
 @pytest.mark.e2e

@@ -14,7 +14,10 @@ Files in and out go through the filesystem: every node must see the skill direct
 output directory at the same paths (a shared filesystem). Where to connect: ``RAY_ADDRESS`` (``ray.init``'s own
 rule); unset, a local Ray instance is started for the batch (``num_cpus`` = the worker count, so it runs as many
 operators at once as the local pool would) and shut down after it. Ctrl-C cancels the tasks (each kills its
-operator's process tree and records ``interrupted``), then force-cancels what is left after 15 s.
+operator's process tree and records ``interrupted``), then force-cancels what is left after 15 s. A terminal's
+Ctrl-C never ends an operator's child first here (the local pool's race, ``plan.INTERRUPT_GRACE_S``): Ray's workers
+block SIGINT and their children inherit the mask, so the interrupt reaches a task only as the driver's cancel,
+after which no queued task starts (an end-to-end test runs both runners).
 """
 from __future__ import annotations
 
