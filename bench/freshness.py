@@ -297,13 +297,13 @@ def _module_file(name, root):
     return None
 
 
-def _imported_names(rel, root):
-    """Dotted names ``rel`` imports anywhere in its code (module level and inside functions, where the tool imports
-    lazily), relative imports resolved, ``from P import x`` giving P and P.x (x may be a submodule)."""
-    with open(os.path.join(root, rel), "rb") as f:
-        tree = ast.parse(f.read(), filename=rel)
-    # the package a relative import starts from: a module's own package (a package's __init__: the package itself)
-    package = rel[len(LIBRARY_ROOT) + 1:-3].split("/")[:-1] if rel.startswith(LIBRARY_ROOT + "/") else []
+def imported_names(path, package):
+    """Dotted names the Python file ``path`` imports anywhere in its code (module level and inside functions, where
+    the tool imports lazily): ``import a.b`` gives a.b; ``from P import x`` gives P and P.x (x may be a submodule);
+    a relative import is resolved from ``package`` (the parts of the module's own package - a package's
+    ``__init__``: the package itself). Raises OSError / SyntaxError for an unreadable file."""
+    with open(path, "rb") as f:
+        tree = ast.parse(f.read(), filename=str(path))
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -311,7 +311,7 @@ def _imported_names(rel, root):
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                up = package[:len(package) - (node.level - 1)]
+                up = list(package)[:len(package) - (node.level - 1)]
                 base = ".".join(up + ([node.module] if node.module else []))
             out.add(base)
             out.update(f"{base}.{a.name}" for a in node.names)
@@ -327,7 +327,9 @@ def import_closure(entry, root=ROOT):
     it was loaded. Raises OSError / SyntaxError for an unreadable entry."""
     seen, todo = set(), [entry]
     while todo:
-        for name in _imported_names(todo.pop(), root):
+        rel = todo.pop()
+        package = rel[len(LIBRARY_ROOT) + 1:-3].split("/")[:-1] if rel.startswith(LIBRARY_ROOT + "/") else []
+        for name in imported_names(os.path.join(root, rel), package):
             parts = name.split(".")
             for i in range(1, len(parts) + 1):
                 rel = _module_file(".".join(parts[:i]), root)

@@ -92,6 +92,16 @@ def gone(pid, wait_s=5.0):
     return False
 
 
+def need_ray():
+    """Skip a RUNNER=ray test where Ray is not installed; fail it in CI, which installs requirements-ray.txt."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("ray is not importable in CI: .ci/run installs requirements-ray.txt")
+        pytest.skip("ray is not installed (pip install -r requirements-ray.txt)")
+
+
 def stub_records(stub):
     return {json.loads(p.read_text())["op"]: json.loads(p.read_text()) for p in stub[1].glob("*.json")}
 
@@ -384,12 +394,7 @@ def test_bench_batch_speedup_compares_a_one_and_a_two_worker_run(tmp_path):
 @pytest.mark.e2e
 def test_ctrl_c_under_runner_ray_kills_the_running_operators_and_records_them(tmp_path, stub):
     import signal
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI") == "true":
-            pytest.fail("ray is not importable in CI: .ci/run installs requirements-ray.txt")
-        pytest.skip("ray is not installed (pip install -r requirements-ray.txt)")
+    need_ray()
     out = tmp_path / "out"
     env = dict(os.environ, STUB_DIR=str(stub[1]), STUB_PLAN=json.dumps({"zoo/2_Softmax": "hang",
                                                                       "zoo/3_RMSNorm": "hang"}))
@@ -417,12 +422,7 @@ def test_a_ctrl_c_during_one_operator_starts_no_later_one(tmp_path, stub, runner
     closes); under Ray the child inherits the worker's blocked SIGINT and the batch's ray.cancel stops it."""
     import signal
     if runner == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            if os.environ.get("CI") == "true":
-                pytest.fail("ray is not importable in CI: .ci/run installs requirements-ray.txt")
-            pytest.skip("ray is not installed (pip install -r requirements-ray.txt)")
+        need_ray()
     out, pgid_file = tmp_path / "out", tmp_path / "pgid"
     env = dict(os.environ, STUB_DIR=str(stub[1]), STUB_SLEEP="0.5", STUB_PGID_FILE=str(pgid_file),
                STUB_PLAN=json.dumps({"zoo/2_Softmax": "ctrl_c"}))

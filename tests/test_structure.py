@@ -4,10 +4,14 @@ Read with ``ast`` from the sources (nothing imported), so a lazy import inside a
 """
 import ast
 import os
+import sys
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import freshness  # noqa: E402  (the import-statement parser: one for this graph and for freshness.import_closure)
+
 SCRIPTS = os.path.join(ROOT, "scripts")
 LIB = os.path.join(SCRIPTS, "mfulib")
 PKG = "mfulib"
@@ -30,30 +34,19 @@ def parse(path):
 
 
 def import_graph(modules: dict) -> dict:
-    """{module: {intra-package modules it imports}}, every import statement (function-level ones included)."""
+    """{module: {intra-package modules it imports}}, every import statement (function-level ones included; the
+    statements read by bench/freshness.py's imported_names, the parser its import_closure uses too)."""
     graph = {}
     for name, path in modules.items():
-        is_pkg = path.endswith("__init__.py")
-        here = name.split(".") if is_pkg else name.split(".")[:-1]
+        here = name.split(".") if path.endswith("__init__.py") else name.split(".")[:-1]
         edges = set()
-        for node in ast.walk(parse(path)):
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = here[:len(here) - node.level + 1]
-                    mod = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    mod = node.module or ""
-                targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
-            for t in targets:
-                if t.split(".")[0] != PKG:
-                    continue
-                while t and t not in modules:  # "pkg.mod.attr" -> "pkg.mod"
-                    t = t.rpartition(".")[0]
-                if t and t != name:
-                    edges.add(t)
+        for t in freshness.imported_names(path, here):
+            if t.split(".")[0] != PKG:
+                continue
+            while t and t not in modules:  # "pkg.mod.attr" -> "pkg.mod"
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                edges.add(t)
         graph[name] = edges
     return graph
 
