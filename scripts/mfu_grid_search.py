@@ -6,12 +6,13 @@ after max_shape_probe.py) -> grid_search.json.
 
 Pool: the top --top-n (8) original cases by FLOPs (flops.py when present, else the reference's tracer via
 --flops-tool --tracer-only) at scale 1, plus the scaled variants probe.json appended for them; the original top 3
-are always in it. Stage 1 ranks the pool by device-synchronised wall clock, without the profiler, in one persistent
-worker (a compiling prime call, --warmup 1, then up to --repeats 10 iterations, stopped once at least 2 sum to
---stage1-budget-s 0.1 s; median per iteration; wall_s per case); stage 2 measures the top --stage2-k (3) with the
-collector (msprof_perf_summary.py --cases; precise kernel time; PMU: cuda --pmu from --stage2-pmu, default
-auto). The result is the maximum MFU (MFU@ach with peak.json, else MFU@nom) of the precise kernel time; an
-operator without matrix work gets MBU (bytes moved = inputs + outputs). Numerator = min(traced, executed) where
+are always in it. Stage 1 ranks the pool by wall clock per call, without the profiler, in one persistent worker (a
+compiling prime call, --warmup 1, then up to --repeats 10 iterations of back-to-back calls with one device
+synchronize, ~10 ms each so the launch latency is amortised, stopped once at least 2 sum to --stage1-budget-s 0.1 s;
+median per call; wall_s per case); stage 2 measures the top --stage2-k (3) with the collector
+(msprof_perf_summary.py --cases; precise kernel time; PMU: cuda --pmu from --stage2-pmu, default auto). The result is
+the maximum MFU (MFU@ach with peak.json, else MFU@nom) of the precise kernel time; an operator without matrix work
+gets MBU (bytes moved = inputs + outputs). Numerator = min(traced, executed) where
 hardware counts exist (CUDA tensor instructions on mma.sync devices; none on NPU), else the tracer's, with num_src
 and why.
 Re-timing: the top --retime-top (3) of stage 2 are timed again in --retime-runs (3) separate collector runs, each
@@ -50,7 +51,7 @@ def build_parser():
                    help="stage-1 timed iterations at most (default 10; cpu 2); --stage1-budget-s stops them earlier")
     p.add_argument("--stage1-retime", action="store_true",
                    help="time every pool case in stage 1, also those the probe already timed (gate 4 of a passed "
-                        "candidate, the scale-1 baseline of a source case: the same synchronised wall clock, reused "
+                        "candidate, the scale-1 baseline of a source case: the same wall clock per call, reused "
                         "by default when backend, seed and operator files are the probe's)")
     p.add_argument("--stage1-budget-s", type=float, default=None,
                    help="stage-1 timed iterations stop once at least 2 of them sum to this many seconds (default "

@@ -305,8 +305,10 @@ def test_search_options_that_would_search_nothing_are_refused():
 
 
 def test_stage1_ranks_what_the_probe_already_timed_and_runs_only_the_rest(tmp_path, monkeypatch):
-    """The probe's gate-4 time of a passed candidate and its scale-1 baseline of a source are the same synchronised
-    wall clock stage 1 measures: reused (same backend, seed, operator files); other cases run in the worker."""
+    """The probe's gate-4 time of a passed candidate and its scale-1 baseline of a source are the same wall clock per
+    call stage 1 measures: reused (same backend, seed, operator files, wall-clock method); other cases run in the
+    worker."""
+    from mfulib.core import wallclock
     from mfulib.verify import verified_cases
     from mfulib.backends import runner
     from mfulib.backends.cpu import CpuBackend
@@ -319,7 +321,8 @@ def test_stage1_ranks_what_the_probe_already_timed_and_runs_only_the_rest(tmp_pa
     (work / "Op_perf_cases.jsonl").write_text("".join(json.dumps(bmm_line(1, 16, 16, 16)) + "\n" for _ in range(3)))
     doc = probe_doc({2: (0, {"batch": 2})})
     doc["candidates"][0].update(flops=16384.0, time_ms=2.0, candidate_id="c0:batchx2")
-    doc.update(baselines={"0": {"time_ms": 1.0}}, run_key={"seed": 0, "backend": "cpu"},
+    doc.update(baselines={"0": {"time_ms": 1.0}}, run_key={"seed": 0, "backend": "cpu",
+                                                           "wall_clock": wallclock.METHOD},
                inputs=input_digests(str(work)))
     (work / "probe.json").write_text(json.dumps(doc))
     probe = search_pool.read_probe(str(work / "probe.json"))
@@ -356,6 +359,10 @@ def test_stage1_ranks_what_the_probe_already_timed_and_runs_only_the_rest(tmp_pa
     ran.clear()  # another seed (or backend, or edited operator files): every case is timed again
     why = search_pool.probe_timings(probe, "cpu", 1, input_digests(str(work)))[1]
     assert "on cpu" in why and "seed 0" in why  # the probe's seed, not this run's (1)
+    older = dict(probe, wall_clock=None)  # a probe.json from before back-to-back timing: one synchronised call each
+    reused, why = search_pool.probe_timings(older, "cpu", 0, input_digests(str(work)))
+    assert reused == {} and "one synchronised call" in why and wallclock.METHOD in why
+    assert search_pool.probe_timings(probe, "cpu", 0, input_digests(str(work)))[0] == probe["timings"]
     opts.stage1_retime = True
     stage1_mod.stage1(OpDir(str(work)), pool, CpuBackend(), opts, {}, "mfu", lambda m: None, {}, probe)
     assert ran == [0, 1, 2]
@@ -375,3 +382,4 @@ def test_the_probes_tracer_counts_are_not_reused_once_model_py_changed(tmp_path)
     assert probe["inputs"] == input_digests(str(work))
     (work / "model.py").write_text("# the reference now does twice the work\n")
     assert probe["inputs"] != input_digests(str(work))  # run_search's same_probe test: traced again, not reused
+

@@ -17,20 +17,24 @@ def gemm_work(tmp_path_factory):
                                              dtype="float32")
 
 
-def _iterations(work, tmp, repeats, budget_s):
+def _run(work, tmp, repeats, budget_s, **extra):
     from mfulib.backends import get_backend
     from mfulib.backends.runner import close_workers, run_child
     from mfulib.search.stage1 import WallClockBackend
     backend = get_backend("cpu")
     spec = {"op_dir": work, "case_id": 0, "impl": "asc", "seed": 0, "warmup": 1, "repeats": repeats,
             "backend": "cpu", "device": backend.device_string(0), "markers": False, "profile": False,
-            "flush_cache_mib": 0, "repeat_budget_s": budget_s}
+            "flush_cache_mib": 0, "repeat_budget_s": budget_s, **extra}
     try:
         child = run_child(WallClockBackend(backend), spec, str(tmp), 300)
     finally:
         close_workers()
     assert child.status == "ok", child.log_tail
-    return child.report["iter_wall_ns"]
+    return child.report
+
+
+def _iterations(work, tmp, repeats, budget_s):
+    return _run(work, tmp, repeats, budget_s)["iter_wall_ns"]
 
 
 @pytest.mark.e2e
@@ -38,6 +42,20 @@ def test_stage1_repeats_stop_after_two_once_the_budget_is_spent_and_run_all_with
     assert len(_iterations(gemm_work, tmp_path / "a", 6, 1e-9)) == 1 + 2  # warmup + the minimum of 2
     assert len(_iterations(gemm_work, tmp_path / "b", 4, None)) == 1 + 4
     assert len(_iterations(gemm_work, tmp_path / "c", 1, 1e-9)) == 1 + 1  # fewer repeats than the minimum
+
+
+@pytest.mark.e2e
+def test_stage1_iterations_after_the_first_are_back_to_back_calls_sized_by_the_first(gemm_work, tmp_path):
+    """Spec burst_target_ms (what stage 1 sends): the first iteration is one call and sizes the others
+    (mfulib.core.wallclock.calls_per_burst); iter_wall_ns is per call. Without it, one call per iteration."""
+    from mfulib.core.wallclock import calls_per_burst
+    report = _run(gemm_work, tmp_path / "a", 2, None, burst_target_ms=1e6)  # a target no call reaches alone
+    calls = report["calls_per_iteration"]
+    assert calls == calls_per_burst(report["iter_wall_ns"][0] / 1e6, 1e6) and calls > 1
+    assert len(report["iter_wall_ns"]) == 1 + 2
+    assert "calls_per_iteration" not in _run(gemm_work, tmp_path / "b", 2, None)
+    profiled = _run(gemm_work, tmp_path / "c", 2, None, burst_target_ms=1e6, profile=True)
+    assert "calls_per_iteration" not in profiled  # a profiled run keeps one call per iteration range
 
 
 FAKE_COLLECTOR = r'''

@@ -19,13 +19,16 @@ with the compatibility layer of :mod:`mfulib.run.compat` installed first), then:
 
 and writes ``report.json`` atomically: status, error, device identity, compatibility report (core counts handed to
 the operator), output bytes, trace path, wall times of each phase and ``iter_wall_ns`` (host wall clock of each of
-the warmup + repeats iterations, ns, the device synchronised at its end: the shape search's profiler-free timing,
-spec ``"profile": false``).
+the warmup + repeats iterations, ns per call, the device synchronised at its end: the shape search's profiler-free
+timing, spec ``"profile": false``).
 
 Spec keys: ``op_dir, case_id, impl (asc|ref), seed, warmup, repeats, backend, device, markers, profile,
 flush_cache_mib, report_path, trace_path`` and the optional ``repeat_budget_s`` (absent/None: all ``repeats``):
 the measured iterations stop early once at least 2 of them (``repeats`` if fewer) together took this many seconds
-(the shape search's stage 1: ranking needs a few iterations, not a precise median).
+(the shape search's stage 1: ranking needs a few iterations, not a precise median), and the optional
+``burst_target_ms`` (profiler-free runs only; absent/None: one call per iteration): after the first iteration (one
+call), each iteration makes ``calls_per_iteration`` back-to-back calls with one synchronize, sized to last about this
+long (:mod:`mfulib.core.wallclock`, the probe's gate-4 method), and ``iter_wall_ns`` holds its wall time per call.
 
 Persistent workers (cpu and cuda, :attr:`Backend.persistent_worker`): instead of one process per case,
 :func:`run_child` hands the spec to a :class:`mfulib.run.worker.Worker` kept per (backend, device) - this file run with
@@ -306,7 +309,11 @@ def run_spec(spec: dict, backend, report: dict) -> None:
             if profile and not backend.profile_prime:
                 session = stack.enter_context(backend.session(spec))
             t = time.perf_counter()
-            iter_wall_ns = report["iter_wall_ns"] = []  # host wall clock of each iteration, device synchronised
+            iter_wall_ns = report["iter_wall_ns"] = []  # host wall clock per call of each iteration, device synced
+            # back-to-back calls per iteration (spec burst_target_ms, profiler-free runs only): 1 for the first
+            # iteration, which sizes the rest (mfulib.core.wallclock)
+            burst = spec.get("burst_target_ms") if not profile else None
+            calls, spent_ns = 1, 0
             for i in range(n):
                 if harness is not None and harness.flushes:
                     harness.flush()
@@ -315,11 +322,17 @@ def run_spec(spec: dict, backend, report: dict) -> None:
                 with backend.iteration(i):
                     if spec.get("markers"):
                         harness.marker()
-                    built.model(*built.args)
+                    for _ in range(calls):
+                        built.model(*built.args)
                     backend.sync()
-                iter_wall_ns.append(time.perf_counter_ns() - t_iter)
-                if budget_ns is not None and i + 1 - warmup >= min(2, n - warmup) and \
-                        sum(iter_wall_ns[warmup:]) >= budget_ns:
+                took = time.perf_counter_ns() - t_iter
+                iter_wall_ns.append(took / calls)
+                if i >= warmup:
+                    spent_ns += took
+                if burst and i == 0:
+                    from mfulib.core.wallclock import calls_per_burst
+                    calls = report["calls_per_iteration"] = calls_per_burst(took / 1e6, float(burst))
+                if budget_ns is not None and i + 1 - warmup >= min(2, n - warmup) and spent_ns >= budget_ns:
                     break  # time-bounded repeats (spec repeat_budget_s): enough for a ranking
             if spec.get("markers"):
                 harness.marker()

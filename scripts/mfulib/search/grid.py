@@ -12,7 +12,7 @@ largest shape (scaled up, data fall out of cache and MFU often drops), so the se
   ``repeats`` (10) iterations, stopping once at least 2 measured ones sum to :attr:`SearchOptions.stage1_budget_s`
   (0.1 s; off on cpu), in the persistent worker (:mod:`mfulib.backends.runner`, spec ``"profile": false``,
   ``repeat_budget_s``: no profiler, no msprof; its cost per case is the row's ``wall_s``) and is ranked by traced FLOPs
-  (bytes moved for MBU) over the median device-synchronised wall time of one iteration;
+  (bytes moved for MBU) over the median wall time per call of back-to-back calls (:mod:`mfulib.core.wallclock`);
 * **stage 2**: the top :attr:`SearchOptions.stage2_k` (3) are measured by the collector
   (``msprof_perf_summary.py --cases``; on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the
   tensor instruction counts): precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search.numerator`;

@@ -19,6 +19,7 @@ import sys
 
 from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.core.definitions import is_number
+from mfulib.core import wallclock
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import read_json
 from mfulib.core.opdir import OpDir
@@ -36,8 +37,9 @@ def read_probe(path: str) -> dict | None:
     early, or None: :func:`mfulib.schemas.probe_json.budget_cut` reads it), "traced": {case id: {flops, status,
     reason, from}} (the probe's tracer counts: ``traced_flops`` of the originals, ``flops`` of passed candidates),
     "seed": the probe's seed (``run_key.seed``), whose draw those counts come from, "backend", "inputs" (model.py /
-    model_new.py sha256), "timings": {case id: {time_ms, from}} (gate 4's median synchronised wall clock of each passed
-    candidate, the scale-1 baseline of each source case)}. Raises UserError naming the file for a malformed one.
+    model_new.py sha256), "timings": {case id: {time_ms, from}} (gate 4's median wall clock per call of each passed
+    candidate, the scale-1 baseline of each source case), "wall_clock": how they were timed (``run_key.wall_clock``,
+    :data:`mfulib.core.wallclock.METHOD`; None in files older than it)}. Raises UserError naming the file for a malformed one.
 
     The reader is small on purpose: it can be swapped for the probe's own schema module."""
     if not path or not os.path.exists(path):
@@ -80,7 +82,7 @@ def read_probe(path: str) -> dict | None:
             traced[c["new_case_id"]] = {"flops": float(c["flops"]), "status": "pass", "reason": None,
                                         "from": "probe.json"}
     run_key = doc.get("run_key") if isinstance(doc.get("run_key"), dict) else {}
-    timings = {}  # the probe's synchronised wall clock: gate 4 of a passed candidate, the scale-1 baseline of a source
+    timings = {}  # the probe's wall clock per call: gate 4 of a passed candidate, the scale-1 baseline of a source
     for key, b in (doc.get("baselines") or {}).items():
         if str(key).isdigit() and isinstance(b, dict) and is_number(b.get("time_ms")) and b["time_ms"] > 0:
             timings[int(key)] = {"time_ms": float(b["time_ms"]), "from": "probe.json baselines (scale 1)"}
@@ -91,19 +93,23 @@ def read_probe(path: str) -> dict | None:
     return {"appended": out, "verdicts": verdicts, "complete": bool(doc.get("complete")),
             "interrupted": doc.get("interrupted"), "traced": traced,
             "seed": run_key.get("seed"), "backend": run_key.get("backend"), "inputs": doc.get("inputs"),
-            "timings": timings}
+            "timings": timings, "wall_clock": run_key.get("wall_clock")}
 
 
 def probe_timings(probe: dict | None, backend: str, seed: int, inputs: dict) -> tuple:
     """({case id: {time_ms, from}}, why): the probe's wall-clock timings stage 1 may reuse - only when the probe
     ran on the same backend with the same seed over the same model.py / model_new.py (``inputs``: their sha256,
-    :func:`mfulib.schemas.verify_json.input_digests`); otherwise ({}, the reason)."""
+    :func:`mfulib.schemas.verify_json.input_digests`) and timed by stage 1's wall-clock method; otherwise ({}, the
+    reason)."""
     if not probe or not probe.get("timings"):
         return {}, "no probe timings"
     if probe.get("backend") != backend or probe.get("seed") != seed:
         return {}, f"the probe ran on {probe.get('backend')} with seed {probe.get('seed')}"
     if probe.get("inputs") != inputs:
         return {}, "model.py / model_new.py changed since the probe"
+    if probe.get("wall_clock") != wallclock.METHOD:
+        return {}, (f"the probe timed by another wall-clock method ({probe.get('wall_clock') or 'one synchronised call'}"
+                    f", not {wallclock.METHOD})")
     return dict(probe["timings"]), None
 
 

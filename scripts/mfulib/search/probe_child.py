@@ -7,9 +7,10 @@ only the candidate (case 0); the reply carries ``verify`` (:func:`mfulib.verify.
 ModelNew within verify's tolerance, dropout off; statuses pass | fail | rejected | oom | error; absent for ``time_only``
 requests), ``verify_s``, and - when it passed - ``time``: ``{"runs_ms": [...], "time_ms": median, "status": "ok",
 "wall_s"}`` or a status oom | error. An out-of-memory or error status retires the child after its reply (a sticky device
-fault must not reach the next candidate). Timing: one warm-up call (compilation), then up to ``repeats`` calls, stopped
-early once their sum exceeds ``max_ms``; each call is bracketed by a device synchronize (wall clock of one synchronised
-run - this gate bounds the cost of later profiling, it is not the kernel time the collector measures).
+fault must not reach the next candidate). Timing (:func:`time_run`): one warm-up call (compilation), then the
+wall time per call of back-to-back runs (:mod:`mfulib.core.wallclock`, the method stage 1 of the grid search ranks by
+too) - this gate bounds the cost of later profiling and ranks the candidates; it is not the kernel time the collector
+measures.
 """
 from __future__ import annotations
 
@@ -28,25 +29,39 @@ def _sync(device: str):
 
 
 def time_run(od, device: str, seed: int, max_ms: float, repeats: int) -> dict:
-    """{"status": "ok", "time_ms", "runs_ms"} of ModelNew on case 0 of ``od``, or {"status": oom|error, "reason"}."""
+    """{"status": "ok", "time_ms", "runs_ms", "single_ms", "calls_per_run"} of ModelNew on case 0 of ``od``, or
+    {"status": oom|error, "reason"}.
+
+    One warm-up call (compilation), one synchronised call (``single_ms``, which sizes the runs), then up to
+    ``repeats`` timed runs of ``calls_per_run`` back-to-back calls (:mod:`mfulib.core.wallclock`), stopped early once
+    the time spent exceeds ``max_ms``; ``runs_ms`` are their wall times per call, ``time_ms`` their median. A single
+    call over ``max_ms`` is the time (gate 4 fails on it; nothing more is run)."""
     import torch
 
+    from mfulib.core import wallclock
     from mfulib.core.failures import classify
     built = None
     try:
         built = od.build_case(0, impl="asc", seed=seed, device=device)
-        runs = []
         with torch.no_grad():
             built.run()
             _sync(device)
+            t0 = time.perf_counter()
+            built.run()
+            _sync(device)
+            single = (time.perf_counter() - t0) * 1e3
+            if single > max_ms:
+                return {"status": "ok", "time_ms": single, "runs_ms": [single], "single_ms": single,
+                        "calls_per_run": 1}
+            n = wallclock.calls_per_burst(single)
+            runs, spent = [], single
             for _ in range(max(1, repeats)):
-                t0 = time.perf_counter()
-                built.run()
-                _sync(device)
-                runs.append((time.perf_counter() - t0) * 1e3)
-                if sum(runs) > max_ms:
+                runs.append(wallclock.burst_ms(built.run, lambda: _sync(device), n))
+                spent += runs[-1] * n
+                if spent > max_ms:
                     break
-        return {"status": "ok", "time_ms": statistics.median(runs), "runs_ms": runs}
+        return {"status": "ok", "time_ms": statistics.median(runs), "runs_ms": runs, "single_ms": single,
+                "calls_per_run": n}
     except (Exception, SystemExit) as exc:
         status, msg = classify(exc)
         return {"status": status, "reason": msg}

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from mfulib.core import cli
+from mfulib.core import cli, wallclock
 from mfulib.core.errors import UserError
 from mfulib.schemas import probe_json as pj
 from mfulib.search import probe_files, probe_limits
@@ -210,8 +210,10 @@ def _new_doc(od, old, backend, device, why, limits, groups, chosen, picked, run_
 def _check_run_key(old, run_key, path):
     """``old`` to resume from under this run's settings: verdicts of another backend / seed / limits must not sit
     beside this run's (the search would reuse them) - UserError when cases were appended under them, a fresh
-    start when nothing was."""
-    strict = lambda k: {n: v for n, v in json.loads(json.dumps(k or {})).items() if n != "peak"}  # noqa: E731
+    start when nothing was. Another peak or wall-clock method (``wall_clock``, :data:`mfulib.core.wallclock.METHOD`;
+    absent in files older than it) is no error: the run starts over without reusing the verdicts."""
+    strict = lambda k: {n: v for n, v in json.loads(json.dumps(k or {})).items()  # noqa: E731
+                        if n not in ("peak", "wall_clock")}
     if old and strict(old.get("run_key")) != strict(run_key):
         if old.get("appended"):
             diff = sorted(k for k in strict(run_key) if strict(old.get("run_key")).get(k) != strict(run_key)[k])
@@ -363,7 +365,7 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None,
                   peak_tflops_max=bw["peak_tflops_max"])
     run_key = {"backend": backend, "seed": args.seed, "max_bytes": args.max_bytes, "max_ms": args.max_ms,
                "scale_symbols": sorted(n for n, _w in chosen), "peak": bw,
-               "saturation_stop": not args.no_saturation_stop}
+               "saturation_stop": not args.no_saturation_stop, "wall_clock": wallclock.METHOD}
     if old:  # the scaled symbols compared as a set: an earlier run's --scale-dims spelling resolved first
         old = dict(old, run_key=run_key_symbols(groups, old.get("run_key")))
     if args.accept_unverified_reference:  # its verdicts differ; absent otherwise, so earlier probe.json files resume

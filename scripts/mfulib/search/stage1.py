@@ -1,9 +1,11 @@
-"""Stage 1 of the grid search (:mod:`mfulib.search.grid`): every pool case ranked by device-synchronised wall clock.
+"""Stage 1 of the grid search (:mod:`mfulib.search.grid`): every pool case ranked by wall clock per call.
 
 SKILL.md step 2: the verify gate first (:class:`mfulib.verify.verified_cases.Gate`), then per pool case the prime call
 (compilation), ``warmup`` and up to ``repeats`` iterations in the persistent worker (:mod:`mfulib.backends.runner`,
-spec ``"profile": false``: no profiler, no msprof), stopping once at least 2 measured ones sum to
-:data:`STAGE1_BUDGET_S`; ranked by traced FLOPs (bytes moved for MBU) over the median wall time of one iteration.
+spec ``"profile": false``: no profiler, no msprof), each iteration after the first a run of back-to-back calls with
+one device synchronize (spec ``burst_target_ms``, :mod:`mfulib.core.wallclock`: the probe's gate-4 method, so a
+reused probe timing and a stage-1 timing rank alike), stopping once at least 2 measured ones sum to
+:data:`STAGE1_BUDGET_S`; ranked by traced FLOPs (bytes moved for MBU) over the median wall time per call.
 Only a ranking: the figures the search reports come from the collector (stage 2).
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 
 from mfulib.backends import fp32_dot_is_tf32
 from mfulib.core.definitions import actual_tflops, measured_peak_tflops
+from mfulib.core.wallclock import BURST_TARGET_MS
 from mfulib.core.opdir import OpDir
 
 SCRATCH = "search"  # <work>/search/: the search's scratch files (mfulib.search.grid writes there too)
@@ -45,7 +48,7 @@ def stage1(opdir: OpDir, pool: list, backend, opts, peaks: dict, metric: str, lo
     """Stage-1 rows (schema module), best first; the verify gate and the wall-clock run of every pool case.
 
     A pool case the probe already timed (gate 4 of its candidate, or the scale-1 baseline of a source case: the same
-    synchronised wall clock without a profiler, same backend, seed and operator files -
+    wall clock per call without a profiler, same backend, seed and operator files -
     :func:`mfulib.search.pool.probe_timings`) is ranked by that time (``timing_source`` says so) instead of being
     run again, unless ``opts.stage1_retime``."""
     from tqdm import tqdm
@@ -78,7 +81,8 @@ def stage1(opdir: OpDir, pool: list, backend, opts, peaks: dict, metric: str, lo
         for p in bar:
             row = {"case": p["case"], "rank": None, "status": None, "error": None, "wall_iter_ns": None,
                    "wall_median_ns": None, "wall_spread": None, "wall_tflops": None, "wall_gbps": None,
-                   "rank_value": None, "output_bytes": None, "wall_s": None, "timing_source": "stage 1"}
+                   "rank_value": None, "output_bytes": None, "wall_s": None, "timing_source": "stage 1",
+                   "calls_per_iteration": None}
             rows.append(row)
             admitted, mark = gate.admits(p["case"])
             if not admitted:
@@ -97,11 +101,12 @@ def stage1(opdir: OpDir, pool: list, backend, opts, peaks: dict, metric: str, lo
                 continue
             spec = {"op_dir": opdir.path, "case_id": p["case"], "impl": "asc", "seed": opts.seed,
                     "warmup": opts.warmup, "repeats": opts.repeats, "backend": backend.name, "device": device,
-                    "markers": False, "profile": False, "flush_cache_mib": 0, "repeat_budget_s": opts.stage1_budget_s}
+                    "markers": False, "profile": False, "flush_cache_mib": 0, "repeat_budget_s": opts.stage1_budget_s,
+                    "burst_target_ms": BURST_TARGET_MS}
             t_case = time.perf_counter()
             child = run_child(wall, spec, os.path.join(root, f"case{p['case']}"), opts.case_timeout_s)
             row.update(status=child.status, error=child.error, output_bytes=child.report.get("output_bytes"),
-                       wall_s=time.perf_counter() - t_case)
+                       wall_s=time.perf_counter() - t_case, calls_per_iteration=child.report.get("calls_per_iteration"))
             per_iter = (child.report.get("iter_wall_ns") or [])[opts.warmup:]
             if child.status != "ok" or not per_iter:
                 row["error"] = row["error"] or "the worker reported no iteration wall times"
@@ -140,3 +145,4 @@ def stage1(opdir: OpDir, pool: list, backend, opts, peaks: dict, metric: str, lo
     for k, r in enumerate(x for x in rows if x["rank_value"] is not None):
         r["rank"] = k + 1
     return rows
+

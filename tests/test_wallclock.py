@@ -1,0 +1,103 @@
+"""The shape search's wall clock (mfulib.core.wallclock): back-to-back calls amortise the launch + synchronize
+latency, so the probe's gate 4 and stage 1 rank a short kernel by its rate, not by the latency.
+
+On the H100, real 1_BatchMatmul's [1, 2048, 4096] x [4096, 2048] case (kernel ~56 us) showed 121 us per synchronised
+call; ranked so, the search's limit was a 24x-scaled case 12% below the brute force's best. The device here is a
+labelled test double: a virtual queue (a call adds its kernel time, a synchronize waits for the queue to drain and
+then pays a fixed latency), timed by the real clock.
+"""
+import time
+
+import pytest
+
+from mfulib.core import wallclock
+from mfulib.search import probe_child
+
+
+class FakeDevice:
+    """Test double of an asynchronous device: ``launch`` queues ``kernel_s`` of work and returns at once; ``sync``
+    sleeps until the queue has drained, then ``latency_s`` more (the synchronize's round trip)."""
+
+    def __init__(self, latency_s):
+        self.latency_s, self.busy_until, self.launches, self.syncs = latency_s, 0.0, 0, 0
+
+    def launch(self, kernel_s):
+        self.busy_until = max(self.busy_until, time.perf_counter()) + kernel_s
+        self.launches += 1
+
+    def sync(self):
+        self.syncs += 1
+        time.sleep(max(0.0, self.busy_until - time.perf_counter()) + self.latency_s)
+
+
+class FakeOpDir:
+    """Test double of an OpDir whose case 0 runs one kernel of ``kernel_s`` on ``dev``."""
+
+    def __init__(self, dev, kernel_s):
+        self.dev, self.kernel_s = dev, kernel_s
+
+    def build_case(self, case_id, impl, seed, device):
+        dev, kernel_s = self.dev, self.kernel_s
+
+        class Built:
+            def run(self):
+                dev.launch(kernel_s)
+
+            def close(self):
+                pass
+        return Built()
+
+
+def test_calls_per_burst_sizes_a_run_to_the_target_within_its_bounds():
+    assert wallclock.calls_per_burst(0.121) == 83  # ceil(10 / 0.121): the H100 case above, ~10 ms per run
+    assert wallclock.calls_per_burst(2.5) == 4
+    assert wallclock.calls_per_burst(25.0) == 1  # a call longer than the target runs alone
+    assert wallclock.calls_per_burst(0.001) == wallclock.BURST_MAX_CALLS
+    assert wallclock.calls_per_burst(0.0) == wallclock.BURST_MAX_CALLS
+    assert wallclock.calls_per_burst(None) == wallclock.BURST_MAX_CALLS
+    assert wallclock.calls_per_burst(1.0, target_ms=3.0, max_calls=2) == 2
+
+
+def test_a_burst_synchronises_once_and_divides_its_wall_time_by_the_calls():
+    ticks = iter([10.0, 10.5])  # a fake clock: 500 ms for the whole run
+    calls, syncs = [], []
+    per_call = wallclock.burst_ms(lambda: calls.append(1), lambda: syncs.append(1), 20, clock=lambda: next(ticks))
+    assert per_call == pytest.approx(25.0) and len(calls) == 20 and len(syncs) == 1
+
+
+def _time(latency_s, kernel_s, max_ms=4000.0):
+    dev = FakeDevice(latency_s)
+    orig = probe_child._sync
+    probe_child._sync = lambda device: dev.sync()
+    try:
+        return probe_child.time_run(FakeOpDir(dev, kernel_s), "cuda:0", 0, max_ms, 3), dev
+    finally:
+        probe_child._sync = orig
+
+
+def test_gate_4_amortises_the_synchronize_latency_over_back_to_back_calls():
+    t, dev = _time(latency_s=0.5e-3, kernel_s=0.2e-3)
+    assert t["status"] == "ok"
+    assert t["single_ms"] >= 0.69  # one synchronised call: kernel + latency (0.7 ms)
+    n = t["calls_per_run"]
+    assert n == wallclock.calls_per_burst(t["single_ms"]) and n >= 10
+    assert len(t["runs_ms"]) == 3 and dev.syncs == 2 + 3  # warm-up, single, then one sync per run
+    assert dev.launches == 2 + 3 * n
+    # (n x 0.2 + 0.5) / n ms per call: within 0.05 ms of the kernel, far below the synchronised call
+    assert 0.2 <= t["time_ms"] <= 0.2 + 0.5 / n + 0.05 and t["time_ms"] < 0.5 * t["single_ms"]
+
+
+def test_a_call_over_max_ms_is_timed_once_and_not_repeated():
+    t, dev = _time(latency_s=0.0, kernel_s=30e-3, max_ms=20.0)
+    assert t["time_ms"] > 20.0 and t["runs_ms"] == [t["single_ms"]] and t["calls_per_run"] == 1
+    assert dev.launches == 2  # warm-up and the one timed call: no run of a call that already fails gate 4
+
+
+def test_the_ranking_follows_the_kernel_rate_not_the_latency():
+    """A small case (1 unit of work in 0.2 ms) outruns a large one (8 units in 2.0 ms: 4 per ms against 5), but one
+    synchronised call (+0.5 ms each) ranks the large one first (3.2 per ms against 1.4); back-to-back runs do not."""
+    latency = 0.5e-3
+    small, _ = _time(latency, 0.2e-3)
+    large, _ = _time(latency, 2.0e-3)
+    assert 8 / large["single_ms"] > 1 / small["single_ms"]  # the old measurement's ranking: large first
+    assert 1 / small["time_ms"] > 8 / large["time_ms"]  # back-to-back: small first, as the kernels run
