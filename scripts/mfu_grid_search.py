@@ -9,8 +9,9 @@ Pool: the top --top-n (8) original cases by FLOPs (flops.py when present, else t
 are always in it. Stage 1 ranks the pool by wall clock per call, without the profiler, in one persistent worker (a
 compiling prime call, --warmup 1, then up to --repeats 10 iterations of back-to-back calls with one device
 synchronize, ~10 ms each so the launch latency is amortised, stopped once at least 2 sum to --stage1-budget-s 0.1 s;
-median per call; wall_s per case); stage 2 measures the top --stage2-k (3) with the collector
-(msprof_perf_summary.py --cases; precise kernel time; PMU: cuda --pmu from --stage2-pmu, default auto). The result is
+median per call; wall_s per case); stage 2 measures the top --stage2-k (3), and the cases ranked within --stage2-tie
+(5%) of stage 1's leader up to --stage2-max (2 x k) in all, with the collector (msprof_perf_summary.py --cases;
+precise kernel time; PMU: cuda --pmu from --stage2-pmu, default auto). The result is
 the maximum MFU (MFU@ach with peak.json, else MFU@nom) of the precise kernel time; an operator without matrix work
 gets MBU (bytes moved = inputs + outputs). Numerator = min(traced, executed) where
 hardware counts exist (CUDA tensor instructions on mma.sync devices; none on NPU), else the tracer's, with num_src
@@ -36,6 +37,7 @@ from mfulib.core.fmt import pct  # noqa: E402
 
 def build_parser():
     from mfulib.search.grid import CHECK_FLOPS
+    from mfulib.search.stage1 import STAGE2_TIE
     p = cli.parser(__doc__, prog="mfu_grid_search.py")
     p.add_argument("--dir", required=True, help="operator work directory (prepared; probe.json from the probe)")
     p.add_argument("--backend", default="auto", metavar="{auto,npu,cuda,cpu}",
@@ -45,6 +47,12 @@ def build_parser():
     p.add_argument("--seed", type=int, default=0, help="seed for inputs and weights (the tracer gets the same)")
     p.add_argument("--top-n", type=int, default=8, help="original cases in the pool, most FLOPs first (>= 3)")
     p.add_argument("--stage2-k", type=int, default=3, help="stage-1 leaders measured by the collector")
+    p.add_argument("--stage2-tie", type=float, default=STAGE2_TIE,
+                   help="also measure in stage 2 the cases ranked within this fraction of stage 1's leader (default "
+                        f"{STAGE2_TIE:g}: a wall clock per call cannot order cases that close; 0: the top --stage2-k "
+                        "only)")
+    p.add_argument("--stage2-max", type=int, default=None,
+                   help="stage-2 cases at most, ties included (default 2 x --stage2-k)")
     p.add_argument("--warmup", type=int, default=None,
                    help="stage-1 warmup iterations after the compiling prime call (default 1)")
     p.add_argument("--repeats", type=int, default=None,
@@ -184,7 +192,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from mfulib.search.grid import SearchOptions, run_search
     opts = SearchOptions(op_dir=args.dir, backend=args.backend, device_id=args.device, seed=args.seed,
-                         top_n=args.top_n, stage2_k=args.stage2_k, warmup=args.warmup, repeats=args.repeats,
+                         top_n=args.top_n, stage2_k=args.stage2_k, stage2_tie=args.stage2_tie,
+                         stage2_max=args.stage2_max, warmup=args.warmup, repeats=args.repeats,
                          stage2_warmup=args.stage2_warmup, stage2_repeats=args.stage2_repeats,
                          stage2_pmu=args.stage2_pmu, counts_on=args.counts_on, stage1_budget_s=args.stage1_budget_s,
                          stage1_retime=args.stage1_retime,

@@ -13,7 +13,10 @@ largest shape (scaled up, data fall out of cache and MFU often drops), so the se
   (0.1 s; off on cpu), in the persistent worker (:mod:`mfulib.backends.runner`, spec ``"profile": false``,
   ``repeat_budget_s``: no profiler, no msprof; its cost per case is the row's ``wall_s``) and is ranked by traced FLOPs
   (bytes moved for MBU) over the median wall time per call of back-to-back calls (:mod:`mfulib.core.wallclock`);
-* **stage 2**: the top :attr:`SearchOptions.stage2_k` (3) are measured by the collector
+* **stage 2**: the top :attr:`SearchOptions.stage2_k` (3), and the cases ranked within
+  :attr:`SearchOptions.stage2_tie` (5%) of stage 1's leader up to :attr:`SearchOptions.stage2_max` (2 x k) in all
+  (:func:`mfulib.search.stage1.stage2_cases`: stage 1's wall clock cannot order cases that close), are measured by the
+  collector
   (``msprof_perf_summary.py --cases``; on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the
   tensor instruction counts): precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search.numerator`;
   executed FLOPs from :mod:`mfulib.flops.executed`, none on NPU), MFU@nom against
@@ -44,7 +47,7 @@ from mfulib.flops import executed as _executed
 from mfulib.search import counting as _counting
 from mfulib.search import numerator as _sn
 from mfulib.search import retime as _rt
-from mfulib.search.stage1 import SCRATCH, STAGE1_BUDGET_S, stage1
+from mfulib.search.stage1 import SCRATCH, STAGE1_BUDGET_S, STAGE2_TIE, stage1, stage2_cases
 from mfulib.search.pool import ALWAYS_TOP, CHECK_FLOPS, build_pool, flops_py_values, read_probe, trace_flops
 from mfulib.core.definitions import is_positive, measured_peak_tflops, peak_key
 from mfulib.core.errors import UserError
@@ -66,6 +69,8 @@ class SearchOptions:
     seed: int = 0
     top_n: int = 8
     stage2_k: int = 3
+    stage2_tie: float = STAGE2_TIE
+    stage2_max: int | None = None  # None: 2 x stage2_k
     warmup: int | None = None
     repeats: int | None = None
     stage2_warmup: int | None = None
@@ -292,6 +297,10 @@ def check_options(opts: SearchOptions) -> None:
         raise UserError(f"--top-n {opts.top_n}: at least {ALWAYS_TOP} (the original top 3 are always in the pool)")
     if opts.stage2_k < 1:
         raise UserError(f"--stage2-k {opts.stage2_k}: at least 1 case is measured precisely")
+    if not (isinstance(opts.stage2_tie, (int, float)) and 0 <= opts.stage2_tie < 1):
+        raise UserError(f"--stage2-tie {opts.stage2_tie}: a fraction in [0, 1) (0.05 = within 5% of stage 1's leader)")
+    if opts.stage2_max is not None and opts.stage2_max < opts.stage2_k:
+        raise UserError(f"--stage2-max {opts.stage2_max}: at least --stage2-k ({opts.stage2_k})")
     if opts.warmup < 0 or opts.repeats < 1:
         raise UserError(f"--warmup {opts.warmup} / --repeats {opts.repeats}: warmup >= 0 and repeats >= 1")
     if opts.stage1_budget_s is not None and not is_positive(opts.stage1_budget_s):
@@ -388,7 +397,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         for r in doc["stage1"]:
             if r["status"] == "not_verified":
                 excluded.append({"case": r["case"], "reason": r["error"]})
-        top = [r["case"] for r in doc["stage1"] if r["rank"] is not None][:opts.stage2_k]
+        top, why_top = stage2_cases(doc["stage1"], opts.stage2_k, opts.stage2_tie, opts.stage2_max)
+        notes.append(f"stage 2 measures {why_top}")
         if not top:
             raise UserError(f"{opdir.cases_path}: no pool case ran in stage 1 ("
                             + "; ".join(f"case {r['case']}: {r['status']} {r['error']}" for r in doc["stage1"][:4])
