@@ -14,8 +14,9 @@ choices (they replicate work, never raise the arithmetic intensity); a candidate
 (mfulib/search/probe.py): 1 input bytes (from the case description, before anything is allocated) <= --max-bytes,
 verify's input cap of the backend (1 MB on cpu), host and free device memory; 2 the reference accepts the shape
 (--flops-tool --tracer-only as a subprocess: FLOPs > 0, same seed as the timed run); 3 ModelNew matches Model within
-verify's tolerance (an OOM is recorded, not fatal); 4 one run <= --max-ms; 5 effective bandwidth (input bytes / time)
-<= 1.3 x the memory bandwidth of peak.json. Bisection between the last passing and the first failing factor of each
+verify's tolerance (an OOM is recorded, not fatal); 4 one call <= --max-ms (the median wall time per call of
+runs of back-to-back calls, ~10 ms each, so short kernels are not charged the launch + synchronize latency); 5
+effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of peak.json. Bisection between the last passing and the first failing factor of each
 ladder. Gates 3 and 4 run in one persistent child (a crash, hang or OOM of a candidate replaces it); gate 4 fails
 without running when the roofline floor (traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms,
 and a source over --max-ms at scale 1 - by that floor, or timed first when the floor is at least 1/8 of it - is
@@ -52,7 +53,8 @@ def build_parser():
     p.add_argument("--flops-tool", default=os.path.join(HERE, "check_flops.py"),
                    help="FLOPs tool run as a subprocess with --tracer-only (default: this checkout's check_flops.py)")
     p.add_argument("--max-bytes", type=float, default=10e9, help="gate 1: largest total input bytes")
-    p.add_argument("--max-ms", type=float, default=4000.0, help="gate 4: longest single run in ms")
+    p.add_argument("--max-ms", type=float, default=4000.0, help="gate 4: longest call in ms (median wall time per "
+                   "call)")
     p.add_argument("--backend", default="auto", help="auto|npu|cuda|cpu")
     p.add_argument("--device", type=int, default=0, help="device index")
     p.add_argument("--scale-dims", help="comma-separated symbol kinds or names to scale (default: sequence and "

@@ -102,18 +102,21 @@ def print_summary(doc):
                      f"{r['wall_median_ns'] / 1e3:.2f}" if r["wall_median_ns"] else "-",
                      f"{r['rank_value']:.4g}" if r["rank_value"] is not None else "-", _sec(r.get("wall_s")),
                      (r["error"] or "")[:50]])
-    print(tabulate(rows, headers=["rank", "case", "from", "factors", "status", "wall us", "stage-1 key", "cost s",
-                                  "error"]))
+    print(tabulate(rows, headers=["rank", "case", "from", "factors", "status", "wall us / call", "stage-1 key",
+                                  "cost s", "error"]))
+    print("stage-1 key: wall TFLOP/s per call over the dtype's peak (bytes moved per second for MBU; TFLOP/s itself "
+          "without a peak) - a ranking, not an MFU")
     fig = "MFU" if doc["metric"] == "mfu" else "MBU"
+    rank1 = {r["case"]: r["rank"] for r in doc["stage1"]}
     rows = []
     for r in doc["stage2"]:
         p = pool[r["case"]]
-        rows.append([r["case"], p["source_case"], _factors(p), r["status"],
+        rows.append([r["case"], rank1.get(r["case"]) or "-", p["source_case"], _factors(p), r["status"],
                      f"{r['kernel_time_ns'] / 1e3:.2f}" if r["kernel_time_ns"] else "-", pct(r.get("mfu_nom"), 2),
                      pct(r.get("mfu_ach"), 2), pct(r.get("mbu"), 2), r.get("num_src") or "-", _sec(r.get("wall_s")),
                      (r.get("error") or "")[:40]])
-    print(tabulate(rows, headers=["case", "from", "factors", "status", "kernel us", "MFU@nom", "MFU@ach", "MBU",
-                                  "num_src", "cost s", "error"]))
+    print(tabulate(rows, headers=["case", "stage-1 rank", "from", "factors", "status", "kernel us", "MFU@nom", "MFU@ach",
+                                  "MBU", "num_src", "cost s", "error"]))
     best, cost = doc["best"], doc["cost_s"]
     if doc.get("retime"):
         print_retime(doc, pool)

@@ -436,3 +436,8 @@ def test_the_cli_passes_the_stage2_tie_band_to_the_search(monkeypatch):
             mfu_grid_search.main(["--dir", "w"] + argv)
         assert (seen[-1].stage2_tie, seen[-1].stage2_max) == want
     assert grid_search.SearchOptions().stage2_tie == stage1_mod.STAGE2_TIE
+
+
+def test_the_stage2_note_names_the_ties_the_cap_left_out():
+    cases, why = stage1_mod.stage2_cases(_rows(H100_STAGE1), 3, max_k=5)
+    assert cases == [356, 313, 302, 312, 334] and "left out 5 more within the band: case(s) 317, 339, 303, 323, 307" in why

@@ -158,3 +158,37 @@ def test_module_parameters_and_init_inputs_are_named_as_weights_that_never_scale
     assert got["init_inputs"].startswith("get_init_inputs() (line 9) gives Model's constructor arguments")
     path.write_text("class Model:\n    pass\n\ndef get_init_inputs():\n    return []\n")
     assert model_weights(str(path)) == {"module_parameters": [], "init_inputs": "get_init_inputs() returns []"}
+
+
+def test_a_probe_json_timed_by_another_method_keeps_none_of_its_timings_not_even_unreached_ones(tmp_path):
+    """A probe.json from before back-to-back timing (no run_key.wall_clock): the re-run reuses no verdict, and the
+    earlier candidates its ladders do not reach lose their verdicts and gate-4 times (superseded) - neither a later
+    resume nor stage 1 may take a time of the old method under the new run_key."""
+    from mfulib.core import wallclock
+    from mfulib.search import pool
+    work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(1, 16, 32, 8)])
+    args = ("--cases", "0", "--scale-dims", "batch,seq", "--no-saturation-stop")
+    first = fake_probe(work, *args, "--max-scale", "4").doc
+    path = os.path.join(work, "probe.json")
+    old = json.load(open(path))
+    del old["run_key"]["wall_clock"]
+    for c in old["candidates"]:
+        c["time_ms"] = 1234.5  # marks a time of the old method
+    json.dump(old, open(path, "w"))
+    passed = {c["candidate_id"] for c in first["candidates"] if c["verdict"] == "pass"}
+    assert {"c0:batchx2", "c0:batchx4", "c0:seqx4"} <= passed
+    doc = fake_probe(work, *args, "--max-scale", "2").doc  # reaches the x2 candidates only
+    assert doc["run_key"]["wall_clock"] == wallclock.METHOD and doc["resumed"] == []
+    by = {c["candidate_id"]: c for c in doc["candidates"]}
+    assert by["c0:batchx2"]["verdict"] == "pass" and by["c0:batchx2"]["time_ms"] != 1234.5  # re-run
+    for cid in ("c0:batchx4", "c0:seqx4"):  # not reached: superseded, its case still appended under its id
+        c = by[cid]
+        assert c["verdict"] is None and c["time_ms"] is None and c["superseded"].startswith("pass: ")
+        assert c["new_case_id"] is not None and str(c["new_case_id"]) in doc["appended"]
+    read = pool.read_probe(path)
+    assert all(t["time_ms"] != 1234.5 for t in read["timings"].values())
+    assert read["verdicts"][by["c0:batchx4"]["new_case_id"]] is None  # in the pool, timed afresh by stage 1
+    again = fake_probe(work, *args, "--max-scale", "4").doc  # same run_key now: resumes, re-runs the superseded
+    assert "c0:batchx4" not in again["resumed"] and "c0:batchx2" in again["resumed"]
+    c4 = next(c for c in again["candidates"] if c["candidate_id"] == "c0:batchx4")
+    assert c4["verdict"] == "pass" and "superseded" not in c4 and c4["new_case_id"] == by["c0:batchx4"]["new_case_id"]

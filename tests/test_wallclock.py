@@ -31,16 +31,23 @@ class FakeDevice:
 
 
 class FakeOpDir:
-    """Test double of an OpDir whose case 0 runs one kernel of ``kernel_s`` on ``dev``."""
+    """Test double of an OpDir whose case 0 runs one kernel of ``kernel_s`` on ``dev`` (a BuiltCase's fields:
+    ``model(*args)`` is one call, ``staging`` its directory)."""
 
-    def __init__(self, dev, kernel_s):
-        self.dev, self.kernel_s = dev, kernel_s
+    def __init__(self, dev, kernel_s, staging):
+        self.dev, self.kernel_s, self.staging = dev, kernel_s, staging
 
     def build_case(self, case_id, impl, seed, device):
-        dev, kernel_s = self.dev, self.kernel_s
+        dev, kernel_s, staging = self.dev, self.kernel_s, self.staging
 
         class Built:
-            def run(self):
+            args = []
+
+            def __init__(self):
+                self.staging = staging
+
+            @staticmethod
+            def model():
                 dev.launch(kernel_s)
 
             def close(self):
@@ -66,11 +73,13 @@ def test_a_burst_synchronises_once_and_divides_its_wall_time_by_the_calls():
 
 
 def _time(latency_s, kernel_s, max_ms=4000.0):
+    import tempfile
     dev = FakeDevice(latency_s)
     orig = probe_child._sync
     probe_child._sync = lambda device: dev.sync()
     try:
-        return probe_child.time_run(FakeOpDir(dev, kernel_s), "cuda:0", 0, max_ms, 3), dev
+        with tempfile.TemporaryDirectory() as staging:
+            return probe_child.time_run(FakeOpDir(dev, kernel_s, staging), "cuda:0", 0, max_ms, 3), dev
     finally:
         probe_child._sync = orig
 
@@ -83,8 +92,9 @@ def test_gate_4_amortises_the_synchronize_latency_over_back_to_back_calls():
     assert n == wallclock.calls_per_burst(t["single_ms"]) and n >= 10
     assert len(t["runs_ms"]) == 3 and dev.syncs == 2 + 3  # warm-up, single, then one sync per run
     assert dev.launches == 2 + 3 * n
-    # (n x 0.2 + 0.5) / n ms per call: within 0.05 ms of the kernel, far below the synchronised call
-    assert 0.2 <= t["time_ms"] <= 0.2 + 0.5 / n + 0.05 and t["time_ms"] < 0.5 * t["single_ms"]
+    # (n x 0.2 + 0.5) / n ms per call: near the kernel (0.2 ms; the slack is for a loaded host's sleeps), far below
+    # the synchronised call
+    assert 0.2 <= t["time_ms"] <= 0.2 + 0.5 / n + 0.15 and t["time_ms"] < 0.6 * t["single_ms"]
 
 
 def test_a_call_over_max_ms_is_timed_once_and_not_repeated():

@@ -26,9 +26,10 @@ Spec keys: ``op_dir, case_id, impl (asc|ref), seed, warmup, repeats, backend, de
 flush_cache_mib, report_path, trace_path`` and the optional ``repeat_budget_s`` (absent/None: all ``repeats``):
 the measured iterations stop early once at least 2 of them (``repeats`` if fewer) together took this many seconds
 (the shape search's stage 1: ranking needs a few iterations, not a precise median), and the optional
-``burst_target_ms`` (profiler-free runs only; absent/None: one call per iteration): after the first iteration (one
-call), each iteration makes ``calls_per_iteration`` back-to-back calls with one synchronize, sized to last about this
-long (:mod:`mfulib.core.wallclock`, the probe's gate-4 method), and ``iter_wall_ns`` holds its wall time per call.
+``burst_target_ms`` (profiler-free runs only; absent/None: one call per iteration): one synchronised call after
+the prime call (``sizing_call_ns``, in no iteration) sizes the iterations, then each iteration makes
+``calls_per_iteration`` back-to-back calls with one synchronize, to last about this long (:mod:`mfulib.core.wallclock`,
+the probe's gate-4 method), and ``iter_wall_ns`` holds its wall time per call.
 
 Persistent workers (cpu and cuda, :attr:`Backend.persistent_worker`): instead of one process per case,
 :func:`run_child` hands the spec to a :class:`mfulib.run.worker.Worker` kept per (backend, device) - this file run with
@@ -310,10 +311,17 @@ def run_spec(spec: dict, backend, report: dict) -> None:
                 session = stack.enter_context(backend.session(spec))
             t = time.perf_counter()
             iter_wall_ns = report["iter_wall_ns"] = []  # host wall clock per call of each iteration, device synced
-            # back-to-back calls per iteration (spec burst_target_ms, profiler-free runs only): 1 for the first
-            # iteration, which sizes the rest (mfulib.core.wallclock)
+            # back-to-back calls per iteration (spec burst_target_ms, profiler-free runs only), sized by one
+            # synchronised call outside the iterations (mfulib.core.wallclock)
             burst = spec.get("burst_target_ms") if not profile else None
             calls, spent_ns = 1, 0
+            if burst:
+                from mfulib.core.wallclock import calls_per_burst
+                t_one = time.perf_counter_ns()
+                built.model(*built.args)
+                backend.sync()
+                report["sizing_call_ns"] = time.perf_counter_ns() - t_one
+                calls = report["calls_per_iteration"] = calls_per_burst(report["sizing_call_ns"] / 1e6, float(burst))
             for i in range(n):
                 if harness is not None and harness.flushes:
                     harness.flush()
@@ -329,9 +337,6 @@ def run_spec(spec: dict, backend, report: dict) -> None:
                 iter_wall_ns.append(took / calls)
                 if i >= warmup:
                     spent_ns += took
-                if burst and i == 0:
-                    from mfulib.core.wallclock import calls_per_burst
-                    calls = report["calls_per_iteration"] = calls_per_burst(took / 1e6, float(burst))
                 if budget_ns is not None and i + 1 - warmup >= min(2, n - warmup) and spent_ns >= budget_ns:
                     break  # time-bounded repeats (spec repeat_budget_s): enough for a ranking
             if spec.get("markers"):

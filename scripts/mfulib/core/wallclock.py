@@ -5,13 +5,18 @@ Used by the probe's gate 4 (:mod:`mfulib.search.probe_child`) and the grid searc
 
 Why not one call between two device synchronizes: such a call pays the host's launch and synchronize latency
 un-overlapped. On an H100 with a Triton GEMM (real ``npukernelbench/level3/1_BatchMatmul``: its probe.json in the
-state tar and its referee row in ``bench/validation/h100/`` as of commit 9c8d686) that latency was about 65 us per call: a [1, 2048, 4096] x [4096, 2048] case whose kernel
-runs about 56 us showed 121 us of wall clock (284 TFLOP/s where the collector measured 617), so the ranking preferred
-ever larger shapes and the search's limit was a 24x-scaled case 12% below the brute force's. In a run of ``n`` calls
-with one synchronize at its end, the launches overlap the device's work, and the wall time per call tends to the
-larger of the kernel time and the host's time per call (the launch rate); the synchronize's latency is paid once.
-``n`` is sized from one synchronised call so the run lasts about :data:`BURST_TARGET_MS`; a call longer than that
-runs alone (n = 1: the old measurement, where the latency is negligible).
+state tar and its referee row in ``bench/validation/h100/`` as of commit 9c8d686) that latency was about 65 us per
+call: a [1, 2048, 4096] x [4096, 2048] case whose kernel runs about 56 us showed 121 us of wall clock (284 TFLOP/s
+where the collector measured 617), so the ranking preferred ever larger shapes and the search's limit was a
+24x-scaled case 12% below the brute force's. In a run of ``n`` calls with one synchronize at its end, the launches
+overlap the device's work, and the wall time per call tends to the larger of the kernel time and the host's time per
+call (the launch rate); the synchronize's latency is paid once. ``n`` is sized from one synchronised call so the run
+lasts about :data:`BURST_TARGET_MS`; a call longer than that runs alone (n = 1: the old measurement, where the
+latency is negligible).
+
+Both callers time ``model(*args)`` with the operator's directory entered once around the whole timing, not per call:
+entering it per call (``BuiltCase.run``) added about 5 us to every gate-4 call on this CPU host and none to stage 1's,
+a 1.35x gap between the two on a launch-bound case - the very cases this method is for.
 
 Not a kernel time: that is the collector's (CUPTI / msprof). This is a ranking and gate 4's bound on one call.
 """

@@ -13,7 +13,9 @@ bias-named operands that follow a data GEMM's n], module_parameters [str], init_
 ladder's symbols joined by "+"), scale (the product of the factors), factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
 | null (null: not checked, with the reason in detail), detail, value, limit; gate 3 also verified_by: full |
 batch_slice | head_slice | row_slice (verify.json's, mfulib.verify.slices) | unverified (the whole reference did
-not fit and no slice verified it: gate 3 fails, or passes marked under --accept-unverified-reference)}], verdict: pass | fail, failed_gate:
+not fit and no slice verified it: gate 3 fails, or passes marked under --accept-unverified-reference)}], verdict: pass | fail | null (no verdict: cut by the budget, or superseded), superseded (only on a candidate
+of an earlier run under another peak or wall-clock method that this run's ladders did not reach again: its old
+verdict and why it was dropped; mfulib.search.probe.supersede), failed_gate:
 int | null, new_case_id: int | null (its id in the case files once appended), time_ms (gate 4: the median wall time
 per call of back-to-back runs, :mod:`mfulib.core.wallclock`), flops, wall_s (seconds
 the candidate took; each gate has its own ``wall_s``, gate 2 also ``waited_s``: the part the probe waited for a

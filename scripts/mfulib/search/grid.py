@@ -399,6 +399,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
                 excluded.append({"case": r["case"], "reason": r["error"]})
         top, why_top = stage2_cases(doc["stage1"], opts.stage2_k, opts.stage2_tie, opts.stage2_max)
         notes.append(f"stage 2 measures {why_top}")
+        log(f"stage 2 measures {why_top}")
         if not top:
             raise UserError(f"{opdir.cases_path}: no pool case ran in stage 1 ("
                             + "; ".join(f"case {r['case']}: {r['status']} {r['error']}" for r in doc["stage1"][:4])

@@ -39,7 +39,8 @@ def read_probe(path: str) -> dict | None:
     "seed": the probe's seed (``run_key.seed``), whose draw those counts come from, "backend", "inputs" (model.py /
     model_new.py sha256), "timings": {case id: {time_ms, from}} (gate 4's median wall clock per call of each passed
     candidate, the scale-1 baseline of each source case), "wall_clock": how they were timed (``run_key.wall_clock``,
-    :data:`mfulib.core.wallclock.METHOD`; None in files older than it)}. Raises UserError naming the file for a malformed one.
+    :data:`mfulib.core.wallclock.METHOD`; None in files older than it)}. Raises UserError naming the file for a
+    malformed one.
 
     The reader is small on purpose: it can be swapped for the probe's own schema module."""
     if not path or not os.path.exists(path):
@@ -108,8 +109,8 @@ def probe_timings(probe: dict | None, backend: str, seed: int, inputs: dict) -> 
     if probe.get("inputs") != inputs:
         return {}, "model.py / model_new.py changed since the probe"
     if probe.get("wall_clock") != wallclock.METHOD:
-        return {}, (f"the probe timed by another wall-clock method ({probe.get('wall_clock') or 'one synchronised call'}"
-                    f", not {wallclock.METHOD})")
+        method = probe.get("wall_clock") or "one synchronised call"
+        return {}, f"the probe timed by another wall-clock method ({method}, not {wallclock.METHOD})"
     return dict(probe["timings"]), None
 
 

@@ -74,6 +74,22 @@ def _decided_by_floor(g4: dict, traced: bool) -> list:
     return skipped + [pj.gate(3, None, "not run: gate 4 fails on the roofline floor alone"), g4]
 
 
+SUPERSEDED = ("a verdict of an earlier run under another peak or wall-clock method (run_key): not reused, its "
+              "timing dropped - a ladder that reaches it again re-runs it; until then the search times it afresh")
+
+
+def supersede(candidates: list) -> None:
+    """Drop the verdicts and timings of an earlier run's ``candidates`` (in place) when this run has another peak or
+    wall-clock method (``run_key``): each keeps its ``new_case_id`` (its case stays appended, so ids stay stable)
+    and gets ``superseded`` (:data:`SUPERSEDED`, with its old verdict) instead. Without this, the candidates this
+    run's ladders do not reach would keep verdicts and gate-4 times of the old method under the new ``run_key`` -
+    a later resume would reuse them as done and stage 1 would rank by their times."""
+    for c in candidates:
+        if c.get("verdict"):
+            c.update(superseded=f"{c['verdict']}: {SUPERSEDED}", verdict=None, failed_gate=None, time_ms=None,
+                     wall_figure=None, saturated=None)
+
+
 class Probe:
     """One probe run over source cases of the OpDir ``od``; ``doc`` is the probe.json being built (resumed).
 
@@ -105,6 +121,7 @@ class Probe:
         self.done = {c["candidate_id"]: c for c in doc["candidates"] if c.get("verdict") and reuse}
         if not reuse:
             doc["baselines"] = {}
+            supersede(doc["candidates"])
         self.t0 = opts["t0"] if opts.get("t0") is not None else clock()  # the budget counts from the script's start
         self.out_of_budget = False
         self.prefetched = {}  # candidate id -> (tmp dir, staged dir, TraceJob): gate 2 started ahead

@@ -268,7 +268,7 @@ def gates34(worker, staged: str, seed: int, max_ms: float, timeout_s: float,
         g4["wall_s"] = (timing or {}).get("wall_s")
         return g3, g4, row, None
     t = timing["time_ms"]
-    g4 = pj.gate(4, t <= max_ms, f"one run {t:.4g} ms {'<=' if t <= max_ms else '>'} --max-ms {max_ms:g} "
+    g4 = pj.gate(4, t <= max_ms, f"one call {t:.4g} ms {'<=' if t <= max_ms else '>'} --max-ms {max_ms:g} "
                  f"({wall_how(timing)})", t, max_ms)
     g4["wall_s"] = timing.get("wall_s")
     return g3, g4, row, t

@@ -211,7 +211,8 @@ def _check_run_key(old, run_key, path):
     """``old`` to resume from under this run's settings: verdicts of another backend / seed / limits must not sit
     beside this run's (the search would reuse them) - UserError when cases were appended under them, a fresh
     start when nothing was. Another peak or wall-clock method (``wall_clock``, :data:`mfulib.core.wallclock.METHOD`;
-    absent in files older than it) is no error: the run starts over without reusing the verdicts."""
+    absent in files older than it) is no error: the run starts over without reusing the verdicts, and the earlier
+    candidates it does not reach lose theirs (:func:`mfulib.search.probe.supersede`)."""
     strict = lambda k: {n: v for n, v in json.loads(json.dumps(k or {})).items()  # noqa: E731
                         if n not in ("peak", "wall_clock")}
     if old and strict(old.get("run_key")) != strict(run_key):
@@ -293,7 +294,8 @@ def print_summary(od, doc, traced, max_ms, path) -> None:
     """The candidates table, the appended count, and why nothing was scaled when every source was skipped."""
     from tabulate import tabulate
     unit = "GB/s" if traced and not any(traced.values()) else "TFLOP/s"
-    table = [[c["source_case"], factors_label(c.get("factors")), c.get("scale"), c.get("input_bytes"), c.get("verdict"),
+    table = [[c["source_case"], factors_label(c.get("factors")), c.get("scale"), c.get("input_bytes"),
+              c.get("verdict") or ("superseded" if c.get("superseded") else None),
               c.get("failed_gate") or "",
               c["new_case_id"] if c.get("new_case_id") is not None else "",
               "" if c.get("wall_figure") is None else f"{c['wall_figure']:.4g}",

@@ -73,6 +73,10 @@ def stage1(opdir: OpDir, pool: list, backend, opts, peaks: dict, metric: str, lo
         reuse, why_not = {}, "an MBU ranking needs each case's output bytes"
     if probe and why_not:
         log(f"stage 1: every pool case is timed (probe timings not reused: {why_not})")
+    elif reuse:
+        n = sum(1 for p in pool if p["case"] in reuse)
+        log(f"stage 1: {n} of {len(pool)} pool case(s) ranked by the probe's gate-4 wall clock (the same method, "
+            f"timing_source in grid_search.json); {len(pool) - n} timed here")
     wall = WallClockBackend(backend)
     rows = []
     root = tempfile.mkdtemp(prefix=".tmp-stage1-", dir=os.path.join(opdir.path, SCRATCH))
@@ -165,9 +169,12 @@ def stage2_cases(rows: list, k: int, tie: float = STAGE2_TIE, max_k: int | None 
     if not ranked or tie <= 0:
         return top, f"the top {len(top)} of stage 1"
     floor = (1.0 - tie) * ranked[0]["rank_value"]
-    extra = [r["case"] for r in ranked[k:] if r["rank_value"] >= floor][:cap - len(top)]
+    within = [r["case"] for r in ranked[k:] if r["rank_value"] >= floor]
+    extra, cut = within[:cap - len(top)], within[cap - len(top):]
     if not extra:
-        return top, f"the top {len(top)} of stage 1 (no other case within {tie:.0%} of its leader)"
-    return top + extra, (f"the top {len(top)} of stage 1 and {len(extra)} more within {tie:.0%} of its leader "
+        return top, f"the top {len(top)} of stage 1 (no other case within {100 * tie:.3g}% of its leader)"
+    return top + extra, (f"the top {len(top)} of stage 1 and {len(extra)} more within {100 * tie:.3g}% of its leader "
                          f"(cases {', '.join(map(str, extra))}: a wall clock per call cannot order cases that close; "
-                         f"at most {cap} in all, --stage2-max)")
+                         f"at most {cap} in all, --stage2-max" + (
+                             f" - it left out {len(cut)} more within the band: case(s) {', '.join(map(str, cut))}"
+                             if cut else "") + ")")
