@@ -160,7 +160,7 @@ def test_only_verified_cases_are_timed_and_a_failing_verify_keeps_its_report_nam
     assert {1, 4, 5, 7} <= set(refused)
     assert refused[1]["reason"].startswith("not verified: verify fail")
     assert refused[4]["reason"].startswith("not verified: verify skipped")
-    assert "33.6 MB > --max-input-mb 0.1" in refused[4]["reason"]
+    assert "(33.55 MB) > --max-input-mb 0.1" in refused[4]["reason"]
     assert refused[1]["verify"] == {"status": "fail", "reason": refused[1]["verify"]["reason"], "forced": False}
     assert all(c["verify"] == {"status": "pass", "reason": None, "forced": False} for c in perf["per_case"]
                if c["case"] in timed)

@@ -61,7 +61,8 @@ def gate1(info, limits: dict) -> dict:
                               HOST_COPIES * b, host), t0)
     capped = over_input_cap(b, limits.get("verify_max_input_mb"))
     if capped:  # verify skips such a case on this backend (the CPU interpreter): appending it would strand it
-        return _timed(pj.gate(1, False, f"{capped}: verify's input cap on this backend (it would skip the case)", b,
+        return _timed(pj.gate(1, False, f"{capped}: verify's input cap on this backend (verify_op.py's default here: "
+                              "verify would skip the case, so it is not appended)", b,
                               limits["verify_max_input_mb"] * 1e6), t0)
     dev = limits.get("device_free_bytes")
     if dev is not None and DEVICE_COPIES * b > dev:

@@ -45,7 +45,7 @@ def over_input_cap(input_bytes: int, max_input_mb) -> str | None:
     """Why inputs of ``input_bytes`` exceed verify's input cap ``max_input_mb`` (1 MB = 1e6 bytes; None: no cap),
     or None."""
     if max_input_mb is not None and input_bytes > max_input_mb * 1e6:
-        return f"inputs {input_bytes / 1e6:.1f} MB > --max-input-mb {max_input_mb:g}"
+        return f"inputs {input_bytes:,} B ({input_bytes / 1e6:.4g} MB) > --max-input-mb {max_input_mb:g}"
     return None
 
 
