@@ -394,8 +394,11 @@ def search_note(op_dir, rows) -> list:
     again = (f"; this collection timed case {best['case']} again: {here[key]:.2%}" if here and here.get(key)
              is not None else f"; case {best['case']} is not in this collection")
     fig = pct(value, 2)
-    head = (f"search (grid_search.json): limit {kind} {fig} at case {best['case']} (scale {best.get('scale')}, its "
-            f"stage 2){again}")
+    rt = best.get("retimed") or {}
+    where = (f"the median of its {rt['runs']} collector runs, spread {rt['spread']:.1%}"
+             if rt.get("runs") and is_number(rt.get("spread")) else "its stage 2")
+    head = (f"search (grid_search.json): limit {kind} {fig} at case {best['case']} (scale {best.get('scale')}, "
+            f"{where}){again}")
     return [head + _agreement(best, doc.get("stage2") or [], here) + "; the limit is the search's figure"]
 
 
@@ -405,7 +408,9 @@ def _agreement(best, stage2, here) -> str:
     if not (is_positive(t_search) and is_positive(t_here)):
         return ""
     entry = next((e for e in stage2 if isinstance(e, dict) and e.get("case") == best["case"]), {})
-    spreads = [v for v in (entry.get("repeat_spread"), here.get("repeat_spread")) if is_number(v) and v >= 0]
+    spreads = [v for v in (entry.get("repeat_spread"), here.get("repeat_spread"),  # within a run
+                           (best.get("retimed") or {}).get("spread"))  # across the search's collector runs
+               if is_number(v) and v >= 0]
     diff = abs(t_here - t_search) / t_search
     said = f" - kernel time {sig(t_search / 1e3)} us in the search, {sig(t_here / 1e3)} us here ({diff:.1%} apart"
     if diff <= SAME_POINT_REL:
@@ -413,6 +418,7 @@ def _agreement(best, stage2, here) -> str:
     if not spreads:
         return said + "; no repeat spread recorded to compare with)"
     if diff <= max(spreads):
-        return said + f", within the runs' repeat spread of up to {max(spreads):.1%}: run-to-run noise)"
-    return said + (f", more than either run's repeat spread of up to {max(spreads):.1%}: the two runs differ beyond "
-                   "their own noise - collect again (make collect) and compare: a gap that stays is not noise)")
+        return said + f", within the runs' spread of up to {max(spreads):.1%}: run-to-run noise)"
+    return said + (f", more than the runs' spread of up to {max(spreads):.1%} (each run's repeats, the search's "
+                   "re-timings): the two differ beyond their own noise - collect again (make collect) and compare: "
+                   "a gap that stays is not noise)")
