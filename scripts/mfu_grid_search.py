@@ -141,7 +141,7 @@ def print_summary(doc):
         tie = (rt or {}).get("tie")
         if tie:
             by = {r["case"]: r["retimed"] for r in doc["stage2"] if r.get("retimed")}
-            print(f"tie: case {tie[0]} ({_figure(by[tie[0]]['median'], f)}{unit}) and case {tie[1]} "
+            print(f"re-timing tie: case {tie[0]} ({_figure(by[tie[0]]['median'], f)}{unit}) and case {tie[1]} "
                   f"({_figure(by[tie[1]]['median'], f)}{unit}): their medians differ by less than the sum of their "
                   "ranges over the runs - either is the limit")
     print(f"cost: flops {cost['flops']:.1f} s, verify {cost['verify']:.1f} s, stage 1 {cost['stage1']:.1f} s, "

@@ -69,7 +69,12 @@ def test_pool_holds_the_top_8_originals_at_scale_1_and_the_legal_variants_of_onl
     assert variants[12]["scale"] == 2.0 and variants[12]["flops_rank"] == 0
     reasons = {e["case"]: e["reason"] for e in excluded}
     assert "not among the top 8" in reasons[14] and "'fail'" in reasons[15]
-    assert "top 8 of 12 original cases" in rule and "2 scaled variant(s)" in rule
+    assert "top 8 of 12 original cases by FLOPs" in rule and "2 scaled variant(s)" in rule
+    # cases this backend cannot run (bf16 or over verify's input cap on the CPU interpreter) are said in the rule
+    _pool, excluded, rule = search_pool.build_pool(infos, probe, flops, "mfu", top_n=8,
+                                                   unrunnable={0: "bf16", 1: "input cap"})
+    assert "top 8 of 10 original cases this backend runs (2 more it does not run: excluded) by FLOPs" in rule
+    assert {0, 1} <= {e["case"] for e in excluded}
 
 
 def test_the_original_top_3_stay_in_the_smallest_pool_and_a_smaller_pool_is_refused(twelve):

@@ -223,7 +223,9 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
             if origin.get("scale") is not None:  # the probe's own figure, where it records one
                 entry["scale"] = float(origin["scale"])
             pool.append(entry)
-    rule = (f"top {len(top)} of {len(originals)} original cases by "
+    left = [c for c in unrunnable if c not in appended]
+    rule = (f"top {len(top)} of {len(originals)} original cases" + (
+        f" this backend runs ({len(left)} more it does not run: excluded)" if left else "") + " by "
             f"{'FLOPs' if metric == 'mfu' else 'input bytes (no matrix work: MBU)'} at scale 1 + "
             f"{len(pool) - len(top)} scaled variant(s) from probe.json" + ("" if probe else " (no probe.json: run "
                                                                                      "make probe for scaled cases)"))
