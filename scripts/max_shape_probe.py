@@ -16,9 +16,9 @@ verify's input cap of the backend (1 MB on cpu), host and free device memory; 2 
 (--flops-tool --tracer-only as a subprocess: FLOPs > 0, same seed as the timed run); 3 ModelNew matches Model within
 verify's tolerance (an OOM is recorded, not fatal); 4 one call <= --max-ms (the median wall time per call of
 runs of back-to-back calls, ~10 ms each, so short kernels are not charged the launch + synchronize latency); 5
-effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of peak.json. Bisection between the last passing and the first failing factor of each
-ladder. Gates 3 and 4 run in one persistent child (a crash, hang or OOM of a candidate replaces it); gate 4 fails
-without running when the roofline floor (traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms,
+effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of peak.json. Bisection between the last
+passing and the first failing factor of each ladder. Gates 3 and 4 run in one persistent child (a crash, hang or
+OOM of a candidate replaces it); gate 4 fails without running when the roofline floor (traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms,
 and a source over --max-ms at scale 1 - by that floor, or timed first when the floor is at least 1/8 of it - is
 replaced by the next case (skipped_sources; each next case once). Each source case is first timed at scale 1; each
 ladder ends early once a doubling raises its wall TFLOP/s by less than 5% (--no-saturation-stop: never). --budget-s

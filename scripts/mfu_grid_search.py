@@ -11,11 +11,10 @@ compiling prime call, --warmup 1, then up to --repeats 10 iterations of back-to-
 synchronize, ~10 ms each so the launch latency is amortised, stopped once at least 2 sum to --stage1-budget-s 0.1 s;
 median per call; wall_s per case); stage 2 measures the top --stage2-k (3), and the cases ranked within --stage2-tie
 (5%) of stage 1's leader up to --stage2-max (2 x k) in all, with the collector (msprof_perf_summary.py --cases;
-precise kernel time; PMU: cuda --pmu from --stage2-pmu, default auto). The result is
-the maximum MFU (MFU@ach with peak.json, else MFU@nom) of the precise kernel time; an operator without matrix work
-gets MBU (bytes moved = inputs + outputs). Numerator = min(traced, executed) where
-hardware counts exist (CUDA tensor instructions on mma.sync devices; none on NPU), else the tracer's, with num_src
-and why.
+precise kernel time; PMU: cuda --pmu from --stage2-pmu, default auto). The result is the maximum MFU (MFU@ach with
+peak.json, else MFU@nom) of the precise kernel time; an operator without matrix work gets MBU (bytes moved = inputs +
+outputs). Numerator = min(traced, executed) where hardware counts exist (CUDA tensor instructions on mma.sync
+devices; none on NPU), else the tracer's, with num_src and why.
 Re-timing: the top --retime-top (3) of stage 2 are timed again in --retime-runs (3) separate collector runs, each
 a fresh process measuring them in a rotated order, without the PMU pass (--pmu none: only the kernel time is
 measured again); the limit is the highest median over the runs (stage 2's counts as one), printed with its min..max
@@ -115,8 +114,8 @@ def print_summary(doc):
                      f"{r['kernel_time_ns'] / 1e3:.2f}" if r["kernel_time_ns"] else "-", pct(r.get("mfu_nom"), 2),
                      pct(r.get("mfu_ach"), 2), pct(r.get("mbu"), 2), r.get("num_src") or "-", _sec(r.get("wall_s")),
                      (r.get("error") or "")[:40]])
-    print(tabulate(rows, headers=["case", "stage-1 rank", "from", "factors", "status", "kernel us", "MFU@nom", "MFU@ach",
-                                  "MBU", "num_src", "cost s", "error"]))
+    print(tabulate(rows, headers=["case", "stage-1 rank", "from", "factors", "status", "kernel us", "MFU@nom",
+                                  "MFU@ach", "MBU", "num_src", "cost s", "error"]))
     best, cost = doc["best"], doc["cost_s"]
     if doc.get("retime"):
         print_retime(doc, pool)

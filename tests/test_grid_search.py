@@ -445,4 +445,5 @@ def test_the_cli_passes_the_stage2_tie_band_to_the_search(monkeypatch):
 
 def test_the_stage2_note_names_the_ties_the_cap_left_out():
     cases, why = stage1_mod.stage2_cases(_rows(H100_STAGE1), 3, max_k=5)
-    assert cases == [356, 313, 302, 312, 334] and "left out 5 more within the band: case(s) 317, 339, 303, 323, 307" in why
+    assert cases == [356, 313, 302, 312, 334]
+    assert "left out 5 more within the band: case(s) 317, 339, 303, 323, 307" in why

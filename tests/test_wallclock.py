@@ -111,3 +111,10 @@ def test_the_ranking_follows_the_kernel_rate_not_the_latency():
     large, _ = _time(latency, 2.0e-3)
     assert 8 / large["single_ms"] > 1 / small["single_ms"]  # the old measurement's ranking: large first
     assert 1 / small["time_ms"] > 8 / large["time_ms"]  # back-to-back: small first, as the kernels run
+
+
+def test_size_burst_times_one_synchronised_call_and_sizes_the_runs_from_it():
+    ticks = iter([1.0, 1.0 + 2.0 ** -8])  # a fake clock: 3.90625 ms for the one call (exact in binary)
+    calls, syncs = [], []
+    single, n = wallclock.size_burst(lambda: calls.append(1), lambda: syncs.append(1), clock=lambda: next(ticks))
+    assert single == pytest.approx(3.90625) and n == 3 and len(calls) == len(syncs) == 1  # ceil(10 / 3.90625)

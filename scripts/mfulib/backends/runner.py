@@ -316,12 +316,9 @@ def run_spec(spec: dict, backend, report: dict) -> None:
             burst = spec.get("burst_target_ms") if not profile else None
             calls, spent_ns = 1, 0
             if burst:
-                from mfulib.core.wallclock import calls_per_burst
-                t_one = time.perf_counter_ns()
-                built.model(*built.args)
-                backend.sync()
-                report["sizing_call_ns"] = time.perf_counter_ns() - t_one
-                calls = report["calls_per_iteration"] = calls_per_burst(report["sizing_call_ns"] / 1e6, float(burst))
+                from mfulib.core.wallclock import size_burst
+                single_ms, calls = size_burst(lambda: built.model(*built.args), backend.sync, float(burst))
+                report["sizing_call_ns"], report["calls_per_iteration"] = single_ms * 1e6, calls
             for i in range(n):
                 if harness is not None and harness.flushes:
                     harness.flush()

@@ -40,6 +40,16 @@ def calls_per_burst(single_ms: float, target_ms: float = BURST_TARGET_MS, max_ca
     return max(1, min(max_calls, math.ceil(target_ms / single_ms)))
 
 
+def size_burst(call, sync, target_ms: float = BURST_TARGET_MS, clock=time.perf_counter) -> tuple:
+    """(single_ms, n): the wall time of one synchronised ``call()`` (ms; the device idle before it, the call compiled
+    already) and :func:`calls_per_burst` of it - the sizing both callers run before their timed runs."""
+    t0 = clock()
+    call()
+    sync()
+    single_ms = (clock() - t0) * 1e3
+    return single_ms, calls_per_burst(single_ms, target_ms)
+
+
 def burst_ms(call, sync, n: int, clock=time.perf_counter) -> float:
     """Wall time per call (ms) of ``n`` back-to-back ``call()``s followed by one ``sync()``.
 

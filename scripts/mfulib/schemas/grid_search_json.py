@@ -12,7 +12,8 @@ compute_dtype, why (why it is in the pool)}],
 ``excluded`` [{case, reason}] (probe variants left out of the pool, pool cases verify refused),
 ``stage1`` [{case, rank (1 = best), status (ok | not_verified | rejected | oom | error | timeout | crashed | no_flops),
 error, wall_iter_ns [wall time per call of each measured iteration, ns], calls_per_iteration (back-to-back calls in
-each iteration after the first, :mod:`mfulib.core.wallclock`; None for a reused probe timing), wall_median_ns, wall_spread ((max - min) / median), wall_tflops
+each iteration, sized by one synchronised call before them, :mod:`mfulib.core.wallclock`; None for a reused probe
+timing), wall_median_ns, wall_spread ((max - min) / median), wall_tflops
 (traced FLOPs / median wall time), wall_gbps (bytes moved / median wall time), rank_value (wall_tflops over the
 dtype's peak, or wall_tflops / wall_gbps when no peak is known), output_bytes, wall_s (wall seconds of this case's
 stage-1 run in the worker: build, prime call, iterations; 0 for a reused probe timing), timing_source ("stage 1",

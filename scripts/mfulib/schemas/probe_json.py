@@ -13,7 +13,8 @@ bias-named operands that follow a data GEMM's n], module_parameters [str], init_
 ladder's symbols joined by "+"), scale (the product of the factors), factors {symbol: int factor}, input_bytes, gates [{gate: 1..5, name, ok: bool
 | null (null: not checked, with the reason in detail), detail, value, limit; gate 3 also verified_by: full |
 batch_slice | head_slice | row_slice (verify.json's, mfulib.verify.slices) | unverified (the whole reference did
-not fit and no slice verified it: gate 3 fails, or passes marked under --accept-unverified-reference)}], verdict: pass | fail | null (no verdict: cut by the budget, or superseded), superseded (only on a candidate
+not fit and no slice verified it: gate 3 fails, or passes marked under --accept-unverified-reference)}], verdict:
+pass | fail | null (no verdict: cut by the budget, or superseded), superseded (only on a candidate
 of an earlier run under another peak or wall-clock method that this run's ladders did not reach again: its old
 verdict and why it was dropped; mfulib.search.probe.supersede), failed_gate:
 int | null, new_case_id: int | null (its id in the case files once appended), time_ms (gate 4: the median wall time
@@ -43,7 +44,8 @@ from the previous run], ``inputs`` {model.py, model_new.py: sha256}, ``made_from
 :mod:`mfulib.schemas.provenance`; a run by hand with the settings of make's command line counts as make's probe step:
 :func:`mfulib.pipeline.workdir_state.record_run`) and ``run_key`` {backend, seed, max_bytes,
 max_ms, scale_symbols (the sorted names of the scaled symbols: two --scale-dims spellings of one choice are one run; an
-earlier file's ``scale_dims`` spelling is resolved before the comparison), peak, saturation_stop, wall_clock (how gate 4 timed: :data:`mfulib.core.wallclock.METHOD`; absent in older files)} (a
+earlier file's ``scale_dims`` spelling is resolved before the comparison), peak, saturation_stop, wall_clock (how
+gate 4 timed: :data:`mfulib.core.wallclock.METHOD`; absent in older files)} (a
 re-run reuses verdicts only for the same files and run key), ``sources``
 (the source cases in the order their ladders run - a run cut by --budget-s lists those still to run; a source
 found over --max-ms at scale 1 leaves it and the next case is appended), ``skipped_sources`` {case: why} (ranked

@@ -196,13 +196,13 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
         raise UserError(f"probe.json names case(s) {bad} but the case file has {n} cases - the case file was "
                         "replaced after the probe: re-run make probe (or --restore it first)")
     unrunnable = unrunnable or {}
+    not_run = sorted(c for c in unrunnable if c not in appended)  # originals this backend does not run
     originals = [i for i in infos if i.case_id not in appended and i.case_id not in unrunnable]
     key = lambda i: rank_values.get(i.case_id)  # noqa: E731
     ranked = sorted(originals, key=lambda i: (-(key(i) if key(i) is not None else -math.inf), i.case_id))
     by_id = {i.case_id: i for i in infos}
     top = ranked[:top_n]
-    pool, excluded = [], [{"case": c, "reason": f"not run on this backend: {why}"}
-                          for c, why in sorted(unrunnable.items()) if c not in appended]
+    pool, excluded = [], [{"case": c, "reason": f"not run on this backend: {unrunnable[c]}"} for c in not_run]
     for rank, info in enumerate(top):
         why = f"original #{rank + 1} by {'FLOPs' if metric == 'mfu' else 'bytes'}, scale 1"
         if rank < ALWAYS_TOP:
@@ -223,9 +223,8 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
             if origin.get("scale") is not None:  # the probe's own figure, where it records one
                 entry["scale"] = float(origin["scale"])
             pool.append(entry)
-    left = [c for c in unrunnable if c not in appended]
     rule = (f"top {len(top)} of {len(originals)} original cases" + (
-        f" this backend runs ({len(left)} more it does not run: excluded)" if left else "") + " by "
+        f" this backend runs ({len(not_run)} more it does not run: excluded)" if not_run else "") + " by "
             f"{'FLOPs' if metric == 'mfu' else 'input bytes (no matrix work: MBU)'} at scale 1 + "
             f"{len(pool) - len(top)} scaled variant(s) from probe.json" + ("" if probe else " (no probe.json: run "
                                                                                      "make probe for scaled cases)"))

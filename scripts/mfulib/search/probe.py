@@ -22,7 +22,7 @@ product. The gates, cheapest first, each recorded with its numbers (:func:`mfuli
    dependent that could not follow the scaling (:func:`mfulib.core.symbols.scale_case` refusals) fails here too.
 3. **ModelNew matches** Model within verify's tolerance (:mod:`mfulib.search.probe_child`, its own process); ``oom``
    is a recorded failure, not fatal.
-4. **one run** (the median wall time per call of back-to-back runs, :mod:`mfulib.core.wallclock`) <= ``max_ms``.
+4. **one call** (the median wall time per call of back-to-back runs, :mod:`mfulib.core.wallclock`) <= ``max_ms``.
 5. **effective bandwidth** input bytes / time <= :data:`BANDWIDTH_MARGIN` x the measured memory bandwidth (peak.json
    ``bandwidth_gbps``; without it the CUDA datasheet figure, and on NPU a 1.3 TB/s default,
    docs/sources.md#npu-bandwidth: :mod:`mfulib.search.probe_limits`); inputs that fit in L2 are exempt (they may beat

@@ -50,14 +50,10 @@ def time_run(od, device: str, seed: int, max_ms: float, repeats: int) -> dict:
                 built.model(*built.args)
             call()
             _sync(device)
-            t0 = time.perf_counter()
-            call()
-            _sync(device)
-            single = (time.perf_counter() - t0) * 1e3
+            single, n = wallclock.size_burst(call, lambda: _sync(device))
             if single > max_ms:
                 return {"status": "ok", "time_ms": single, "runs_ms": [single], "single_ms": single,
                         "calls_per_run": 1}
-            n = wallclock.calls_per_burst(single)
             runs, spent = [], single
             for _ in range(max(1, repeats)):
                 runs.append(wallclock.burst_ms(call, lambda: _sync(device), n))
