@@ -310,8 +310,9 @@ $(ST)/probe.ok: $(ST)/verify.ok $(WORK)/model.py $(WORK)/model_new.py
 	$(call step,probe,$(WORK)/probe.json,$(PROBE_CMD))
 
 search: $(ST)/search.ok ## step 2b: (case, scale) search for the limit MFU (grid_search.json; SEARCH_ARGS)
+# probe.json too (when present): a hand-edited one (a candidate dropped from `appended`) is searched again
 
-$(ST)/search.ok: $(ST)/probe.ok $(WORK)/model_new.py
+$(ST)/search.ok: $(ST)/probe.ok $(WORK)/model_new.py $(wildcard $(WORK)/probe.json)
 	$(call step,search,$(WORK)/grid_search.json,$(SEARCH_CMD))
 
 # The settings each step last ran with: $(ST)/<step>.settings holds VAR=value for each of its variables

@@ -23,7 +23,8 @@ and spread ((max - min) / median); two leaders whose medians differ by less than
 grid_search.json records the pool, both stages, the cost of each in seconds and chosen_cases, which the collector
 then measures (msprof_perf_summary.py --search-json grid_search.json; make collect does it after make search).
 Scratch files go to <work dir>/search/. Exit status: 0; 1 when stage 2 measured no case; 2 on bad input; 130
-interrupted (grid_search.json then records complete=false).
+interrupted by Ctrl-C or SIGTERM (grid_search.json then records complete=false and ``interrupted``: why and
+after which stages; make status shows it).
 """
 import os
 import sys
@@ -192,6 +193,11 @@ def _sec(v):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    import signal
+
+    def _terminated(signum, _frame):  # kill / timeout(1) / the batch's stop: recorded as interrupted, like Ctrl-C
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, _terminated)
     from mfulib.search.grid import SearchOptions, run_search
     opts = SearchOptions(op_dir=args.dir, backend=args.backend, device_id=args.device, seed=args.seed,
                          top_n=args.top_n, stage2_k=args.stage2_k, stage2_tie=args.stage2_tie,

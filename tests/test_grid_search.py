@@ -447,3 +447,30 @@ def test_the_stage2_note_names_the_ties_the_cap_left_out():
     cases, why = stage1_mod.stage2_cases(_rows(H100_STAGE1), 3, max_k=5)
     assert cases == [356, 313, 302, 312, 334]
     assert "left out 5 more within the band: case(s) 317, 339, 303, 323, 307" in why
+
+
+def test_an_interrupted_search_says_so_in_grid_search_json_and_make_status(tmp_path, monkeypatch):
+    """SIGTERM (the batch's stop, kill, timeout(1)) or Ctrl-C in stage 2: the file written on the way out says
+    ``interrupted`` with what had finished, and make status reads that instead of a bare failure."""
+    from mfulib.pipeline import workdir_state
+    work = tmp_path / "w"
+    work.mkdir()
+    for name in ("model.py", "model_new.py"):
+        (work / name).write_text("# the search is stopped before anything imports it\n")
+    (work / "model.json").write_text("\n".join(json.dumps(bmm_line(1, 16 * (i + 1), 16, 16)) for i in range(3)) + "\n")
+    monkeypatch.setattr(grid_search, "flops_py_values", lambda opdir, ids: {i: 1.0e6 * (i + 1) for i in ids})
+    monkeypatch.setattr(grid_search, "trace_flops", lambda *a, **k: {})
+    ranked = [{"case": c, "rank": k + 1, "status": "ok", "error": None, "rank_value": 1.0 / (k + 1)}
+              for k, c in enumerate((2, 1, 0))]
+    monkeypatch.setattr(grid_search, "stage1", lambda *a, **k: ranked)
+
+    def stopped(*a, **k):  # what mfu_grid_search.py's SIGTERM handler raises mid-stage 2
+        raise KeyboardInterrupt("signal 15")
+    monkeypatch.setattr(grid_search, "stage2", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        grid_search.run_search(grid_search.SearchOptions(op_dir=str(work), backend="cpu"), log=lambda m: None)
+    doc = gsj.read_grid_search_json(str(work / "grid_search.json"))
+    assert doc["complete"] is False and doc["stage1"] == ranked and doc["stage2"] == []
+    assert doc["interrupted"] == "SIGTERM after stage1 - make search runs it again"
+    ok, detail = workdir_state.report_verdict("search", str(work / "grid_search.json"))
+    assert ok is False and detail == "interrupted (SIGTERM after stage1 - make search runs it again); best so far: none"

@@ -128,3 +128,35 @@ def test_requirements_list_exactly_the_third_party_packages_the_code_imports():
                             imported.add(n.module.split(".")[0])
     third_party = {m for m in imported if m not in sys.stdlib_module_names} & (names | {"pandas", "rich"})
     assert listed == names | RUNNER_PLUGINS and names == third_party
+
+
+@pytest.mark.e2e
+def test_a_hand_edited_probe_json_makes_the_search_and_make_status_redo_it(tmp_path):
+    """make (asked with -q over the stamps and files the steps leave) and make status agree: a probe.json newer than
+    the search's stamp - a candidate dropped from it by hand - redoes the search; untouched, nothing is redone."""
+    import time
+    from mfulib.pipeline import workdir_state
+    work = tmp_path / "w"
+    common = ["OP=zoo/5_MHABlock", f"WORK={work}", "BACKEND=cpu"]
+    r = make(*common, "prepare")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (work / ".state").mkdir(exist_ok=True)
+    t0 = time.time() - 100
+    for d, _dirs, files in os.walk(work):  # what step 1 made: older than every later step's files
+        for f in files:
+            os.utime(os.path.join(d, f), (t0, t0))
+    for k, name in enumerate(("probe.json", ".state/verify.ok", ".state/probe.ok", "grid_search.json",
+                              ".state/search.ok"), 1):
+        (work / name).touch()
+        os.utime(work / name, (t0 + k, t0 + k))  # each newer than the one before, as the steps leave them
+
+    def search_redone():
+        q = subprocess.run(["make", "-q", "-C", ROOT, *common, f"{work}/.state/search.ok"], capture_output=True,
+                           text=True)
+        assert q.returncode in (0, 1), q.stdout[-1000:] + q.stderr[-1000:]
+        return q.returncode == 1
+    assert not search_redone()
+    os.utime(work / "probe.json", (t0 + 50, t0 + 50))
+    assert search_redone()
+    rows = {r["step"]: r for r in workdir_state.step_states(str(work), ("ok", ""))}
+    assert rows["search"]["state"] == "stale" and "probe.json changed since this step ran" in rows["search"]["detail"]

@@ -14,6 +14,7 @@ def test_the_project_makefile_gives_every_step_its_report_and_inputs():
     assert steps["verify"].needs == ("prepare",) and steps["verify"].files == ("model_new.py",)
     assert steps["peak"].needs == ("prepare",) and steps["peak"].files == ()  # a redo of step 1 redoes it
     assert steps["decompose"].files == ("performance.json", "peak.json")
+    assert steps["search"].files == ("model_new.py", "probe.json")  # $(wildcard ...): a hand edit redoes the search
     assert workdir_state.STEPS == step_graph.read_steps()  # make status uses the very same table
 
 
@@ -72,3 +73,4 @@ def test_edges_make_status_could_not_judge_are_refused_with_the_fix():
     with pytest.raises(UserError, match=r"uses \$\(NOWHERE\)"):
         step_graph.parse_makefile(MINI.replace("$(ST)/flops.ok: $(WORK)/flops.py",
                                                "$(ST)/flops.ok: $(NOWHERE) $(WORK)/flops.py"))
+

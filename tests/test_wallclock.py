@@ -118,3 +118,31 @@ def test_size_burst_times_one_synchronised_call_and_sizes_the_runs_from_it():
     calls, syncs = [], []
     single, n = wallclock.size_burst(lambda: calls.append(1), lambda: syncs.append(1), clock=lambda: next(ticks))
     assert single == pytest.approx(3.90625) and n == 3 and len(calls) == len(syncs) == 1  # ceil(10 / 3.90625)
+
+
+def test_an_oom_inside_a_run_of_calls_blames_memory_kept_across_calls_not_the_shape(tmp_path):
+    """A ModelNew that holds every output (a leak) fits one call but not a run of n: the reason says so, so the
+    user frees the memory instead of reading the shape as too large; an OOM on the first call stays plain."""
+    import torch
+
+    class Leaky(FakeOpDir):  # test double: the 3rd call and later run out of memory
+        def build_case(self, case_id, impl, seed, device):
+            built, held = super().build_case(case_id, impl, seed, device), []
+
+            def model():
+                held.append(1)
+                if len(held) > self.fits:
+                    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+            built.model = model
+            return built
+    orig = probe_child._sync
+    probe_child._sync = lambda device: None
+    try:
+        for fits, blamed in ((2, True), (0, False)):
+            od = Leaky(None, 0.0, str(tmp_path))
+            od.fits = fits
+            t = probe_child.time_run(od, "cuda:0", 0, 4000.0, 3)
+            assert t["status"] == "oom" and "out of memory" in t["reason"]
+            assert ("keep memory from call to call" in t["reason"]) is blamed, t["reason"]
+    finally:
+        probe_child._sync = orig

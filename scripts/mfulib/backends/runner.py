@@ -376,6 +376,9 @@ def run_and_report(spec: dict) -> dict:
         run_spec(spec, backend, report)
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded for this case
         status, msg = classify(exc)
+        if status == "oom":
+            from mfulib.core.wallclock import burst_oom_note
+            msg += burst_oom_note(report.get("calls_per_iteration"))
         report.update(status=status, error=msg, traceback=traceback.format_exc(limit=8))
         _INPUTS.clear()
         if isinstance(exc, KeyboardInterrupt):

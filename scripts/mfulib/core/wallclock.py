@@ -59,3 +59,15 @@ def burst_ms(call, sync, n: int, clock=time.perf_counter) -> float:
         call()
     sync()
     return (clock() - t0) * 1e3 / n
+
+
+def burst_oom_note(n: int | None) -> str:
+    """What an out-of-memory error inside a run of ``n`` back-to-back calls adds to its reason ('' when ``n`` is
+    None or 1: the shape itself did not fit). Single calls of the shape ran before the run, so the memory that ran
+    out was kept from call to call (outputs or buffers ModelNew holds), which the search would misread as the shape
+    being too large."""
+    if not n or n <= 1:
+        return ""
+    return (f" - during a run of {n} back-to-back calls, after single calls of this shape ran: ModelNew seems to "
+            "keep memory from call to call (outputs or buffers held across calls); free it per call, or the search "
+            "treats the shape as too large")

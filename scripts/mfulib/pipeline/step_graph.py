@@ -29,6 +29,7 @@ _RULE = re.compile(r"^\$\(ST\)/([a-z_]+)\.ok:(?!=)(.*)$")
 _CALL = re.compile(r"\$\(call step,([a-z_]+),\$\(WORK\)/([A-Za-z0-9_.]+)(?:,\$\(([A-Z_]+)\))?")
 _STAMP = re.compile(r"^\$\(ST\)/([a-z_]+)\.ok$")
 _WORKFILE = re.compile(r"^\$\(WORK\)/([A-Za-z0-9_.]+)$")
+_OPTIONAL = re.compile(r"\$\(wildcard\s+(\$\(WORK\)/[A-Za-z0-9_.]+)\)")
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,10 @@ def _strip_calls(text: str) -> str:
 
 def _prerequisites(text: str, variables: dict, where: str) -> list:
     """The normal prerequisites of a rule line's right-hand side: tokens before ``|``, conditional function calls
-    left out, plain variables expanded (:func:`_expand`)."""
-    text = _strip_calls(text.split("|", 1)[0])
+    left out except ``$(wildcard $(WORK)/<file>)`` (a work file, an input when it exists: kept as the file), plain
+    variables expanded (:func:`_expand`)."""
+    text = _OPTIONAL.sub(r" \1 ", text.split("|", 1)[0])  # a work file made a prerequisite only when it exists
+    text = _strip_calls(text)
     return _strip_calls(_expand(text, variables, where).split("|", 1)[0]).split()
 
 

@@ -321,6 +321,8 @@ def _search_verdict(path: str) -> tuple:
     except (OSError, ValueError):
         cut = None
     cut = cut or doc.get("probe_cut")
+    if not doc.get("complete") and doc.get("interrupted"):
+        return False, [f"interrupted ({doc['interrupted']}); best so far: {text or 'none'}"]
     if cut:
         return bool(doc.get("complete")), [f"search incomplete: the probe was cut by its budget ({cut}); best so far: "
                                            f"{text or 'none'}; make probe resumes it, then make search"]

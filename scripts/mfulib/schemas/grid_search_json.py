@@ -47,7 +47,8 @@ stage-2 row then carries ``counted``: True, or False where its numerator stayed 
 ``cost_s`` {flops, verify, stage1, stage2, retime, counts, total} (wall seconds of each part), ``chosen_cases`` [case ids the
 collector measures after the search, best first], ``probe_cut`` (the probe.json ``interrupted`` text when its budget
 cut the probe - :func:`mfulib.schemas.probe_json.budget_cut`: the search is then incomplete -, else None),
-``complete`` (both stages ran to the end).
+``complete`` (both stages ran to the end), ``interrupted`` (None, or why the run stopped early: Ctrl-C or SIGTERM and
+the stages it had finished; absent in files written before it existed).
 """
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ TOOL = "mfu_grid_search"
 FILE_NAME = "grid_search.json"
 REQUIRED = ("pool", "stage1", "stage2", "best", "cost_s", "chosen_cases")
 TOP_KEYS = ("op_dir", "cases_file", "backend", "metric", "probe_json", "rule", "notes", "pool", "excluded", "stage1",
-            "stage2", "stage2_performance_json", "retime", "counts", "best", "cost_s", "chosen_cases", "probe_cut", "complete")
+            "stage2", "stage2_performance_json", "retime", "counts", "best", "cost_s", "chosen_cases", "probe_cut", "complete",
+            "interrupted")
 BEST_KEYS = ("case", "source_case", "factors", "scale", "metric", "mfu", "mfu_kind", "mbu", "num_src", "num_src_why",
              "numerator_traced", "numerator_executed", "numerator", "kernel_time_ns", "retimed")
 

@@ -390,7 +390,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     doc.update(op_dir=opdir.path, cases_file=opdir.cases_path, backend=backend.name, metric=metric,
                probe_json=probe_path if probe is not None else None, rule=rule, notes=notes, pool=pool,
                excluded=excluded, stage1=[], stage2=[], stage2_performance_json=None, retime=None, counts=None, best=None,
-               cost_s=cost, chosen_cases=[], probe_cut=probe_cut, complete=False)
+               cost_s=cost, chosen_cases=[], probe_cut=probe_cut, complete=False, interrupted=None)
     out = opts.output or opdir.file(_gs.FILE_NAME)
     try:
         doc["stage1"] = stage1(opdir, pool, backend, opts, peaks, metric, log, cost, probe)
@@ -422,6 +422,11 @@ def run_search(opts: SearchOptions, log=None) -> dict:
             doc["best"] = _rt.retimed_limit(doc["best"], doc["stage2"], doc["retime"])
         doc["chosen_cases"] = [r["case"] for r in doc["stage2"] if r["metric_value"] is not None]
         doc["complete"] = True
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (mfu_grid_search.py raises it): say so, keep what ran
+        done = [k for k in ("stage1", "stage2", "retime", "counts") if doc[k]]
+        doc["interrupted"] = (f"{'SIGTERM' if str(exc).startswith('signal') else 'KeyboardInterrupt'} after "
+                              f"{', '.join(done) or 'no stage'} - make search runs it again")
+        raise
     finally:
         cost["total"] = time.perf_counter() - t_start
         doc[made.KEY] = made.made_from(os.path.dirname(os.path.abspath(out)), [  # what the collector judges it by

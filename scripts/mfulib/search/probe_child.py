@@ -41,7 +41,7 @@ def time_run(od, device: str, seed: int, max_ms: float, repeats: int) -> dict:
     from mfulib.core import wallclock
     from mfulib.core.failures import classify
     from mfulib.core.opdir import in_directory
-    built = None
+    built, n = None, None  # n: set once single calls ran, so an OOM after it is the run's, not the shape's
     try:
         built = od.build_case(0, impl="asc", seed=seed, device=device)
         with torch.no_grad(), in_directory(built.staging):  # entered once, as stage 1's runner does: not per call
@@ -64,6 +64,8 @@ def time_run(od, device: str, seed: int, max_ms: float, repeats: int) -> dict:
                 "calls_per_run": n}
     except (Exception, SystemExit) as exc:
         status, msg = classify(exc)
+        if status == "oom":
+            msg += wallclock.burst_oom_note(n)
         return {"status": status, "reason": msg}
     finally:
         if built is not None:
