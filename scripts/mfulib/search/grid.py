@@ -341,7 +341,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     probe = read_probe(probe_path)
     peaks = load_peaks(opts.peak_json or opdir.file("peak.json"))
     infos = opdir.describe_all()
-    cost = {"flops": 0.0, "verify": 0.0, "stage1": 0.0, "stage2": 0.0, "retime": 0.0, "counts": 0.0, "total": None}
+    cost = {k: (None if k == "total" else 0.0) for k in _gs.COST_KEYS}
     t0 = time.perf_counter()
     originals = [i.case_id for i in infos if i.case_id not in ((probe or {}).get("appended") or {})]
     fpy = flops_py_values(opdir, [i.case_id for i in infos])
