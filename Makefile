@@ -97,8 +97,9 @@ need-op = $(if $(OP),,$(error OP is not set: e.g. make OP=5_MHABlock $@ (make ex
 
 help: ## show this help
 	@echo "triton-mfu-analyzer - usage: make OP=<op> [V=<verify dir> | BENCH=<dir> GEN=<dir> | REF_ROOT=<dir> IMPL_ROOT=<dir>] <target>"
-	@echo "variables: OP V BENCH GEN REF_ROOT IMPL_ROOT ITER VARIANT WORK=$(WORK) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
-	@echo "           VERIFY_ARGS COLLECT_ARGS FLUSH_CACHE_MIB=$(FLUSH_CACHE_MIB) PMU=$(PMU) ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 FORCE=1 ALL_JOBS=$(ALL_JOBS)"
+	@echo "variables: OP V BENCH GEN REF_ROOT IMPL_ROOT ITER VARIANT WORK=$(if $(OP),$(WORK),work/<OP>) BACKEND=$(BACKEND) DEVICE_ID=$(DEVICE_ID) SEED=$(SEED) PY=$(PY) SKILL_DIR=$(SKILL_DIR)"
+	@echo "           VERIFY_ARGS COLLECT_ARGS FLUSH_CACHE_MIB=$(FLUSH_CACHE_MIB) PMU=$(PMU) ACCEPT_VERIFY_FAILURES=1 ACCEPT_UNVERIFIED_CASES=1 ACCEPT_UNVERIFIED=1"
+	@echo "           FORCE=1 ALL_JOBS=$(ALL_JOBS)"
 	@echo "           SEARCH=1 (probe + search before collect) PROBE_ARGS SEARCH_ARGS"
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
@@ -253,7 +254,7 @@ $(WORK)/flops.py: | $(WORK)/prepare.json
 $(ST)/flops.ok: $(WORK)/prepare.json $(WORK)/flops.py $(WORK)/model.py
 	$(call step,flops,$(WORK)/flops_check.json,$(CHECK_FLOPS_CMD))
 
-collect: $(ST)/collect.ok ## step 4: kernel times of the top-3 verified cases by FLOPs (cpu: the smallest 3; raw profiles kept)
+collect: $(ST)/collect.ok ## step 4: kernel times of the top-3 verified cases by FLOPs (cpu: the smallest 3), or of the search's chosen cases after a search; raw profiles kept
 
 $(ST)/collect.ok: $(ST)/flops.ok $(ST)/verify.ok $(WORK)/model_new.py
 	$(call step,collect,$(WORK)/performance.json,$(COLLECT_CMD))

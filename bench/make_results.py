@@ -144,6 +144,12 @@ def fresh_line(f):
             f"content, moves followed; re-measure): {_by_dir(f['changed'])}.")
 
 
+def tree_commit_of(tree):
+    """The commit whose measured sources hash to ``tree`` (bench/freshness.py's committed tree cache, written by
+    ``--cache-trees``), or None: a pack's ``git_commit`` comes from the device copy's .git, which can be stale."""
+    return (freshness._cache().get("trees") or {}).get(tree) if tree else None
+
+
 def stamp(st):
     wall = st.get("wall_s")
     text = (f"*{st.get('created_at', '?')}, commit `{st.get('git_commit') or '?'}`, "
@@ -152,6 +158,10 @@ def stamp(st):
         if st.get(key):
             text += f"\n\n> **{key.replace('_', ' ')}:** {st[key]}"
     src = st.get("source") or {}
+    tree_commit = tree_commit_of(src.get("tree_sha256"))
+    if tree_commit and st.get("git_commit") and not tree_commit.startswith(st["git_commit"]):
+        text += (f"\n\n> **Measured tree:** `{src['tree_sha256'][:12]}`, the sources of commit `{tree_commit[:7]}` "
+                 f"(freshness.py's tree cache); the device copy's .git named `{st['git_commit']}`.")
     if src.get("tree_matches_expected") is False:
         text += (f"\n\n> **Tree mismatch:** the device ran a tree hashing to `{src.get('tree_sha256', '?')[:12]}`, "
                  f"not the `{src.get('tree_sha256_expected', '?')[:12]}` computed before the call.")

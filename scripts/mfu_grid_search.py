@@ -195,7 +195,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     import signal
 
-    def _terminated(signum, _frame):  # kill / timeout(1) / the batch's stop: recorded as interrupted, like Ctrl-C
+    def _terminated(signum, _frame):  # kill / timeout(1): recorded as interrupted, like Ctrl-C (the batch SIGKILLs)
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, _terminated)
     from mfulib.search.grid import SearchOptions, run_search

@@ -4,6 +4,7 @@ with and without hardware counters, MBU operators, the stage-2 reading of the co
 probe.json fixtures follow mfulib/schemas/probe_json.py (written here, not by max_shape_probe.py, so these tests do not
 depend on the probe's code)."""
 import json
+import os
 
 import pytest
 
@@ -467,10 +468,86 @@ def test_an_interrupted_search_says_so_in_grid_search_json_and_make_status(tmp_p
     def stopped(*a, **k):  # what mfu_grid_search.py's SIGTERM handler raises mid-stage 2
         raise KeyboardInterrupt("signal 15")
     monkeypatch.setattr(grid_search, "stage2", stopped)
+    (work / ".state").mkdir()
+    (work / ".state" / "search.ok").touch()  # make's finished search, under a hand run that is then stopped
+    with pytest.raises(KeyboardInterrupt):
+        grid_search.run_search(grid_search.SearchOptions(op_dir=str(work), backend="cpu"), log=lambda m: None)
+    assert not (work / ".state" / "search.ok").exists()  # make redoes the step
+    doc = gsj.read_grid_search_json(str(work / "grid_search.json"))
+    assert doc["complete"] is False and doc["stage1"] == ranked and doc["stage2"] == []
+    assert doc["interrupted"] == "SIGTERM after pool, stage1 - make search runs it again"
+    from mfulib.core.jsonio import provenance
+    assert set(doc) == set(provenance("t", 1)) | {"device"} | set(gsj.TOP_KEYS) | {"made_from"}  # what it writes
+    with pytest.raises(UserError, match=r"the search was stopped before it chose \(SIGTERM after pool, stage1"):
+        gsj.chosen_cases(str(work / "grid_search.json"))
+    ok, detail = workdir_state.report_verdict("search", str(work / "grid_search.json"))
+    assert ok is False and detail == ("interrupted (SIGTERM after pool, stage1 - make search runs it again); best so far: "
+                                      "none")
+    # stopped by make (the device lock passes the stop on as SIGINT) after stage 2: the label says SIGINT, not a
+    # Python exception name, and stage 2's best is shown as what it is
+
+    def measured(*a, **k):
+        rows = [{"case": 2, "status": "ok", "metric_value": 0.0457, "mfu_ach": 0.0457},
+                {"case": 1, "status": "ok", "metric_value": 0.0401, "mfu_ach": 0.0401}]
+        return rows, str(work / "search" / "performance.json")
+
+    def stopped_retime(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(grid_search, "stage2", measured)
+    monkeypatch.setattr(grid_search._rt, "retime", stopped_retime)
     with pytest.raises(KeyboardInterrupt):
         grid_search.run_search(grid_search.SearchOptions(op_dir=str(work), backend="cpu"), log=lambda m: None)
     doc = gsj.read_grid_search_json(str(work / "grid_search.json"))
-    assert doc["complete"] is False and doc["stage1"] == ranked and doc["stage2"] == []
-    assert doc["interrupted"] == "SIGTERM after stage1 - make search runs it again"
+    assert doc["interrupted"].startswith("SIGINT (Ctrl-C, or make / the device lock stopping it) after pool, stage1, "
+                                         "stage2")
     ok, detail = workdir_state.report_verdict("search", str(work / "grid_search.json"))
-    assert ok is False and detail == "interrupted (SIGTERM after stage1 - make search runs it again); best so far: none"
+    assert ok is False and detail.endswith("best so far: case 2 MFU@ach 4.57% (stage 2, not re-timed)")
+    # stopped while the pool's FLOPs are traced: written too; bad input there leaves the file alone
+
+    def tracing(*a, **k):
+        raise KeyboardInterrupt("signal 15")
+    monkeypatch.setattr(grid_search, "flops_py_values", tracing)
+    with pytest.raises(KeyboardInterrupt):
+        grid_search.run_search(grid_search.SearchOptions(op_dir=str(work), backend="cpu"), log=lambda m: None)
+    assert gsj.read_grid_search_json(str(work / "grid_search.json"))["interrupted"].startswith("SIGTERM after no "
+                                                                                               "stage")
+    before = (work / "grid_search.json").read_bytes()
+
+    def bad(*a, **k):
+        raise UserError("w/model.json: bad case")
+    monkeypatch.setattr(grid_search, "flops_py_values", bad)
+    with pytest.raises(UserError, match="bad case"):
+        grid_search.run_search(grid_search.SearchOptions(op_dir=str(work), backend="cpu"), log=lambda m: None)
+    assert (work / "grid_search.json").read_bytes() == before
+
+
+def test_a_probe_json_that_no_longer_describes_the_case_file_is_refused_naming_both_and_the_fix():
+    """A hand-edited probe.json (an appended entry removed) would make the scaled line it left behind an original at
+    scale 1; a probe.json listing a line the file lacks, or another line, is refused the same way."""
+    lines = [bmm_line(1, 16, 16, 16), bmm_line(1, 32, 16, 16), bmm_line(2, 32, 16, 16), bmm_line(1, 64, 16, 16)]
+    appended = {2: {"source_case": 1, "factors": {"batch": 2}, "scale": 2.0},
+                3: {"source_case": 1, "factors": {"m": 2}, "scale": 2.0}}
+    probe = {"appended": appended, "n_originals": 2, "lines": {2: json.dumps(lines[2]), 3: json.dumps(lines[3])}}
+    search_pool.check_probe_cases(probe, "p.json", "c.jsonl", lines)  # as the probe left them
+    search_pool.check_probe_cases(dict(probe, n_originals=None), "p.json", "c.jsonl", lines[:3])  # no backup record
+    edited = dict(probe, appended={3: appended[3]}, lines={3: json.dumps(lines[3])})
+    with pytest.raises(UserError, match=r"c.jsonl and p.json disagree: case\(s\) \[2\] come after the 2 original "
+                                        r"case\(s\).*edited by hand\?.*--restore"):
+        search_pool.check_probe_cases(edited, "p.json", "c.jsonl", lines)
+    with pytest.raises(UserError, match=r"appended lists case\(s\) \[3\] the case file does not have.*make probe "
+                                        "resumes"):
+        search_pool.check_probe_cases(probe, "p.json", "c.jsonl", lines[:3])
+    with pytest.raises(UserError, match=r"c.jsonl: case 3 is not the line p.json records for it"):
+        search_pool.check_probe_cases(probe, "p.json", "c.jsonl", lines[:3] + [bmm_line(1, 128, 16, 16)])
+    # the reader takes both from probe.json's own fields (backup.n_cases, appended[].line)
+    doc = probe_doc({2: (1, {"batch": 2})})
+    doc["backup"] = {"dir": ".probe_backup", "files": {}, "n_cases": 2}
+    doc["appended"]["2"]["line"] = json.dumps(lines[2])
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "probe.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        got = search_pool.read_probe(path)
+    assert got["n_originals"] == 2 and got["lines"] == {2: json.dumps(lines[2])}
+    search_pool.check_probe_cases(got, path, "c.jsonl", lines[:3])

@@ -74,6 +74,19 @@ def test_a_report_is_stale_through_the_report_it_read(tmp_path):
         "performance.json is stale: model_new.py changed since this report was made"]
 
 
+def test_one_changed_file_reached_through_two_reports_is_one_reason_by_its_shortest_chain(tmp_path):
+    # report.html reads mfu_decompose.json (which read performance.json) and performance.json itself
+    _write(tmp_path / "grid_search.json", "v1\n")
+    _report(tmp_path, "performance.json", ["grid_search.json"])
+    _report(tmp_path, "mfu_decompose.json", ["performance.json"])
+    html = made.made_from(str(tmp_path), ["mfu_decompose.json", "performance.json"], {})
+    _write(tmp_path / "grid_search.json", "v2\n")
+    issues = made.judge({made.KEY: json.loads(json.dumps(html))}, str(tmp_path))
+    assert len(issues) == 2  # both paths are found ...
+    assert made.stale_reasons(issues) == [  # ... and told once
+        "performance.json is stale: grid_search.json changed since this report was made"]
+
+
 def test_another_torch_version_makes_a_report_stale_and_an_old_report_without_a_record_is_current(tmp_path):
     now = versions()
     doc = {"versions": dict(now, torch="0.0.1-old"), made.KEY: {"files": {}, "settings": {}}}

@@ -458,3 +458,12 @@ def test_a_call_on_another_card_does_not_pack_into_this_cards_pack(tmp_path):
     assert "holds measurements of a NVIDIA H200" in why and "--pack-dir bench/validation/<card>" in why
     assert validate_h200.card_mismatch(str(tmp_path), None) is None  # no accelerator here: nothing to compare
     assert validate_h200.card_mismatch(str(tmp_path / "empty"), "NVIDIA H100 80GB HBM3") is None
+
+
+def test_a_pack_whose_device_git_was_stale_names_the_commit_of_its_measured_tree():
+    cache = make_results.freshness._cache().get("trees") or {}
+    tree, commit = next(iter(sorted(cache.items())))
+    st = {"created_at": "t", "git_commit": "0000000", "wall_s": 1.0, "source": {"tree_sha256": tree}}
+    assert f"the sources of commit `{commit[:7]}`" in make_results.stamp(st)
+    assert "Measured tree" not in make_results.stamp(dict(st, git_commit=commit[:7]))  # they agree: nothing to say
+    assert "Measured tree" not in make_results.stamp(dict(st, source={"tree_sha256": "f" * 64}))  # not in the cache

@@ -144,5 +144,6 @@ def test_an_oom_inside_a_run_of_calls_blames_memory_kept_across_calls_not_the_sh
             t = probe_child.time_run(od, "cuda:0", 0, 4000.0, 3)
             assert t["status"] == "oom" and "out of memory" in t["reason"]
             assert ("keep memory from call to call" in t["reason"]) is blamed, t["reason"]
+            assert ("pick smaller cases" in t["reason"]) is not blamed, t["reason"]  # one piece of advice, not two
     finally:
         probe_child._sync = orig

@@ -18,6 +18,13 @@ def script_command(name: str) -> str:
     return "python3 " + shlex.quote(os.path.join(SCRIPTS_DIR, name))
 
 
+def stop_label(exc: BaseException) -> str:
+    """How a step was stopped, for the ``interrupted`` field of its report: ``SIGTERM`` (a script's handler raises
+    ``KeyboardInterrupt("signal 15")``: kill, timeout(1), a batch's stop) or ``SIGINT`` - Ctrl-C, and also make's and
+    the device lock's way of stopping a step (scripts/device_lock.py passes a stop on to its child as SIGINT)."""
+    return "SIGTERM" if str(exc).startswith("signal") else "SIGINT (Ctrl-C, or make / the device lock stopping it)"
+
+
 def run_main(main, argv=None):
     """Run ``main(argv)``; a :class:`UserError` prints ``error: ...`` and exits with status 2.
 

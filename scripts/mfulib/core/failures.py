@@ -62,9 +62,13 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return False
 
 
-def classify(exc: BaseException):
+OOM_ADVICE = " - pick smaller cases, or free the device's memory"
+
+
+def classify(exc: BaseException, oom_advice: str = OOM_ADVICE):
     """``(status, message)`` of an exception raised while running a case: ``("rejected", "case rejected: <reason>")``,
-    ``("oom", "out of memory: <type>: <first line>")`` or ``("error", "<type>: <text>")``."""
+    ``("oom", "out of memory: <type>: <first line><oom_advice>")`` or ``("error", "<type>: <text>")``. ``oom_advice``:
+    what the user should do about an out-of-memory (a caller that knows more passes its own)."""
     reason = rejection_reason(exc)
     if reason is not None:
         return "rejected", f"case rejected: {reason}"
@@ -72,5 +76,5 @@ def classify(exc: BaseException):
     text = str(exc)
     if is_out_of_memory(exc):
         first = next((ln for ln in text.splitlines() if ln.strip()), "")
-        return "oom", f"out of memory: {name}: {first} - pick smaller cases, or free the device's memory"
+        return "oom", f"out of memory: {name}: {first}{oom_advice}"
     return "error", f"{name}: {text}"

@@ -3,8 +3,9 @@
 Each step of steps 2-6 is a Makefile rule ``$(ST)/<step>.ok: <prerequisites>`` whose recipe is
 ``$(call step,<step>,$(WORK)/<report>,...)``. Its prerequisites name the steps it needs (``$(ST)/<other>.ok``;
 ``$(WORK)/prepare.json`` is step 1) and the work-directory files it depends on (``$(WORK)/<file>``); order-only
-prerequisites (after ``|``) and conditional ones (``$(if ...)``, ``$(wildcard ...)``: the search's extra edges under
-``SEARCH=1``) are not part of a step's own inputs. ``make status`` (:mod:`mfulib.pipeline.workdir_state`) judges a work
+prerequisites (after ``|``) and conditional ones (``$(if ...)``, ``$(wildcard $(ST)/...)``: the search's extra edges
+under ``SEARCH=1``) are not part of a step's own inputs; ``$(wildcard $(WORK)/<file>)`` written in the rule line itself
+is (the file, an input when it exists: the search's probe.json). ``make status`` (:mod:`mfulib.pipeline.workdir_state`) judges a work
 directory with this graph, so it cannot drift from what make does.
 
 :func:`read_steps` raises :class:`~mfulib.core.errors.UserError` when the Makefile has no rule for a step of
@@ -113,7 +114,8 @@ def parse_makefile(text: str, where: str = "Makefile") -> tuple:
 
     Every rule line of a stamp counts (make merges them): a step's inputs are the union of the normal prerequisites
     of all its ``$(ST)/<step>.ok:`` lines, continuation lines joined and plain variables expanded; conditional ones
-    (inside ``$(if ...)`` / ``$(wildcard ...)``) are left out. Raises UserError naming ``where`` when a step of
+    (inside ``$(if ...)`` / ``$(wildcard ...)``) are left out, except ``$(wildcard $(WORK)/<file>)`` written in the
+    rule line (not through a variable), which counts as that work file. Raises UserError naming ``where`` when a step of
     STEP_ORDER has no ``$(call step,...)`` rule, a step rule is not in STEP_ORDER, a prerequisite names a stamp that
     is no step, or a step needs one listed after it in STEP_ORDER (make status judges them in that order)."""
     lines = _logical_lines(text)

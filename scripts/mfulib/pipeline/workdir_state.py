@@ -322,11 +322,24 @@ def _search_verdict(path: str) -> tuple:
         cut = None
     cut = cut or doc.get("probe_cut")
     if not doc.get("complete") and doc.get("interrupted"):
-        return False, [f"interrupted ({doc['interrupted']}); best so far: {text or 'none'}"]
+        measured = [r for r in doc.get("stage2") or [] if isinstance(r, dict) and r.get("metric_value") is not None]
+        top = max(measured, key=lambda r: r["metric_value"], default=None)
+        so_far = text or (f"case {top['case']} {_stage2_figure(top)} (stage 2, not re-timed)" if top else "none")
+        return False, [f"interrupted ({doc['interrupted']}); best so far: {so_far}"]
     if cut:
         return bool(doc.get("complete")), [f"search incomplete: the probe was cut by its budget ({cut}); best so far: "
                                            f"{text or 'none'}; make probe resumes it, then make search"]
     return bool(doc.get("complete")), [f"best: {text}" if text else "no best point"]
+
+
+def _stage2_figure(row: dict) -> str:
+    """A stage-2 row's ranking value (``metric_value``: the field :func:`mfulib.search.numerator.common_figure`
+    chose) with its name and unit."""
+    v = row["metric_value"]
+    for fld, label in (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom"), ("mbu", "MBU")):
+        if row.get(fld) == v:
+            return f"{label} {v:.2%}"
+    return f"{v:.4g} {'TFLOP/s' if row.get('actual_tflops') == v else 'GB/s'}"
 
 
 def _made_from(path: str):

@@ -111,6 +111,9 @@ def chosen_cases(path: str) -> tuple:
     at ``path`` (best first) and each one's ``search_origin`` {source_case, factors, scale, grid_search_json,
     probe_json} for performance.json. Raises UserError (via :func:`read_grid_search_json`) for a bad file or an empty choice."""
     doc = read_grid_search_json(path)
+    if not doc["chosen_cases"] and doc.get("interrupted"):
+        raise UserError(f"{path}: the search was stopped before it chose ({doc['interrupted']}) - run it again "
+                        "(make search), or collect without --search-json")
     if not doc["chosen_cases"]:
         raise UserError(f"{path}: the search chose no case (stage 2 measured nothing) - see its stage1/stage2 "
                         "errors, fix them and re-run the search, or collect without --search-json")

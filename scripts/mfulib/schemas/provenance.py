@@ -122,14 +122,20 @@ def judge(doc: dict, base_dir: str, failed=None, _depth: int = 0) -> list:
             except (OSError, ValueError):
                 continue
             for issue in judge(inner, os.path.dirname(path), failed, _depth + 1):
-                out.append({**issue, "why": f"{rel} is stale: {issue['why']}"})
+                out.append({**issue, "why": f"{rel} is stale: {issue['why']}", "root": issue.get("root", issue["why"])})
     return out
 
 
 def stale_reasons(issues) -> list:
     """The ``why`` texts of :func:`judge`'s issues (what a report's ``stale`` field and the screen show), each once,
-    in the order found (one changed file reached through several reports is one reason)."""
-    return list(dict.fromkeys(i["why"] for i in issues))
+    in the order found: one changed file reached through several reports is one reason, told by its shortest chain
+    (``performance.json is stale: grid_search.json changed ...``, not also through mfu_decompose.json)."""
+    best = {}
+    for i in issues:
+        root = i.get("root", i["why"])
+        if root not in best or len(i["why"]) < len(best[root]):
+            best[root] = i["why"]
+    return list(dict.fromkeys(best[i.get("root", i["why"])] for i in issues))
 
 
 def refusals(issues) -> list:

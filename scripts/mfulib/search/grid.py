@@ -48,7 +48,8 @@ from mfulib.search import counting as _counting
 from mfulib.search import numerator as _sn
 from mfulib.search import retime as _rt
 from mfulib.search.stage1 import SCRATCH, STAGE1_BUDGET_S, STAGE2_TIE, stage1, stage2_cases
-from mfulib.search.pool import ALWAYS_TOP, CHECK_FLOPS, build_pool, flops_py_values, read_probe, trace_flops
+from mfulib.search.pool import (ALWAYS_TOP, CHECK_FLOPS, build_pool, check_probe_cases, flops_py_values, read_probe,
+                                trace_flops)
 from mfulib.core.definitions import is_positive, measured_peak_tflops, peak_key
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import provenance
@@ -340,59 +341,64 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     probe_path = opts.probe_json or opdir.file(PROBE_JSON)
     probe = read_probe(probe_path)
     peaks = load_peaks(opts.peak_json or opdir.file("peak.json"))
-    infos = opdir.describe_all()
+    check_probe_cases(probe, probe_path, opdir.cases_path, opdir.read_cases())
     cost = {k: (None if k == "total" else 0.0) for k in _gs.COST_KEYS}
-    t0 = time.perf_counter()
-    originals = [i.case_id for i in infos if i.case_id not in ((probe or {}).get("appended") or {})]
-    fpy = flops_py_values(opdir, [i.case_id for i in infos])
-    traced_path = opdir.file(os.path.join(SCRATCH, "tracer_flops.json"))
-    # the probe traced the same reference with the same draw: its counts are reused (seed checked), the rest traced
-    from mfulib.schemas.verify_json import input_digests
-    same_probe = bool(probe) and probe.get("seed") == opts.seed and probe.get("inputs") == input_digests(opdir.path)
-    traced = dict(probe.get("traced") or {}) if same_probe else {}  # model.py edited since: traced again
-    if not fpy:
-        todo = [c for c in originals if c not in traced]
-        traced.update(trace_flops(opdir, todo, opts.seed, opts.flops_tool, traced_path, log,
-                                  timeout_s=opts.case_timeout_s * max(1, len(todo))))
-    first = {c: (fpy.get(c) if fpy else (traced.get(c) or {}).get("flops")) for c in originals}
-    metric = "mfu" if any(v for v in first.values()) else "mbu"
-    by_id = {i.case_id: i for i in infos}
-    rank_values = first if metric == "mfu" else {c: float(by_id[c].input_bytes) for c in originals}
-    from mfulib.verify.verified_cases import default_max_input_mb, skip_reason
-    cap = None if opts.unverified_ok else default_max_input_mb(backend.name)
-    unrunnable = {c: skip_reason(by_id[c], backend.name, cap) for c in originals}
-    unrunnable = {c: why for c, why in unrunnable.items() if why}
-    pool, excluded, rule = build_pool(infos, probe, rank_values, metric, opts.top_n, unrunnable)
-    need = [p["case"] for p in pool if p["case"] not in traced]
-    if need:
-        more = trace_flops(opdir, need, opts.seed, opts.flops_tool,
-                           opdir.file(os.path.join(SCRATCH, "tracer_flops_pool.json")), log,
-                           timeout_s=opts.case_timeout_s * max(1, len(need)))
-        traced.update(more)
-    for p in pool:
-        p["flops_traced"] = (traced.get(p["case"]) or {}).get("flops")
-        p["flops_py"] = fpy.get(p["case"])
-        if p["flops_traced"] is None and traced.get(p["case"]):
-            p["why"] += f"; tracer: {traced[p['case']].get('reason')}"
-    cost["flops"] = time.perf_counter() - t0
-    log(f"backend: {backend.name} ({reason}); metric {metric.upper()}; pool: {rule}: "
-        f"{[p['case'] for p in pool]}")
     notes = [] if peaks else ["no peak.json: MFU@ach not reported (make peak); MFU@nom from the nominal peak"]
-    if probe is None:
-        notes.append(f"no {probe_path}: the pool holds scale 1 only - run make probe first for scaled cases")
-    from mfulib.schemas.probe_json import budget_cut
-    probe_cut = budget_cut(probe) if probe is not None else None
-    if probe_cut:
-        notes.append(f"search incomplete: the probe was cut by its budget ({probe_cut}), so scaled points it did not "
-                     "reach were never tried - make probe resumes it (or raise PROBE_ARGS=--budget-s), then make "
-                     "search")
     doc = provenance(_gs.TOOL, _gs.SCHEMA, device={"backend": backend.name, "device_id": opts.device_id})
-    doc.update(op_dir=opdir.path, cases_file=opdir.cases_path, backend=backend.name, metric=metric,
-               probe_json=probe_path if probe is not None else None, rule=rule, notes=notes, pool=pool,
-               excluded=excluded, stage1=[], stage2=[], stage2_performance_json=None, retime=None, counts=None, best=None,
-               cost_s=cost, chosen_cases=[], probe_cut=probe_cut, complete=False, interrupted=None)
+    doc.update(op_dir=opdir.path, cases_file=opdir.cases_path, backend=backend.name, metric=None,
+               probe_json=probe_path if probe is not None else None, rule=None, notes=notes, pool=[], excluded=[],
+               stage1=[], stage2=[], stage2_performance_json=None, retime=None, counts=None, best=None, cost_s=cost,
+               chosen_cases=[], probe_cut=None, complete=False, interrupted=None)
     out = opts.output or opdir.file(_gs.FILE_NAME)
+    own = os.path.dirname(os.path.abspath(out)) == opdir.path  # the work dir's own grid_search.json: make's step
+    timing = False
     try:
+        infos = opdir.describe_all()
+        t0 = time.perf_counter()
+        originals = [i.case_id for i in infos if i.case_id not in ((probe or {}).get("appended") or {})]
+        fpy = flops_py_values(opdir, [i.case_id for i in infos])
+        traced_path = opdir.file(os.path.join(SCRATCH, "tracer_flops.json"))
+        # the probe traced the same reference with the same draw: its counts are reused (seed checked), the rest traced
+        from mfulib.schemas.verify_json import input_digests
+        same_probe = bool(probe) and probe.get("seed") == opts.seed and probe.get("inputs") == input_digests(opdir.path)
+        traced = dict(probe.get("traced") or {}) if same_probe else {}  # model.py edited since: traced again
+        if not fpy:
+            todo = [c for c in originals if c not in traced]
+            traced.update(trace_flops(opdir, todo, opts.seed, opts.flops_tool, traced_path, log,
+                                      timeout_s=opts.case_timeout_s * max(1, len(todo))))
+        first = {c: (fpy.get(c) if fpy else (traced.get(c) or {}).get("flops")) for c in originals}
+        metric = "mfu" if any(v for v in first.values()) else "mbu"
+        by_id = {i.case_id: i for i in infos}
+        rank_values = first if metric == "mfu" else {c: float(by_id[c].input_bytes) for c in originals}
+        from mfulib.verify.verified_cases import default_max_input_mb, skip_reason
+        cap = None if opts.unverified_ok else default_max_input_mb(backend.name)
+        unrunnable = {c: skip_reason(by_id[c], backend.name, cap) for c in originals}
+        unrunnable = {c: why for c, why in unrunnable.items() if why}
+        pool, excluded, rule = build_pool(infos, probe, rank_values, metric, opts.top_n, unrunnable)
+        need = [p["case"] for p in pool if p["case"] not in traced]
+        if need:
+            more = trace_flops(opdir, need, opts.seed, opts.flops_tool,
+                               opdir.file(os.path.join(SCRATCH, "tracer_flops_pool.json")), log,
+                               timeout_s=opts.case_timeout_s * max(1, len(need)))
+            traced.update(more)
+        for p in pool:
+            p["flops_traced"] = (traced.get(p["case"]) or {}).get("flops")
+            p["flops_py"] = fpy.get(p["case"])
+            if p["flops_traced"] is None and traced.get(p["case"]):
+                p["why"] += f"; tracer: {traced[p['case']].get('reason')}"
+        cost["flops"] = time.perf_counter() - t0
+        log(f"backend: {backend.name} ({reason}); metric {metric.upper()}; pool: {rule}: "
+            f"{[p['case'] for p in pool]}")
+        if probe is None:
+            notes.append(f"no {probe_path}: the pool holds scale 1 only - run make probe first for scaled cases")
+        from mfulib.schemas.probe_json import budget_cut
+        probe_cut = budget_cut(probe) if probe is not None else None
+        if probe_cut:
+            notes.append(f"search incomplete: the probe was cut by its budget ({probe_cut}), so scaled points it "
+                         "did not reach were never tried - make probe resumes it (or raise PROBE_ARGS=--budget-s), "
+                         "then make search")
+        doc.update(metric=metric, rule=rule, pool=pool, excluded=excluded, probe_cut=probe_cut)
+        timing = True  # from here on a failure is written down (bad input before it leaves the old file alone)
         doc["stage1"] = stage1(opdir, pool, backend, opts, peaks, metric, log, cost, probe)
         for r in doc["stage1"]:
             if r["status"] == "not_verified":
@@ -423,17 +429,21 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         doc["chosen_cases"] = [r["case"] for r in doc["stage2"] if r["metric_value"] is not None]
         doc["complete"] = True
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (mfu_grid_search.py raises it): say so, keep what ran
-        done = [k for k in ("stage1", "stage2", "retime", "counts") if doc[k]]
-        doc["interrupted"] = (f"{'SIGTERM' if str(exc).startswith('signal') else 'KeyboardInterrupt'} after "
-                              f"{', '.join(done) or 'no stage'} - make search runs it again")
+        done = [k for k in ("pool", "stage1", "stage2", "retime", "counts") if doc[k]]
+        from mfulib.core.cli import stop_label
+        doc["interrupted"] = f"{stop_label(exc)} after {', '.join(done) or 'no stage'} - make search runs it again"
+        if own:  # a hand run stopped over make's finished search: make must not take the step as done any more
+            from mfulib.pipeline.workdir_state import invalidate
+            invalidate(opdir.path, "search")
         raise
     finally:
         cost["total"] = time.perf_counter() - t_start
-        doc[made.KEY] = made.made_from(os.path.dirname(os.path.abspath(out)), [  # what the collector judges it by
-            opdir.model_py, opdir.model_new_py, opdir.flops_py, opdir.cases_path, probe_path],
-            made.settings_of(opts, drop=("progress", "probe_json")), step="search")
-        _gs.write_grid_search_json(out, doc)
-    if os.path.dirname(os.path.abspath(out)) == opdir.path:
+        if timing or doc["interrupted"]:
+            doc[made.KEY] = made.made_from(os.path.dirname(os.path.abspath(out)), [  # what the collector judges
+                opdir.model_py, opdir.model_new_py, opdir.flops_py, opdir.cases_path, probe_path],
+                made.settings_of(opts, drop=("progress", "probe_json")), step="search")
+            _gs.write_grid_search_json(out, doc)
+    if own:
         from mfulib.pipeline.workdir_state import record_run
         record_run(opdir.path, "search", doc[made.KEY], log)
     return doc

@@ -39,8 +39,9 @@ def read_probe(path: str) -> dict | None:
     "seed": the probe's seed (``run_key.seed``), whose draw those counts come from, "backend", "inputs" (model.py /
     model_new.py sha256), "timings": {case id: {time_ms, from}} (gate 4's median wall clock per call of each passed
     candidate, the scale-1 baseline of each source case), "wall_clock": how they were timed (``run_key.wall_clock``,
-    :data:`mfulib.core.wallclock.METHOD`; None in files older than it)}. Raises UserError naming the file for a
-    malformed one.
+    :data:`mfulib.core.wallclock.METHOD`; None in files older than it), "n_originals": the case file's original
+    cases (``backup.n_cases``; None without a backup record), "lines": {case id: the JSON line the probe appended}}.
+    Raises UserError naming the file for a malformed one.
 
     The reader is small on purpose: it can be swapped for the probe's own schema module."""
     if not path or not os.path.exists(path):
@@ -91,10 +92,46 @@ def read_probe(path: str) -> dict | None:
         if c.get("verdict") == "pass" and is_number(c.get("time_ms")) and c["time_ms"] > 0:
             timings[c["new_case_id"]] = {"time_ms": float(c["time_ms"]), "from": f"probe.json gate 4 of "
                                                                                  f"{c.get('candidate_id')}"}
-    return {"appended": out, "verdicts": verdicts, "complete": bool(doc.get("complete")),
+    backup = doc.get("backup") if isinstance(doc.get("backup"), dict) else {}
+    n_orig = backup.get("n_cases") if isinstance(backup.get("n_cases"), int) else None
+    lines = {int(k): v.get("line") for k, v in appended.items() if isinstance(v.get("line"), str)}
+    return {"appended": out, "n_originals": n_orig, "lines": lines, "complete": bool(doc.get("complete")),
+            "verdicts": verdicts,
             "interrupted": doc.get("interrupted"), "traced": traced,
             "seed": run_key.get("seed"), "backend": run_key.get("backend"), "inputs": doc.get("inputs"),
             "timings": timings, "wall_clock": run_key.get("wall_clock")}
+
+
+def check_probe_cases(probe: dict | None, probe_path: str, cases_path: str, cases: list) -> None:
+    """Refuse a probe.json that no longer describes the case file: the probe appended its cases after the
+    ``n_originals`` original lines, so every line after them must be one of its ``appended`` entries (the same case),
+    and every entry a line. A hand-edited probe.json (an entry removed) would otherwise make a scaled case look like
+    an original at scale 1, and the search would report it so. ``cases``: the case file's parsed lines. UserError
+    naming both files, the cases and the fix; nothing for a probe.json without a backup record (older files)."""
+    import json
+    if not probe or probe.get("n_originals") is None:
+        return
+    n0, ids = probe["n_originals"], set(probe["appended"])
+    after = set(range(n0, len(cases)))
+    fix = (f"restore {probe_path} (make probe wrote it), or undo the probe - python3 scripts/max_shape_probe.py "
+           f"--dir <work dir> --restore puts the original {n0} case(s) back - and run make probe again")
+    if ids != after:
+        unlisted, missing = sorted(after - ids), sorted(ids - after)
+        raise UserError(f"{cases_path} and {probe_path} disagree: "
+                        + "; ".join(([f"case(s) {unlisted} come after the {n0} original case(s) (lines the probe "
+                                      "appended) but probe.json's appended does not list them"] if unlisted else []) +
+                                    ([f"appended lists case(s) {missing} the case file does not have (a probe "
+                                      "stopped while writing leaves this: make probe resumes it and writes them)"]
+                                     if missing else []))
+                        + f" - was probe.json edited by hand? {fix}")
+    for cid, line in sorted((probe.get("lines") or {}).items()):
+        try:
+            same = json.loads(line) == cases[cid]
+        except ValueError:
+            same = False
+        if not same:
+            raise UserError(f"{cases_path}: case {cid} is not the line {probe_path} records for it (appended[{cid}]) "
+                            f"- {fix}")
 
 
 def probe_timings(probe: dict | None, backend: str, seed: int, inputs: dict) -> tuple:

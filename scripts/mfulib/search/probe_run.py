@@ -397,7 +397,7 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None,
     try:
         run_sources(pr, doc, picked, infos, bw, args, save, bar)
     except KeyboardInterrupt as exc:
-        doc["interrupted"] = f"{'SIGTERM' if str(exc).startswith('signal') else 'KeyboardInterrupt'}: a re-run resumes"
+        doc["interrupted"] = f"{cli.stop_label(exc)}: a re-run resumes"
         doc["wall_s"] = round(clock() - t_run, 3)
         save()
         raise
