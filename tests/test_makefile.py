@@ -159,4 +159,6 @@ def test_a_hand_edited_probe_json_makes_the_search_and_make_status_redo_it(tmp_p
     os.utime(work / "probe.json", (t0 + 50, t0 + 50))
     assert search_redone()
     rows = {r["step"]: r for r in workdir_state.step_states(str(work), ("ok", ""))}
-    assert rows["search"]["state"] == "stale" and "probe.json changed since this step ran" in rows["search"]["detail"]
+    detail = rows["search"]["detail"]
+    assert rows["search"]["state"] == "stale" and "probe.json changed since this step ran" in detail
+    assert detail.count("probe.json changed") == 1, detail  # one reason, said once

@@ -381,6 +381,8 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
             newer = [os.path.relpath(d, work) for d in deps if (_mtime(d) or 0) > _mtime(stamp)]
             given = settings_changed.get(step.name) or []
             judged = provenance.stale_reasons(judge_report(report)) if have_report and ok is not None else []
+            newer = [n for n in newer if not any(j.startswith(f"{n} changed since") for j in judged)]  # said once,
+            # by content (the report's record) rather than by file time
             if upstream or newer or given or judged:
                 st, detail = "stale", "; ".join(upstream + [f"{n} changed since this step ran" for n in newer] +
                                                  ([f"{', '.join(given)} given with another value than its last run"]
