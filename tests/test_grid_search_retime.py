@@ -176,3 +176,24 @@ def test_the_summary_prints_the_median_spread_tie_and_an_incomplete_search(capsy
            "run(s), 61.00%..64.00%, spread 4.8%, at case 7" in out
     assert "tie: case 7 (62.00%) and case 9 (61.00%)" in out and "re-timing 2.0 s" in out
     assert "re-timing run 2 failed: re-timing 2/2: the collector wrote no file" in out
+
+
+def test_a_stop_during_the_re_timing_keeps_the_runs_that_finished(tmp_path):
+    rows = [row(7, 10_000.0), row(9, 10_500.0)]
+    got = {}
+
+    def collect(ids, r):  # run 1 finishes, run 2 is stopped (Ctrl-C / SIGTERM while its collector runs)
+        if r == 2:
+            raise KeyboardInterrupt
+        return perf(tmp_path / f"p{r}.json", {7: 10_200.0, 9: 9_000.0})
+    with pytest.raises(KeyboardInterrupt):
+        rt.retime(rows, "mfu", 2, 3, collect, lambda m: None, {}, on_stop=got.update)
+    assert [e["error"] for e in got["runs_done"]] == [None, "interrupted"] and got["runs"] == 3
+    by = {r["case"]: r["retimed"] for r in rows}
+    assert by[9]["values"] == pytest.approx([mfu(10_500.0), mfu(9_000.0)]) and by[9]["runs"] == 2
+    assert got["ranked"] == [9, 7] and [r["case"] for r in rows] == [9, 7]  # 9's median over the two is higher
+    stopped_first = []
+    with pytest.raises(KeyboardInterrupt):  # stopped before any run finished: nothing to hand on
+        rt.retime([row(7, 10_000.0)], "mfu", 1, 2, lambda ids, r: (_ for _ in ()).throw(KeyboardInterrupt),
+                  lambda m: None, {}, on_stop=stopped_first.append)
+    assert stopped_first == []

@@ -33,7 +33,8 @@ ones by median, then the rest as stage 2 ranked them,
 actual_tflops | mbu | achieved_gbps), runs_done [{run, order [case ids in the order that run measured them],
 performance_json, error}], ranked [case ids by median], tie [leader case, runner-up case] | None (their medians differ
 by less than the sum of their ranges)} (None: re-timing off, ``--retime-top 0`` / ``--retime-runs 0``, or nothing
-measured; :mod:`mfulib.search.retime`),
+measured; in a stopped search, the runs finished before the stop, the stopped one's ``error`` "interrupted";
+:mod:`mfulib.search.retime`),
 ``best`` {case, source_case, factors, scale, metric, mfu, mfu_kind (ach | nom | None), mbu, num_src, num_src_why,
 numerator_traced, numerator_executed, numerator, kernel_time_ns, retimed} (None when stage 2 measured nothing) - the
 limit: with re-timing, the candidate of the highest median, ``mfu`` / ``mbu`` and ``kernel_time_ns`` its medians over

@@ -417,7 +417,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
             doc["stage2"], metric, opts.retime_top, opts.retime_runs,
             lambda ids, r: run_collector(opdir, ids, opdir.file(os.path.join(SCRATCH, f"retime{r}")), backend.name,
                                          opts, log, label=f"re-timing {r}/{opts.retime_runs}", timing_only=True),
-            log, cost)
+            log, cost, on_stop=lambda block: doc.__setitem__("retime", block))  # stopped: the runs it finished
         if later:
             doc["counts"] = _counting.count_leaders(
                 doc["stage2"], metric, lambda c: count_one(opdir, c, pool, backend.name, opts, log), log, cost,

@@ -67,7 +67,7 @@ def tie_of(ranked: list) -> list | None:
     return [ranked[0][0], ranked[1][0]]
 
 
-def retime(rows: list, metric: str, top_k: int, runs: int, collect, log, cost: dict):
+def retime(rows: list, metric: str, top_k: int, runs: int, collect, log, cost: dict, on_stop=None):
     """Re-time the top ``top_k`` measured stage-2 ``rows`` (best first, :func:`mfulib.search.grid.stage2`) in
     ``runs`` collector runs (module docstring). ``collect(ids, r)`` runs the collector on case ids ``ids`` (that
     order) as run ``r`` and returns its performance.json path (UserError: that run is recorded as failed and the
@@ -75,7 +75,9 @@ def retime(rows: list, metric: str, top_k: int, runs: int, collect, log, cost: d
     place (re-timed ones by median, then the rest as stage 2 ranked them) and returns the ``retime`` block
     {top_k, runs, figure, runs_done [{run, order, performance_json, error}], ranked [case ids by median], tie
     [case, case] | None}, or None when disabled (``top_k`` or ``runs`` 0) or nothing was measured. ``cost["retime"]``
-    gets the wall seconds."""
+    gets the wall seconds. Stopped (KeyboardInterrupt) after at least one finished run: the same is done with the
+    runs finished so far (the stopped one's ``error`` "interrupted"), handed to ``on_stop(block)``, and the stop goes
+    on."""
     from mfulib.schemas import performance_json as _perf
     ok = [r for r in rows if r.get("metric_value") is not None]
     top = ok[:top_k]
@@ -103,8 +105,21 @@ def retime(rows: list, metric: str, top_k: int, runs: int, collect, log, cost: d
             for c in order:
                 e = by.get(c) or {}
                 kts[c].append(e.get("kernel_time_ns") if not e.get("skipped") else None)
+    except KeyboardInterrupt:
+        finished = [e for e in done if e["performance_json"] and not e["error"]]
+        if done and done[-1] not in finished and not done[-1]["error"]:
+            done[-1]["error"] = "interrupted"
+        if on_stop is not None and finished:
+            on_stop(_finish(rows, top, kts, metric, fld, runs, done))
+        raise
     finally:
         cost["retime"] = time.perf_counter() - t0
+    return _finish(rows, top, kts, metric, fld, runs, done)
+
+
+def _finish(rows: list, top: list, kts: dict, metric: str, fld: str, runs: int, done: list) -> dict:
+    """:func:`retime`'s end: each re-timed row's ``retimed`` from its kernel times per run (``kts``: stage 2's first;
+    runs not finished have none), ``rows`` reordered, the ``retime`` block."""
     for row in top:
         values = [(_sn.point_figures(row.get("numerator") if metric == "mfu" else None, row.get("bytes_moved"), kt,
                                      row.get("peak_nom_tflops"), row.get("peak_ach_tflops"),
