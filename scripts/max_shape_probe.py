@@ -18,7 +18,8 @@ verify's tolerance (an OOM is recorded, not fatal); 4 one call <= --max-ms (the 
 runs of back-to-back calls, ~10 ms each, so short kernels are not charged the launch + synchronize latency); 5
 effective bandwidth (input bytes / time) <= 1.3 x the memory bandwidth of peak.json. Bisection between the last
 passing and the first failing factor of each ladder. Gates 3 and 4 run in one persistent child (a crash, hang or
-OOM of a candidate replaces it); gate 4 fails without running when the roofline floor (traced FLOPs / 1.3 x the highest peak of peak.json) already exceeds --max-ms,
+OOM of a candidate replaces it); gate 4 fails without running when the roofline floor (traced FLOPs / 1.3 x the
+highest peak of peak.json) already exceeds --max-ms,
 and a source over --max-ms at scale 1 - by that floor, or timed first when the floor is at least 1/8 of it - is
 replaced by the next case (skipped_sources; each next case once). Each source case is first timed at scale 1; each
 ladder ends early once a doubling raises its wall TFLOP/s by less than 5% (--no-saturation-stop: never). --budget-s
@@ -96,11 +97,7 @@ def main(argv=None):
     t_start = time.monotonic()  # --budget-s counts from here
     parser = build_parser()
     args = parser.parse_args(argv)
-    import signal
-
-    def _terminated(signum, _frame):  # kill / timeout(1): saved as interrupted, like Ctrl-C
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, _terminated)
+    cli.sigterm_as_interrupt()  # kill / timeout(1): saved as interrupted, like Ctrl-C
     from mfulib.search import probe_run
     return probe_run.run(args, t_start=t_start, parse=parser.parse_args)
 

@@ -193,11 +193,7 @@ def _sec(v):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    import signal
-
-    def _terminated(signum, _frame):  # kill / timeout(1): recorded as interrupted, like Ctrl-C (the batch SIGKILLs)
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, _terminated)
+    cli.sigterm_as_interrupt()  # kill / timeout(1): recorded as interrupted, like Ctrl-C
     from mfulib.search.grid import SearchOptions, run_search
     opts = SearchOptions(op_dir=args.dir, backend=args.backend, device_id=args.device, seed=args.seed,
                          top_n=args.top_n, stage2_k=args.stage2_k, stage2_tie=args.stage2_tie,

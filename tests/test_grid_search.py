@@ -481,8 +481,8 @@ def test_an_interrupted_search_says_so_in_grid_search_json_and_make_status(tmp_p
     with pytest.raises(UserError, match=r"the search was stopped before it chose \(SIGTERM after pool, stage1"):
         gsj.chosen_cases(str(work / "grid_search.json"))
     ok, detail = workdir_state.report_verdict("search", str(work / "grid_search.json"))
-    assert ok is False and detail == ("interrupted (SIGTERM after pool, stage1 - make search runs it again); best so far: "
-                                      "none")
+    assert ok is False and detail == ("interrupted (SIGTERM after pool, stage1 - make search runs it again); "
+                                      "best so far: none")
     # stopped by make (the device lock passes the stop on as SIGINT) after stage 2: the label says SIGINT, not a
     # Python exception name, and stage 2's best is shown as what it is
 

@@ -57,7 +57,8 @@ def test_an_edit_after_a_run_marks_the_reports_stale_on_screen_in_json_html_and_
     r = script(mha, "mfu_decompose.py", "--op-dir", ".", "--peak-json", "peak.json")
     assert r.returncode == 0, r.stderr
     flat = " ".join(r.stdout.split())  # the warning wraps where the temporary path's length puts it
-    assert "STALE" in r.stdout + r.stderr and "model_new.py changed since this report was made" in flat, r.stdout[-3000:]
+    assert "STALE" in r.stdout + r.stderr and "model_new.py changed since this report was made" in flat, \
+        r.stdout[-3000:]
     doc = json.load(open(os.path.join(mha, "mfu_decompose.json"), encoding="utf-8"))
     assert any("model_new.py changed" in s for s in doc["stale"]) and doc["reports"][0]["stale"]
     r = script(mha, "mfu_decompose.py", "--op-dir", ".", "--from-json", "--html", "report.html")

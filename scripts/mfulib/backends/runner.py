@@ -361,7 +361,7 @@ def run_and_report(spec: dict) -> dict:
     """Run one spec (child side) and write its ``report.json`` atomically; returns the report. Never raises for
     the case's own failure (KeyboardInterrupt excepted)."""
     from mfulib.run import interpreter
-    from mfulib.core.failures import OOM_ADVICE, classify
+    from mfulib.core.failures import classify
     from mfulib.core.jsonio import write_json_atomic
     from mfulib.backends import get_backend
     t0 = time.perf_counter()
@@ -375,8 +375,8 @@ def run_and_report(spec: dict) -> dict:
         backend = get_backend(spec["backend"])
         run_spec(spec, backend, report)
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded for this case
-        from mfulib.core.wallclock import burst_oom_note
-        status, msg = classify(exc, burst_oom_note(report.get("calls_per_iteration")) or OOM_ADVICE)
+        from mfulib.core.wallclock import oom_advice
+        status, msg = classify(exc, oom_advice(report.get("calls_per_iteration")))
         report.update(status=status, error=msg, traceback=traceback.format_exc(limit=8))
         _INPUTS.clear()
         if isinstance(exc, KeyboardInterrupt):

@@ -18,10 +18,21 @@ def script_command(name: str) -> str:
     return "python3 " + shlex.quote(os.path.join(SCRIPTS_DIR, name))
 
 
+def sigterm_as_interrupt() -> None:
+    """Make SIGTERM (kill, timeout(1)) raise ``KeyboardInterrupt("signal 15")`` in this process, so a script that
+    records a Ctrl-C in its report (``interrupted``) records a SIGTERM the same way; :func:`stop_label` tells them
+    apart. (mfu_batch.py stops its jobs with SIGKILL, which no handler sees.)"""
+    import signal
+
+    def _terminated(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, _terminated)
+
+
 def stop_label(exc: BaseException) -> str:
-    """How a step was stopped, for the ``interrupted`` field of its report: ``SIGTERM`` (a script's handler raises
-    ``KeyboardInterrupt("signal 15")``: kill, timeout(1), a batch's stop) or ``SIGINT`` - Ctrl-C, and also make's and
-    the device lock's way of stopping a step (scripts/device_lock.py passes a stop on to its child as SIGINT)."""
+    """How a step was stopped, for the ``interrupted`` field of its report: ``SIGTERM`` (raised as a
+    KeyboardInterrupt by :func:`sigterm_as_interrupt`'s handler) or ``SIGINT`` - Ctrl-C, and also make's and the
+    device lock's way of stopping a step (scripts/device_lock.py passes a stop on to its child as SIGINT)."""
     return "SIGTERM" if str(exc).startswith("signal") else "SIGINT (Ctrl-C, or make / the device lock stopping it)"
 
 

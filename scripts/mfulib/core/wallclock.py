@@ -61,13 +61,15 @@ def burst_ms(call, sync, n: int, clock=time.perf_counter) -> float:
     return (clock() - t0) * 1e3 / n
 
 
-def burst_oom_note(n: int | None) -> str:
-    """What an out-of-memory error inside a run of ``n`` back-to-back calls adds to its reason ('' when ``n`` is
-    None or 1: the shape itself did not fit). Single calls of the shape ran before the run, so the memory that ran
-    out was kept from call to call (outputs or buffers ModelNew holds), which the search would misread as the shape
-    being too large."""
+def oom_advice(n: int | None) -> str:
+    """The advice an out-of-memory error gets (:func:`mfulib.core.failures.classify`'s ``oom_advice``) when it
+    happened in a timing of ``n`` back-to-back calls per run (None: before the runs were sized). ``n`` > 1: single
+    calls of the shape ran before the run, so the memory that ran out was kept from call to call (outputs or buffers
+    ModelNew holds), which the search would misread as the shape being too large; else the shape itself did not fit
+    (:data:`mfulib.core.failures.OOM_ADVICE`)."""
     if not n or n <= 1:
-        return ""
+        from mfulib.core.failures import OOM_ADVICE
+        return OOM_ADVICE
     return (f" - during a run of {n} back-to-back calls, after single calls of this shape ran: ModelNew seems to "
             "keep memory from call to call (outputs or buffers held across calls); free it per call, or the search "
             "treats the shape as too large")

@@ -4,9 +4,10 @@ Each step of steps 2-6 is a Makefile rule ``$(ST)/<step>.ok: <prerequisites>`` w
 ``$(call step,<step>,$(WORK)/<report>,...)``. Its prerequisites name the steps it needs (``$(ST)/<other>.ok``;
 ``$(WORK)/prepare.json`` is step 1) and the work-directory files it depends on (``$(WORK)/<file>``); order-only
 prerequisites (after ``|``) and conditional ones (``$(if ...)``, ``$(wildcard $(ST)/...)``: the search's extra edges
-under ``SEARCH=1``) are not part of a step's own inputs; ``$(wildcard $(WORK)/<file>)`` written in the rule line itself
-is (the file, an input when it exists: the search's probe.json). ``make status`` (:mod:`mfulib.pipeline.workdir_state`) judges a work
-directory with this graph, so it cannot drift from what make does.
+under ``SEARCH=1``) are not part of a step's own inputs; ``$(wildcard $(WORK)/<file>)`` written in the rule line
+itself is (the file, an input when it exists: the search's probe.json). ``make status``
+(:mod:`mfulib.pipeline.workdir_state`) judges a work directory with this graph, so it cannot drift from what make
+does.
 
 :func:`read_steps` raises :class:`~mfulib.core.errors.UserError` when the Makefile has no rule for a step of
 :data:`STEP_ORDER` or a step rule this module does not know - the two would disagree silently otherwise.

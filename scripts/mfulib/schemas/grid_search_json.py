@@ -63,8 +63,8 @@ TOOL = "mfu_grid_search"
 FILE_NAME = "grid_search.json"
 REQUIRED = ("pool", "stage1", "stage2", "best", "cost_s", "chosen_cases")
 TOP_KEYS = ("op_dir", "cases_file", "backend", "metric", "probe_json", "rule", "notes", "pool", "excluded", "stage1",
-            "stage2", "stage2_performance_json", "retime", "counts", "best", "cost_s", "chosen_cases", "probe_cut", "complete",
-            "interrupted")
+            "stage2", "stage2_performance_json", "retime", "counts", "best", "cost_s", "chosen_cases", "probe_cut",
+            "complete", "interrupted")
 COST_KEYS = ("flops", "verify", "stage1", "stage2", "retime", "counts", "total")  # cost_s: wall seconds of each part
 BEST_KEYS = ("case", "source_case", "factors", "scale", "metric", "mfu", "mfu_kind", "mbu", "num_src", "num_src_why",
              "numerator_traced", "numerator_executed", "numerator", "kernel_time_ns", "retimed")

@@ -319,6 +319,48 @@ def check_options(opts: SearchOptions) -> None:
         raise UserError(f"--flops-tool {opts.flops_tool}: not found - pass scripts/check_flops.py")
 
 
+def search_pool(opdir: OpDir, probe: dict | None, opts: SearchOptions, backend, log, cost: dict) -> tuple:
+    """(metric, pool, excluded, rule) of the search (:func:`mfulib.search.pool.build_pool`): the ranking figure of
+    the original cases - flops.py's FLOPs, else the tracer's (the probe's counts reused when it traced the same
+    files with the same seed), bytes when there is no matrix work - and every pool case's traced FLOPs.
+    ``cost["flops"]`` gets the wall seconds. UserError for bad cases or a failing tracer."""
+    infos = opdir.describe_all()
+    t0 = time.perf_counter()
+    originals = [i.case_id for i in infos if i.case_id not in ((probe or {}).get("appended") or {})]
+    fpy = flops_py_values(opdir, [i.case_id for i in infos])
+    traced_path = opdir.file(os.path.join(SCRATCH, "tracer_flops.json"))
+    # the probe traced the same reference with the same draw: its counts are reused (seed checked), the rest traced
+    from mfulib.schemas.verify_json import input_digests
+    same_probe = bool(probe) and probe.get("seed") == opts.seed and probe.get("inputs") == input_digests(opdir.path)
+    traced = dict(probe.get("traced") or {}) if same_probe else {}  # model.py edited since: traced again
+    if not fpy:
+        todo = [c for c in originals if c not in traced]
+        traced.update(trace_flops(opdir, todo, opts.seed, opts.flops_tool, traced_path, log,
+                                  timeout_s=opts.case_timeout_s * max(1, len(todo))))
+    first = {c: (fpy.get(c) if fpy else (traced.get(c) or {}).get("flops")) for c in originals}
+    metric = "mfu" if any(v for v in first.values()) else "mbu"
+    by_id = {i.case_id: i for i in infos}
+    rank_values = first if metric == "mfu" else {c: float(by_id[c].input_bytes) for c in originals}
+    from mfulib.verify.verified_cases import default_max_input_mb, skip_reason
+    cap = None if opts.unverified_ok else default_max_input_mb(backend.name)
+    unrunnable = {c: skip_reason(by_id[c], backend.name, cap) for c in originals}
+    unrunnable = {c: why for c, why in unrunnable.items() if why}
+    pool, excluded, rule = build_pool(infos, probe, rank_values, metric, opts.top_n, unrunnable)
+    need = [p["case"] for p in pool if p["case"] not in traced]
+    if need:
+        more = trace_flops(opdir, need, opts.seed, opts.flops_tool,
+                           opdir.file(os.path.join(SCRATCH, "tracer_flops_pool.json")), log,
+                           timeout_s=opts.case_timeout_s * max(1, len(need)))
+        traced.update(more)
+    for p in pool:
+        p["flops_traced"] = (traced.get(p["case"]) or {}).get("flops")
+        p["flops_py"] = fpy.get(p["case"])
+        if p["flops_traced"] is None and traced.get(p["case"]):
+            p["why"] += f"; tracer: {traced[p['case']].get('reason')}"
+    cost["flops"] = time.perf_counter() - t0
+    return metric, pool, excluded, rule
+
+
 def run_search(opts: SearchOptions, log=None) -> dict:
     """Run the whole search (module docstring), write grid_search.json and return it. Raises UserError for bad
     options or work directories before anything is timed."""
@@ -353,40 +395,7 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     own = os.path.dirname(os.path.abspath(out)) == opdir.path  # the work dir's own grid_search.json: make's step
     timing = False
     try:
-        infos = opdir.describe_all()
-        t0 = time.perf_counter()
-        originals = [i.case_id for i in infos if i.case_id not in ((probe or {}).get("appended") or {})]
-        fpy = flops_py_values(opdir, [i.case_id for i in infos])
-        traced_path = opdir.file(os.path.join(SCRATCH, "tracer_flops.json"))
-        # the probe traced the same reference with the same draw: its counts are reused (seed checked), the rest traced
-        from mfulib.schemas.verify_json import input_digests
-        same_probe = bool(probe) and probe.get("seed") == opts.seed and probe.get("inputs") == input_digests(opdir.path)
-        traced = dict(probe.get("traced") or {}) if same_probe else {}  # model.py edited since: traced again
-        if not fpy:
-            todo = [c for c in originals if c not in traced]
-            traced.update(trace_flops(opdir, todo, opts.seed, opts.flops_tool, traced_path, log,
-                                      timeout_s=opts.case_timeout_s * max(1, len(todo))))
-        first = {c: (fpy.get(c) if fpy else (traced.get(c) or {}).get("flops")) for c in originals}
-        metric = "mfu" if any(v for v in first.values()) else "mbu"
-        by_id = {i.case_id: i for i in infos}
-        rank_values = first if metric == "mfu" else {c: float(by_id[c].input_bytes) for c in originals}
-        from mfulib.verify.verified_cases import default_max_input_mb, skip_reason
-        cap = None if opts.unverified_ok else default_max_input_mb(backend.name)
-        unrunnable = {c: skip_reason(by_id[c], backend.name, cap) for c in originals}
-        unrunnable = {c: why for c, why in unrunnable.items() if why}
-        pool, excluded, rule = build_pool(infos, probe, rank_values, metric, opts.top_n, unrunnable)
-        need = [p["case"] for p in pool if p["case"] not in traced]
-        if need:
-            more = trace_flops(opdir, need, opts.seed, opts.flops_tool,
-                               opdir.file(os.path.join(SCRATCH, "tracer_flops_pool.json")), log,
-                               timeout_s=opts.case_timeout_s * max(1, len(need)))
-            traced.update(more)
-        for p in pool:
-            p["flops_traced"] = (traced.get(p["case"]) or {}).get("flops")
-            p["flops_py"] = fpy.get(p["case"])
-            if p["flops_traced"] is None and traced.get(p["case"]):
-                p["why"] += f"; tracer: {traced[p['case']].get('reason')}"
-        cost["flops"] = time.perf_counter() - t0
+        metric, pool, excluded, rule = search_pool(opdir, probe, opts, backend, log, cost)
         log(f"backend: {backend.name} ({reason}); metric {metric.upper()}; pool: {rule}: "
             f"{[p['case'] for p in pool]}")
         if probe is None:

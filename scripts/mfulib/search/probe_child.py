@@ -39,7 +39,7 @@ def time_run(od, device: str, seed: int, max_ms: float, repeats: int) -> dict:
     import torch
 
     from mfulib.core import wallclock
-    from mfulib.core.failures import OOM_ADVICE, classify
+    from mfulib.core.failures import classify
     from mfulib.core.opdir import in_directory
     built, n = None, None  # n: set once single calls ran, so an OOM after it is the run's, not the shape's
     try:
@@ -63,7 +63,7 @@ def time_run(od, device: str, seed: int, max_ms: float, repeats: int) -> dict:
         return {"status": "ok", "time_ms": statistics.median(runs), "runs_ms": runs, "single_ms": single,
                 "calls_per_run": n}
     except (Exception, SystemExit) as exc:
-        status, msg = classify(exc, wallclock.burst_oom_note(n) or OOM_ADVICE)
+        status, msg = classify(exc, wallclock.oom_advice(n))
         return {"status": status, "reason": msg}
     finally:
         if built is not None:

@@ -4,8 +4,9 @@ SKILL.md step 2: the verify gate first (:class:`mfulib.verify.verified_cases.Gat
 (compilation), ``warmup`` and up to ``repeats`` iterations in the persistent worker (:mod:`mfulib.backends.runner`,
 spec ``"profile": false``: no profiler, no msprof), each iteration a run of back-to-back calls with one device
 synchronize, sized by one synchronised call before them (spec ``burst_target_ms``, :mod:`mfulib.core.wallclock`:
-the probe's gate-4 method, so a reused probe timing and a stage-1 timing rank alike), stopping once at least 2 measured ones sum to
-:data:`STAGE1_BUDGET_S`; ranked by traced FLOPs (bytes moved for MBU) over the median wall time per call.
+the probe's gate-4 method, so a reused probe timing and a stage-1 timing rank alike), stopping once at least 2
+measured ones sum to :data:`STAGE1_BUDGET_S`; ranked by traced FLOPs (bytes moved for MBU) over the median wall
+time per call.
 Only a ranking: the figures the search reports come from the collector (stage 2).
 """
 from __future__ import annotations
