@@ -38,7 +38,12 @@ def build_parser():
     p.add_argument("--search", action="store_true", help="pass SEARCH=1 to every operator's make")
     p.add_argument("--keep-prof", type=int, choices=(0, 1), default=1,
                    help="0: remove an operator's kept profiles (<work>/prof) after it succeeded")
-    p.add_argument("--op-timeout-s", type=float, help="kill an operator's pipeline after this many seconds")
+    p.add_argument("--op-timeout-s", type=float, help="stop an operator's pipeline after this many seconds")
+    p.add_argument("--stop-grace-s", type=float, default=None,
+                   help="seconds a timed-out or interrupted operator's make gets after its SIGTERM to let the "
+                        "running step record what it finished (a search its best point so far) before the whole "
+                        "process tree is killed (default 20; at most 8 when the batch itself is stopped; 0: kill "
+                        "at once)")
     p.add_argument("--devices", help="device ids, one worker each, e.g. 0,1 (default: from the environment)")
     p.add_argument("--backend", default="auto", metavar="{auto,npu,cuda,cpu}",
                    help="BACKEND of each make (a backend registered through MFU_BACKEND_PLUGINS is accepted too)")
@@ -73,10 +78,13 @@ def main(argv=None):
     a = build_parser().parse_args(argv)
     if a.op_timeout_s is not None and not a.op_timeout_s > 0:
         raise UserError(f"--op-timeout-s {a.op_timeout_s}: must be > 0 seconds (OP_TIMEOUT_S=1800)")
+    if a.stop_grace_s is not None and not a.stop_grace_s >= 0:
+        raise UserError(f"--stop-grace-s {a.stop_grace_s}: must be >= 0 seconds (0: kill at once)")
     from mfulib.batch.driver import run_batch
     rc, _ = run_batch(source_of(a), a.out, ops=a.ops, force=a.force, search=a.search, keep_prof=bool(a.keep_prof),
                       timeout_s=a.op_timeout_s, devices=a.devices, backend=a.backend, runner=a.runner, make=a.make,
-                      costs_from=a.costs_from, make_args=a.make_arg, progress=not a.no_progress)
+                      costs_from=a.costs_from, make_args=a.make_arg, progress=not a.no_progress,
+                      grace_s=a.stop_grace_s)
     return rc
 
 

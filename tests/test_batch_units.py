@@ -22,7 +22,8 @@ from mdtable import md_row  # noqa: E402
 
 BATCH = os.path.join(ROOT, "scripts", "mfu_batch.py")
 
-# test double of `make OP=.. WORK=.. ... all`: records what it got; STUB_PLAN {op: ok|fail|hang|sigint|ctrl_c}
+# test double of `make OP=.. WORK=.. ... all`: records what it got;
+# STUB_PLAN {op: ok|fail|hang|sigint|ctrl_c|graceful|stubborn}
 STUB_MAKE = r'''#!/usr/bin/env python3
 import json, os, subprocess, sys, time
 args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
@@ -37,6 +38,33 @@ if action == "hang":  # a grandchild in a session of its own, as the collector's
     p = subprocess.Popen(["sleep", "120"], start_new_session=True)
     rec["grandchild"] = p.pid
     json.dump(rec, open(out, "w"))
+    time.sleep(120)
+if action in ("graceful", "stubborn", "orphan"):  # make stopped by SIGTERM
+    # graceful: records it, ends its grandchild and exits; stubborn: ignores it; orphan: exits at once while its
+    # step (a session of its own, as under device_lock.py) takes 1.5 s to write its report - make does not wait for
+    # a step whose recipe shell died
+    import signal
+    STEP = ("import os, signal, sys, time\n"
+            "def stop(s, f):\n"
+            "    time.sleep(1.5)\n"
+            "    open(sys.argv[1], 'w').write('written')\n"
+            "    sys.exit(130)\n"
+            "signal.signal(signal.SIGINT, stop)\n"
+            "time.sleep(120)\n")
+    p = subprocess.Popen([sys.executable, "-c", STEP, out + ".step"] if action == "orphan" else ["sleep", "120"],
+                         start_new_session=True)
+    rec["grandchild"] = p.pid
+    json.dump(rec, open(out, "w"))
+    def _stopped(signum, frame):
+        if action == "orphan":
+            os.killpg(p.pid, signal.SIGINT)
+            os._exit(128 + signum)
+        time.sleep(0.5)  # a step writing its interrupted report
+        rec["stopped_by"] = signal.Signals(signum).name
+        json.dump(rec, open(out, "w"))
+        p.kill()
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if action == "stubborn" else _stopped)
     time.sleep(120)
 if action == "ctrl_c":  # the user's Ctrl-C while this operator runs: the batch's process group, then this child
     import signal
@@ -191,6 +219,40 @@ def test_a_failure_and_a_timeout_are_recorded_the_tree_killed_and_the_others_fin
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("action", ["graceful", "stubborn", "orphan"])
+def test_a_timed_out_operator_gets_sigterm_and_its_grace_before_its_tree_is_killed(tmp_path, stub, action):
+    """--op-timeout-s first sends SIGTERM to make alone (a real make passes it to the step, which records what it
+    finished - tests/test_device_lock.py's "SIGTERM to make"), waits --stop-grace-s for make and its whole tree
+    (a step outliving make included), then kills the tree: the grandchild in a session of its own too, although
+    make (its parent) is gone by then."""
+    t0 = time.monotonic()
+    r, s = run_batch(stub, tmp_path / "out", "--examples", "zoo", "--ops", "2_Softmax", "--op-timeout-s", "2",
+                     "--stop-grace-s", "3", plan={"zoo/2_Softmax": action})
+    wall = time.monotonic() - t0
+    row = s["rows"][0]
+    rec = stub_records(stub)["zoo/2_Softmax"]
+    assert row["status"] == "timeout" and r.returncode == 1, r.stdout + r.stderr
+    if action != "stubborn":
+        assert "stopped with SIGTERM and it and its steps exited within 3 s" in row["reason"], row["reason"]
+    if action == "graceful":
+        assert rec["stopped_by"] == "SIGTERM"  # the step's own stop path ran and wrote its record
+    elif action == "orphan":  # make was gone at once; its step was waited for, not killed mid-write
+        assert (stub[1] / "zoo__2_Softmax.json.step").read_text() == "written"
+    else:
+        assert "stopped_by" not in rec and "still ran after 3 s (--stop-grace-s)" in row["reason"], row["reason"]
+        assert wall >= 2 + 3  # the whole grace was given before the kill
+    assert gone(rec["grandchild"])
+    log = (tmp_path / "out" / "logs" / "zoo__2_Softmax.log").read_text()
+    assert "# mfu_batch: timeout - SIGTERM to make, 3 s" in log
+
+
+def test_stop_grace_must_not_be_negative(tmp_path):
+    r = subprocess.run([sys.executable, BATCH, "--out", str(tmp_path / "o"), "--examples", "zoo",
+                        "--stop-grace-s", "-1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--stop-grace-s -1.0: must be >= 0 seconds" in r.stderr, r.stderr
+
+
+@pytest.mark.e2e
 def test_finished_operators_are_skipped_on_a_rerun_unless_forced(tmp_path, stub):
     out = tmp_path / "out"
     run_batch(stub, out, "--examples", "zoo", "--ops", "2_Softmax", env={"STUB_SLEEP": "0"})
@@ -330,6 +392,34 @@ def test_summary_row_reads_the_headline_case_its_dragging_part_bound_and_the_sea
     assert row["dragging_part"] is None and row["bound"] is None
 
 
+def test_a_stopped_probe_or_search_makes_the_row_say_search_incomplete(tmp_path):
+    """A stop (the batch's --op-timeout-s SIGTERM, a Ctrl-C) that ended the grid search, or the probe with no
+    search after it, leaves its ``interrupted`` in the report: the row says so (a timed-out job has no MFU cell
+    to tell it)."""
+    from mfulib.batch.summary import counts, operator_row
+    rows = []
+    for name, probe, grid in (
+            ("search_stopped", {"complete": True, "interrupted": None},
+             {"best": {"case": 3}, "complete": False, "interrupted": "SIGINT (Ctrl-C, or make / the device lock / "
+              "mfu_batch stopping it) after pool, stage1 - make search runs it again"}),
+            ("probe_stopped", {"complete": False, "interrupted": "KeyboardInterrupt: a re-run resumes"}, None),
+            ("search_done", {"complete": True, "interrupted": None}, {"best": {"case": 3}, "complete": True,
+                                                                      "interrupted": None})):
+        work = tmp_path / "ops" / name
+        work.mkdir(parents=True)
+        (work / "probe.json").write_text(json.dumps(dict({"tool": "max_shape_probe", "schema": 1}, **probe)))
+        if grid is not None:
+            (work / "grid_search.json").write_text(json.dumps(grid))
+        rows.append(operator_row({"name": name, "layout": "B", "work": str(work), "log": "x"},
+                                 {"status": "timeout", "reason": "timed out", "wall_s": 1.0, "device": None,
+                                  "report_html": None}))
+    by = {r["name"]: r["search"] for r in rows}
+    assert by["search_stopped"] == ("search incomplete: the search was stopped (SIGINT (Ctrl-C, or make / the device "
+                                    "lock / mfu_batch stopping it) after pool, stage1 - make search runs it again)")
+    assert by["probe_stopped"] == "search incomplete: the probe was stopped (KeyboardInterrupt: a re-run resumes)"
+    assert by["search_done"] == "complete" and counts(rows, [])["search_incomplete"] == 2
+
+
 def test_a_probe_cut_by_its_budget_makes_the_row_say_search_incomplete_never_a_plain_ok(tmp_path):
     from mfulib.batch.summary import counts, operator_row, write_outputs
     probe = {"tool": "max_shape_probe", "schema": 1, "symbols": [], "candidates": [], "appended": {},
@@ -358,7 +448,7 @@ def test_a_probe_cut_by_its_budget_makes_the_row_say_search_incomplete_never_a_p
     md = open(paths["md"]).read()
     assert md_row(md, name="cut")["status"] == "ok (search incomplete)"
     assert md_row(md, name="cut")["search"].startswith("search incomplete")
-    assert md_row(md, name="whole")["status"] == "ok" and "search incomplete 1 (probe cut by its budget)" in md
+    assert md_row(md, name="whole")["status"] == "ok" and "search incomplete 1 (a probe cut by its budget" in md
     assert "ok (search incomplete)" in open(paths["html"]).read()
     csv = open(paths["csv"]).read().splitlines()
     assert csv[0].split(",")[:8] == ["name", "layout", "status", "reason", "case", "scale", "factors", "search"]

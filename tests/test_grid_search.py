@@ -498,7 +498,7 @@ def test_an_interrupted_search_says_so_in_grid_search_json_and_make_status(tmp_p
     with pytest.raises(KeyboardInterrupt):
         grid_search.run_search(grid_search.SearchOptions(op_dir=str(work), backend="cpu"), log=lambda m: None)
     doc = gsj.read_grid_search_json(str(work / "grid_search.json"))
-    assert doc["interrupted"].startswith("SIGINT (Ctrl-C, or make / the device lock stopping it) after pool, stage1, "
+    assert doc["interrupted"].startswith("SIGINT (Ctrl-C, or make / the device lock / mfu_batch stopping it) after pool, stage1, "
                                          "stage2")
     ok, detail = workdir_state.report_verdict("search", str(work / "grid_search.json"))
     assert ok is False and detail.endswith("best so far: case 2 MFU@ach 4.57% (stage 2, not re-timed)")

@@ -19,7 +19,7 @@ import time
 
 from mfulib.core.paths import REPO_ROOT
 from mfulib.batch.plan import discover_jobs, estimate_costs, history, lpt_makespan, resolve_devices, run_local, select
-from mfulib.batch.job import finished, run_job
+from mfulib.batch.job import GRACE_S, finished, run_job
 from mfulib.batch.summary import counts, operator_row, write_outputs
 from mfulib.core.jsonio import ensure_writable_dir
 from mfulib.schemas.batch_json import read_job_record, safe_name, write_summary
@@ -33,9 +33,11 @@ def _raise_interrupt(signum, frame):
 
 def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, keep_prof=True, timeout_s=None,
               devices=None, backend="auto", runner="local", make="make", skill_dir=None, costs_from=None,
-              make_args=(), progress=True, log=print) -> tuple:
+              make_args=(), progress=True, log=print, grace_s=None) -> tuple:
     """Run the batch; returns (exit status, summary dict). ``source`` as :func:`mfulib.batch.plan.discover_jobs`
-    takes it. Raises UserError for a bad source, OPS name, DEVICES list or output dir (before anything runs)."""
+    takes it; ``grace_s``: seconds a timed-out or interrupted operator's make gets after its SIGTERM
+    (:func:`mfulib.batch.job.stop_tree`; None: :data:`mfulib.batch.job.GRACE_S`). Raises UserError for a bad
+    source, OPS name, DEVICES list or output dir (before anything runs)."""
     from tqdm import tqdm
     out_dir = ensure_writable_dir(out_dir, f"BATCH_OUT={out_dir}")
     skill_dir = skill_dir or REPO_ROOT
@@ -49,6 +51,7 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
     pending = [j for j in ordered if j["name"] not in reused]
     opts = {"make": make, "skill_dir": skill_dir, "backend": backend, "search": search, "force": force,
             "keep_prof": keep_prof, "timeout_s": timeout_s, "visibility_vars": vis_vars, "runner": runner,
+            "grace_s": GRACE_S if grace_s is None else grace_s,
             "make_args": list(make_args)}
     log(f"mfu_batch: {len(ordered)} operator(s) ({len(reused)} finished earlier, skipped; FORCE=1 redoes them), "
         f"{len(skipped)} skipped, {len(broken)} not pairable; {len(ids)} worker(s) on {ids} ({dev_from}); runner "

@@ -10,9 +10,13 @@ the job record (:mod:`mfulib.schemas.batch_json`) before it returns:
 * ``failed`` - any other exit status; ``failed_step`` / ``reason`` come from the Makefile's
   ``make: step <name> FAILED`` line and the last error line before it in the log;
 * ``timeout`` - still running after ``timeout_s``; ``interrupted`` - stopped by Ctrl-C / a cancelled task.
-  Both kill the whole process tree: the make process group and every descendant, including step children that
-  run in sessions of their own (the collector's case runners, :mod:`mfulib.backends.runner`), found through
-  ``/proc`` (Linux), stopped with SIGSTOP first so none can fork away, then SIGKILLed.
+  Both stop the operator in two stages (:func:`stop_tree`): first SIGTERM to make alone, which GNU make passes
+  once to each running recipe and then waits for it - a step under ``scripts/device_lock.py`` takes it as its
+  Ctrl-C (:mod:`mfulib.pipeline.step_child`) and writes its report with ``interrupted`` (a stopped search keeps
+  its best point so far, the probe its finished ladders) - for at most ``grace_s`` seconds; then the whole process
+  tree is killed: the make process group and every descendant seen before or after the SIGTERM, including step
+  children that run in sessions of their own (the collector's case runners, :mod:`mfulib.backends.runner`),
+  found through ``/proc`` (Linux), stopped with SIGSTOP first so none can fork away, then SIGKILLed.
 
 Device visibility: given a device id ``d`` and ``restrict=True`` (the local pool), the child gets
 ``CUDA_VISIBLE_DEVICES=d`` / ``ASCEND_RT_VISIBLE_DEVICES=d`` (the variables in ``visibility_vars``) and
@@ -40,6 +44,12 @@ MAKE_ENV_DROP = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERM
 STEP_FAILED = re.compile(r"make: step (\S+) FAILED \(exit status (\d+)\)")
 ERROR_LINE = re.compile(r"^(error|Error|\S*Error|FAILED|Traceback|make: \*\*\*)")
 POLL_S = 0.2
+#: seconds a stopped operator's make gets, after its SIGTERM, to let the running step record what it finished
+#: (``mfu_batch.py --stop-grace-s``); a step that takes longer is killed with the rest of the tree
+GRACE_S = 20.0
+#: at most this grace when the batch itself is stopped (Ctrl-C, a cancelled Ray task): the user is waiting, and Ray
+#: force-kills a cancelled task after ``mfulib.batch.ray_runner.CANCEL_GRACE_S`` (15 s)
+STOP_GRACE_S = 8.0
 
 
 def _now():
@@ -102,11 +112,13 @@ def _descendants(pid: int) -> list:
     return out
 
 
-def kill_tree(proc: subprocess.Popen) -> None:
-    """Stop, then SIGKILL ``proc``'s process group and all its descendants (whatever their session); reaps it."""
+def kill_tree(proc: subprocess.Popen, known=()) -> None:
+    """Stop, then SIGKILL ``proc``'s process group and all its descendants (whatever their session), and the pids
+    ``known`` (descendants seen earlier: once their parent is gone they are no longer found under ``proc``); reaps
+    it."""
     seen = set()
     for _ in range(2):  # a second pass catches what forked while the first was stopping
-        for pid in [proc.pid] + _descendants(proc.pid):
+        for pid in [proc.pid] + _descendants(proc.pid) + [d for p in known for d in [p] + _descendants(p)]:
             if pid not in seen:
                 seen.add(pid)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -122,6 +134,56 @@ def kill_tree(proc: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     proc.wait()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, clock=time.monotonic) -> bool:
+    """Stop an operator's make ``proc`` (the leader of its own process group) the way that lets its step record what
+    it finished: SIGTERM to make alone - GNU make passes it once to each running recipe; a step under
+    ``scripts/device_lock.py`` takes it as its Ctrl-C (also when the recipe's shell dies of it first: the lock
+    wrapper's parent-death signal), so the step writes its report marked ``interrupted`` -, then wait up to
+    ``grace_s`` seconds of ``clock()`` until make **and every process of its tree** has exited (make does not wait
+    for a step whose shell it saw die: killing the tree once make is gone cut a search off before it wrote
+    grid_search.json), then :func:`kill_tree` on whatever is left, descendants seen before the SIGTERM included.
+    Returns whether all exited within the grace. The tree is killed also when the wait itself is interrupted (a
+    second Ctrl-C)."""
+    known = _descendants(proc.pid)
+    graceful = False
+    try:
+        if grace_s and grace_s > 0 and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(proc.pid, signal.SIGTERM)
+            t_end = clock() + grace_s
+            while clock() < t_end:
+                try:
+                    proc.wait(timeout=POLL_S)
+                except subprocess.TimeoutExpired:
+                    continue
+                if not any(_running(p) for k in known for p in [k] + _descendants(k)):
+                    graceful = True
+                    break
+                time.sleep(POLL_S)
+    finally:
+        kill_tree(proc, known)
+    return graceful
+
+
+def _stopped_how(graceful: bool, grace_s) -> str:
+    if not grace_s or grace_s <= 0:
+        return "the whole process tree was killed"
+    if graceful:
+        return (f"make was stopped with SIGTERM and it and its steps exited within {grace_s:g} s (the step it ran "
+                "recorded what it finished, where it records a stop)")
+    return (f"make was stopped with SIGTERM but it or a step still ran after {grace_s:g} s (--stop-grace-s), so the "
+            "whole process tree was killed")
 
 
 def failure_reason(log_path: str, rc) -> tuple:
@@ -173,7 +235,8 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
     """Run one operator's pipeline; returns (and writes to ``job['record']``) its job record.
 
     ``job``: {name, op, layout, work, log, record, make_vars}; ``opts``: {make, skill_dir, backend, search, force,
-    keep_prof, timeout_s, visibility_vars, runner, make_args}; ``device``: the device id (None: CPU, no
+    keep_prof, timeout_s, grace_s (:func:`stop_tree`; default :data:`GRACE_S`), visibility_vars, runner,
+    make_args}; ``device``: the device id (None: CPU, no
     restriction); ``stop``: a callable polled every 0.2 s, true once the batch is being interrupted. Never raises
     for the operator's own failure; a KeyboardInterrupt (a cancelled Ray task) kills the tree, records
     ``interrupted`` and is re-raised."""
@@ -204,22 +267,30 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
         except OSError as exc:
             _finish(rec, t0, "failed", None, f"cannot start {cmd[0]}: {exc}", job)
             return rec
+        grace_s, how = opts.get("grace_s", GRACE_S), None
         try:
             outcome = wait_outcome(proc, opts.get("timeout_s"), stop)
         except BaseException:
-            kill_tree(proc)
-            _finish(rec, t0, "interrupted", None, "interrupted (Ctrl-C / cancelled): run the batch again to "
-                                                   "resume", job)
+            why = "interrupted (Ctrl-C / cancelled): run the batch again to resume"
+            _finish(rec, t0, "interrupted", None, why, job)  # first: a Ray task may be force-killed while it waits
+            grace_s = min(grace_s, STOP_GRACE_S)
+            _finish(rec, t0, "interrupted", None, f"{why}; {_stopped_how(stop_tree(proc, grace_s), grace_s)}", job)
             raise
         if outcome != "done":
-            kill_tree(proc)
+            if outcome == "stopped":
+                grace_s = min(grace_s, STOP_GRACE_S)
+            log.write(f"# mfu_batch: {outcome} - SIGTERM to make, {grace_s:g} s for its step to record what it "
+                      "finished\n")
+            log.flush()
+            how = _stopped_how(stop_tree(proc, grace_s), grace_s)
     if outcome == "timeout":
         _finish(rec, t0, "timeout", proc.returncode,
-                f"timed out after {opts['timeout_s']:g} s (OP_TIMEOUT_S): the whole process tree was killed", job)
+                f"timed out after {opts['timeout_s']:g} s (OP_TIMEOUT_S): {how}", job)
     elif outcome == "stopped" or proc.returncode == -signal.SIGINT or (proc.returncode != 0 and stop and stop()):
         # a Ctrl-C that reached the child between fork and its setsid (start_new_session) ends it with SIGINT
         # before the batch sees its own interrupt: that is the batch's interruption, not the operator's failure
-        _finish(rec, t0, "interrupted", None, "interrupted (Ctrl-C): run the batch again to resume", job)
+        _finish(rec, t0, "interrupted", None, "interrupted (Ctrl-C): run the batch again to resume"
+                + (f"; {how}" if how else ""), job)
     elif proc.returncode != 0:
         step, why = failure_reason(job["log"], proc.returncode)
         rec["failed_step"] = step
@@ -243,7 +314,7 @@ def _after_success(rec, job, opts, env, stop):
                                     start_new_session=True)
             outcome = wait_outcome(proc, opts.get("timeout_s"), stop)
             if outcome != "done":
-                kill_tree(proc)
+                stop_tree(proc, opts.get("grace_s", GRACE_S))
         if outcome != "done" or proc.returncode != 0:
             rec["reason"] = f"make report did not finish ({outcome}, exit status {proc.returncode}): see the log"
     rec["report_html"] = html if os.path.isfile(html) else None

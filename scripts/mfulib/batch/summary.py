@@ -11,7 +11,8 @@ dragging part: the part with the largest time share among those holding >= ``DRA
 (:mod:`mfulib.report.reading`). With the search (``SEARCH=1``) the chosen case and scale are grid_search.json's
 ``best`` (with its factors per symbol, ``batch x4,seq x2``); otherwise the scale is "—" (the cases as given). ``search`` (:func:`search_state`) says whether that
 search is complete: "search incomplete: ..." when the budget cut the probe (probe.json,
-:func:`mfulib.schemas.probe_json.budget_cut`) - the human tables' status then reads "ok (search incomplete)", never a
+:func:`mfulib.schemas.probe_json.budget_cut`) or a stop ended the probe or the search (their ``interrupted``, e.g.
+the batch's --op-timeout-s, whose SIGTERM lets the step record it) - the human tables' status then reads "ok (search incomplete)", never a
 plain "ok" - and the tie of its re-timed leaders where there is one.
 
 Files (:func:`write_outputs`, in the batch output dir): ``batch_summary.json`` (:mod:`mfulib.schemas.batch_json`),
@@ -73,14 +74,21 @@ def _read(path):
 def search_state(work: str, grid: dict) -> str | None:
     """The ``search`` cell of work directory ``work`` with its grid_search.json ``grid`` ({} when none): "search
     incomplete: the probe was cut by its budget (<probe.json interrupted>)" when the probe's --budget-s cut it
-    (probe.json, else grid_search.json's ``probe_cut``), else "complete" after a search (with "; tie: case a / case b"
-    when its re-timed leaders tie), None without either file."""
+    (probe.json, else grid_search.json's ``probe_cut``); "search incomplete: the probe was stopped (...)" when a stop
+    (Ctrl-C, a SIGTERM, the batch's --op-timeout-s) ended the probe and no search followed (make resumes a stopped
+    probe before it searches), "search incomplete: the search was stopped (<grid_search.json interrupted>)" when one
+    ended the grid search; else "complete" after a search (with "; tie: case a / case b" when its re-timed leaders
+    tie), None without either file."""
     probe = _read(os.path.join(work, "probe.json"))
     cut = budget_cut(probe) or grid.get("probe_cut")
     if cut:
         return f"search incomplete: the probe was cut by its budget ({cut})"
     if not grid:
+        if probe and not probe.get("complete") and probe.get("interrupted"):
+            return f"search incomplete: the probe was stopped ({probe['interrupted']})"
         return None
+    if not grid.get("complete") and grid.get("interrupted"):
+        return f"search incomplete: the search was stopped ({grid['interrupted']})"
     tie = ((grid.get("best") or {}).get("retimed") or {}).get("tie")
     return "complete" + (f"; tie: case {tie[0]} / case {tie[1]}" if tie else "")
 
@@ -190,7 +198,8 @@ def _frame(rows, human: bool, out_dir: str, links: bool = False):
 def _counts_lines(c, summary) -> list:
     lines = [f"operators {c['operators']}: succeeded {c['succeeded']} (reused from an earlier run {c['reused']}), "
              f"failed {c['failed']}, timeout {c['timeout']}, interrupted {c['interrupted']}, not run {c['not_run']}; "
-             f"skipped {c['skipped']}" + (f"; search incomplete {c['search_incomplete']} (probe cut by its budget)"
+             f"skipped {c['skipped']}" + (f"; search incomplete {c['search_incomplete']} (a probe cut by its budget "
+                                          "or a stopped search)"
                                           if c.get("search_incomplete") else "")]
     lines += [f"failed: {k}: {n}" for k, n in c["failed_why"].items()]
     lines += [f"skipped: {k}: {n}" for k, n in c["skipped_why"].items()]

@@ -21,7 +21,8 @@ def script_command(name: str) -> str:
 def sigterm_as_interrupt() -> None:
     """Make SIGTERM (kill, timeout(1)) raise ``KeyboardInterrupt("signal 15")`` in this process, so a script that
     records a Ctrl-C in its report (``interrupted``) records a SIGTERM the same way; :func:`stop_label` tells them
-    apart. (mfu_batch.py stops its jobs with SIGKILL, which no handler sees.)"""
+    apart. (mfu_batch.py stops a job with SIGTERM to its make, which a step under scripts/device_lock.py receives
+    as SIGINT; what is still running after its grace is killed with SIGKILL, which no handler sees.)"""
     import signal
 
     def _terminated(signum, _frame):
@@ -32,8 +33,11 @@ def sigterm_as_interrupt() -> None:
 def stop_label(exc: BaseException) -> str:
     """How a step was stopped, for the ``interrupted`` field of its report: ``SIGTERM`` (raised as a
     KeyboardInterrupt by :func:`sigterm_as_interrupt`'s handler) or ``SIGINT`` - Ctrl-C, and also make's and the
-    device lock's way of stopping a step (scripts/device_lock.py passes a stop on to its child as SIGINT)."""
-    return "SIGTERM" if str(exc).startswith("signal") else "SIGINT (Ctrl-C, or make / the device lock stopping it)"
+    device lock's way of stopping a step (scripts/device_lock.py passes a stop on to its child as SIGINT, also the
+    SIGTERM that mfu_batch.py's --op-timeout-s sends to the step's make)."""
+    if str(exc).startswith("signal"):
+        return "SIGTERM"
+    return "SIGINT (Ctrl-C, or make / the device lock / mfu_batch stopping it)"
 
 
 def run_main(main, argv=None):
