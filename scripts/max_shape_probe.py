@@ -69,8 +69,10 @@ def build_parser():
                    "can run")
     p.add_argument("--refine-steps", type=int, default=3, help="bisection steps after each ladder")
     p.add_argument("--trace-jobs", type=int, default=None,
-                   help="gate-2 traces run ahead on the host while the device runs a candidate (default: "
-                        "min(4, CPUs // 4); 0: none); with k > 0 each trace gets CPUs // (k + 1) torch threads")
+                   help="gate-2 traces running ahead on the host at once while the device runs a candidate - the "
+                        "ladder's next factor, the x2 start of the source's other ladders, the next sources' first "
+                        "candidate; up to 4k finished ones wait for their turn (default: min(4, CPUs // 4); 0: none); "
+                        "with k > 0 each trace gets CPUs // (k + 1) torch threads")
     p.add_argument("--no-saturation-stop", action="store_true",
                    help="climb every ladder to its first failing factor; by default a source's ladder ends once a "
                         "doubling raises its wall TFLOP/s (GB/s without matrix work) by less than 5%% over the best "

@@ -92,7 +92,11 @@ class FakeProc:
         return self.rc
 
     def poll(self):
-        return -9 if self.killed else self.rc
+        if self.killed:
+            return -9
+        if self.rc is None and self.clock() >= self.t_end:  # ended by now (the clock passed its end)
+            self.rc = self.finish()
+        return self.rc
 
 
 class FakeTracer:

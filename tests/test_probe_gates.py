@@ -305,6 +305,34 @@ def test_traces_started_ahead_give_the_same_verdicts_and_leave_nothing_running(t
     assert threads["2"][0] is None and set(threads["2"][1:]) == {5} and len(threads["2"]) > 1
 
 
+def test_each_single_ladders_start_is_traced_ahead_and_no_candidate_twice(tmp_path, monkeypatch):
+    # one source, four scaled symbols, ladder x2, x4: with --trace-jobs 2 the x2 start of every single ladder after
+    # the first is traced while an earlier candidate runs (before, only the ladder's next factor and the next
+    # sources' first candidate were: each ladder start waited for its whole trace), the verdicts are those of the
+    # sequential run, and no candidate is traced twice
+    runs = {}
+    for jobs in ("0", "2"):
+        tmp = tmp_path / f"j{jobs}"
+        work = probe_ops.make_workdir(tmp)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+        p = fake_probe(work, "--cases", "0", "--max-scale", "4", "--no-saturation-stop", "--trace-jobs", jobs)
+        runs[jobs] = p
+        assert p.tracer.running() == []
+    key = lambda d: [(c["candidate_id"], c["verdict"], c["flops"]) for c in d["candidates"]]  # noqa: E731
+    assert key(runs["0"].doc) == key(runs["2"].doc)
+    cands = {c["candidate_id"]: c for c in runs["2"].doc["candidates"]}
+    starts = [cid for cid in cands if cid.count("x") == 1 and cid.endswith("x2")]  # c0:<symbol>x2
+    assert len(starts) == 4
+    for cid in starts[1:]:
+        g2 = _gate(cands[cid], 2)
+        assert g2["waited_s"] < g2["wall_s"], (cid, g2)  # started ahead
+    # one trace per candidate that reached gate 2, plus the ranking trace: none started twice, none wasted here
+    traced_here = sum(1 for c in cands.values() if any(g["gate"] == 2 for g in c["gates"]))
+    assert len(runs["2"].tracer.procs) == traced_here + 1
+    waited = lambda d: sum(_gate(c, 2)["waited_s"] for c in d["candidates"])  # noqa: E731
+    assert waited(runs["2"].doc) < 0.5 * waited(runs["0"].doc)
+
+
 def test_trace_threads_share_the_cpus_among_the_traces_that_run_at_once():
     assert probe_gates.trace_threads(16, 0) is None  # one trace at a time: torch's default
     assert probe_gates.trace_threads(16, 4) == 3 and probe_gates.trace_threads(16, 2) == 5

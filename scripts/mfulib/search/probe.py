@@ -60,6 +60,9 @@ SATURATION_GAIN = 0.05  # a doubling that raises wall TFLOP/s (GB/s) by less tha
 # a source whose roofline floor at scale 1 is at least this fraction of --max-ms is timed at scale 1 before its
 # ladder (Probe.source_too_slow): near the limit, a doomed x2 candidate costs a reference run at 2^k the work
 EAGER_BASELINE_FRACTION = 1.0 / 8
+#: traces started ahead and not yet used, per trace that may run ahead (``--trace-jobs``): a finished one holds only
+#: its staged dir and output, so more can wait than run
+HELD_PER_JOB = 4
 
 
 def candidate_id(source_case: int, factors: dict) -> str:
@@ -125,6 +128,7 @@ class Probe:
         self.t0 = opts["t0"] if opts.get("t0") is not None else clock()  # the budget counts from the script's start
         self.out_of_budget = False
         self.prefetched = {}  # candidate id -> (tmp dir, staged dir, TraceJob): gate 2 started ahead
+        self.evaluated = set()  # candidate ids this run evaluated (never traced ahead again)
         self.upcoming = []  # source cases after the current one (their first factor may be traced ahead)
         self.best = {}  # ladder key (source, "sym+sym") -> best wall figure of its passed candidates so far
         self.base_fig = {}  # source case -> its wall figure at scale 1 (None: not known)
@@ -143,17 +147,20 @@ class Probe:
         self.tracer().close_shared()  # the warm start of the gate-2 traces (and any trace still running)
 
     def prefetch(self, wanted) -> None:
-        """Start gate 2 ahead for ``wanted`` [(source, factors)] (in order, up to ``opts["trace_jobs"]`` outstanding):
-        the tracer runs on the host while the device runs the current candidate's gates 3-4. Candidates that
-        already have a verdict, fail gate 1 or cannot be scaled consistently are skipped (they need no trace)."""
+        """Start gate 2 ahead for ``wanted`` [(source, factors)] (in order, up to ``opts["trace_jobs"]`` traces
+        *running* ahead at once, and :data:`HELD_PER_JOB` times that many started ahead and not yet used - a finished
+        trace waiting for its turn holds only a staged dir): the tracer runs on the host while the device runs the
+        current candidate's gates 3-4. Candidates that already have a verdict (this run's or a resumed one), fail
+        gate 1 or cannot be scaled consistently are skipped (they need no trace)."""
         cap = int(self.opts.get("trace_jobs") or 0)
         for source, factors in wanted:
-            if len(self.prefetched) >= cap:
+            running = sum(1 for _tmp, _staged, job in self.prefetched.values() if job.running())
+            if running >= cap or len(self.prefetched) >= HELD_PER_JOB * cap:
                 return
             cand, case, info, refusals = self.plan(source, factors)
             cid = cand["candidate_id"]
-            if cid in self.prefetched or cid in self.done or refusals or not gate1(info, self.limits)["ok"] \
-                    or self.predicted_gate4(source, cand, info) is not None:
+            if cid in self.prefetched or cid in self.done or cid in self.evaluated or refusals \
+                    or not gate1(info, self.limits)["ok"] or self.predicted_gate4(source, cand, info) is not None:
                 continue
             tmp = tempfile.mkdtemp(prefix="mfu_probe_")
             staged = stage_candidate(self.od, case, tmp)
@@ -181,6 +188,13 @@ class Probe:
         """The first candidate of ``source``'s first ladder ({its first scaled symbol: 2}), or None."""
         names = self.scaled_symbols(source)
         return {names[0]: 2} if names else None
+
+    def ladder_starts(self, source: int) -> list:
+        """The first candidate of each of ``source``'s single ladders ({symbol: 2}), in the order they run: traced
+        ahead, a ladder's start waits for no trace when the ladder before it ends (the real batched matmul's
+        probe in the H100 referee pack waited 65 s of its 114 s for gate-2 traces; half its candidates had none
+        ahead)."""
+        return [{n: 2} for n in self.scaled_symbols(source)]
 
     def figure_of(self, source: int, factors: dict):
         """The wall figure of the candidate ``factors`` of ``source`` as recorded (None: not run, failed, unknown)."""
@@ -361,6 +375,7 @@ class Probe:
         cand, case, info, refusals = self.plan(source, factors)
         s, label = cand["scale"], factors_label(factors)
         cand["ladder"] = key
+        self.evaluated.add(cand["candidate_id"])
         if cand["candidate_id"] in self.done:
             self.doc.setdefault("resumed", []).append(cand["candidate_id"])
             old = self.done[cand["candidate_id"]]
@@ -386,8 +401,8 @@ class Probe:
                 if job is None and not refusals:
                     job = self._trace(staged)
                 nxt = self.next_factors(factors)  # traced on the host while this candidate runs on the device
-                self.prefetch(([(source, nxt)] if nxt else []) + [(u, self.first_candidate(u)) for u in self.upcoming
-                                                                  if self.first_candidate(u)])
+                self.prefetch(([(source, nxt)] if nxt else []) + [(source, f) for f in self.ladder_starts(source)]
+                              + [(u, self.first_candidate(u)) for u in self.upcoming if self.first_candidate(u)])
                 g2, cand["flops"] = gate2(o["flops_tool"], staged, o["seed"], timeout, no_matrix,
                                           info.input_bytes, refusals, budget_cut=cut, job=job, clock=self.clock)
                 gates.append(g2)

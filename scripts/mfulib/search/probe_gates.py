@@ -114,6 +114,10 @@ class TraceJob:
             self.kill()
             return None
 
+    def running(self) -> bool:
+        """Whether the trace is still running (it ended, or was killed, otherwise)."""
+        return self.proc.poll() is None
+
     def kill(self) -> None:
         self.tracer.stop(self.proc)  # its group, and the pid itself (a fresh fork may not lead a group yet)
 
