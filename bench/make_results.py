@@ -483,6 +483,18 @@ def referee_miss_why(op: dict, crit: dict) -> str | None:
     return "; ".join(why) or None
 
 
+def cost_calls_note(op):
+    """The caveat on a referee row's cost ratio when its two wall costs come from different device calls: the brute
+    force kept from an earlier call (``--redo-search`` re-runs only the search side; the parts' trees differ) - the
+    host of each call, its CPU speed included, sets its side's seconds. None when both came from one tree."""
+    trees = op.get("part_trees") or {}
+    brute, search = trees.get("brute"), trees.get("search") or trees.get("probe")
+    if not brute or not search or brute == search:
+        return None
+    return (f"the two costs come from different device calls (brute force: tree {brute[:12]}, kept; search: tree "
+            f"{search[:12]}), so each call's host speed is in its side's seconds")
+
+
 def sec_referee(st):
     r = st.get("result") or {}
     crit, cfg = r.get("criteria") or {}, r.get("settings") or {}
@@ -507,7 +519,7 @@ def sec_referee(st):
                      f"{num(op.get('brute_cost_s'))} ({num(b.get('first_call_s'))})"
                      + (f"; estimated, {num(b.get('wall_s'))} s measured" if op.get("brute_cost_estimated") else ""),
                      f"{pct(op.get('cost_ratio'))} {yes_no(op.get('cost_ok'))}", yes_no(op.get("pass")),
-                     referee_miss_why(op, crit)])
+                     "; ".join(n for n in (referee_miss_why(op, crit), cost_calls_note(op)) if n) or None])
         spread = ", ".join(val(v) for v in op.get("search_values") or []) + " / " + ", ".join(
             val(v) for v in op.get("brute_values") or [])
         diff.append([op["op"], op.get("differ"), spread, val(op.get("combined_spread")),

@@ -275,11 +275,24 @@ def test_referee_section_renders_ratio_costs_verdict_and_where_the_limits_differ
     assert (row["search cost s"], row["brute cost s (first calls)"], row["cost ratio"]) == (
         "50.0; step 1's verify 9.0 s apart", "300.0 (30.0)", "16.7% yes")
     assert md_row(text, operator="20_FlashAttentionV2")["note"] == "not a bundled example"
+    assert row["note"] == "-"  # both sides from one call: no caveat
     assert "probe: boom \\| x" in text  # a pipe in an error does not break the table
     assert "**Partial:**" in text and "brute needs 60 s" in text
     glance = md_row(text, claim="search finds the limit (zoo/5_MHABlock)")
     assert (glance["measured"], glance["met"]) == ("search / brute 0.953, cost 16.7%", "yes")
     assert "Not run yet: no `batch.json`" in text.split("## Batch over")[1]
+
+
+def test_a_referee_cost_from_two_device_calls_says_so():
+    """--redo-search keeps the brute force of an earlier call: the two wall costs then come from two calls (two
+    hosts, perhaps), and the row's note says which trees measured them."""
+    op = {"part_trees": {"brute": "e70c2bfca22a" + "0" * 52, "probe": "a51841cff6a2" + "0" * 52,
+                         "search": "a51841cff6a2" + "0" * 52}}
+    assert make_results.cost_calls_note(op) == (
+        "the two costs come from different device calls (brute force: tree e70c2bfca22a, kept; search: tree "
+        "a51841cff6a2), so each call's host speed is in its side's seconds")
+    assert make_results.cost_calls_note({"part_trees": {"brute": "x" * 64, "search": "x" * 64}}) is None
+    assert make_results.cost_calls_note({"part_trees": {"brute": "x" * 64}}) is None  # search side not run yet
 
 
 def test_batch_section_renders_status_mfu_bound_limit_and_flops_check(tmp_path):
