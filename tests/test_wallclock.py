@@ -4,10 +4,10 @@ latency, so the probe's gate 4 and stage 1 rank a short kernel by its rate, not 
 On the H100, real 1_BatchMatmul's [1, 2048, 4096] x [4096, 2048] case (kernel ~56 us) showed 121 us per synchronised
 call; ranked so, the search's limit was a 24x-scaled case 12% below the brute force's best. The device here is a
 labelled test double: a virtual queue (a call adds its kernel time, a synchronize waits for the queue to drain and
-then pays a fixed latency), timed by the real clock.
+then pays a fixed latency) on a virtual clock that only the device advances, given to the wall-clock functions in
+place of time.perf_counter: no sleeps, so a loaded host (CI's 2 cores under xdist) cannot stretch a 0.5 ms latency
+into 3 ms and change how many calls a run makes.
 """
-import time
-
 import pytest
 
 from mfulib.core import wallclock
@@ -15,19 +15,23 @@ from mfulib.search import probe_child
 
 
 class FakeDevice:
-    """Test double of an asynchronous device: ``launch`` queues ``kernel_s`` of work and returns at once; ``sync``
-    sleeps until the queue has drained, then ``latency_s`` more (the synchronize's round trip)."""
+    """Test double of an asynchronous device on a virtual clock (``now``, seconds; ``clock()`` reads it):
+    ``launch`` queues ``kernel_s`` of work and returns at once; ``sync`` advances the clock until the queue has
+    drained, then ``latency_s`` more (the synchronize's round trip)."""
 
     def __init__(self, latency_s):
-        self.latency_s, self.busy_until, self.launches, self.syncs = latency_s, 0.0, 0, 0
+        self.latency_s, self.busy_until, self.launches, self.syncs, self.now = latency_s, 0.0, 0, 0, 0.0
+
+    def clock(self):
+        return self.now
 
     def launch(self, kernel_s):
-        self.busy_until = max(self.busy_until, time.perf_counter()) + kernel_s
+        self.busy_until = max(self.busy_until, self.now) + kernel_s
         self.launches += 1
 
     def sync(self):
         self.syncs += 1
-        time.sleep(max(0.0, self.busy_until - time.perf_counter()) + self.latency_s)
+        self.now = max(self.now, self.busy_until) + self.latency_s
 
 
 class FakeOpDir:
@@ -75,26 +79,28 @@ def test_a_burst_synchronises_once_and_divides_its_wall_time_by_the_calls():
 def _time(latency_s, kernel_s, max_ms=4000.0):
     import tempfile
     dev = FakeDevice(latency_s)
-    orig = probe_child._sync
+    orig = probe_child._sync, wallclock.size_burst.__defaults__, wallclock.burst_ms.__defaults__
     probe_child._sync = lambda device: dev.sync()
+    # time_run calls both with their default clock (time.perf_counter): the device's virtual clock instead
+    wallclock.size_burst.__defaults__ = (orig[1][0], dev.clock)
+    wallclock.burst_ms.__defaults__ = (dev.clock,)
     try:
         with tempfile.TemporaryDirectory() as staging:
             return probe_child.time_run(FakeOpDir(dev, kernel_s, staging), "cuda:0", 0, max_ms, 3), dev
     finally:
-        probe_child._sync = orig
+        probe_child._sync, wallclock.size_burst.__defaults__, wallclock.burst_ms.__defaults__ = orig
 
 
 def test_gate_4_amortises_the_synchronize_latency_over_back_to_back_calls():
     t, dev = _time(latency_s=0.5e-3, kernel_s=0.2e-3)
     assert t["status"] == "ok"
-    assert t["single_ms"] >= 0.69  # one synchronised call: kernel + latency (0.7 ms)
+    assert t["single_ms"] == pytest.approx(0.7)  # one synchronised call: kernel + latency
     n = t["calls_per_run"]
     assert n == wallclock.calls_per_burst(t["single_ms"]) and n >= 10
     assert len(t["runs_ms"]) == 3 and dev.syncs == 2 + 3  # warm-up, single, then one sync per run
     assert dev.launches == 2 + 3 * n
-    # (n x 0.2 + 0.5) / n ms per call: near the kernel (0.2 ms; the slack is for a loaded host's sleeps), far below
-    # the synchronised call
-    assert 0.2 <= t["time_ms"] <= 0.2 + 0.5 / n + 0.15 and t["time_ms"] < 0.6 * t["single_ms"]
+    # (n x 0.2 + 0.5) / n ms per call: near the kernel (0.2 ms), far below the synchronised call
+    assert t["time_ms"] == pytest.approx(0.2 + 0.5 / n) and t["time_ms"] < 0.6 * t["single_ms"]
 
 
 def test_a_call_over_max_ms_is_timed_once_and_not_repeated():
