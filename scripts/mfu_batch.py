@@ -21,6 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mfulib.core import cli  # noqa: E402
 from mfulib.core.errors import UserError  # noqa: E402
 
+MAX_GRACE_S = 600.0  # --stop-grace-s at most: a stopped step writes its report in seconds
+
 
 def build_parser():
     p = cli.parser(__doc__, prog="mfu_batch.py")
@@ -42,8 +44,8 @@ def build_parser():
     p.add_argument("--stop-grace-s", type=float, default=None,
                    help="seconds a timed-out or interrupted operator's make gets after its SIGTERM to let the "
                         "running step record what it finished (a search its best point so far) before the whole "
-                        "process tree is killed (default 20; at most 8 when the batch itself is stopped; 0: kill "
-                        "at once)")
+                        "process tree is killed (default 20, at most 600; at most 8 when the batch itself is "
+                        "stopped; 0: kill at once)")
     p.add_argument("--devices", help="device ids, one worker each, e.g. 0,1 (default: from the environment)")
     p.add_argument("--backend", default="auto", metavar="{auto,npu,cuda,cpu}",
                    help="BACKEND of each make (a backend registered through MFU_BACKEND_PLUGINS is accepted too)")
@@ -78,8 +80,9 @@ def main(argv=None):
     a = build_parser().parse_args(argv)
     if a.op_timeout_s is not None and not a.op_timeout_s > 0:
         raise UserError(f"--op-timeout-s {a.op_timeout_s}: must be > 0 seconds (OP_TIMEOUT_S=1800)")
-    if a.stop_grace_s is not None and not a.stop_grace_s >= 0:
-        raise UserError(f"--stop-grace-s {a.stop_grace_s}: must be >= 0 seconds (0: kill at once)")
+    if a.stop_grace_s is not None and not 0 <= a.stop_grace_s <= MAX_GRACE_S:
+        raise UserError(f"--stop-grace-s {a.stop_grace_s:g}: must be 0 to {MAX_GRACE_S:g} seconds (0: kill at once; "
+                        "a stopped step needs seconds to write its report, not hours)")
     from mfulib.batch.driver import run_batch
     rc, _ = run_batch(source_of(a), a.out, ops=a.ops, force=a.force, search=a.search, keep_prof=bool(a.keep_prof),
                       timeout_s=a.op_timeout_s, devices=a.devices, backend=a.backend, runner=a.runner, make=a.make,

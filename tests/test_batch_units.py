@@ -233,7 +233,8 @@ def test_a_timed_out_operator_gets_sigterm_and_its_grace_before_its_tree_is_kill
     rec = stub_records(stub)["zoo/2_Softmax"]
     assert row["status"] == "timeout" and r.returncode == 1, r.stdout + r.stderr
     if action != "stubborn":
-        assert "stopped with SIGTERM and it and its steps exited within 3 s" in row["reason"], row["reason"]
+        assert "make got SIGTERM and it and its steps exited within 3 s" in row["reason"], row["reason"]
+        assert "no step under the device lock was running" in row["reason"]  # the stub runs no step: none named
     if action == "graceful":
         assert rec["stopped_by"] == "SIGTERM"  # the step's own stop path ran and wrote its record
     elif action == "orphan":  # make was gone at once; its step was waited for, not killed mid-write
@@ -246,10 +247,52 @@ def test_a_timed_out_operator_gets_sigterm_and_its_grace_before_its_tree_is_kill
     assert "# mfu_batch: timeout - SIGTERM to make, 3 s" in log
 
 
-def test_stop_grace_must_not_be_negative(tmp_path):
+@pytest.mark.e2e
+def test_stop_grace_zero_kills_at_once_and_says_so(tmp_path, stub):
+    r, s = run_batch(stub, tmp_path / "out", "--examples", "zoo", "--ops", "2_Softmax", "--op-timeout-s", "2",
+                     "--stop-grace-s", "0", plan={"zoo/2_Softmax": "graceful"})
+    row, rec = s["rows"][0], stub_records(stub)["zoo/2_Softmax"]
+    assert row["status"] == "timeout" and "killed at once (--stop-grace-s 0)" in row["reason"], row["reason"]
+    assert "stopped_by" not in rec and gone(rec["grandchild"])  # no SIGTERM reached it
+    log = (tmp_path / "out" / "logs" / "zoo__2_Softmax.log").read_text()
+    assert "killing the process tree at once (--stop-grace-s 0)" in log and "SIGTERM to make" not in log
+
+
+@pytest.mark.parametrize("grace", ["-1", "1e9", "inf", "nan"])
+def test_stop_grace_must_be_within_bounds(tmp_path, grace):
+    # an unbounded grace would let a hung step outlive --op-timeout-s for ever
     r = subprocess.run([sys.executable, BATCH, "--out", str(tmp_path / "o"), "--examples", "zoo",
-                        "--stop-grace-s", "-1"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "--stop-grace-s -1.0: must be >= 0 seconds" in r.stderr, r.stderr
+                        "--stop-grace-s", grace], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "must be 0 to 600 seconds" in r.stderr, r.stderr
+
+
+def test_the_tree_kill_leaves_a_process_that_took_a_known_pid_alone(tmp_path):
+    """A pid seen in the operator's tree before the SIGTERM may belong to another process by the time the grace ends
+    (pids are reused): the kill goes by pid *and* start time, so that process survives."""
+    from mfulib.batch import job
+    other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        done = subprocess.Popen(["true"])
+        done.wait()
+        start = job._identities([other.pid])[other.pid]
+        job.kill_tree(done, {other.pid: start + 1})  # "known" from an earlier process that had this pid
+        time.sleep(0.3)
+        assert other.poll() is None  # untouched
+        job.kill_tree(done, {other.pid: start})  # the very process: killed
+        assert other.wait(timeout=5) == -9
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_stopped_step_is_read_from_the_lock_wrappers_line(tmp_path):
+    from mfulib.batch import job
+    log = tmp_path / "op.log"
+    log.write_text("STEP verify running\n\nstep search interrupted (SIGTERM): stopping it (pid 8080); it is not "
+                   "done, the next make redoes it\nmake: *** [Makefile:317: x/.state/search.ok] Terminated\n")
+    assert job.stopped_step(str(log)) == "search"
+    log.write_text("waiting for this work directory's CPU lock\ninterrupted\n")
+    assert job.stopped_step(str(log)) is None and job.stopped_step(str(tmp_path / "none.log")) is None
 
 
 @pytest.mark.e2e
@@ -383,8 +426,18 @@ def test_summary_row_reads_the_headline_case_its_dragging_part_bound_and_the_sea
     row = operator_row(job, rec)
     assert (row["mfu_ach"], row["mfu_nom"], row["headline"], row["numerator"]) == (0.22, 0.20, "MFU@ach", "checked")
     assert row["dragging_part"] == "attn" and row["bound"] == "memory-bound"
-    assert (row["case"], row["scale"], row["device"], row["wall_s"]) == (12, 4, "1", 12.5)
-    assert row["factors"] == "batch x4"  # the chosen point's factors per symbol, beside their product
+    # the figures' own case (the decomposition's headline), never the search's limit beside another case's MFU
+    assert (row["case"], row["scale"], row["device"], row["wall_s"]) == (0, None, "1", 12.5)  # no probe.json
+    assert row["search"] == "complete; limit: case 12 (no peak known: no utilisation)"
+    probe = {"tool": "max_shape_probe", "schema": 1, "complete": True, "interrupted": None,
+             "appended": {"0": {"source_case": 7, "factors": {"batch": 4}, "scale": 4}}}
+    (work / "probe.json").write_text(json.dumps(probe))
+    row = operator_row(job, rec)
+    assert (row["case"], row["scale"], row["factors"]) == (0, 4, "batch x4")  # case 0 is the probe's batch x4
+    probe["appended"] = {}
+    (work / "probe.json").write_text(json.dumps(probe))
+    row = operator_row(job, rec)
+    assert (row["case"], row["scale"], row["factors"]) == (0, 1, "x1")  # an original case
     rows[0].pop("bound")
     rows[0]["parts"] = parts[1:]  # no part takes 2x its FLOPs share: nothing drags; no bound label: None ("—")
     (work / "mfu_decompose.json").write_text(json.dumps(dec))
@@ -403,6 +456,7 @@ def test_a_stopped_probe_or_search_makes_the_row_say_search_incomplete(tmp_path)
              {"best": {"case": 3}, "complete": False, "interrupted": "SIGINT (Ctrl-C, or make / the device lock / "
               "mfu_batch stopping it) after pool, stage1 - make search runs it again"}),
             ("probe_stopped", {"complete": False, "interrupted": "KeyboardInterrupt: a re-run resumes"}, None),
+            ("probe_killed", {"complete": False, "interrupted": "running"}, None),  # SIGKILLed: its marker stays
             ("search_done", {"complete": True, "interrupted": None}, {"best": {"case": 3}, "complete": True,
                                                                       "interrupted": None})):
         work = tmp_path / "ops" / name
@@ -415,9 +469,12 @@ def test_a_stopped_probe_or_search_makes_the_row_say_search_incomplete(tmp_path)
                                   "report_html": None}))
     by = {r["name"]: r["search"] for r in rows}
     assert by["search_stopped"] == ("search incomplete: the search was stopped (SIGINT (Ctrl-C, or make / the device "
-                                    "lock / mfu_batch stopping it) after pool, stage1 - make search runs it again)")
+                                    "lock / mfu_batch stopping it) after pool, stage1 - make search runs it again); "
+                                    "best so far: case 3 (no peak known: no utilisation)")
     assert by["probe_stopped"] == "search incomplete: the probe was stopped (KeyboardInterrupt: a re-run resumes)"
-    assert by["search_done"] == "complete" and counts(rows, [])["search_incomplete"] == 2
+    assert by["probe_killed"] == "search incomplete: the probe was killed while it ran (it recorded no stop)"
+    assert by["search_done"] == "complete; limit: case 3 (no peak known: no utilisation)"
+    assert counts(rows, [])["search_incomplete"] == 3
 
 
 def test_a_probe_cut_by_its_budget_makes_the_row_say_search_incomplete_never_a_plain_ok(tmp_path):
@@ -437,8 +494,10 @@ def test_a_probe_cut_by_its_budget_makes_the_row_say_search_incomplete_never_a_p
     rows = [operator_row(j, recs[j["name"]]) for j in jobs]
     by = {r["name"]: r for r in rows}
     assert by["cut"]["search"] == "search incomplete: the probe was cut by its budget (--budget-s 150 s reached)"
-    assert by["whole"]["search"] == "complete; tie: case 3 / case 5" and by["ctrl_c"]["search"] == "complete"
-    assert by["cut"]["status"] == "ok" and (by["cut"]["case"], by["cut"]["scale"]) == (3, 2)  # the job itself ran
+    assert by["whole"]["search"] == "complete; limit: case 3 (no peak known: no utilisation); tie: case 3 / case 5"
+    assert by["ctrl_c"]["search"] == "complete; limit: case 3 (no peak known: no utilisation)"
+    assert by["cut"]["status"] == "ok"  # the job itself ran
+    assert (by["cut"]["case"], by["cut"]["scale"]) == (None, None)  # no decomposition here: no figures, no case
     c = counts(rows, [])
     assert c["search_incomplete"] == 1 and c["succeeded"] == 3
     summary = {"rows": rows, "counts": c, "skipped": [], "runner": "local", "workers": 1, "devices": [],

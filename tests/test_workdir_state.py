@@ -359,3 +359,32 @@ def test_make_status_says_search_incomplete_when_the_budget_cut_the_probe(tmp_pa
         (tmp_path / "probe.json").write_text(json.dumps(dict(probe, **end)))
         ok, detail = workdir_state.report_verdict("search", str(tmp_path / "grid_search.json"))
         assert ok and detail == "best: case 7 MFU 62.50% (median of 4 runs, spread 4.8%; tie with case 9)"
+
+
+def test_a_stopped_search_without_its_stamp_is_not_done_not_failed(tmp_path):
+    # a stop (Ctrl-C, the batch's --op-timeout-s) leaves grid_search.json marked interrupted and no stamp: make
+    # redoes the step, and make status calls it "not done" with what it found so far - never "failed", which is an
+    # exit status make recorded; a report that ended and says not ok stays "failed"
+    grid = {"tool": "mfu_grid_search", "schema": 1, "pool": [{"case": 7}], "stage1": [], "chosen_cases": [],
+            "stage2": [{"case": 7, "status": "ok", "metric_value": 0.0457, "mfu_ach": 0.0457}], "cost_s": {},
+            "complete": False, "best": None, "interrupted": "SIGTERM after pool, stage1, stage2 - make search runs it "
+                                                             "again"}
+    (tmp_path / "grid_search.json").write_text(json.dumps(grid))
+    (tmp_path / "probe.json").write_text(json.dumps({"tool": "max_shape_probe", "schema": 1, "complete": True,
+                                                     "interrupted": None, "appended": {}, "candidates": []}))
+    (tmp_path / "verify.json").write_text(json.dumps({"tool": "verify_op.py", "cases": [{"case": 7,
+                                                                                          "status": "pass"}]}))
+    st = tmp_path / ".state"
+    st.mkdir()
+    for k, step in enumerate(("verify", "probe")):
+        (st / f"{step}.ok").touch()
+        os.utime(st / f"{step}.ok", (2e9 + k, 2e9 + k))
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    assert rows["search"]["state"] == "not done", rows["search"]
+    assert rows["search"]["detail"] == ("stopped, make redoes it: interrupted (SIGTERM after pool, stage1, stage2 - "
+                                        "make search runs it again); best so far: case 7 MFU@ach 4.57% (stage 2, "
+                                        "not re-timed)")
+    grid.update(interrupted=None)  # not complete and no stop recorded: a failure, as before
+    (tmp_path / "grid_search.json").write_text(json.dumps(grid))
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    assert rows["search"]["state"] == "failed"

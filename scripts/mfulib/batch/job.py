@@ -112,13 +112,41 @@ def _descendants(pid: int) -> list:
     return out
 
 
-def kill_tree(proc: subprocess.Popen, known=()) -> None:
-    """Stop, then SIGKILL ``proc``'s process group and all its descendants (whatever their session), and the pids
-    ``known`` (descendants seen earlier: once their parent is gone they are no longer found under ``proc``); reaps
-    it."""
+def _stat(pid: int):
+    """(state, start time in clock ticks since boot) of ``pid`` from /proc/<pid>/stat, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])  # fields 3 (state) and 22 (starttime) of proc(5), from 3 on here
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _identities(pids) -> dict:
+    """{pid: start time} of the processes ``pids`` that exist now: who they are, so that a pid the kernel gives to
+    another process once they exited is never taken for them."""
+    out = {}
+    for pid in pids:
+        st = _stat(pid)
+        if st is not None:
+            out[pid] = st[1]
+    return out
+
+
+def _still(known: dict) -> list:
+    """The pids of ``known`` ({pid: start time}) still the same processes (same start time), and their descendants
+    now."""
+    same = [p for p, t in known.items() if (_stat(p) or (None, None))[1] == t]
+    return same + [d for p in same for d in _descendants(p)]
+
+
+def kill_tree(proc: subprocess.Popen, known=None) -> None:
+    """Stop, then SIGKILL ``proc``'s process group and all its descendants (whatever their session), and the
+    processes ``known`` ({pid: start time}: descendants seen earlier - once their parent is gone they are no longer
+    found under ``proc``) that are still the same processes, with their descendants; reaps it."""
     seen = set()
     for _ in range(2):  # a second pass catches what forked while the first was stopping
-        for pid in [proc.pid] + _descendants(proc.pid) + [d for p in known for d in [p] + _descendants(p)]:
+        for pid in [proc.pid] + _descendants(proc.pid) + _still(known or {}):
             if pid not in seen:
                 seen.add(pid)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -136,15 +164,6 @@ def kill_tree(proc: subprocess.Popen, known=()) -> None:
     proc.wait()
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` exists and is not a zombie (Linux /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, clock=time.monotonic) -> bool:
     """Stop an operator's make ``proc`` (the leader of its own process group) the way that lets its step record what
     it finished: SIGTERM to make alone - GNU make passes it once to each running recipe; a step under
@@ -152,10 +171,11 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, clock=time.monot
     wrapper's parent-death signal), so the step writes its report marked ``interrupted`` -, then wait up to
     ``grace_s`` seconds of ``clock()`` until make **and every process of its tree** has exited (make does not wait
     for a step whose shell it saw die: killing the tree once make is gone cut a search off before it wrote
-    grid_search.json), then :func:`kill_tree` on whatever is left, descendants seen before the SIGTERM included.
-    Returns whether all exited within the grace. The tree is killed also when the wait itself is interrupted (a
-    second Ctrl-C)."""
-    known = _descendants(proc.pid)
+    grid_search.json), then :func:`kill_tree` on whatever is left, descendants seen before the SIGTERM included -
+    each known by its pid and start time, so a pid reused by another process meanwhile is left alone. Returns
+    whether all exited within the grace. ``grace_s`` <= 0: no SIGTERM, the tree is killed at once. A
+    KeyboardInterrupt during the wait still kills the tree before it propagates."""
+    known = _identities(_descendants(proc.pid))
     graceful = False
     try:
         if grace_s and grace_s > 0 and proc.poll() is None:
@@ -167,7 +187,7 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, clock=time.monot
                     proc.wait(timeout=POLL_S)
                 except subprocess.TimeoutExpired:
                     continue
-                if not any(_running(p) for k in known for p in [k] + _descendants(k)):
+                if not any((_stat(p) or ("Z",))[0] not in ("Z", "X") for p in _still(known)):
                     graceful = True
                     break
                 time.sleep(POLL_S)
@@ -176,14 +196,30 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, clock=time.monot
     return graceful
 
 
-def _stopped_how(graceful: bool, grace_s) -> str:
+STEP_STOPPED = re.compile(r"^step (\S+) interrupted \(SIG\w+\): stopping it")
+
+
+def stopped_step(log_path: str):
+    """The step a stop reached (the lock wrapper's "step <name> interrupted (SIG..): stopping it" line in the job's
+    log, :mod:`mfulib.pipeline.step_child`), or None: no step under the lock was running (a step waiting for the
+    lock, or one not run through it)."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()[-400:]
+    except OSError:
+        return None
+    return next((m.group(1) for ln in reversed(lines) if (m := STEP_STOPPED.match(ln.strip()))), None)
+
+
+def _stopped_how(graceful: bool, grace_s, step) -> str:
+    where = (f"step {step} was running and got the stop (its report says what it finished: make status)" if step
+             else "no step under the device lock was running")
     if not grace_s or grace_s <= 0:
-        return "the whole process tree was killed"
+        return "the whole process tree was killed at once (--stop-grace-s 0)"
     if graceful:
-        return (f"make was stopped with SIGTERM and it and its steps exited within {grace_s:g} s (the step it ran "
-                "recorded what it finished, where it records a stop)")
-    return (f"make was stopped with SIGTERM but it or a step still ran after {grace_s:g} s (--stop-grace-s), so the "
-            "whole process tree was killed")
+        return f"make got SIGTERM and it and its steps exited within {grace_s:g} s; {where}"
+    return (f"make got SIGTERM but it or a step still ran after {grace_s:g} s (--stop-grace-s), so the whole process "
+            f"tree was killed; {where}")
 
 
 def failure_reason(log_path: str, rc) -> tuple:
@@ -274,15 +310,23 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
             why = "interrupted (Ctrl-C / cancelled): run the batch again to resume"
             _finish(rec, t0, "interrupted", None, why, job)  # first: a Ray task may be force-killed while it waits
             grace_s = min(grace_s, STOP_GRACE_S)
-            _finish(rec, t0, "interrupted", None, f"{why}; {_stopped_how(stop_tree(proc, grace_s), grace_s)}", job)
+            graceful = stop_tree(proc, grace_s)
+            log.flush()
+            rec["failed_step"] = stopped_step(job["log"])
+            _finish(rec, t0, "interrupted", None, f"{why}; {_stopped_how(graceful, grace_s, rec['failed_step'])}",
+                    job)
             raise
         if outcome != "done":
             if outcome == "stopped":
                 grace_s = min(grace_s, STOP_GRACE_S)
-            log.write(f"# mfu_batch: {outcome} - SIGTERM to make, {grace_s:g} s for its step to record what it "
-                      "finished\n")
+            log.write(f"# mfu_batch: {outcome} - " + (f"SIGTERM to make, {grace_s:g} s for its step to record what "
+                                                     "it finished\n" if grace_s and grace_s > 0 else
+                                                     "killing the process tree at once (--stop-grace-s 0)\n"))
             log.flush()
-            how = _stopped_how(stop_tree(proc, grace_s), grace_s)
+            graceful = stop_tree(proc, grace_s)
+    if outcome != "done":
+        rec["failed_step"] = stopped_step(job["log"])
+        how = _stopped_how(graceful, grace_s, rec["failed_step"])
     if outcome == "timeout":
         _finish(rec, t0, "timeout", proc.returncode,
                 f"timed out after {opts['timeout_s']:g} s (OP_TIMEOUT_S): {how}", job)

@@ -8,9 +8,12 @@ the decomposition marks it), errors (the decomposition's; why a job failed is it
 row's ``bound.label`` where the decomposition has one, else "—") and
 dragging part: the part with the largest time share among those holding >= ``DRAG_MIN_TIME_SHARE`` of the time and
 >= ``DRAG_RATIO`` x their FLOPs share (or unmatched "other" time) - the rule of the decomposition's reading aid
-(:mod:`mfulib.report.reading`). With the search (``SEARCH=1``) the chosen case and scale are grid_search.json's
-``best`` (with its factors per symbol, ``batch x4,seq x2``); otherwise the scale is "—" (the cases as given). ``search`` (:func:`search_state`) says whether that
-search is complete: "search incomplete: ..." when the budget cut the probe (probe.json,
+(:mod:`mfulib.report.reading`). ``case``, ``dtype`` and the figures are always the decomposition's headline case
+(its maximum); with the search (``SEARCH=1``, a probe.json) that case's ``scale`` and ``factors`` per symbol (``batch
+x4,seq x2``, "x1" for an original case) come from the probe's ``appended`` record; otherwise the scale is "—" (the
+cases as given). The search's own limit - grid_search.json's ``best``, re-timed across runs, which the final
+collection measures again and may rank otherwise - is in the ``search`` cell ("complete; limit: case N MFU x% (median
+of 3 runs, ...)"). ``search`` (:func:`search_state`) also says whether that search is complete: "search incomplete: ..." when the budget cut the probe (probe.json,
 :func:`mfulib.schemas.probe_json.budget_cut`) or a stop ended the probe or the search (their ``interrupted``, e.g.
 the batch's --op-timeout-s, whose SIGTERM lets the step record it) - the human tables' status then reads "ok (search incomplete)", never a
 plain "ok" - and the tie of its re-timed leaders where there is one.
@@ -34,7 +37,8 @@ from mfulib.flops.kernel_parts import OTHER
 from mfulib.core.symbols import factors_label
 from mfulib.schemas.batch_json import ROW_KEYS
 from mfulib.schemas.decompose_json import read_decompose_json
-from mfulib.schemas.probe_json import budget_cut
+from mfulib.schemas.grid_search_json import best_so_far, best_text
+from mfulib.schemas.probe_json import RUNNING, budget_cut
 
 HEADLINE_KEYS = (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom"), ("mbu", "MBU"))
 
@@ -85,12 +89,17 @@ def search_state(work: str, grid: dict) -> str | None:
         return f"search incomplete: the probe was cut by its budget ({cut})"
     if not grid:
         if probe and not probe.get("complete") and probe.get("interrupted"):
+            if probe["interrupted"] == RUNNING:
+                return "search incomplete: the probe was killed while it ran (it recorded no stop)"
             return f"search incomplete: the probe was stopped ({probe['interrupted']})"
         return None
     if not grid.get("complete") and grid.get("interrupted"):
-        return f"search incomplete: the search was stopped ({grid['interrupted']})"
+        return (f"search incomplete: the search was stopped ({grid['interrupted']}); best so far: "
+                f"{best_so_far(grid)}")
     tie = ((grid.get("best") or {}).get("retimed") or {}).get("tie")
-    return "complete" + (f"; tie: case {tie[0]} / case {tie[1]}" if tie else "")
+    limit = best_text(grid)
+    return "complete" + (f"; limit: {limit}" if limit else "") + (f"; tie: case {tie[0]} / case {tie[1]}"
+                                                                   if tie else "")
 
 
 def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
@@ -124,10 +133,12 @@ def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
                            numerator=best.get("numerator"), dragging_part=dragging_part(best),
                            bound=bound.get("label") if isinstance(bound, dict) else None)
     grid = _read(os.path.join(job["work"], "grid_search.json"))
-    best = grid.get("best") if isinstance(grid.get("best"), dict) else {}
-    if best.get("case") is not None:
-        row["case"], row["scale"] = best.get("case"), best.get("scale")
-        row["factors"] = factors_label(best.get("factors") or {})  # batch x4,seq x2 (x1: an original case)
+    probe = _read(os.path.join(job["work"], "probe.json"))
+    if row["case"] is not None and probe:  # the headline case's scale: a case the probe appended, else an original
+        app = (probe.get("appended") or {}).get(str(row["case"]))
+        app = app if isinstance(app, dict) else {}
+        row["scale"] = app.get("scale", 1)
+        row["factors"] = factors_label(app.get("factors") or {})  # batch x4,seq x2 (x1: an original case)
     row["search"] = search_state(job["work"], grid)
     row["errors"] = "; ".join(errors) or None  # the decomposition's errors; why a job failed is its reason
     return row

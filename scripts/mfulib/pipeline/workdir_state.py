@@ -307,14 +307,7 @@ def _search_verdict(path: str) -> tuple:
     :func:`mfulib.schemas.probe_json.budget_cut`) - the limit is then a lower bound, not a plain result."""
     from mfulib.schemas import grid_search_json, probe_json
     doc = grid_search_json.read_grid_search_json(path)
-    best = doc.get("best") or {}
-    fig = best.get("mfu") if best.get("mfu") is not None else best.get("mbu")
-    text = f"case {best.get('case')}" + (f" {best.get('metric', '').upper()} {fig:.2%}" if fig is not None else
-                                         " (no peak known: no utilisation)") if best.get("case") is not None else None
-    rt = best.get("retimed") or {}
-    if text and rt.get("runs"):
-        text += f" (median of {rt['runs']} runs, spread {rt['spread'] or 0.0:.1%}" + \
-            (f"; tie with case {rt['tie'][1]})" if rt.get("tie") else ")")
+    text = grid_search_json.best_text(doc)
     probe_path = os.path.join(os.path.dirname(path), probe_json.FILE_NAME)
     try:
         cut = probe_json.budget_cut(read_json(probe_path)) if os.path.exists(probe_path) else None
@@ -322,24 +315,21 @@ def _search_verdict(path: str) -> tuple:
         cut = None
     cut = cut or doc.get("probe_cut")
     if not doc.get("complete") and doc.get("interrupted"):
-        measured = [r for r in doc.get("stage2") or [] if isinstance(r, dict) and r.get("metric_value") is not None]
-        top = max(measured, key=lambda r: r["metric_value"], default=None)
-        so_far = text or (f"case {top['case']} {_stage2_figure(top)} (stage 2, not re-timed)" if top else "none")
-        return False, [f"interrupted ({doc['interrupted']}); best so far: {so_far}"]
+        return False, [f"interrupted ({doc['interrupted']}); best so far: {grid_search_json.best_so_far(doc)}"]
     if cut:
         return bool(doc.get("complete")), [f"search incomplete: the probe was cut by its budget ({cut}); best so far: "
                                            f"{text or 'none'}; make probe resumes it, then make search"]
     return bool(doc.get("complete")), [f"best: {text}" if text else "no best point"]
 
 
-def _stage2_figure(row: dict) -> str:
-    """A stage-2 row's ranking value (``metric_value``: the field :func:`mfulib.search.numerator.common_figure`
-    chose) with its name and unit."""
-    v = row["metric_value"]
-    for fld, label in (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom"), ("mbu", "MBU")):
-        if row.get(fld) == v:
-            return f"{label} {v:.2%}"
-    return f"{v:.4g} {'TFLOP/s' if row.get('actual_tflops') == v else 'GB/s'}"
+def _stopped_report(path: str) -> bool:
+    """Whether the report at ``path`` records that its run was stopped before its end (``complete`` false and an
+    ``interrupted`` reason: a stopped search, probe or collection), rather than a run that ended and failed."""
+    try:
+        doc = read_json(path)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("complete") is False and bool(doc.get("interrupted"))
 
 
 def _made_from(path: str):
@@ -357,7 +347,8 @@ def _mtime(path):
 
 
 def step_states(work: str, prepare: tuple, settings_changed: dict | None = None) -> list:
-    """One row per step of :data:`STEPS`: {step, state (done | stale | failed | not run | error), detail, report}.
+    """One row per step of :data:`STEPS`: {step, state (done | stale | failed | not done | not run | error), detail,
+    report}; "not done": a report without make's stamp from a run that was stopped or run by hand.
 
     ``prepare``: :func:`prepare_verdict`'s (verdict, reason), or ("error", message) when the sources cannot be
     resolved. ``settings_changed``: {step: [make variable]} given with other values than the step last ran with
@@ -405,8 +396,9 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
             detail = f"exit status {rc}; {what}; make redoes it"  # the report's own words first: status cuts at 110
         elif not have_report:
             st, detail = "not run", "; ".join(upstream)
-        elif not ok:
-            st = "failed"
+        elif not ok:  # a report that says it was stopped (Ctrl-C, SIGTERM, the batch's timeout) is not a failure
+            st = "not done" if _stopped_report(report) else "failed"
+            detail = f"stopped, make redoes it: {detail}" if st == "not done" else detail
         else:
             block = _made_from(report)
             diff = hand_run_differences(work, step.name, block) if block and not block.get("by_make") else None

@@ -5,7 +5,9 @@ Both live in the batch output directory (``make batch``'s ``BATCH_OUT``), never 
 **Job record** (written by :func:`mfulib.batch.job.run_job`, atomically: first with status ``running``, then with
 the outcome): provenance + ``name``, ``layout``, ``status`` (one of :data:`JOB_STATUSES`), ``rc`` (the pipeline's
 exit status; None when it never ran to an end), ``reason`` (why it failed: the step that failed and its last error
-line, the timeout, the interrupt; None when ok), ``failed_step``, ``wall_s`` (seconds, the ``make all`` wall time),
+line, the timeout, the interrupt; None when ok), ``failed_step`` (the step that failed; for a timeout or an
+interrupt, the step the stop reached, None when none under the device lock ran), ``wall_s`` (seconds, the
+``make all`` wall time),
 ``device`` (the device id the job ran on, as the visibility variable takes it; None on CPU), ``device_env``
 (the variables the child got: ``DEVICE_ID`` and ``CUDA_VISIBLE_DEVICES`` / ``ASCEND_RT_VISIBLE_DEVICES``),
 ``runner`` (local|ray), ``started_at`` / ``ended_at`` (ISO times, UTC), ``started_unix`` / ``ended_unix``
@@ -15,10 +17,11 @@ line, the timeout, the interrupt; None when ok), ``failed_step``, ``wall_s`` (se
 **Summary** (:func:`write_summary`): provenance + ``source`` {layout, what was given}, ``out_dir``, ``runner``,
 ``devices``, ``workers``, ``wall_s``, ``interrupted``, ``counts`` {operators, succeeded, reused, failed, timeout,
 interrupted, not_run, skipped, failed_why {reason: n}, skipped_why {reason: n}, search_incomplete (rows whose
-search is incomplete: the budget cut the probe)}, ``sum_op_wall_s``,
+search is incomplete: the budget cut the probe, or a stop ended the probe or the search)}, ``sum_op_wall_s``,
 ``ideal_makespan_s`` (longest-first list schedule of the measured per-operator times on ``workers`` workers,
 Graham's LPT rule), ``rows`` (one per operator, keys :data:`ROW_KEYS`; ``search``: None without a search,
-"complete" (+ "; tie: case a / case b"), or "search incomplete: ..." when the probe's --budget-s cut it -
+"complete" (+ "; limit: <its best point>" + "; tie: case a / case b"), or "search incomplete: ..." when the
+probe's --budget-s cut it or a stop ended the probe or the search -
 :func:`mfulib.batch.summary.search_state`) and ``skipped`` [{name, why}].
 """
 from __future__ import annotations

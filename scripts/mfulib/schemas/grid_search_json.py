@@ -123,3 +123,40 @@ def chosen_cases(path: str) -> tuple:
                    "scale": by_id[c].get("scale"), "grid_search_json": path, "probe_json": doc.get("probe_json")}
                for c in doc["chosen_cases"]}
     return list(doc["chosen_cases"]), origins
+
+
+def stage2_figure(row: dict) -> str:
+    """A stage-2 row's ranking value (``metric_value``: the field :func:`mfulib.search.numerator.common_figure`
+    chose) with its name and unit."""
+    v = row["metric_value"]
+    for fld, label in (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom"), ("mbu", "MBU")):
+        if row.get(fld) == v:
+            return f"{label} {v:.2%}"
+    return f"{v:.4g} {'TFLOP/s' if row.get('actual_tflops') == v else 'GB/s'}"
+
+
+def best_text(doc: dict):
+    """The limit of grid_search.json ``doc`` in words - "case N MFU x% (median of R runs, spread s%[; tie with case
+    M])" - or None when it has no best point."""
+    best = doc.get("best") if isinstance(doc.get("best"), dict) else {}
+    if best.get("case") is None:
+        return None
+    fig = best.get("mfu") if best.get("mfu") is not None else best.get("mbu")
+    text = f"case {best.get('case')}" + (f" {best.get('metric', '').upper()} {fig:.2%}" if fig is not None else
+                                         " (no peak known: no utilisation)")
+    rt = best.get("retimed") or {}
+    if rt.get("runs"):
+        text += f" (median of {rt['runs']} runs, spread {rt['spread'] or 0.0:.1%}" + \
+            (f"; tie with case {rt['tie'][1]})" if rt.get("tie") else ")")
+    return text
+
+
+def best_so_far(doc: dict) -> str:
+    """What a stopped search had found: its best point (:func:`best_text`), else its best stage-2 row ("case N
+    MFU@ach x% (stage 2, not re-timed)"), else "none"."""
+    text = best_text(doc)
+    if text:
+        return text
+    measured = [r for r in doc.get("stage2") or [] if isinstance(r, dict) and r.get("metric_value") is not None]
+    top = max(measured, key=lambda r: r["metric_value"], default=None)
+    return f"case {top['case']} {stage2_figure(top)} (stage 2, not re-timed)" if top else "none"

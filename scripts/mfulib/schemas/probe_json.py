@@ -137,6 +137,10 @@ def passing(doc: dict) -> list:
     return [c for c in doc.get("candidates") or [] if c.get("verdict") == "pass"]
 
 
+#: probe.json ``interrupted`` while a run is in progress: a file that still says so was left by a killed run
+RUNNING = "running"
+
+
 def budget_cut(doc: dict) -> str | None:
     """Why the probe of ``doc`` (a probe.json) stopped at its ``--budget-s`` - its ``interrupted`` text, e.g.
     "--budget-s 150 s reached" - when it did (``complete`` false and ``interrupted`` naming --budget-s: the ladders

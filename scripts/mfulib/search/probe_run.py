@@ -202,7 +202,7 @@ def _new_doc(od, old, backend, device, why, limits, groups, chosen, picked, run_
                skipped_sources={str(k): v for k, v in picked["skipped"].items()},
                traced_flops={str(k): v for k, v in picked["traced"].items()},
                candidates=(old or {}).get("candidates", []), appended=(old or {}).get("appended", {}),
-               backup=(old or {}).get("backup"), resumed=[], complete=False, interrupted="running",
+               backup=(old or {}).get("backup"), resumed=[], complete=False, interrupted=pj.RUNNING,
                inputs=inputs, run_key=run_key)
     return doc
 
