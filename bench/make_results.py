@@ -703,8 +703,11 @@ def summary_rows(pack):
     number). "code unchanged" is the stage's freshness (``freshness`` key set by :func:`render`)."""
     out = []
     for stage, row, *own in _summary_rows(pack):
-        mark = FRESH_MARK[((pack.get(stage) or {}).get("freshness") or {}).get("state", "unknown")]
-        out.append(row + [own[0] if own and own[0] else mark, TITLES[stage]])
+        state = ((pack.get(stage) or {}).get("freshness") or {}).get("state", "unknown")
+        cell = own[0] if own and own[0] else FRESH_MARK[state]
+        if own and own[0] and state == "stale":  # a part from an earlier tree, and the pack's own tree changed too
+            cell += "; and the code of the pack's own tree changed since (the section names it)"
+        out.append(row + [cell, TITLES[stage]])
     return out
 
 

@@ -283,6 +283,17 @@ def test_referee_section_renders_ratio_costs_verdict_and_where_the_limits_differ
     assert "Not run yet: no `batch.json`" in text.split("## Batch over")[1]
 
 
+def test_a_row_stale_by_an_earlier_part_also_says_when_the_packs_own_tree_changed(monkeypatch):
+    rows = [("referee", ["search finds the limit (op)", "1.0", "c", "yes"], "**stale** (measured by an earlier "
+             "tree; changed since: a.py)"), ("referee", ["search finds the limit (op2)", "1.0", "c", "yes"], None)]
+    monkeypatch.setattr(make_results, "_summary_rows", lambda pack: rows)
+    for state, tail in (("fresh", ""), ("stale", "; and the code of the pack's own tree changed since (the section "
+                                                  "names it)")):
+        out = make_results.summary_rows({"referee": {"freshness": {"state": state}}})
+        assert out[0][4] == "**stale** (measured by an earlier tree; changed since: a.py)" + tail
+        assert out[1][4] == make_results.FRESH_MARK[state]
+
+
 def test_a_referee_cost_from_two_device_calls_says_so():
     """--redo-search keeps the brute force of an earlier call: the two wall costs then come from two calls (two
     hosts, perhaps), and the row's note says which trees measured them."""
