@@ -388,3 +388,19 @@ def test_a_stopped_search_without_its_stamp_is_not_done_not_failed(tmp_path):
     (tmp_path / "grid_search.json").write_text(json.dumps(grid))
     rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
     assert rows["search"]["state"] == "failed"
+
+
+def test_a_search_stopped_in_its_re_timing_reports_the_best_median_so_far():
+    # the finished re-timing runs are kept in the stage-2 rows (retimed): what was found is their best median, not
+    # the one-process stage-2 figure (case 15 re-timed above case 17, although 17 led stage 2)
+    from mfulib.schemas import grid_search_json
+    rt = lambda vals: {"runs": len(vals), "values": vals, "median": sorted(vals)[len(vals) // 2]}  # noqa: E731
+    doc = {"complete": False, "best": None, "retime": {"figure": "mfu_ach", "runs": 3},
+           "stage2": [{"case": 17, "status": "ok", "metric_value": 0.20, "mfu_ach": 0.20,
+                       "retimed": rt([0.20, 0.12, 0.16])},
+                      {"case": 15, "status": "ok", "metric_value": 0.17, "mfu_ach": 0.17,
+                       "retimed": rt([0.17, 0.19, 0.185])}]}
+    assert grid_search_json.best_so_far(doc) == "case 15 MFU@ach 18.50% (median of 3 runs; the re-timing was stopped)"
+    for r in doc["stage2"]:
+        r["retimed"] = rt([r["metric_value"]])  # stage 2's own run only: nothing re-timed yet
+    assert grid_search_json.best_so_far(doc) == "case 17 MFU@ach 20.00% (stage 2, not re-timed)"

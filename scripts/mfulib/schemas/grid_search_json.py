@@ -125,14 +125,24 @@ def chosen_cases(path: str) -> tuple:
     return list(doc["chosen_cases"]), origins
 
 
+FIGURE_LABELS = (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom"), ("mbu", "MBU"))
+
+
+def figure_text(field: str, v: float) -> str:
+    """A figure ``v`` of the stage-2 field ``field`` with its name and unit ("MFU@ach 4.57%", "312.4 TFLOP/s")."""
+    label = dict(FIGURE_LABELS).get(field)
+    if label:
+        return f"{label} {v:.2%}"
+    return f"{v:.4g} {'TFLOP/s' if field == 'actual_tflops' else 'GB/s'}"
+
+
 def stage2_figure(row: dict) -> str:
     """A stage-2 row's ranking value (``metric_value``: the field :func:`mfulib.search.numerator.common_figure`
     chose) with its name and unit."""
     v = row["metric_value"]
-    for fld, label in (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom"), ("mbu", "MBU")):
-        if row.get(fld) == v:
-            return f"{label} {v:.2%}"
-    return f"{v:.4g} {'TFLOP/s' if row.get('actual_tflops') == v else 'GB/s'}"
+    field = next((f for f, _ in FIGURE_LABELS if row.get(f) == v),
+                 "actual_tflops" if row.get("actual_tflops") == v else "gbps")
+    return figure_text(field, v)
 
 
 def best_text(doc: dict):
@@ -152,11 +162,20 @@ def best_text(doc: dict):
 
 
 def best_so_far(doc: dict) -> str:
-    """What a stopped search had found: its best point (:func:`best_text`), else its best stage-2 row ("case N
-    MFU@ach x% (stage 2, not re-timed)"), else "none"."""
+    """What a stopped search had found: its best point (:func:`best_text`); else, when re-timing runs had finished,
+    the stage-2 row with the highest median over them ("case N MFU@ach x% (median of R runs; the re-timing was
+    stopped)"); else its best stage-2 row ("case N MFU@ach x% (stage 2, not re-timed)"); else "none"."""
     text = best_text(doc)
     if text:
         return text
-    measured = [r for r in doc.get("stage2") or [] if isinstance(r, dict) and r.get("metric_value") is not None]
+    rows = [r for r in doc.get("stage2") or [] if isinstance(r, dict)]
+    retimed = [r for r in rows if isinstance(r.get("retimed"), dict) and r["retimed"].get("median") is not None
+               and (r["retimed"].get("runs") or 0) > 1]
+    if retimed:
+        top = max(retimed, key=lambda r: r["retimed"]["median"])
+        field = (doc.get("retime") or {}).get("figure") or top["retimed"].get("figure") or "mfu_ach"
+        return (f"case {top['case']} {figure_text(field, top['retimed']['median'])} (median of "
+                f"{top['retimed']['runs']} runs; the re-timing was stopped)")
+    measured = [r for r in rows if r.get("metric_value") is not None]
     top = max(measured, key=lambda r: r["metric_value"], default=None)
     return f"case {top['case']} {stage2_figure(top)} (stage 2, not re-timed)" if top else "none"
