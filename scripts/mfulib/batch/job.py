@@ -86,19 +86,23 @@ def make_command(job: dict, opts: dict, device_index: int, device=None) -> list:
     return cmd + ["all"]
 
 
+def _stat(pid: int):
+    """The fields of /proc/<pid>/stat from field 3 (state) on - after the command name, which may hold spaces and
+    parentheses - or None when the process is gone (Linux; None elsewhere). proc(5): [0] state, [1] ppid, [19]
+    starttime (clock ticks since boot)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _proc_children() -> dict:
     """{ppid: [pid]} of every process (Linux /proc; {} elsewhere)."""
     out = {}
     for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        out.setdefault(ppid, []).append(int(name))
+        if name.isdigit() and (st := _stat(int(name))) is not None:
+            out.setdefault(int(st[1]), []).append(int(name))
     return out
 
 
@@ -112,31 +116,22 @@ def _descendants(pid: int) -> list:
     return out
 
 
-def _stat(pid: int):
-    """(state, start time in clock ticks since boot) of ``pid`` from /proc/<pid>/stat, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[19])  # fields 3 (state) and 22 (starttime) of proc(5), from 3 on here
-    except (OSError, IndexError, ValueError):
-        return None
+def _start(pid: int):
+    """The start time of ``pid`` (clock ticks since boot), or None when it is gone."""
+    st = _stat(pid)
+    return int(st[19]) if st is not None and len(st) > 19 else None
 
 
 def _identities(pids) -> dict:
     """{pid: start time} of the processes ``pids`` that exist now: who they are, so that a pid the kernel gives to
     another process once they exited is never taken for them."""
-    out = {}
-    for pid in pids:
-        st = _stat(pid)
-        if st is not None:
-            out[pid] = st[1]
-    return out
+    return {pid: t for pid in pids if (t := _start(pid)) is not None}
 
 
 def _still(known: dict) -> list:
     """The pids of ``known`` ({pid: start time}) still the same processes (same start time), and their descendants
     now."""
-    same = [p for p, t in known.items() if (_stat(p) or (None, None))[1] == t]
+    same = [p for p, t in known.items() if _start(p) == t]
     return same + [d for p in same for d in _descendants(p)]
 
 
@@ -187,7 +182,8 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, clock=time.monot
                     proc.wait(timeout=POLL_S)
                 except subprocess.TimeoutExpired:
                     continue
-                if not any((_stat(p) or ("Z",))[0] not in ("Z", "X") for p in _still(known)):
+                # every process of the tree gone (a zombie waiting to be reaped counts as gone)
+                if not any((_stat(p) or ["Z"])[0] not in ("Z", "X") for p in _still(known)):
                     graceful = True
                     break
                 time.sleep(POLL_S)

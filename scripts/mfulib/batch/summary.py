@@ -13,10 +13,11 @@ dragging part: the part with the largest time share among those holding >= ``DRA
 x4,seq x2``, "x1" for an original case) come from the probe's ``appended`` record; otherwise the scale is "—" (the
 cases as given). The search's own limit - grid_search.json's ``best``, re-timed across runs, which the final
 collection measures again and may rank otherwise - is in the ``search`` cell ("complete; limit: case N MFU x% (median
-of 3 runs, ...)"). ``search`` (:func:`search_state`) also says whether that search is complete: "search incomplete: ..." when the budget cut the probe (probe.json,
-:func:`mfulib.schemas.probe_json.budget_cut`) or a stop ended the probe or the search (their ``interrupted``, e.g.
-the batch's --op-timeout-s, whose SIGTERM lets the step record it) - the human tables' status then reads "ok (search incomplete)", never a
-plain "ok" - and the tie of its re-timed leaders where there is one.
+of 3 runs, ...)"). ``search`` (:func:`search_state`) also says whether that search is complete: "search
+incomplete: ..." when the budget cut the probe (probe.json, :func:`mfulib.schemas.probe_json.budget_cut`) or a stop
+ended the probe or the search (their ``interrupted``, e.g. the batch's --op-timeout-s, whose SIGTERM lets the step
+record it) - the human tables' status then reads "ok (search incomplete)", never a plain "ok" - and the tie of its
+re-timed leaders where there is one.
 
 Files (:func:`write_outputs`, in the batch output dir): ``batch_summary.json`` (:mod:`mfulib.schemas.batch_json`),
 ``batch_summary.csv`` (raw numbers, MFU/MBU as fractions), ``batch_summary.md`` and ``index.html`` (percentages,

@@ -186,8 +186,7 @@ class Probe:
 
     def first_candidate(self, source: int):
         """The first candidate of ``source``'s first ladder ({its first scaled symbol: 2}), or None."""
-        names = self.scaled_symbols(source)
-        return {names[0]: 2} if names else None
+        return next(iter(self.ladder_starts(source)), None)
 
     def ladder_starts(self, source: int) -> list:
         """The first candidate of each of ``source``'s single ladders ({symbol: 2}), in the order they run: traced
