@@ -10,7 +10,9 @@ are always in it. Stage 1 ranks the pool by wall clock per call, without the pro
 compiling prime call, --warmup 1, then up to --repeats 10 iterations of back-to-back calls with one device
 synchronize, ~10 ms each so the launch latency is amortised, stopped once at least 2 sum to --stage1-budget-s 0.1 s;
 median per call; wall_s per case); stage 2 measures the top --stage2-k (3), and the cases ranked within --stage2-tie
-(5%) of stage 1's leader up to --stage2-max (2 x k) in all, with the collector (msprof_perf_summary.py --cases;
+(5%) of stage 1's leader up to --stage2-max (2 x k) in all, and up to --stage2-host (2) host-bound cases (calls at
+most 2 x the lightest call's wall time, where that call is host time: the host's launch rate, not the kernel, sets
+their wall clock, so stage 1 cannot rank them; npu and cuda only), with the collector (msprof_perf_summary.py --cases;
 precise kernel time; PMU: cuda --pmu from --stage2-pmu, default auto). The result is the maximum MFU (MFU@ach with
 peak.json, else MFU@nom) of the precise kernel time; an operator without matrix work gets MBU (bytes moved = inputs +
 outputs). Numerator = min(traced, executed) where hardware counts exist (CUDA tensor instructions on mma.sync
@@ -37,7 +39,7 @@ from mfulib.core.fmt import pct  # noqa: E402
 
 def build_parser():
     from mfulib.search.grid import CHECK_FLOPS
-    from mfulib.search.stage1 import STAGE2_TIE
+    from mfulib.search.stage1 import STAGE2_HOST, STAGE2_TIE
     p = cli.parser(__doc__, prog="mfu_grid_search.py")
     p.add_argument("--dir", required=True, help="operator work directory (prepared; probe.json from the probe)")
     p.add_argument("--backend", default="auto", metavar="{auto,npu,cuda,cpu}",
@@ -53,6 +55,10 @@ def build_parser():
                         "only)")
     p.add_argument("--stage2-max", type=int, default=None,
                    help="stage-2 cases at most, ties included (default 2 x --stage2-k)")
+    p.add_argument("--stage2-host", type=int, default=STAGE2_HOST,
+                   help="also measure in stage 2 this many of the best host-bound cases, beyond --stage2-max "
+                        f"(default {STAGE2_HOST}; 0: none; npu and cuda only): near the host's per-call floor a wall "
+                        "clock measures the launch rate, not the kernel")
     p.add_argument("--warmup", type=int, default=None,
                    help="stage-1 warmup iterations after the compiling prime call (default 1)")
     p.add_argument("--repeats", type=int, default=None,
@@ -197,7 +203,8 @@ def main(argv=None):
     from mfulib.search.grid import SearchOptions, run_search
     opts = SearchOptions(op_dir=args.dir, backend=args.backend, device_id=args.device, seed=args.seed,
                          top_n=args.top_n, stage2_k=args.stage2_k, stage2_tie=args.stage2_tie,
-                         stage2_max=args.stage2_max, warmup=args.warmup, repeats=args.repeats,
+                         stage2_max=args.stage2_max, stage2_host=args.stage2_host, warmup=args.warmup,
+                         repeats=args.repeats,
                          stage2_warmup=args.stage2_warmup, stage2_repeats=args.stage2_repeats,
                          stage2_pmu=args.stage2_pmu, counts_on=args.counts_on, stage1_budget_s=args.stage1_budget_s,
                          stage1_retime=args.stage1_retime,

@@ -15,8 +15,10 @@ largest shape (scaled up, data fall out of cache and MFU often drops), so the se
   (bytes moved for MBU) over the median wall time per call of back-to-back calls (:mod:`mfulib.core.wallclock`);
 * **stage 2**: the top :attr:`SearchOptions.stage2_k` (3), and the cases ranked within
   :attr:`SearchOptions.stage2_tie` (5%) of stage 1's leader up to :attr:`SearchOptions.stage2_max` (2 x k) in all
-  (:func:`mfulib.search.stage1.stage2_cases`: stage 1's wall clock cannot order cases that close), are measured by the
-  collector
+  (:func:`mfulib.search.stage1.stage2_cases`: stage 1's wall clock cannot order cases that close), and up to
+  :attr:`SearchOptions.stage2_host` (2) more, the best host-bound cases (:func:`mfulib.search.stage1.host_bound_cases`:
+  calls near the host's per-call floor, whose wall clock the host's launch rate sets; device backends only - on cpu
+  a call runs to its end), are measured by the collector
   (``msprof_perf_summary.py --cases``; on CUDA with ``--pmu auto`` (:attr:`SearchOptions.stage2_pmu`) for the
   tensor instruction counts): precise kernel time, numerator min(traced, executed) (:mod:`mfulib.search.numerator`;
   executed FLOPs from :mod:`mfulib.flops.executed`, none on NPU), MFU@nom against
@@ -47,7 +49,7 @@ from mfulib.flops import executed as _executed
 from mfulib.search import counting as _counting
 from mfulib.search import numerator as _sn
 from mfulib.search import retime as _rt
-from mfulib.search.stage1 import SCRATCH, STAGE1_BUDGET_S, STAGE2_TIE, stage1, stage2_cases
+from mfulib.search.stage1 import SCRATCH, STAGE1_BUDGET_S, STAGE2_HOST, STAGE2_TIE, stage1, stage2_cases
 from mfulib.search.pool import (ALWAYS_TOP, CHECK_FLOPS, build_pool, check_probe_cases, flops_py_values, read_probe,
                                 trace_flops)
 from mfulib.core.definitions import is_positive, measured_peak_tflops, peak_key
@@ -72,6 +74,7 @@ class SearchOptions:
     stage2_k: int = 3
     stage2_tie: float = STAGE2_TIE
     stage2_max: int | None = None  # None: 2 x stage2_k
+    stage2_host: int = STAGE2_HOST  # host-bound cases stage 2 adds (stage1.host_bound_cases)
     warmup: int | None = None
     repeats: int | None = None
     stage2_warmup: int | None = None
@@ -292,6 +295,13 @@ def best_of(stage2_rows: list, pool: list, metric: str):
 # ------------------------------------------------------------------------------------------------ the search
 
 
+def stage2_host(backend, opts: SearchOptions) -> int:
+    """How many host-bound cases stage 2 adds (:func:`mfulib.search.stage1.host_bound_cases`): ``opts.stage2_host`` on
+    a backend whose calls return before their kernels end (a device queue: ``torch_namespace`` set - npu, cuda); 0 on a
+    host backend (cpu: the Triton interpreter runs each call to its end, so its wall clock is its kernel's)."""
+    return opts.stage2_host if backend.torch_namespace else 0
+
+
 def check_options(opts: SearchOptions) -> None:
     """UserError for option values that would search nothing or run forever."""
     if opts.top_n < ALWAYS_TOP:
@@ -302,6 +312,8 @@ def check_options(opts: SearchOptions) -> None:
         raise UserError(f"--stage2-tie {opts.stage2_tie}: a fraction in [0, 1) (0.05 = within 5% of stage 1's leader)")
     if opts.stage2_max is not None and opts.stage2_max < opts.stage2_k:
         raise UserError(f"--stage2-max {opts.stage2_max}: at least --stage2-k ({opts.stage2_k})")
+    if not isinstance(opts.stage2_host, int) or isinstance(opts.stage2_host, bool) or opts.stage2_host < 0:
+        raise UserError(f"--stage2-host {opts.stage2_host}: a number of cases >= 0 (0: none added)")
     if opts.warmup < 0 or opts.repeats < 1:
         raise UserError(f"--warmup {opts.warmup} / --repeats {opts.repeats}: warmup >= 0 and repeats >= 1")
     if opts.stage1_budget_s is not None and not is_positive(opts.stage1_budget_s):
@@ -412,7 +424,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         for r in doc["stage1"]:
             if r["status"] == "not_verified":
                 excluded.append({"case": r["case"], "reason": r["error"]})
-        top, why_top = stage2_cases(doc["stage1"], opts.stage2_k, opts.stage2_tie, opts.stage2_max)
+        top, why_top = stage2_cases(doc["stage1"], opts.stage2_k, opts.stage2_tie, opts.stage2_max,
+                                     stage2_host(backend, opts))
         notes.append(f"stage 2 measures {why_top}")
         log(f"stage 2 measures {why_top}")
         if not top:
