@@ -622,13 +622,17 @@ def test_a_job_whose_runner_raises_is_recorded_failed_and_the_pool_runs_the_othe
     assert os.path.exists(jobs[2]["record"])  # the failed record is written, not left "running"
 
 
-def test_a_job_interrupted_before_the_batch_sees_the_ctrl_c_starts_no_other(tmp_path):
+def test_a_job_interrupted_before_the_batch_sees_the_ctrl_c_starts_no_other(tmp_path, monkeypatch):
     """A Ctrl-C that ends an operator's child (its status ``interrupted``) before the batch's own thread handles
     it: the worker waits for the batch's interrupt instead of starting the next job at once (the race behind a
     batch that showed two interrupted operators and none not run). The Ctrl-C is a real SIGINT to this process,
     sent by the job just before it returns."""
     import signal
+    from mfulib.batch import plan
     from mfulib.batch.plan import run_local
+    # the wait ends as soon as the batch's thread has seen the Ctrl-C; a long grace keeps a loaded host (the main
+    # thread scheduled late) from turning the race this test pins into a flaky failure
+    monkeypatch.setattr(plan, "INTERRUPT_GRACE_S", 30.0)
     jobs = [{"name": f"op{i}", "op": f"op{i}", "layout": "B", "work": str(tmp_path / f"w{i}"),
              "log": str(tmp_path / f"op{i}.log"), "record": str(tmp_path / f"op{i}.json")} for i in range(3)]
     ran = []
