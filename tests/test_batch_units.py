@@ -630,9 +630,13 @@ def test_a_job_interrupted_before_the_batch_sees_the_ctrl_c_starts_no_other(tmp_
     import signal
     from mfulib.batch import plan
     from mfulib.batch.plan import run_local
-    # the wait ends as soon as the batch's thread has seen the Ctrl-C; a long grace keeps a loaded host (the main
+    import threading
+    # the wait ends as soon as the batch's thread has seen the Ctrl-C; a longer grace keeps a loaded host (the main
     # thread scheduled late) from turning the race this test pins into a flaky failure
-    monkeypatch.setattr(plan, "INTERRUPT_GRACE_S", 30.0)
+    monkeypatch.setattr(plan, "INTERRUPT_GRACE_S", 10.0)
+    # Python's own Ctrl-C handler, whatever an earlier test in this worker left installed, restored afterwards
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    main = threading.main_thread().ident
     jobs = [{"name": f"op{i}", "op": f"op{i}", "layout": "B", "work": str(tmp_path / f"w{i}"),
              "log": str(tmp_path / f"op{i}.log"), "record": str(tmp_path / f"op{i}.json")} for i in range(3)]
     ran = []
@@ -641,11 +645,16 @@ def test_a_job_interrupted_before_the_batch_sees_the_ctrl_c_starts_no_other(tmp_
         ran.append(job["name"])
         if job["name"] == "op0":
             return {"name": "op0", "status": "ok"}
-        os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C: the batch's thread sees it after this job ends
+        # the user's Ctrl-C, to the batch's main thread as a terminal's reaches it (a signal os.kill sends from this
+        # worker thread may be taken by another thread, which leaves the main thread asleep in its wait)
+        signal.pthread_kill(main, signal.SIGINT)
         return {"name": job["name"], "status": "interrupted"}
 
     done = []
-    assert run_local(jobs, [0], {}, done.append, run_job) is True
+    try:
+        assert run_local(jobs, [0], {}, done.append, run_job) is True
+    finally:
+        signal.signal(signal.SIGINT, old_handler)
     assert ran == ["op0", "op1"] and [r["status"] for r in done] == ["ok", "interrupted"]
 
 
