@@ -675,3 +675,55 @@ def test_a_ctrl_c_in_the_pool_delivers_each_finished_record_once(tmp_path):
     interrupted = run_local(jobs, [0], {}, on_done, lambda job, opts, dev, restrict, stop: {"name": job["name"]})
     assert interrupted is True
     assert len(done) == len(set(done)) and done[0] == "op0"
+
+
+# ------------------------------------------------------------------------------------------------ resumed costs
+
+def _record(path, **fields):
+    from mfulib.schemas.batch_json import write_job_record
+    write_job_record(str(path), {"name": "op", "op": "op", "layout": "B", **fields})
+
+
+@pytest.mark.parametrize("prior, force, want", [
+    (None, False, 0.0),  # no record: a run from scratch
+    ({"status": "ok", "wall_s": 50.0, "wall_total_s": 70.0}, False, 0.0),  # an ok run is redone only with FORCE=1
+    ({"status": "timeout", "wall_s": 30.0, "wall_total_s": 45.0}, False, 45.0),  # resumed twice: both stretches
+    ({"status": "interrupted", "wall_s": 12.5}, False, 12.5),  # a record from before wall_total_s
+    ({"status": "failed", "wall_s": 30.0, "wall_total_s": 45.0}, True, 0.0),  # FORCE=1 redoes every step
+    ({"status": "running", "wall_s": None}, False, 0.0),  # a batch killed hard: no wall time known
+])
+def test_a_resumed_operator_carries_the_seconds_of_its_unfinished_runs(tmp_path, prior, force, want):
+    from mfulib.batch.job import earlier_wall_s
+    job = {"record": str(tmp_path / "op.json")}
+    if prior is not None:
+        _record(tmp_path / "op.json", **prior)
+    assert earlier_wall_s(job, {"force": force}) == want
+    (tmp_path / "op.json").write_text("{not json")
+    assert earlier_wall_s(job, {}) == 0.0  # unreadable: as from scratch (the batch names the bad file elsewhere)
+
+
+def test_the_longest_first_order_uses_an_operators_whole_cost(tmp_path):
+    from mfulib.batch.plan import history
+    from mfulib.schemas.batch_json import write_summary
+    jobs = [{"name": n, "record": str(tmp_path / f"{n}.json")} for n in ("a", "b", "c")]
+    _record(tmp_path / "a.json", status="ok", wall_s=10.0, wall_total_s=100.0)  # resumed after a 90 s timeout
+    _record(tmp_path / "b.json", status="ok", wall_s=40.0)  # an older record: wall_s alone
+    _record(tmp_path / "c.json", status="timeout", wall_s=30.0, wall_total_s=30.0)  # not finished: no cost yet
+    assert history(str(tmp_path), None, jobs) == {"a": 100.0, "b": 40.0}
+    rows = [{"name": "c", "status": "ok", "wall_s": 5.0, "wall_total_s": 65.0}]
+    path = write_summary(str(tmp_path), {"rows": rows})
+    assert history(str(tmp_path), path, jobs) == {"a": 100.0, "b": 40.0, "c": 65.0}
+
+
+def test_a_timed_out_operator_resumed_by_the_next_batch_records_both_runs(tmp_path, stub):
+    out = tmp_path / "out"
+    r1, s1 = run_batch(stub, out, "--examples", "zoo", "--ops", "2_Softmax", "--op-timeout-s", "1.5",
+                       "--stop-grace-s", "0", plan={"zoo/2_Softmax": "hang"})
+    first = s1["rows"][0]
+    assert first["status"] == "timeout" and first["wall_s"] >= 1.5 and first["wall_total_s"] == first["wall_s"]
+    r2, s2 = run_batch(stub, out, "--examples", "zoo", "--ops", "2_Softmax", env={"STUB_SLEEP": "0.2"})
+    row = s2["rows"][0]
+    rec = json.loads((out / "jobs" / "zoo__2_Softmax.json").read_text())
+    assert row["status"] == "ok" and rec["wall_earlier_s"] == first["wall_s"], r2.stdout + r2.stderr
+    assert row["wall_total_s"] == pytest.approx(row["wall_s"] + first["wall_s"], abs=2e-3)
+    assert "wall_total_s" in (out / "batch_summary.csv").read_text().splitlines()[0]

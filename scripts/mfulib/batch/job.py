@@ -38,6 +38,7 @@ import signal
 import subprocess
 import time
 
+from mfulib.core.errors import UserError
 from mfulib.schemas.batch_json import read_job_record, write_job_record
 
 MAKE_ENV_DROP = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR", "MAKEFILES")
@@ -280,7 +281,8 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
     cmd = make_command(job, opts, dev_index, device if restrict else None)
     shown_env = {k: env.get(k) for k in ("DEVICE_ID", "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")}
     rec = {"name": job["name"], "op": job["op"], "layout": job["layout"], "status": "running", "rc": None,
-           "reason": None, "failed_step": None, "wall_s": None, "device": device, "device_env": shown_env,
+           "reason": None, "failed_step": None, "wall_s": None, "wall_earlier_s": earlier_wall_s(job, opts),
+           "wall_total_s": None, "device": device, "device_env": shown_env,
            "runner": opts.get("runner", "local"), "started_at": _now(), "ended_at": None,
            "started_unix": time.time(), "ended_unix": None, "work": job["work"], "log": job["log"],
            "command": cmd, "report_html": None, "pruned_prof": []}
@@ -366,9 +368,28 @@ def _after_success(rec, job, opts, env, stop):
 
 
 def _finish(rec, t0, status, rc, reason, job):
-    rec.update(status=status, rc=rc, reason=reason, wall_s=round(time.perf_counter() - t0, 3), ended_at=_now(),
+    wall_s = round(time.perf_counter() - t0, 3)
+    rec.update(status=status, rc=rc, reason=reason, wall_s=wall_s,
+               wall_total_s=round(wall_s + (rec.get("wall_earlier_s") or 0.0), 3), ended_at=_now(),
                ended_unix=time.time())
     write_job_record(job["record"], rec)
+
+
+def earlier_wall_s(job: dict, opts: dict) -> float:
+    """Seconds the operator's earlier, unfinished runs took (its job record's ``wall_total_s``, else ``wall_s``), which
+    this run continues: make resumes from the steps' stamps, so the operator's whole cost is the sum of its runs. 0
+    when there is no record, the record is ok or unreadable (a run from scratch), or ``opts["force"]`` (FORCE=1 redoes
+    every step); a record left ``running`` by a batch killed hard has no wall time and adds 0."""
+    if opts.get("force"):
+        return 0.0
+    try:
+        prior = read_job_record(job["record"])
+    except UserError:
+        return 0.0
+    if prior is None or prior.get("status") in ("ok", "running"):
+        return 0.0
+    total = prior.get("wall_total_s")
+    return float(total if isinstance(total, (int, float)) else prior.get("wall_s") or 0.0)
 
 
 def finished(job: dict) -> dict | None:
@@ -380,7 +401,8 @@ def finished(job: dict) -> dict | None:
 def failed_record(job: dict, opts: dict, reason: str, device=None) -> dict:
     """Write and return a ``failed`` record for a job that could not report itself (its runner failed)."""
     rec = {"name": job["name"], "op": job["op"], "layout": job["layout"], "status": "failed", "rc": None,
-           "reason": reason, "failed_step": None, "wall_s": None, "device": device, "device_env": {},
+           "reason": reason, "failed_step": None, "wall_s": None, "wall_earlier_s": None, "wall_total_s": None,
+           "device": device, "device_env": {},
            "runner": opts.get("runner", "local"), "started_at": None, "ended_at": _now(), "started_unix": None,
            "ended_unix": time.time(), "work": job["work"], "log": job["log"], "command": None, "report_html": None,
            "pruned_prof": []}

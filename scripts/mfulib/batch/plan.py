@@ -23,7 +23,7 @@ NPUs present as ``/dev/davinci<N>`` (the Ascend driver's device nodes), else one
 
 Order (:func:`estimate_costs`): longest first by estimated cost. The estimate is, in this order, the operator's
 measured wall time of an earlier run (its ok job record in this output dir, or ``COSTS_FROM=<batch_summary.json>``
-of another batch); else its total input bytes over all cases (the case file's tensors, shape x dtype size, summed
+of another batch; ``wall_total_s``: the unfinished runs that the ok one resumed are part of its cost); else its total input bytes over all cases (the case file's tensors, shape x dtype size, summed
 over lines) times the median seconds-per-byte of the operators that have both; else unknown. Unknown estimates go
 first (by input bytes, then name): an unknown operator may be a long one, and longest-first (Graham's LPT list
 schedule) loses least by starting long jobs early. Each free worker takes the next operator in that order.
@@ -167,20 +167,30 @@ def input_bytes(case_file) -> int | None:
 
 
 def history(out_dir: str, costs_from: str | None, jobs) -> dict:
-    """{name: measured wall seconds} of earlier ok runs: COSTS_FROM's rows first, then this dir's job records."""
+    """{name: measured wall seconds} of earlier ok runs: COSTS_FROM's rows first, then this dir's job records. The
+    seconds are the operator's whole cost, ``wall_total_s`` (its unfinished runs that an ok run resumed included),
+    else - files written before it existed - ``wall_s``."""
     out = {}
     if costs_from:
         for row in read_summary(costs_from)["rows"]:
-            if row.get("status") == "ok" and isinstance(row.get("wall_s"), (int, float)):
-                out[row["name"]] = float(row["wall_s"])
+            if row.get("status") == "ok" and _seconds(row):
+                out[row["name"]] = _seconds(row)
     for j in jobs:
         try:
             rec = read_job_record(j["record"])
         except UserError:
             rec = None
-        if rec and rec.get("status") == "ok" and rec.get("wall_s"):
-            out[j["name"]] = float(rec["wall_s"])
+        if rec and rec.get("status") == "ok" and _seconds(rec):
+            out[j["name"]] = _seconds(rec)
     return out
+
+
+def _seconds(rec: dict):
+    """``wall_total_s`` of a job record or summary row, else its ``wall_s``; None when neither is a number."""
+    for key in ("wall_total_s", "wall_s"):
+        if isinstance(rec.get(key), (int, float)) and not isinstance(rec.get(key), bool):
+            return float(rec[key])
+    return None
 
 
 def estimate_costs(jobs, measured: dict) -> list:

@@ -113,6 +113,7 @@ def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
         row.update(status="not_run", reason="not started (the batch was interrupted first)")
     else:
         row.update(status=rec["status"], reason=rec.get("reason"), wall_s=rec.get("wall_s"),
+                   wall_total_s=rec.get("wall_total_s", rec.get("wall_s")),
                    device=rec.get("device"), report_html=rec.get("report_html"))
     html_path = os.path.join(job["work"], "report.html")
     if row["report_html"] is None and os.path.isfile(html_path):
@@ -183,7 +184,8 @@ def _cell(v):
 
 def _frame(rows, human: bool, out_dir: str, links: bool = False):
     import pandas as pd
-    cols = [k for k in ROW_KEYS if k not in ("work", "log", "report_html", "decompose_json")] if human else \
+    cols = [k for k in ROW_KEYS if k not in ("work", "log", "report_html", "decompose_json", "wall_total_s")] if human \
+        else \
         list(ROW_KEYS)
     data = []
     for r in rows:

@@ -7,7 +7,9 @@ the outcome): provenance + ``name``, ``layout``, ``status`` (one of :data:`JOB_S
 exit status; None when it never ran to an end), ``reason`` (why it failed: the step that failed and its last error
 line, the timeout, the interrupt; None when ok), ``failed_step`` (the step that failed; for a timeout or an
 interrupt, the step the stop reached, None when none under the device lock ran), ``wall_s`` (seconds, the
-``make all`` wall time),
+``make all`` wall time of this run), ``wall_earlier_s`` (seconds of the earlier unfinished runs this one resumed -
+failed, timed out, interrupted - 0 after an ok one or with FORCE=1: :func:`mfulib.batch.job.earlier_wall_s`),
+``wall_total_s`` (``wall_s`` + ``wall_earlier_s``: the operator's whole cost, what a later batch orders by),
 ``device`` (the device id the job ran on, as the visibility variable takes it; None on CPU), ``device_env``
 (the variables the child got: ``DEVICE_ID`` and ``CUDA_VISIBLE_DEVICES`` / ``ASCEND_RT_VISIBLE_DEVICES``),
 ``runner`` (local|ray), ``started_at`` / ``ended_at`` (ISO times, UTC), ``started_unix`` / ``ended_unix``
@@ -40,7 +42,7 @@ SUMMARY_NAME = "batch_summary.json"
 JOB_STATUSES = ("running", "ok", "failed", "timeout", "interrupted")
 # one summary row per operator (CSV / markdown / HTML columns, in this order)
 ROW_KEYS = ("name", "layout", "status", "reason", "case", "scale", "factors", "search", "dtype", "mfu_nom", "mfu_ach", "mbu",
-            "headline", "dragging_part", "bound", "numerator", "errors", "wall_s", "device", "resumed", "older",
+            "headline", "dragging_part", "bound", "numerator", "errors", "wall_s", "wall_total_s", "device", "resumed", "older",
             "work", "log", "report_html", "decompose_json")
 
 
@@ -71,8 +73,9 @@ def read_job_record(path: str):
         raise UserError(f"{path}: not an mfu_batch job record (tool={JOB_TOOL}) - {fix}")
     if doc.get("status") not in JOB_STATUSES:
         raise wrong_type(path, "status", doc.get("status"), f"one of {JOB_STATUSES}", fix)
-    if doc.get("wall_s") is not None and not isinstance(doc["wall_s"], (int, float)):
-        raise wrong_type(path, "wall_s", doc["wall_s"], "seconds (a number) or null", fix)
+    for key in ("wall_s", "wall_total_s"):
+        if doc.get(key) is not None and not isinstance(doc[key], (int, float)):
+            raise wrong_type(path, key, doc[key], "seconds (a number) or null", fix)
     return doc
 
 
