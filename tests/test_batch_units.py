@@ -27,7 +27,9 @@ BATCH = os.path.join(ROOT, "scripts", "mfu_batch.py")
 STUB_MAKE = r'''#!/usr/bin/env python3
 import json, os, subprocess, sys, time
 args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
-if sys.argv[-1] != "all":
+if sys.argv[-1] != "all":  # another target (the batch's `make report` after `all`): its arguments, beside the record
+    target = os.path.join(os.environ["STUB_DIR"], args["OP"].replace("/", "__") + "." + sys.argv[-1] + ".args")
+    open(target, "w").write(json.dumps(args))
     sys.exit(0)
 op, start = args["OP"], time.time()
 action = json.loads(os.environ.get("STUB_PLAN", "{}")).get(op, "ok")
@@ -691,6 +693,7 @@ def _record(path, **fields):
     ({"status": "interrupted", "wall_s": 12.5}, False, 12.5),  # a record from before wall_total_s
     ({"status": "failed", "wall_s": 30.0, "wall_total_s": 45.0}, True, 0.0),  # FORCE=1 redoes every step
     ({"status": "running", "wall_s": None}, False, 0.0),  # a batch killed hard: no wall time known
+    ({"status": "running", "wall_s": None, "wall_earlier_s": 20.0}, False, 20.0),  # ... but the runs before it are
 ])
 def test_a_resumed_operator_carries_the_seconds_of_its_unfinished_runs(tmp_path, prior, force, want):
     from mfulib.batch.job import earlier_wall_s
@@ -727,3 +730,44 @@ def test_a_timed_out_operator_resumed_by_the_next_batch_records_both_runs(tmp_pa
     assert row["status"] == "ok" and rec["wall_earlier_s"] == first["wall_s"], r2.stdout + r2.stderr
     assert row["wall_total_s"] == pytest.approx(row["wall_s"] + first["wall_s"], abs=2e-3)
     assert "wall_total_s" in (out / "batch_summary.csv").read_text().splitlines()[0]
+
+
+def test_a_runner_failure_keeps_the_seconds_of_the_runs_before_it(tmp_path):
+    from mfulib.batch.job import earlier_wall_s, failed_record
+    job = {"name": "op", "op": "op", "layout": "B", "record": str(tmp_path / "op.json"), "log": str(tmp_path / "l"),
+           "work": str(tmp_path / "w")}
+    _record(tmp_path / "op.json", status="timeout", wall_s=30.0, wall_earlier_s=15.0, wall_total_s=45.0)
+    rec = failed_record(job, {}, "the batch could not run it: RuntimeError: boom")
+    assert rec["wall_earlier_s"] == rec["wall_total_s"] == 45.0 and rec["wall_s"] is None
+    assert earlier_wall_s(job, {}) == 45.0  # the next run still carries them
+
+
+@pytest.mark.parametrize("field, value", [("wall_total_s", -50.0), ("wall_s", True), ("wall_earlier_s", float("nan")),
+                                          ("wall_total_s", float("inf")), ("wall_s", "12")])
+def test_a_job_record_with_impossible_seconds_is_refused_by_name(tmp_path, field, value):
+    from mfulib.schemas.batch_json import read_job_record
+    path = tmp_path / "op.json"
+    path.write_text(json.dumps({"tool": "mfu_batch_job", "name": "op", "status": "timeout", field: value}))
+    from mfulib.core.errors import UserError
+    with pytest.raises(UserError, match=f"op.json.*{field}.*finite number >= 0"):
+        read_job_record(str(path))
+
+
+def test_the_whole_cost_is_never_below_the_last_run_and_ignores_nonsense():
+    from mfulib.schemas.batch_json import whole_cost_s
+    assert whole_cost_s({"wall_s": 10.0, "wall_total_s": 25.0}) == 25.0
+    assert whole_cost_s({"wall_s": 100.0, "wall_total_s": 1.0}) == 100.0  # a total below its own last run
+    assert whole_cost_s({"wall_s": 10.0, "wall_total_s": 0.0}) == 10.0  # a zero total does not hide wall_s
+    assert whole_cost_s({"wall_s": -3.0, "wall_total_s": True}) is None  # a foreign summary row: not trusted
+    assert whole_cost_s({"wall_s": None}) is None
+
+
+def test_force_redoes_an_operator_once_not_again_in_its_report_make(tmp_path, stub):
+    """FORCE=1 goes to the operator's ``make all`` only: the ``make report`` after it would otherwise redo step 1 and
+    every step after it (a second backup of the work dir, twice the device time)."""
+    r, s = run_batch(stub, tmp_path / "out", "--examples", "zoo", "--ops", "2_Softmax", "--force",
+                     env={"STUB_SLEEP": "0.1"})
+    assert s["rows"][0]["status"] == "ok", r.stdout + r.stderr
+    assert stub_records(stub)["zoo/2_Softmax"]["args"].get("FORCE") == "1"
+    report_args = json.loads((stub[1] / "zoo__2_Softmax.report.args").read_text())
+    assert "FORCE" not in report_args and report_args["OP"] == "zoo/2_Softmax"

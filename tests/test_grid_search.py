@@ -448,6 +448,26 @@ def test_stage2_also_measures_the_best_cases_whose_wall_clock_the_host_sets():
     assert stage1_mod.stage2_cases(rows, 3, tie=0.0)[0] == [310, 321, 326, 342, 347]  # beside the top k alone too
 
 
+def test_the_host_bound_band_reads_all_the_lightest_calls_and_says_what_it_measured():
+    # two calls of 40 us, 5x apart in work: whichever comes first, the floor is host time
+    a = _timed_rows([(1, 1.0, 500), (2, 0.9, 300), (3, 0.5, 40), (6, 0.1, 40)])
+    b = _timed_rows([(1, 1.0, 500), (2, 0.9, 300), (6, 0.1, 40), (3, 0.5, 40)])
+    assert stage1_mod.host_bound_cases(a)[0] == stage1_mod.host_bound_cases(b)[0] == pytest.approx(40e3)
+    # a case the tie band's cap left out but the host band takes is not called left out
+    cases, why = stage1_mod.stage2_cases(_timed_rows([(1, 1.0, 500), (2, 0.99, 500), (3, 0.98, 60), (4, 0.97, 500),
+                                                      (5, 0.6, 60), (6, 0.1, 40)]), 1, max_k=2)
+    assert cases == [1, 2, 3, 5] and "left out 1 more within the band: case(s) 4)" in why
+    assert "1 more host-bound case not measured: 6" in why
+    one = stage1_mod.stage2_cases(_timed_rows([(1, 1.0, 500), (2, 0.3, 500), (3, 0.1, 40)]), 1)[1]
+    assert "the 1 best host-bound case (3:" in one and "its wall figure (0.10 x the leader's) may understate its " \
+        "kernel" in one
+    for lead in (0.0, -0.1, float("nan")):  # no leader figure to compare with: no band, no error
+        assert "host-bound" not in stage1_mod.stage2_cases(_timed_rows([(1, lead, 500), (2, 0.05, 40),
+                                                                        (3, 0.02, 60)]), 1)[1]
+    twice = stage1_mod.stage2_cases(_timed_rows([(1, 1.0, 500), (7, 0.2, 40), (7, 0.2, 40)]), 1)[0]
+    assert twice == [1, 7]
+
+
 def test_the_host_bound_band_is_for_device_queues_only():
     from mfulib.backends.cpu import CpuBackend
     from mfulib.backends.cuda import CudaBackend

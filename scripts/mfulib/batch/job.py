@@ -39,7 +39,7 @@ import subprocess
 import time
 
 from mfulib.core.errors import UserError
-from mfulib.schemas.batch_json import read_job_record, write_job_record
+from mfulib.schemas.batch_json import carried_s, read_job_record, write_job_record
 
 MAKE_ENV_DROP = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR", "MAKEFILES")
 STEP_FAILED = re.compile(r"make: step (\S+) FAILED \(exit status (\d+)\)")
@@ -348,7 +348,7 @@ def _after_success(rec, job, opts, env, stop):
     """The optional report target, then the profile pruning (KEEP_PROF=0)."""
     html = os.path.join(job["work"], "report.html")
     if _has_report_target(opts["skill_dir"]):
-        cmd = make_command(job, opts, 0)[:-1] + ["report"]
+        cmd = make_command(job, dict(opts, force=False), 0)[:-1] + ["report"]  # FORCE=1 would redo every step
         with open(job["log"], "a", encoding="utf-8") as log:
             log.write(f"# {' '.join(cmd)}\n")
             log.flush()
@@ -376,20 +376,16 @@ def _finish(rec, t0, status, rc, reason, job):
 
 
 def earlier_wall_s(job: dict, opts: dict) -> float:
-    """Seconds the operator's earlier, unfinished runs took (its job record's ``wall_total_s``, else ``wall_s``), which
-    this run continues: make resumes from the steps' stamps, so the operator's whole cost is the sum of its runs. 0
-    when there is no record, the record is ok or unreadable (a run from scratch), or ``opts["force"]`` (FORCE=1 redoes
-    every step); a record left ``running`` by a batch killed hard has no wall time and adds 0."""
+    """Seconds the operator's earlier, unfinished runs took, which this run continues: make resumes from the steps'
+    stamps, so the operator's whole cost is the sum of its runs (:func:`mfulib.schemas.batch_json.carried_s` of its
+    job record). 0 when there is no record, the record is ok or unreadable (a run from scratch), or
+    ``opts["force"]`` (FORCE=1 redoes every step)."""
     if opts.get("force"):
         return 0.0
     try:
-        prior = read_job_record(job["record"])
+        return carried_s(read_job_record(job["record"]))
     except UserError:
         return 0.0
-    if prior is None or prior.get("status") in ("ok", "running"):
-        return 0.0
-    total = prior.get("wall_total_s")
-    return float(total if isinstance(total, (int, float)) else prior.get("wall_s") or 0.0)
 
 
 def finished(job: dict) -> dict | None:
@@ -399,9 +395,11 @@ def finished(job: dict) -> dict | None:
 
 
 def failed_record(job: dict, opts: dict, reason: str, device=None) -> dict:
-    """Write and return a ``failed`` record for a job that could not report itself (its runner failed)."""
+    """Write and return a ``failed`` record for a job that could not report itself (its runner failed); it keeps the
+    seconds of the runs before it (``wall_earlier_s`` = ``wall_total_s``: this run's own time is unknown)."""
+    carried = earlier_wall_s(job, opts)
     rec = {"name": job["name"], "op": job["op"], "layout": job["layout"], "status": "failed", "rc": None,
-           "reason": reason, "failed_step": None, "wall_s": None, "wall_earlier_s": None, "wall_total_s": None,
+           "reason": reason, "failed_step": None, "wall_s": None, "wall_earlier_s": carried, "wall_total_s": carried,
            "device": device, "device_env": {},
            "runner": opts.get("runner", "local"), "started_at": None, "ended_at": _now(), "started_unix": None,
            "ended_unix": time.time(), "work": job["work"], "log": job["log"], "command": None, "report_html": None,

@@ -45,7 +45,7 @@ from mfulib.sources.discover import discover_layout_a, discover_layout_b
 from mfulib.core.errors import UserError
 from mfulib.sources.examples import list_examples, resolve
 from mfulib.sources.layoutc import discover_layout_c
-from mfulib.schemas.batch_json import job_record_path, read_job_record, read_summary, safe_name
+from mfulib.schemas.batch_json import job_record_path, read_job_record, read_summary, safe_name, whole_cost_s
 
 OP_DIR = re.compile(r"^op_(?P<op>.+?)_(?P<ts>\d[\d_\-T:.]*)$")
 
@@ -168,29 +168,21 @@ def input_bytes(case_file) -> int | None:
 
 def history(out_dir: str, costs_from: str | None, jobs) -> dict:
     """{name: measured wall seconds} of earlier ok runs: COSTS_FROM's rows first, then this dir's job records. The
-    seconds are the operator's whole cost, ``wall_total_s`` (its unfinished runs that an ok run resumed included),
-    else - files written before it existed - ``wall_s``."""
+    seconds are the operator's whole cost (:func:`mfulib.schemas.batch_json.whole_cost_s`: ``wall_total_s``, its
+    unfinished runs that an ok run resumed included, else ``wall_s``)."""
     out = {}
     if costs_from:
         for row in read_summary(costs_from)["rows"]:
-            if row.get("status") == "ok" and _seconds(row):
-                out[row["name"]] = _seconds(row)
+            if row.get("status") == "ok" and whole_cost_s(row):
+                out[row["name"]] = whole_cost_s(row)
     for j in jobs:
         try:
             rec = read_job_record(j["record"])
         except UserError:
             rec = None
-        if rec and rec.get("status") == "ok" and _seconds(rec):
-            out[j["name"]] = _seconds(rec)
+        if rec and rec.get("status") == "ok" and whole_cost_s(rec):
+            out[j["name"]] = whole_cost_s(rec)
     return out
-
-
-def _seconds(rec: dict):
-    """``wall_total_s`` of a job record or summary row, else its ``wall_s``; None when neither is a number."""
-    for key in ("wall_total_s", "wall_s"):
-        if isinstance(rec.get(key), (int, float)) and not isinstance(rec.get(key), bool):
-            return float(rec[key])
-    return None
 
 
 def estimate_costs(jobs, measured: dict) -> list:

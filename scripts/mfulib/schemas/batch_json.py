@@ -8,8 +8,10 @@ exit status; None when it never ran to an end), ``reason`` (why it failed: the s
 line, the timeout, the interrupt; None when ok), ``failed_step`` (the step that failed; for a timeout or an
 interrupt, the step the stop reached, None when none under the device lock ran), ``wall_s`` (seconds, the
 ``make all`` wall time of this run), ``wall_earlier_s`` (seconds of the earlier unfinished runs this one resumed -
-failed, timed out, interrupted - 0 after an ok one or with FORCE=1: :func:`mfulib.batch.job.earlier_wall_s`),
-``wall_total_s`` (``wall_s`` + ``wall_earlier_s``: the operator's whole cost, what a later batch orders by),
+failed, timed out, interrupted, or left running by a batch killed hard - 0 after an ok one or with FORCE=1:
+:func:`carried_s`), ``wall_total_s`` (``wall_s`` + ``wall_earlier_s``: the operator's whole cost, what a later batch
+orders by, :func:`whole_cost_s`; a record the batch wrote for a runner failure has ``wall_s`` null and carries
+``wall_earlier_s`` alone); every seconds field is a finite number >= 0 or null,
 ``device`` (the device id the job ran on, as the visibility variable takes it; None on CPU), ``device_env``
 (the variables the child got: ``DEVICE_ID`` and ``CUDA_VISIBLE_DEVICES`` / ``ASCEND_RT_VISIBLE_DEVICES``),
 ``runner`` (local|ray), ``started_at`` / ``ended_at`` (ISO times, UTC), ``started_unix`` / ``ended_unix``
@@ -28,6 +30,7 @@ probe's --budget-s cut it or a stop ended the probe or the search -
 """
 from __future__ import annotations
 
+import math
 import os
 
 from mfulib.core.errors import UserError
@@ -73,10 +76,36 @@ def read_job_record(path: str):
         raise UserError(f"{path}: not an mfu_batch job record (tool={JOB_TOOL}) - {fix}")
     if doc.get("status") not in JOB_STATUSES:
         raise wrong_type(path, "status", doc.get("status"), f"one of {JOB_STATUSES}", fix)
-    for key in ("wall_s", "wall_total_s"):
-        if doc.get(key) is not None and not isinstance(doc[key], (int, float)):
-            raise wrong_type(path, key, doc[key], "seconds (a number) or null", fix)
+    for key in ("wall_s", "wall_earlier_s", "wall_total_s"):
+        if doc.get(key) is not None and not _seconds_ok(doc[key]):
+            raise wrong_type(path, key, doc[key], "seconds (a finite number >= 0) or null", fix)
     return doc
+
+
+def _seconds_ok(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def whole_cost_s(rec: dict):
+    """The operator's whole cost in seconds from a job record or summary row: ``wall_total_s`` (its unfinished runs
+    that this one resumed included), never less than ``wall_s``; ``wall_s`` alone for a file from before
+    ``wall_total_s``; None when neither is a finite number > 0 (a hand-edited or foreign file is not trusted)."""
+    vals = [rec.get(k) for k in ("wall_total_s", "wall_s")]
+    vals = [float(v) for v in vals if _seconds_ok(v) and v > 0]
+    return max(vals) if vals else None
+
+
+def carried_s(rec: dict | None) -> float:
+    """Seconds a run that resumes the operator of job record ``rec`` carries from the runs before it (0 for none):
+    its ``wall_total_s`` (else ``wall_s``) when ``rec`` is an unfinished run (failed, timeout, interrupted), its
+    ``wall_earlier_s`` when it was left ``running`` by a batch killed hard (that run's own time is unknown), 0 after
+    an ok run (a fresh run follows only with FORCE=1)."""
+    if not rec or rec.get("status") == "ok":
+        return 0.0
+    if rec.get("status") == "running":
+        v = rec.get("wall_earlier_s")
+        return float(v) if _seconds_ok(v) else 0.0
+    return whole_cost_s(rec) or (float(rec["wall_earlier_s"]) if _seconds_ok(rec.get("wall_earlier_s")) else 0.0)
 
 
 def write_summary(out_dir: str, summary: dict) -> str:

@@ -416,8 +416,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
         probe_cut = budget_cut(probe) if probe is not None else None
         if probe_cut:
             notes.append(f"search incomplete: the probe was cut by its budget ({probe_cut}), so scaled points it "
-                         "did not reach were never tried - make probe resumes it (or raise PROBE_ARGS=--budget-s), "
-                         "then make search")
+                         "did not reach were never tried - make probe PROBE_ARGS='--budget-s <more>' resumes it from "
+                         "probe.json, then make search")
         doc.update(metric=metric, rule=rule, pool=pool, excluded=excluded, probe_cut=probe_cut)
         timing = True  # from here on a failure is written down (bad input before it leaves the old file alone)
         doc["stage1"] = stage1(opdir, pool, backend, opts, peaks, metric, log, cost, probe)

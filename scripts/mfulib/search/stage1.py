@@ -11,6 +11,7 @@ Only a ranking: the figures the search reports come from the collector (stage 2)
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import statistics
@@ -22,7 +23,7 @@ from mfulib.backends import fp32_dot_is_tf32
 from mfulib.core.definitions import actual_tflops, measured_peak_tflops
 from mfulib.core.wallclock import BURST_TARGET_MS
 from mfulib.core.opdir import OpDir
-from mfulib.core.fmt import plural
+from mfulib.core.fmt import plural, sig
 
 SCRATCH = "search"  # <work>/search/: the search's scratch files (mfulib.search.grid writes there too)
 STAGE1_BUDGET_S = 0.1  # s: stage-1 measured iterations stop once they sum to this (at least 2): ranking only
@@ -157,11 +158,20 @@ def stage1(opdir: OpDir, pool: list, backend, opts, peaks: dict, metric: str, lo
     return rows
 
 
+HOST_FLOOR_TIE = 0.1  # calls within this fraction of the lightest one's wall time are the floor's evidence too
+
+
+def _finite_positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
 def host_bound_cases(rows: list, factor: float = HOST_BOUND_FACTOR, floor_frac: float = HOST_FLOOR_FRAC) -> tuple:
-    """(floor_ns, ranked rows whose wall clock the host paces): the stage-1 ``rows`` (best first) whose median wall
-    time per call is at most ``factor`` x the lightest call's (``floor_ns``), when that lightest call is itself host
-    time - its figure (``rank_value``) below ``floor_frac`` x the leader's, so at the leader's rate its kernel would
-    fill at most that fraction of its call. (None, []) when no row has a wall time or the lightest call is kernel time.
+    """(floor_ns, ranked rows whose wall clock the host paces): the ranked stage-1 ``rows`` (best first) whose median
+    wall time per call is at most ``factor`` x the lightest call's (``floor_ns``), when the lightest calls are host
+    time - one of the calls within :data:`HOST_FLOOR_TIE` of the lightest has a figure (``rank_value``) below
+    ``floor_frac`` x the leader's, so at the leader's rate its kernel would fill at most that fraction of its call.
+    (None, []) when no ranked row has a wall time, the leader's figure is not a positive number, or the lightest
+    calls are kernel time.
 
     Why: back to back, a call's wall time is about max(host time per call, kernel time) - the host launches the next
     call while the device runs this one - so near the host's floor the wall clock measures the host and a case's wall
@@ -169,14 +179,17 @@ def host_bound_cases(rows: list, factor: float = HOST_BOUND_FACTOR, floor_frac: 
     of tree 72c252d4 in ``bench/validation/h100/``) the brute force's best point, [1, 2048, 4096] x [1, 4096, 2048]
     bf16, ran 66.2 us per call against a floor of 37.2 us: ranked 21st at 0.89 of the leader's wall figure, it
     re-timed at 76.9% MFU@ach in the collector against 73.4% for the case the search chose."""
-    timed = [r for r in rows if r.get("rank") is not None and r.get("rank_value") is not None
-             and r.get("wall_median_ns")]
+    ranked = [r for r in rows if r.get("rank") is not None and r.get("rank_value") is not None]
+    if not ranked or not _finite_positive(ranked[0]["rank_value"]):
+        return None, []
+    lead = ranked[0]["rank_value"]
+    timed = [r for r in ranked if _finite_positive(r.get("wall_median_ns")) and math.isfinite(r["rank_value"])]
     if not timed:
         return None, []
-    lightest = min(timed, key=lambda r: r["wall_median_ns"])
-    if lightest["rank_value"] >= floor_frac * timed[0]["rank_value"]:
+    floor = min(r["wall_median_ns"] for r in timed)
+    lightest = [r for r in timed if r["wall_median_ns"] <= (1.0 + HOST_FLOOR_TIE) * floor]
+    if not any(r["rank_value"] < floor_frac * lead for r in lightest):
         return None, []
-    floor = lightest["wall_median_ns"]
     return floor, [r for r in timed if r["wall_median_ns"] <= factor * floor]
 
 
@@ -195,34 +208,43 @@ def stage2_cases(rows: list, k: int, tie: float = STAGE2_TIE, max_k: int | None 
     it. ``tie`` 0 gives the top ``k`` alone; ``host`` 0 adds no host-bound case."""
     ranked = [r for r in rows if r.get("rank") is not None and r.get("rank_value") is not None]
     cap = 2 * k if max_k is None else max(k, max_k)
-    top = [r["case"] for r in ranked[:k]]
+    top = list(dict.fromkeys(r["case"] for r in ranked[:k]))
     if not ranked:
         return top, f"the top {len(top)} of stage 1"
-    if tie <= 0:
-        why, chosen = f"the top {len(top)} of stage 1", top
-    else:
-        floor = (1.0 - tie) * ranked[0]["rank_value"]
-        within = [r["case"] for r in ranked[k:] if r["rank_value"] >= floor]
+    floor_ns, bound = host_bound_cases(ranked) if host > 0 else (None, [])
+    added = []
+    for r in bound:
+        if len(added) < host and r["case"] not in top and r["case"] not in added:
+            added.append(r["case"])
+    extra, cut = [], []
+    if tie > 0:
+        band = (1.0 - tie) * ranked[0]["rank_value"]
+        within = list(dict.fromkeys(r["case"] for r in ranked[k:] if r["rank_value"] >= band and r["case"] not in top))
         extra, cut = within[:cap - len(top)], within[cap - len(top):]
-        chosen = top + extra
-        if not extra:
-            why = f"the top {len(top)} of stage 1 (no other case within {100 * tie:.3g}% of its leader)"
-        else:
-            why = (f"the top {len(top)} of stage 1 and {len(extra)} more within {100 * tie:.3g}% of its leader "
-                   f"(cases {', '.join(map(str, extra))}: a wall clock per call cannot order cases that close; "
-                   f"at most {cap} in all, --stage2-max" + (
-                       f" - it left out {len(cut)} more within the band: case(s) {', '.join(map(str, cut))}"
-                       if cut else "") + ")")
-    if host <= 0:
-        return chosen, why
-    floor_ns, bound = host_bound_cases(ranked)
-    added = [r for r in bound if r["case"] not in chosen][:host]
+        added = [c for c in added if c not in extra]
+        cut = [c for c in cut if c not in added]  # measured after all, as host-bound
+    if tie <= 0:
+        why = f"the top {len(top)} of stage 1"
+    elif not extra:
+        why = f"the top {len(top)} of stage 1 (no other case within {100 * tie:.3g}% of its leader)"
+    else:
+        why = (f"the top {len(top)} of stage 1 and {len(extra)} more within {100 * tie:.3g}% of its leader "
+               f"(cases {', '.join(map(str, extra))}: a wall clock per call cannot order cases that close; "
+               f"at most {cap} in all, --stage2-max" + (
+                   f" - it left out {len(cut)} more within the band: case(s) {', '.join(map(str, cut))}"
+                   if cut else "") + ")")
+    chosen = top + extra
     if not added:
         return chosen, why
     lead = ranked[0]["rank_value"]
-    shares = ", ".join(f"{r['rank_value'] / lead:.2f}" for r in added)
-    return chosen + [r["case"] for r in added], (
-        f"{why}, and the {plural(len(added), 'best host-bound case')} ({', '.join(str(r['case']) for r in added)}: "
-        f"at most {HOST_BOUND_FACTOR:g} x the lightest call's {floor_ns / 1e3:.1f} us per call, the host's launch "
-        f"rate sets their wall clock, so their wall figures ({shares} x the leader's) may understate their kernels'; "
-        "--stage2-host)")
+    value = {r["case"]: r["rank_value"] for r in bound}
+    shares = ", ".join(f"{value[c] / lead:.2f}" for c in added)
+    left = [r["case"] for r in bound if r["case"] not in chosen and r["case"] not in added]
+    one = len(added) == 1
+    return chosen + added, (
+        f"{why}, and the {plural(len(added), 'best host-bound case')} ({', '.join(map(str, added))}: at most "
+        f"{HOST_BOUND_FACTOR:g} x the lightest call's {sig(floor_ns / 1e3, 3)} us per call, the host's launch rate sets "
+        f"{'its' if one else 'their'} wall clock, so {'its wall figure' if one else 'their wall figures'} ({shares} x "
+        f"the leader's) may understate {'its kernel' if one else 'their kernels'}"
+        + (f"; {plural(len(left), 'more host-bound case')} not measured: {', '.join(map(str, left[:8]))}"
+           + (", ..." if len(left) > 8 else "") if left else "") + "; --stage2-host)")
