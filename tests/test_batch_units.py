@@ -624,40 +624,42 @@ def test_a_job_whose_runner_raises_is_recorded_failed_and_the_pool_runs_the_othe
     assert os.path.exists(jobs[2]["record"])  # the failed record is written, not left "running"
 
 
-def test_a_job_interrupted_before_the_batch_sees_the_ctrl_c_starts_no_other(tmp_path, monkeypatch):
+RACE = r"""
+import json, signal, sys, threading
+sys.path.insert(0, sys.argv[1])
+from mfulib.batch import plan
+# the wait ends as soon as the batch's thread has seen the Ctrl-C; a longer grace keeps a loaded host (the main
+# thread scheduled late) from turning the race this test pins into a flaky failure
+plan.INTERRUPT_GRACE_S = 10.0
+signal.signal(signal.SIGINT, signal.default_int_handler)
+main, ran, done = threading.main_thread().ident, [], []
+
+def run_job(job, opts, dev, restrict, stop):
+    ran.append(job["name"])
+    if job["name"] == "op0":
+        return {"name": "op0", "status": "ok"}
+    signal.pthread_kill(main, signal.SIGINT)  # the user's Ctrl-C, to the batch's main thread as a terminal's reaches it
+    return {"name": job["name"], "status": "interrupted"}
+
+jobs = [{"name": f"op{i}", "op": f"op{i}", "layout": "B"} for i in range(3)]
+interrupted = plan.run_local(jobs, [0], {}, done.append, run_job)
+print(json.dumps({"interrupted": interrupted, "ran": ran, "done": [r["status"] for r in done]}))
+"""
+
+
+def test_a_job_interrupted_before_the_batch_sees_the_ctrl_c_starts_no_other(tmp_path):
     """A Ctrl-C that ends an operator's child (its status ``interrupted``) before the batch's own thread handles
     it: the worker waits for the batch's interrupt instead of starting the next job at once (the race behind a
-    batch that showed two interrupted operators and none not run). The Ctrl-C is a real SIGINT to this process,
-    sent by the job just before it returns."""
-    import signal
-    from mfulib.batch import plan
-    from mfulib.batch.plan import run_local
-    import threading
-    # the wait ends as soon as the batch's thread has seen the Ctrl-C; a longer grace keeps a loaded host (the main
-    # thread scheduled late) from turning the race this test pins into a flaky failure
-    monkeypatch.setattr(plan, "INTERRUPT_GRACE_S", 10.0)
-    # Python's own Ctrl-C handler, whatever an earlier test in this worker left installed, restored afterwards
-    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
-    main = threading.main_thread().ident
-    jobs = [{"name": f"op{i}", "op": f"op{i}", "layout": "B", "work": str(tmp_path / f"w{i}"),
-             "log": str(tmp_path / f"op{i}.log"), "record": str(tmp_path / f"op{i}.json")} for i in range(3)]
-    ran = []
-
-    def run_job(job, opts, dev, restrict, stop):
-        ran.append(job["name"])
-        if job["name"] == "op0":
-            return {"name": "op0", "status": "ok"}
-        # the user's Ctrl-C, to the batch's main thread as a terminal's reaches it (a signal os.kill sends from this
-        # worker thread may be taken by another thread, which leaves the main thread asleep in its wait)
-        signal.pthread_kill(main, signal.SIGINT)
-        return {"name": job["name"], "status": "interrupted"}
-
-    done = []
-    try:
-        assert run_local(jobs, [0], {}, done.append, run_job) is True
-    finally:
-        signal.signal(signal.SIGINT, old_handler)
-    assert ran == ["op0", "op1"] and [r["status"] for r in done] == ["ok", "interrupted"]
+    batch that showed two interrupted operators and none not run). The Ctrl-C is a real SIGINT, sent by the job just
+    before it returns - in a fresh Python process of its own, as the batch runs: in a pytest-xdist worker the
+    signal's delivery depends on what the worker ran before (an earlier fresh-clone run saw the SIGINT unseen)."""
+    script = tmp_path / "race.py"
+    script.write_text(RACE)
+    r = subprocess.run([sys.executable, str(script), os.path.join(ROOT, "scripts")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"interrupted": True, "ran": ["op0", "op1"], "done": ["ok", "interrupted"]}, got
 
 
 def test_a_ctrl_c_in_the_pool_delivers_each_finished_record_once(tmp_path):
@@ -771,3 +773,10 @@ def test_force_redoes_an_operator_once_not_again_in_its_report_make(tmp_path, st
     assert stub_records(stub)["zoo/2_Softmax"]["args"].get("FORCE") == "1"
     report_args = json.loads((stub[1] / "zoo__2_Softmax.report.args").read_text())
     assert "FORCE" not in report_args and report_args["OP"] == "zoo/2_Softmax"
+
+
+def test_a_cpu_worker_reads_as_the_cpu_not_none():
+    from mfulib.schemas.batch_json import device_label, devices_label
+    assert device_label(None) == "the CPU" and device_label(3) == "device 3" and device_label("0") == "device 0"
+    assert devices_label([None]) == "the CPU" and devices_label([]) == "the CPU"
+    assert devices_label(["0"]) == "device 0" and devices_label(["0", "1"]) == "devices 0, 1"

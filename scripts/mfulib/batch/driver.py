@@ -22,7 +22,7 @@ from mfulib.batch.plan import discover_jobs, estimate_costs, history, lpt_makesp
 from mfulib.batch.job import GRACE_S, finished, run_job
 from mfulib.batch.summary import counts, operator_row, write_outputs
 from mfulib.core.jsonio import ensure_writable_dir
-from mfulib.schemas.batch_json import read_job_record, safe_name, write_summary
+from mfulib.schemas.batch_json import device_label, devices_label, read_job_record, safe_name, write_summary
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 130
 
@@ -54,7 +54,8 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
             "grace_s": GRACE_S if grace_s is None else grace_s,
             "make_args": list(make_args)}
     log(f"mfu_batch: {len(ordered)} operator(s) ({len(reused)} finished earlier, skipped; FORCE=1 redoes them), "
-        f"{len(skipped)} skipped, {len(broken)} not pairable; {len(ids)} worker(s) on {ids} ({dev_from}); runner "
+        f"{len(skipped)} skipped, {len(broken)} not pairable; {len(ids)} worker(s) on {devices_label(ids)} "
+        f"({dev_from}); runner "
         f"{runner}; order longest first: {', '.join(j['name'] for j in pending) or '-'}")
     records, t_start = {}, time.time()
     bar = tqdm(total=len(pending), desc="batch", unit="op", disable=not progress or not pending, mininterval=1.0)
@@ -62,7 +63,8 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
     def on_done(rec):
         records[rec["name"]] = rec
         bar.update(1)
-        bar.write(f"{rec['name']}: {rec['status']} in {rec.get('wall_s') or 0:.1f} s on device {rec.get('device')}"
+        bar.write(f"{rec['name']}: {rec['status']} in {rec.get('wall_s') or 0:.1f} s on "
+                  f"{device_label(rec.get('device'))}"
                   + (f" - {rec['reason']}" if rec.get("reason") else ""))
 
     old = {s: signal.signal(s, h) for s, h in ((signal.SIGINT, signal.default_int_handler),

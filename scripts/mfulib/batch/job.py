@@ -39,7 +39,7 @@ import subprocess
 import time
 
 from mfulib.core.errors import UserError
-from mfulib.schemas.batch_json import carried_s, read_job_record, write_job_record
+from mfulib.schemas.batch_json import carried_s, device_label, read_job_record, write_job_record
 
 MAKE_ENV_DROP = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR", "MAKEFILES")
 STEP_FAILED = re.compile(r"make: step (\S+) FAILED \(exit status (\d+)\)")
@@ -292,7 +292,7 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
         os.replace(job["log"], os.path.join(os.path.dirname(job["log"]), "previous", os.path.basename(job["log"])))
     t0 = time.perf_counter()
     with open(job["log"], "w", encoding="utf-8") as log:
-        log.write(f"# mfu_batch: {job['name']} on device {device} ({shown_env}) at {rec['started_at']}\n"
+        log.write(f"# mfu_batch: {job['name']} on {device_label(device)} ({shown_env}) at {rec['started_at']}\n"
                   f"# {' '.join(cmd)}\n")
         log.flush()
         try:

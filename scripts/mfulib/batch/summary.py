@@ -36,7 +36,7 @@ from mfulib.core.fmt import EM_DASH as DASH, pct
 from mfulib.core.jsonio import read_json, write_text_atomic
 from mfulib.flops.kernel_parts import OTHER
 from mfulib.core.symbols import factors_label
-from mfulib.schemas.batch_json import ROW_KEYS
+from mfulib.schemas.batch_json import ROW_KEYS, devices_label
 from mfulib.schemas.decompose_json import read_decompose_json
 from mfulib.schemas.grid_search_json import best_so_far, best_text
 from mfulib.schemas.probe_json import RUNNING, budget_cut
@@ -217,7 +217,7 @@ def _counts_lines(c, summary) -> list:
                                           if c.get("search_incomplete") else "")]
     lines += [f"failed: {k}: {n}" for k, n in c["failed_why"].items()]
     lines += [f"skipped: {k}: {n}" for k, n in c["skipped_why"].items()]
-    lines.append(f"runner {summary['runner']}, {summary['workers']} worker(s) on devices {summary['devices']} "
+    lines.append(f"runner {summary['runner']}, {summary['workers']} worker(s) on {devices_label(summary['devices'])} "
                  f"({summary['devices_from']}); wall {summary['wall_s']:.1f} s; sum of operator wall times "
                  f"{summary['sum_op_wall_s']:.1f} s; longest-first makespan on {summary['workers']} worker(s) "
                  f"{summary['ideal_makespan_s']:.1f} s" + ("; INTERRUPTED: run again to resume"

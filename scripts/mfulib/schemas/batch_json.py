@@ -44,9 +44,22 @@ SUMMARY_NAME = "batch_summary.json"
 # running: started, no outcome yet (a batch killed hard leaves it; the next run redoes the operator)
 JOB_STATUSES = ("running", "ok", "failed", "timeout", "interrupted")
 # one summary row per operator (CSV / markdown / HTML columns, in this order)
-ROW_KEYS = ("name", "layout", "status", "reason", "case", "scale", "factors", "search", "dtype", "mfu_nom", "mfu_ach", "mbu",
-            "headline", "dragging_part", "bound", "numerator", "errors", "wall_s", "wall_total_s", "device", "resumed", "older",
-            "work", "log", "report_html", "decompose_json")
+ROW_KEYS = ("name", "layout", "status", "reason", "case", "scale", "factors", "search", "dtype", "mfu_nom", "mfu_ach",
+            "mbu", "headline", "dragging_part", "bound", "numerator", "errors", "wall_s", "wall_total_s", "device",
+            "resumed", "older", "work", "log", "report_html", "decompose_json")
+
+
+def device_label(device) -> str:
+    """A job's ``device`` as text: ``"device 3"``, or ``"the CPU"`` for None (a CPU worker, no restriction)."""
+    return "the CPU" if device is None else f"device {device}"
+
+
+def devices_label(devices) -> str:
+    """A batch's worker devices as text: ``"devices 0, 1"``, ``"device 0"``, or ``"the CPU"`` (``[None]``)."""
+    ids = [d for d in devices or [] if d is not None]
+    if not ids:
+        return "the CPU"
+    return ("device " if len(ids) == 1 else "devices ") + ", ".join(map(str, ids))
 
 
 def job_record_path(out_dir: str, name: str) -> str:

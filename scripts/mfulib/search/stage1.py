@@ -243,7 +243,8 @@ def stage2_cases(rows: list, k: int, tie: float = STAGE2_TIE, max_k: int | None 
     one = len(added) == 1
     return chosen + added, (
         f"{why}, and the {plural(len(added), 'best host-bound case')} ({', '.join(map(str, added))}: at most "
-        f"{HOST_BOUND_FACTOR:g} x the lightest call's {sig(floor_ns / 1e3, 3)} us per call, the host's launch rate sets "
+        f"{HOST_BOUND_FACTOR:g} x the lightest call's {sig(floor_ns / 1e3, 3)} us per call, the host's launch rate "
+        "sets "
         f"{'its' if one else 'their'} wall clock, so {'its wall figure' if one else 'their wall figures'} ({shares} x "
         f"the leader's) may understate {'its kernel' if one else 'their kernels'}"
         + (f"; {plural(len(left), 'more host-bound case')} not measured: {', '.join(map(str, left[:8]))}"
