@@ -109,6 +109,16 @@ exit 0
 """
 
 
+def _as_from_a_shell():
+    """make started as from an interactive shell: SIGINT and SIGTERM at their defaults and let in. GNU make keeps
+    ignoring a signal ignored at its start, so a disposition or mask the test process may carry (a pytest-xdist
+    worker after earlier tests) would reach make: a fresh clone's run once saw make finish its step as if no SIGINT
+    had come (the cause was not pinned down; this rules the inherited state out)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def fake_make(tmp_path, step_s=30):
     if shutil.which("make") is None:
         pytest.skip("GNU make is not installed")
@@ -158,7 +168,7 @@ def test_a_signal_to_make_stops_the_running_step_which_is_then_not_done(tmp_path
     work, argv, env = fake_make(tmp_path)
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_from_a_shell)
     out = []
     for line in proc.stdout:
         out.append(line)
