@@ -464,6 +464,9 @@ def test_the_host_bound_band_reads_all_the_lightest_calls_and_says_what_it_measu
     for lead in (0.0, -0.1, float("nan")):  # no leader figure to compare with: no band, no error
         assert "host-bound" not in stage1_mod.stage2_cases(_timed_rows([(1, lead, 500), (2, 0.05, 40),
                                                                         (3, 0.02, 60)]), 1)[1]
+    # a host-bound case the tie band already took leaves both host places to the next ones
+    inband = _timed_rows([(1, 1.0, 500), (2, 0.97, 60), (3, 0.6, 60), (4, 0.5, 70), (5, 0.1, 40)])
+    assert stage1_mod.stage2_cases(inband, 1)[0] == [1, 2, 3, 4]
     twice = stage1_mod.stage2_cases(_timed_rows([(1, 1.0, 500), (7, 0.2, 40), (7, 0.2, 40)]), 1)[0]
     assert twice == [1, 7]
 

@@ -23,10 +23,11 @@ NPUs present as ``/dev/davinci<N>`` (the Ascend driver's device nodes), else one
 
 Order (:func:`estimate_costs`): longest first by estimated cost. The estimate is, in this order, the operator's
 measured wall time of an earlier run (its ok job record in this output dir, or ``COSTS_FROM=<batch_summary.json>``
-of another batch; ``wall_total_s``: the unfinished runs that the ok one resumed are part of its cost); else its total input bytes over all cases (the case file's tensors, shape x dtype size, summed
-over lines) times the median seconds-per-byte of the operators that have both; else unknown. Unknown estimates go
-first (by input bytes, then name): an unknown operator may be a long one, and longest-first (Graham's LPT list
-schedule) loses least by starting long jobs early. Each free worker takes the next operator in that order.
+of another batch; ``wall_total_s``: the unfinished runs that the ok one resumed are part of its cost); else its total
+input bytes over all cases (the case file's tensors, shape x dtype size, summed over lines) times the median
+seconds-per-byte of the operators that have both; else unknown. Unknown estimates go first (by input bytes, then
+name): an unknown operator may be a long one, and longest-first (Graham's LPT list schedule) loses least by starting
+long jobs early. Each free worker takes the next operator in that order.
 """
 from __future__ import annotations
 

@@ -184,9 +184,8 @@ def _cell(v):
 
 def _frame(rows, human: bool, out_dir: str, links: bool = False):
     import pandas as pd
-    cols = [k for k in ROW_KEYS if k not in ("work", "log", "report_html", "decompose_json", "wall_total_s")] if human \
-        else \
-        list(ROW_KEYS)
+    machine_only = ("work", "log", "report_html", "decompose_json", "wall_total_s")
+    cols = [k for k in ROW_KEYS if k not in machine_only] if human else list(ROW_KEYS)
     data = []
     for r in rows:
         d = {k: r.get(k) for k in cols}

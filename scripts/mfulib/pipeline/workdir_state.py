@@ -288,10 +288,9 @@ def report_verdict(step: str, path: str) -> tuple:
             ok = bool(doc.get("complete"))
             problems = [f"{len(doc.get('appended') or {})} scaled case(s) appended from "
                         f"{len(doc.get('candidates') or [])} candidate(s)"]
-            if not ok:  # a budget cut ends the step ok (stamped): only a larger budget makes make run it again
+            if not ok:
                 problems.append(f"incomplete: {doc.get('interrupted') or 'interrupted'} ("
-                                + ("make probe PROBE_ARGS='--budget-s <more>' resumes it"
-                                   if probe_json.budget_cut(doc) else "make probe resumes") + ")")
+                                + (probe_json.RESUME_CUT if probe_json.budget_cut(doc) else "make probe resumes") + ")")
         elif step == "search":
             ok, problems = _search_verdict(path)
         elif step == "decompose":
@@ -320,8 +319,7 @@ def _search_verdict(path: str) -> tuple:
         return False, [f"interrupted ({doc['interrupted']}); best so far: {grid_search_json.best_so_far(doc)}"]
     if cut:
         return bool(doc.get("complete")), [f"search incomplete: the probe was cut by its budget ({cut}); best so far: "
-                                           f"{text or 'none'}; make probe PROBE_ARGS='--budget-s <more>' resumes it "
-                                           "from probe.json, then make search"]
+                                           f"{text or 'none'}; {probe_json.RESUME_CUT}, then make search"]
     return bool(doc.get("complete")), [f"best: {text}" if text else "no best point"]
 
 

@@ -30,9 +30,9 @@ probe's --budget-s cut it or a stop ended the probe or the search -
 """
 from __future__ import annotations
 
-import math
 import os
 
+from mfulib.core.definitions import finite_or_none, is_positive
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import provenance, write_json_atomic
 from mfulib.schemas.common import read_work_json, wrong_type
@@ -96,15 +96,15 @@ def read_job_record(path: str):
 
 
 def _seconds_ok(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+    v = finite_or_none(x)
+    return v is not None and v >= 0
 
 
 def whole_cost_s(rec: dict):
     """The operator's whole cost in seconds from a job record or summary row: ``wall_total_s`` (its unfinished runs
     that this one resumed included), never less than ``wall_s``; ``wall_s`` alone for a file from before
     ``wall_total_s``; None when neither is a finite number > 0 (a hand-edited or foreign file is not trusted)."""
-    vals = [rec.get(k) for k in ("wall_total_s", "wall_s")]
-    vals = [float(v) for v in vals if _seconds_ok(v) and v > 0]
+    vals = [float(rec[k]) for k in ("wall_total_s", "wall_s") if is_positive(rec.get(k))]
     return max(vals) if vals else None
 
 
@@ -118,7 +118,7 @@ def carried_s(rec: dict | None) -> float:
     if rec.get("status") == "running":
         v = rec.get("wall_earlier_s")
         return float(v) if _seconds_ok(v) else 0.0
-    return whole_cost_s(rec) or (float(rec["wall_earlier_s"]) if _seconds_ok(rec.get("wall_earlier_s")) else 0.0)
+    return whole_cost_s(rec) or 0.0
 
 
 def write_summary(out_dir: str, summary: dict) -> str:

@@ -141,6 +141,11 @@ def passing(doc: dict) -> list:
 RUNNING = "running"
 
 
+#: what resumes a probe its budget cut: the cut ends the step ok (stamped), so only a larger budget - PROBE_ARGS is in
+#: the probe step's run key - makes make run it again, from probe.json
+RESUME_CUT = "make probe PROBE_ARGS='--budget-s <more>' resumes it from probe.json"
+
+
 def budget_cut(doc: dict) -> str | None:
     """Why the probe of ``doc`` (a probe.json) stopped at its ``--budget-s`` - its ``interrupted`` text, e.g.
     "--budget-s 150 s reached" - when it did (``complete`` false and ``interrupted`` naming --budget-s: the ladders

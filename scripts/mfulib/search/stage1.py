@@ -11,7 +11,6 @@ Only a ranking: the figures the search reports come from the collector (stage 2)
 """
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import statistics
@@ -20,7 +19,7 @@ import tempfile
 import time
 
 from mfulib.backends import fp32_dot_is_tf32
-from mfulib.core.definitions import actual_tflops, measured_peak_tflops
+from mfulib.core.definitions import actual_tflops, finite_or_none, is_positive, measured_peak_tflops
 from mfulib.core.wallclock import BURST_TARGET_MS
 from mfulib.core.opdir import OpDir
 from mfulib.core.fmt import plural, sig
@@ -31,6 +30,7 @@ STAGE2_TIE = 0.05  # fraction: a case ranked within this of stage 1's leader is 
 STAGE2_HOST = 2  # stage-2 places, beyond --stage2-max, for the best host-bound cases (host_bound_cases)
 HOST_BOUND_FACTOR = 2.0  # a call at most this x the lightest call's wall time is paced by the host, not its kernel
 HOST_FLOOR_FRAC = 0.25  # the lightest call is host time when its figure is below this fraction of the leader's
+HOST_FLOOR_TIE = 0.1  # calls within this fraction of the lightest one's wall time are the floor's evidence too
 
 
 class WallClockBackend:
@@ -158,13 +158,6 @@ def stage1(opdir: OpDir, pool: list, backend, opts, peaks: dict, metric: str, lo
     return rows
 
 
-HOST_FLOOR_TIE = 0.1  # calls within this fraction of the lightest one's wall time are the floor's evidence too
-
-
-def _finite_positive(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-
-
 def host_bound_cases(rows: list, factor: float = HOST_BOUND_FACTOR, floor_frac: float = HOST_FLOOR_FRAC) -> tuple:
     """(floor_ns, ranked rows whose wall clock the host paces): the ranked stage-1 ``rows`` (best first) whose median
     wall time per call is at most ``factor`` x the lightest call's (``floor_ns``), when the lightest calls are host
@@ -180,10 +173,10 @@ def host_bound_cases(rows: list, factor: float = HOST_BOUND_FACTOR, floor_frac: 
     bf16, ran 66.2 us per call against a floor of 37.2 us: ranked 21st at 0.89 of the leader's wall figure, it
     re-timed at 76.9% MFU@ach in the collector against 73.4% for the case the search chose."""
     ranked = [r for r in rows if r.get("rank") is not None and r.get("rank_value") is not None]
-    if not ranked or not _finite_positive(ranked[0]["rank_value"]):
+    if not ranked or not is_positive(ranked[0]["rank_value"]):
         return None, []
     lead = ranked[0]["rank_value"]
-    timed = [r for r in ranked if _finite_positive(r.get("wall_median_ns")) and math.isfinite(r["rank_value"])]
+    timed = [r for r in ranked if is_positive(r.get("wall_median_ns")) and finite_or_none(r["rank_value"]) is not None]
     if not timed:
         return None, []
     floor = min(r["wall_median_ns"] for r in timed)
@@ -211,18 +204,14 @@ def stage2_cases(rows: list, k: int, tie: float = STAGE2_TIE, max_k: int | None 
     top = list(dict.fromkeys(r["case"] for r in ranked[:k]))
     if not ranked:
         return top, f"the top {len(top)} of stage 1"
-    floor_ns, bound = host_bound_cases(ranked) if host > 0 else (None, [])
-    added = []
-    for r in bound:
-        if len(added) < host and r["case"] not in top and r["case"] not in added:
-            added.append(r["case"])
     extra, cut = [], []
     if tie > 0:
         band = (1.0 - tie) * ranked[0]["rank_value"]
         within = list(dict.fromkeys(r["case"] for r in ranked[k:] if r["rank_value"] >= band and r["case"] not in top))
         extra, cut = within[:cap - len(top)], within[cap - len(top):]
-        added = [c for c in added if c not in extra]
-        cut = [c for c in cut if c not in added]  # measured after all, as host-bound
+    floor_ns, bound = host_bound_cases(ranked) if host > 0 else (None, [])
+    added = list(dict.fromkeys(r["case"] for r in bound if r["case"] not in top + extra))[:host]
+    cut = [c for c in cut if c not in added]  # measured after all, as host-bound
     if tie <= 0:
         why = f"the top {len(top)} of stage 1"
     elif not extra:
@@ -239,13 +228,12 @@ def stage2_cases(rows: list, k: int, tie: float = STAGE2_TIE, max_k: int | None 
     lead = ranked[0]["rank_value"]
     value = {r["case"]: r["rank_value"] for r in bound}
     shares = ", ".join(f"{value[c] / lead:.2f}" for c in added)
-    left = [r["case"] for r in bound if r["case"] not in chosen and r["case"] not in added]
+    left = list(dict.fromkeys(r["case"] for r in bound if r["case"] not in chosen + added))
     one = len(added) == 1
     return chosen + added, (
         f"{why}, and the {plural(len(added), 'best host-bound case')} ({', '.join(map(str, added))}: at most "
         f"{HOST_BOUND_FACTOR:g} x the lightest call's {sig(floor_ns / 1e3, 3)} us per call, the host's launch rate "
-        "sets "
-        f"{'its' if one else 'their'} wall clock, so {'its wall figure' if one else 'their wall figures'} ({shares} x "
-        f"the leader's) may understate {'its kernel' if one else 'their kernels'}"
+        f"sets {'its' if one else 'their'} wall clock, so {'its wall figure' if one else 'their wall figures'} "
+        f"({shares} x the leader's) may understate {'its kernel' if one else 'their kernels'}"
         + (f"; {plural(len(left), 'more host-bound case')} not measured: {', '.join(map(str, left[:8]))}"
            + (", ..." if len(left) > 8 else "") if left else "") + "; --stage2-host)")
