@@ -17,11 +17,11 @@ precise kernel time; PMU: cuda --pmu from --stage2-pmu, default auto). The resul
 peak.json, else MFU@nom) of the precise kernel time; an operator without matrix work gets MBU (bytes moved = inputs +
 outputs). Numerator = min(traced, executed) where hardware counts exist (CUDA tensor instructions on mma.sync
 devices; none on NPU), else the tracer's, with num_src and why.
-Re-timing: the top --retime-top (3) of stage 2 are timed again in --retime-runs (3) separate collector runs, each
+Re-timing: the top --retime-top (3) of stage 2 are timed again in --retime-runs (2) separate collector runs, each
 a fresh process measuring them in a rotated order, without the PMU pass (--pmu none: only the kernel time is
 measured again); the limit is the highest median over the runs (stage 2's counts as one), printed with its min..max
 and spread ((max - min) / median); two leaders whose medians differ by less than the sum of their ranges are a tie
-(both printed). 0 for either turns it off. A probe.json its --budget-s cut makes the search incomplete (said so).
+(every case tied with the leader is printed). 0 for either turns it off. A probe.json its --budget-s cut makes the search incomplete (said so).
 grid_search.json records the pool, both stages, the cost of each in seconds and chosen_cases, which the collector
 then measures (msprof_perf_summary.py --search-json grid_search.json; make collect does it after make search).
 Scratch files go to <work dir>/search/. Exit status: 0; 1 when stage 2 measured no case; 2 on bad input; 130
@@ -38,7 +38,7 @@ from mfulib.core.fmt import pct  # noqa: E402
 
 
 def build_parser():
-    from mfulib.search.grid import CHECK_FLOPS
+    from mfulib.search.grid import CHECK_FLOPS, SearchOptions
     from mfulib.search.stage1 import STAGE2_HOST, STAGE2_TIE
     p = cli.parser(__doc__, prog="mfu_grid_search.py")
     p.add_argument("--dir", required=True, help="operator work directory (prepared; probe.json from the probe)")
@@ -80,11 +80,13 @@ def build_parser():
                    help="where the counters run on cuda: leaders (default) = stage 2 and the re-timing time without "
                         "them, then the leaders are counted one run each until no uncounted case can beat the "
                         "counted limit (a count only lowers the figure); all = stage 2 counts every case")
-    p.add_argument("--retime-top", type=int, default=3, metavar="K",
-                   help="stage-2 leaders timed again across collector runs (0: no re-timing)")
-    p.add_argument("--retime-runs", type=int, default=3, metavar="R",
-                   help="separate, interleaved collector runs re-timing them, PMU off (0: no re-timing); the limit "
-                        "is the median over these and stage 2's own run")
+    p.add_argument("--retime-top", type=int, default=SearchOptions.retime_top, metavar="K",
+                   help=f"stage-2 leaders timed again across collector runs (default {SearchOptions.retime_top}; "
+                        "0: no re-timing)")
+    p.add_argument("--retime-runs", type=int, default=SearchOptions.retime_runs, metavar="R",
+                   help=f"separate, interleaved collector runs re-timing them, PMU off (default "
+                        f"{SearchOptions.retime_runs}; 0: no re-timing); the limit is the median over these and "
+                        "stage 2's own run")
     p.add_argument("--case-timeout-s", type=float, default=600.0, help="wall-clock limit of one case")
     p.add_argument("--flops-tool", default=CHECK_FLOPS, help="FLOPs tool run with --tracer-only (check_flops.py)")
     p.add_argument("--probe-json", default=None, help="probe result (default: <dir>/probe.json; absent: scale 1)")
@@ -147,9 +149,9 @@ def print_summary(doc):
         tie = (rt or {}).get("tie")
         if tie:
             by = {r["case"]: r["retimed"] for r in doc["stage2"] if r.get("retimed")}
-            print(f"re-timing tie: case {tie[0]} ({_figure(by[tie[0]]['median'], f)}{unit}) and case {tie[1]} "
-                  f"({_figure(by[tie[1]]['median'], f)}{unit}): their medians differ by less than the sum of their "
-                  "ranges over the runs - either is the limit")
+            named = [f"case {c} ({_figure(by[c]['median'], f)}{unit})" for c in tie]
+            print(f"re-timing tie: {', '.join(named[:-1])} and {named[-1]}: the leader's median and each other's "
+                  "differ by less than the sum of their ranges over the runs - any of them is the limit")
     print(f"cost: flops {cost['flops']:.1f} s, verify {cost['verify']:.1f} s, stage 1 {cost['stage1']:.1f} s, "
           f"stage 2 {cost['stage2']:.1f} s, re-timing {cost.get('retime') or 0.0:.1f} s, counting "
           f"{cost.get('counts') or 0.0:.1f} s; chosen cases "

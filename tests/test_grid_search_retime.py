@@ -66,10 +66,14 @@ def test_a_gap_smaller_than_the_sum_of_the_two_ranges_is_a_tie(a, b, tie):
     assert rt.tie_of([(1, sa), (2, sb)]) == ([1, 2] if tie else None)
 
 
-def test_only_the_top_two_decide_a_tie_and_a_missing_median_never_ties():
+def test_every_candidate_is_compared_with_the_leader_and_a_missing_median_never_ties():
     lead, second, third = rt.summarize([0.7, 0.7], [1, 1]), rt.summarize([0.5, 0.5], [1, 1]), \
         rt.summarize([0.69, 0.71], [1, 1])
-    assert rt.tie_of([(1, lead), (2, second), (3, third)]) is None
+    # the runner-up is far below, but the third's median equals the leader's: a tie the top two alone would miss
+    assert rt.tie_of([(1, lead), (2, second), (3, third)]) == [1, 3]
+    close = rt.summarize([0.68, 0.72], [1, 1])  # median 0.70, range 0.04: ties with the leader too
+    assert rt.tie_of([(1, lead), (3, third), (4, close), (2, second)]) == [1, 3, 4]
+    assert rt.tie_of([(1, lead), (2, second)]) is None
     assert rt.tie_of([(1, lead)]) is None
     assert not rt.is_tie(lead, rt.summarize([None], [None]))
 

@@ -99,7 +99,7 @@ def search_state(work: str, grid: dict) -> str | None:
                 f"{best_so_far(grid)}")
     tie = ((grid.get("best") or {}).get("retimed") or {}).get("tie")
     limit = best_text(grid)
-    return "complete" + (f"; limit: {limit}" if limit else "") + (f"; tie: case {tie[0]} / case {tie[1]}"
+    return "complete" + (f"; limit: {limit}" if limit else "") + (f"; tie: case {' / case '.join(map(str, tie))}"
                                                                    if tie else "")
 
 

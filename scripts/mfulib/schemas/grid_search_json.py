@@ -31,8 +31,8 @@ ones by median, then the rest as stage 2 ranked them,
 ``stage2_performance_json`` (the collector's report of stage 2),
 ``retime`` {top_k, runs (re-timing runs asked for), figure (the field the values are: mfu_ach | mfu_nom |
 actual_tflops | mbu | achieved_gbps), runs_done [{run, order [case ids in the order that run measured them],
-performance_json, error}], ranked [case ids by median], tie [leader case, runner-up case] | None (their medians differ
-by less than the sum of their ranges)} (None: re-timing off, ``--retime-top 0`` / ``--retime-runs 0``, or nothing
+performance_json, error}], ranked [case ids by median], tie [leader case, every case tied with it] | None (a tie: the
+two medians differ by less than the sum of the two ranges)} (None: re-timing off, ``--retime-top 0`` / ``--retime-runs 0``, or nothing
 measured; in a stopped search, the runs finished before the stop, the stopped one's ``error`` "interrupted";
 :mod:`mfulib.search.retime`),
 ``best`` {case, source_case, factors, scale, metric, mfu, mfu_kind (ach | nom | None), mbu, num_src, num_src_why,
@@ -157,7 +157,7 @@ def best_text(doc: dict):
     rt = best.get("retimed") or {}
     if rt.get("runs"):
         text += f" (median of {rt['runs']} runs, spread {rt['spread'] or 0.0:.1%}" + \
-            (f"; tie with case {rt['tie'][1]})" if rt.get("tie") else ")")
+            (f"; tie with case {', '.join(map(str, rt['tie'][1:]))})" if rt.get("tie") else ")")
     return text
 
 

@@ -15,7 +15,8 @@ left out], ``kernel_time_ns`` [per run, None where that run gave none], ``runs``
 ``max``, ``spread`` ((max - min) / median, the convention of ``repeat_spread`` and ``wall_spread``).
 The limit is the candidate with the highest median. **Tie rule** (:func:`is_tie`): two candidates whose medians differ
 by less than their combined spread - the sum of their ranges (max - min), in the figure's units - (or equal medians)
-are a tie: the runs cannot tell them apart, and both are listed (the higher median stays the limit).
+are a tie: the runs cannot tell them apart. Every re-timed candidate tied with the leader is listed (:func:`tie_of`;
+the highest median stays the limit).
 """
 from __future__ import annotations
 
@@ -60,11 +61,15 @@ def is_tie(a: dict, b: dict) -> bool:
 
 
 def tie_of(ranked: list) -> list | None:
-    """The tie at the top of ``ranked`` [(case, summary)], highest median first: [leader case, runner-up case] when
-    the top two are a tie (:func:`is_tie`), else None."""
-    if len(ranked) < 2 or not is_tie(ranked[0][1], ranked[1][1]):
+    """The tie at the top of ``ranked`` [(case, summary)], highest median first: [leader case, then every other
+    case whose summary is a tie with the leader's (:func:`is_tie`), in ``ranked``'s order] when there is one, else
+    None. Every candidate is compared with the leader, not only the runner-up: a third case with a wide range can tie
+    with the leader while the second, narrow, does not."""
+    if len(ranked) < 2:
         return None
-    return [ranked[0][0], ranked[1][0]]
+    lead = ranked[0][1]
+    tied = [case for case, summary in ranked[1:] if is_tie(lead, summary)]
+    return [ranked[0][0]] + tied if tied else None
 
 
 def retime(rows: list, metric: str, top_k: int, runs: int, collect, log, cost: dict, on_stop=None):
