@@ -854,3 +854,26 @@ def test_a_cpu_worker_reads_as_the_cpu_not_none():
     assert device_label(None) == "the CPU" and device_label(3) == "device 3" and device_label("0") == "device 0"
     assert devices_label([None]) == "the CPU" and devices_label([]) == "the CPU"
     assert devices_label(["0"]) == "device 0" and devices_label(["0", "1"]) == "devices 0, 1"
+
+
+def test_a_rerun_keeps_the_last_five_earlier_logs_named_oldest_first(tmp_path):
+    from mfulib.batch import job
+    logs = tmp_path / "logs"
+    (logs / "previous").mkdir(parents=True)
+    log = logs / "zoo__2_Softmax.log"
+    legacy = logs / "previous" / "zoo__2_Softmax.log"  # the one earlier log an older version kept
+    legacy.write_text("run 0")
+    os.utime(legacy, (1_700_000_000, 1_700_000_000))
+    (logs / "previous" / "zoo__2_Softmax_v2.20200101T000000Z.log").write_text("another operator")
+    assert job.keep_previous_log(str(log)) is None  # no log yet: nothing moved, nothing dropped
+    t = 1_700_000_100
+    for run in range(1, 8):  # seven re-runs; runs 3 and 4 end in the same second
+        log.write_text(f"run {run}")
+        os.utime(log, (t + run * 60 - (run == 4) * 60,) * 2)
+        moved = job.keep_previous_log(str(log))
+        assert not log.exists() and open(moved).read() == f"run {run}"
+    kept = sorted(p.name for p in (logs / "previous").iterdir() if p.name.startswith("zoo__2_Softmax."))
+    assert len(kept) == job.PREVIOUS_LOGS == 5
+    assert [open(logs / "previous" / n).read() for n in kept] == [f"run {r}" for r in range(3, 8)]  # oldest first
+    assert kept[:2] == ["zoo__2_Softmax.20231114T221800Z.log", "zoo__2_Softmax.20231114T221800Z_2.log"]
+    assert (logs / "previous" / "zoo__2_Softmax_v2.20200101T000000Z.log").exists()  # not this operator's: kept

@@ -2,9 +2,9 @@
 
 :func:`run_job` is what both runners call (the local pool in a thread per device, Ray in a task): it starts
 ``make -C <skill dir> OP=<op> WORK=<batch out>/ops/<op> BACKEND=.. DEVICE_ID=.. [SEARCH=1] [FORCE=1] all`` in a
-new session (its own process group), output to ``<batch out>/logs/<op>.log`` (the log of the run before, if any,
-moved to ``logs/previous/``), and waits. The outcome is written to
-the job record (:mod:`mfulib.schemas.batch_json`) before it returns:
+new session (its own process group), output to ``<batch out>/logs/<op>.log`` (the logs of the runs before, if any,
+kept in ``logs/previous/``, the last :data:`PREVIOUS_LOGS`: :func:`keep_previous_log`), and waits. The outcome is
+written to the job record (:mod:`mfulib.schemas.batch_json`) before it returns:
 
 * ``ok`` - make exited 0 (every step's stamp was written, docs/ARCHITECTURE.md#work-directory);
 * ``failed`` - any other exit status; ``failed_steps`` / ``reason`` come from the Makefile's
@@ -86,6 +86,42 @@ def make_command(job: dict, opts: dict, device_index: int, device=None) -> list:
         cmd.append("FORCE=1")
     cmd += list(opts.get("make_args") or [])
     return cmd + ["all"]
+
+
+#: earlier logs kept per operator in ``logs/previous/`` (the oldest beyond them is removed)
+PREVIOUS_LOGS = 5
+_STAMP_FMT = "%Y%m%dT%H%M%SZ"
+
+
+def keep_previous_log(log_path: str, keep: int = PREVIOUS_LOGS) -> str | None:
+    """Move an operator's log of the run before into ``<logs>/previous/<name>.<UTC time of its last write>.log``
+    (``_2``, ``_3``... for a second run ending in the same second), so the names sort oldest first, and keep the
+    ``keep`` newest of that operator there (a ``previous/<name>.log`` kept by an older version joins them under its
+    own time). Returns the path it moved the log to, or None when there was none."""
+    folder = os.path.join(os.path.dirname(log_path), "previous")
+    stem = os.path.basename(log_path)[:-len(".log")] if log_path.endswith(".log") else os.path.basename(log_path)
+
+    def move(src):
+        stamp = _dt.datetime.fromtimestamp(os.path.getmtime(src), _dt.timezone.utc).strftime(_STAMP_FMT)
+        dst, n = os.path.join(folder, f"{stem}.{stamp}.log"), 1
+        while os.path.exists(dst):
+            n += 1
+            dst = os.path.join(folder, f"{stem}.{stamp}_{n}.log")
+        os.replace(src, dst)
+        return dst
+    if not os.path.isfile(log_path):
+        return None
+    os.makedirs(folder, exist_ok=True)
+    legacy = os.path.join(folder, os.path.basename(log_path))
+    if os.path.isfile(legacy):
+        move(legacy)
+    moved = move(log_path)
+    own = re.compile(re.escape(stem) + r"\.(\d{8}T\d{6}Z)(?:_(\d+))?\.log$")
+    kept = sorted((m.group(1), int(m.group(2) or 1), name) for name in os.listdir(folder) if (m := own.match(name)))
+    for *_, name in kept[:max(len(kept) - keep, 0)]:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(folder, name))
+    return moved
 
 
 def _stat(pid: int):
@@ -303,9 +339,7 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
            "started_unix": time.time(), "ended_unix": None, "work": job["work"], "log": job["log"],
            "command": cmd, "report_html": None, "pruned_prof": []}
     write_job_record(job["record"], rec)
-    if os.path.exists(job["log"]):  # the log of the run before (a failure being retried) stays as evidence
-        os.makedirs(os.path.join(os.path.dirname(job["log"]), "previous"), exist_ok=True)
-        os.replace(job["log"], os.path.join(os.path.dirname(job["log"]), "previous", os.path.basename(job["log"])))
+    keep_previous_log(job["log"])  # the log of the run before (a failure being retried) stays as evidence
     t0 = time.perf_counter()
     with open(job["log"], "w", encoding="utf-8") as log:
         log.write(f"{BATCH_NOTE}{job['name']} on {device_label(device)} ({shown_env}) at {rec['started_at']}\n"
