@@ -23,7 +23,7 @@ from mdtable import md_row  # noqa: E402
 BATCH = os.path.join(ROOT, "scripts", "mfu_batch.py")
 
 # test double of `make OP=.. WORK=.. ... all`: records what it got;
-# STUB_PLAN {op: ok|fail|hang|sigint|ctrl_c|graceful|stubborn}
+# STUB_PLAN {op: ok|fail|hang|sigint|ctrl_c|graceful|stubborn|orphan|parallel}
 STUB_MAKE = r'''#!/usr/bin/env python3
 import json, os, subprocess, sys, time
 args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
@@ -67,6 +67,17 @@ if action in ("graceful", "stubborn", "orphan"):  # make stopped by SIGTERM
         p.kill()
         sys.exit(128 + signum)
     signal.signal(signal.SIGTERM, signal.SIG_IGN if action == "stubborn" else _stopped)
+    time.sleep(120)
+if action == "parallel":  # SIGTERM while verify and the FLOPs check ran and peak waited for the lock: their lines
+    import signal
+    def _parallel(signum, frame):
+        for step in ("verify", "flops"):
+            print(f"step {step} interrupted (SIGTERM): stopping it (pid 1); it is not done, the next make redoes it")
+        for step, line in (("flops", 254), ("verify", 242), ("peak", 270)):
+            print(f"make: *** [Makefile:{line}: w/.state/{step}.ok] Terminated")
+        sys.stdout.flush()
+        os._exit(128 + signum)
+    signal.signal(signal.SIGTERM, _parallel)
     time.sleep(120)
 if action == "ctrl_c":  # the user's Ctrl-C while this operator runs: the batch's process group, then this child
     import signal
@@ -236,7 +247,7 @@ def test_a_timed_out_operator_gets_sigterm_and_its_grace_before_its_tree_is_kill
     assert row["status"] == "timeout" and r.returncode == 1, r.stdout + r.stderr
     if action != "stubborn":
         assert "make got SIGTERM and it and its steps exited within 3 s" in row["reason"], row["reason"]
-        assert "no step under the device lock was running" in row["reason"]  # the stub runs no step: none named
+        assert "the log names no step that was running" in row["reason"]  # the stub runs no step: none named
     if action == "graceful":
         assert rec["stopped_by"] == "SIGTERM"  # the step's own stop path ran and wrote its record
     elif action == "orphan":  # make was gone at once; its step was waited for, not killed mid-write
@@ -247,6 +258,17 @@ def test_a_timed_out_operator_gets_sigterm_and_its_grace_before_its_tree_is_kill
     assert gone(rec["grandchild"])
     log = (tmp_path / "out" / "logs" / "zoo__2_Softmax.log").read_text()
     assert "# mfu_batch: timeout - SIGTERM to make, 3 s" in log
+
+
+@pytest.mark.e2e
+def test_a_timed_out_operator_records_every_step_that_was_running(tmp_path, stub):
+    r, s = run_batch(stub, tmp_path / "out", "--examples", "zoo", "--ops", "2_Softmax", "--op-timeout-s", "1",
+                     "--stop-grace-s", "5", plan={"zoo/2_Softmax": "parallel"})
+    row = s["rows"][0]
+    rec = json.loads((tmp_path / "out" / "jobs" / "zoo__2_Softmax.json").read_text())
+    assert row["status"] == rec["status"] == "timeout", r.stdout + r.stderr
+    assert rec["failed_steps"] == ["verify", "flops", "peak"] and rec["failed_step"] == "verify, flops, peak"
+    assert "steps verify, flops, peak were running and got the stop" in rec["reason"]
 
 
 @pytest.mark.e2e
@@ -292,9 +314,61 @@ def test_the_stopped_step_is_read_from_the_lock_wrappers_line(tmp_path):
     log = tmp_path / "op.log"
     log.write_text("STEP verify running\n\nstep search interrupted (SIGTERM): stopping it (pid 8080); it is not "
                    "done, the next make redoes it\nmake: *** [Makefile:317: x/.state/search.ok] Terminated\n")
-    assert job.stopped_step(str(log)) == "search"
+    assert job.stopped_steps(str(log)) == ["search"]
     log.write_text("waiting for this work directory's CPU lock\ninterrupted\n")
-    assert job.stopped_step(str(log)) is None and job.stopped_step(str(tmp_path / "none.log")) is None
+    assert job.stopped_steps(str(log)) == [] and job.stopped_steps(str(tmp_path / "none.log")) == []
+
+
+# a job's log when the time limit hit two steps make ran in parallel (ALL_JOBS) - on an accelerator the FLOPs check
+# (host-only: no device lock) beside verify, which held the lock - and peak, still waiting for the lock (no wrapper
+# line: make's line alone names it); a step interrupted in an earlier stretch of the log is not this stop's
+PARALLEL_STOP = """# mfu_batch: zoo/2_Softmax on device 0 ({'DEVICE_ID': '0'}) at 2026-01-01T00:00:00+00:00
+step probe interrupted (SIGINT): stopping it (pid 10); it is not done, the next make redoes it
+make: *** [Makefile:310: w/.state/probe.ok] Interrupt
+# mfu_batch: timeout - SIGTERM to make, 20 s for its step to record what it finished
+verify 2_Softmax on cuda:0:  50%|#####     | 2/4
+step verify interrupted (SIGTERM): stopping it (pid 11); it is not done, the next make redoes it
+
+step flops interrupted (SIGTERM): stopping it (pid 12); it is not done, the next make redoes it
+interrupted
+make: *** [Makefile:254: w/.state/flops.ok] Terminated
+make: *** [Makefile:242: w/.state/verify.ok] Terminated
+make: *** [Makefile:270: w/.state/peak.ok] Terminated
+"""
+
+
+def test_a_stop_names_every_step_that_was_running_in_parallel(tmp_path):
+    from mfulib.batch import job
+    log = tmp_path / "op.log"
+    log.write_text(PARALLEL_STOP)
+    steps = job.stopped_steps(str(log))
+    assert steps == ["verify", "flops", "peak"]  # before: "flops" alone (the last wrapper line)
+    how = job._stopped_how(True, 20, steps)
+    assert "steps verify, flops, peak were running and got the stop" in how
+    assert "step verify was running and got the stop (its report" in job._stopped_how(False, 20, ["verify"])
+    rec = {}
+    job._set_failed_steps(rec, steps)
+    assert rec == {"failed_steps": ["verify", "flops", "peak"], "failed_step": "verify, flops, peak"}
+    job._set_failed_steps(rec, [])
+    assert rec == {"failed_steps": [], "failed_step": None}
+
+
+def test_a_job_record_from_before_failed_steps_reads_as_its_one_step_and_bad_ones_are_refused(tmp_path):
+    from mfulib.core.errors import UserError
+    from mfulib.schemas.batch_json import read_job_record, write_job_record
+    path = tmp_path / "op.json"
+    old = {"tool": "mfu_batch_job", "name": "op", "status": "timeout", "failed_step": "search"}
+    path.write_text(json.dumps(old))
+    assert read_job_record(str(path))["failed_steps"] == ["search"]
+    path.write_text(json.dumps(dict(old, failed_step=None)))
+    assert read_job_record(str(path))["failed_steps"] == []
+    write_job_record(str(path), {"name": "op", "status": "timeout", "failed_step": "verify, flops",
+                                 "failed_steps": ["verify", "flops"]})
+    assert read_job_record(str(path))["failed_steps"] == ["verify", "flops"]
+    for bad in ({"failed_steps": "verify"}, {"failed_steps": [1]}, {"failed_step": ["verify"]}):
+        path.write_text(json.dumps(dict(old, **bad)))
+        with pytest.raises(UserError, match=f"op.json.*{next(iter(bad))}"):
+            read_job_record(str(path))
 
 
 @pytest.mark.e2e
@@ -780,3 +854,26 @@ def test_a_cpu_worker_reads_as_the_cpu_not_none():
     assert device_label(None) == "the CPU" and device_label(3) == "device 3" and device_label("0") == "device 0"
     assert devices_label([None]) == "the CPU" and devices_label([]) == "the CPU"
     assert devices_label(["0"]) == "device 0" and devices_label(["0", "1"]) == "devices 0, 1"
+
+
+def test_a_rerun_keeps_the_last_five_earlier_logs_named_oldest_first(tmp_path):
+    from mfulib.batch import job
+    logs = tmp_path / "logs"
+    (logs / "previous").mkdir(parents=True)
+    log = logs / "zoo__2_Softmax.log"
+    legacy = logs / "previous" / "zoo__2_Softmax.log"  # the one earlier log an older version kept
+    legacy.write_text("run 0")
+    os.utime(legacy, (1_700_000_000, 1_700_000_000))
+    (logs / "previous" / "zoo__2_Softmax_v2.20200101T000000Z.log").write_text("another operator")
+    assert job.keep_previous_log(str(log)) is None  # no log yet: nothing moved, nothing dropped
+    t = 1_700_000_100
+    for run in range(1, 8):  # seven re-runs; runs 3 and 4 end in the same second
+        log.write_text(f"run {run}")
+        os.utime(log, (t + run * 60 - (run == 4) * 60,) * 2)
+        moved = job.keep_previous_log(str(log))
+        assert not log.exists() and open(moved).read() == f"run {run}"
+    kept = sorted(p.name for p in (logs / "previous").iterdir() if p.name.startswith("zoo__2_Softmax."))
+    assert len(kept) == job.PREVIOUS_LOGS == 5
+    assert [open(logs / "previous" / n).read() for n in kept] == [f"run {r}" for r in range(3, 8)]  # oldest first
+    assert kept[:2] == ["zoo__2_Softmax.20231114T221800Z.log", "zoo__2_Softmax.20231114T221800Z_2.log"]
+    assert (logs / "previous" / "zoo__2_Softmax_v2.20200101T000000Z.log").exists()  # not this operator's: kept

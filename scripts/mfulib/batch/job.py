@@ -2,14 +2,15 @@
 
 :func:`run_job` is what both runners call (the local pool in a thread per device, Ray in a task): it starts
 ``make -C <skill dir> OP=<op> WORK=<batch out>/ops/<op> BACKEND=.. DEVICE_ID=.. [SEARCH=1] [FORCE=1] all`` in a
-new session (its own process group), output to ``<batch out>/logs/<op>.log`` (the log of the run before, if any,
-moved to ``logs/previous/``), and waits. The outcome is written to
-the job record (:mod:`mfulib.schemas.batch_json`) before it returns:
+new session (its own process group), output to ``<batch out>/logs/<op>.log`` (the logs of the runs before, if any,
+kept in ``logs/previous/``, the last :data:`PREVIOUS_LOGS`: :func:`keep_previous_log`), and waits. The outcome is
+written to the job record (:mod:`mfulib.schemas.batch_json`) before it returns:
 
 * ``ok`` - make exited 0 (every step's stamp was written, docs/ARCHITECTURE.md#work-directory);
-* ``failed`` - any other exit status; ``failed_step`` / ``reason`` come from the Makefile's
+* ``failed`` - any other exit status; ``failed_steps`` / ``reason`` come from the Makefile's
   ``make: step <name> FAILED`` line and the last error line before it in the log;
 * ``timeout`` - still running after ``timeout_s``; ``interrupted`` - stopped by Ctrl-C / a cancelled task.
+  ``failed_steps`` then names every step that was running (:func:`stopped_steps`: make runs steps in parallel).
   Both stop the operator in two stages (:func:`stop_tree`): first SIGTERM to make alone, which GNU make passes
   once to each running recipe and then waits for it - a step under ``scripts/device_lock.py`` takes it as its
   Ctrl-C (:mod:`mfulib.pipeline.step_child`) and writes its report with ``interrupted`` (a stopped search keeps
@@ -85,6 +86,42 @@ def make_command(job: dict, opts: dict, device_index: int, device=None) -> list:
         cmd.append("FORCE=1")
     cmd += list(opts.get("make_args") or [])
     return cmd + ["all"]
+
+
+#: earlier logs kept per operator in ``logs/previous/`` (the oldest beyond them is removed)
+PREVIOUS_LOGS = 5
+_STAMP_FMT = "%Y%m%dT%H%M%SZ"
+
+
+def keep_previous_log(log_path: str, keep: int = PREVIOUS_LOGS) -> str | None:
+    """Move an operator's log of the run before into ``<logs>/previous/<name>.<UTC time of its last write>.log``
+    (``_2``, ``_3``... for a second run ending in the same second), so the names sort oldest first, and keep the
+    ``keep`` newest of that operator there (a ``previous/<name>.log`` kept by an older version joins them under its
+    own time). Returns the path it moved the log to, or None when there was none."""
+    folder = os.path.join(os.path.dirname(log_path), "previous")
+    stem = os.path.basename(log_path)[:-len(".log")] if log_path.endswith(".log") else os.path.basename(log_path)
+
+    def move(src):
+        stamp = _dt.datetime.fromtimestamp(os.path.getmtime(src), _dt.timezone.utc).strftime(_STAMP_FMT)
+        dst, n = os.path.join(folder, f"{stem}.{stamp}.log"), 1
+        while os.path.exists(dst):
+            n += 1
+            dst = os.path.join(folder, f"{stem}.{stamp}_{n}.log")
+        os.replace(src, dst)
+        return dst
+    if not os.path.isfile(log_path):
+        return None
+    os.makedirs(folder, exist_ok=True)
+    legacy = os.path.join(folder, os.path.basename(log_path))
+    if os.path.isfile(legacy):
+        move(legacy)
+    moved = move(log_path)
+    own = re.compile(re.escape(stem) + r"\.(\d{8}T\d{6}Z)(?:_(\d+))?\.log$")
+    kept = sorted((m.group(1), int(m.group(2) or 1), name) for name in os.listdir(folder) if (m := own.match(name)))
+    for *_, name in kept[:max(len(kept) - keep, 0)]:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(folder, name))
+    return moved
 
 
 def _stat(pid: int):
@@ -193,24 +230,38 @@ def stop_tree(proc: subprocess.Popen, grace_s: float = GRACE_S, clock=time.monot
     return graceful
 
 
+#: the lock wrapper's line when a stop reaches a step running its command (mfulib.pipeline.step_child)
 STEP_STOPPED = re.compile(r"^step (\S+) interrupted \(SIG\w+\): stopping it")
+#: GNU make's line for each step recipe it was running when it was stopped ("make: *** [Makefile:242:
+#: <work>/.state/verify.ok] Terminated"), also a step still waiting for the device lock
+RECIPE_STOPPED = re.compile(r"\*\*\* \[(?:[^\]]*?:\d+: )?\S*?/\.state/([a-z_]+)\.ok\] (?:Terminated|Interrupt|Killed|Error \d+)")
+BATCH_NOTE = "# mfu_batch: "  # the batch's own lines in a job's log (its header, the stop it sends)
 
 
-def stopped_step(log_path: str):
-    """The step a stop reached (the lock wrapper's "step <name> interrupted (SIG..): stopping it" line in the job's
-    log, :mod:`mfulib.pipeline.step_child`), or None: no step under the lock was running (a step waiting for the
-    lock, or one not run through it)."""
+def stopped_steps(log_path: str) -> list:
+    """Every step that was running when a stop came, in the order the job's log names them after the batch's
+    last own line (the stop it announced): the lock wrapper's "step <name> interrupted (SIG..): stopping it"
+    lines and make's "*** [.../.state/<name>.ok] Terminated" lines (a step waiting for the device lock has only
+    the latter). Several where make ran steps in parallel (``ALL_JOBS``); [] when none was running."""
     try:
         with open(log_path, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()[-400:]
     except OSError:
-        return None
-    return next((m.group(1) for ln in reversed(lines) if (m := STEP_STOPPED.match(ln.strip()))), None)
+        return []
+    start = max((i for i, ln in enumerate(lines) if ln.startswith(BATCH_NOTE)), default=-1) + 1
+    steps = [m.group(1) for ln in lines[start:]
+             if (m := STEP_STOPPED.match(ln.strip()) or RECIPE_STOPPED.search(ln))]
+    return list(dict.fromkeys(steps))
 
 
-def _stopped_how(graceful: bool, grace_s, step) -> str:
-    where = (f"step {step} was running and got the stop (its report says what it finished: make status)" if step
-             else "no step under the device lock was running")
+def _stopped_how(graceful: bool, grace_s, steps) -> str:
+    if not steps:
+        where = "the log names no step that was running"
+    elif len(steps) == 1:
+        where = f"step {steps[0]} was running and got the stop (its report says what it finished: make status)"
+    else:
+        where = (f"steps {', '.join(steps)} were running and got the stop (their reports say what they finished: "
+                 "make status)")
     if not grace_s or grace_s <= 0:
         return "the whole process tree was killed at once (--stop-grace-s 0)"
     if graceful:
@@ -281,18 +332,17 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
     cmd = make_command(job, opts, dev_index, device if restrict else None)
     shown_env = {k: env.get(k) for k in ("DEVICE_ID", "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")}
     rec = {"name": job["name"], "op": job["op"], "layout": job["layout"], "status": "running", "rc": None,
-           "reason": None, "failed_step": None, "wall_s": None, "wall_earlier_s": earlier_wall_s(job, opts),
+           "reason": None, "failed_step": None, "failed_steps": [], "wall_s": None,
+           "wall_earlier_s": earlier_wall_s(job, opts),
            "wall_total_s": None, "device": device, "device_env": shown_env,
            "runner": opts.get("runner", "local"), "started_at": _now(), "ended_at": None,
            "started_unix": time.time(), "ended_unix": None, "work": job["work"], "log": job["log"],
            "command": cmd, "report_html": None, "pruned_prof": []}
     write_job_record(job["record"], rec)
-    if os.path.exists(job["log"]):  # the log of the run before (a failure being retried) stays as evidence
-        os.makedirs(os.path.join(os.path.dirname(job["log"]), "previous"), exist_ok=True)
-        os.replace(job["log"], os.path.join(os.path.dirname(job["log"]), "previous", os.path.basename(job["log"])))
+    keep_previous_log(job["log"])  # the log of the run before (a failure being retried) stays as evidence
     t0 = time.perf_counter()
     with open(job["log"], "w", encoding="utf-8") as log:
-        log.write(f"# mfu_batch: {job['name']} on {device_label(device)} ({shown_env}) at {rec['started_at']}\n"
+        log.write(f"{BATCH_NOTE}{job['name']} on {device_label(device)} ({shown_env}) at {rec['started_at']}\n"
                   f"# {' '.join(cmd)}\n")
         log.flush()
         try:
@@ -310,21 +360,21 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
             grace_s = min(grace_s, STOP_GRACE_S)
             graceful = stop_tree(proc, grace_s)
             log.flush()
-            rec["failed_step"] = stopped_step(job["log"])
-            _finish(rec, t0, "interrupted", None, f"{why}; {_stopped_how(graceful, grace_s, rec['failed_step'])}",
+            _set_failed_steps(rec, stopped_steps(job["log"]))
+            _finish(rec, t0, "interrupted", None, f"{why}; {_stopped_how(graceful, grace_s, rec['failed_steps'])}",
                     job)
             raise
         if outcome != "done":
             if outcome == "stopped":
                 grace_s = min(grace_s, STOP_GRACE_S)
-            log.write(f"# mfu_batch: {outcome} - " + (f"SIGTERM to make, {grace_s:g} s for its step to record what "
+            log.write(f"{BATCH_NOTE}{outcome} - " + (f"SIGTERM to make, {grace_s:g} s for its step to record what "
                                                      "it finished\n" if grace_s and grace_s > 0 else
                                                      "killing the process tree at once (--stop-grace-s 0)\n"))
             log.flush()
             graceful = stop_tree(proc, grace_s)
     if outcome != "done":
-        rec["failed_step"] = stopped_step(job["log"])
-        how = _stopped_how(graceful, grace_s, rec["failed_step"])
+        _set_failed_steps(rec, stopped_steps(job["log"]))
+        how = _stopped_how(graceful, grace_s, rec["failed_steps"])
     if outcome == "timeout":
         _finish(rec, t0, "timeout", proc.returncode,
                 f"timed out after {opts['timeout_s']:g} s (OP_TIMEOUT_S): {how}", job)
@@ -335,7 +385,7 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
                 + (f"; {how}" if how else ""), job)
     elif proc.returncode != 0:
         step, why = failure_reason(job["log"], proc.returncode)
-        rec["failed_step"] = step
+        _set_failed_steps(rec, [step] if step else [])
         _finish(rec, t0, "failed", proc.returncode, why, job)
     else:
         rec["rc"] = 0
@@ -365,6 +415,12 @@ def _after_success(rec, job, opts, env, stop):
         if os.path.isdir(prof):
             shutil.rmtree(prof, ignore_errors=True)
             rec["pruned_prof"] = [prof]
+
+
+def _set_failed_steps(rec: dict, steps: list) -> None:
+    """``failed_steps`` (every step named) and ``failed_step`` (the same names as text, one name for one step: the
+    field older readers know) of a job record (:mod:`mfulib.schemas.batch_json`)."""
+    rec.update(failed_steps=list(steps), failed_step=", ".join(steps) or None)
 
 
 def _finish(rec, t0, status, rc, reason, job):
@@ -399,7 +455,8 @@ def failed_record(job: dict, opts: dict, reason: str, device=None) -> dict:
     seconds of the runs before it (``wall_earlier_s`` = ``wall_total_s``: this run's own time is unknown)."""
     carried = earlier_wall_s(job, opts)
     rec = {"name": job["name"], "op": job["op"], "layout": job["layout"], "status": "failed", "rc": None,
-           "reason": reason, "failed_step": None, "wall_s": None, "wall_earlier_s": carried, "wall_total_s": carried,
+           "reason": reason, "failed_step": None, "failed_steps": [], "wall_s": None, "wall_earlier_s": carried,
+           "wall_total_s": carried,
            "device": device, "device_env": {},
            "runner": opts.get("runner", "local"), "started_at": None, "ended_at": _now(), "started_unix": None,
            "ended_unix": time.time(), "work": job["work"], "log": job["log"], "command": None, "report_html": None,

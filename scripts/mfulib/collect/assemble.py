@@ -101,8 +101,9 @@ def build_report(c: Collection) -> dict:
     peak = resolve_peak(backend.name, device, runtime, opts.mfu_peak)
     nominal = peak["value_tflops"] if opts.mfu else None
     # a case the verify gate refused is never timed and never a per_case row (no MFU row, no plot point): it is
-    # listed, with verify's reason, under selection.not_verified only
-    selection["not_verified"] = [{"case": i.case_id, "reason": why, "verify": mark}
+    # listed, with the gate's reason and verify.json's own, under selection.not_verified only
+    selection["not_verified"] = [{"case": i.case_id, "reason": why, "verify": mark,
+                                  "verify_reason": gate.recorded_reason(i.case_id) if gate is not None else None}
                                  for i, why, mark in skipped if mark is not None]
     selection["search_json"] = opts.search_json
     per_case = [_perf.skipped_entry(i, why, verify=mark) for i, why, mark in skipped if mark is None]

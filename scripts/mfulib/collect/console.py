@@ -3,15 +3,18 @@ arguments into :class:`mfulib.collect.driver.Options` (or :class:`mfulib.collect
 with ``--from-prof``), runs the core, prints :func:`print_table` and gives the exit status."""
 import os
 import sys
+import textwrap
 
 from mfulib.core.fmt import TFLOPS_DIGITS, pct, sig
 
 
 def print_table(report):
-    """The collector's terminal table: one row per measured case (cases never measured - skipped by the
-    selection, e.g. bf16 cases on the CPU - are counted in one line, not listed); flag and error text is wrapped
+    """The collector's terminal table: one row per measured case; cases never measured - skipped by the collector
+    (bf16 on the CPU interpreter) or excluded by verify - are no rows but grouped below it by the reason recorded
+    (:func:`mfulib.schemas.performance_json.describe_not_measured`); flag and error text is wrapped
     (``maxcolwidths``), never cut off."""
     from tabulate import tabulate
+    from mfulib.schemas.performance_json import describe_not_measured, not_measured
     rows, skipped = [], []
     for c in report["per_case"]:
         if c.get("skipped"):
@@ -40,10 +43,8 @@ def print_table(report):
         widths[-1:-1] = [None, None]
     if rows:
         print(tabulate(rows, headers=headers, maxcolwidths=widths))
-    if skipped:
-        why = sorted({str(c["skipped"]) for c in skipped})
-        print(f"{len(skipped)} case(s) not measured (never selected): {', '.join(str(c['case']) for c in skipped)}"
-              f" - {'; '.join(why[:3])}" + ("; ..." if len(why) > 3 else ""))
+    for line in describe_not_measured(not_measured(report)):
+        print(textwrap.fill(line, width=116, subsequent_indent="      "))
     peak = report.get("peak") or {}
     measured = len(report["per_case"]) - len(skipped)
     print(f"backend {report['backend']} ({report['device'].get('name', '?')}); peak for MFU@nom: "

@@ -13,9 +13,9 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str, gate
     """(selected CaseInfos, skipped [(CaseInfo, reason, verify mark)], selection description).
 
     Ranking key: flops(case) from flops.py when it needs no forward args, else input bytes (said in ``rule``).
-    With a :class:`mfulib.verify.verified_cases.Gate`, a case it does not admit is skipped (its reason) while slots are
-    being filled and the next case takes its slot; a case without a verify row is selected (the caller verifies
-    it and selects again).
+    With a :class:`mfulib.verify.verified_cases.Gate`, a case it does not admit is skipped (its reason, listed under
+    ``not_verified``) wherever it ranks, so the next case takes its slot and the reserve holds only cases that may
+    be timed; a case without a verify row is selected (the caller verifies it and selects again).
     """
     by_id = {i.case_id: i for i in infos}
     skipped = []
@@ -61,7 +61,7 @@ def select_cases(infos, ff, opdir: OpDir, opts: Options, backend_name: str, gate
         if empty:  # check_flops.py reports these as "no work" too (flops_check.NO_WORK)
             skipped.append((info, f"no work: nothing to time (empty input tensor(s) {', '.join(empty)})", None))
             continue
-        if gate is not None and len(selected) < k:
+        if gate is not None:  # every case, not only while slots are open: the reserve holds timeable cases only
             admitted, marks[info.case_id] = gate.admits(info.case_id)
             if not admitted:  # verify skipped/rejected/failed it: never timed, the next case takes the slot
                 skipped.append((info, marks[info.case_id]["reason"], marks[info.case_id]))
@@ -87,9 +87,12 @@ def select_verified(infos, ff, opdir: OpDir, opts: Options, backend_name: str, g
     if gate is not None:
         selection.update(verify_file=gate.path, verified_now=list(gate.verified_now),
                          unverified_ok=opts.unverified_ok)
+        by_why = {}  # one line per reason: the cases verify skipped for one cause share it
         for info, why, mark in skipped:
             if mark is not None:
-                log(f"case {info.case_id} not timed: {why}")
+                by_why.setdefault(why, []).append(str(info.case_id))
+        for why, ids in by_why.items():
+            log(f"case {', '.join(ids)} not timed: {why}")
     if not selected:  # nothing would be measured: keep an earlier performance.json instead of an empty one
         why = "; ".join(f"case {i.case_id}: {r}" for i, r, _ in skipped[:4]) or "the case file has no case"
         raise UserError(f"{opdir.cases_path}: no case to measure on {backend_name} ({selection['rule']}: {why}) - "

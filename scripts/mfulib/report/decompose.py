@@ -42,7 +42,7 @@ from mfulib.report.reading import apply_fallback_bounds, maxima, reading_aid, re
 from mfulib.flops.kernel_parts import OTHER, check_kernel_parts, match_part
 from mfulib.core.nominal_peaks import dtype_nominal_tflops
 from mfulib.schemas.peak_json import read_peak_json
-from mfulib.schemas.performance_json import completeness, load_report
+from mfulib.schemas.performance_json import completeness, load_report, not_measured, not_selected
 from mfulib.pipeline.workdir_state import check_current, seed_mismatch
 
 
@@ -375,8 +375,11 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
         if missing:
             notes.append(f"cases {missing} are not in {path} (measured: "
                          f"{sorted(c.get('case') for c in rep['per_case'])})")
+    unmeasured = [e for e in not_measured(rep) if cases is None or e["case"] in cases]
+    left_out = not_selected(rep) if cases is None else None
     return {"label": label, "path": os.path.abspath(path), "backend": rep.get("backend"),
             "measured_cases": sorted({c["case"] for c in rep["per_case"] if not c.get("skipped")}),
+            "not_measured": unmeasured, "not_selected": left_out,
             "device": rep.get("device"), "kernel_parts": parts, "kernel_parts_source": parts_src,
             "nominal_tflops": peaks["nominal_tflops"], "nominal_source": peaks["nominal_source"],
             "warmup": rep.get("warmup"), "repeats": rep.get("repeats"), "timing_method": rep.get("timing_method"),

@@ -28,7 +28,7 @@ from mfulib.core.definitions import OPS_MODES, canonical_mode, finite_or_none
 from mfulib.core.fmt import EM_DASH as DASH, TFLOPS_DIGITS, US_DIGITS, pct, sig, times
 from mfulib.core.jsonio import write_text_atomic
 from mfulib.report import cells
-from mfulib.report.tables import chart_title, save_figure, shape_cell
+from mfulib.report.tables import chart_title, never_measured_lines, save_figure, shape_cell
 from mfulib.schemas.provenance import HTML_MARK
 
 CSS = """
@@ -231,6 +231,8 @@ def case_table(doc: dict) -> str:
     for rep in doc.get("reports") or []:
         for r in rep.get("rows") or []:
             lead = [esc(rep.get("label"))] if multi else []
+            if r.get("status") == "skipped":  # never measured: never_measured_lines below says why
+                continue
             if r.get("status") != "ok":  # never a table row: listed under the table with the reason
                 not_run.append(f"{rep.get('label') + ': ' if multi else ''}case {r.get('case')} {r.get('status')}: "
                                f"{r.get('reason')}")
@@ -247,7 +249,8 @@ def case_table(doc: dict) -> str:
                                 esc(headline(r)), esc(r.get("numerator")), bound_cell(r.get("bound")),
                                 times(_roof(r, "headroom"), DASH)])
     left = {0, 1, 2, 3} if multi else {0, 1, 2}
-    foot = "".join(f"<li>{esc(t)}</li>" for t in dict.fromkeys(not_run))
+    foot = "".join(f"<li>{esc(t)}</li>" for t in dict.fromkeys(not_run + never_measured_lines(doc.get("reports")
+                                                                                               or [])))
     marks = cells.legend(ok_rows, {rep.get("backend") for rep in doc.get("reports") or []})
     return _table(head, rows, left=left | {len(head) - 3, len(head) - 2}) + \
         (f"<ul class=\"sub\">{''.join(f'<li>{esc(t)}</li>' for t in marks)}</ul>" if marks else "") + \

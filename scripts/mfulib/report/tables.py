@@ -7,8 +7,9 @@ reports are shown side by side. A second table lists every part: time, TFLOP/s, 
 headroom, the MFU@ach if that part were fixed, ranked by that payoff. A case without matrix work shows "—" for
 TFLOP/s and MFU and its MBU starred (the headline); a case whose numerator check_flops.py did not confirm is
 marked ``[unverified]`` (or ``[failed]``, ``[unchecked]``) with the reason below the table; a kernel time ncu
-replayed (``--from-prof`` of an ncu CSV) is marked ``[ncu]``, with ncu's replay conditions below the table. Cases never measured
-(skipped by the selection) are counted in one line, not listed; long text is wrapped, never cut off.
+replayed (``--from-prof`` of an ncu CSV) is marked ``[ncu]``, with ncu's replay conditions below the table. Cases never
+measured (the collector skipped them, or verify did not pass them) are no rows: they are listed below the table grouped
+by the reason the collection recorded (:func:`never_measured_lines`); long text is wrapped, never cut off.
 """
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ import textwrap
 from tabulate import tabulate
 
 from mfulib.backends import validates_only
-from mfulib.core.fmt import TFLOPS_DIGITS, US_DIGITS, pct, sig, times
+from mfulib.core.fmt import TFLOPS_DIGITS, US_DIGITS, pct, plural, sig, times
 from mfulib.core.symbols import factors_label
 from mfulib.flops.kernel_parts import OTHER
 from mfulib.report import cells
+from mfulib.schemas.performance_json import BY_COLLECTOR, describe_not_measured
 
 
 NO_MFU = "—"  # an operator without matrix work has no MFU (docs/ARCHITECTURE.md#flops)
@@ -108,6 +110,29 @@ def shape_cell(row: dict, width: int = 28, sep: str = "\n") -> str:
     return sep.join(lines)
 
 
+def never_measured_lines(reports: list) -> list:
+    """Why the cases without a row were never measured, grouped by the reason the collection recorded
+    (:func:`mfulib.schemas.performance_json.describe_not_measured` over each report's ``not_measured``; a report
+    written before that field gives its skipped rows), then the cases the selection rule left out
+    (``not_selected``)."""
+    multi = len(reports) > 1
+    entries, notes = [], []
+    for rep in reports:
+        lab = rep.get("label") if multi else None
+        if "not_measured" in rep:
+            entries += [dict(e, label=lab) for e in rep.get("not_measured") or []]
+        else:  # an mfu_decompose.json written before not_measured: its skipped rows
+            entries += [{"case": r.get("case"), "by": BY_COLLECTOR, "status": "skipped", "reason": r.get("reason"),
+                         "label": lab} for r in rep.get("rows") or [] if r.get("status") == "skipped"]
+        left = rep.get("not_selected") or {}
+        if left.get("cases"):
+            ids = left["cases"]
+            notes.append(f"{lab + ': ' if lab else ''}{plural(len(ids), 'case')} not selected by the rule "
+                         f"({left.get('rule')}): {', '.join(map(str, ids[:12]))}{' ...' if len(ids) > 12 else ''}"
+                         f" - --cases picks {'it' if len(ids) == 1 else 'them'} (make: COLLECT_ARGS=\"--cases ...\")")
+    return describe_not_measured(entries) + notes
+
+
 def decompose_table(result: dict) -> str:
     """The decomposition table, then maxima, reading aid, errors and warnings."""
     reports = result["reports"]
@@ -118,12 +143,11 @@ def decompose_table(result: dict) -> str:
                                             "MBU", "bound", "headroom"] + (["speed-up"] if multi else [])
     for p in parts:
         head += [f"{p} us"] + ([f"{p} MFU"] if p != OTHER else [])  # 'other' does no counted FLOPs
-    rows, not_ok, no_matrix, marked, skipped, ok_rows = [], [], [], [], [], []
+    rows, not_ok, no_matrix, marked, ok_rows = [], [], [], [], []
     for rep in reports:
         for r in rep["rows"]:
             lead = [rep["label"]] if multi else []
-            if r["status"] == "skipped":  # never selected/measured: counted below, not a row
-                skipped.append((rep["label"], r))
+            if r["status"] == "skipped":  # never measured: listed below with its reason (never_measured_lines)
                 continue
             if r["status"] != "ok":
                 rows.append(lead + [r["case"], shape_cell(r), r["status"]] + ["-"] * (len(head) - len(lead) - 3))
@@ -169,11 +193,7 @@ def decompose_table(result: dict) -> str:
     if reg.get("note"):
         lines.append(_wrap(f"cache regime: {reg['note']}"))
     lines.append(tabulate(rows, head, tablefmt="plain", disable_numparse=True))
-    if skipped:
-        ids = ", ".join(f"{lab + ' ' if multi else ''}{r['case']}" for lab, r in skipped)
-        why = sorted({str(r.get("reason")) for _, r in skipped})
-        lines.append(_wrap(f"{len(skipped)} case(s) never measured (skipped by the selection, no rows): {ids} - "
-                           + "; ".join(why[:3]) + ("; ..." if len(why) > 3 else "")))
+    lines.extend(_wrap(t, "    ") for t in never_measured_lines(reports))
     lines.extend(_wrap(t) for t in not_ok)
     lines.extend(_wrap(t) for t in marked)
     lines.extend(_wrap(t) for t in cells.legend(ok_rows, {rep.get("backend") for rep in reports}))

@@ -5,8 +5,11 @@ Both live in the batch output directory (``make batch``'s ``BATCH_OUT``), never 
 **Job record** (written by :func:`mfulib.batch.job.run_job`, atomically: first with status ``running``, then with
 the outcome): provenance + ``name``, ``layout``, ``status`` (one of :data:`JOB_STATUSES`), ``rc`` (the pipeline's
 exit status; None when it never ran to an end), ``reason`` (why it failed: the step that failed and its last error
-line, the timeout, the interrupt; None when ok), ``failed_step`` (the step that failed; for a timeout or an
-interrupt, the step the stop reached, None when none under the device lock ran), ``wall_s`` (seconds, the
+line, the timeout, the interrupt; None when ok), ``failed_steps`` (the step that failed, [that one]; for a
+timeout or an interrupt every step that was running when the stop came - make runs steps in parallel - in the
+order the log names them; [] when none), ``failed_step`` (the same names as one text, ``", "``-joined: one name
+for one step, None for none; the field of records written before ``failed_steps``, which :func:`read_job_record`
+turns into a one-name ``failed_steps``), ``wall_s`` (seconds, the
 ``make all`` wall time of this run), ``wall_earlier_s`` (seconds of the earlier unfinished runs this one resumed -
 failed, timed out, interrupted, or left running by a batch killed hard - 0 after an ok one or with FORCE=1:
 :func:`carried_s`), ``wall_total_s`` (``wall_s`` + ``wall_earlier_s``: the operator's whole cost, what a later batch
@@ -92,6 +95,13 @@ def read_job_record(path: str):
     for key in ("wall_s", "wall_earlier_s", "wall_total_s"):
         if doc.get(key) is not None and not _seconds_ok(doc[key]):
             raise wrong_type(path, key, doc[key], "seconds (a finite number >= 0) or null", fix)
+    steps = doc.get("failed_steps")
+    if steps is not None and not (isinstance(steps, list) and all(isinstance(x, str) for x in steps)):
+        raise wrong_type(path, "failed_steps", steps, "a list of step names", fix)
+    if doc.get("failed_step") is not None and not isinstance(doc["failed_step"], str):
+        raise wrong_type(path, "failed_step", doc["failed_step"], "a step name or null", fix)
+    if steps is None:  # a record from before failed_steps: its one failed_step
+        doc["failed_steps"] = [doc["failed_step"]] if doc.get("failed_step") else []
     return doc
 
 

@@ -3,7 +3,12 @@
 Provenance (:func:`mfulib.core.jsonio.provenance`) + the body :func:`mfulib.report.decompose.decompose` returns:
 ``peak_json, peak_label, peak_trusted (false: peak.json's calibration is not trusted),
 peak_backend, peak_device, peak_tflops, bandwidth_gbps, reports`` [{label, path, backend,
-measured_cases, device, kernel_parts, kernel_parts_source, nominal_tflops, nominal_source, warmup, repeats,
+measured_cases, not_measured [{case, by ("collector" | "verify"), status, reason}] (every case of the collection
+that was never timed, with the reason its performance.json records: the collector's skip, or verify.json's verdict
+and reason for a case the verify gate excluded - :func:`mfulib.schemas.performance_json.not_measured`; only the
+asked ones with --cases), not_selected {rule, cases} (cases the selection rule left out that could be timed,
+:func:`mfulib.schemas.performance_json.not_selected`; None when none or with --cases), device, kernel_parts,
+kernel_parts_source, nominal_tflops, nominal_source, warmup, repeats,
 timing_method, flush_cache_mib, complete, missing, notes, rows}], ``maxima, reading_aid, errors, warnings, notes``,
 ``regime`` {flush_cache_mib_collect, flush_cache_mib_peak, note} (:func:`mfulib.report.reading.regime`),
 ``complete`` (false when an interrupted collection was decomposed with --allow-incomplete) and ``missing`` (what it

@@ -19,8 +19,12 @@ Top level
     (dtype key, always the fp16/bf16 figure: MFU@nom is dtype-agnostic), ``value_tflops``, ``source``,
     ``override``}, ``device`` (identity: name, cores, memory...; npu adds ``runtime`` from info.json.N),
     ``compat`` (core counts the compatibility layer handed to the operator, with their source), ``flops_file``,
-    ``kernel_parts`` (KERNEL_PARTS of flops.py), ``selection`` {rule, order, skipped, not_verified [{case, reason, verify}]
-    (cases the verify gate excluded: never timed, never a ``per_case`` row), reserve, verify_file, verified_now (cases the collector verified before timing them),
+    ``kernel_parts`` (KERNEL_PARTS of flops.py), ``selection`` {rule, order, skipped (ids of
+    every case not timed: the collector's skips and the verify gate's), not_verified [{case, reason (the gate's: not
+    verified, and how to time it anyway), verify {status, reason, forced}, verify_reason (verify.json's own reason
+    for the case)}] (every case the verify gate excluded, wherever it ranks: never timed, never a ``per_case`` row),
+    reserve (ranked below the top-k, each one verify passed or has not seen: a case a rejected one hands its slot
+    to; ``--cases`` picks them), verify_file, verified_now (cases the collector verified before timing them),
     unverified_ok, search_json (the grid_search.json whose chosen cases were measured, --search-json; None)},
     ``retry``, ``flush_cache_mib``, ``pmu_collection`` {requested (auto | ncu | none), tool ("ncu" or
     None), available (the probe's verdict, asked once per run), reason; with ncu also ncu, ncu_version,
@@ -288,6 +292,65 @@ def completeness(rep: dict) -> tuple:
         return bool(rep["complete"]), missing
     interrupted = [f for f in rep.get("flags") or [] if isinstance(f, str) and f.startswith("interrupted")]
     return not interrupted, interrupted
+
+
+#: who kept a case of a collection from being measured (:func:`not_measured`'s ``by``)
+BY_COLLECTOR, BY_VERIFY = "collector", "verify"
+
+
+def not_measured(rep: dict) -> list:
+    """The cases of a collection that were never timed and why, as the file records it: [{case, by, status,
+    reason}], collector-skipped ones first, each in the file's order.
+
+    * a ``per_case`` entry with ``skipped``: by "collector" (the collector does not run it on this backend - bf16 on
+      the CPU interpreter - or it has no work), status "skipped", reason the entry's;
+    * a ``selection.not_verified`` entry: by "verify" (the verify gate excluded it: verify.json does not pass it),
+      status verify.json's status of the case, reason verify.json's own reason (``verify_reason``; a file written
+      before that was recorded gives the gate's ``reason``).
+
+    Cases the selection rule left out although they may be timed are :func:`not_selected`."""
+    out = [{"case": c.get("case"), "by": BY_COLLECTOR, "status": "skipped", "reason": str(c["skipped"])}
+           for c in rep.get("per_case") or [] if isinstance(c, dict) and c.get("skipped")]
+    for e in (rep.get("selection") or {}).get("not_verified") or []:
+        if not isinstance(e, dict):  # an id alone: no reason recorded
+            out.append({"case": e, "by": BY_VERIFY, "status": None, "reason": None})
+            continue
+        mark = e.get("verify") if isinstance(e.get("verify"), dict) else {}
+        out.append({"case": e.get("case"), "by": BY_VERIFY, "status": mark.get("status"),
+                    "reason": e["verify_reason"] if e.get("verify_reason") else e.get("reason")})
+    return out
+
+
+def not_selected(rep: dict) -> dict | None:
+    """{rule, cases}: the cases the collection's selection rule left out (``selection.reserve``: ranked below the
+    top-k; since verify-excluded cases are :func:`not_measured`, these are cases that may be timed - ``--cases``
+    picks them); None when there are none."""
+    sel = rep.get("selection") or {}
+    cases = list(sel.get("reserve") or [])
+    return {"rule": sel.get("rule"), "cases": cases} if cases else None
+
+
+def describe_not_measured(entries: list, limit: int = 8) -> list:
+    """People's lines for :func:`not_measured` entries (an entry's optional ``label`` names its report): a head
+    line counting the cases, then one indented line per (label, by, status, reason) with the case ids joined - at
+    most ``limit`` lines, the rest counted. [] for no entries."""
+    if not entries:
+        return []
+    groups = {}
+    for e in entries:
+        groups.setdefault((e.get("label"), e.get("by"), e.get("status"), e.get("reason")), []).append(e.get("case"))
+    lines = [f"{len(entries)} case(s) never measured (no rows), with the reason the collection recorded:"]
+    for (label, by, status, reason), ids in list(groups.items())[:limit]:
+        who = ("not run by the collector" if by == BY_COLLECTOR else
+               f"not verified (verify: {status or 'no verdict recorded'}), never timed")
+        ids = sorted(ids, key=lambda c: (not isinstance(c, int), c if isinstance(c, int) else str(c)))
+        lines.append(f"  {label + ' ' if label else ''}case {', '.join(map(str, ids))} - {who}: "
+                     f"{reason or 'no reason recorded'}")
+    if len(groups) > limit:
+        rest = sum(len(ids) for ids in list(groups.values())[limit:])
+        lines.append(f"  ... and {rest} more case(s) with other reasons (performance.json selection.not_verified "
+                     "and the skipped per_case entries)")
+    return lines
 
 
 REPORT_NUMBERS = ("kernel_time_ns", "span_ns", "flops", "input_bytes", "output_bytes")

@@ -34,11 +34,15 @@ def skip_reason(info, backend: str, max_input_mb=None, skip_bf16: bool = False):
     """Why verify does not run a case (:class:`mfulib.core.cases.CaseInfo` ``info``) on ``backend``, or None.
 
     bf16 cases on a backend that cannot run them (cpu: the interpreter) or with ``skip_bf16``; cases whose inputs
-    exceed ``max_input_mb`` (1 MB = 1e6 bytes)."""
+    exceed ``max_input_mb`` (1 MB = 1e6 bytes) - at the backend's own default cap, with what to do
+    (:attr:`~mfulib.backends.base.Backend.verify_cap_hint`)."""
     cls = backend_class(backend)
     if (not cls.runs_bf16 or skip_bf16) and info.compute_dtype == "bfloat16":
         return cls.bf16_skip_reason if not cls.runs_bf16 else "--skip-bf16"
-    return over_input_cap(info.input_bytes, max_input_mb)
+    why = over_input_cap(info.input_bytes, max_input_mb)
+    if why and cls.verify_cap_hint and max_input_mb == cls.verify_max_input_mb:
+        why += f" ({cls.verify_cap_hint})"
+    return why
 
 
 def over_input_cap(input_bytes: int, max_input_mb) -> str | None:
@@ -106,6 +110,11 @@ class Gate:
         mark["reason"] = (f"not verified: verify {status}" + (f" ({reason})" if reason else "") +
                           " - --unverified-ok (make ACCEPT_UNVERIFIED_CASES=1) times it anyway (marked)")
         return False, mark
+
+    def recorded_reason(self, case_id: int):
+        """verify.json's own reason for ``case_id`` (why verify skipped, rejected or failed it), or None (a pass, no
+        row, or rows ignored under ``forced``)."""
+        return (self.rows.get(case_id) or {}).get("reason")
 
     def pending(self, case_ids) -> list:
         """The ids of ``case_ids`` that have no verify row and must be verified before they are timed."""
