@@ -154,7 +154,8 @@ examples: ## list the bundled operators usable as OP=<name>
 status: ## per step of the work directory: done / stale (why) / failed (its report) / not run
 	$(need-op)
 	@$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --status --settings-changed '$(strip \
-	  $(foreach s,verify flops collect probe search,$(if $(call settings_changed,$(s)),$(s):$(subst $(space),$(comma),$(call settings_changed,$(s))))))'
+	  $(foreach s,verify flops collect probe search,$(if $(call settings_changed,$(s)),$(s):$(subst $(space),$(comma),$(call settings_changed,$(s))))))' \
+	  --waits '$(strip $(SEARCH_EDGES))'
 
 # ---------------------------------------------------------------------------------------------- step 1
 # Is $(WORK) built from this command line's source choice and the sources' current content? Asked once, at parse
@@ -292,8 +293,9 @@ $(WORK)/report.html: $(ST)/decompose.ok $(WORK)/mfu_decompose.json $(WORK)/perfo
 # ---------------------------------------------------------------------------------------------- step 2: limit-MFU search
 # probe: scale the cases under five gates and append the legal ones to both case copies (probe.json); search: rank
 # the pool of (case, scale) points by wall clock, measure the top 3 with the collector (grid_search.json). With
-# SEARCH=1, collect waits for the search; after a successful search (its stamp), collect measures the chosen cases
-# (--search-json), each marked with its origin in performance.json.
+# SEARCH=1 (or once make ran the search in the work directory: SEARCH_EDGES below), collect waits for the search;
+# after a successful search (its stamp), collect measures the chosen cases (--search-json), each marked with its
+# origin in performance.json.
 SEARCH      ?=
 PROBE_ARGS  ?=
 SEARCH_ARGS ?=
@@ -302,8 +304,14 @@ PROBE_CMD = $(DEVICE_RUN) $(PY) $(SCRIPTS)/max_shape_probe.py --dir $(WORK) --fl
   --max-bytes 10e9 --max-ms 4000 --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(PROBE_ARGS)
 SEARCH_CMD = $(DEVICE_RUN) $(PY) $(SCRIPTS)/mfu_grid_search.py --dir $(WORK) --flops-tool $(SCRIPTS)/check_flops.py \
   --backend $(BACKEND) --device $(DEVICE_ID) --seed $(SEED) $(SEARCH_ARGS)
-# run-time test, not parse time: with SEARCH=1 the search runs in the same make as the collection
-COLLECT_CMD += $$(test -f .state/search.ok && test -f grid_search.json && echo --search-json grid_search.json)
+# The collector measures the search's chosen cases exactly when make takes the search as done (its stamp and its
+# report there), else the top-k cases - never a grid_search.json make has not accepted (a hand run's with other
+# settings, a stopped one's) - unless COLLECT_ARGS chooses (--search-json / --no-search-json). A run-time test, not
+# parse time: with SEARCH=1 the search runs in the same make as the collection.
+SEARCH_JSON_ARG = $$(if test -f .state/search.ok && test -f grid_search.json; \
+  then echo --search-json grid_search.json; else echo --no-search-json; fi)
+COLLECT_SEARCH_ARG = $(if $(filter --search-json% --no-search-json,$(COLLECT_ARGS)),,$(SEARCH_JSON_ARG))
+COLLECT_CMD += $(COLLECT_SEARCH_ARG)
 
 probe: $(ST)/probe.ok ## step 2a: scale the cases under five gates, append the legal ones (probe.json; PROBE_ARGS)
 
@@ -315,6 +323,8 @@ search: $(ST)/search.ok ## step 2b: (case, scale) search for the limit MFU (grid
 
 $(ST)/search.ok: $(ST)/probe.ok $(WORK)/model_new.py $(wildcard $(WORK)/probe.json)
 	$(call step,search,$(WORK)/grid_search.json,$(SEARCH_CMD))
+# a stamp without its report is no finished search (make status: stale, its report is gone): the search is redone
+$(ST)/search.ok: $(if $(wildcard $(WORK)/grid_search.json),,_always)
 
 # The settings each step last ran with: $(ST)/<step>.settings holds VAR=value for each of its variables
 # (SETVARS_<step>), written when the step succeeds. A make *given* one of them (command line or environment) with a
@@ -344,10 +354,15 @@ settings_has = $(shell grep -qs '^$(2)=' $(ST)/$(1).settings && echo y)
 $(foreach s,verify collect probe search,$(foreach v,$(STICKY_$(s)),$(if $(filter command% environment%,$(origin \
   $(v))),,$(if $(call settings_has,$(s),$(v)),$(eval $(v) := $(call settings_was,$(s),$(v)))))))
 
-# a new search re-collects; SEARCH=1 makes the collection wait for it
-$(ST)/collect.ok: $(if $(SEARCH),$(ST)/search.ok) $(wildcard $(ST)/search.ok)
-# the probe appends cases: check flops.py on them too before they are collected
-$(ST)/flops.ok: $(if $(SEARCH),$(ST)/probe.ok) $(wildcard $(ST)/probe.ok)
+# The search's edges: collect waits for the search (a new search re-collects) and flops for the probe (it appends
+# cases: flops.py is checked on them too before they are collected) with SEARCH=1 - and in a work directory where
+# make has run or started that step before (its .state/<step>.ok, .started or .settings), so that a step whose stamp
+# was removed since (a hand run with other settings than make's, a stop, a failure) stays on make's path: the next
+# make redoes it before the collection, as make status says. `make status` is given the same edges (--waits), so
+# the two judge one graph. searched = the edge's step when it is on make's path ("" when not).
+searched = $(if $(or $(SEARCH),$(wildcard $(ST)/$(1).ok $(ST)/$(1).started $(ST)/$(1).settings)),$(1))
+SEARCH_EDGES := $(if $(call searched,probe),flops:probe) $(if $(call searched,search),collect:search)
+$(foreach e,$(SEARCH_EDGES),$(eval $(ST)/$(firstword $(subst :, ,$(e))).ok: $(ST)/$(lastword $(subst :, ,$(e))).ok))
 
 # the steps in parallel where the graph and the device lock allow (verify | flops | peak, then collect, decompose):
 # `all` adds -j$(ALL_JOBS) to this make (GNU make >= 4.3; older ones run one step at a time unless given -j), unless

@@ -1,7 +1,8 @@
-"""The Makefile's per-step settings files ($(WORK)/.state/<step>.settings) with a stand-in Python (no torch, fast):
-the fake ``PY`` answers prepare's parse-time ``--check`` with "ok" (a prepare run rewrites prepare.json), hands the Makefile's other parse-time questions
-(``-c`` snippets reading a JSON field) to the real interpreter, and records every script it is asked to run,
-failing the collector when its arguments contain ``--fail-me``."""
+"""The Makefile's per-step settings files ($(WORK)/.state/<step>.settings) and the search's edges with a stand-in
+Python (no torch, fast): the fake ``PY`` answers prepare's parse-time ``--check`` with "ok" (a prepare run rewrites
+prepare.json), hands the Makefile's other parse-time questions (``-c`` snippets reading a JSON field) to the real
+interpreter, and records every script it is asked to run, failing the collector when its arguments contain
+``--fail-me``; a grid search it is asked to run leaves a grid_search.json, as the real one does."""
 import sys
 import json
 import os
@@ -17,6 +18,8 @@ echo "$(basename "$1") $*" >> "$CALLS"
 case "$1" in */prepare_op_dir.py) while [ $# -gt 0 ]; do [ "$1" = --dst ] && touch "$2/prepare.json"; shift; done;;
 esac
 case "$*" in *--fail-me*) exit 2;; esac
+case "$*" in *mfu_grid_search.py*) while [ $# -gt 0 ]; do [ "$1" = --dir ] && touch "$2/grid_search.json"; shift; done;;
+esac
 exit 0
 """
 
@@ -141,3 +144,62 @@ def test_a_redo_of_step_1_redoes_every_step_that_builds_on_it(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     for script in ("prepare_op_dir.py", "verify_op.py", "check_flops.py", "peak_calib.py"):
         assert script in calls, (script, calls)
+
+
+def test_a_search_whose_stamp_a_hand_run_removed_is_redone_before_the_collection_and_make_status_is_told(tmp_path):
+    """The new user's report: `make SEARCH=1 all`, then mfu_grid_search.py by hand with other settings (it removes
+    make's stamp of the search), then make status said "search not done, make redoes it; collect stale" while the
+    next `make all` did nothing - and a collection redone later silently measured the top-k cases, not the search's.
+    Once make has run the search in a work directory, collect waits for it without SEARCH=1: make redoes the search
+    (with its own settings), then collects with --search-json; make status is given the same edges."""
+    from mfulib.pipeline import workdir_state
+    work, make = fake_work(tmp_path)
+    r, calls = make("collect", "SEARCH=1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert calls.index("max_shape_probe.py") < calls.index("check_flops.py")  # flops waits for the probe
+    assert calls.index("mfu_grid_search.py") < calls.index("msprof_perf_summary.py")
+    (collect,) = [ln for ln in calls.splitlines() if "msprof_perf_summary.py" in ln]
+    assert collect.endswith("--search-json grid_search.json"), collect
+    r, calls = make("collect")
+    assert r.returncode == 0 and calls == "", calls  # done, with or without SEARCH=1
+
+    made = {"by_make": True, "settings": {"retime_runs": 3}, "files": {}}  # make's record of its search
+    (work / ".state" / "search.made_from.json").write_text(json.dumps(made))
+    said = []
+    workdir_state.record_run(str(work), "search", dict(made, by_make=False, settings={"retime_runs": 0}), said.append)
+    assert not (work / ".state" / "search.ok").exists() and "the next make redoes it" in said[0]
+    r, _ = make("-n", "status")  # (-n: the stand-in prepare_op_dir.py would touch prepare.json)
+    assert r.returncode == 0 and "--waits 'flops:probe collect:search'" in r.stdout, r.stdout  # make's own graph
+    r, calls = make("collect")  # no SEARCH=1: the search is redone first, then collected
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "mfu_grid_search.py" in calls and "max_shape_probe.py" not in calls, calls
+    (collect,) = [ln for ln in calls.splitlines() if "msprof_perf_summary.py" in ln]
+    assert collect.endswith("--search-json grid_search.json"), collect
+    assert make("collect")[1] == ""
+
+    # a stamp whose report is gone is no finished search: redone, never a collection of the top-k cases instead
+    (work / "grid_search.json").unlink()
+    r, calls = make("collect")
+    assert r.returncode == 0 and "mfu_grid_search.py" in calls and "--search-json grid_search.json" in calls, calls
+    # a search stopped by Ctrl-C (make's own run: no stamp, .started stays) is redone by a make without SEARCH=1 too
+    (work / ".state" / "search.ok").unlink()
+    r, calls = make("collect")
+    assert r.returncode == 0 and "mfu_grid_search.py" in calls, calls
+
+
+def test_without_a_search_make_collects_the_top_k_cases_never_a_grid_search_json_it_did_not_make(tmp_path):
+    """A work directory make never searched: collect does not wait for a search and tells the collector so
+    (--no-search-json: a grid_search.json a hand run left there is not make's); status gets no search edge; a
+    COLLECT_ARGS that chooses for itself is left alone."""
+    work, make = fake_work(tmp_path)
+    (work / "grid_search.json").write_text("{}\n")  # a hand run's, without make's stamp
+    r, calls = make("collect")
+    assert r.returncode == 0 and "mfu_grid_search.py" not in calls and "max_shape_probe.py" not in calls, calls
+    (collect,) = [ln for ln in calls.splitlines() if "msprof_perf_summary.py" in ln]
+    assert collect.endswith("--no-search-json"), collect
+    r, _ = make("-n", "status")
+    assert r.returncode == 0 and "--waits ''" in r.stdout, r.stdout  # no edge
+    r, calls = make("collect", "COLLECT_ARGS=--search-json grid_search.json")
+    (collect,) = [ln for ln in calls.splitlines() if "msprof_perf_summary.py" in ln]
+    assert r.returncode == 0 and collect.endswith("--search-json grid_search.json"), collect
+    assert "--no-search-json" not in collect

@@ -379,7 +379,8 @@ def test_a_stopped_search_without_its_stamp_is_not_done_not_failed(tmp_path):
     for k, step in enumerate(("verify", "probe")):
         (st / f"{step}.ok").touch()
         os.utime(st / f"{step}.ok", (2e9 + k, 2e9 + k))
-    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    waits = {"flops": ["probe"], "collect": ["search"]}  # make's edges after its own search was stopped (SEARCH=1)
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""), waits=waits)}
     assert rows["search"]["state"] == "not done", rows["search"]
     assert rows["search"]["detail"] == ("stopped, make redoes it: interrupted (SIGTERM after pool, stage1, stage2 - "
                                         "make search runs it again); best so far: case 7 MFU@ach 4.57% (stage 2, "
@@ -404,3 +405,45 @@ def test_a_search_stopped_in_its_re_timing_reports_the_best_median_so_far():
     for r in doc["stage2"]:
         r["retimed"] = rt([r["metric_value"]])  # stage 2's own run only: nothing re-timed yet
     assert grid_search_json.best_so_far(doc) == "case 17 MFU@ach 20.00% (stage 2, not re-timed)"
+
+
+def test_make_status_judges_the_search_edges_make_takes_and_says_which_make_redoes_a_step_off_them(tmp_path):
+    """make status is given the search's edges make takes now (the Makefile's SEARCH_EDGES: with SEARCH=1 or once
+    make ran the search in the work directory): a search whose stamp a hand run with other settings removed makes
+    the collection stale there, as make redoes both; flops waits for the probe (judged after it, although listed
+    before it). Off those edges, `make all` never runs the search: its row says which target does."""
+    grid = {"tool": "mfu_grid_search", "schema": 1, "pool": [{"case": 0}], "stage1": [], "stage2": [], "cost_s": {},
+            "chosen_cases": [0], "complete": True, "interrupted": None,
+            "best": {"case": 0, "metric": "mfu", "mfu": 0.5, "mfu_kind": "ach"},
+            "made_from": {"by_make": False, "settings": {"retime_runs": 0}, "files": {}}}
+    (tmp_path / "grid_search.json").write_text(json.dumps(grid))
+    (tmp_path / "probe.json").write_text(json.dumps({"tool": "max_shape_probe", "schema": 1, "complete": True,
+                                                     "interrupted": None, "appended": {}, "candidates": [],
+                                                     "symbols": []}))
+    st = tmp_path / ".state"
+    st.mkdir()
+    (st / "search.made_from.json").write_text(json.dumps({"by_make": True, "settings": {"retime_runs": 3},
+                                                          "files": {}}))
+    for k, step in enumerate(("verify", "flops", "probe", "collect")):  # no search.ok: the hand run removed it
+        (st / f"{step}.ok").touch()
+        os.utime(st / f"{step}.ok", (2e9 + k, 2e9 + k))
+    waits = {"flops": ["probe"], "collect": ["search"]}
+    from mfulib.pipeline.step_graph import on_make_path
+    assert on_make_path(workdir_state.STEPS, {}) == {"prepare", "verify", "flops", "collect", "peak", "decompose"}
+    assert {"probe", "search"} <= on_make_path(workdir_state.STEPS, waits)
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""), waits=waits)}
+    assert rows["search"]["state"] == "not done"
+    assert rows["search"]["detail"].startswith("report present but make recorded no success (run by hand with "
+                                               "other settings or inputs than make's (retime_runs 3 -> 0)): make "
+                                               "redoes it"), rows["search"]
+    assert rows["collect"]["state"] == "stale" and "search not done" in rows["collect"]["detail"]
+    assert [r["step"] for r in workdir_state.step_states(str(tmp_path), ("ok", ""), waits=waits)] == list(
+        s.name for s in workdir_state.STEPS)  # listed in make status's order, whatever order they were judged in
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}  # a work dir make never
+    assert "make search redoes it (make all does only with SEARCH=1)" in rows["search"]["detail"]  # searched
+    assert "search" not in rows["collect"]["detail"]
+    (st / "probe.ok").unlink()  # a probe run by hand with other settings: flops waits for it, as make does
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""), waits=waits)}
+    assert rows["probe"]["state"] == "not done" and "probe not done" in rows["flops"]["detail"], rows
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    assert "probe" not in rows["flops"]["detail"] and "make probe redoes it" in rows["probe"]["detail"]

@@ -177,3 +177,36 @@ def read_steps(makefile: str = os.path.join(REPO_ROOT, "Makefile")) -> tuple:
     read breaks ``make status``, not every command that imports this module)."""
     with open(makefile, encoding="utf-8") as f:
         return parse_makefile(f.read(), makefile)
+
+
+def judging_order(steps: tuple, waits: dict) -> list:
+    """``steps`` in the order make status can judge them: each after every step it needs or waits for (``waits``:
+    {step: [step]}, the search's conditional edges - flops waits for the probe, listed after it), otherwise in
+    ``steps``' own order."""
+    names = [s.name for s in steps]
+    needs = {s.name: set(s.needs) | {n for n in waits.get(s.name, ()) if n in names} for s in steps}
+    order, done = [], set()
+    while len(order) < len(steps):
+        nxt = next((s for s in steps if s.name not in done and needs[s.name] <= done), None)
+        if nxt is None:  # a cycle through a conditional edge: judge the rest in the listed order
+            nxt = next(s for s in steps if s.name not in done)
+        order.append(nxt)
+        done.add(nxt.name)
+    return order
+
+
+def on_make_path(steps: tuple, waits: dict) -> set:
+    """The steps ``make all`` runs when they are not done: everything the last step (the decomposition) needs or
+    waits for (``waits``), directly or through another step. The probe and the search are on it only through the
+    search's conditional edges (the Makefile's ``SEARCH_EDGES``: with ``SEARCH=1``, or once make ran them in the
+    work directory: the Makefile passes them to make status); off it, their own targets (``make search``) redo
+    them."""
+    by_name = {s.name: s for s in steps}
+    seen, todo = set(), [steps[-1].name]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        todo += list(by_name[name].needs) + list(waits.get(name, ()))
+    return seen

@@ -26,7 +26,7 @@ from mfulib.core.jsonio import sha256
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import read_json
 from mfulib.core.opdir import PREPARE_JSON
-from mfulib.pipeline.step_graph import Step, read_steps  # noqa: F401  Step: the row type of STEPS
+from mfulib.pipeline.step_graph import Step, judging_order, on_make_path, read_steps  # noqa: F401  Step: a row of STEPS
 from mfulib.schemas import provenance
 
 STATE_DIR = ".state"
@@ -347,26 +347,36 @@ def _mtime(path):
     return os.path.getmtime(path) if os.path.exists(path) else None
 
 
-def step_states(work: str, prepare: tuple, settings_changed: dict | None = None) -> list:
+def step_states(work: str, prepare: tuple, settings_changed: dict | None = None, waits: dict | None = None) -> list:
     """One row per step of :data:`STEPS`: {step, state (done | stale | failed | not done | not run | error), detail,
     report}; "not done": a report without make's stamp from a run that was stopped or run by hand.
 
     ``prepare``: :func:`prepare_verdict`'s (verdict, reason), or ("error", message) when the sources cannot be
     resolved. ``settings_changed``: {step: [make variable]} given with other values than the step last ran with
-    (the Makefile's ``settings_changed``): such a done step is stale, and so are the steps after it."""
-    settings_changed = settings_changed or {}
-    rows, state = [], {}
-    for step in read_steps():
+    (the Makefile's ``settings_changed``): such a done step is stale, and so are the steps after it. ``waits``:
+    {step: [step]}, the search's conditional edges make takes now (the Makefile's ``SEARCH_EDGES``, e.g.
+    ``{"collect": ["search"], "flops": ["probe"]}`` with ``SEARCH=1`` or once make ran the probe and the search in
+    ``work``): judged as the step's own needs, as make does - a search whose stamp a hand run with other settings
+    removed makes the collection stale. A step off make's path (:func:`mfulib.pipeline.step_graph.on_make_path`)
+    that is to be redone says which target redoes it."""
+    settings_changed, waits = settings_changed or {}, waits or {}
+    steps = read_steps()
+    path = on_make_path(steps, waits)
+    rows, state = {}, {}
+    for step in judging_order(steps, waits):
+        redo = "make redoes it" if step.name in path else \
+            f"make {step.name} redoes it (make all does only with SEARCH=1)"
         report = os.path.join(work, step.report)
         if step.name == "prepare":
             verdict, why = prepare
             st = {"ok": "done", "redo": "stale", "new": "not run"}.get(verdict, "error")
-            rows.append({"step": "prepare", "state": st, "detail": why, "report": report})
+            rows["prepare"] = {"step": "prepare", "state": st, "detail": why, "report": report}
             state["prepare"] = st
             continue
         stamp = stamp_path(work, step.name)
-        upstream = [f"{n} {state[n]}" for n in step.needs if state.get(n) != "done"]
-        deps = [stamp_path(work, n) for n in step.needs] + [os.path.join(work, f) for f in step.files]
+        needs = tuple(dict.fromkeys(tuple(step.needs) + tuple(waits.get(step.name, ()))))
+        upstream = [f"{n} {state[n]}" for n in needs if state.get(n) != "done"]
+        deps = [stamp_path(work, n) for n in needs] + [os.path.join(work, f) for f in step.files]
         have_report = os.path.exists(report)
         ok, detail = report_verdict(step.name, report) if have_report else (None, "")
         if os.path.exists(stamp):
@@ -394,22 +404,22 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None)
                 what = "no new report (the one there is from an earlier run)"
             else:
                 what = "no report written"
-            detail = f"exit status {rc}; {what}; make redoes it"  # the report's own words first: status cuts at 110
+            detail = f"exit status {rc}; {what}; {redo}"  # the report's own words first: status cuts at 110
         elif not have_report:
             st, detail = "not run", "; ".join(upstream)
         elif not ok:  # a report that says it was stopped (Ctrl-C, SIGTERM, the batch's timeout) is not a failure
             st = "not done" if _stopped_report(report) else "failed"
-            detail = f"stopped, make redoes it: {detail}" if st == "not done" else detail
+            detail = f"stopped, {redo}: {detail}" if st == "not done" else detail
         else:
             block = _made_from(report)
             diff = hand_run_differences(work, step.name, block) if block and not block.get("by_make") else None
             why = (f"run by hand with other settings or inputs than make's ({'; '.join(diff[:3])})" if diff else
                    "interrupted, or run outside make")
-            st, detail = "not done", (f"report present but make recorded no success ({why}): make redoes it" +
+            st, detail = "not done", (f"report present but make recorded no success ({why}): {redo}" +
                                       (f"; {detail}" if detail else ""))
         state[step.name] = st
-        rows.append({"step": step.name, "state": st, "detail": detail, "report": report if have_report else ""})
-    return rows
+        rows[step.name] = {"step": step.name, "state": st, "detail": detail, "report": report if have_report else ""}
+    return [rows[s.name] for s in steps]
 
 
 SEEDED_REPORTS = ("verify.json", "flops_check.json", "performance.json")
@@ -461,12 +471,13 @@ def case_file_problem(work: str):
     return None
 
 
-def status_table(work: str, prepare: tuple, settings_changed: dict | None = None) -> str:
-    """The ``make status`` table (tabulate) of :func:`step_states` for ``work``, then the case file's error
-    (:func:`case_file_problem`: a step that failed on it, or has not run, would otherwise say only "failed" or "not
-    run") and :func:`seed_mismatch`'s warning when the steps ran with different seeds."""
+def status_table(work: str, prepare: tuple, settings_changed: dict | None = None, waits: dict | None = None) -> str:
+    """The ``make status`` table (tabulate) of :func:`step_states` for ``work`` (``settings_changed``, ``waits``:
+    its), then the case file's error (:func:`case_file_problem`: a step that failed on it, or has not run, would
+    otherwise say only "failed" or "not run") and :func:`seed_mismatch`'s warning when the steps ran with different
+    seeds."""
     from tabulate import tabulate
-    rows = step_states(work, prepare, settings_changed)
+    rows = step_states(work, prepare, settings_changed, waits)
     body = [[r["step"], r["state"], textwrap.fill(r["detail"] or "", 80), r["report"]] for r in rows]  # wrapped, not cut
     mixed, bad = seed_mismatch(work), case_file_problem(work)
     html = os.path.join(work, "report.html")

@@ -185,7 +185,11 @@ def run(args) -> int:
         if args.status:
             from mfulib.pipeline import workdir_state
             changed = {k: v.split(",") for k, _, v in (t.partition(":") for t in args.settings_changed.split()) if v}
-            print(workdir_state.status_table(os.path.abspath(args.dst), (verdict, why), changed))
+            waits = {}
+            for step, _, need in (t.partition(":") for t in args.waits.split()):
+                if need:
+                    waits.setdefault(step, []).append(need)
+            print(workdir_state.status_table(os.path.abspath(args.dst), (verdict, why), changed, waits))
         else:
             print(f"{verdict} {why}")
         return 0
