@@ -24,7 +24,15 @@ and spread ((max - min) / median); two leaders whose medians differ by less than
 (every case tied with the leader is printed). 0 for either turns it off. A probe.json its --budget-s cut makes the search incomplete (said so).
 grid_search.json records the pool, both stages, the cost of each in seconds and chosen_cases, which the collector
 then measures (msprof_perf_summary.py --search-json grid_search.json; make collect does it after make search).
-Scratch files go to <work dir>/search/. Exit status: 0; 1 when stage 2 measured no case; 2 on bad input; 130
+Make's state: a run writing <work dir>/grid_search.json (the default) after make's own search counts as make's step
+only with make's settings and inputs (its stamp renewed: make re-collects); otherwise, or when stopped, the stamp
+is removed and make status shows the search not done - the next make redoes the search before it collects (in a
+work directory make never searched, make search or SEARCH=1 does). A run writing another file (-o) leaves make's
+state alone.
+Scratch files (the stage-2, re-timing and counting collector runs, the tracer's counts) go to <work dir>/search/
+for <work dir>/grid_search.json, else beside the -o file, to <its path without .json>.search/ (-o /tmp/a.json:
+/tmp/a.search/), never into make's <work dir>/search/ (stage 1's temporary per-case folders, unique and removed
+when it ends, are made there either way). Exit status: 0; 1 when stage 2 measured no case; 2 on bad input; 130
 interrupted by Ctrl-C or SIGTERM (grid_search.json then records complete=false and ``interrupted``: why and
 after which stages; make status shows it).
 """
@@ -91,7 +99,9 @@ def build_parser():
     p.add_argument("--flops-tool", default=CHECK_FLOPS, help="FLOPs tool run with --tracer-only (check_flops.py)")
     p.add_argument("--probe-json", default=None, help="probe result (default: <dir>/probe.json; absent: scale 1)")
     p.add_argument("--peak-json", default=None, help="measured peaks for MFU@ach (default: <dir>/peak.json if any)")
-    p.add_argument("-o", "--output", default=None, help="result file (default: <dir>/grid_search.json)")
+    p.add_argument("-o", "--output", default=None,
+                   help="result file (default: <dir>/grid_search.json, make's search step); another file leaves "
+                        "make's state alone and gets its scratch beside it, in <path without .json>.search/")
     p.add_argument("--collect-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the stage-2 collector, repeatable (e.g. --collect-arg=--flush-cache-mib "
                         "--collect-arg=256)")

@@ -627,3 +627,70 @@ def test_a_probe_json_that_no_longer_describes_the_case_file_is_refused_naming_b
         got = search_pool.read_probe(path)
     assert got["n_originals"] == 2 and got["lines"] == {2: json.dumps(lines[2])}
     search_pool.check_probe_cases(got, path, "c.jsonl", lines[:3])
+
+
+def test_a_search_writing_another_file_keeps_its_scratch_beside_it_and_leaves_makes_state_alone(tmp_path,
+                                                                                               monkeypatch):
+    """-o elsewhere (or another name in the work directory): the collector runs of stage 2 and the re-timing go to
+    <output without .json>.search/ beside it, never into make's <work>/search/ (whose stage-2 report make's
+    grid_search.json points at), and neither a finished nor a stopped run touches make's stamp of the search."""
+    work = tmp_path / "w"
+    work.mkdir()
+    for name in ("model.py", "model_new.py"):
+        (work / name).write_text("# the stages are played by test doubles: nothing imports it\n")
+    (work / "model.json").write_text("\n".join(json.dumps(bmm_line(1, 16 * (i + 1), 16, 16)) for i in range(3)) + "\n")
+    from mfulib.core.opdir import OpDir
+    opdir = OpDir(str(work))
+    own = str(work / "grid_search.json")
+    assert grid_search.scratch_dir(opdir, own) == str(work / "search") and grid_search.own_output(opdir, own)
+    assert grid_search.own_output(opdir, os.path.join(str(work), ".", "grid_search.json"))  # spelt another way
+    assert grid_search.scratch_dir(opdir, str(work / "other.json")) == str(work / "other.search")
+    assert not grid_search.own_output(opdir, str(work / "other.json"))  # in the work directory, yet not make's file
+    assert grid_search.scratch_dir(opdir, str(tmp_path / "runs" / "a")) == str(tmp_path / "runs" / "a.search")
+
+    state = work / ".state"
+    state.mkdir()
+    (state / "search.ok").touch()  # make's finished search and the stage-2 report its grid_search.json names
+    os.utime(state / "search.ok", (2e9, 2e9))
+    (work / "search" / "stage2").mkdir(parents=True)
+    (work / "search" / "stage2" / "performance.json").write_text("make's stage 2\n")
+    monkeypatch.setattr(grid_search, "flops_py_values", lambda opdir, ids: {i: 1.0e6 * (i + 1) for i in ids})
+    monkeypatch.setattr(grid_search, "trace_flops", lambda *a, **k: {})
+    monkeypatch.setattr(grid_search, "stage1", lambda *a, **k: [
+        {"case": c, "rank": k + 1, "status": "ok", "error": None, "rank_value": 1.0 / (k + 1)}
+        for k, c in enumerate((2, 1, 0))])
+    seen = {}
+
+    def measured(*a, scratch=None, **k):  # stage 2 played: where it was told to collect
+        seen["stage2"] = scratch
+        return [{"case": 2, "status": "ok", "metric_value": 0.05, "mfu_ach": 0.05}], os.path.join(scratch, "x.json")
+
+    def retime(rows, metric, top, runs, run, log, cost, on_stop=None):  # one re-timing run through run_collector
+        run([2], 1)
+    monkeypatch.setattr(grid_search, "stage2", measured)
+    monkeypatch.setattr(grid_search._rt, "retime", retime)
+    monkeypatch.setattr(grid_search, "run_collector", lambda opdir, ids, out_dir, *a, **k: seen.update(retime=out_dir))
+    for out in (tmp_path / "runs" / "gs.json", work / "other.json"):
+        scratch = str(out)[:-len(".json")] + ".search"
+        doc = grid_search.run_search(grid_search.SearchOptions(op_dir=str(work), backend="cpu", output=str(out)),
+                                     log=lambda m: None)
+        assert doc["complete"] and gsj.read_grid_search_json(str(out))["chosen_cases"] == [2]
+        assert seen == {"stage2": scratch, "retime": os.path.join(scratch, "retime1")} and os.path.isdir(scratch)
+        assert os.path.getmtime(state / "search.ok") == 2e9 and not (work / "grid_search.json").exists()
+        assert (work / "search" / "stage2" / "performance.json").read_text() == "make's stage 2\n"
+        assert sorted(os.listdir(state)) == ["search.ok"]  # no record of a run by hand: not make's step
+
+    def stopped(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(grid_search, "stage2", stopped)
+    with pytest.raises(KeyboardInterrupt):  # a stopped run into another file: make's search stays done
+        grid_search.run_search(grid_search.SearchOptions(op_dir=str(work), backend="cpu",
+                                                         output=str(work / "other.json")), log=lambda m: None)
+    assert (state / "search.ok").exists() and gsj.read_grid_search_json(str(work / "other.json"))["interrupted"]
+
+
+def test_the_help_says_where_the_scratch_of_another_output_goes():
+    import mfu_grid_search
+    text = " ".join(mfu_grid_search.build_parser().format_help().split())
+    assert "<its path without .json>.search/" in text and "never into make's <work dir>/search/" in text
+    assert "make's state alone" in text

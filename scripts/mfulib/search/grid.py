@@ -33,7 +33,8 @@ largest shape (scaled up, data fall out of cache and MFU often drops), so the se
   traced figure (an upper bound: a count only lowers it); ``all`` counts every stage-2 case in stage 2's run.
 
 Writes grid_search.json (:mod:`mfulib.schemas.grid_search_json`); its ``chosen_cases`` are what ``make collect``
-measures afterwards (the collector's ``--search-json``). Scratch files live in ``<work>/search/``.
+measures afterwards (the collector's ``--search-json``). Scratch files live in :func:`scratch_dir`: ``<work>/search/``
+for the work directory's own grid_search.json (make's step), else beside the output file ``-o`` names.
 """
 from __future__ import annotations
 
@@ -208,13 +209,14 @@ def counts_later(backend_name: str, opts: SearchOptions, metric: str) -> bool:
             and not cls.pmu_in_profile and opts.stage2_pmu != "none" and not own)
 
 
-def count_one(opdir: OpDir, case: int, pool: list, backend_name: str, opts: SearchOptions, log) -> tuple:
+def count_one(opdir: OpDir, case: int, pool: list, backend_name: str, opts: SearchOptions, log,
+              scratch: str | None = None) -> tuple:
     """The counting pass's run on one ``case``: the collector with the counters on (``--pmu``
-    :attr:`SearchOptions.stage2_pmu`) into ``<work>/search/counts<case>/``; returns :func:`executed_of` of its entry
-    plus the run's performance.json path. Raises UserError when the collector wrote no report or no entry for the
-    case."""
+    :attr:`SearchOptions.stage2_pmu`) into ``<scratch>/counts<case>/`` (``scratch``: :func:`scratch_dir`, default
+    ``<work>/search``); returns :func:`executed_of` of its entry plus the run's performance.json path. Raises
+    UserError when the collector wrote no report or no entry for the case."""
     from mfulib.schemas import performance_json as _perf
-    out_dir = os.path.join(opdir.path, SCRATCH, f"counts{case}")
+    out_dir = os.path.join(scratch or opdir.file(SCRATCH), f"counts{case}")
     path = run_collector(opdir, [case], out_dir, backend_name, opts, log, label=f"counting {case}")
     rep = _perf.load_report(path)
     e = next((x for x in rep["per_case"] if x["case"] == case), None)
@@ -225,17 +227,18 @@ def count_one(opdir: OpDir, case: int, pool: list, backend_name: str, opts: Sear
 
 
 def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchOptions, peaks: dict, metric: str,
-           log, cost: dict, out_name: str = "stage2", timing_only: bool = False):
+           log, cost: dict, out_name: str = "stage2", timing_only: bool = False, scratch: str | None = None):
     """(stage-2 rows, performance.json path): the collector's precise kernel time of the ``top`` case ids and each
-    one's numerator (min(traced, executed)) and MFU / MBU. The collector writes to ``<work>/search/<out_name>/``
-    (bench/bench_search_h200.py measures the whole pool the same way under another name). ``timing_only``: no
-    counters (:func:`counts_later`): the numerator is the traced count, an upper bound the counting pass settles;
-    each row then carries ``count_settled``: why no count can give its executed FLOPs, known from the compiled
-    kernels its launches ran (:func:`mfulib.flops.executed.settled_without_counts`), or None."""
+    one's numerator (min(traced, executed)) and MFU / MBU. The collector writes to ``<scratch>/<out_name>/``
+    (``scratch``: :func:`scratch_dir`, default ``<work>/search``; bench/bench_search_h200.py measures the whole pool
+    the same way under another name). ``timing_only``: no counters (:func:`counts_later`): the numerator is the
+    traced count, an upper bound the counting pass settles; each row then carries ``count_settled``: why no count
+    can give its executed FLOPs, known from the compiled kernels its launches ran
+    (:func:`mfulib.flops.executed.settled_without_counts`), or None."""
     from mfulib.core.nominal_peaks import nominal_for_identity
     from mfulib.schemas import performance_json as _perf
     t0 = time.perf_counter()
-    out_dir = os.path.join(opdir.path, SCRATCH, out_name)
+    out_dir = os.path.join(scratch or opdir.file(SCRATCH), out_name)
     case_wall_s = {}
     try:
         perf_path = run_collector(opdir, top, out_dir, backend_name, opts, log, case_wall_s, timing_only=timing_only)
@@ -334,16 +337,19 @@ def check_options(opts: SearchOptions) -> None:
         raise UserError(f"--flops-tool {opts.flops_tool}: not found - pass scripts/check_flops.py")
 
 
-def search_pool(opdir: OpDir, probe: dict | None, opts: SearchOptions, backend, log, cost: dict) -> tuple:
+def search_pool(opdir: OpDir, probe: dict | None, opts: SearchOptions, backend, log, cost: dict,
+                scratch: str | None = None) -> tuple:
     """(metric, pool, excluded, rule) of the search (:func:`mfulib.search.pool.build_pool`): the ranking figure of
     the original cases - flops.py's FLOPs, else the tracer's (the probe's counts reused when it traced the same
-    files with the same seed), bytes when there is no matrix work - and every pool case's traced FLOPs.
-    ``cost["flops"]`` gets the wall seconds. UserError for bad cases or a failing tracer."""
+    files with the same seed), bytes when there is no matrix work - and every pool case's traced FLOPs (the
+    tracer's files in ``scratch``: :func:`scratch_dir`, default ``<work>/search``). ``cost["flops"]`` gets the wall
+    seconds. UserError for bad cases or a failing tracer."""
+    scratch = scratch or opdir.file(SCRATCH)
     infos = opdir.describe_all()
     t0 = time.perf_counter()
     originals = [i.case_id for i in infos if i.case_id not in ((probe or {}).get("appended") or {})]
     fpy = flops_py_values(opdir, [i.case_id for i in infos])
-    traced_path = opdir.file(os.path.join(SCRATCH, "tracer_flops.json"))
+    traced_path = os.path.join(scratch, "tracer_flops.json")
     # the probe traced the same reference with the same draw: its counts are reused (seed checked), the rest traced
     from mfulib.schemas.verify_json import input_digests
     same_probe = bool(probe) and probe.get("seed") == opts.seed and probe.get("inputs") == input_digests(opdir.path)
@@ -364,7 +370,7 @@ def search_pool(opdir: OpDir, probe: dict | None, opts: SearchOptions, backend, 
     need = [p["case"] for p in pool if p["case"] not in traced]
     if need:
         more = trace_flops(opdir, need, opts.seed, opts.flops_tool,
-                           opdir.file(os.path.join(SCRATCH, "tracer_flops_pool.json")), log,
+                           os.path.join(scratch, "tracer_flops_pool.json"), log,
                            timeout_s=opts.case_timeout_s * max(1, len(need)))
         traced.update(more)
     for p in pool:
@@ -374,6 +380,21 @@ def search_pool(opdir: OpDir, probe: dict | None, opts: SearchOptions, backend, 
             p["why"] += f"; tracer: {traced[p['case']].get('reason')}"
     cost["flops"] = time.perf_counter() - t0
     return metric, pool, excluded, rule
+
+
+def own_output(opdir: OpDir, out: str) -> bool:
+    """Whether ``out`` is the work directory's own grid_search.json: only a run writing it is make's search step
+    (:func:`mfulib.pipeline.workdir_state.record_run`); one writing another file (``-o``) leaves make's state alone."""
+    return os.path.realpath(out) == os.path.realpath(opdir.file(_gs.FILE_NAME))
+
+
+def scratch_dir(opdir: OpDir, out: str) -> str:
+    """Where a search writing ``out`` keeps its scratch (the stage-2, re-timing and counting collector runs, the
+    tracer's counts): ``<work>/search/`` for make's own file (:func:`own_output`), else ``<out without .json>.search/``
+    beside ``out`` - one per result file, never make's folder, whose stage-2 report make's grid_search.json names.
+    Stage 1's temporary per-case folders (unique, removed when it ends: :mod:`mfulib.search.stage1`) are made in
+    ``<work>/search/`` either way."""
+    return opdir.file(SCRATCH) if own_output(opdir, out) else re.sub(r"\.json$", "", os.path.abspath(out)) + ".search"
 
 
 def run_search(opts: SearchOptions, log=None) -> dict:
@@ -394,7 +415,11 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     if opts.stage1_budget_s is None and not backend.interpreter:
         opts.stage1_budget_s = STAGE1_BUDGET_S
     check_options(opts)
-    os.makedirs(opdir.file(SCRATCH), exist_ok=True)
+    out = opts.output or opdir.file(_gs.FILE_NAME)
+    own = own_output(opdir, out)  # the work dir's own grid_search.json: make's step
+    scratch = scratch_dir(opdir, out)
+    os.makedirs(opdir.file(SCRATCH), exist_ok=True)  # stage 1's temporary folders (mfulib.search.stage1)
+    os.makedirs(scratch, exist_ok=True)
     probe_path = opts.probe_json or opdir.file(PROBE_JSON)
     probe = read_probe(probe_path)
     peaks = load_peaks(opts.peak_json or opdir.file("peak.json"))
@@ -406,11 +431,9 @@ def run_search(opts: SearchOptions, log=None) -> dict:
                probe_json=probe_path if probe is not None else None, rule=None, notes=notes, pool=[], excluded=[],
                stage1=[], stage2=[], stage2_performance_json=None, retime=None, counts=None, best=None, cost_s=cost,
                chosen_cases=[], probe_cut=None, complete=False, interrupted=None)
-    out = opts.output or opdir.file(_gs.FILE_NAME)
-    own = os.path.dirname(os.path.abspath(out)) == opdir.path  # the work dir's own grid_search.json: make's step
     timing = False
     try:
-        metric, pool, excluded, rule = search_pool(opdir, probe, opts, backend, log, cost)
+        metric, pool, excluded, rule = search_pool(opdir, probe, opts, backend, log, cost, scratch)
         log(f"backend: {backend.name} ({reason}); metric {metric.upper()}; pool: {rule}: "
             f"{[p['case'] for p in pool]}")
         if probe is None:
@@ -436,15 +459,15 @@ def run_search(opts: SearchOptions, log=None) -> dict:
                             + ") - fix the cases or the implementation and re-run the search")
         later = counts_later(backend.name, opts, metric)
         doc["stage2"], doc["stage2_performance_json"] = stage2(opdir, top, pool, backend.name, opts, peaks, metric,
-                                                               log, cost, timing_only=later)
+                                                               log, cost, timing_only=later, scratch=scratch)
         doc["retime"] = _rt.retime(
             doc["stage2"], metric, opts.retime_top, opts.retime_runs,
-            lambda ids, r: run_collector(opdir, ids, opdir.file(os.path.join(SCRATCH, f"retime{r}")), backend.name,
-                                         opts, log, label=f"re-timing {r}/{opts.retime_runs}", timing_only=True),
+            lambda ids, r: run_collector(opdir, ids, os.path.join(scratch, f"retime{r}"), backend.name, opts, log,
+                                         label=f"re-timing {r}/{opts.retime_runs}", timing_only=True),
             log, cost, on_stop=lambda block: doc.__setitem__("retime", block))  # stopped: the runs it finished
         if later:
             doc["counts"] = _counting.count_leaders(
-                doc["stage2"], metric, lambda c: count_one(opdir, c, pool, backend.name, opts, log), log, cost,
+                doc["stage2"], metric, lambda c: count_one(opdir, c, pool, backend.name, opts, log, scratch), log, cost,
                 doc["retime"])
             log(f"counting pass: cases {doc['counts']['order']} counted; {doc['counts']['stopped']}")
         doc["best"] = best_of(doc["stage2"], pool, metric)
