@@ -54,7 +54,6 @@ class Backend:
     reduced_fp32_matmul = None  # "TF32" / "HF32": what an fp32 matmul may run as on this device; None: IEEE only
     matrix_unit = "tensor"  # the word for the matrix unit in reports ("cube" on Ascend)
     verify_max_input_mb = None  # verify's default input cap in MB (the interpreter is slow); None: no cap
-    verify_cap_hint = None  # what to do with a case over that cap (said in verify's skip reason)
     calib_budget_s = 18.0  # peak_calib's default time budget (accelerators: under 30 s with start-up)
     idle_between_bursts = True  # calibration idles after each timed burst (power-capped clocks to protect)
     native_noise = False  # the runtime prints known-harmless native warnings that peak_calib filters

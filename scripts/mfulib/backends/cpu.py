@@ -112,7 +112,6 @@ class CpuBackend(Backend):
     bf16_skip_reason = BF16_REASON
     matrix_unit = None
     verify_max_input_mb = 1.0  # the interpreter is slow: larger cases are verified on an accelerator
-    verify_cap_hint = "the CPU interpreter's default cap: run it on an accelerator, or raise it in VERIFY_ARGS"
     calib_budget_s = 4.0  # torch CPU GEMM on small shapes: a few seconds
     idle_between_bursts = False  # no power-capped clocks to protect
     fp8_note = ("fp8 is measured only on CUDA capability >= 8.9; a CPU has no fp8 matrix unit (torch's CPU "

@@ -34,14 +34,15 @@ def skip_reason(info, backend: str, max_input_mb=None, skip_bf16: bool = False):
     """Why verify does not run a case (:class:`mfulib.core.cases.CaseInfo` ``info``) on ``backend``, or None.
 
     bf16 cases on a backend that cannot run them (cpu: the interpreter) or with ``skip_bf16``; cases whose inputs
-    exceed ``max_input_mb`` (1 MB = 1e6 bytes) - at the backend's own default cap, with what to do
-    (:attr:`~mfulib.backends.base.Backend.verify_cap_hint`)."""
+    exceed ``max_input_mb`` (1 MB = 1e6 bytes) - at the backend's own default cap
+    (:attr:`~mfulib.backends.base.Backend.verify_max_input_mb`), with what to do."""
     cls = backend_class(backend)
     if (not cls.runs_bf16 or skip_bf16) and info.compute_dtype == "bfloat16":
         return cls.bf16_skip_reason if not cls.runs_bf16 else "--skip-bf16"
     why = over_input_cap(info.input_bytes, max_input_mb)
-    if why and cls.verify_cap_hint and max_input_mb == cls.verify_max_input_mb:
-        why += f" ({cls.verify_cap_hint})"
+    if why and max_input_mb == cls.verify_max_input_mb:
+        why += (f" (the default cap on {backend}: verify the case on an accelerator, or raise the cap with "
+                "VERIFY_ARGS='--max-input-mb N')")
     return why
 
 
