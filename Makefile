@@ -49,6 +49,14 @@ PMU ?= none
 # ACCEPT_UNVERIFIED_CASES=1: the collector also times cases verify did not pass (each marked in performance.json)
 ACCEPT_VERIFY_FAILURES ?=
 ACCEPT_UNVERIFIED_CASES ?=
+# The on/off switches: 1 (yes, true, on) or unset; 0 (no, false, off) turns one off - it is emptied here, before
+# anything reads it, since make treats every non-empty value as on - and any other value is refused.
+SWITCHES  := SEARCH FORCE ACCEPT_VERIFY_FAILURES ACCEPT_UNVERIFIED_CASES ACCEPT_UNVERIFIED
+OFF_WORDS := 0 no No NO false False FALSE off Off OFF
+ON_WORDS  := 1 yes Yes YES true True TRUE on On ON
+$(foreach v,$(SWITCHES),$(if $(filter-out $(OFF_WORDS) $(ON_WORDS),$(strip $($(v)))),$(error $(v)=$($(v)): \
+  use $(v)=1 to turn it on, $(v)=0 or no $(v) to leave it off)))
+$(foreach v,$(SWITCHES),$(if $(filter $(OFF_WORDS),$(strip $($(v)))),$(eval override $(v) :=)))
 
 empty :=
 space := $(empty) $(empty)

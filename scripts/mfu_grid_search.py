@@ -101,7 +101,8 @@ def build_parser():
     p.add_argument("--peak-json", default=None, help="measured peaks for MFU@ach (default: <dir>/peak.json if any)")
     p.add_argument("-o", "--output", default=None,
                    help="result file (default: <dir>/grid_search.json, make's search step); another file leaves "
-                        "make's state alone and gets its scratch beside it, in <path without .json>.search/")
+                        "make's state alone and gets its scratch beside it, in <path without .json>.search/; an existing "
+                        "file that is not a grid search result (another step's report) is refused, never overwritten")
     p.add_argument("--collect-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the stage-2 collector, repeatable (e.g. --collect-arg=--flush-cache-mib "
                         "--collect-arg=256)")

@@ -688,9 +688,21 @@ def test_a_search_writing_another_file_keeps_its_scratch_beside_it_and_leaves_ma
                                                          output=str(work / "other.json")), log=lambda m: None)
     assert (state / "search.ok").exists() and gsj.read_grid_search_json(str(work / "other.json"))["interrupted"]
 
+    # -o never writes over another file: a step's report (probe.json: its appended cases cannot be rebuilt), a
+    # folder, any file that is not a grid search result - refused before anything is written
+    (work / "probe.json").write_text('{"tool": "max_shape_probe", "appended": {}}\n')
+    (tmp_path / "notes.txt").write_text("mine\n")
+    for out, why in ((work / "probe.json", "is not an mfu_grid_search.py result"),
+                     (tmp_path / "notes.txt", "never writes over another file"), (tmp_path / "runs", "is a folder")):
+        with pytest.raises(UserError, match=why):
+            grid_search.run_search(grid_search.SearchOptions(op_dir=str(work), backend="cpu", output=str(out)),
+                                   log=lambda m: None)
+    assert (work / "probe.json").read_text() == '{"tool": "max_shape_probe", "appended": {}}\n'
+    assert not (work / "probe.search").exists() and (tmp_path / "notes.txt").read_text() == "mine\n"
+
 
 def test_the_help_says_where_the_scratch_of_another_output_goes():
     import mfu_grid_search
     text = " ".join(mfu_grid_search.build_parser().format_help().split())
     assert "<its path without .json>.search/" in text and "never into make's <work dir>/search/" in text
-    assert "make's state alone" in text
+    assert "make's state alone" in text and "refused, never overwritten" in text

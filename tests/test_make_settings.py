@@ -203,3 +203,27 @@ def test_without_a_search_make_collects_the_top_k_cases_never_a_grid_search_json
     (collect,) = [ln for ln in calls.splitlines() if "msprof_perf_summary.py" in ln]
     assert r.returncode == 0 and collect.endswith("--search-json grid_search.json"), collect
     assert "--no-search-json" not in collect
+
+
+def test_a_switch_set_to_0_is_off_and_a_value_that_is_no_switch_is_refused(tmp_path):
+    """SEARCH=0 (no, false, off) is off - make reads every non-empty value as on, so the Makefile empties the off
+    words before anything reads a switch; SEARCH=maybe is refused, naming the variable and the two values it takes.
+    The same for FORCE and the ACCEPT_* switches."""
+    work, _make = fake_work(tmp_path)
+
+    def dry(*args, target="collect"):
+        return subprocess.run([shutil.which("make"), "-C", ROOT, "-n", "OP=zoo/2_Softmax", f"WORK={work}",
+                               f"PY={tmp_path / 'py'}", "BACKEND=cpu", *args, target], capture_output=True, text=True,
+                              timeout=60)
+    searched = lambda r: "max_shape_probe.py" in r.stdout or "mfu_grid_search.py" in r.stdout  # noqa: E731
+    for off in ("SEARCH=0", "SEARCH=no", "SEARCH=off", "SEARCH=false", "SEARCH="):
+        r = dry(off)
+        assert r.returncode == 0 and not searched(r), (off, r.stdout + r.stderr)
+    for on in ("SEARCH=1", "SEARCH=yes", "SEARCH=true"):
+        r = dry(on)
+        assert r.returncode == 0 and searched(r), (on, r.stdout + r.stderr)
+    r = dry("SEARCH=maybe")
+    assert r.returncode != 0 and "SEARCH=maybe: use SEARCH=1 to turn it on" in r.stderr
+    assert "--unverified-ok" not in dry("ACCEPT_UNVERIFIED_CASES=0").stdout
+    assert "--unverified-ok" in dry("ACCEPT_UNVERIFIED_CASES=1").stdout
+    assert dry("FORCE=2").returncode != 0

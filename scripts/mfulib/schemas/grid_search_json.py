@@ -53,6 +53,9 @@ the stages it had finished; absent in files written before it existed).
 """
 from __future__ import annotations
 
+import json
+import os
+
 from mfulib.core.definitions import is_number
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import write_json_atomic
@@ -73,6 +76,25 @@ BEST_KEYS = ("case", "source_case", "factors", "scale", "metric", "mfu", "mfu_ki
 def write_grid_search_json(path: str, doc: dict) -> None:
     """Write ``doc`` (provenance + the body of :func:`mfulib.search.grid.run_search`) atomically to ``path``."""
     write_json_atomic(path, doc)
+
+
+def check_output_path(path: str) -> None:
+    """Refuse ``path`` as ``mfu_grid_search.py -o`` when writing it would destroy another file: a folder, or an
+    existing file that is not an mfu_grid_search.py result (another step's report - probe.json, whose appended cases
+    and case-file backup cannot be rebuilt, performance.json, ... -, a case file, a source). A missing path or an
+    earlier grid search result is fine. Raises UserError naming the file and the fix."""
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a folder - -o takes the result file's path, e.g. -o /tmp/grid_alt.json")
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError, UnicodeDecodeError):
+        doc = None
+    if not isinstance(doc, dict) or doc.get("tool") != TOOL:
+        raise UserError(f"{path}: exists and is not an mfu_grid_search.py result - -o never writes over another "
+                        "file (a step's report, a case file); pass a new path, e.g. -o /tmp/grid_alt.json")
 
 
 def read_grid_search_json(path: str) -> dict:

@@ -417,6 +417,8 @@ def run_search(opts: SearchOptions, log=None) -> dict:
     check_options(opts)
     out = opts.output or opdir.file(_gs.FILE_NAME)
     own = own_output(opdir, out)  # the work dir's own grid_search.json: make's step
+    if not own:  # -o: never over another tool's file (probe.json's appended cases cannot be rebuilt)
+        _gs.check_output_path(out)
     scratch = scratch_dir(opdir, out)
     os.makedirs(opdir.file(SCRATCH), exist_ok=True)  # stage 1's temporary folders (mfulib.search.stage1)
     os.makedirs(scratch, exist_ok=True)
