@@ -250,6 +250,59 @@ def test_stage2_reads_the_collectors_kernel_times_applies_min_traced_executed_an
     assert best["factors"] == {"batch": 2} and best["numerator_executed"] == pytest.approx(3.0e9)
 
 
+def test_a_stop_during_stage2_hands_on_the_cases_the_collector_measured_before_it(tmp_path, monkeypatch):
+    """A stopped collector writes what it measured (complete: false); stage 2 turns that partial report into rows
+    for ``on_stop`` (the search then records them and its best so far), and the stop goes on."""
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "model.json").write_text("\n".join(json.dumps(bmm_line(1, 16, 16, 16)) for _ in range(3)) + "\n")
+    pool = [search_pool.pool_entry(i, i.case_id, {}, 0, "t") for i in infos_of([bmm_line(1, 16, 16, 16)] * 3)]
+    for p in pool:
+        p["flops_traced"] = 1.0e9
+    partial = dict(perf_doc([perf_case(1, 1.0e4)], backend="cuda", device={"name": "x", "capability": "9.0"}),
+                   complete=False, missing=[{"case": 0, "impl": "asc", "reason": "interrupted"}])
+
+    def stopped_collector(opdir, ids, out_dir, *a, **k):  # case 1 measured, then Ctrl-C
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "performance.json"), "w") as f:
+            json.dump(partial, f)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(grid_search, "run_collector", stopped_collector)
+    from mfulib.core.opdir import OpDir
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        grid_search.stage2(OpDir(str(work)), [1, 0], pool, "cuda", grid_search.SearchOptions(),
+                           {"peak_tflops": {"float16": 500.0}}, "mfu", lambda m: None, {}, scratch=str(tmp_path / "s"),
+                           on_stop=lambda rows, path: got.append((rows, path)))
+    (rows, path), = got
+    assert [r["case"] for r in rows] == [1] and rows[0]["actual_tflops"] == pytest.approx(100.0)
+    assert path == str(tmp_path / "s" / "stage2" / "performance.json")
+    assert gsj.best_so_far({"stage2": rows}).startswith("case 1 ") and "stage 2, not re-timed" in \
+        gsj.best_so_far({"stage2": rows})
+
+    def stopped_early(*a, **k):  # stopped before the first case: no partial report, nothing handed on
+        raise KeyboardInterrupt
+    monkeypatch.setattr(grid_search, "run_collector", stopped_early)
+    with pytest.raises(KeyboardInterrupt):
+        grid_search.stage2(OpDir(str(work)), [1, 0], pool, "cuda", grid_search.SearchOptions(), {}, "mfu",
+                           lambda m: None, {}, scratch=str(tmp_path / "none"), on_stop=lambda *a: got.append(a))
+    assert len(got) == 1
+
+
+def test_a_stopped_search_waits_for_its_collector_then_kills_one_that_goes_on(tmp_path):
+    import subprocess
+    import sys
+    from mfulib.search import collector_runs
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+    with pytest.raises(KeyboardInterrupt), collector_runs._stop_waits_for(quick, grace_s=10):
+        raise KeyboardInterrupt
+    assert quick.returncode == 0  # it was waited for: its partial report would be written by now
+    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with pytest.raises(KeyboardInterrupt), collector_runs._stop_waits_for(stuck, grace_s=0.2):
+        raise KeyboardInterrupt
+    assert stuck.wait(timeout=10) != 0  # killed after the grace
+
+
 def test_stage2_of_an_operator_without_matrix_work_reports_mbu_from_bytes_moved(tmp_path, monkeypatch):
     work = tmp_path / "w"
     work.mkdir()
@@ -706,3 +759,32 @@ def test_the_help_says_where_the_scratch_of_another_output_goes():
     text = " ".join(mfu_grid_search.build_parser().format_help().split())
     assert "<its path without .json>.search/" in text and "never into make's <work dir>/search/" in text
     assert "make's state alone" in text and "refused, never overwritten" in text
+
+
+def test_a_search_stopped_in_stage2_records_what_stage2_measured_and_its_best_so_far(tmp_path, monkeypatch):
+    work = tmp_path / "w"
+    work.mkdir()
+    for name in ("model.py", "model_new.py"):
+        (work / name).write_text("# the stages are played by test doubles: nothing imports it\n")
+    (work / "model.json").write_text("\n".join(json.dumps(bmm_line(1, 16 * (i + 1), 16, 16)) for i in range(3)) + "\n")
+    monkeypatch.setattr(grid_search, "flops_py_values", lambda opdir, ids: {i: 1.0e9 for i in ids})
+    monkeypatch.setattr(grid_search, "trace_flops", lambda opdir, ids, *a, **k: {
+        c: {"flops": 1.0e9, "status": "ok", "reason": None} for c in ids})
+    monkeypatch.setattr(grid_search, "stage1", lambda *a, **k: [
+        {"case": c, "rank": k + 1, "status": "ok", "error": None, "rank_value": 1.0 / (k + 1)}
+        for k, c in enumerate((2, 1, 0))])
+    partial = dict(perf_doc([perf_case(2, 1.0e4)], backend="cpu"), complete=False,
+                   missing=[{"case": 1, "impl": "asc", "reason": "interrupted"}])
+
+    def stopped_collector(opdir, ids, out_dir, *a, **k):  # case 2 measured, then the stop
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "performance.json"), "w") as f:
+            json.dump(partial, f)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(grid_search, "run_collector", stopped_collector)
+    with pytest.raises(KeyboardInterrupt):
+        grid_search.run_search(grid_search.SearchOptions(op_dir=str(work), backend="cpu"), log=lambda m: None)
+    doc = json.loads((work / "grid_search.json").read_text())
+    assert doc["complete"] is False and "after pool, stage1, stage2" in doc["interrupted"]
+    assert [r["case"] for r in doc["stage2"]] == [2] and doc["stage2_performance_json"].endswith("performance.json")
+    assert gsj.best_so_far(doc).startswith("case 2 ") and "(stage 2, not re-timed)" in gsj.best_so_far(doc)

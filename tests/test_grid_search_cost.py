@@ -77,7 +77,8 @@ def test_stage2_per_case_wall_seconds_come_from_the_collectors_progress_lines(tm
     from mfulib.core.opdir import OpDir
     fake = tmp_path / "collector.py"
     fake.write_text(FAKE_COLLECTOR)
-    monkeypatch.setattr(grid_search, "COLLECTOR", str(fake))
+    from mfulib.search import collector_runs
+    monkeypatch.setattr(collector_runs, "COLLECTOR", str(fake))
     walls = {}
     perf = grid_search.run_collector(OpDir(str(tmp_path)), [5, 2], str(tmp_path / "out"), "cuda",
                                      grid_search.SearchOptions(progress=False), lambda m: None, walls)

@@ -40,16 +40,16 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
-from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.flops import executed as _executed
 from mfulib.search import counting as _counting
 from mfulib.search import numerator as _sn
 from mfulib.search import retime as _rt
+from mfulib.search.collector_runs import collector_command, run_collector  # noqa: F401 (tests reach them here)
+from mfulib.search.limit import best_of  # noqa: F401 (the search's limit block; tests reach it here)
 from mfulib.search.stage1 import SCRATCH, STAGE1_BUDGET_S, STAGE2_HOST, STAGE2_TIE, stage1, stage2_cases
 from mfulib.search.pool import (ALWAYS_TOP, CHECK_FLOPS, build_pool, check_probe_cases, flops_py_values, read_probe,
                                 trace_flops)
@@ -60,7 +60,6 @@ from mfulib.core.opdir import OpDir
 from mfulib.schemas import grid_search_json as _gs
 from mfulib.schemas import provenance as made
 
-COLLECTOR = os.path.join(SCRIPTS_DIR, "ops_profiling", "msprof_perf_summary.py")
 PROBE_JSON = "probe.json"
 
 
@@ -114,77 +113,6 @@ def load_peaks(path: str | None) -> dict:
 
 # ------------------------------------------------------------------------------------------------ stage 2
 
-_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
-_CASE = re.compile(r"^\[\d+/\d+\] case (\d+) ")  # the collector's per-case progress line (backends/collect.py)
-
-
-def collector_command(op_dir: str, ids: list, out_dir: str, backend_name: str, opts: SearchOptions,
-                      timing_only: bool = False) -> list:
-    """The stage-2 collector command line for case ``ids`` of the work dir ``op_dir`` into ``out_dir``: precise
-    kernel time, and on cuda the tensor instruction counts the numerator needs (``--pmu``
-    :attr:`SearchOptions.stage2_pmu`, default auto = Nsight Compute when it is found and permitted, unless
-    ``collect_args`` carry their own ``--pmu``; npu collects no counter: :mod:`mfulib.flops.executed` uses none
-    there). ``timing_only`` (the re-timing runs): ``--pmu none`` on every backend, a ``--pmu`` of ``collect_args``
-    dropped."""
-    cmd = [sys.executable, COLLECTOR, "--quick", "--impl", "asc", "--op-dir", op_dir, "--output-dir", out_dir,
-           "--cases", ",".join(map(str, ids)), "--backend", backend_name, "--device", str(opts.device_id),
-           "--seed", str(opts.seed), "--case-timeout-s", str(opts.case_timeout_s)]
-    extra = list(opts.collect_args)
-    if timing_only:
-        extra = [a for i, a in enumerate(extra) if not (a == "--pmu" or str(a).startswith("--pmu=")
-                                                        or (i and extra[i - 1] == "--pmu"))] + ["--pmu", "none"]
-    from mfulib.backends import backend_class
-    counted = backend_class(backend_name).matrix_counter_documented and not backend_class(backend_name).pmu_in_profile
-    if counted and not any(a == "--pmu" or str(a).startswith("--pmu=") for a in extra):
-        cmd += ["--pmu", opts.stage2_pmu]  # tensor instruction counts for the executed-FLOPs numerator
-    if opts.stage2_warmup is not None:
-        cmd += ["--warmup", str(opts.stage2_warmup)]
-    if opts.stage2_repeats is not None:
-        cmd += ["--repeats", str(opts.stage2_repeats)]
-    if opts.unverified_ok:
-        cmd.append("--unverified-ok")
-    return cmd + extra
-
-
-def run_collector(opdir: OpDir, ids: list, out_dir: str, backend_name: str, opts: SearchOptions, log,
-                  case_wall_s: dict | None = None, label: str = "stage 2", timing_only: bool = False) -> str:
-    """Run the collector (:func:`collector_command`) on ``ids`` into ``out_dir`` (a subprocess, its progress lines
-    driving a tqdm bar); returns the performance.json path. ``case_wall_s``, when given, receives {case id: seconds
-    from the previous case's progress line (the first: from the collector's start, its start-up included) to this
-    case's} - the per-case cost of the timing run plus its PMU pass. ``label`` prefixes its log lines and bar;
-    ``timing_only``: :func:`collector_command`'s. Raises UserError when it wrote none."""
-    from tqdm import tqdm
-    cmd = collector_command(opdir.path, ids, out_dir, backend_name, opts, timing_only)
-    perf = os.path.join(out_dir, "performance.json")
-    if os.path.exists(perf):
-        os.unlink(perf)
-    log(f"{label}: " + " ".join(cmd[1:]))
-    tty = opts.progress and sys.stderr.isatty()
-    bar = tqdm(total=len(ids), desc=f"search {label} (collector)", unit="case", disable=not tty, file=sys.stderr)
-    tail = []
-    t_last = time.perf_counter()
-    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as proc:
-        for line in proc.stderr:
-            tail = (tail + [line.rstrip()])[-20:]
-            m = _PROGRESS.match(line)
-            c = _CASE.match(line) if m else None
-            if c and case_wall_s is not None:
-                now = time.perf_counter()
-                case_wall_s[int(c.group(1))] = case_wall_s.get(int(c.group(1)), 0.0) + now - t_last
-                t_last = now
-            if m and not tty:
-                log(f"{label}: {line.rstrip()}")
-            elif m:
-                bar.total = int(m.group(2))
-                bar.n = int(m.group(1))
-                bar.refresh()
-        rc = proc.wait()
-    bar.close()
-    if not os.path.exists(perf):
-        raise UserError(f"{label}: the collector wrote no {perf} (exit status {rc}): " + " | ".join(tail[-6:]))
-    return perf
-
-
 def math_mode(e: dict, p: dict):
     """The math mode (:func:`mfulib.core.definitions.peak_key`) of the collector's per-case entry ``e`` of pool case
     ``p``: its compute dtype (the collector's, else the pool's) and TF32 flag; None without a dtype."""
@@ -227,23 +155,37 @@ def count_one(opdir: OpDir, case: int, pool: list, backend_name: str, opts: Sear
 
 
 def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchOptions, peaks: dict, metric: str,
-           log, cost: dict, out_name: str = "stage2", timing_only: bool = False, scratch: str | None = None):
+           log, cost: dict, out_name: str = "stage2", timing_only: bool = False, scratch: str | None = None,
+           on_stop=None):
     """(stage-2 rows, performance.json path): the collector's precise kernel time of the ``top`` case ids and each
     one's numerator (min(traced, executed)) and MFU / MBU. The collector writes to ``<scratch>/<out_name>/``
     (``scratch``: :func:`scratch_dir`, default ``<work>/search``; bench/bench_search_h200.py measures the whole pool
     the same way under another name). ``timing_only``: no counters (:func:`counts_later`): the numerator is the
     traced count, an upper bound the counting pass settles; each row then carries ``count_settled``: why no count
     can give its executed FLOPs, known from the compiled kernels its launches ran
-    (:func:`mfulib.flops.executed.settled_without_counts`), or None."""
-    from mfulib.core.nominal_peaks import nominal_for_identity
-    from mfulib.schemas import performance_json as _perf
+    (:func:`mfulib.flops.executed.settled_without_counts`), or None. Stopped (KeyboardInterrupt): the rows of the
+    cases the collector measured before the stop (its partial report) go to ``on_stop(rows, path)``, then the stop
+    goes on."""
     t0 = time.perf_counter()
     out_dir = os.path.join(scratch or opdir.file(SCRATCH), out_name)
     case_wall_s = {}
     try:
         perf_path = run_collector(opdir, top, out_dir, backend_name, opts, log, case_wall_s, timing_only=timing_only)
+    except KeyboardInterrupt:
+        partial = os.path.join(out_dir, "performance.json")
+        if on_stop is not None and os.path.exists(partial):  # what the stopped collector wrote (complete: false)
+            on_stop(stage2_rows(partial, pool, backend_name, peaks, metric, timing_only, case_wall_s), partial)
+        raise
     finally:
         cost["stage2"] = time.perf_counter() - t0
+    return stage2_rows(perf_path, pool, backend_name, peaks, metric, timing_only, case_wall_s), perf_path
+
+
+def stage2_rows(perf_path: str, pool: list, backend_name: str, peaks: dict, metric: str, timing_only: bool,
+                case_wall_s: dict) -> list:
+    """:func:`stage2`'s rows, best first, from the collector's report ``perf_path`` (whole or stopped)."""
+    from mfulib.core.nominal_peaks import nominal_for_identity
+    from mfulib.schemas import performance_json as _perf
     rep = _perf.load_report(perf_path)
     device = rep.get("device") or {}
     peak_nom = (rep.get("peak") or {}).get("value_tflops")
@@ -279,28 +221,10 @@ def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchO
     for r in rows:
         r["metric_value"] = r.get(fld) if r["status"] == "ok" else None
     rows.sort(key=lambda r: (r["metric_value"] is None, -(r["metric_value"] or 0.0), r["case"]))
-    return rows, perf_path
-
-
-def best_of(stage2_rows: list, pool: list, metric: str):
-    """The ``best`` block (schema module) of the stage-2 rows (sorted best first), None when none was measured."""
-    ok = [r for r in stage2_rows if r["metric_value"] is not None]
-    if not ok:
-        return None
-    r = ok[0]
-    p = {x["case"]: x for x in pool}[r["case"]]
-    fld, kind = _sn.common_figure(stage2_rows, metric)
-    mfu = r.get(fld) if fld in ("mfu_ach", "mfu_nom") else None
-    return {"case": r["case"], "source_case": p["source_case"], "factors": p["factors"], "scale": p["scale"],
-            "metric": metric, "mfu": mfu, "mfu_kind": kind if metric == "mfu" and mfu is not None else None,
-            "mbu": r.get("mbu"), "num_src": r.get("num_src"), "num_src_why": r.get("num_src_why"),
-            "numerator_traced": r.get("numerator_traced"), "numerator_executed": r.get("numerator_executed"),
-            "numerator": r.get("numerator"), "kernel_time_ns": r.get("kernel_time_ns")}
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------ the search
-
-
 def stage2_host(backend, opts: SearchOptions) -> int:
     """How many host-bound cases stage 2 adds (:func:`mfulib.search.stage1.host_bound_cases`): ``opts.stage2_host`` on
     a backend whose calls return before their kernels end (a device queue: ``torch_namespace`` set - npu, cuda); 0 on a
@@ -460,8 +384,9 @@ def run_search(opts: SearchOptions, log=None) -> dict:
                             + "; ".join(f"case {r['case']}: {r['status']} {r['error']}" for r in doc["stage1"][:4])
                             + ") - fix the cases or the implementation and re-run the search")
         later = counts_later(backend.name, opts, metric)
-        doc["stage2"], doc["stage2_performance_json"] = stage2(opdir, top, pool, backend.name, opts, peaks, metric,
-                                                               log, cost, timing_only=later, scratch=scratch)
+        doc["stage2"], doc["stage2_performance_json"] = stage2(
+            opdir, top, pool, backend.name, opts, peaks, metric, log, cost, timing_only=later, scratch=scratch,
+            on_stop=lambda rows, path: doc.update(stage2=rows, stage2_performance_json=path))  # stopped: its rows
         doc["retime"] = _rt.retime(
             doc["stage2"], metric, opts.retime_top, opts.retime_runs,
             lambda ids, r: run_collector(opdir, ids, os.path.join(scratch, f"retime{r}"), backend.name, opts, log,

@@ -140,7 +140,7 @@ def _finish(rows: list, top: list, kts: dict, metric: str, fld: str, runs: int, 
 
 
 def retimed_limit(best: dict, rows: list, block: dict) -> dict:
-    """``best`` (:func:`mfulib.search.grid.best_of` of the re-ordered rows) with the re-timed limit: its figure
+    """``best`` (:func:`mfulib.search.limit.best_of` of the re-ordered rows) with the re-timed limit: its figure
     (``mfu`` or ``mbu``, whichever it carries) and ``kernel_time_ns`` become the medians over the runs, and
     ``retimed`` = the leader's :func:`summarize` block plus ``figure`` and ``tie`` (the block's). A figure in
     TFLOP/s or GB/s (no peak known) leaves ``mfu`` / ``mbu`` None; ``retimed`` then carries the medians."""
