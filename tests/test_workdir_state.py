@@ -354,6 +354,16 @@ def test_make_status_says_search_incomplete_when_the_budget_cut_the_probe(tmp_pa
     assert search.startswith("search incomplete: the probe was cut by its budget (--budget-s 150 s reached)")
     assert "best so far: case 7 MFU 62.50% (median of 4 runs, spread 4.8%; tie with case 9)" in search
     assert "search incomplete" in workdir_state.status_table(str(tmp_path), ("ok", ""))
+    # the resume advice: without probe.settings the PROBE_ARGS it ran with are unknown - say to add --budget-s to them
+    generic = "make probe with --budget-s <more> added to the PROBE_ARGS it ran with resumes it from probe.json"
+    assert search.endswith(f"; {generic}, then make search") and "PROBE_ARGS='" not in search
+    assert rows["probe"]["detail"].endswith(f"({generic})")
+    # with them (as the Makefile's step macro records them): kept, the budget replaced - never the defaults back
+    (st / "probe.settings").write_text("PROBE_ARGS=--max-scale 4 --budget-s 20\nSEED=0\nBACKEND=cpu\n")
+    kept = "make probe PROBE_ARGS='--max-scale 4 --budget-s <more>' resumes it from probe.json"
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    assert rows["search"]["detail"].endswith(f"; {kept}, then make search")
+    assert rows["probe"]["detail"].endswith(f"({kept})")
     # a complete probe: the best point plainly, with its re-timing; a probe stopped by Ctrl-C is not a budget cut
     for end in ({"complete": True, "interrupted": None}, {"interrupted": "KeyboardInterrupt: a re-run resumes"}):
         (tmp_path / "probe.json").write_text(json.dumps(dict(probe, **end)))
@@ -447,3 +457,20 @@ def test_make_status_judges_the_search_edges_make_takes_and_says_which_make_redo
     assert rows["probe"]["state"] == "not done" and "probe not done" in rows["flops"]["detail"], rows
     rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
     assert "probe" not in rows["flops"]["detail"] and "make probe redoes it" in rows["probe"]["detail"]
+
+
+@pytest.mark.parametrize("recorded, advice", [
+    (None, "make probe with --budget-s <more> added to the PROBE_ARGS it ran with resumes it from probe.json"),
+    ("", "make probe PROBE_ARGS='--budget-s <more>' resumes it from probe.json"),
+    ("--max-scale 4", "make probe PROBE_ARGS='--max-scale 4 --budget-s <more>' resumes it from probe.json"),
+    ("--budget-s 20 --max-scale 4", "make probe PROBE_ARGS='--budget-s <more> --max-scale 4' resumes it from probe.json"),
+    ("--max-scale 4 --budget-s=20", "make probe PROBE_ARGS='--max-scale 4 --budget-s <more>' resumes it from probe.json"),
+    ("--max-scale '4", "make probe with --budget-s <more> added to the PROBE_ARGS it ran with resumes it from probe.json"),
+])
+def test_the_budget_cut_advice_keeps_the_probe_args_the_probe_ran_with(tmp_path, recorded, advice):
+    if recorded is not None:
+        (tmp_path / ".state").mkdir()
+        (tmp_path / ".state" / "probe.settings").write_text(f"PROBE_ARGS={recorded}\nSEED=0\n")
+    assert workdir_state.probe_resume_cut(str(tmp_path)) == advice
+    assert workdir_state.read_settings(str(tmp_path), "probe") == (
+        None if recorded is None else {"PROBE_ARGS": recorded.strip(), "SEED": "0"})
