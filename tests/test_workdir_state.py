@@ -292,6 +292,9 @@ def test_the_gate_refuses_a_verify_json_of_another_backend_or_of_other_model_fil
     gate = Gate(od, "cuda", "cuda:0")
     assert gate.admits(0) == (True, {"status": "pass", "reason": None, "forced": False})
     assert gate.admits(1)[0] is False and "verify skipped (too big)" in gate.admits(1)[1]["reason"]
+    # the flag times a refused case only where the selection rule (top-k / smallest-k) or --cases picks it
+    assert gate.admits(1)[1]["reason"].endswith("--unverified-ok (make ACCEPT_UNVERIFIED_CASES=1) times it anyway "
+                                                "(marked) when it is selected (--cases picks it)")
     assert gate.pending([0, 1, 2]) == [2]
     with open(od.model_new_py, "a") as f:
         f.write("# edited after verify\n")
@@ -459,15 +462,17 @@ def test_make_status_judges_the_search_edges_make_takes_and_says_which_make_redo
     assert "probe" not in rows["flops"]["detail"] and "make probe redoes it" in rows["probe"]["detail"]
 
 
-@pytest.mark.parametrize("recorded, advice", [
-    (None, "make probe with --budget-s <more> added to the PROBE_ARGS it ran with resumes it from probe.json"),
-    ("", "make probe PROBE_ARGS='--budget-s <more>' resumes it from probe.json"),
-    ("--max-scale 4", "make probe PROBE_ARGS='--max-scale 4 --budget-s <more>' resumes it from probe.json"),
-    ("--budget-s 20 --max-scale 4", "make probe PROBE_ARGS='--budget-s <more> --max-scale 4' resumes it from probe.json"),
-    ("--max-scale 4 --budget-s=20", "make probe PROBE_ARGS='--max-scale 4 --budget-s <more>' resumes it from probe.json"),
-    ("--max-scale '4", "make probe with --budget-s <more> added to the PROBE_ARGS it ran with resumes it from probe.json"),
+_GENERIC = "make probe with --budget-s <more> added to the PROBE_ARGS it ran with resumes it from probe.json"
+
+
+@pytest.mark.parametrize("recorded, given", [
+    (None, None), ("", "--budget-s <more>"), ("--max-scale 4", "--max-scale 4 --budget-s <more>"),
+    ("--budget-s 20 --max-scale 4", "--budget-s <more> --max-scale 4"),
+    ("--max-scale 4 --budget-s=20", "--max-scale 4 --budget-s <more>"),
+    ("--max-scale '4", None),  # not shell words: nothing to build on
 ])
-def test_the_budget_cut_advice_keeps_the_probe_args_the_probe_ran_with(tmp_path, recorded, advice):
+def test_the_budget_cut_advice_keeps_the_probe_args_the_probe_ran_with(tmp_path, recorded, given):
+    advice = _GENERIC if given is None else f"make probe PROBE_ARGS='{given}' resumes it from probe.json"
     if recorded is not None:
         (tmp_path / ".state").mkdir()
         (tmp_path / ".state" / "probe.settings").write_text(f"PROBE_ARGS={recorded}\nSEED=0\n")
