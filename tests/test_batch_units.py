@@ -29,12 +29,12 @@ import json, os, subprocess, sys, time
 args = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
 if sys.argv[-1] != "all":  # another target (the batch's `make report` after `all`): its arguments, beside the record
     target = os.path.join(os.environ["STUB_DIR"], args["OP"].replace("/", "__") + "." + sys.argv[-1] + ".args")
-    open(target, "w").write(json.dumps(args))
+    open(target, "w").write(json.dumps(dict(args, env_FORCE=os.environ.get("FORCE"))))
     sys.exit(0)
 op, start = args["OP"], time.time()
 action = json.loads(os.environ.get("STUB_PLAN", "{}")).get(op, "ok")
 rec = {"op": op, "args": args, "start": start, "env": {k: os.environ.get(k) for k in
-       ("DEVICE_ID", "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "MAKEFLAGS")}}
+       ("DEVICE_ID", "CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "MAKEFLAGS", "FORCE")}}
 out = os.path.join(os.environ["STUB_DIR"], op.replace("/", "__") + ".json")
 if action == "hang":  # a grandchild in a session of its own, as the collector's case runners are
     p = subprocess.Popen(["sleep", "120"], start_new_session=True)
@@ -840,13 +840,59 @@ def test_the_whole_cost_is_never_below_the_last_run_and_ignores_nonsense():
 
 def test_force_redoes_an_operator_once_not_again_in_its_report_make(tmp_path, stub):
     """FORCE=1 goes to the operator's ``make all`` only: the ``make report`` after it would otherwise redo step 1 and
-    every step after it (a second backup of the work dir, twice the device time)."""
+    every step after it (a second backup of the work dir, twice the device time). ``make batch FORCE=1`` also
+    exports FORCE=1 into the batch's environment (GNU make exports its command-line variables), which a child make
+    takes unless its own command line sets FORCE: both child commands set it, and the child env drops it."""
     r, s = run_batch(stub, tmp_path / "out", "--examples", "zoo", "--ops", "2_Softmax", "--force",
-                     env={"STUB_SLEEP": "0.1"})
+                     env={"STUB_SLEEP": "0.1", "FORCE": "1"})
     assert s["rows"][0]["status"] == "ok", r.stdout + r.stderr
-    assert stub_records(stub)["zoo/2_Softmax"]["args"].get("FORCE") == "1"
+    rec = stub_records(stub)["zoo/2_Softmax"]
+    assert rec["args"].get("FORCE") == "1" and rec["env"]["FORCE"] is None and rec["env"]["MAKEFLAGS"] is None
+    assert [a for a in rec_command(tmp_path / "out") if a.startswith("FORCE")] == ["FORCE=1"]  # once, in `all`
     report_args = json.loads((stub[1] / "zoo__2_Softmax.report.args").read_text())
-    assert "FORCE" not in report_args and report_args["OP"] == "zoo/2_Softmax"
+    assert report_args["FORCE"] == "" and report_args["env_FORCE"] is None and report_args["OP"] == "zoo/2_Softmax"
+
+
+def rec_command(out):
+    return json.loads((out / "jobs" / "zoo__2_Softmax.json").read_text())["command"]
+
+
+@pytest.mark.parametrize("force", [True, False])
+def test_the_child_makes_take_force_from_the_batch_alone_not_from_an_inherited_force(tmp_path, monkeypatch, force):
+    """Real GNU make, a two-target Makefile (no pipeline): the environment of a ``make batch FORCE=1`` (FORCE=1
+    exported, MAKEFLAGS naming it) must not reach ``make report``, nor ``make all`` of a batch without --force; a
+    ``--make-arg FORCE=1`` does not either - the batch's --force alone decides."""
+    from mfulib.batch import job as batch_job
+    if not shutil.which("make"):
+        pytest.skip("no make")
+    (tmp_path / "Makefile").write_text("FORCE ?=\nall report:\n\t@echo \"$@ FORCE=[$(FORCE)]\"\n")
+    monkeypatch.setenv("FORCE", "1")
+    monkeypatch.setenv("MAKEFLAGS", " -- FORCE=1")
+    monkeypatch.setenv("MAKELEVEL", "1")
+    j = {"op": "zoo/2_Softmax", "work": str(tmp_path / "w"), "make_vars": {}}
+    opts = {"make": "make", "skill_dir": str(tmp_path), "backend": "cpu", "force": force, "search": False,
+            "make_args": ["FORCE=1"]}
+    env = batch_job.child_env(None, False, ())
+    assert "FORCE" not in env and "MAKEFLAGS" not in env
+
+    def ran(cmd):
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+        return "\n".join(ln for ln in out.splitlines() if not ln.startswith("make"))  # not "Entering directory"
+    assert ran(batch_job.make_command(j, opts, 0)) == f"all FORCE=[{'1' if force else ''}]"
+    assert ran(batch_job.report_command(j, opts)) == "report FORCE=[]"
+    # and with the enclosing make's environment left whole, the command line alone still decides
+    env = dict(os.environ)
+    assert ran(batch_job.report_command(j, opts)) == "report FORCE=[]"
+    assert ran(batch_job.make_command(j, opts, 0)) == f"all FORCE=[{'1' if force else ''}]"
+
+
+def test_an_interrupted_forced_batch_says_to_resume_without_force_and_names_what_it_did_not_reach():
+    from mfulib.batch.driver import resume_advice
+    assert resume_advice(False) == "run the same command again to resume"
+    said = resume_advice(True)
+    assert "WITHOUT FORCE=1" in said and "starts over" in said and "not reached" not in said
+    said = resume_advice(True, ["zoo/3_RMSNorm", "zoo/4_FFN"])
+    assert "zoo/3_RMSNorm,zoo/4_FFN" in said and said.endswith("OPS=zoo/3_RMSNorm,zoo/4_FFN FORCE=1 redoes them")
 
 
 def test_a_cpu_worker_reads_as_the_cpu_not_none():

@@ -292,6 +292,9 @@ def test_the_gate_refuses_a_verify_json_of_another_backend_or_of_other_model_fil
     gate = Gate(od, "cuda", "cuda:0")
     assert gate.admits(0) == (True, {"status": "pass", "reason": None, "forced": False})
     assert gate.admits(1)[0] is False and "verify skipped (too big)" in gate.admits(1)[1]["reason"]
+    # the flag times a refused case only where the selection rule (top-k / smallest-k) or --cases picks it
+    assert gate.admits(1)[1]["reason"].endswith("--unverified-ok (make ACCEPT_UNVERIFIED_CASES=1) times it anyway "
+                                                "(marked) when it is selected (--cases picks it)")
     assert gate.pending([0, 1, 2]) == [2]
     with open(od.model_new_py, "a") as f:
         f.write("# edited after verify\n")
@@ -354,6 +357,16 @@ def test_make_status_says_search_incomplete_when_the_budget_cut_the_probe(tmp_pa
     assert search.startswith("search incomplete: the probe was cut by its budget (--budget-s 150 s reached)")
     assert "best so far: case 7 MFU 62.50% (median of 4 runs, spread 4.8%; tie with case 9)" in search
     assert "search incomplete" in workdir_state.status_table(str(tmp_path), ("ok", ""))
+    # the resume advice: without probe.settings the PROBE_ARGS it ran with are unknown - say to add --budget-s to them
+    generic = "make probe with --budget-s <more> added to the PROBE_ARGS it ran with resumes it from probe.json"
+    assert search.endswith(f"; {generic}, then make search") and "PROBE_ARGS='" not in search
+    assert rows["probe"]["detail"].endswith(f"({generic})")
+    # with them (as the Makefile's step macro records them): kept, the budget replaced - never the defaults back
+    (st / "probe.settings").write_text("PROBE_ARGS=--max-scale 4 --budget-s 20\nSEED=0\nBACKEND=cpu\n")
+    kept = "make probe PROBE_ARGS='--max-scale 4 --budget-s <more>' resumes it from probe.json"
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    assert rows["search"]["detail"].endswith(f"; {kept}, then make search")
+    assert rows["probe"]["detail"].endswith(f"({kept})")
     # a complete probe: the best point plainly, with its re-timing; a probe stopped by Ctrl-C is not a budget cut
     for end in ({"complete": True, "interrupted": None}, {"interrupted": "KeyboardInterrupt: a re-run resumes"}):
         (tmp_path / "probe.json").write_text(json.dumps(dict(probe, **end)))
@@ -447,3 +460,22 @@ def test_make_status_judges_the_search_edges_make_takes_and_says_which_make_redo
     assert rows["probe"]["state"] == "not done" and "probe not done" in rows["flops"]["detail"], rows
     rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
     assert "probe" not in rows["flops"]["detail"] and "make probe redoes it" in rows["probe"]["detail"]
+
+
+_GENERIC = "make probe with --budget-s <more> added to the PROBE_ARGS it ran with resumes it from probe.json"
+
+
+@pytest.mark.parametrize("recorded, given", [
+    (None, None), ("", "--budget-s <more>"), ("--max-scale 4", "--max-scale 4 --budget-s <more>"),
+    ("--budget-s 20 --max-scale 4", "--budget-s <more> --max-scale 4"),
+    ("--max-scale 4 --budget-s=20", "--max-scale 4 --budget-s <more>"),
+    ("--max-scale '4", None),  # not shell words: nothing to build on
+])
+def test_the_budget_cut_advice_keeps_the_probe_args_the_probe_ran_with(tmp_path, recorded, given):
+    advice = _GENERIC if given is None else f"make probe PROBE_ARGS='{given}' resumes it from probe.json"
+    if recorded is not None:
+        (tmp_path / ".state").mkdir()
+        (tmp_path / ".state" / "probe.settings").write_text(f"PROBE_ARGS={recorded}\nSEED=0\n")
+    assert workdir_state.probe_resume_cut(str(tmp_path)) == advice
+    assert workdir_state.read_settings(str(tmp_path), "probe") == (
+        None if recorded is None else {"PROBE_ARGS": recorded.strip(), "SEED": "0"})

@@ -7,7 +7,8 @@ later step after it, the old work dir kept as a backup by the Makefile's own rul
 and never-started operators run again; ``make`` inside each redoes only the steps without a stamp.
 
 Ctrl-C (SIGINT) or SIGTERM: the running operators' process trees are killed and recorded ``interrupted``, nothing
-else starts, the summary is written with what finished and the exit status is 130; a re-run resumes. Exit status
+else starts, the summary is written with what finished and the exit status is 130; a re-run resumes - without
+FORCE=1 after a FORCE=1 batch (:func:`resume_advice`). Exit status
 0 when every operator succeeded, 1 when one failed, timed out or could not be paired (the batch still ran the
 others).
 """
@@ -82,7 +83,7 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    rows = []
+    rows, kept_old = [], []
     for j in ordered:
         if j["name"] in reused:
             rows.append(operator_row(j, reused[j["name"]], resumed=True))
@@ -91,6 +92,8 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
         if rec is None:  # a cancelled Ray task wrote its own; one of an earlier run means this run never got there
             disk = read_job_record(j["record"])
             rec = disk if disk is not None and (disk.get("started_unix") or 0) >= t_start else None
+            if rec is None and disk is not None and disk.get("status") == "ok":
+                kept_old.append(j["name"])  # not reached: a resume takes its earlier run's result as finished
         rows.append(operator_row(j, rec))
     for name, why in broken:
         row = operator_row(_pseudo(out_dir, name, source), None)
@@ -99,7 +102,8 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
     times = [r["wall_s"] for r in rows if r["status"] == "ok" and r["wall_s"]]
     summary = {"source": source, "out_dir": out_dir, "runner": runner, "devices": ids, "devices_from": dev_from,
                "workers": len(ids), "backend": backend, "search": bool(search), "wall_s": time.time() - t_start,
-               "interrupted": interrupted, "order": [j["name"] for j in ordered],
+               "interrupted": interrupted, "resume": resume_advice(force, kept_old) if interrupted else None,
+               "order": [j["name"] for j in ordered],
                "estimates": {j["name"]: {"est_s": j["est_s"], "source": j["est_source"],
                                          "input_bytes": j["input_bytes"]} for j in ordered},
                "sum_op_wall_s": sum(times), "ideal_makespan_s": lpt_makespan(times, len(ids)),
@@ -111,10 +115,23 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
     log(f"mfu_batch: wrote {path}, {paths['csv']}, {paths['md']}, {paths['html']}")
     c = summary["counts"]
     log(f"mfu_batch: {c['succeeded']}/{c['operators']} succeeded, {c['failed']} failed, {c['timeout']} timed out"
-        + (", INTERRUPTED - run the same command again to resume" if interrupted else ""))
+        + (f", INTERRUPTED - {summary['resume']}" if interrupted else ""))
     if interrupted:
         return EXIT_INTERRUPTED, summary
     return (EXIT_FAILED if c["failed"] or c["timeout"] else 0), summary
+
+
+def resume_advice(force: bool, kept_old=()) -> str:
+    """How to resume an interrupted batch. A re-run skips the operators with an ``ok`` job record and runs the others'
+    ``make all``, which redoes only the steps without a stamp - unless FORCE=1, which skips nothing and redoes step 1
+    and every step after it: after a FORCE=1 batch the resume is the same command without FORCE=1. ``kept_old``:
+    the operators that batch did not reach, whose ``ok`` records are an earlier run's (a resume skips them)."""
+    if not force:
+        return "run the same command again to resume"
+    names = ",".join(kept_old)
+    return ("run the same command again WITHOUT FORCE=1 (--force) to resume; with it every operator starts over"
+            + (f"; not reached, so still holding an earlier run's result (the resume skips them): {names} - "
+               f"OPS={names} FORCE=1 redoes them" if kept_old else ""))
 
 
 def _pseudo(out_dir, name, source):

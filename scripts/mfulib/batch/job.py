@@ -1,7 +1,7 @@
 """One batch job: the whole pipeline of one operator (``make OP=<op> ... all``) as an isolated child process.
 
 :func:`run_job` is what both runners call (the local pool in a thread per device, Ray in a task): it starts
-``make -C <skill dir> OP=<op> WORK=<batch out>/ops/<op> BACKEND=.. DEVICE_ID=.. [SEARCH=1] [FORCE=1] all`` in a
+``make -C <skill dir> OP=<op> WORK=<batch out>/ops/<op> BACKEND=.. DEVICE_ID=.. [SEARCH=1] FORCE=[1] all`` in a
 new session (its own process group), output to ``<batch out>/logs/<op>.log`` (the logs of the runs before, if any,
 kept in ``logs/previous/``, the last :data:`PREVIOUS_LOGS`: :func:`keep_previous_log`), and waits. The outcome is
 written to the job record (:mod:`mfulib.schemas.batch_json`) before it returns:
@@ -23,8 +23,8 @@ Device visibility: given a device id ``d`` and ``restrict=True`` (the local pool
 ``CUDA_VISIBLE_DEVICES=d`` / ``ASCEND_RT_VISIBLE_DEVICES=d`` (the variables in ``visibility_vars``) and
 ``DEVICE_ID=0``, so inside the child the device is always index 0 (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` unless
 set, so that id N is the GPU ``nvidia-smi`` numbers N); Ray sets these variables itself for a task that
-holds a GPU/NPU resource, so there ``restrict=False``. ``MAKEFLAGS`` & co. of an enclosing ``make batch`` are removed
-so the child make sees only its own variables. With a ``report`` target in the Makefile (``make report`` ->
+holds a GPU/NPU resource, so there ``restrict=False``. ``MAKEFLAGS`` & co. and ``FORCE`` of an enclosing ``make batch``
+are removed so the child make sees only its own variables. With a ``report`` target in the Makefile (``make report`` ->
 ``$(WORK)/report.html``) it runs after ``all`` succeeded; its failure is recorded in ``reason`` without failing the
 operator. ``keep_prof=False`` removes ``<work>/prof/`` after success (a failed operator keeps its profiles).
 """
@@ -42,7 +42,11 @@ import time
 from mfulib.core.errors import UserError
 from mfulib.schemas.batch_json import carried_s, device_label, read_job_record, write_job_record
 
-MAKE_ENV_DROP = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR", "MAKEFILES")
+#: ``FORCE`` too: GNU make exports its command-line variables into its recipes' environment, so ``make batch FORCE=1``
+#: hands ``FORCE=1`` to this process, and a child make takes an environment variable its command line leaves unset
+#: (every child's command line sets ``FORCE`` itself anyway: :func:`make_command`)
+MAKE_ENV_DROP = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR", "MAKEFILES",
+                 "FORCE")
 STEP_FAILED = re.compile(r"make: step (\S+) FAILED \(exit status (\d+)\)")
 ERROR_LINE = re.compile(r"^(error|Error|\S*Error|FAILED|Traceback|make: \*\*\*)")
 POLL_S = 0.2
@@ -82,10 +86,16 @@ def make_command(job: dict, opts: dict, device_index: int, device=None) -> list:
     cmd += [f"{k}={v}" for k, v in job["make_vars"].items()]
     if opts.get("search"):
         cmd.append("SEARCH=1")
-    if opts.get("force"):
-        cmd.append("FORCE=1")
     cmd += list(opts.get("make_args") or [])
-    return cmd + ["all"]
+    # FORCE always, and last (the last assignment on make's command line wins, over a --make-arg FORCE=.. too): the
+    # batch's --force alone decides it, never a FORCE=1 inherited from the environment (make batch FORCE=1 exports it)
+    return cmd + ["FORCE=1" if opts.get("force") else "FORCE=", "all"]
+
+
+def report_command(job: dict, opts: dict) -> list:
+    """The ``make ... report`` argv run after the operator's ``make all`` succeeded: the same variables with
+    ``FORCE=`` (empty) - FORCE=1 applied once, in ``all``; here it would redo step 1 and every step after it."""
+    return make_command(job, dict(opts, force=False), 0)[:-1] + ["report"]
 
 
 #: earlier logs kept per operator in ``logs/previous/`` (the oldest beyond them is removed)
@@ -355,7 +365,7 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
         try:
             outcome = wait_outcome(proc, opts.get("timeout_s"), stop)
         except BaseException:
-            why = "interrupted (Ctrl-C / cancelled): run the batch again to resume"
+            why = f"interrupted (Ctrl-C / cancelled): {_rerun(opts)}"
             _finish(rec, t0, "interrupted", None, why, job)  # first: a Ray task may be force-killed while it waits
             grace_s = min(grace_s, STOP_GRACE_S)
             graceful = stop_tree(proc, grace_s)
@@ -381,7 +391,7 @@ def run_job(job: dict, opts: dict, device=None, restrict: bool = True, stop=None
     elif outcome == "stopped" or proc.returncode == -signal.SIGINT or (proc.returncode != 0 and stop and stop()):
         # a Ctrl-C that reached the child between fork and its setsid (start_new_session) ends it with SIGINT
         # before the batch sees its own interrupt: that is the batch's interruption, not the operator's failure
-        _finish(rec, t0, "interrupted", None, "interrupted (Ctrl-C): run the batch again to resume"
+        _finish(rec, t0, "interrupted", None, f"interrupted (Ctrl-C): {_rerun(opts)}"
                 + (f"; {how}" if how else ""), job)
     elif proc.returncode != 0:
         step, why = failure_reason(job["log"], proc.returncode)
@@ -398,7 +408,7 @@ def _after_success(rec, job, opts, env, stop):
     """The optional report target, then the profile pruning (KEEP_PROF=0)."""
     html = os.path.join(job["work"], "report.html")
     if _has_report_target(opts["skill_dir"]):
-        cmd = make_command(job, dict(opts, force=False), 0)[:-1] + ["report"]  # FORCE=1 would redo every step
+        cmd = report_command(job, opts)
         with open(job["log"], "a", encoding="utf-8") as log:
             log.write(f"# {' '.join(cmd)}\n")
             log.flush()
@@ -415,6 +425,11 @@ def _after_success(rec, job, opts, env, stop):
         if os.path.isdir(prof):
             shutil.rmtree(prof, ignore_errors=True)
             rec["pruned_prof"] = [prof]
+
+
+def _rerun(opts: dict) -> str:
+    """The resume advice of an interrupted operator (FORCE=1 again would start it over: driver.resume_advice)."""
+    return "run the batch again" + (" without FORCE=1" if opts.get("force") else "") + " to resume"
 
 
 def _set_failed_steps(rec: dict, steps: list) -> None:

@@ -219,8 +219,9 @@ def _counts_lines(c, summary) -> list:
     lines.append(f"runner {summary['runner']}, {summary['workers']} worker(s) on {devices_label(summary['devices'])} "
                  f"({summary['devices_from']}); wall {summary['wall_s']:.1f} s; sum of operator wall times "
                  f"{summary['sum_op_wall_s']:.1f} s; longest-first makespan on {summary['workers']} worker(s) "
-                 f"{summary['ideal_makespan_s']:.1f} s" + ("; INTERRUPTED: run again to resume"
-                                                            if summary["interrupted"] else ""))
+                 f"{summary['ideal_makespan_s']:.1f} s" + (
+                     "; INTERRUPTED: " + (summary.get("resume") or "run again to resume")
+                     if summary["interrupted"] else ""))
     return lines
 
 

@@ -165,7 +165,7 @@ def record_run(work: str, step: str, block: dict, log=print, parse=None, script:
             open(stamp, "a").close()
             os.utime(stamp)
             if setvars:  # as the Makefile's step macro records them
-                with open(os.path.join(work, STATE_DIR, f"{step}.settings"), "w", encoding="utf-8") as f:
+                with open(settings_path(work, step), "w", encoding="utf-8") as f:
                     f.write("".join(f"{k}={v}\n" for k, v in setvars.items()))
         log(f"{step}: run by hand with make's settings and inputs: counts as make's {step} step")
     else:
@@ -261,6 +261,31 @@ def prepare_verdict(work: str, request: dict, sources: dict) -> tuple:
 # ------------------------------------------------------------------------------------------------ steps 2-6
 
 
+def settings_path(work: str, step: str) -> str:
+    """``<work>/.state/<step>.settings``: the make variables ``step`` last ran with (``SETVARS_<step>``), one
+    ``VAR=value`` a line, as the Makefile's step macro writes them when the step succeeds."""
+    return os.path.join(work, STATE_DIR, f"{step}.settings")
+
+
+def read_settings(work: str, step: str) -> dict | None:
+    """{make variable: value} of :func:`settings_path` - read as the Makefile's ``settings_was`` reads it: the text
+    after the first ``=``, stripped - or None when there is no such file (make never finished the step there)."""
+    try:
+        with open(settings_path(work, step), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    return {k: v.strip() for k, sep, v in (ln.partition("=") for ln in lines) if sep and k}
+
+
+def probe_resume_cut(work: str) -> str:
+    """What resumes the probe of ``work`` that its budget cut, keeping the PROBE_ARGS it ran with (its
+    ``.state/probe.settings``): :func:`mfulib.schemas.probe_json.resume_cut`; the generic advice where they are not
+    recorded."""
+    from mfulib.schemas import probe_json
+    return probe_json.resume_cut((read_settings(work, "probe") or {}).get("PROBE_ARGS"))
+
+
 def report_verdict(step: str, path: str) -> tuple:
     """(ok, detail) of a step's report: ok False when it records a failure or an incomplete run, None when it cannot
     be read (not valid JSON, wrong structure) - ``detail`` says why."""
@@ -290,7 +315,8 @@ def report_verdict(step: str, path: str) -> tuple:
                         f"{len(doc.get('candidates') or [])} candidate(s)"]
             if not ok:
                 problems.append(f"incomplete: {doc.get('interrupted') or 'interrupted'} ("
-                                + (probe_json.RESUME_CUT if probe_json.budget_cut(doc) else "make probe resumes") + ")")
+                                + (probe_resume_cut(os.path.dirname(path)) if probe_json.budget_cut(doc)
+                                   else "make probe resumes") + ")")
         elif step == "search":
             ok, problems = _search_verdict(path)
         elif step == "decompose":
@@ -319,7 +345,8 @@ def _search_verdict(path: str) -> tuple:
         return False, [f"interrupted ({doc['interrupted']}); best so far: {grid_search_json.best_so_far(doc)}"]
     if cut:
         return bool(doc.get("complete")), [f"search incomplete: the probe was cut by its budget ({cut}); best so far: "
-                                           f"{text or 'none'}; {probe_json.RESUME_CUT}, then make search"]
+                                           f"{text or 'none'}; {probe_resume_cut(os.path.dirname(path))}, then "
+                                           "make search"]
     return bool(doc.get("complete")), [f"best: {text}" if text else "no best point"]
 
 

@@ -22,7 +22,8 @@ orders by, :func:`whole_cost_s`; a record the batch wrote for a runner failure h
 (path or None), ``pruned_prof`` (profile dirs removed by ``KEEP_PROF=0``).
 
 **Summary** (:func:`write_summary`): provenance + ``source`` {layout, what was given}, ``out_dir``, ``runner``,
-``devices``, ``workers``, ``wall_s``, ``interrupted``, ``counts`` {operators, succeeded, reused, failed, timeout,
+``devices``, ``workers``, ``wall_s``, ``interrupted``, ``resume`` (how to resume an interrupted batch, None when it
+was not: :func:`mfulib.batch.driver.resume_advice`), ``counts`` {operators, succeeded, reused, failed, timeout,
 interrupted, not_run, skipped, failed_why {reason: n}, skipped_why {reason: n}, search_incomplete (rows whose
 search is incomplete: the budget cut the probe, or a stop ended the probe or the search)}, ``sum_op_wall_s``,
 ``ideal_makespan_s`` (longest-first list schedule of the measured per-operator times on ``workers`` workers,

@@ -56,6 +56,8 @@ its first timing - then the next case by traced FLOPs took its place, each once;
 """
 from __future__ import annotations
 
+import shlex
+
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import write_json_atomic
 from mfulib.schemas.common import read_work_json, wrong_type
@@ -142,8 +144,37 @@ RUNNING = "running"
 
 
 #: what resumes a probe its budget cut: the cut ends the step ok (stamped), so only a larger budget - PROBE_ARGS is in
-#: the probe step's run key - makes make run it again, from probe.json
-RESUME_CUT = "make probe PROBE_ARGS='--budget-s <more>' resumes it from probe.json"
+#: the probe step's run key - makes make run it again, from probe.json. PROBE_ARGS given replaces the whole value
+#: (its other settings, e.g. --max-scale, back to their defaults), so the advice keeps the ones the probe ran with:
+#: this text where they are unknown, :func:`resume_cut` where they are known (the work dir's ``.state/probe.settings``:
+#: :func:`mfulib.pipeline.workdir_state.probe_resume_cut`)
+RESUME_CUT = "make probe with --budget-s <more> added to the PROBE_ARGS it ran with resumes it from probe.json"
+_MORE = "<more>"
+
+
+def resume_cut(probe_args: str | None) -> str:
+    """:data:`RESUME_CUT` for a probe that ran with ``probe_args`` (its PROBE_ARGS; None: unknown, the generic text):
+    ``make probe PROBE_ARGS='<them, --budget-s <more>>' resumes it from probe.json`` - an existing ``--budget-s``
+    value replaced in place, else one appended."""
+    if probe_args is None:
+        return RESUME_CUT
+    try:
+        words = shlex.split(probe_args)
+    except ValueError:  # unbalanced quotes: not something to build on
+        return RESUME_CUT
+    out, skip, found = [], False, False
+    for w in words:
+        if skip:
+            skip = False
+        elif w == "--budget-s" or w.startswith("--budget-s="):
+            out += ["--budget-s", _MORE]
+            skip, found = w == "--budget-s", True
+        else:
+            out.append(w)
+    if not found:
+        out += ["--budget-s", _MORE]
+    text = " ".join(w if w == _MORE else shlex.quote(w) for w in out)
+    return f"make probe PROBE_ARGS={shlex.quote(text)} resumes it from probe.json"
 
 
 def budget_cut(doc: dict) -> str | None:

@@ -109,7 +109,8 @@ class Gate:
                                              "timed because of --unverified-ok"))
             return True, mark
         mark["reason"] = (f"not verified: verify {status}" + (f" ({reason})" if reason else "") +
-                          " - --unverified-ok (make ACCEPT_UNVERIFIED_CASES=1) times it anyway (marked)")
+                          " - --unverified-ok (make ACCEPT_UNVERIFIED_CASES=1) times it anyway (marked) when it is"
+                          " selected (--cases picks it)")  # admits() judges every case, not only the top-k
         return False, mark
 
     def recorded_reason(self, case_id: int):
