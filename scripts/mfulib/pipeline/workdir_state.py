@@ -26,10 +26,10 @@ from mfulib.core.jsonio import sha256
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import read_json
 from mfulib.core.opdir import PREPARE_JSON
+from mfulib.pipeline.step_settings import STATE_DIR, probe_resume_cut, read_settings, settings_path  # noqa: F401
 from mfulib.pipeline.step_graph import Step, judging_order, on_make_path, read_steps  # noqa: F401  Step: a row of STEPS
 from mfulib.schemas import provenance
 
-STATE_DIR = ".state"
 # request keys -> the make variable that sets them (for the "what changed" message)
 MAKE_NAMES = {"form": "source layout", "src": "V", "iter": "ITER", "variant": "VARIANT", "bench": "BENCH",
               "gen": "GEN", "id": "OP", "ref_root": "REF_ROOT", "impl_root": "IMPL_ROOT", "example": "OP",
@@ -259,31 +259,6 @@ def prepare_verdict(work: str, request: dict, sources: dict) -> tuple:
 
 
 # ------------------------------------------------------------------------------------------------ steps 2-6
-
-
-def settings_path(work: str, step: str) -> str:
-    """``<work>/.state/<step>.settings``: the make variables ``step`` last ran with (``SETVARS_<step>``), one
-    ``VAR=value`` a line, as the Makefile's step macro writes them when the step succeeds."""
-    return os.path.join(work, STATE_DIR, f"{step}.settings")
-
-
-def read_settings(work: str, step: str) -> dict | None:
-    """{make variable: value} of :func:`settings_path` - read as the Makefile's ``settings_was`` reads it: the text
-    after the first ``=``, stripped - or None when there is no such file (make never finished the step there)."""
-    try:
-        with open(settings_path(work, step), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    return {k: v.strip() for k, sep, v in (ln.partition("=") for ln in lines) if sep and k}
-
-
-def probe_resume_cut(work: str) -> str:
-    """What resumes the probe of ``work`` that its budget cut, keeping the PROBE_ARGS it ran with (its
-    ``.state/probe.settings``): :func:`mfulib.schemas.probe_json.resume_cut`; the generic advice where they are not
-    recorded."""
-    from mfulib.schemas import probe_json
-    return probe_json.resume_cut((read_settings(work, "probe") or {}).get("PROBE_ARGS"))
 
 
 def report_verdict(step: str, path: str) -> tuple:

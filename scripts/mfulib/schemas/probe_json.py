@@ -147,7 +147,7 @@ RUNNING = "running"
 #: the probe step's run key - makes make run it again, from probe.json. PROBE_ARGS given replaces the whole value
 #: (its other settings, e.g. --max-scale, back to their defaults), so the advice keeps the ones the probe ran with:
 #: this text where they are unknown, :func:`resume_cut` where they are known (the work dir's ``.state/probe.settings``:
-#: :func:`mfulib.pipeline.workdir_state.probe_resume_cut`)
+#: :func:`mfulib.pipeline.step_settings.probe_resume_cut`)
 RESUME_CUT = "make probe with --budget-s <more> added to the PROBE_ARGS it ran with resumes it from probe.json"
 _MORE = "<more>"
 

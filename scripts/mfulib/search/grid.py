@@ -364,11 +364,12 @@ def run_search(opts: SearchOptions, log=None) -> dict:
             f"{[p['case'] for p in pool]}")
         if probe is None:
             notes.append(f"no {probe_path}: the pool holds scale 1 only - run make probe first for scaled cases")
-        from mfulib.schemas.probe_json import RESUME_CUT, budget_cut
+        from mfulib.pipeline.step_settings import probe_resume_cut
+        from mfulib.schemas.probe_json import budget_cut
         probe_cut = budget_cut(probe) if probe is not None else None
         if probe_cut:
             notes.append(f"search incomplete: the probe was cut by its budget ({probe_cut}), so scaled points it "
-                         f"did not reach were never tried - {RESUME_CUT}, then make search")
+                         f"did not reach were never tried - {probe_resume_cut(opdir.path)}, then make search")
         doc.update(metric=metric, rule=rule, pool=pool, excluded=excluded, probe_cut=probe_cut)
         timing = True  # from here on a failure is written down (bad input before it leaves the old file alone)
         doc["stage1"] = stage1(opdir, pool, backend, opts, peaks, metric, log, cost, probe)
