@@ -151,3 +151,25 @@ def test_the_collector_table_lists_the_cases_verify_excluded_with_verify_reason(
     out = " ".join(capsys.readouterr().out.split())
     assert f"case 6, 8 - not verified (verify: skipped), never timed: {CAP}" in out
     assert "never selected" not in out and "valid cases 3/3 measured" in out
+
+
+def test_a_collection_of_a_searchs_chosen_cases_lists_the_originals_the_search_could_not_run(tmp_path):
+    """With --search-json the collector times the search's chosen cases only; the original cases the search could
+    not run on the backend (grid_search.json ``excluded`` of kind not_run; older files by the reason's prefix) are
+    listed as never measured, by the search, with its reason - not the probe variants it merely left out."""
+    from mfulib.schemas import grid_search_json as gsj
+    doc = {"tool": gsj.TOOL, "pool": [{"case": 20}], "stage1": [], "stage2": [], "best": None, "cost_s": {},
+           "chosen_cases": [20],
+           "excluded": [{"case": 5, "reason": f"not run on this backend: {BF16}", "kind": gsj.NOT_RUN},
+                        {"case": 6, "reason": f"not run on this backend: {CAP}"},  # a file from before the kind
+                        {"case": 31, "reason": "variant of case 9, which is not among the top 8"}]}
+    path = tmp_path / "grid_search.json"
+    path.write_text(json.dumps(doc))
+    assert gsj.not_run_cases(str(path)) == [{"case": 5, "reason": f"not run on this backend: {BF16}"},
+                                            {"case": 6, "reason": f"not run on this backend: {CAP}"}]
+    perf = {"per_case": [], "selection": {"rule": "chosen by the search", "search_json": str(path),
+                                          "search_not_run": gsj.not_run_cases(str(path))}}
+    got = perf_json.not_measured(perf)
+    assert [(e["case"], e["by"]) for e in got] == [(5, "search"), (6, "search")]
+    lines = perf_json.describe_not_measured(got)
+    assert lines[1] == f"  case 5 - not run by the search (grid_search.json excluded): not run on this backend: {BF16}"

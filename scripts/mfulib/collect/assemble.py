@@ -106,6 +106,9 @@ def build_report(c: Collection) -> dict:
                                   "verify_reason": gate.recorded_reason(i.case_id) if gate is not None else None}
                                  for i, why, mark in skipped if mark is not None]
     selection["search_json"] = opts.search_json
+    if opts.search_json:  # the original cases the search could not run here: never measured, with its reason
+        from mfulib.schemas.grid_search_json import not_run_cases
+        selection["search_not_run"] = not_run_cases(opts.search_json)
     per_case = [_perf.skipped_entry(i, why, verify=mark) for i, why, mark in skipped if mark is None]
     missing = [{"case": i.case_id, "impl": impl, "reason": "not run: the collection was interrupted"}
                for i in selected for impl in impls if impl not in results.get(i.case_id, {})]

@@ -9,7 +9,9 @@ product of the factors; 1 for an original case),
 original (bool), flops_rank (0-based rank of its source case among the originals by FLOPs - by bytes for mbu),
 flops_traced (the tracer's matrix FLOPs, None: not traced), flops_py (flops.py's value or None), input_bytes,
 compute_dtype, why (why it is in the pool)}],
-``excluded`` [{case, reason}] (probe variants left out of the pool, pool cases verify refused),
+``excluded`` [{case, reason, kind}] (original cases this backend does not run - ``kind`` :data:`NOT_RUN`, the
+collector lists them as never measured: :func:`not_run_cases` -, probe variants left out of the pool, pool cases
+verify refused),
 ``stage1`` [{case, rank (1 = best), status (ok | not_verified | rejected | oom | error | timeout | crashed | no_flops),
 error, wall_iter_ns [wall time per call of each measured iteration, ns], calls_per_iteration (back-to-back calls in
 each iteration, sized by one synchronised call before them, :mod:`mfulib.core.wallclock`; None for a reused probe
@@ -64,6 +66,7 @@ from mfulib.schemas.common import read_work_json, wrong_type
 SCHEMA = 1
 TOOL = "mfu_grid_search"
 FILE_NAME = "grid_search.json"
+NOT_RUN = "not_run"  # an ``excluded`` entry's kind: an original case this backend does not run (bf16, input cap)
 REQUIRED = ("pool", "stage1", "stage2", "best", "cost_s", "chosen_cases")
 TOP_KEYS = ("op_dir", "cases_file", "backend", "metric", "probe_json", "rule", "notes", "pool", "excluded", "stage1",
             "stage2", "stage2_performance_json", "retime", "counts", "best", "cost_s", "chosen_cases", "probe_cut",
@@ -145,6 +148,16 @@ def chosen_cases(path: str) -> tuple:
                    "scale": by_id[c].get("scale"), "grid_search_json": path, "probe_json": doc.get("probe_json")}
                for c in doc["chosen_cases"]}
     return list(doc["chosen_cases"]), origins
+
+
+def not_run_cases(path: str) -> list:
+    """[{case, reason}] of the original cases the search at ``path`` could not run on its backend (``excluded``
+    entries of kind :data:`NOT_RUN`; files from before the kind: the reason's "not run on this backend" prefix) -
+    what a collection of its chosen cases lists as never measured. [] for a file without them."""
+    doc = read_grid_search_json(path)
+    return [{"case": e.get("case"), "reason": e.get("reason")} for e in doc.get("excluded") or []
+            if isinstance(e, dict) and (e.get("kind") == NOT_RUN
+                                        or str(e.get("reason") or "").startswith("not run on this backend"))]
 
 
 FIGURE_LABELS = (("mfu_ach", "MFU@ach"), ("mfu_nom", "MFU@nom"), ("mbu", "MBU"))

@@ -25,7 +25,9 @@ Top level
     for the case)}] (every case the verify gate excluded, wherever it ranks: never timed, never a ``per_case`` row),
     reserve (ranked below the top-k, each one verify passed or has not seen: a case a rejected one hands its slot
     to; ``--cases`` picks them), verify_file, verified_now (cases the collector verified before timing them),
-    unverified_ok, search_json (the grid_search.json whose chosen cases were measured, --search-json; None)},
+    unverified_ok, search_json (the grid_search.json whose chosen cases were measured, --search-json; None),
+    search_not_run (with search_json only: [{case, reason}], the original cases the search could not run on this
+    backend, never measured)},
     ``retry``, ``flush_cache_mib``, ``pmu_collection`` {requested (auto | ncu | none), tool ("ncu" or
     None), available (the probe's verdict, asked once per run), reason; with ncu also ncu, ncu_version,
     cache_control (all | none), clock_control ("none"), iterations (profiled per case), metrics {counter: [ncu
@@ -295,7 +297,7 @@ def completeness(rep: dict) -> tuple:
 
 
 #: who kept a case of a collection from being measured (:func:`not_measured`'s ``by``)
-BY_COLLECTOR, BY_VERIFY = "collector", "verify"
+BY_COLLECTOR, BY_VERIFY, BY_SEARCH = "collector", "verify", "search"
 
 
 def not_measured(rep: dict) -> list:
@@ -306,7 +308,9 @@ def not_measured(rep: dict) -> list:
       the CPU interpreter - or it has no work), status "skipped", reason the entry's;
     * a ``selection.not_verified`` entry: by "verify" (the verify gate excluded it: verify.json does not pass it),
       status verify.json's status of the case, reason verify.json's own reason (``verify_reason``; a file written
-      before that was recorded gives the gate's ``reason``).
+      before that was recorded gives the gate's ``reason``);
+    * a ``selection.search_not_run`` entry (a collection of a search's chosen cases): by "search" - an original
+      case the search could not run on this backend (:func:`mfulib.schemas.grid_search_json.not_run_cases`).
 
     Cases the selection rule left out although they may be timed are :func:`not_selected`."""
     out = [{"case": c.get("case"), "by": BY_COLLECTOR, "status": "skipped", "reason": str(c["skipped"])}
@@ -318,6 +322,9 @@ def not_measured(rep: dict) -> list:
         mark = e.get("verify") if isinstance(e.get("verify"), dict) else {}
         out.append({"case": e.get("case"), "by": BY_VERIFY, "status": mark.get("status"),
                     "reason": e["verify_reason"] if e.get("verify_reason") else e.get("reason")})
+    for e in (rep.get("selection") or {}).get("search_not_run") or []:  # a collection of a search's chosen cases
+        if isinstance(e, dict):
+            out.append({"case": e.get("case"), "by": BY_SEARCH, "status": None, "reason": e.get("reason")})
     return out
 
 
@@ -342,6 +349,7 @@ def describe_not_measured(entries: list, limit: int = 8) -> list:
     lines = [f"{len(entries)} case(s) never measured (no rows), with the reason the collection recorded:"]
     for (label, by, status, reason), ids in list(groups.items())[:limit]:
         who = ("not run by the collector" if by == BY_COLLECTOR else
+               "not run by the search (grid_search.json excluded)" if by == BY_SEARCH else
                f"not verified (verify: {status or 'no verdict recorded'}), never timed")
         ids = sorted(ids, key=lambda c: (not isinstance(c, int), c if isinstance(c, int) else str(c)))
         lines.append(f"  {label + ' ' if label else ''}case {', '.join(map(str, ids))} - {who}: "

@@ -22,6 +22,7 @@ from mfulib.core.definitions import is_number
 from mfulib.core import wallclock
 from mfulib.core.errors import UserError
 from mfulib.core.jsonio import read_json
+from mfulib.schemas import grid_search_json as _gs
 from mfulib.core.opdir import OpDir
 from mfulib.core.symbols import factors_label
 
@@ -239,7 +240,8 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
     ranked = sorted(originals, key=lambda i: (-(key(i) if key(i) is not None else -math.inf), i.case_id))
     by_id = {i.case_id: i for i in infos}
     top = ranked[:top_n]
-    pool, excluded = [], [{"case": c, "reason": f"not run on this backend: {unrunnable[c]}"} for c in not_run]
+    pool, excluded = [], [{"case": c, "reason": f"not run on this backend: {unrunnable[c]}", "kind": _gs.NOT_RUN}
+                          for c in not_run]
     for rank, info in enumerate(top):
         why = f"original #{rank + 1} by {'FLOPs' if metric == 'mfu' else 'bytes'}, scale 1"
         if rank < ALWAYS_TOP:
