@@ -57,7 +57,7 @@ def build_parser():
     p.add_argument("--max-ms", type=float, default=4000.0, help="gate 4: longest call in ms (median wall time per "
                    "call)")
     p.add_argument("--backend", default="auto", help="auto|npu|cuda|cpu")
-    p.add_argument("--device", type=int, default=0, help="device index")
+    p.add_argument("--device", type=int, default=0, help="device index (default 0)")
     p.add_argument("--scale-dims", help="comma-separated symbol kinds or names to scale (default: sequence and "
                    "batch kinds, and a batched matmul's k and n: batch,seq_q,seq_k,seq,gemm_k,gemm_n; weights never "
                    "scale)")
@@ -82,11 +82,11 @@ def build_parser():
                         "heads or query rows verifies, pass gate 3 (marked 'unverified (reference does not fit)' in "
                         "probe.json and verify.json, where the collector and the search skip it unless told "
                         "--unverified-ok); by default such a candidate fails gate 3 and is never the limit")
-    p.add_argument("--seed", type=int, default=0, help="seed of every draw (tracer, verify, timing)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every draw (tracer, verify, timing; default 0)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="per-subprocess limit of one candidate")
     p.add_argument("--budget-s", type=float, help="bound the whole run to this many seconds, counted from the start "
                    "(the ranking trace included) and enforced inside a candidate too: a candidate cut by it gets no "
-                   "verdict, probe.json says complete: false, and a re-run resumes")
+                   "verdict, probe.json says complete: false, and a re-run resumes (default: no bound)")
     p.add_argument("--peak-json", help="peak.json with bandwidth_gbps (default: <dir>/peak.json)")
     p.add_argument("--dry-run", action="store_true", help="list the ladders' candidates (each symbol alone, then "
                    "the joint pairs, then the joint sets of three or more the greedy selection may reach) and their "

@@ -53,8 +53,8 @@ def build_parser():
     p.add_argument("--backend", default="auto", metavar="{auto,npu,cuda,cpu}",
                    help="auto = npu if torch_npu + CANN are set up, else cuda, else cpu; a backend registered "
                         "through MFU_BACKEND_PLUGINS is accepted too")
-    p.add_argument("--device", type=int, default=0, metavar="N", help="device index")
-    p.add_argument("--seed", type=int, default=0, help="seed for inputs and weights (the tracer gets the same)")
+    p.add_argument("--device", type=int, default=0, metavar="N", help="device index (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="seed for inputs and weights (the tracer gets the same; default 0)")
     p.add_argument("--top-n", type=int, default=8, help="original cases in the pool, most FLOPs first (>= 3)")
     p.add_argument("--stage2-k", type=int, default=3, help="stage-1 leaders measured by the collector")
     p.add_argument("--stage2-tie", type=float, default=STAGE2_TIE,
