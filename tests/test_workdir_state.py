@@ -479,3 +479,20 @@ def test_the_budget_cut_advice_keeps_the_probe_args_the_probe_ran_with(tmp_path,
     assert workdir_state.probe_resume_cut(str(tmp_path)) == advice
     assert workdir_state.read_settings(str(tmp_path), "probe") == (
         None if recorded is None else {"PROBE_ARGS": recorded.strip(), "SEED": "0"})
+
+
+def test_a_report_left_by_an_earlier_run_whose_step_waits_on_a_failed_one_says_so(tmp_path):
+    # a tester: after the search was redone and failed, collect read "report present but make recorded no success
+    # (interrupted, or run outside make)" - it was neither; it waits for the search, which failed
+    (tmp_path / "performance.json").write_text(json.dumps({
+        "tool": "msprof_perf_summary", "schema": 1, "per_case": [{"case": 0, "kernel_time_ns": 1000.0}],
+        "n_cases_valid": 1, "complete": True, "missing": []}))
+    st = tmp_path / ".state"
+    st.mkdir()
+    (st / "search.failed").write_text("2\n")
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""),
+                                                             waits={"collect": ["search"]})}
+    assert rows["collect"]["state"] == "not done", rows["collect"]
+    detail = rows["collect"]["detail"]
+    assert "a step it waits for is not done: " in detail and "search failed" in detail
+    assert "interrupted, or run outside make" not in rows["collect"]["detail"]

@@ -416,6 +416,7 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None,
             block = _made_from(report)
             diff = hand_run_differences(work, step.name, block) if block and not block.get("by_make") else None
             why = (f"run by hand with other settings or inputs than make's ({'; '.join(diff[:3])})" if diff else
+                   f"a step it waits for is not done: {', '.join(upstream)}" if upstream else
                    "interrupted, or run outside make")
             st, detail = "not done", (f"report present but make recorded no success ({why}): {redo}" +
                                       (f"; {detail}" if detail else ""))
