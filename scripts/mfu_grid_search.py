@@ -20,8 +20,9 @@ devices; none on NPU), else the tracer's, with num_src and why.
 Re-timing: the top --retime-top (3) of stage 2 are timed again in --retime-runs (2) separate collector runs, each
 a fresh process measuring them in a rotated order, without the PMU pass (--pmu none: only the kernel time is
 measured again); the limit is the highest median over the runs (stage 2's counts as one), printed with its min..max
-and spread ((max - min) / median); two leaders whose medians differ by less than the sum of their ranges are a tie
-(every case tied with the leader is printed). 0 for either turns it off. A probe.json its --budget-s cut makes the search incomplete (said so).
+and spread ((max - min) / median); a re-timed case whose median differs from the leader's by less than the sum of
+their ranges ties with it (every such case is printed). 0 for either turns it off. A probe.json its --budget-s cut
+makes the search incomplete (said so).
 grid_search.json records the pool, both stages, the cost of each in seconds and chosen_cases, which the collector
 then measures (msprof_perf_summary.py --search-json grid_search.json; make collect does it after make search).
 Make's state: a run writing <work dir>/grid_search.json (the default) after make's own search counts as make's step

@@ -356,8 +356,8 @@ def describe_not_measured(entries: list, limit: int = 8) -> list:
                      f"{reason or 'no reason recorded'}")
     if len(groups) > limit:
         rest = sum(len(ids) for ids in list(groups.values())[limit:])
-        lines.append(f"  ... and {rest} more case(s) with other reasons (performance.json selection.not_verified "
-                     "and the skipped per_case entries)")
+        lines.append(f"  ... and {rest} more case(s) with other reasons (performance.json selection.not_verified, "
+                     "selection.search_not_run and the skipped per_case entries)")
     return lines
 
 

@@ -159,8 +159,8 @@ def stage2(opdir: OpDir, top: list, pool: list, backend_name: str, opts: SearchO
            on_stop=None):
     """(stage-2 rows, performance.json path): the collector's precise kernel time of the ``top`` case ids and each
     one's numerator (min(traced, executed)) and MFU / MBU. The collector writes to ``<scratch>/<out_name>/``
-    (``scratch``: :func:`scratch_dir`, default ``<work>/search``; bench/bench_search_h200.py measures the whole pool
-    the same way under another name). ``timing_only``: no counters (:func:`counts_later`): the numerator is the
+    (``scratch``: :func:`scratch_dir`, default ``<work>/search``; ``out_name`` another folder there).
+    ``timing_only``: no counters (:func:`counts_later`): the numerator is the
     traced count, an upper bound the counting pass settles; each row then carries ``count_settled``: why no count
     can give its executed FLOPs, known from the compiled kernels its launches ran
     (:func:`mfulib.flops.executed.settled_without_counts`), or None. Stopped (KeyboardInterrupt): the rows of the
