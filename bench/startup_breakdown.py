@@ -19,6 +19,13 @@ measured by this parent around the child):
 * ``kernel``: + a small ``@triton.jit`` kernel launched once (compiled on the first repeat, loaded from Triton's
   cache after; cpu: skipped, the interpreter is not what the device children run).
 
+Two variants, printed after the cumulative rows and compared with ``profiler`` (not part of the chain):
+
+* ``profiler_early``: an empty profiler session with CUDA activity *before* the device context, then ``profiler``'s
+  code - whether CUPTI set up before the context (and before torch's modules load) costs less than after it,
+  which a collector child could adopt (kineto's maintainers suggest such a dummy session first);
+* ``profiler_twice``: ``profiler`` plus a second session - what each further session (each further case) pays.
+
   python3 bench/startup_breakdown.py --out /tmp/startup.json
   python3 bench/startup_breakdown.py --repeats 5 --out "$OUT/startup.json"     # on the device machine
 """
@@ -48,6 +55,11 @@ KERNEL = ("import triton, triton.language as tl\n"
           "    tl.store(p + o, tl.load(p + o, mask=m) + 1.0, mask=m)\n"
           "if dev == 'cuda':\n"
           "    _k[(1,)](x, x.numel(), BLOCK=1024); torch.cuda.synchronize()\n")
+EARLY = ("import torch\n"
+         "from torch.profiler import profile, ProfilerActivity\n"
+         "if torch.cuda.is_available():\n"
+         "    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):\n        pass\n")
+VARIANTS = (("profiler_early", EARLY + DEVICE + PROFILER), ("profiler_twice", DEVICE + PROFILER + PROFILER))
 STAGES = (("python", "pass\n"), ("torch", "import torch\n"), ("triton", "import torch, triton\n"),
           ("device", DEVICE), ("profiler", DEVICE + PROFILER), ("kernel", DEVICE + PROFILER + KERNEL))
 
@@ -89,8 +101,17 @@ def main():
         prev = med
         print(f"{name:9s} median {med:6.2f} s  (+{rows[-1]['added_s']:5.2f} s)  runs {rows[-1]['walls_s']}",
               flush=True)
+    base = next(r["median_s"] for r in rows if r["stage"] == "profiler")
+    variants = []
+    for name, code in VARIANTS:
+        walls = [time_child(code, env, tmp) for _ in range(args.repeats)]
+        med = statistics.median(walls)
+        variants.append({"variant": name, "walls_s": [round(w, 3) for w in walls], "median_s": round(med, 3),
+                         "vs_profiler_s": round(med - base, 3)})
+        print(f"{name:15s} median {med:6.2f} s  ({med - base:+5.2f} s against profiler)  runs "
+              f"{variants[-1]['walls_s']}", flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
-    doc = {"python": sys.version.split()[0], "warmup": args.warmup, "stages": rows}
+    doc = {"python": sys.version.split()[0], "warmup": args.warmup, "stages": rows, "variants": variants}
     try:
         import torch
         doc.update(torch=torch.__version__, device=(torch.cuda.get_device_name(0) if torch.cuda.is_available()

@@ -923,3 +923,22 @@ def test_a_rerun_keeps_the_last_five_earlier_logs_named_oldest_first(tmp_path):
     assert [open(logs / "previous" / n).read() for n in kept] == [f"run {r}" for r in range(3, 8)]  # oldest first
     assert kept[:2] == ["zoo__2_Softmax.20231114T221800Z.log", "zoo__2_Softmax.20231114T221800Z_2.log"]
     assert (logs / "previous" / "zoo__2_Softmax_v2.20200101T000000Z.log").exists()  # not this operator's: kept
+
+
+def test_a_subset_run_keeps_the_other_operators_earlier_rows_without_counting_them(tmp_path, stub):
+    out = tmp_path / "out"
+    r, s = run_batch(stub, out, "--examples", "zoo", "--ops", "2_Softmax,3_RMSNorm",
+                     plan={"zoo/3_RMSNorm": "fail"}, env={"STUB_SLEEP": "0"})
+    assert r.returncode == 1 and s["counts"]["failed"] == 1
+    r, s = run_batch(stub, out, "--examples", "zoo", "--ops", "2_Softmax", "--force", env={"STUB_SLEEP": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr  # the earlier failure of an operator left out fails nothing
+    rows = {row["name"]: row for row in s["rows"]}
+    assert set(rows) == {"zoo/2_Softmax", "zoo/3_RMSNorm"}  # never-run operators of the set are not listed
+    assert rows["zoo/2_Softmax"]["in_run"] is True and rows["zoo/2_Softmax"]["resumed"] is False
+    old = rows["zoo/3_RMSNorm"]
+    assert old["in_run"] is False and old["status"] == "failed" and "planted failure" in old["reason"]
+    assert s["counts"]["operators"] == 1 and s["counts"]["failed"] == 0 and s["counts"]["earlier"] == 1
+    md = (out / "batch_summary.md").read_text()
+    assert "failed (earlier run, not in OPS)" in md and "1 more operator(s) of this output dir not in this run" in md
+    assert "zoo/3_RMSNorm" in (out / "index.html").read_text()
+    assert "in_run" in (out / "batch_summary.csv").read_text().splitlines()[0]

@@ -183,6 +183,34 @@ def test_a_forked_tool_ends_like_a_process_threads_atexit_and_unclosed_files_inc
         assert (tmp_path / f"z.{kind}").exists() and (tmp_path / f"z.{kind}").read_text() == kind, kind
 
 
+def test_the_inherited_heap_is_frozen_and_the_tools_own_cycles_are_still_collected_at_its_end(tmp_path):
+    # gc.freeze in the child: the exit's collection skips the server's torch heap, never the tool's own garbage -
+    # an object held only by a reference cycle is finalised by that collection, as at a plain interpreter's end
+    tool = tmp_path / "cycle.py"
+    tool.write_text(textwrap.dedent("""
+        import gc, sys
+        out = sys.argv[1]
+        open(out + ".frozen", "w").write(str(gc.get_freeze_count()))
+        class Note:
+            def __del__(self):
+                with open(out + ".cycle", "w") as g:
+                    g.write("cycle")
+        a, b = [], []
+        a.append(b); b.append(a)
+        a.append(Note())
+        del a, b
+    """))
+    try:
+        job = tz.start_tool([str(tool), str(tmp_path / "z")], str(tmp_path / "z.log"))
+        assert isinstance(job, tz.ZygoteJob) and job.wait(60) == 0, open(tmp_path / "z.log").read()
+    finally:
+        tz.close_shared()
+    assert subprocess.run([sys.executable, str(tool), str(tmp_path / "p")], timeout=60).returncode == 0
+    assert (tmp_path / "p.cycle").read_text() == "cycle"  # the plain interpreter's end
+    assert int((tmp_path / "z.frozen").read_text()) > 10000  # torch's preloaded objects
+    assert (tmp_path / "z.cycle").read_text() == "cycle"
+
+
 def test_a_forked_tool_runs_in_the_callers_directory_and_environment(tmp_path, monkeypatch):
     # a relative tool path, relative files and an environment variable set after the zygote started
     (tmp_path / "tool.py").write_text("import os\nopen('where.txt', 'w').write(os.getcwd() + ' ' + "

@@ -4,7 +4,8 @@
 record says ``ok`` (an earlier run of this output dir finished it) is not run again - its row is read back, marked
 ``resumed`` - unless ``force`` (``FORCE=1``: the child make gets ``FORCE=1`` too, so step 1 is redone and every
 later step after it, the old work dir kept as a backup by the Makefile's own rule). Failed, timed-out, interrupted
-and never-started operators run again; ``make`` inside each redoes only the steps without a stamp.
+and never-started operators run again; operators ``OPS=`` leaves out keep their earlier rows in the summary
+(:func:`earlier_rows`); ``make`` inside each redoes only the steps without a stamp.
 
 Ctrl-C (SIGINT) or SIGTERM: the running operators' process trees are killed and recorded ``interrupted``, nothing
 else starts, the summary is written with what finished and the exit status is 130; a re-run resumes - without
@@ -44,6 +45,7 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
     skill_dir = skill_dir or REPO_ROOT
     jobs, skipped, broken = discover_jobs(source, out_dir)
     names_wanted = {j["name"] for j in select(jobs + [_pseudo(out_dir, n, source) for n, _ in broken], ops)}
+    outside = [j for j in jobs if j["name"] not in names_wanted]  # OPS left them out: their earlier rows are kept
     jobs = [j for j in jobs if j["name"] in names_wanted]
     broken = [(n, w) for n, w in broken if n in names_wanted]
     ids, dev_from, vis_vars = resolve_devices(devices, backend)
@@ -99,7 +101,8 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
         row = operator_row(_pseudo(out_dir, name, source), None)
         row.update(status="failed", reason=f"cannot be paired: {why}")
         rows.append(row)
-    times = [r["wall_s"] for r in rows if r["status"] == "ok" and r["wall_s"]]
+    rows += earlier_rows(outside)
+    times = [r["wall_s"] for r in rows if r["status"] == "ok" and r["wall_s"] and r["in_run"]]
     summary = {"source": source, "out_dir": out_dir, "runner": runner, "devices": ids, "devices_from": dev_from,
                "workers": len(ids), "backend": backend, "search": bool(search), "wall_s": time.time() - t_start,
                "interrupted": interrupted, "resume": resume_advice(force, kept_old) if interrupted else None,
@@ -119,6 +122,18 @@ def run_batch(source: dict, out_dir: str, ops=None, force=False, search=False, k
     if interrupted:
         return EXIT_INTERRUPTED, summary
     return (EXIT_FAILED if c["failed"] or c["timeout"] else 0), summary
+
+
+def earlier_rows(jobs) -> list:
+    """The summary rows of operators this run left out (``OPS=``) that an earlier run of this output dir recorded
+    (a job record other than ``running``): read back as they are, ``in_run`` False, so a subset run's summary keeps
+    the whole output dir in view; they count in no total and no exit status (:func:`mfulib.batch.summary.counts`)."""
+    rows = []
+    for j in jobs:
+        rec = read_job_record(j["record"])
+        if rec is not None and rec.get("status") != "running":
+            rows.append(dict(operator_row(j, rec, resumed=True), in_run=False))
+    return rows
 
 
 def resume_advice(force: bool, kept_old=()) -> str:

@@ -107,7 +107,8 @@ def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
     """The summary row of one operator from its job record (None: never ran) and its work directory."""
     row = dict.fromkeys(ROW_KEYS)
     row.update(name=job["name"], layout=job["layout"], work=job["work"], log=job["log"],
-               older=";".join(os.path.basename(p) for p in job.get("older") or []) or None, resumed=resumed)
+               older=";".join(os.path.basename(p) for p in job.get("older") or []) or None, resumed=resumed,
+               in_run=True)
     errors = []
     if rec is None:
         row.update(status="not_run", reason="not started (the batch was interrupted first)")
@@ -148,7 +149,10 @@ def operator_row(job: dict, rec: dict | None, resumed: bool = False) -> dict:
 
 def counts(rows, skipped) -> dict:
     """Operators, succeeded (of them reused from an earlier run), failed / timeout / interrupted / not run with
-    their reasons, skipped with theirs."""
+    their reasons, skipped with theirs - over this run's rows; ``earlier``: the rows of operators it left out
+    (``in_run`` False: an earlier run's results, shown, never counted)."""
+    earlier = sum(1 for r in rows if r.get("in_run") is False)
+    rows = [r for r in rows if r.get("in_run") is not False]
     by = collections.Counter(r["status"] for r in rows)
     why = collections.Counter()
     for r in rows:
@@ -157,7 +161,7 @@ def counts(rows, skipped) -> dict:
     return {"operators": len(rows), "succeeded": by["ok"], "reused": sum(1 for r in rows if r["resumed"]),
             "failed": by["failed"], "timeout": by["timeout"], "interrupted": by["interrupted"] + by["running"],
             "not_run": by["not_run"], "skipped": len(skipped), "failed_why": dict(why),
-            "search_incomplete": sum(1 for r in rows if incomplete(r)),
+            "search_incomplete": sum(1 for r in rows if incomplete(r)), "earlier": earlier,
             "skipped_why": dict(collections.Counter(_skip_key(w) for _, w in skipped))}
 
 
@@ -195,6 +199,8 @@ def _frame(rows, human: bool, out_dir: str, links: bool = False):
             d["wall_s"] = DASH if r.get("wall_s") is None else f"{r['wall_s']:.1f}"
             if incomplete(r):  # its limit is a lower bound: never a plain "ok"
                 d["status"] = f"{r['status']} (search incomplete)"
+            if r.get("in_run") is False:
+                d["status"] = f"{d['status']} (earlier run, not in OPS)"
             d = {k: _cell(v) for k, v in d.items()}
             if links:
                 d["name"] = html.escape(str(r["name"]))
@@ -214,6 +220,9 @@ def _counts_lines(c, summary) -> list:
              f"skipped {c['skipped']}" + (f"; search incomplete {c['search_incomplete']} (a probe cut by its budget "
                                           "or a stopped search)"
                                           if c.get("search_incomplete") else "")]
+    if c.get("earlier"):
+        lines.append(f"{c['earlier']} more operator(s) of this output dir not in this run (OPS=): their earlier "
+                     "results are listed too, marked 'earlier run, not in OPS', and counted in no total above")
     lines += [f"failed: {k}: {n}" for k, n in c["failed_why"].items()]
     lines += [f"skipped: {k}: {n}" for k, n in c["skipped_why"].items()]
     lines.append(f"runner {summary['runner']}, {summary['workers']} worker(s) on {devices_label(summary['devices'])} "

@@ -25,9 +25,12 @@ orders by, :func:`whole_cost_s`; a record the batch wrote for a runner failure h
 ``devices``, ``workers``, ``wall_s``, ``interrupted``, ``resume`` (how to resume an interrupted batch, None when it
 was not: :func:`mfulib.batch.driver.resume_advice`), ``counts`` {operators, succeeded, reused, failed, timeout,
 interrupted, not_run, skipped, failed_why {reason: n}, skipped_why {reason: n}, search_incomplete (rows whose
-search is incomplete: the budget cut the probe, or a stop ended the probe or the search)}, ``sum_op_wall_s``,
+search is incomplete: the budget cut the probe, or a stop ended the probe or the search), earlier (rows of
+operators this run left out, below)}, ``sum_op_wall_s``,
 ``ideal_makespan_s`` (longest-first list schedule of the measured per-operator times on ``workers`` workers,
-Graham's LPT rule), ``rows`` (one per operator, keys :data:`ROW_KEYS`; ``search``: None without a search,
+Graham's LPT rule), ``rows`` (one per operator, keys :data:`ROW_KEYS`; ``in_run`` False for an operator a run
+with ``OPS=`` left out whose job record an earlier run of this output dir wrote - its earlier result, read back,
+counted in no total: :func:`mfulib.batch.driver.earlier_rows`; ``search``: None without a search,
 "complete" (+ "; limit: <its best point>" + "; tie: case a / case b"), or "search incomplete: ..." when the
 probe's --budget-s cut it or a stop ended the probe or the search -
 :func:`mfulib.batch.summary.search_state`) and ``skipped`` [{name, why}].
@@ -50,7 +53,7 @@ JOB_STATUSES = ("running", "ok", "failed", "timeout", "interrupted")
 # one summary row per operator (CSV / markdown / HTML columns, in this order)
 ROW_KEYS = ("name", "layout", "status", "reason", "case", "scale", "factors", "search", "dtype", "mfu_nom", "mfu_ach",
             "mbu", "headline", "dragging_part", "bound", "numerator", "errors", "wall_s", "wall_total_s", "device",
-            "resumed", "older", "work", "log", "report_html", "decompose_json")
+            "resumed", "in_run", "older", "work", "log", "report_html", "decompose_json")
 
 
 def device_label(device) -> str:
