@@ -120,6 +120,20 @@ def test_gate2_reference_rejection_and_refinement(tmp_path):
     assert lad["symbols"] == ["seq"] and lad["stopped"] == "x4 failed; largest passing x2 (x3 failed)"
 
 
+def test_a_case_the_reference_refuses_at_scale_1_is_no_source_and_leaves_the_symbols_alone(tmp_path, capsys):
+    # case 0 (m 16 > 12): the reference refuses it as given - each of its candidates would fail gate 2; it is
+    # skipped with its case-file line and the reference's words, and the symbols come from the other cases
+    lines = [probe_ops.case_line(1, 16, 32, 8), probe_ops.case_line(2, 8, 16, 4), probe_ops.case_line(1, 4, 8, 4)]
+    work = probe_ops.make_workdir(tmp_path, lines=lines)
+    p = fake_probe(work, "--max-scale", "2", "--scale-dims", "batch", op=Op("reject_m", limit=12))
+    assert p.rc == 0 and 0 not in p.doc["sources"] and sorted(p.doc["sources"]) == [1, 2]
+    why = p.doc["skipped_sources"]["0"]
+    assert "reference raises on it at scale 1 (Op_perf_cases.jsonl line 1)" in why and "m 16 > 12" in why, why
+    assert {c["source_case"] for c in p.doc["candidates"]} == {1, 2}
+    out = capsys.readouterr().out
+    assert "symbol analysis without case(s) [0]" in out and "cases [1, 2]" in out
+
+
 @pytest.mark.parametrize("mode,status", [("wrong", "fail"), ("oom", "oom")])
 def test_gate3_modelnew_mismatch_and_oom_are_recorded_not_fatal(tmp_path, mode, status):
     work = probe_ops.make_workdir(tmp_path)

@@ -398,10 +398,14 @@ def test_names_decide_where_shapes_cannot_tell_heads_and_sequence_apart():
     assert by[("q", 0)].kind == "batch"
     assert by[("q", 1)].kind == "heads" and by[("q", 2)].kind == "seq_q" and by[("k", 2)].kind == "seq_k"
     assert "scaled_dot_product_attention" in by[("q", 2)].evidence[0]
-    # tensors not named as attention operands: no such rule
+    # tensors not named as attention operands: no attention rule; their shapes read as a product with the second
+    # transposed (a @ bᵀ, the last axes equal, the axes -2 not): m, k and n, b's and c's key axis one n, and every
+    # last axis that is a product's k follows it, constant or not (one ladder scales a consistent case)
     line = lambda qs, ks: {"inputs": [_t("a", qs), _t("b", ks), _t("c", ks)]}
-    _g, by = _crafted([line([2, 8, 128, 64], [2, 8, 64, 64]), line([1, 8, 256, 64], [1, 8, 128, 64])])
-    assert by[("a", 1)].kind == "other" and by[("a", 2)].kind == "other"
+    g, by = _crafted([line([2, 8, 128, 64], [2, 8, 64, 64]), line([1, 8, 256, 64], [1, 8, 128, 64])])
+    assert by[("a", 1)].kind == "batch" and by[("a", 2)].kind == "seq" and "transposed" in by[("a", 2)].evidence[0]
+    assert by[("b", 2)].positions == [("b", 2), ("c", 2)] and by[("b", 2)].kind == "gemm_n"
+    assert by[("a", 3)].kind == "gemm_k" and by[("a", 3)].followers == [("b", 3), ("c", 3)]
 
 
 def test_key_heads_equal_to_the_batch_or_to_a_decode_query_length_do_not_scale_with_them():

@@ -5,6 +5,7 @@ torch on CPU - a check independent of the symbol code: an inconsistent scaling c
 import importlib.util
 import os
 
+import pytest
 import torch
 
 from mfulib.core import cases
@@ -96,3 +97,43 @@ def test_a_bias_of_a_weight_product_stays():
     new, _ = symbols.scale_case(lines[0], infos[0], g, {n: 2 for n in chosen})
     assert [e["shape"] for e in new["inputs"]] == [[64, 64], [64, 96], [96]]
     assert "bias" in g.weights and not g.biases
+
+
+BREAKER_OPS = {  # operator: (the symbol kinds that scale, what else must hold)
+    "BmmTransposedB": ({"batch", "seq", "gemm_k", "gemm_n"}, "a @ b.transpose(-1, -2): n is b's axis -2"),
+    "BroadcastMatmul": ({"batch", "seq", "gemm_k", "gemm_n"}, "einsum('bmk,kn->bmn'): one y for every batch"),
+    "LinearSquare": ({"seq"}, "F.linear(x [T, T], w [F, T]): x's last axis is the weight's"),
+    "FFNProjNames": ({"seq"}, "x @ gate_proj / up_proj / down_proj: Hugging Face's names are weights"),
+    "LayerNormEq": ({"batch", "seq"}, "x [b, s, s] with weight/bias [s]: x's last axis is the 1-D weights'"),
+    "MoECombine": ({"batch", "seq"}, "topk_weights [T, k] is the router's output: data"),
+    "ProbsV": ({"batch", "seq", "gemm_k", "gemm_n"}, "attn_weights @ v: attention probabilities are data"),
+    "ExpertBmm": ({"seq"}, "x [E, C, H] @ weight [E, H, F]: E is the weights', it stays"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(BREAKER_OPS))
+def test_operators_a_breaker_wrote_scale_only_to_shapes_their_reference_runs(op):
+    # each chosen symbol x2 alone and all together, every case: the reference runs on each (no inconsistent
+    # candidate for the probe to waste gate 2 on), and the kinds that scale are the ones a GEMM expert would pick
+    kinds, _what = BREAKER_OPS[op]
+    g, chosen, shapes = _scaled_shapes_run(op)
+    assert {g.symbol(n).kind for n in chosen} == kinds, (op, [(s.name, s.kind, s.positions) for s in g.symbols])
+    assert shapes
+
+
+def test_the_breakers_weights_and_ties_are_named_with_their_evidence():
+    _c, _i, (g,), _ch, _m = _load("FFNProjNames")
+    assert sorted(g.weights) == ["down_proj", "gate_proj", "up_proj"]
+    for op, data in (("MoECombine", "topk_weights"), ("ProbsV", "attn_weights")):
+        _c, _i, (g,), _ch, _m = _load(op)
+        assert data not in g.weights, op
+    _c, _i, (g,), chosen, _m = _load("ExpertBmm")
+    (tied,) = [s for s in g.symbols if ("x", 0) in s.positions]
+    assert tied.weight and not tied.scaled and any("leading axis of the weight weight" in e for e in tied.evidence)
+    _c, _i, (g,), chosen, _m = _load("LayerNormEq")
+    seq = g.symbol("seq")
+    assert seq.positions == [("x", 1)] and ("x", 2) not in seq.followers
+    assert any("belongs to the weight's symbol" in e for e in seq.evidence)
+    _c, _i, (g,), chosen, _m = _load("BmmTransposedB")
+    assert g.symbol("gemm_n").positions == [("b", 1)] and g.symbol("gemm_k").followers == [("b", 2)]
+    assert "transposed" in g.symbol("gemm_n").evidence[0]

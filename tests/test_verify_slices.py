@@ -129,6 +129,52 @@ def test_with_one_batch_item_the_heads_are_sliced(tmp_path):
     assert "batch_slice" not in row["slices"]["rule"]
 
 
+def gqa(b, hq, hkv, s, d=8):
+    return {"inputs": [tensor("q", [b, hq, s, d]), tensor("k", [b, hkv, s, d]), tensor("v", [b, hkv, s, d]),
+                       {"name": "input_layout", "type": "attr", "value": "BNSD"}]}
+
+
+GQA_REF = ("g = q.shape[1] // k.shape[1]\n"
+           "        if k.shape[1] == 0 or q.shape[1] % k.shape[1]:\n"
+           "            raise ValueError(f'case rejected: {q.shape[1]} query heads, {k.shape[1]} key/value heads')\n"
+           "        return dense(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), False)")
+GQA_IMPL = ("g = q.shape[1] // k.shape[1]\n"
+            "        return torch.cat([torch.cat([one(q[i:i+1, j:j+1], k[i:i+1, j//g:j//g+1], v[i:i+1, j//g:j//g+1], "
+            "False) for j in range(q.shape[1])], 1) for i in range(q.shape[0])], 0)")
+
+
+def test_grouped_query_heads_are_sliced_with_their_key_value_head(tmp_path):
+    # case 1: batch 1, 16 query heads over 4 key/value heads, 16 x 16 scores: 4096 > LIMIT 2100; two key/value
+    # heads with their 8 query heads (2048) fit. Cutting the query heads alone would leave 1 query head over 4
+    # kv heads, which this reference refuses (as real GQA references do)
+    lines = [gqa(2, 4, 2, 16), gqa(1, 16, 4, 16), gqa(1, 8, 4, 8)]
+    od = make_op(tmp_path, lines, limit=2100, ref_body=GQA_REF, impl_body=GQA_IMPL)
+    row = correctness.verify_case(od, 1)
+    assert row["status"] == "pass" and row["verified_by"] == "head_slice", row
+    sl = row["slices"]
+    assert sl["units"] == 4 and sl["group"] == 4 and sl["output_axes"] == [1] and sl["output_widths"] == [4], sl
+    assert sorted(sl["inputs"]) == [["k", 1], ["q", 1], ["v", 1]] and sl["compared"] == [[0, 2], [2, 4]]
+    # a ModelNew that pairs each query head with the wrong key/value head fails on the slices
+    bad = GQA_IMPL.replace("k[i:i+1, j//g:j//g+1], v[i:i+1, j//g:j//g+1]",
+                           "k[i:i+1, j%k.shape[1]:j%k.shape[1]+1], v[i:i+1, j%k.shape[1]:j%k.shape[1]+1]")
+    (tmp_path / "bad").mkdir()
+    od = make_op(tmp_path / "bad", lines, limit=2100, ref_body=GQA_REF, impl_body=bad)
+    row = correctness.verify_case(od, 1)
+    assert row["status"] == "fail" and row["verified_by"] == "head_slice", row
+
+
+def test_a_reference_that_refuses_a_slice_leaves_the_case_unverified_never_rejected(tmp_path):
+    # heads that do not divide (6 query heads over 4 key/value heads - nonsense, but the reference's own rule):
+    # no grouped slice; cutting the query heads alone makes the reference raise - the rule is unusable, no verdict
+    ref = GQA_REF.replace("q.shape[1] % k.shape[1]", "q.shape[1] < k.shape[1]")
+    impl = GQA_IMPL
+    lines = [gqa(2, 4, 2, 16), gqa(1, 6, 4, 16), gqa(1, 8, 4, 8)]
+    od = make_op(tmp_path, lines, limit=1100, ref_body=ref, impl_body=impl)
+    row = correctness.verify_case(od, 1)
+    assert row["status"] == "unverified" and "reference_oom" in row, row
+    assert "head_slice: the reference refuses a slice (ValueError: case rejected" in row["reason"], row
+
+
 def test_query_rows_are_sliced_with_the_full_keys_when_q_and_kv_lengths_differ(tmp_path):
     # case 1: one item, one head, 64 query rows x 32 keys = 2048 > LIMIT 600: 16 rows (512) fit
     lines = [bnsd(2, 2, 16, 8), bnsd(1, 1, 64, 32), bnsd(2, 3, 8, 24)]

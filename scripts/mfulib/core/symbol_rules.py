@@ -14,7 +14,12 @@ LAYOUT_KIND = {"B": "batch", "S": "seq", "N": "heads", "D": "head_dim", "H": "hi
 SEQLEN_ATTR = re.compile(r"seq.?len|seqlen|actual_seq", re.I)
 # operands named as weights (weight, weight1, w, w1, wq, w_o, bias, gamma, beta, q_weight, fc1_bias, ...): the
 # model's parameters passed as inputs; their axes never scale (scaling them changes the model, not the load)
-WEIGHT_NAME = re.compile(r"^(w[qkvo]?|weights?|bias|gamma|beta)(\d+|_\w+)?$|_(weights?|w|bias)\d*$", re.I)
+WEIGHT_NAME = re.compile(r"^(w[qkvo]?|weights?|bias|gamma|beta)(\d+|_\w+)?$|_(weights?|w|bias)\d*$"
+                         r"|^(gate|up|down|q|k|v|o|out|in|qkv|kv|fc\d*|dense)_proj\d*$", re.I)
+# ... but not the per-token mixing weights that are activations (router top-k weights, attention probabilities):
+# their axes are tokens and heads, data that scales
+DATA_WEIGHT_NAME = re.compile(r"(^|_)(topk|top_k|attn|attention|routing|router|scores?|probs?|combine)_weights?$",
+                              re.I)
 # the weight names that are a bias (bias, bias1, fc1_bias): a 1-D addend of a product's output columns
 BIAS_NAME = re.compile(r"^bias(\d+|_\w+)?$|_bias\d*$", re.I)
 # attention operands by name (also read by :mod:`mfulib.core.symbol_roles`); a *_cache is a paged KV cache
@@ -28,7 +33,25 @@ def weight_names(members) -> dict:
     Module parameters and ``get_init_inputs()`` (Model's constructor arguments) are not case inputs at all, so the
     case file cannot scale them (the probe states that evidence from model.py)."""
     return {t.name: f"{t.name} is named as a weight operand (a model parameter passed in): never scaled"
-            for t in members[0].tensors if t.shapes is None and WEIGHT_NAME.search(t.name)}
+            for t in members[0].tensors if t.shapes is None and WEIGHT_NAME.search(t.name)
+            and not DATA_WEIGHT_NAME.search(t.name)}
+
+
+def weight_batch_ties(members, weights) -> dict:
+    """{(data tensor, axis): weight name} for the leading (batch) axes a data operand shares with a weight it
+    multiplies: x [E, C, H] @ weight [E, H, F] (per-expert weights), same rank >= 3, x's last axis equal to the
+    weight's axis -2 in every case. The weight stays, so x's E cannot scale alone: the axis is tied to the weight."""
+    ties = {}
+    tensors = [t for t in members[0].tensors if t.shapes is None and len(t.shape) >= 3]
+    for a in tensors:
+        for b in tensors:
+            if a is b or a.name in weights or b.name not in weights or len(a.shape) != len(b.shape):
+                continue
+            if all(c.tensor(a.name).shape[-1] == c.tensor(b.name).shape[-2] for c in members):
+                for ax in range(len(a.shape) - 2):
+                    if all(c.tensor(a.name).shape[ax] == c.tensor(b.name).shape[ax] for c in members):
+                        ties.setdefault((a.name, ax), b.name)
+    return ties
 
 
 def tensor_letters(lay, rank):
@@ -58,41 +81,66 @@ def kind_for(tensor_index, name, axis, rank, lay, matmul):
 
 
 def matmul_roles(members, weights=()):
-    """{(tensor, axis): (kind, evidence, tag)} for tensor pairs that multiply: A's last axis equals B's axis -2 in
-    every case, same rank (or both 2-D).
+    """{(tensor, axis): (kind, evidence, tag, forms)} for tensor pairs that multiply, found from the shapes alone:
 
-    A's leading axes and B's are batch, A's axis -2 (the row axis m) ``seq``: scaling only the batch of a
-    [b, 128, 256] batched matmul leaves it launch-bound. With a weight operand (``weights``: names, e.g. x @ weight1
-    of an FFN), B's axis -2 is the contraction k of kind ``hidden`` and B stays as it is. With two data operands (a
-    batched matmul) m, k and n all scale - the stated extension of the sequence-and-batch rule, since all three set a
-    GEMM's arithmetic intensity: B's axis -2 is ``gemm_k``, and B's last axis, otherwise excluded from symbols, forms
-    the symbol ``gemm_n``. ``tag`` ("<A>@<B>:m" / ":k" / ":n", None elsewhere) keeps those three apart even where
-    their values happen to be equal in every case; A's last axis (tag ":k") follows k only."""
+    * ``A[..., m, k] @ B[..., k, n]``: A's last axis equals B's axis -2 in every case;
+    * ``A[..., m, k] @ B[..., n, k]ᵀ`` (``a @ b.transpose(-1, -2)``, ``F.linear`` of two data operands): A's last
+      axis equals B's last axis in every case, B's axis -2 is above 1 in every case and differs from A's axis -2
+      in some case (equal shapes are as likely an elementwise op), both operands data, neither named as an attention
+      operand (q @ kᵀ is attention's, :func:`attention_roles`), and their leading axes equal in every case;
+
+    with the same rank, or both 2-D, or a 2-D B shared by every batch of A (``einsum("bmk,kn->bmn")``, B data);
+    never two attention operands (q @ kᵀ and p @ v are attention's: a case with s = d would read as q @ k).
+    A's leading axes are batch, A's axis -2 (the row axis m) ``seq``: scaling only the batch of a [b, 128, 256]
+    batched matmul leaves it launch-bound. With a weight operand (``weights``: names, e.g. x @ weight1 of an FFN),
+    B's axis -2 is the contraction k of kind ``hidden`` and B stays as it is. With two data operands (a batched
+    matmul) m, k and n all scale - the stated extension of the sequence-and-batch rule, since all three set a GEMM's
+    arithmetic intensity: k is ``gemm_k`` and n ``gemm_n``. ``tag`` ("<A>@:m" / ":k" / ":n", None elsewhere)
+    keeps those three apart even where their values happen to be equal in every case (the products of one A share
+    them: attention written as ``softmax(a @ bᵀ) @ c`` has one n, the keys, on b and c); ``forms``: a last axis that
+    forms its symbol (n of B[..., k, n]; k of A in the transposed form, where B's last axis follows it), whereas
+    other last axes only follow."""
     roles = {}
     tensors = [t for t in members[0].tensors if t.shapes is None and len(t.shape) >= 2]
+    attention = (QUERY_NAME, KEY_NAME, VALUE_NAME)
     for ia, a in enumerate(tensors):
         for b in tensors[ia + 1:]:
             ra, rb = len(a.shape), len(b.shape)
-            if ra != rb and not (ra == 2 and rb == 2):
-                continue
-            if not all(c.tensor(a.name).shape[-1] == c.tensor(b.name).shape[-2] for c in members):
-                continue
-            why = (f"{a.name}[..., m, k] @ {b.name}[..., k, n]: {a.name}'s last axis equals {b.name}'s axis -2 in "
-                   "every case")
             data = a.name not in weights and b.name not in weights
-            tag = f"{a.name}@{b.name}:" if data else None
+            shared = rb == 2 and ra > 2 and data  # one B for every batch of A
+            if (ra != rb and not shared) or all(any(r.match(t.name) for r in attention) for t in (a, b)):
+                continue  # q, k, v multiply as attention does (q @ kᵀ, p @ v): attention_roles reads them
+            shape = lambda c, t: c.tensor(t.name).shape  # noqa: E731
+            if all(shape(c, a)[-1] == shape(c, b)[-2] for c in members):
+                trans = False
+            elif (data and not shared and not any(r.match(t.name) for r in attention for t in (a, b))
+                  and all(shape(c, a)[-1] == shape(c, b)[-1] and shape(c, b)[-2] > 1 for c in members)
+                  and any(shape(c, a)[-2] != shape(c, b)[-2] for c in members)
+                  and all(shape(c, a)[:-2] == shape(c, b)[:-2] for c in members)):
+                trans = True
+            else:
+                continue
+            if trans:
+                why = (f"{a.name}[..., m, k] @ {b.name}[..., n, k]ᵀ: the last axes of {a.name} and {b.name} are equal "
+                       f"in every case, their axes -2 are not (a product with {b.name} transposed)")
+            else:
+                why = (f"{a.name}[..., m, k] @ {b.name}[..., k, n]: {a.name}'s last axis equals {b.name}'s axis -2 "
+                       "in every case" + (f" ({b.name} one matrix for every batch of {a.name})" if shared else ""))
+            tag = f"{a.name}@:" if data else None  # per A: the n of a @ bᵀ and of a @ cᵀ, equal in every case, merge
             roles.setdefault((a.name, ra - 2), ("seq", f"row axis m of {why} (sequence-like: it scales)",
-                                                tag and tag + "m"))
+                                                tag and tag + "m", False))
             if data:
                 both = "two data operands (a batched matmul): m, k and n set its arithmetic intensity, so it scales"
-                roles.setdefault((b.name, rb - 2), ("gemm_k", f"contraction axis k of {why}; {both}", tag + "k"))
-                roles.setdefault((b.name, rb - 1), ("gemm_n", f"column axis n of {why}; {both}", tag + "n"))
-                roles.setdefault((a.name, ra - 1), ("gemm_k", f"contraction axis k of {why}", tag + "k"))
+                k_b, n_b = (rb - 1, rb - 2) if trans else (rb - 2, rb - 1)
+                roles.setdefault((b.name, k_b), ("gemm_k", f"contraction axis k of {why}; {both}", tag + "k", False))
+                roles.setdefault((b.name, n_b), ("gemm_n", f"column axis n of {why}; {both}", tag + "n", not trans))
+                roles.setdefault((a.name, ra - 1), ("gemm_k", f"contraction axis k of {why}", tag + "k", trans))
             else:
-                roles.setdefault((b.name, rb - 2), ("hidden", f"contraction axis k of {why}", None))
+                roles.setdefault((b.name, rb - 2), ("hidden", f"contraction axis k of {why}", None, False))
             for ax in range(ra - 2):
-                roles.setdefault((a.name, ax), ("batch", f"leading axis {ax} of {why}", None))
-                roles.setdefault((b.name, ax), ("batch", f"leading axis {ax} of {why}", None))
+                roles.setdefault((a.name, ax), ("batch", f"leading axis {ax} of {why}", None, False))
+            for ax in range(rb - 2):
+                roles.setdefault((b.name, ax), ("batch", f"leading axis {ax} of {why}", None, False))
     return roles
 
 

@@ -13,16 +13,22 @@ Kinds (:data:`KINDS`), each with its evidence string:
 
 * layout letters: B batch, S seq_q (on the first tensor, the query) / seq_k (key, value), N heads, D head_dim,
   H hidden (= heads x head_dim: it follows ``heads`` when that is scaled), T seq (packed tokens);
-* matmul-like tensors (A's last axis equals B's axis -2 in every case, same rank): A's leading axes batch, A's axis
+* matmul-like tensors (A's last axis equals B's axis -2 in every case, same rank or a 2-D data B shared by every
+  batch of A; or, two data operands not named as attention operands, B transposed: the last axes equal, the axes -2
+  not, :func:`mfulib.core.symbol_rules.matmul_roles`): A's leading axes batch, A's axis
   -2 ``seq`` (the row axis m: scaling only the batch of a [b, 128, 256] batched matmul leaves it launch-bound);
   the contraction axis k ``hidden`` when B is a weight; with two data operands (a batched matmul) k is ``gemm_k``
   and B's last axis forms the symbol ``gemm_n``, so m, k and n all scale (the stated extension of the spec's
   sequence-and-batch rule: all three set a GEMM's arithmetic intensity);
-* weights (operands named as weights: ``weight1``, ``w_q``, ``bias``, ...) form symbols of their own, marked
+* weights (operands named as weights: ``weight1``, ``w_q``, ``bias``, ``gate_proj``, ...; not the per-token
+  mixing weights that are activations, ``topk_weights``, ``attn_weights``) form symbols of their own, marked
   ``weight``, that never scale, and their last axes follow no data symbol: an FFN's weights stay as they are
   (module parameters and ``get_init_inputs()`` are not case inputs, so nothing here can scale them); a data
   tensor's last axis equal in every case to a weight symbol as well as to a data symbol belongs to the weight's
-  symbol (x [T, H] @ weight1 [H, F] with T = H: only x's rows scale); the exception is a 1-D operand named like a
+  symbol - a weight's last axis counts too (x [b, s, s] with a 1-D weight [s]; ``F.linear``'s weight [F, H]) -
+  (x [T, H] @ weight1 [H, F] with T = H: only x's rows scale); a data tensor's leading axis that is the leading
+  axis of a weight it multiplies (x [E, C, H] @ weight [E, H, F], one weight per expert) stays with the weight
+  (:func:`mfulib.core.symbol_rules.weight_batch_ties`); the exception is a 1-D operand named like a
   bias whose size equals a data GEMM's n in every case (``torch.bmm(A, B) + bias``): an addend of that output, it
   follows n (``SymbolGroup.biases``; ``SymbolGroup.weights`` lists the weight operands that stay);
 * without a layout attribute, a sequence-length list (``actual_seq_lengths``) names the axes of 4-D [B, S, N, D]
@@ -60,7 +66,7 @@ from dataclasses import dataclass, field
 
 from mfulib.core.symbol_rules import (BIAS_NAME, SEQLEN_ATTR, attention_roles, fit, int_attr_positions, is_int,
                                      kind_for, matmul_roles, seqlen_lists, seqlen_roles, split_strays,
-                                     tensor_letters, weight_names)
+                                     tensor_letters, weight_batch_ties, weight_names)
 
 KINDS = ("batch", "seq_q", "seq_k", "seq", "gemm_k", "gemm_n", "heads", "head_dim", "hidden", "other")
 DEFAULT_SCALE_KINDS = ("batch", "seq_q", "seq_k", "seq", "gemm_k", "gemm_n")
@@ -140,14 +146,15 @@ def analyse_group(key, lay, members) -> SymbolGroup:
     grp = SymbolGroup(key=key, layout=lay, cases=[c.case_id for c in members])
     weights = weight_names(members)
     matmul = {} if lay else matmul_roles(members, weights)
+    ties = weight_batch_ties(members, weights)
     tensors = [t for t in members[0].tensors if t.shapes is None]
     classes, lasts = {}, []
     for ti, t in enumerate(tensors):
         rank = len(t.shape)
         for ax in range(rank):
             vals = tuple(c.tensor(t.name).shape[ax] for c in members)
-            tag = (matmul.get((t.name, ax)) or (None, None, None))[2]
-            if ax == rank - 1 and not (tag or "").endswith(":n"):  # a batched matmul's n: B's last axis is a symbol
+            _k, _w, tag, forms = matmul.get((t.name, ax)) or (None, None, None, False)
+            if ax == rank - 1 and not forms:  # a batched matmul's n (B's last axis; A's k with B transposed) forms one
                 lasts.append(((t.name, ax), vals, tensor_letters(lay, rank), tag))
                 continue
             kind, why = kind_for(ti, t.name, ax, rank, lay, matmul)
@@ -159,6 +166,10 @@ def analyse_group(key, lay, members) -> SymbolGroup:
                                           "weight": t.name in weights})
             if t.name in weights:
                 cls["evidence"].append(weights[t.name])
+            if (t.name, ax) in ties:  # x [E, C, H] @ weight [E, H, F]: E is the weight's, it stays
+                cls["weight"] = True
+                cls["evidence"].append(f"axis {ax} of {t.name} is the leading axis of the weight {ties[(t.name, ax)]} "
+                                       "it multiplies (one weight matrix per index): it stays as the weight does")
             cls["matmul"] = cls["matmul"] or (t.name, ax) in matmul
             cls["positions"].append((t.name, ax))
             cls["kinds"].append(kind)
@@ -167,7 +178,10 @@ def analyse_group(key, lay, members) -> SymbolGroup:
     attr_pos = int_attr_positions(members)
     by_lengths = {} if lay else seqlen_roles(members, [ck[0] for ck in classes])
     split_strays(classes, tensors[0].name if tensors else None, by_lengths)
-    weight_vals = {ck[0] for ck, cls in classes.items() if cls.get("weight")}
+    # a weight's axes, its last one included (a 1-D weight [H], F.linear's weight [F, H]): a data tensor's last axis
+    # equal to one of them in every case is the weight's dimension, not a data symbol's
+    weight_vals = {ck[0] for ck, cls in classes.items() if cls.get("weight")} | {
+        lvals for pos, lvals, _l, _t in lasts if pos[0] in weights}
     voted = {}
     for ck, cls in classes.items():
         kinds = cls["kinds"]
@@ -215,7 +229,8 @@ def analyse_group(key, lay, members) -> SymbolGroup:
                 continue
             same_letter = lletters is None or letter is None or lletters[pos[1]] == letter
             per_batch = kind == "batch" and pos[1] == 0 and SEQLEN_ATTR.search(pos[0])  # lengths [B], B constant
-            if lvals == vals and same_letter and (len(set(vals)) > 1 or letter is not None or per_batch):
+            product = ltag is not None  # the k of one product (its tag matched above): strong evidence, even constant
+            if lvals == vals and same_letter and (len(set(vals)) > 1 or letter is not None or per_batch or product):
                 followers.append(pos)
                 ev.append(f"last axis {pos[0]}.{pos[1]} equals it in every case: scaled with it")
         for name, idx, avals in attr_pos:

@@ -6,7 +6,8 @@ rows were computed from), ``cases`` [{case, dtype, shape, status: pass | fail | 
 timeout | skipped | unverified, reason, max_norm_err, tol, verified_by: full | batch_slice | head_slice | row_slice
 (how ModelNew's output was compared: whole, or - when the whole reference ran out of memory - on slices of batch
 items, heads or query rows; null/absent where nothing was compared), slices {rule, symbol, inputs [[input, axis]],
-units, block, compared [[start, stop]], output_axes, attributes, rule_check} and reference_oom (the reference's
+units, block, compared [[start, stop]], output_axes, output_widths (elements per unit), attributes, rule_check,
+group (query heads per key/value head, a grouped head slice only)} and reference_oom (the reference's
 out-of-memory message) on a row verified on slices (mfulib.verify.slices), verified_in (``max_shape_probe gate
 3`` on a row the probe merged), ...}]; ``unverified``: the whole reference ran out of memory and no slice rule
 verified the case (reason ``reference does not fit ...``), ``summary`` {status: count}, ``failed`` [case ids whose status

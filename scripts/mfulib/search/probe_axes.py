@@ -88,7 +88,16 @@ def choose_symbols(od, infos, scale_dims_arg):
             mark = "*" if s.scaled else "w" if s.weight else " "
             print(f"   {mark} {s.name:<22} {s.kind:<8} {s.positions} values "
                   f"{sorted(set(s.values))[:6]} - {s.evidence[0]}")
-    print("scaling: " + ", ".join(n for n, _w in chosen) + f" ({chosen[0][1]}; head_dim and heads stay)")
+    guessed = sorted({s.name for g in groups for s in g.symbols
+                      if any("scaled_dot_product_attention layout" in e for e in s.evidence[:1])})
+    if guessed:  # the names decided, not the shapes: say so where it cannot be missed
+        print(f"note: {', '.join(guessed)} read by name in torch's SDPA layout [batch, heads, seq, head_dim] - no "
+              "shape rule told heads from sequence. If these tensors are [batch, seq, heads, head_dim] (BSND), "
+              "name the symbols to scale instead (e.g. --scale-dims batch,heads: here that axis is your sequence)")
+    kinds = {s.kind for g in groups for s in g.symbols if s.scaled}
+    stay = [k for k in ("head_dim", "heads") if k not in kinds]
+    print("scaling: " + ", ".join(n for n, _w in chosen) + f" ({chosen[0][1]}"
+          + (f"; {' and '.join(stay)} stay" if stay else "") + ")")
     print(weights["why"])
     return groups, scale_dims, chosen, weights
 

@@ -35,8 +35,9 @@ def _default_tracer(tracer):
 
 
 def rank_sources(od, args, infos, cases=None, t_start=None, clock=time.monotonic, tracer=None):
-    """Case ids by traced FLOPs, most first, and {case: FLOPs} (one --flops-tool run over all cases, or over
-    ``cases`` only; output in a temp dir). Limited by ``--timeout-s`` and by what ``--budget-s`` has left
+    """Case ids by traced FLOPs, most first, {case: FLOPs} and {case: why} of the cases the reference raises on
+    at scale 1 (the tracer's status ``error``: a bad case line, whose candidates would all fail gate 2) - one
+    --flops-tool run over all cases, or over ``cases`` only; output in a temp dir. Limited by ``--timeout-s`` and by what ``--budget-s`` has left
     (counted from ``t_start``, ``clock`` seconds; the trace zygote's warm-up included). Raises UserError when the
     trace outlives ``--timeout-s`` (a reference that hangs) and :class:`mfulib.search.probe_gates.OutOfBudget` when
     the budget cut it (nothing wrong with the operator)."""
@@ -60,7 +61,7 @@ def rank_sources(od, args, infos, cases=None, t_start=None, clock=time.monotonic
                 left, limit = limits()
             rc = job.wait(timeout=limit)
             job = None
-            if rc:  # the ranking falls back to input bytes below; say why rather than rank silently
+            if rc and not os.path.exists(out):  # no per-case rows: the ranking falls back to input bytes; say why
                 with open(os.path.join(tmp, "flops_tool.log"), errors="replace") as f:
                     tail = " | ".join(ln.strip() for ln in f.read().splitlines()[-3:] if ln.strip())
                 print(f"warning: {args.flops_tool} --tracer-only exit status {rc} while ranking the source cases "
@@ -82,8 +83,10 @@ def rank_sources(od, args, infos, cases=None, t_start=None, clock=time.monotonic
     flops = {r["case"]: (float((r.get("tracer") or {})["total_flops"])
                          if (r.get("tracer") or {}).get("status") == "ok"
                          and (r.get("tracer") or {}).get("total_flops") is not None else None) for r in rows}
+    refused = {r["case"]: (r.get("tracer") or {}).get("reason") or r.get("diagnosis") or "an error"
+               for r in rows if (r.get("tracer") or {}).get("status") in ("error", "rejected")}
     key = (lambda i: flops.get(i) or 0.0) if any(flops.values()) else (lambda i: infos[i].input_bytes)
-    return sorted(range(len(infos)), key=lambda i: -key(i)), flops
+    return sorted(range(len(infos)), key=lambda i: -key(i)), flops, refused
 
 
 def restore(od, old, path) -> int:
@@ -121,9 +124,11 @@ def check_args(args) -> None:
 def pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, tracer) -> dict:
     """The source cases: ``--cases``, or the ``--top`` ones by traced FLOPs that this backend runs (ranked by one
     trace), the ``reserve`` ranked after them, ``skipped`` ({case: why}), ``traced`` ({case: FLOPs}), ``order``
-    (the whole ranking) and ``rank_cut`` (why the budget ended in the ranking trace, else None)."""
+    (the whole ranking), ``rank_cut`` (why the budget ended in the ranking trace, else None) and ``refused``
+    ({case: why}: the reference raises on it at scale 1 - never a source, and left out of the symbol analysis)."""
     from mfulib.verify.verified_cases import default_max_input_mb, skip_reason
     rank_cut = None  # the budget ended during the ranking trace: probe.json records it, no candidate runs
+    refused = {}
     # the originals are judged by the memory limits only: verify's input cap skips them below, and says so
     limits = {k: v for k, v in limits.items() if k != "verify_max_input_mb"}
     try:
@@ -133,14 +138,16 @@ def pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, trace
             if bad:
                 raise UserError(f"--cases {args.cases}: no original case {bad} (ids 0..{n_orig - 1})")
             fits = [i for i in sources if gate1(infos[i], limits)["ok"]]  # never build what gate 1 refuses
-            traced = {} if args.dry_run or not fits else rank_sources(od, args, infos, fits, t_start, clock,
-                                                                      tracer)[1]
+            if not args.dry_run and fits:
+                _order, traced, refused = rank_sources(od, args, infos, fits, t_start, clock, tracer)
+            else:
+                traced = {}
         elif args.dry_run:
             sources, traced = sorted(range(n_orig), key=lambda i: -infos[i].input_bytes), {}
         else:
             fits = [i for i in range(n_orig) if gate1(infos[i], limits)["ok"]]
-            sources, traced = rank_sources(od, args, infos, fits if len(fits) < n_orig else None, t_start, clock,
-                                           tracer)
+            sources, traced, refused = rank_sources(od, args, infos, fits if len(fits) < n_orig else None, t_start,
+                                                    clock, tracer)
             sources = [i for i in sources if i in fits] + [i for i in sources if i not in fits]
     except OutOfBudget as exc:
         rank_cut, sources, traced = str(exc), [], {}
@@ -150,14 +157,18 @@ def pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, trace
     # ones); cases named with --cases are the user's choice (only what the backend cannot run at all is skipped)
     cap = None if args.cases else default_max_input_mb(backend)
     skipped = {i: skip_reason(infos[i], backend, cap) for i in order if skip_reason(infos[i], backend, cap)}
+    for i in order:  # a case the reference raises on: every candidate of it would fail gate 2
+        if i in refused and i not in skipped:
+            skipped[i] = (f"the reference raises on it at scale 1 ({os.path.basename(od.cases_path)} line {i + 1}): "
+                          f"{refused[i][:200]} - fix that case line (or model.py)")
     cap_skipped = dict(skipped)
     sources = [i for i in order if i not in skipped]
     reserve = [] if args.cases else sources[args.top:]  # ranked next: a source at the time limit is replaced
     if not args.cases:  # the top ones among the cases this backend can run; report the skipped ones ranked above
         sources = sources[: args.top]
         last = order.index(sources[-1]) if sources else len(order)
-        skipped = {i: r for i, r in skipped.items() if order.index(i) < last}
-    return {"sources": sources, "reserve": reserve, "skipped": skipped, "cap_skipped": cap_skipped,
+        skipped = {i: r for i, r in skipped.items() if order.index(i) < last or i in refused}
+    return {"sources": sources, "reserve": reserve, "skipped": skipped, "cap_skipped": cap_skipped, "refused": refused,
             "traced": traced, "order": order, "rank_cut": rank_cut}
 
 
@@ -349,7 +360,6 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None,
         probe_files.check_resumable(od, old)
     n_orig = old["backup"]["n_cases"] if old and old.get("backup") else len(od.read_cases())
     infos = od.describe_all()[:n_orig]
-    groups, _scale_dims, chosen, weights = choose_symbols(od, infos, args.scale_dims)
     backend, why = dev.resolve_backend(args.backend)
     device = dev.device_string(backend, args.device)
     host, host_src = probe_limits.host_free_bytes()
@@ -358,6 +368,12 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None,
               "host_bytes": host, "host_source": host_src, "verify_max_input_mb": default_max_input_mb(backend),
               "device_free_bytes": None if args.dry_run else probe_limits.device_free_bytes(backend, args.device)}
     picked = pick_sources(od, args, infos, n_orig, limits, backend, t_start, clock, tracer)
+    # the symbols from the cases the reference runs: one bad line (b's k not a's) would change every case's reading
+    kept = [inf for inf in infos if inf.case_id not in picked["refused"]] or infos
+    if len(kept) < len(infos):
+        print(f"symbol analysis without case(s) {sorted(picked['refused'])}: the reference raises on them at scale 1 "
+              "(listed under skipped sources)")
+    groups, _scale_dims, chosen, weights = choose_symbols(od, kept, args.scale_dims)
     if args.dry_run:
         return dry_run(od, groups, picked["sources"], picked["skipped"], limits, args.max_scale)
     if old and old.get("backup"):  # an interrupted run: the case files are re-derived from what it recorded

@@ -10,6 +10,9 @@ Slice rules (:data:`RULES`, tried in this order), each from the symbol analysis 
 
 * ``batch_slice``: the ``batch`` symbol - batch items are independent in every batched operator;
 * ``head_slice``: a ``heads`` symbol on tensor axes (attention-class operators: each head has its own softmax);
+  with grouped-query attention (a second ``heads`` symbol, the key/value heads Hkv >= 2, dividing the query heads
+  Hq) the unit is one key/value head with its group of g = Hq / Hkv query heads: k/v are cut by units, q by g x
+  units, so every slice keeps the reference's Hq / Hkv ratio (one key/value head, MQA: the query heads alone);
 * ``row_slice``: a ``seq_q`` symbol that is the query's length only (a ``seq_k`` symbol apart: cross attention,
   or q and k/v given separately): query-row blocks with the full K/V.
 
@@ -22,15 +25,17 @@ A rule is trusted for the case only after two checks at run time, both on the re
 compared with ModelNew:
 
 1. **the output has the axis**: the reference's output on one unit ``[0, 1)`` differs from ModelNew's whole output
-   at exactly one axis per output tensor, where it is 1 and ModelNew's is the symbol's value L: that is the output
-   axis the slice maps to;
+   at exactly one axis per output tensor, where it is w and ModelNew's is L x w (L the units; w = 1, or g for a
+   grouped head slice): that is the output axis the slice maps to, w elements per unit;
 2. **a sliced reference is the slice of a fuller one**: the reference on units ``[0, 2)`` equals the concatenation
    of its outputs on ``[0, 1)`` and ``[1, 2)`` along that axis, within the case's tolerance. A top-left causal mask
-   rebuilt for a row block, a batch statistic (batch norm) or a mismatched GQA head group fails here.
+   rebuilt for a row block, a batch statistic (batch norm) or query heads cut apart from their key/value group
+   fails here.
 
 Then the blocks: ``n`` = the largest of L/2, L/4, ..., 2 (integer division) units the reference runs; the first
 ``[0, n)`` and the last ``[max(n, L - n), L)`` block are compared with ModelNew's output; every element of
-ModelNew's output between them must be finite. The row records ``verified_by`` (the rule), ``slices`` {rule, symbol, inputs [[input, axis]],
+ModelNew's output between them must be finite. A reference that raises anything but out-of-memory on a slice
+(it refuses the sliced shape) makes that rule unusable for the case; the next rule is tried. The row records ``verified_by`` (the rule), ``slices`` {rule, symbol, inputs [[input, axis]],
 attributes {name: value on a slice}, units L, block n, compared [[start, stop]], output_axes, rule_check} and
 ``reference_oom`` (the reference's message on the whole case). No rule that applies and passes its checks: the
 status is ``unverified`` (reason ``reference does not fit``, with each rule's reason).
@@ -54,8 +59,9 @@ class _NoFit(Exception):
 
 def plan_rules(case: dict, info, groups: list) -> list:
     """[(rule name, plan dict or None, why)] for one case line ``case`` (its CaseInfo ``info``; ``groups`` the
-    :func:`mfulib.core.symbols.analyse` of its case file). A plan: {symbol, units L, cut [(arg index, axis)],
-    inputs [[name, axis]], attrs {arg index: (name, value per unit or None)}}."""
+    :func:`mfulib.core.symbols.analyse` of its case file). A plan: {symbol, units L, cut [(arg index, axis,
+    elements per unit)], inputs [[name, axis]], attrs {arg index: (name, value per unit)}, group (g for a grouped
+    head slice, else absent)}."""
     group = next((g for g in groups if info.case_id in g.cases), None)
     if group is None:
         return [(name, None, "the case is in no symbol group") for name, _k in RULES]
@@ -64,6 +70,7 @@ def plan_rules(case: dict, info, groups: list) -> list:
     seqlens = [e.get("name") for e in case["inputs"] if e.get("type") == "attr" and
                _sym.SEQLEN_ATTR.search(e.get("name", "")) and isinstance(e.get("value"), list)]
     has_seq_k = any(s.kind == "seq_k" for s in group.symbols)
+    at = group.cases.index(info.case_id)
     out = []
     for rule, kinds in RULES:
         cands = [s for s in group.symbols if s.kind in kinds and s.positions and s.positions[0][1] is not None]
@@ -77,39 +84,63 @@ def plan_rules(case: dict, info, groups: list) -> list:
             out.append((rule, None, "the query length is also the key/value length (one symbol): a row block "
                                     "would cut the keys too"))
             continue
-        sym = cands[0]
-        units = sym.values[group.cases.index(info.case_id)]
+        parts, g = [(cands[0], 1)], None
+        if rule == "head_slice" and len(cands) > 1:
+            parts, g = _head_groups(cands, at)
+        units = parts[0][0].values[at]
         if units < 2:
-            out.append((rule, None, f"{sym.name} is {units} in this case: nothing to slice"))
+            out.append((rule, None, f"{parts[0][0].name} is {units} in this case: nothing to slice"))
             continue
         cut, attrs, why = [], {}, None
-        for name, ax in list(sym.positions) + list(sym.followers):
-            ent = case["inputs"][index[name]]
-            if ent.get("type", "tensor") != "attr":
-                cut.append((index[name], ax))
-            elif ax is None and isinstance(ent.get("value"), int):
-                attrs[index[name]] = name
-            else:
-                why = f"{name}[{ax}] follows {sym.name}: a list element is not cut"
-        out.append((rule, None if why else {"symbol": sym.name, "units": units, "cut": cut, "attrs": attrs,
-                                            "inputs": [[names[i], a] for i, a in cut]}, why))
+        for sym, per in parts:
+            for name, ax in list(sym.positions) + list(sym.followers):
+                ent = case["inputs"][index[name]]
+                if ent.get("type", "tensor") != "attr":
+                    cut.append((index[name], ax, per))
+                elif ax is None and isinstance(ent.get("value"), int):
+                    attrs[index[name]] = (name, per)
+                else:
+                    why = f"{name}[{ax}] follows {sym.name}: a list element is not cut"
+        plan = {"symbol": parts[0][0].name, "units": units, "cut": cut, "attrs": attrs,
+                "inputs": [[names[i], a] for i, a, _p in cut]}
+        if g:
+            plan.update(group=g, symbol=f"{parts[0][0].name} (with {g} {parts[1][0].name} per unit)")
+        out.append((rule, None if why else plan, why))
     return out
 
 
+def _head_groups(cands: list, at: int):
+    """The parts of a head slice from several ``heads`` symbols in case position ``at``: grouped-query attention
+    (the largest, Hq, a multiple g of every other, Hkv >= 2) -> ([(each Hkv symbol, 1), ..., (Hq symbol, g)], g);
+    else (MQA, Hkv = 1, or heads that do not divide) -> ([(the largest, 1)], None), as with one heads symbol."""
+    by = sorted(cands, key=lambda s: -s.values[at])
+    hq, rest = by[0], by[1:]
+    kv = rest[0].values[at]
+    if kv >= 2 and hq.values[at] > kv and all(s.values[at] == kv for s in rest) and hq.values[at] % kv == 0:
+        g = hq.values[at] // kv
+        return [(s, 1) for s in rest] + [(hq, g)], g
+    return [(hq, 1)], None
+
+
 def slice_args(args: list, plan: dict, start: int, stop: int) -> list:
-    """``args`` with every cut axis narrowed to units [start, stop) (contiguous copies) and each following integer
-    attribute set to ``stop - start``."""
+    """``args`` with every cut axis narrowed to units [start, stop) (contiguous copies; an axis with p elements per
+    unit to [p x start, p x stop)) and each following integer attribute set to its value per unit x (stop -
+    start)."""
     out = list(args)
-    for i, ax in plan["cut"]:
-        out[i] = args[i].narrow(ax, start, stop - start).contiguous()
-    for i in plan["attrs"]:
-        out[i] = stop - start
+    for i, ax, per in plan["cut"]:
+        out[i] = args[i].narrow(ax, start * per, (stop - start) * per).contiguous()
+    for i, (_name, per) in plan["attrs"].items():
+        out[i] = (stop - start) * per
     return out
 
 
 def _free(be):
     gc.collect()
     be.empty_cache()
+
+
+class _Refused(Exception):
+    """The reference raised (not out of memory) on a slice: it refuses the sliced shape."""
 
 
 def _run_ref(ref, args, be):
@@ -120,29 +151,32 @@ def _run_ref(ref, args, be):
         be.sync()
         return out
     except (Exception, SystemExit) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if is_out_of_memory(exc):
-            raise _NoFit(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
-        raise
+            raise _NoFit(first) from None
+        raise _Refused(f"{type(exc).__name__}: {first}"[:300]) from None
 
 
 def output_axes(one_unit, full, units: int):
-    """Per output tensor, the one axis where the reference's one-unit output has 1 and ModelNew's whole output has
-    ``units``, all other axes equal; None (with the reason) when an output has no such single axis."""
+    """(axes, widths, None): per output tensor, the one axis where the reference's one-unit output has w elements
+    and ModelNew's whole output ``units`` x w, all other axes equal; (None, None, why) when an output has no such
+    single axis."""
     ones, fulls = tensors_in(one_unit), tensors_in(full)
     if len(ones) != len(fulls):
-        return None, f"{len(fulls)} output tensors, the reference on a slice gives {len(ones)}"
-    axes = []
+        return None, None, f"{len(fulls)} output tensors, the reference on a slice gives {len(ones)}"
+    axes, widths = [], []
     for k, (a, b) in enumerate(zip(ones, fulls)):
         diff = [d for d in range(a.dim()) if a.dim() == b.dim() and a.shape[d] != b.shape[d]]
-        if a.dim() != b.dim() or len(diff) != 1 or a.shape[diff[0]] != 1 or b.shape[diff[0]] != units:
-            return None, (f"output {k}: shape {tuple(a.shape)} on one unit vs {tuple(b.shape)} whole - the output "
-                          "has no axis of the sliced dimension")
+        if a.dim() != b.dim() or len(diff) != 1 or a.shape[diff[0]] * units != b.shape[diff[0]]:
+            return None, None, (f"output {k}: shape {tuple(a.shape)} on one unit vs {tuple(b.shape)} whole - the "
+                                "output has no axis of the sliced dimension")
         axes.append(diff[0])
-    return axes, None
+        widths.append(a.shape[diff[0]])
+    return axes, widths, None
 
 
-def _narrow(out, axes, start, stop):
-    return [t.narrow(ax, start, stop - start) for t, ax in zip(tensors_in(out), axes)]
+def _narrow(out, axes, start, stop, widths):
+    return [t.narrow(ax, start * w, (stop - start) * w) for t, ax, w in zip(tensors_in(out), axes, widths)]
 
 
 def _cat(parts, axes):
@@ -158,13 +192,15 @@ def try_rule(ref, pristine, impl_out, plan, tol, be, compare):
     units = plan["units"]
     try:
         one = _run_ref(ref, slice_args(pristine, plan, 0, 1), be)
-        axes, why = output_axes(one, impl_out, units)
+        axes, widths, why = output_axes(one, impl_out, units)
         if axes is None:
             return None, why
         second = _run_ref(ref, slice_args(pristine, plan, 1, 2), be)
         two = _run_ref(ref, slice_args(pristine, plan, 0, 2), be)
     except _NoFit as exc:
         return None, f"the reference does not fit on 2 units either ({exc})"
+    except _Refused as exc:
+        return None, f"the reference refuses a slice ({exc})"
     check = compare(two, _cat([one, second], axes), tol)
     if not check["ok"]:
         return None, (f"the reference on units [0, 2) differs from its units [0, 1) and [1, 2) joined "
@@ -180,8 +216,10 @@ def try_rule(ref, pristine, impl_out, plan, tol, be, compare):
             break
         except _NoFit:
             n //= 2
+        except _Refused as exc:
+            return None, f"the reference refuses a block of {n} units ({exc})"
     del two
-    res = compare(first, _narrow(impl_out, axes, 0, block), tol)
+    res = compare(first, _narrow(impl_out, axes, 0, block, widths), tol)
     del first
     compared, worst = [[0, block]], res.get("max_norm_err") or 0.0
     tail = max(block, units - block)  # the last block [tail, units), shorter when L < 2n
@@ -191,13 +229,15 @@ def try_rule(ref, pristine, impl_out, plan, tol, be, compare):
             last = _run_ref(ref, slice_args(pristine, plan, tail, units), be)
         except _NoFit as exc:
             return None, f"the reference ran out of memory on block [{tail}, {units}) ({exc})"
-        res = compare(last, _narrow(impl_out, axes, tail, units), tol)
+        except _Refused as exc:
+            return None, f"the reference refuses block [{tail}, {units}) ({exc})"
+        res = compare(last, _narrow(impl_out, axes, tail, units, widths), tol)
         del last
         compared.append([tail, units])
         worst = max(worst, res.get("max_norm_err") or 0.0)
     bad = None if res["ok"] else f"units {compared[-1]} of {units}: {res.get('reason')}"
     if bad is None and tail > block and not all(bool(torch.isfinite(t).all())
-                                                for t in _narrow(impl_out, axes, block, tail)):
+                                                for t in _narrow(impl_out, axes, block, tail, widths)):
         bad = f"ModelNew's output holds non-finite values outside the compared slices (units [{block}, {tail}))"
     covered = sum(b - a for a, b in compared)
     reason = bad if bad else (f"the whole reference does not fit: verified on {covered} of {units} "
@@ -205,8 +245,10 @@ def try_rule(ref, pristine, impl_out, plan, tol, be, compare):
                               "the rest of ModelNew's output finite")
     return {"status": "fail" if bad else "pass", "reason": reason, "max_norm_err": worst,
             "slices": {"symbol": plan["symbol"], "inputs": plan["inputs"], "units": units, "block": block,
-                       "compared": compared, "output_axes": axes,
-                       "attributes": {n: "slice length" for n in plan["attrs"].values()},
+                       "compared": compared, "output_axes": axes, "output_widths": widths,
+                       **({"group": plan["group"]} if plan.get("group") else {}),
+                       "attributes": {n: "slice length" if per == 1 else f"{per} x slice length"
+                                      for n, per in plan["attrs"].values()},
                        "rule_check": "reference on units [0, 2) == its [0, 1) and [1, 2) joined; its one-unit "
                                      "output has the axis"}}, None
 
