@@ -108,6 +108,15 @@ BREAKER_OPS = {  # operator: (the symbol kinds that scale, what else must hold)
     "MoECombine": ({"batch", "seq"}, "topk_weights [T, k] is the router's output: data"),
     "ProbsV": ({"batch", "seq", "gemm_k", "gemm_n"}, "attn_weights @ v: attention probabilities are data"),
     "ExpertBmm": ({"seq"}, "x [E, C, H] @ weight [E, H, F]: E is the weights', it stays"),
+    # a second breaker's operators
+    "AttnBias": ({"batch", "seq_q"}, "attn_bias [b, h, s, s] is an attention input, not a weight"),
+    "AttnMaskAlibi": ({"batch", "seq_q"}, "a mask [b, 1, s, s] beside ALiBi [1, h, s, s]: no product"),
+    "Int8Scales": ({"seq", "gemm_k", "gemm_n"}, "a_scale [m, 1], b_scale [1, n]: no product, they follow m / n"),
+    "ChainMatmul": ({"seq", "gemm_k", "gemm_n"}, "(x @ y) @ z: y's n is z's k, one symbol"),
+    "LoRA": ({"batch", "seq", "gemm_k", "gemm_n"}, "(x @ lora_a) @ lora_b: the rank is one symbol"),
+    "BmmBroadcastBatch": ({"batch", "seq", "gemm_k", "gemm_n"}, "[1, m, k] x [B, k, n]: A's 1 is a broadcast"),
+    "GroupedMatmul": ({"seq"}, "group_list [E] sums to the tokens: it follows them"),
+    "AttnHFNames": ({"batch", "seq_q"}, "query_states / key_states / value_states + attention_mask"),
 }
 
 
@@ -137,3 +146,17 @@ def test_the_breakers_weights_and_ties_are_named_with_their_evidence():
     _c, _i, (g,), chosen, _m = _load("BmmTransposedB")
     assert g.symbol("gemm_n").positions == [("b", 1)] and g.symbol("gemm_k").followers == [("b", 2)]
     assert "transposed" in g.symbol("gemm_n").evidence[0]
+
+
+def test_a_second_breakers_shared_dimensions_are_one_symbol_and_counts_follow_the_tokens():
+    _c, _i, (g,), chosen, _m = _load("ChainMatmul")
+    (mid,) = [sym for sym in g.symbols if ("y", 1) in sym.positions]
+    assert ("z", 0) in mid.positions and mid.scaled  # one dimension in two products
+    _c, _i, (g,), chosen, _m = _load("Int8Scales")
+    assert ("a_scale", 0) in g.symbol("seq").positions and ("b_scale", 1) in g.symbol("gemm_n").followers
+    _c, _i, (g,), chosen, _m = _load("AttnBias")
+    assert "attn_bias" not in g.weights and ("attn_bias", 2) in g.symbol("seq_q").positions
+    cs, infos, (g,), chosen, _m = _load("GroupedMatmul")
+    new, refusals = symbols.scale_case(cs[0], infos[0], g, {"seq": 2})
+    lists = [e["value"] for e in new["inputs"] if e["name"] == "group_list"]
+    assert not refusals and lists == [[2 * v for v in cs[0]["inputs"][2]["value"]]]

@@ -110,6 +110,10 @@ def validate_case(case: Any, path=None, line_no=None) -> None:
             shape = ent.get("shape")
             if ent.get("required", True) is False and shape is None:
                 continue
+            if "shape" not in ent:
+                raise UserError(f"{where}: inputs[{i}] ({ent.get('name')!r}) has no \"shape\" key (its keys: "
+                                f"{', '.join(sorted(map(str, ent)))}); a tensor needs \"shape\": a list of "
+                                "non-negative ints")
             if not _is_shape(shape):
                 raise UserError(f"{where}: inputs[{i}] ({ent.get('name')!r}) has shape {shape!r}; "
                                 "a tensor needs \"shape\": a list of non-negative ints")

@@ -11,21 +11,28 @@ from __future__ import annotations
 import re
 
 LAYOUT_KIND = {"B": "batch", "S": "seq", "N": "heads", "D": "head_dim", "H": "hidden", "T": "seq"}
-SEQLEN_ATTR = re.compile(r"seq.?len|seqlen|actual_seq", re.I)
+# sequence lengths, and the per-group token counts of a grouped GEMM (MoE): lengths that sum to (or bound) a token
+# axis, scaled with it
+SEQLEN_ATTR = re.compile(r"seq.?len|seqlen|actual_seq|^(group_list|group_sizes|tokens_per_expert|expert_tokens|"
+                         r"m_splits?|split_sizes)$", re.I)
 # operands named as weights (weight, weight1, w, w1, wq, w_o, bias, gamma, beta, q_weight, fc1_bias, ...): the
 # model's parameters passed as inputs; their axes never scale (scaling them changes the model, not the load)
 WEIGHT_NAME = re.compile(r"^(w[qkvo]?|weights?|bias|gamma|beta)(\d+|_\w+)?$|_(weights?|w|bias)\d*$"
                          r"|^(gate|up|down|q|k|v|o|out|in|qkv|kv|fc\d*|dense)_proj\d*$", re.I)
 # ... but not the per-token mixing weights that are activations (router top-k weights, attention probabilities):
 # their axes are tokens and heads, data that scales
-DATA_WEIGHT_NAME = re.compile(r"(^|_)(topk|top_k|attn|attention|routing|router|scores?|probs?|combine)_weights?$",
-                              re.I)
+DATA_WEIGHT_NAME = re.compile(r"(^|_)(topk|top_k|attn|attention|routing|router|scores?|probs?|combine)_weights?$"
+                              r"|(^|_)(attn|attention|pos|position|rel|rel_pos|relative|alibi|mask|causal)_bias$", re.I)
+# operands added to or masking a product's output, or rescaling it (attention masks and biases, ALiBi slopes,
+# quantisation scales): never an operand of a product, whatever their shapes (a mask [b, 1, s, s] beside a bias
+# [1, h, s, s] would read as a batched matmul)
+NOT_PRODUCT_NAME = re.compile(r"mask|bias|alibi|scale", re.I)
 # the weight names that are a bias (bias, bias1, fc1_bias): a 1-D addend of a product's output columns
 BIAS_NAME = re.compile(r"^bias(\d+|_\w+)?$|_bias\d*$", re.I)
 # attention operands by name (also read by :mod:`mfulib.core.symbol_roles`); a *_cache is a paged KV cache
-QUERY_NAME = re.compile(r"^(q|query|xq|queries)$", re.I)
-KEY_NAME = re.compile(r"^(k|key|keys|xk|k_cache|key_cache)$", re.I)
-VALUE_NAME = re.compile(r"^(v|value|values|xv|v_cache|value_cache)$", re.I)
+QUERY_NAME = re.compile(r"^(q|query|xq|queries|query_states|q_states)$", re.I)
+KEY_NAME = re.compile(r"^(k|key|keys|xk|k_cache|key_cache|key_states|k_states)$", re.I)
+VALUE_NAME = re.compile(r"^(v|value|values|xv|v_cache|value_cache|value_states|v_states)$", re.I)
 
 
 def weight_names(members) -> dict:
@@ -34,7 +41,8 @@ def weight_names(members) -> dict:
     case file cannot scale them (the probe states that evidence from model.py)."""
     return {t.name: f"{t.name} is named as a weight operand (a model parameter passed in): never scaled"
             for t in members[0].tensors if t.shapes is None and WEIGHT_NAME.search(t.name)
-            and not DATA_WEIGHT_NAME.search(t.name)}
+            and not DATA_WEIGHT_NAME.search(t.name)
+            and not (BIAS_NAME.search(t.name) and len(t.shape) >= 3)}  # a bias [b, h, s, s] is an attention input
 
 
 def weight_batch_ties(members, weights) -> dict:
@@ -95,14 +103,35 @@ def matmul_roles(members, weights=()):
     batched matmul leaves it launch-bound. With a weight operand (``weights``: names, e.g. x @ weight1 of an FFN),
     B's axis -2 is the contraction k of kind ``hidden`` and B stays as it is. With two data operands (a batched
     matmul) m, k and n all scale - the stated extension of the sequence-and-batch rule, since all three set a GEMM's
-    arithmetic intensity: k is ``gemm_k`` and n ``gemm_n``. ``tag`` ("<A>@:m" / ":k" / ":n", None elsewhere)
-    keeps those three apart even where their values happen to be equal in every case (the products of one A share
-    them: attention written as ``softmax(a @ bᵀ) @ c`` has one n, the keys, on b and c); ``forms``: a last axis that
+    arithmetic intensity: k is ``gemm_k`` and n ``gemm_n``. ``tag`` ("<A>@<B>:m" / ":k" / ":n", None elsewhere)
+    keeps those three apart even where their values happen to be equal in every case; tags join where products
+    share a dimension: one axis in two products (x @ y @ z: y's n is z's k), the n's of the products of one A
+    (attention written as ``softmax(a @ bᵀ) @ c``: one n, the keys, on b and c) and the m's of the products of one B
+    (x @ A and delta @ A: one token axis) - equal values in every case then make one symbol. Operands named like
+    masks, biases or scales (:data:`NOT_PRODUCT_NAME`) and a contraction of 1 in every case form no product; ``forms``: a last axis that
     forms its symbol (n of B[..., k, n]; k of A in the transposed form, where B's last axis follows it), whereas
     other last axes only follow."""
-    roles = {}
-    tensors = [t for t in members[0].tensors if t.shapes is None and len(t.shape) >= 2]
+    roles, parent = {}, {}
+
+    def find(tag):
+        while parent.get(tag, tag) != tag:
+            tag = parent[tag]
+        return tag
+
+    def union(a, b):
+        if a and b and find(a) != find(b):
+            parent[find(b)] = find(a)
+
+    def put(pos, kind, why, tag, forms=False):
+        if pos in roles:  # a second product holds this axis too: one dimension (x @ y @ z: y's n is z's k)
+            union(roles[pos][2], tag)
+            return
+        roles[pos] = (kind, why, tag, forms)
+
+    tensors = [t for t in members[0].tensors if t.shapes is None and len(t.shape) >= 2
+               and not NOT_PRODUCT_NAME.search(t.name)]
     attention = (QUERY_NAME, KEY_NAME, VALUE_NAME)
+    by_a, by_b = {}, {}  # the products of one A (their n's), of one B (their m's): equal values merge
     for ia, a in enumerate(tensors):
         for b in tensors[ia + 1:]:
             ra, rb = len(a.shape), len(b.shape)
@@ -111,6 +140,8 @@ def matmul_roles(members, weights=()):
             if (ra != rb and not shared) or all(any(r.match(t.name) for r in attention) for t in (a, b)):
                 continue  # q, k, v multiply as attention does (q @ kᵀ, p @ v): attention_roles reads them
             shape = lambda c, t: c.tensor(t.name).shape  # noqa: E731
+            if all(shape(c, a)[-1] == 1 for c in members):
+                continue  # a contraction of 1 in every case is a broadcast (scales [m, 1] x [1, n]), no product
             if all(shape(c, a)[-1] == shape(c, b)[-2] for c in members):
                 trans = False
             elif (data and not shared and not any(r.match(t.name) for r in attention for t in (a, b))
@@ -126,22 +157,31 @@ def matmul_roles(members, weights=()):
             else:
                 why = (f"{a.name}[..., m, k] @ {b.name}[..., k, n]: {a.name}'s last axis equals {b.name}'s axis -2 "
                        "in every case" + (f" ({b.name} one matrix for every batch of {a.name})" if shared else ""))
-            tag = f"{a.name}@:" if data else None  # per A: the n of a @ bᵀ and of a @ cᵀ, equal in every case, merge
-            roles.setdefault((a.name, ra - 2), ("seq", f"row axis m of {why} (sequence-like: it scales)",
-                                                tag and tag + "m", False))
+            tag = f"{a.name}@{b.name}:" if data else None
+            put((a.name, ra - 2), "seq", f"row axis m of {why} (sequence-like: it scales)", tag and tag + "m")
             if data:
                 both = "two data operands (a batched matmul): m, k and n set its arithmetic intensity, so it scales"
                 k_b, n_b = (rb - 1, rb - 2) if trans else (rb - 2, rb - 1)
-                roles.setdefault((b.name, k_b), ("gemm_k", f"contraction axis k of {why}; {both}", tag + "k", False))
-                roles.setdefault((b.name, n_b), ("gemm_n", f"column axis n of {why}; {both}", tag + "n", not trans))
-                roles.setdefault((a.name, ra - 1), ("gemm_k", f"contraction axis k of {why}", tag + "k", trans))
+                put((b.name, k_b), "gemm_k", f"contraction axis k of {why}; {both}", tag + "k")
+                put((b.name, n_b), "gemm_n", f"column axis n of {why}; {both}", tag + "n", not trans)
+                put((a.name, ra - 1), "gemm_k", f"contraction axis k of {why}", tag + "k", trans)
+                for n_tag in by_a.setdefault(a.name, []):
+                    union(n_tag, tag + "n")
+                by_a[a.name].append(tag + "n")
+                for m_tag in by_b.setdefault(b.name, []):
+                    union(m_tag, tag + "m")
+                by_b[b.name].append(tag + "m")
             else:
-                roles.setdefault((b.name, rb - 2), ("hidden", f"contraction axis k of {why}", None, False))
-            for ax in range(ra - 2):
-                roles.setdefault((a.name, ax), ("batch", f"leading axis {ax} of {why}", None, False))
-            for ax in range(rb - 2):
-                roles.setdefault((b.name, ax), ("batch", f"leading axis {ax} of {why}", None, False))
-    return roles
+                put((b.name, rb - 2), "hidden", f"contraction axis k of {why}", None)
+            for t, other in ((a, b), (b, a)):
+                for ax in range(len(t.shape) - 2):
+                    ones = lambda u: all(shape(c, u)[ax] == 1 for c in members)  # noqa: E731
+                    if len(t.shape) == len(other.shape) and ones(t) and not ones(other):
+                        put((t.name, ax), "other", f"leading axis {ax} of {t.name} is 1 in every case, broadcast "
+                                                   f"against {other.name}'s batch ({why}): it stays", None)
+                    else:
+                        put((t.name, ax), "batch", f"leading axis {ax} of {why}", None)
+    return {pos: (kind, why, tag and find(tag), forms) for pos, (kind, why, tag, forms) in roles.items()}
 
 
 def int_attr_positions(members):

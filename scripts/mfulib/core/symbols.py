@@ -15,13 +15,17 @@ Kinds (:data:`KINDS`), each with its evidence string:
   H hidden (= heads x head_dim: it follows ``heads`` when that is scaled), T seq (packed tokens);
 * matmul-like tensors (A's last axis equals B's axis -2 in every case, same rank or a 2-D data B shared by every
   batch of A; or, two data operands not named as attention operands, B transposed: the last axes equal, the axes -2
-  not, :func:`mfulib.core.symbol_rules.matmul_roles`): A's leading axes batch, A's axis
+  not, :func:`mfulib.core.symbol_rules.matmul_roles`; operands named like masks, biases or scales never multiply,
+  a leading axis of 1 broadcast against the other operand's batch stays, an axis shared by two products - x @ y @ z,
+  x @ A and delta @ A - is one symbol, and an unproduct operand's axis equal to exactly one product axis in every
+  case follows it: a scale [m, 1]): A's leading axes batch, A's axis
   -2 ``seq`` (the row axis m: scaling only the batch of a [b, 128, 256] batched matmul leaves it launch-bound);
   the contraction axis k ``hidden`` when B is a weight; with two data operands (a batched matmul) k is ``gemm_k``
   and B's last axis forms the symbol ``gemm_n``, so m, k and n all scale (the stated extension of the spec's
   sequence-and-batch rule: all three set a GEMM's arithmetic intensity);
 * weights (operands named as weights: ``weight1``, ``w_q``, ``bias``, ``gate_proj``, ...; not the per-token
-  mixing weights that are activations, ``topk_weights``, ``attn_weights``) form symbols of their own, marked
+  mixing weights that are activations, ``topk_weights``, ``attn_weights``, nor attention biases, ``attn_bias``,
+  ``pos_bias`` or any bias of rank >= 3) form symbols of their own, marked
   ``weight``, that never scale, and their last axes follow no data symbol: an FFN's weights stay as they are
   (module parameters and ``get_init_inputs()`` are not case inputs, so nothing here can scale them); a data
   tensor's last axis equal in every case to a weight symbol as well as to a data symbol belongs to the weight's
@@ -175,6 +179,7 @@ def analyse_group(key, lay, members) -> SymbolGroup:
             cls["kinds"].append(kind)
             cls["evidence"].append(why)
             cls["ranks"].append(rank)
+    _join_products(classes)
     attr_pos = int_attr_positions(members)
     by_lengths = {} if lay else seqlen_roles(members, [ck[0] for ck in classes])
     split_strays(classes, tensors[0].name if tensors else None, by_lengths)
@@ -270,6 +275,28 @@ def analyse_group(key, lay, members) -> SymbolGroup:
         grp.notes.append(f"input_layout={lay}: axis meanings from the layout letters")
     grp.weights = {n: why for n, why in weights.items() if n not in grp.biases}
     return grp
+
+
+def _join_products(classes: dict) -> None:
+    """Merge, in place, a class of positions no product holds (no tag, not a weight) into the one product axis
+    (class with a matmul tag) whose values equal its own in every case, where exactly one does and the values
+    vary across cases: a quantisation scale [m, 1] beside A [m, k] scales with m. Tags keep a product's m, k and n
+    apart; they are no reason to keep a broadcast operand's axis from the axis it broadcasts against. Equal to two
+    product axes (m = n in every case), or constant: left alone (weak evidence)."""
+    tagged = {}
+    for ck, cls in classes.items():
+        if len(ck) > 2 and ck[2] != "weight":
+            tagged.setdefault(ck[:2], []).append(ck)
+    for ck in [c for c in classes if len(c) == 2]:
+        cls = classes[ck]
+        if cls.get("weight") or len(set(ck[0])) < 2 or len(tagged.get(ck, [])) != 1:
+            continue
+        dst = classes[tagged[ck][0]]
+        for key in ("positions", "kinds", "evidence", "ranks"):
+            dst[key] += cls[key]
+        dst["evidence"].append(", ".join(f"{n}.{a}" for n, a in cls["positions"]) + " equal(s) this product axis "
+                               "in every case (no product of its own): one dimension, scaled with it")
+        del classes[ck]
 
 
 def _output_bias(pos, lvals, ck, weights) -> bool:

@@ -78,8 +78,8 @@ def _child(argv: list, log: str, env: dict, threads: int | None = None) -> None:
     (``torch.set_num_threads``: torch was imported by the server, so its OpenMP pool would otherwise take the
     server's default, one thread per core). The objects inherited from the server are frozen first (``gc.freeze``,
     which the gc documentation advises for a process forked without exec): the collections of the tool's run and
-    of its end then scan what the tool made, not torch's whole heap (about 0.17 s of a 0.5 s trace on a 2-core
-    host, ``bench/bench_trace_zygote.py``). Ends with SystemExit (the tool's status, which ``multiprocessing``
+    of its end then scan what the tool made, not torch's whole heap (``bench/bench_trace_zygote.py`` times a
+    trace). Ends with SystemExit (the tool's status, which ``multiprocessing``
     makes the exit code)."""
     import gc
     gc.freeze()  # the server's preloaded heap (torch): no collection here scans it, the exit's included

@@ -88,6 +88,10 @@ def choose_symbols(od, infos, scale_dims_arg):
             mark = "*" if s.scaled else "w" if s.weight else " "
             print(f"   {mark} {s.name:<22} {s.kind:<8} {s.positions} values "
                   f"{sorted(set(s.values))[:6]} - {s.evidence[0]}")
+    lists = sorted({t.name for inf in infos for t in inf.tensors if t.shapes is not None})
+    if lists:
+        print(f"note: tensor_list input(s) {', '.join(lists)}: their shapes are not analysed and never scale - a "
+              "scaled case whose list must match another input fails gate 2; choose symbols with --scale-dims")
     guessed = sorted({s.name for g in groups for s in g.symbols
                       if any("scaled_dot_product_attention layout" in e for e in s.evidence[:1])})
     if guessed:  # the names decided, not the shapes: say so where it cannot be missed
