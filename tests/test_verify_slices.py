@@ -163,6 +163,19 @@ def test_grouped_query_heads_are_sliced_with_their_key_value_head(tmp_path):
     assert row["status"] == "fail" and row["verified_by"] == "head_slice", row
 
 
+def test_two_key_value_heads_in_one_batch_item_are_verified_by_query_heads(tmp_path):
+    # batch 1, 8 query heads over 2 key/value heads (a long-context shape): one key/value head per unit would need
+    # the reference on 2 units - the whole case - to check the rule; one query head per unit (with the key/value
+    # head it reads) checks on 2 query heads and compares blocks of 4 (one key/value head each, 1024 <= LIMIT)
+    lines = [gqa(2, 4, 2, 16), gqa(1, 8, 2, 16), gqa(1, 8, 4, 8)]
+    od = make_op(tmp_path, lines, limit=1100, ref_body=GQA_REF, impl_body=GQA_IMPL)
+    row = correctness.verify_case(od, 1)
+    assert row["status"] == "pass" and row["verified_by"] == "head_slice", row
+    sl = row["slices"]
+    assert sl["units"] == 8 and sl["group"] == 4 and sl["output_widths"] == [1] and sl["compared"] == [[0, 4], [4, 8]]
+    assert "1 per 4" in sl["symbol"]
+
+
 def test_a_reference_that_refuses_a_slice_leaves_the_case_unverified_never_rejected(tmp_path):
     # heads that do not divide (6 query heads over 4 key/value heads - nonsense, but the reference's own rule):
     # no grouped slice; cutting the query heads alone makes the reference raise - the rule is unusable, no verdict

@@ -12,7 +12,9 @@ Slice rules (:data:`RULES`, tried in this order), each from the symbol analysis 
 * ``head_slice``: a ``heads`` symbol on tensor axes (attention-class operators: each head has its own softmax);
   with grouped-query attention (a second ``heads`` symbol, the key/value heads Hkv >= 2, dividing the query heads
   Hq) the unit is one key/value head with its group of g = Hq / Hkv query heads: k/v are cut by units, q by g x
-  units, so every slice keeps the reference's Hq / Hkv ratio (one key/value head, MQA: the query heads alone);
+  units, so every slice keeps the reference's Hq / Hkv ratio; where that cannot run (Hkv = 2 is the whole case
+  on two units) a unit is one query head with the key/value head it reads (one key/value head, MQA: the query
+  heads alone);
 * ``row_slice``: a ``seq_q`` symbol that is the query's length only (a ``seq_k`` symbol apart: cross attention,
   or q and k/v given separately): query-row blocks with the full K/V.
 
@@ -59,9 +61,9 @@ class _NoFit(Exception):
 
 def plan_rules(case: dict, info, groups: list) -> list:
     """[(rule name, plan dict or None, why)] for one case line ``case`` (its CaseInfo ``info``; ``groups`` the
-    :func:`mfulib.core.symbols.analyse` of its case file). A plan: {symbol, units L, cut [(arg index, axis,
-    elements per unit)], inputs [[name, axis]], attrs {arg index: (name, value per unit)}, group (g for a grouped
-    head slice, else absent)}."""
+    :func:`mfulib.core.symbols.analyse` of its case file; a rule may come twice, grouped heads in two ways). A plan:
+    {symbol, units L, cut [(arg index, axis, elements per unit, units per element)], inputs [[name, axis]], attrs
+    {arg index: (name, per, div)}, group (g for a grouped head slice, else absent)}."""
     group = next((g for g in groups if info.case_id in g.cases), None)
     if group is None:
         return [(name, None, "the case is in no symbol group") for name, _k in RULES]
@@ -84,53 +86,68 @@ def plan_rules(case: dict, info, groups: list) -> list:
             out.append((rule, None, "the query length is also the key/value length (one symbol): a row block "
                                     "would cut the keys too"))
             continue
-        parts, g = [(cands[0], 1)], None
+        variants = [([(cands[0], 1, 1)], None)]
         if rule == "head_slice" and len(cands) > 1:
-            parts, g = _head_groups(cands, at)
-        units = parts[0][0].values[at]
-        if units < 2:
-            out.append((rule, None, f"{parts[0][0].name} is {units} in this case: nothing to slice"))
-            continue
-        cut, attrs, why = [], {}, None
-        for sym, per in parts:
-            for name, ax in list(sym.positions) + list(sym.followers):
-                ent = case["inputs"][index[name]]
-                if ent.get("type", "tensor") != "attr":
-                    cut.append((index[name], ax, per))
-                elif ax is None and isinstance(ent.get("value"), int):
-                    attrs[index[name]] = (name, per)
-                else:
-                    why = f"{name}[{ax}] follows {sym.name}: a list element is not cut"
-        plan = {"symbol": parts[0][0].name, "units": units, "cut": cut, "attrs": attrs,
-                "inputs": [[names[i], a] for i, a, _p in cut]}
-        if g:
-            plan.update(group=g, symbol=f"{parts[0][0].name} (with {g} {parts[1][0].name} per unit)")
-        out.append((rule, None if why else plan, why))
+            variants = _head_groups(cands, at)
+        for parts, g in variants:
+            units = parts[0][0].values[at]
+            if units < 2:
+                out.append((rule, None, f"{parts[0][0].name} is {units} in this case: nothing to slice"))
+                continue
+            cut, attrs, why = [], {}, None
+            for sym, per, div in parts:
+                for name, ax in list(sym.positions) + list(sym.followers):
+                    ent = case["inputs"][index[name]]
+                    if ent.get("type", "tensor") != "attr":
+                        cut.append((index[name], ax, per, div))
+                    elif ax is None and isinstance(ent.get("value"), int):
+                        attrs[index[name]] = (name, per, div)
+                    else:
+                        why = f"{name}[{ax}] follows {sym.name}: a list element is not cut"
+            plan = {"symbol": parts[0][0].name, "units": units, "cut": cut, "attrs": attrs,
+                    "inputs": [[names[c[0]], c[1]] for c in cut]}
+            if g and parts[-1][1] > 1:
+                plan.update(group=g, symbol=f"{parts[0][0].name} (with {g} {parts[-1][0].name} per unit)")
+            elif g:
+                plan.update(group=g, symbol=f"{parts[0][0].name} (each with its {parts[-1][0].name}, 1 per {g})")
+            out.append((rule, None if why else plan, why))
     return out
 
 
-def _head_groups(cands: list, at: int):
-    """The parts of a head slice from several ``heads`` symbols in case position ``at``: grouped-query attention
-    (the largest, Hq, a multiple g of every other, Hkv >= 2) -> ([(each Hkv symbol, 1), ..., (Hq symbol, g)], g);
-    else (MQA, Hkv = 1, or heads that do not divide) -> ([(the largest, 1)], None), as with one heads symbol."""
+def _head_groups(cands: list, at: int) -> list:
+    """The head slices from several ``heads`` symbols in case position ``at``, as [(parts, g)] with parts [(symbol,
+    elements per unit, units per element)]. Grouped-query attention (the largest, Hq, a multiple g of every other,
+    Hkv >= 2): first a unit of one key/value head with its g query heads, then a unit of one query head with the
+    key/value heads its block needs (units [a, b) -> key/value heads [a // g, ceil(b / g))): that one runs where two
+    key/value heads are the whole case (Hkv = 2), though the reference then sees another heads ratio on a block of
+    fewer than g query heads - a reference that fixes the ratio refuses such a slice, and the rule is not used.
+    Else (MQA, Hkv = 1, or heads that do not divide): the largest alone, as with one heads symbol."""
     by = sorted(cands, key=lambda s: -s.values[at])
     hq, rest = by[0], by[1:]
     kv = rest[0].values[at]
     if kv >= 2 and hq.values[at] > kv and all(s.values[at] == kv for s in rest) and hq.values[at] % kv == 0:
         g = hq.values[at] // kv
-        return [(s, 1) for s in rest] + [(hq, g)], g
-    return [(hq, 1)], None
+        return [([(s, 1, 1) for s in rest] + [(hq, g, 1)], g), ([(hq, 1, 1)] + [(s, 1, g) for s in rest], g)]
+    return [([(hq, 1, 1)], None)]
+
+
+def _span(start: int, stop: int, per: int, div: int) -> tuple:
+    """Units [start, stop) on an axis with ``per`` elements per unit and one element per ``div`` units: the elements
+    [start x per // div, ceil(stop x per / div))."""
+    return start * per // div, -(-stop * per // div)
 
 
 def slice_args(args: list, plan: dict, start: int, stop: int) -> list:
     """``args`` with every cut axis narrowed to units [start, stop) (contiguous copies; an axis with p elements per
-    unit to [p x start, p x stop)) and each following integer attribute set to its value per unit x (stop -
-    start)."""
+    unit to [p x start, p x stop); one element per d units to [start // d, ceil(stop / d))) and each following
+    integer attribute set to the same count."""
     out = list(args)
-    for i, ax, per in plan["cut"]:
-        out[i] = args[i].narrow(ax, start * per, (stop - start) * per).contiguous()
-    for i, (_name, per) in plan["attrs"].items():
-        out[i] = (stop - start) * per
+    for i, ax, per, div in plan["cut"]:
+        lo, hi = _span(start, stop, per, div)
+        out[i] = args[i].narrow(ax, lo, hi - lo).contiguous()
+    for i, (_name, per, div) in plan["attrs"].items():
+        lo, hi = _span(start, stop, per, div)
+        out[i] = hi - lo
     return out
 
 
@@ -247,8 +264,9 @@ def try_rule(ref, pristine, impl_out, plan, tol, be, compare):
             "slices": {"symbol": plan["symbol"], "inputs": plan["inputs"], "units": units, "block": block,
                        "compared": compared, "output_axes": axes, "output_widths": widths,
                        **({"group": plan["group"]} if plan.get("group") else {}),
-                       "attributes": {n: "slice length" if per == 1 else f"{per} x slice length"
-                                      for n, per in plan["attrs"].values()},
+                       "attributes": {n: "slice length" if per == div == 1 else f"{per} x slice length"
+                                      if div == 1 else f"slice length / {div}, rounded up"
+                                      for n, per, div in plan["attrs"].values()},
                        "rule_check": "reference on units [0, 2) == its [0, 1) and [1, 2) joined; its one-unit "
                                      "output has the axis"}}, None
 
