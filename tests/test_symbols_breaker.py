@@ -117,6 +117,7 @@ BREAKER_OPS = {  # operator: (the symbol kinds that scale, what else must hold)
     "BmmBroadcastBatch": ({"batch", "seq", "gemm_k", "gemm_n"}, "[1, m, k] x [B, k, n]: A's 1 is a broadcast"),
     "GroupedMatmul": ({"seq"}, "group_list [E] sums to the tokens: it follows them"),
     "AttnHFNames": ({"batch", "seq_q"}, "query_states / key_states / value_states + attention_mask"),
+    "Conv2dLayout": ({"batch", "seq"}, "layout NCHW: N batch, C channels stay, H scales (W is the last axis)"),
 }
 
 

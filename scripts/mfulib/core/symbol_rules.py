@@ -11,6 +11,16 @@ from __future__ import annotations
 import re
 
 LAYOUT_KIND = {"B": "batch", "S": "seq", "N": "heads", "D": "head_dim", "H": "hidden", "T": "seq"}
+# a convolution's layout (NCHW, NHWC, NCL, NCDHW, ...: it has a channel letter C, attention's never does): N the
+# batch, C the channels (like hidden: they stay), the spatial axes D/H/W/L sequence-like (they scale)
+CONV_LAYOUT_KIND = {"N": "batch", "C": "hidden", "D": "seq", "H": "seq", "W": "seq", "L": "seq"}
+
+
+def layout_kind(lay: str, letter: str) -> str:
+    """The kind of layout letter ``letter`` in the layout ``lay`` (attention's letters, or a convolution's when the
+    layout has a channel letter C); "other" for a letter neither knows."""
+    table = CONV_LAYOUT_KIND if "C" in lay and set(lay) <= set(CONV_LAYOUT_KIND) else LAYOUT_KIND
+    return table.get(letter, "other")
 # sequence lengths, and the per-group token counts of a grouped GEMM (MoE): lengths that sum to (or bound) a token
 # axis, scaled with it
 SEQLEN_ATTR = re.compile(r"seq.?len|seqlen|actual_seq|^(group_list|group_sizes|tokens_per_expert|expert_tokens|"
@@ -71,10 +81,10 @@ def kind_for(tensor_index, name, axis, rank, lay, matmul):
     letters = tensor_letters(lay, rank)
     if letters:
         letter = letters[axis]
-        kind = LAYOUT_KIND.get(letter, "other")
+        kind = layout_kind(lay, letter)
         if letter == "S":
             kind = "seq_q" if tensor_index == 0 else "seq_k"
-        return kind, f"input_layout={lay}: axis {axis} of {name} is {letter}"
+        return kind, f"layout {lay}: axis {axis} of {name} is {letter}"
     if (name, axis) in matmul:
         return matmul[(name, axis)][:2]
     if tensor_index != 0:

@@ -272,7 +272,8 @@ def analyse_group(key, lay, members) -> SymbolGroup:
         grp.notes.append(f"sequence-length attributes {seqlen}: scaled with a scaled sequence (x factor) and tiled "
                          "with a scaled batch (one length per batch), otherwise the scaled case is refused")
     if lay:
-        grp.notes.append(f"input_layout={lay}: axis meanings from the layout letters")
+        grp.notes.append(f"layout {lay}: axis meanings from the layout letters" + (
+            " (a convolution's: N batch, C channels, spatial axes sequence-like)" if "C" in lay else ""))
     grp.weights = {n: why for n, why in weights.items() if n not in grp.biases}
     return grp
 
