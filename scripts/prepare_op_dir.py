@@ -80,8 +80,8 @@ def build_parser():
                         "passes them, e.g. 'collect:FLUSH_CACHE_MIB,PMU verify:VERIFY_ARGS')")
     p.add_argument("--waits", default="", metavar="STEP:STEP ...",
                    help="with --status: the search's conditional edges make takes now, each a step and the step it "
-                        "waits for (the Makefile passes them: 'flops:probe collect:search' with SEARCH=1 or once make "
-                        "ran the probe / the search in --dst)")
+                        "waits for (the Makefile passes them: 'flops:probe collect:search search:flops' with SEARCH=1 or "
+                        "once make ran the probe / the search in --dst)")
     p.add_argument("--dst", help="work directory (layout B with --all: the root holding one dir per operator)")
     p.add_argument("--force", action="store_true", help="replace an existing --dst (kept as <dst>.bak-<time>)")
     return p

@@ -169,7 +169,7 @@ def test_a_search_whose_stamp_a_hand_run_removed_is_redone_before_the_collection
     workdir_state.record_run(str(work), "search", dict(made, by_make=False, settings={"retime_runs": 0}), said.append)
     assert not (work / ".state" / "search.ok").exists() and "the next make redoes it" in said[0]
     r, _ = make("-n", "status")  # (-n: the stand-in prepare_op_dir.py would touch prepare.json)
-    assert r.returncode == 0 and "--waits 'flops:probe collect:search'" in r.stdout, r.stdout  # make's own graph
+    assert r.returncode == 0 and "--waits 'flops:probe collect:search search:flops'" in r.stdout, r.stdout  # make's own graph
     r, calls = make("collect")  # no SEARCH=1: the search is redone first, then collected
     assert r.returncode == 0, r.stdout + r.stderr
     assert "mfu_grid_search.py" in calls and "max_shape_probe.py" not in calls, calls
@@ -227,3 +227,23 @@ def test_a_switch_set_to_0_is_off_and_a_value_that_is_no_switch_is_refused(tmp_p
     assert "--unverified-ok" not in dry("ACCEPT_UNVERIFIED_CASES=0").stdout
     assert "--unverified-ok" in dry("ACCEPT_UNVERIFIED_CASES=1").stdout
     assert dry("FORCE=2").returncode != 0
+
+
+def test_the_search_waits_for_the_flops_check_and_a_changed_flops_py_redoes_it(tmp_path):
+    """A new user's report: with SEARCH=1 the search ran beside a failing FLOPs check and ranked the cases by the
+    broken draft (a bmm searched as MBU), and a hand-fixed flops.py left the search as it was ("Nothing to be done",
+    while the report called grid_search.json stale). The search ranks by flops.py: it runs after the check, and a
+    changed flops.py redoes both."""
+    import time
+    work, make = fake_work(tmp_path)
+    r, calls = make("collect", "SEARCH=1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert calls.index("check_flops.py") < calls.index("mfu_grid_search.py"), calls
+    assert make("collect")[1] == ""
+    time.sleep(1.1)  # a newer mtime than the stamps
+    (work / "flops.py").write_text("# fixed by hand\n")
+    r, calls = make("collect")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert calls.index("check_flops.py") < calls.index("mfu_grid_search.py") < calls.index("msprof_perf_summary.py")
+    assert "max_shape_probe.py" not in calls
+    assert make("collect", "SEARCH=1")[1] == ""  # nothing changed: nothing runs
