@@ -160,8 +160,8 @@ examples: ## list the bundled operators usable as OP=<name>
 	@$(PY) $(SCRIPTS)/prepare_op_dir.py --list-examples
 
 status: ## per step of the work directory: done / stale (why) / failed (its report) / not run
-	$(need-op)
-	@$(PY) $(SCRIPTS)/prepare_op_dir.py $(PREPARE_SRC) --dst $(WORK) --status --settings-changed '$(strip \
+	$(if $(or $(OP),$(filter command line,$(WORK_ORIGIN))),,$(need-op))
+	@$(PY) $(SCRIPTS)/prepare_op_dir.py $(if $(OP),$(PREPARE_SRC)) --dst $(WORK) --status --settings-changed '$(strip \
 	  $(foreach s,verify flops collect probe search,$(if $(call settings_changed,$(s)),$(s):$(subst $(space),$(comma),$(call settings_changed,$(s))))))' \
 	  --waits '$(strip $(SEARCH_EDGES))'
 
@@ -194,7 +194,7 @@ $(WORK)/prepare.json: $(if $(or $(FORCE),$(filter-out ok,$(PREPARE_VERDICT))),_a
 # it is copied to $(ST)/previous/ first), says where it is, records its exit status in $(ST)/<name>.failed (for
 # make status; removed when the step starts again) and stops make; the next `make` redoes the step. An interrupted
 # step (exit status 128 + SIGHUP / SIGINT / SIGTERM: scripts/device_lock.py) is not a failure: no record, no stamp.
-STATUS_HINT = make status OP=$(OP)$(if $(V), V=$(V))$(if $(BENCH), BENCH=$(BENCH) GEN=$(GEN))$(strip \
+STATUS_HINT = make status$(if $(OP), OP=$(OP))$(if $(V), V=$(V))$(if $(BENCH), BENCH=$(BENCH) GEN=$(GEN))$(strip \
   )$(if $(REF_ROOT), REF_ROOT=$(REF_ROOT) IMPL_ROOT=$(IMPL_ROOT))$(if $(ITER), ITER=$(ITER))$(strip \
   )$(if $(VARIANT), VARIANT=$(VARIANT))$(if $(filter command line,$(WORK_ORIGIN)), WORK=$(WORK))
 define step

@@ -247,3 +247,16 @@ def test_the_search_waits_for_the_flops_check_and_a_changed_flops_py_redoes_it(t
     assert calls.index("check_flops.py") < calls.index("mfu_grid_search.py") < calls.index("msprof_perf_summary.py")
     assert "max_shape_probe.py" not in calls
     assert make("collect", "SEARCH=1")[1] == ""  # nothing changed: nothing runs
+
+
+def test_make_status_of_a_work_dir_prepared_by_hand_needs_no_op(tmp_path):
+    """A new user's report: a failing step told `make status OP= WORK=work/x`, which stopped at "OP is not set"."""
+    work, _make = fake_work(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "OP")}
+    r = subprocess.run([shutil.which("make"), "-C", ROOT, f"WORK={work}", "status"], capture_output=True, text=True,
+                       env=env, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "its sources were not compared" in r.stdout and "verify" in r.stdout
+    r = subprocess.run([shutil.which("make"), "-C", ROOT, "-n", f"WORK={work}", "VERIFY_ARGS=--fail-me", "verify"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert "make status OP=" not in r.stdout + r.stderr and "make status WORK=" in r.stdout + r.stderr

@@ -134,6 +134,17 @@ def test_a_case_the_reference_refuses_at_scale_1_is_no_source_and_leaves_the_sym
     assert "symbol analysis without case(s) [0]" in out and "cases [1, 2]" in out
 
 
+def test_a_rerun_with_a_smaller_max_scale_refuses_to_keep_larger_appended_cases(tmp_path):
+    # a new user's report: --max-scale 4, then 2 "resumed" and kept the x4 cases for the search
+    work = probe_ops.make_workdir(tmp_path)
+    p = fake_probe(work, "--cases", "0", "--max-scale", "4", "--scale-dims", "seq")
+    assert p.rc == 0 and any(max(a["factors"].values()) == 4 for a in p.doc["appended"].values())
+    with pytest.raises(UserError, match=r"scale beyond --max-scale 2 .*--restore first"):
+        fake_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq")
+    p = fake_probe(work, "--cases", "0", "--max-scale", "8", "--scale-dims", "seq")  # a larger one resumes
+    assert p.rc == 0 and p.doc["resumed"]
+
+
 @pytest.mark.parametrize("mode,status", [("wrong", "fail"), ("oom", "oom")])
 def test_gate3_modelnew_mismatch_and_oom_are_recorded_not_fatal(tmp_path, mode, status):
     work = probe_ops.make_workdir(tmp_path)

@@ -236,6 +236,20 @@ def _check_run_key(old, run_key, path):
     return old
 
 
+def _check_max_scale(old, args, path) -> None:
+    """UserError when an earlier run under the same run_key appended cases with a factor above this run's
+    --max-scale (a resume would keep them and their verdicts: the search would time shapes this run excludes); a
+    larger --max-scale resumes as ever. (After a change of peak or wall-clock method the earlier verdicts are
+    superseded instead: :func:`mfulib.search.probe.supersede`.)"""
+    over = sorted((int(cid) for cid, a in ((old or {}).get("appended") or {}).items()
+                   if max(((a or {}).get("factors") or {}).values() or [1]) > args.max_scale), key=int)
+    if over:
+        raise UserError(f"{path}: {len(over)} case(s) appended by an earlier run scale beyond --max-scale "
+                        f"{args.max_scale} (case ids {over[:6]}{'...' if len(over) > 6 else ''}; that run's "
+                        f"--max-scale {((old.get('limits') or {}).get('max_scale'))}) - a resume would keep them: run "
+                        f"python3 scripts/max_shape_probe.py --dir {args.dir} --restore first, then probe again")
+
+
 def _ladder_args(pr, source, no_matrix, args, save, bar) -> tuple:
     """(evaluate, figure, max_scale, refine_steps) of :func:`mfulib.search.ladder.run_ladders` for ``source``:
     :meth:`Probe.evaluate` (one progress-bar step each) and :meth:`Probe.figure_of`."""
@@ -389,6 +403,8 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None,
     if args.accept_unverified_reference:  # its verdicts differ; absent otherwise, so earlier probe.json files resume
         run_key["accept_unverified_reference"] = True
     old = _check_run_key(old, run_key, path)
+    if old and old.get("run_key") == json.loads(json.dumps(run_key)):  # its verdicts would be reused as they are
+        _check_max_scale(old, args, path)
     doc = _new_doc(od, old, backend, device, why, limits, groups, chosen, picked, run_key,
                    verify_json.input_digests(od.path))
     doc["weights"] = weights

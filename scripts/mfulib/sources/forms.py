@@ -153,6 +153,18 @@ def print_done(info):
             print(f"  rewrote {f}: {old!r} -> {new!r}")
 
 
+def _status(args, prepare: tuple) -> int:
+    """``--status``: the per-step table of ``args.dst`` with ``prepare`` (verdict, why) as step 1's state."""
+    from mfulib.pipeline import workdir_state
+    changed = {k: v.split(",") for k, _, v in (t.partition(":") for t in args.settings_changed.split()) if v}
+    waits = {}
+    for step, _, need in (t.partition(":") for t in args.waits.split()):
+        if need:
+            waits.setdefault(step, []).append(need)
+    print(workdir_state.status_table(os.path.abspath(args.dst), prepare, changed, waits))
+    return 0
+
+
 def run(args) -> int:
     """Carry out a parsed prepare_op_dir.py command line (an argparse Namespace of its flags); returns the exit
     status. Raises UserError for bad input (the CLI prints it and exits 2)."""
@@ -165,6 +177,10 @@ def run(args) -> int:
     request = request_of(args)
     forms = [bool(args.ref or args.cases or args.impl), bool(args.src), bool(args.bench or args.gen),
              bool(args.ref_root or args.impl_root), bool(args.example)]
+    if args.status and not any(forms) and os.path.isfile(os.path.join(args.dst, "prepare.json")):
+        # a work dir prepared by hand (make WORK=... without OP): its steps are judged, its sources not compared
+        return _status(args, ("ok", "prepare.json present; its sources were not compared with it (no source or "
+                                    "OP given)"))
     if sum(forms) != 1:
         raise UserError("give exactly one form: --ref/--cases/--impl, --src, --bench/--gen, --ref-root/--impl-root, "
                         "or --example (see --help)")
@@ -183,15 +199,8 @@ def run(args) -> int:
     if args.check or args.status:
         verdict, why = work_state(args, request)
         if args.status:
-            from mfulib.pipeline import workdir_state
-            changed = {k: v.split(",") for k, _, v in (t.partition(":") for t in args.settings_changed.split()) if v}
-            waits = {}
-            for step, _, need in (t.partition(":") for t in args.waits.split()):
-                if need:
-                    waits.setdefault(step, []).append(need)
-            print(workdir_state.status_table(os.path.abspath(args.dst), (verdict, why), changed, waits))
-        else:
-            print(f"{verdict} {why}")
+            return _status(args, (verdict, why))
+        print(f"{verdict} {why}")
         return 0
     check_choices(args, "C" if args.ref_root or args.impl_root else "A" if args.src else
                    "explicit" if (args.ref or args.cases or args.impl) else "B")
