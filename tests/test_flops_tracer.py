@@ -338,3 +338,52 @@ class Model(nn.Module):
     r = fc.trace_case(od, 0)
     assert r.total_flops == 2 * (32 * 32 + 5 * 5) * (8 + 8)  # 33568, not the padded 2 * 2 * 1024 * 16 = 65536
     assert os.path.basename(od.cases_path) == "Op_perf_cases.jsonl"
+
+
+MASK_REF = '''
+import json, math, os, torch, torch.nn as nn
+def get_input_groups():
+    out = []
+    for line in open(os.path.splitext(__file__)[0] + ".json"):
+        if line.strip():
+            q, k, m = (e["shape"] for e in json.loads(line)["inputs"])
+            mask = torch.zeros(m)
+            for i in range(m[0]):  # a key padding mask: batch item i keeps its first keys
+                mask[i, :, :, (m[-1] // (i + 2)):] = -1e9
+            out.append([torch.randn(q), torch.randn(k), mask])
+    return out
+def get_init_inputs():
+    return []
+class Model(nn.Module):
+    def forward(self, q, k, attn_mask):
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + attn_mask
+        return s.softmax(-1) @ k
+'''
+
+
+def _mask_case(b, h, s, d):
+    return {"inputs": [tensor("q", [b, h, s, d]), tensor("k", [b, h, s, d]), tensor("attn_mask", [b, 1, s, s])]}
+
+
+def test_an_additive_float_mask_above_the_float_shadow_size_is_counted_from_its_values(tmp_path):
+    # a new user's report: a float mask of more than 2^16 elements lost its values on the way to meta and was
+    # counted dense (no flag) while smaller cases of the same operator counted the kept pairs
+    od = write_workdir(tmp_path, MASK_REF, [_mask_case(2, 2, 256, 8)])  # mask 131072 elements, drawn for real
+    r = fc.trace_case(od, 0)
+    kept = 256 * (256 // 2) + 256 * (256 // 3)  # rows x kept keys, per batch item
+    assert r.inputs_drawn == "timed" and not r.needs_values
+    assert r.total_flops == 2 * 2 * kept * 2 * 8  # two matmuls over the kept pairs, 2 heads
+
+
+def test_a_mask_whose_values_the_meta_build_dropped_is_flagged_never_silently_dense(tmp_path):
+    # inputs above the real-draw cap (256 MiB) are built as shapes: the mask's values are gone. The meta count says
+    # it needs them, so the case is traced again on the CPU where it fits (exact), else stays flagged - never a
+    # silent dense count (a 256 MiB mask [1, 1, 8192, 8192] beside 4 MiB q and k)
+    od = write_workdir(tmp_path, MASK_REF, [_mask_case(1, 2, 8192, 64)])
+    kept = 8192 * (8192 // 2)
+    r = fc.trace_case(od, 0)
+    assert [a["device"] for a in r.attempts] == ["meta", "cpu"] and r.total_flops == 2 * 2 * kept * 2 * 64
+    r = fc.trace_case(od, 0, max_cpu_input_bytes=1 << 20)  # no CPU retrace allowed: the meta count, flagged
+    assert r.device == "meta" and r.inputs_drawn != "timed" and r.needs_values, (r.inputs_drawn, r.notes)
+    assert any("mask without values" in n for n in r.notes)
+    assert r.total_flops == 2 * 2 * 8192 * 8192 * 2 * 64  # dense

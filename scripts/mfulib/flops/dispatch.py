@@ -98,6 +98,7 @@ class TraceState:
         self.vector_uncosted: dict = {}    # vector ops the table has no cost for: op name -> calls
         self.notes: list = []
         self.needs_values = False
+        self.values_dropped = False  # big floating inputs built as shapes: an unshadowed addend may mask
 
     # -- values -----------------------------------------------------------------------------------------------
     def values_of(self, t):
@@ -452,6 +453,13 @@ def _make_mode_class():
             if bias in st.lineage:
                 return False
             vals = st.value_of(bias)
+            if vals is None and st.values_dropped and bias.is_floating_point() and bias.dim() >= 2 \
+                    and src.dim() >= 2 and tuple(bias.shape[-2:]) in ((src.shape[-2], src.shape[-1]),
+                                                                      (1, src.shape[-1])):
+                # a score-shaped addend whose values are unknown (built on meta): it may mask - counted dense, and
+                # the count says it needs the values (never a silent dense count beside exact ones of small cases)
+                self._apply_mask(src, out, None, unknown=True)
+                return True
             if vals is None or not vals.is_floating_point():
                 return False
             allowed = vals > NEG_MASK_THRESHOLD

@@ -157,16 +157,20 @@ class TraceResult:
 
 
 def trace_callable(fn, args, device_kind="cpu", module=None, registry: FormulaRegistry = REGISTRY,
-                   shadows=None, kwargs=None) -> TraceResult:
+                   shadows=None, kwargs=None, values_dropped: bool = False) -> TraceResult:
     """Run ``fn(*args, **kwargs)`` under the tracer and return a :class:`TraceResult` (exceptions propagate).
 
     ``device_kind`` says where the tensors live ("meta" enables shadows); ``shadows`` maps meta tensors to their
-    real CPU values (small inputs); ``module`` is searched for module-level aliases of SDPA to intercept.
+    real CPU values (small inputs); ``module`` is searched for module-level aliases of SDPA to intercept;
+    ``values_dropped``: big floating inputs were built as shapes (the meta build), so an addend of the scores
+    without a shadow may mask - it is counted dense and flagged ``needs_values`` (in a case drawn for real every
+    floating input that masks keeps its values: :func:`_to_meta_with_shadows`).
     """
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     state = TraceState(device_kind)
+    state.values_dropped = values_dropped
     for t, v in (shadows or {}).items():
         state.shadows[t] = v
     zero = {}
@@ -236,15 +240,25 @@ def _result(state: TraceState, counter) -> TraceResult:
 # Trace one case of a work directory
 # ----------------------------------------------------------------------------------------------------------------
 
+def _masks(x) -> bool:
+    """Whether the floating tensor ``x`` holds a masking value (<= NEG_MASK_THRESHOLD: an additive -inf mask): its
+    values decide which attention pairs count, so it keeps them as a shadow whatever its size up to
+    SHADOW_MAX_NUMEL (a finite bias masks nothing: a dense count is right without its values)."""
+    from mfulib.flops.formulas import NEG_MASK_THRESHOLD
+    return x.dim() >= 2 and x.numel() > 0 and bool((x.min() <= NEG_MASK_THRESHOLD).item())
+
+
 def _to_meta_with_shadows(args, model):
-    """Move args and the model to meta; small real tensors (and module buffers) keep their values as shadows."""
+    """Move args and the model to meta; small real tensors (and module buffers), and floating ones up to
+    SHADOW_MAX_NUMEL that hold a masking value (:func:`_masks`), keep their values as shadows."""
     import torch
     shadows = {}
 
     def conv(x):
         if isinstance(x, torch.Tensor) and x.device.type != "meta":
             m = x.to("meta")
-            if x.numel() <= SHADOW_MAX_NUMEL and (not x.is_floating_point() or x.numel() <= (1 << 16)):
+            if x.numel() <= SHADOW_MAX_NUMEL and (not x.is_floating_point() or x.numel() <= (1 << 16)
+                                                  or _masks(x)):
                 shadows[m] = x
             return m
         return x
@@ -401,7 +415,7 @@ def _trace_once(opdir, case_id, seed, device_kind, registry=REGISTRY, standins=N
                 args, kwargs, bound = bind_forward(built.model, args, names)
                 with in_directory(built.staging):
                     res = trace_callable(built.model, args, device_kind, module=built.module, shadows=shadows,
-                                         registry=registry, kwargs=kwargs)
+                                         registry=registry, kwargs=kwargs, values_dropped=how != "timed")
                 res.inputs_drawn, res.data_values = how, values
                 if bound:
                     res.notes.append(bound)
