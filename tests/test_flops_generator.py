@@ -171,6 +171,20 @@ class Model(nn.Module):
         torch.manual_seed(0)
         return nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding).to(x.device)(x)
 '''
+COUNTS_REF = '''
+class Model(nn.Module):
+    def forward(self, x, weight, group_list):
+        outs, start = [], 0
+        for g, c in enumerate(group_list):        # per-group counts: rows start..start+c go through group g
+            outs.append(x[start:start + c] @ weight[g])
+            start += c
+        return torch.cat(outs)
+'''
+BMM_T_REF = '''
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.bmm(a, b.transpose(1, 2))
+'''
 GROUPED_REF = '''
 class Model(nn.Module):
     def forward(self, x, weight, group_list):
@@ -189,11 +203,16 @@ class Model(nn.Module):
     # grouped matmul: 96 rows of K=32 through [32, 16] weights: 2 * 96 * 32 * 16
     (GROUPED_REF, [("x", [96, 32]), ("weight", [3, 32, 16]), ("group_list", [10, 50, 96])], "grouped_matmul",
      2 * 96 * 32 * 16),
+    # a new user's grouped matmul read per-group counts (they sum to the rows): all 96 rows, not the first 32
+    (COUNTS_REF, [("x", [96, 32]), ("weight", [3, 32, 16]), ("group_list", [32, 32, 32])], "grouped_matmul",
+     2 * 96 * 32 * 16),
+    # torch.bmm(a, b.transpose(1, 2)): a [2, 24, 16], b [2, 40, 16] - 2 * 2 * 24 * 40 * 16, no case rejected
+    (BMM_T_REF, [("a", [2, 24, 16]), ("b", [2, 40, 16])], "matmul", 2 * 2 * 24 * 40 * 16),
 ])
 def test_conv_and_grouped_matmul_drafts_pass_and_count_by_hand(tmp_path, ref, inputs, cls, want):
     from test_flops_tracer import LOADER, write_workdir
     ents = [{"name": n, "type": "tensor", "required": True, "dtype": "float32", "shape": v} if isinstance(v, list)
-            and n in ("x", "weight") else {"name": n, "type": "attr", "required": True, "dtype": "int", "value": v}
+            and n in ("x", "weight", "a", "b") else {"name": n, "type": "attr", "required": True, "dtype": "int", "value": v}
             for n, v in inputs]
     od = write_workdir(tmp_path, LOADER + textwrap.dedent(ref), [{"inputs": ents}])
     generate_into(od)

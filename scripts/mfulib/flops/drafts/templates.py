@@ -33,8 +33,9 @@ def flops_parts(case):
     elif len(a) >= 2 and len(b) >= 2 and a[-1] == b[-2]:      # a [..., m, k] @ b [..., k, n]
         m, k, n = a[-2], a[-1], b[-1]
         batch = math.prod(_broadcast(a[:-2], b[:-2]))
-    elif len(b) == 2 and a[-1] == b[-1]:                      # x [..., k] @ W[n, k]^T
-        m, k, n, batch = math.prod(a[:-1]), a[-1], b[0], 1
+    elif len(a) >= 2 and len(b) >= 2 and a[-1] == b[-1]:      # a [..., m, k] @ b [..., n, k]^T (W of F.linear)
+        m, k, n = a[-2], a[-1], b[-2]                         # (where both fit, k == n: the same count)
+        batch = math.prod(_broadcast(a[:-2], b[:-2]))
     else:
         raise ValueError(f"case rejected: $a {a} and $b {b} do not chain as a matmul")
     return {"matmul": matmul_flops(m, n, k, batch)}
@@ -70,16 +71,24 @@ T_GROUPED = '''
 # Grouped matmul: group g multiplies rows [end_(g-1), end_g) of x by its own weight. The group list holds END
 # offsets (cumulative), as torch._grouped_mm's ``offs`` does (checked on torch 2.13: rows past the last offset are
 # not computed) and as npu_grouped_matmul's group_list_type 0 does; group_list_type 1 gives per-group counts.
+# Without a type attribute the values decide: a list that sums to the rows of x without ending there (or that is
+# not non-decreasing, so no offsets) is per-group counts; where both readings fit they give the same rows.
+# REVIEW: the reading of the group list (offsets or counts) against model.py
 GROUP_LIST = $glist_expr
 GROUP_LIST_TYPE = $gtype_expr
 
 
-def _group_ends(case$args_param):
+def _group_ends(case$args_param, m_all=None):
     vals = $glist_read
     if vals is None:
         return None
     vals = [int(v) for v in (vals.reshape(-1).tolist() if hasattr(vals, "reshape") else vals)]
-    if GROUP_LIST_TYPE and int(attr(case, GROUP_LIST_TYPE, 0)) == 1:   # per-group counts -> end offsets
+    if GROUP_LIST_TYPE:
+        counts = int(attr(case, GROUP_LIST_TYPE, 0)) == 1
+    else:
+        monotone = all(b >= a for a, b in zip([0] + vals[:-1], vals))
+        counts = bool(vals) and (not monotone or (sum(vals) == m_all and vals[-1] != m_all))
+    if counts:                                        # per-group counts -> end offsets
         vals = [sum(vals[:i + 1]) for i in range(len(vals))]
     if any(b < a for a, b in zip([0] + vals[:-1], vals)):
         raise ValueError(f"case rejected: group offsets {vals} are not non-decreasing end offsets")
@@ -91,7 +100,7 @@ def flops_parts(case$args_param):
     m_all, k, n = math.prod(x[:-1]), x[-1], w[-1]
     if w[-2] != k:
         raise ValueError(f"case rejected: x {x} and weight {w} do not chain (K {k} vs {w[-2]})")
-    ends = _group_ends(case$args_arg)
+    ends = _group_ends(case$args_arg, m_all)
     m = ends[-1] if ends else m_all                   # only rows before the last end offset are multiplied
     if m > m_all:
         raise ValueError(f"case rejected: group offsets end at {m} but x has {m_all} rows")
