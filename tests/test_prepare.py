@@ -47,6 +47,22 @@ def test_explicit_form_writes_the_five_files_and_rewrites_the_hard_coded_case_na
     built.close()
 
 
+def test_explicit_form_copies_the_references_own_flops_file_as_the_bundled_operators_ship_it(tmp_path):
+    # a new user's report: <ref stem>_flops.py beside --ref stayed behind (a hand fix lived only in the work dir)
+    src = make_verify(str(tmp_path / "v"))
+    with open(os.path.join(src, "Bmm_torch_flops.py"), "w") as f:
+        f.write("def flops(case):\n    return 1.0\n")
+    dst = tmp_path / "work" / "Bmm"
+    args = ("--ref", f"{src}/Bmm_torch.py", "--cases", f"{src}/Bmm_torch.json", "--impl",
+            f"{src}/Bmm_triton_optimized.py", "--dst", str(dst))
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert (dst / "flops.py").read_text() == "def flops(case):\n    return 1.0\n"
+    assert json.loads((dst / "prepare.json").read_text())["sources"]["flops"]["path"].endswith("Bmm_torch_flops.py")
+    r = run_cli(*args, "--check")
+    assert r.returncode == 0 and r.stdout.startswith("ok"), r.stdout + r.stderr
+
+
 def test_sources_are_never_modified(tmp_path):
     src = make_verify(str(tmp_path / "v"))
     before = {n: open(os.path.join(src, n), "rb").read() for n in os.listdir(src)}

@@ -137,7 +137,9 @@ def compare_with_tracer(ev: dict, tr, case: dict, case_id: int, tolerance: float
     if removed and abs(f / dense - 1.0) <= tolerance:
         out["diagnosis"] = (f"ratio {ratio:.3f}: flops.py counts the dense score matrix, but the reference masks "
                             f"{removed / dense:.1%} of its matrix work (causal/window/padding mask): count only the "
-                            "unmasked (q, k) pairs (bottom-right causal when s_k != s_q if the reference aligns so)")
+                            "unmasked (q, k) pairs (bottom-right causal when s_k != s_q if the reference aligns so; "
+                            "a mask drawn at random is counted from the seeded draw by def flops(case, args) - "
+                            "examples/flops_sparse_flash_attention.py)")
         return out
     for op, v in tr.by_op.items():
         if v and abs(f - (t - v)) <= tolerance * t:
