@@ -145,8 +145,8 @@ def test_a_hand_edited_probe_json_makes_the_search_and_make_status_redo_it(tmp_p
     for d, _dirs, files in os.walk(work):  # what step 1 made: older than every later step's files
         for f in files:
             os.utime(os.path.join(d, f), (t0, t0))
-    for k, name in enumerate(("probe.json", ".state/verify.ok", ".state/probe.ok", "grid_search.json",
-                              ".state/search.ok"), 1):
+    for k, name in enumerate(("probe.json", ".state/verify.ok", ".state/probe.ok", ".state/flops.ok",
+                              "grid_search.json", ".state/search.ok"), 1):
         (work / name).touch()
         os.utime(work / name, (t0 + k, t0 + k))  # each newer than the one before, as the steps leave them
 
