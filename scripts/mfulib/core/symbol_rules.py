@@ -15,12 +15,6 @@ LAYOUT_KIND = {"B": "batch", "S": "seq", "N": "heads", "D": "head_dim", "H": "hi
 # batch, C the channels (like hidden: they stay), the spatial axes D/H/W/L sequence-like (they scale)
 CONV_LAYOUT_KIND = {"N": "batch", "C": "hidden", "D": "seq", "H": "seq", "W": "seq", "L": "seq"}
 
-
-def layout_kind(lay: str, letter: str) -> str:
-    """The kind of layout letter ``letter`` in the layout ``lay`` (attention's letters, or a convolution's when the
-    layout has a channel letter C); "other" for a letter neither knows."""
-    table = CONV_LAYOUT_KIND if "C" in lay and set(lay) <= set(CONV_LAYOUT_KIND) else LAYOUT_KIND
-    return table.get(letter, "other")
 # sequence lengths, and the per-group token counts of a grouped GEMM (MoE): lengths that sum to (or bound) a token
 # axis, scaled with it
 SEQLEN_ATTR = re.compile(r"seq.?len|seqlen|actual_seq|^(group_list|group_sizes|tokens_per_expert|expert_tokens|"
@@ -43,6 +37,13 @@ BIAS_NAME = re.compile(r"^bias(\d+|_\w+)?$|_bias\d*$", re.I)
 QUERY_NAME = re.compile(r"^(q|query|xq|queries|query_states|q_states)$", re.I)
 KEY_NAME = re.compile(r"^(k|key|keys|xk|k_cache|key_cache|key_states|k_states)$", re.I)
 VALUE_NAME = re.compile(r"^(v|value|values|xv|v_cache|value_cache|value_states|v_states)$", re.I)
+
+
+def layout_kind(lay: str, letter: str) -> str:
+    """The kind of layout letter ``letter`` in the layout ``lay`` (attention's letters, or a convolution's when the
+    layout has a channel letter C); "other" for a letter neither knows."""
+    table = CONV_LAYOUT_KIND if "C" in lay and set(lay) <= set(CONV_LAYOUT_KIND) else LAYOUT_KIND
+    return table.get(letter, "other")
 
 
 def weight_names(members) -> dict:
@@ -118,9 +119,9 @@ def matmul_roles(members, weights=()):
     share a dimension: one axis in two products (x @ y @ z: y's n is z's k), the n's of the products of one A
     (attention written as ``softmax(a @ bᵀ) @ c``: one n, the keys, on b and c) and the m's of the products of one B
     (x @ A and delta @ A: one token axis) - equal values in every case then make one symbol. Operands named like
-    masks, biases or scales (:data:`NOT_PRODUCT_NAME`) and a contraction of 1 in every case form no product; ``forms``: a last axis that
-    forms its symbol (n of B[..., k, n]; k of A in the transposed form, where B's last axis follows it), whereas
-    other last axes only follow."""
+    masks, biases or scales (:data:`NOT_PRODUCT_NAME`) and a contraction of 1 in every case form no product;
+    ``forms``: a last axis that forms its symbol (n of B[..., k, n]; k of A in the transposed form, where B's last
+    axis follows it), whereas other last axes only follow."""
     roles, parent = {}, {}
 
     def find(tag):
@@ -162,8 +163,8 @@ def matmul_roles(members, weights=()):
             else:
                 continue
             if trans:
-                why = (f"{a.name}[..., m, k] @ {b.name}[..., n, k]ᵀ: the last axes of {a.name} and {b.name} are equal "
-                       f"in every case, their axes -2 are not (a product with {b.name} transposed)")
+                why = (f"{a.name}[..., m, k] @ {b.name}[..., n, k]ᵀ: the last axes of {a.name} and {b.name} are "
+                       f"equal in every case, their axes -2 are not (a product with {b.name} transposed)")
             else:
                 why = (f"{a.name}[..., m, k] @ {b.name}[..., k, n]: {a.name}'s last axis equals {b.name}'s axis -2 "
                        "in every case" + (f" ({b.name} one matrix for every batch of {a.name})" if shared else ""))
