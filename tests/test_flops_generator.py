@@ -642,3 +642,12 @@ def test_fused_infer_attention_drafts_count_the_tnd_and_paged_kv_branches_by_han
     assert [r["tracer"]["total_flops"] for r in rows[:2]] == [61440, 10240]
     assert [r["status"] for r in rows[:2]] == ["pass", "pass"], [r["diagnosis"] for r in rows]
     assert rows[2]["flops_status"] == "rejected" and rows[2]["tracer"]["status"] == "rejected", rows[2]
+
+
+def test_a_one_part_draft_without_a_triton_launch_gives_every_kernel_to_its_part():
+    # a new user's report: a torch-only ModelNew ran aten::mm; the draft's '*matmul*' matched nothing, "other" held
+    # all the time (and an absurd "if fixed" figure followed)
+    parts, note = ft.kernel_parts_for("grouped_matmul", ["matmul"], [])
+    assert parts == {"matmul": ["*"]} and "REVIEW" in note and "no model_new.py?" not in note
+    parts, _ = ft.kernel_parts_for("attention_proj", ["attn", "proj"], [])
+    assert parts["proj"] == ["*matmul*", "*gemm*", "*linear*"]  # several parts: named guesses, still REVIEW

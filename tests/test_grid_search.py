@@ -78,6 +78,20 @@ def test_pool_holds_the_top_8_originals_at_scale_1_and_the_legal_variants_of_onl
     assert {0, 1} <= {e["case"] for e in excluded}
 
 
+def test_two_variants_of_one_shape_are_timed_once(tmp_path):
+    # a new user's report: two sources scaled to the same shape were timed twice by the search
+    lines = [bmm_line(1, 64, 16, 16), bmm_line(2, 32, 16, 16), bmm_line(4, 32, 16, 16), bmm_line(4, 32, 16, 16),
+             bmm_line(2, 64, 16, 16)]
+    flops = {0: 1.0, 1: 1.0}
+    probe = probe_doc({2: (1, {"batch": 2}), 3: (1, {"batch": 2}), 4: (0, {"batch": 2})})
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(probe))
+    pool, excluded, _rule = search_pool.build_pool(infos_of(lines), search_pool.read_probe(str(path)), flops, "mfu")
+    assert [p["case"] for p in pool] == [0, 1, 2, 4]
+    assert {e["case"]: e["reason"] for e in excluded}[3] == ("the same shapes, dtypes and attributes as case 2, "
+                                                             "already in the pool")
+
+
 def test_the_original_top_3_stay_in_the_smallest_pool_and_a_smaller_pool_is_refused(twelve):
     infos, flops, _doc = twelve
     pool, _excluded, rule = search_pool.build_pool(infos, None, flops, "mfu", top_n=3)

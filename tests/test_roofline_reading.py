@@ -84,6 +84,19 @@ def test_a_part_with_unknown_bytes_is_labelled_unknown_not_the_compute_roof():
     assert lone[0]["roofline"]["mfu_if_fixed"] is None and lone[0]["roofline"]["target_source"] is None
 
 
+def test_an_unmatched_part_holding_all_the_time_has_no_if_fixed_figure():
+    # a new user's report: KERNEL_PARTS matched no kernel, "other" held 100% of the time, and removing it divided by
+    # a 1e-9 ns remainder: "MFU@ach if fixed 980269921875000%". Nothing measured is left: no figure
+    parts = [{"part": "matmul", "kernels": [], "flops": 2e9, "time_ns": 0.0, "tflops": None},
+             {"part": "other", "kernels": ["aten::mm"], "flops": None, "time_ns": 1e6, "tflops": None}]
+    roofline.part_rooflines(parts, 2e9, 1e6, 100.0, 1000.0, case_bytes=1e8)
+    assert parts[1]["roofline"]["mfu_if_fixed"] is None and parts[1]["roofline"]["payoff"] is None
+    half = [{"part": "matmul", "kernels": ["k"], "flops": 2e9, "time_ns": 5e5, "tflops": 4.0},
+            {"part": "other", "kernels": ["copy"], "flops": None, "time_ns": 5e5, "tflops": None}]
+    roofline.part_rooflines(half, 2e9, 1e6, 100.0, 1000.0, case_bytes=1e8)
+    assert half[1]["roofline"]["mfu_if_fixed"] == pytest.approx(2e9 / 5e5 / 1e3 / 100.0)  # its time removed
+
+
 def test_the_parts_table_prints_unknown_bytes_not_a_headroom(tmp_path):
     d = _write_op(tmp_path)
     text = report.parts_table(decompose.decompose(str(d), str(d / "peak.json")))

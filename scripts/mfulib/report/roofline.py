@@ -69,7 +69,8 @@ def part_rooflines(parts: list, case_flops, case_time_ns, peak_tflops, bandwidth
     ``target_source`` and ``payoff``. A part holding every kernel of the case gets the case's roofline
     (:func:`roofline` of the case's FLOPs, bytes and time). Parts without FLOPs (``other``) get the time they
     cost: ``mfu_if_fixed`` = the MFU with that part's time removed (its work is not counted, so its target is
-    "gone")."""
+    "gone"); None when the part holds (nearly) all the time - no kernel matched a counted part, and removing it
+    leaves nothing measured to divide by (the KERNEL_PARTS patterns match no kernel)."""
     flops, total = finite_or_none(case_flops), finite_or_none(case_time_ns)
     peak, cbytes = finite_or_none(peak_tflops), finite_or_none(case_bytes)
     base = mfu(actual_tflops(flops, total), peak) if flops and total else None
@@ -99,7 +100,8 @@ def part_rooflines(parts: list, case_flops, case_time_ns, peak_tflops, bandwidth
         fixed = None
         if flops and total and t is not None and peak:
             if not pf:  # no counted FLOPs (e.g. 'other'): fixing = removing its time
-                fixed = mfu(actual_tflops(flops, max(total - t, 1e-9)), peak) if t > 0 else base
+                rest = total - t  # what the case takes without this part's time
+                fixed = base if t <= 0 else (mfu(actual_tflops(flops, rest), peak) if rest > 1e-3 * total else None)
             elif src_bytes and whole:  # the part is the case: fixing it = the case at its attainable
                 fixed = rf["mfu_if_fixed"]
             elif target and ach and target > ach:

@@ -248,6 +248,7 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
             why += " (the original top 3 are always in the pool)"
         pool.append(pool_entry(info, info.case_id, {}, rank, why))
     top_ids = {i.case_id: r for r, i in enumerate(top)}
+    seen = {_signature(i): i.case_id for i in top}  # one point, one timing: a variant equal to a pool case is left out
     for cid in sorted(appended):
         origin = appended[cid]
         src = origin["source_case"]
@@ -256,7 +257,11 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
             excluded.append({"case": cid, "reason": f"its probe candidate's verdict is {verdict!r}, not pass"})
         elif src not in top_ids:
             excluded.append({"case": cid, "reason": f"variant of case {src}, which is not among the top {top_n}"})
+        elif _signature(by_id[cid]) in seen:
+            excluded.append({"case": cid, "reason": f"the same shapes, dtypes and attributes as case "
+                                                    f"{seen[_signature(by_id[cid])]}, already in the pool"})
         else:
+            seen[_signature(by_id[cid])] = cid
             entry = pool_entry(by_id[cid], src, origin["factors"], top_ids[src],
                                f"scaled variant of case {src}: {factors_label(origin['factors'])} (probe.json)")
             if origin.get("scale") is not None:  # the probe's own figure, where it records one
@@ -268,6 +273,14 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
             f"{len(pool) - len(top)} scaled variant(s) from probe.json" + ("" if probe else " (no probe.json: run "
                                                                                      "make probe for scaled cases)"))
     return pool, excluded, rule
+
+
+def _signature(info) -> str:
+    """What makes two case lines one point: every tensor's name, dtype and shape(s) and every attribute's value
+    (two sources scaled to one shape - [4, 1024] from [1, 1024] x4 and from [2, 512] x2,x2 - are timed once)."""
+    import json
+    return json.dumps([[t.name, t.dtype, t.shape, t.shapes] for t in info.tensors]
+                      + [sorted((k, repr(v)) for k, v in info.attrs.items())])
 
 
 def pool_entry(info, source_case, factors, rank, why) -> dict:

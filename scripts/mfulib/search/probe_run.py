@@ -19,6 +19,7 @@ import time
 
 from mfulib.core import cli, wallclock
 from mfulib.core.errors import UserError
+from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.schemas import probe_json as pj
 from mfulib.search import probe_files, probe_limits
 from mfulib.search.probe_axes import choose_symbols, run_key_symbols
@@ -247,7 +248,8 @@ def _check_max_scale(old, args, path) -> None:
         raise UserError(f"{path}: {len(over)} case(s) appended by an earlier run scale beyond --max-scale "
                         f"{args.max_scale} (case ids {over[:6]}{'...' if len(over) > 6 else ''}; that run's "
                         f"--max-scale {((old.get('limits') or {}).get('max_scale'))}) - a resume would keep them: run "
-                        f"python3 scripts/max_shape_probe.py --dir {args.dir} --restore first, then probe again")
+                        f"python3 {os.path.join(SCRIPTS_DIR, 'max_shape_probe.py')} --dir {os.path.abspath(args.dir)} "
+                        "--restore first, then probe again")
 
 
 def _ladder_args(pr, source, no_matrix, args, save, bar) -> tuple:

@@ -16,12 +16,16 @@ _PART_KEYWORDS = {
 
 
 def kernel_parts_for(cls: str, part_names: list, kernels: list) -> tuple:
-    """({part: [patterns]}, note): patterns from the launched kernel names, matched to parts by keyword."""
-    if not kernels:
+    """({part: [patterns]}, note): patterns from the launched kernel names, matched to parts by keyword; with no
+    launch found, '*' for a single part, else generic name patterns (the note marks both REVIEW)."""
+    if not kernels:  # no model_new.py, or one that runs torch ops (aten::mm, ...), not Triton kernels
+        if len(part_names) == 1:  # one part: every kernel is its own (nothing left to 'other' by a guessed name)
+            return {part_names[0]: ["*"]}, ("# REVIEW: no Triton kernel launch found in model_new.py - every kernel "
+                                            "is the one part's ('*'); name them if it launches other work")
         generic = {"attn": ["*attn*", "*attention*", "*flash*"], "proj": ["*matmul*", "*gemm*", "*linear*"],
                    "up": ["*up*", "*ffn1*", "*fc1*"], "down": ["*down*", "*ffn2*", "*fc2*"]}
         parts = {p: generic.get(p, [f"*{p}*"]) for p in part_names}
-        return parts, ("# REVIEW: no Triton kernel launch found (no model_new.py?) - generic patterns: match them to "
+        return parts, ("# REVIEW: no Triton kernel launch found in model_new.py - generic patterns: match them to "
                        "kernel names")
     note = f"# kernels launched by model_new.py: {', '.join(kernels)}"
     if len(part_names) == 1:
