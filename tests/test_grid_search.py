@@ -86,10 +86,14 @@ def test_two_variants_of_one_shape_are_timed_once(tmp_path):
     probe = probe_doc({2: (1, {"batch": 2}), 3: (1, {"batch": 2}), 4: (0, {"batch": 2})})
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(probe))
-    pool, excluded, _rule = search_pool.build_pool(infos_of(lines), search_pool.read_probe(str(path)), flops, "mfu")
+    probe = search_pool.read_probe(str(path))
+    pool, excluded, _rule = search_pool.build_pool(infos_of(lines), probe, flops, "mfu", lines=lines)
     assert [p["case"] for p in pool] == [0, 1, 2, 4]
-    assert {e["case"]: e["reason"] for e in excluded}[3] == ("the same shapes, dtypes and attributes as case 2, "
-                                                             "already in the pool")
+    assert {e["case"]: e["reason"] for e in excluded}[3] == "the same case line as case 2, already in the pool"
+    # lines that differ in what the shapes do not say (an integer input's value range) are two points
+    lines[3]["inputs"][0]["range"] = [0, 4]
+    pool, _excluded, _rule = search_pool.build_pool(infos_of(lines), probe, flops, "mfu", lines=lines)
+    assert [p["case"] for p in pool] == [0, 1, 2, 3, 4]
 
 
 def test_the_original_top_3_stay_in_the_smallest_pool_and_a_smaller_pool_is_refused(twelve):

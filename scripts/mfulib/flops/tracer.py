@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 from mfulib.core.errors import rejection_reason
 from mfulib.flops.dispatch import SHADOW_MAX_NUMEL, TraceState, trace_mode_class, tree_map
-from mfulib.flops.formulas import REGISTRY, FormulaRegistry
+from mfulib.flops.formulas import NEG_MASK_THRESHOLD, REGISTRY, FormulaRegistry
 from mfulib.flops.meta_build import build_mode_class as _build_mode_class
 from mfulib.flops.npu_standins import npu_standins
 
@@ -244,7 +244,6 @@ def _masks(x) -> bool:
     """Whether the floating tensor ``x`` holds a masking value (<= NEG_MASK_THRESHOLD: an additive -inf mask): its
     values decide which attention pairs count, so it keeps them as a shadow whatever its size up to
     SHADOW_MAX_NUMEL (a finite bias masks nothing: a dense count is right without its values)."""
-    from mfulib.flops.formulas import NEG_MASK_THRESHOLD
     return x.dim() >= 2 and x.numel() > 0 and bool((x.min() <= NEG_MASK_THRESHOLD).item())
 
 

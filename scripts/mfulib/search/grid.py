@@ -290,7 +290,8 @@ def search_pool(opdir: OpDir, probe: dict | None, opts: SearchOptions, backend, 
     cap = None if opts.unverified_ok else default_max_input_mb(backend.name)
     unrunnable = {c: skip_reason(by_id[c], backend.name, cap) for c in originals}
     unrunnable = {c: why for c, why in unrunnable.items() if why}
-    pool, excluded, rule = build_pool(infos, probe, rank_values, metric, opts.top_n, unrunnable)
+    pool, excluded, rule = build_pool(infos, probe, rank_values, metric, opts.top_n, unrunnable,
+                                      lines=opdir.read_cases())
     need = [p["case"] for p in pool if p["case"] not in traced]
     if need:
         more = trace_flops(opdir, need, opts.seed, opts.flops_tool,

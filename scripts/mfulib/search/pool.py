@@ -12,6 +12,7 @@ original cases, and the pool itself.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -216,13 +217,15 @@ def flops_py_values(opdir: OpDir, ids: list) -> dict:
 
 
 def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, top_n: int = 8,
-               unrunnable: dict | None = None):
+               unrunnable: dict | None = None, lines: list | None = None):
     """(pool, excluded, rule): the search pool (module docstring) from the case descriptions ``infos``
     (:class:`mfulib.core.cases.CaseInfo`, all cases of the case file), the probe's appended cases and ``rank_values``
     {original case id: FLOPs (mfu) or bytes (mbu), None when unknown}; ``unrunnable`` {original case id: why this
     backend does not run it (:func:`mfulib.verify.verified_cases.skip_reason`: bf16 or above the input cap on the CPU
     interpreter)}: left out of the ranking (listed in ``excluded``), so they never crowd out the cases, and the
-    probe's variants, that can run. Pure: runs nothing.
+    probe's variants, that can run; ``lines``: the case lines themselves (parsed JSON, by case id): a variant whose
+    line equals a pool case's line is one point, left out (``excluded``) rather than timed twice. Pure: runs
+    nothing.
 
     Raises UserError when probe.json names a case the case file lacks (the two are out of step)."""
     if top_n < ALWAYS_TOP:
@@ -248,7 +251,8 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
             why += " (the original top 3 are always in the pool)"
         pool.append(pool_entry(info, info.case_id, {}, rank, why))
     top_ids = {i.case_id: r for r, i in enumerate(top)}
-    seen = {_signature(i): i.case_id for i in top}  # one point, one timing: a variant equal to a pool case is left out
+    key_of = (lambda c: json.dumps(lines[c], sort_keys=True)) if lines else (lambda c: c)  # noqa: E731
+    seen = {key_of(i.case_id): i.case_id for i in top}  # one point, one timing: a variant equal to a pool case
     for cid in sorted(appended):
         origin = appended[cid]
         src = origin["source_case"]
@@ -257,11 +261,11 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
             excluded.append({"case": cid, "reason": f"its probe candidate's verdict is {verdict!r}, not pass"})
         elif src not in top_ids:
             excluded.append({"case": cid, "reason": f"variant of case {src}, which is not among the top {top_n}"})
-        elif _signature(by_id[cid]) in seen:
-            excluded.append({"case": cid, "reason": f"the same shapes, dtypes and attributes as case "
-                                                    f"{seen[_signature(by_id[cid])]}, already in the pool"})
+        elif key_of(cid) in seen:
+            excluded.append({"case": cid, "reason": f"the same case line as case {seen[key_of(cid)]}, already in "
+                                                    "the pool"})
         else:
-            seen[_signature(by_id[cid])] = cid
+            seen[key_of(cid)] = cid
             entry = pool_entry(by_id[cid], src, origin["factors"], top_ids[src],
                                f"scaled variant of case {src}: {factors_label(origin['factors'])} (probe.json)")
             if origin.get("scale") is not None:  # the probe's own figure, where it records one
@@ -273,14 +277,6 @@ def build_pool(infos: list, probe: dict | None, rank_values: dict, metric: str, 
             f"{len(pool) - len(top)} scaled variant(s) from probe.json" + ("" if probe else " (no probe.json: run "
                                                                                      "make probe for scaled cases)"))
     return pool, excluded, rule
-
-
-def _signature(info) -> str:
-    """What makes two case lines one point: every tensor's name, dtype and shape(s) and every attribute's value
-    (two sources scaled to one shape - [4, 1024] from [1, 1024] x4 and from [2, 512] x2,x2 - are timed once)."""
-    import json
-    return json.dumps([[t.name, t.dtype, t.shape, t.shapes] for t in info.tensors]
-                      + [sorted((k, repr(v)) for k, v in info.attrs.items())])
 
 
 def pool_entry(info, source_case, factors, rank, why) -> dict:

@@ -89,6 +89,13 @@ def inspect_py(path) -> PyInfo:
     return info
 
 
+def sibling_flops(ref: str):
+    """``<reference stem>_flops.py`` beside the reference ``ref`` when it defines ``flops()`` (as the bundled and
+    layout-C operators ship theirs), else None: the forms that pair a reference copy it in as flops.py."""
+    path = os.path.splitext(ref)[0] + "_flops.py" if ref else None
+    return path if path and os.path.isfile(path) and "flops" in inspect_py(path).functions else None
+
+
 def is_artifact_name(name: str, include_all_case: bool = False) -> bool:
     for pat in EXCLUDE_PATTERNS:
         if pat == "*_all_case.json" and include_all_case:

@@ -13,19 +13,11 @@ from mfulib.sources import discover, examples, layoutc, prepare
 from mfulib.core.fmt import plural
 
 
-def sibling_flops(ref):
-    """``<reference stem>_flops.py`` beside the reference ``ref`` (as the bundled operators ship theirs), or None:
-    the explicit form copies it into the work dir as flops.py."""
-    if not ref:
-        return None
-    path = os.path.splitext(ref)[0] + "_flops.py"
-    return path if os.path.isfile(path) else None
-
-
 def resolve_form(args):
     """The operators a form resolves to: dicts with ref, cases, impl, flops (or error)."""
     if args.ref or args.cases or args.impl:
-        found = [{"ref": args.ref, "cases": args.cases, "impl": args.impl, "flops": sibling_flops(args.ref)}]
+        found = [{"ref": args.ref, "cases": args.cases, "impl": args.impl,
+                  "flops": discover.sibling_flops(args.ref)}]
     elif args.ref_root or args.impl_root:
         found, _ = layoutc.discover_layout_c(args.ref_root, args.impl_root, None if args.all else args.id,
                                              args.entry)
@@ -223,7 +215,7 @@ def run(args) -> int:
         if missing:
             raise UserError(f"the explicit form needs --ref, --cases and --impl (missing {', '.join(missing)})")
         print_done(prepare.prepare_explicit(args.ref, args.cases, args.impl, args.dst, force=args.force,
-                                             flops=sibling_flops(args.ref), request=request))
+                                             flops=discover.sibling_flops(args.ref), request=request))
         return 0
     if args.src:
         found = discover.discover_layout_a(args.src, args.iter, args.variant)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 
-from mfulib.sources.discover import inspect_py
+from mfulib.sources.discover import inspect_py, sibling_flops
 from mfulib.core.errors import UserError
 
 STATIC_FN = "get_inputs"
@@ -183,8 +183,7 @@ def _pair_c(rel, refs, broken, ref_root, impl_root, entry):
     if not os.path.isfile(impl):
         return None
     kind, name, why = implementation_kind(impl, entry)
-    flops = os.path.join(ref_root, rel + "_flops.py")
-    flops = flops if os.path.isfile(flops) and "flops" in inspect_py(flops).functions else None
+    flops = sibling_flops(os.path.join(ref_root, rel + ".py"))
     return {"layout": "C", "id": rel, "name": os.path.basename(rel), "ref": ref, "impl": impl, "flops": flops,
             "impl_kind": kind, "entry": name,
             "reasons": {"ref": f"{rel}.py under --ref-root: class Model + {reference_kind(info)} inputs "
