@@ -365,12 +365,13 @@ $(foreach s,verify collect probe search,$(foreach v,$(STICKY_$(s)),$(if $(filter
 # The search's edges: collect waits for the search (a new search re-collects), flops for the probe (it appends
 # cases: flops.py is checked on them too before they are collected) and the search for flops (it ranks the cases by
 # flops.py's FLOPs: never by a draft that fails its check, and a changed flops.py redoes the search) with SEARCH=1 -
-# and in a work directory where
-# make has run or started that step before (its .state/<step>.ok, .started or .settings), so that a step whose stamp
-# was removed since (a hand run with other settings than make's, a stop, a failure) stays on make's path: the next
+# and in a work directory where make has run or started that step before (its .state/<step>.ok, .started or
+# .settings), and for `make probe` / `make search` themselves (the first `make search` runs the FLOPs check before
+# it, so a later collect redoes nothing), so that a step whose stamp was removed since (a hand run with other settings than make's, a stop, a failure) stays on make's path: the next
 # make redoes it before the collection, as make status says. `make status` is given the same edges (--waits), so
 # the two judge one graph. searched = the edge's step when it is on make's path ("" when not).
-searched = $(if $(or $(SEARCH),$(wildcard $(ST)/$(1).ok $(ST)/$(1).started $(ST)/$(1).settings)),$(1))
+searched = $(if $(or $(SEARCH),$(filter probe search,$(MAKECMDGOALS)),$(wildcard $(ST)/$(1).ok $(ST)/$(1).started \
+  $(ST)/$(1).settings)),$(1))
 SEARCH_EDGES := $(if $(call searched,probe),flops:probe) $(if $(call searched,search),collect:search search:flops)
 $(foreach e,$(SEARCH_EDGES),$(eval $(ST)/$(firstword $(subst :, ,$(e))).ok: $(ST)/$(lastword $(subst :, ,$(e))).ok))
 
