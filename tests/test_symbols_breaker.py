@@ -118,6 +118,8 @@ BREAKER_OPS = {  # operator: (the symbol kinds that scale, what else must hold)
     "GroupedMatmul": ({"seq"}, "group_list [E] sums to the tokens: it follows them"),
     "AttnHFNames": ({"batch", "seq_q"}, "query_states / key_states / value_states + attention_mask"),
     "Conv2dLayout": ({"batch", "seq"}, "layout NCHW: N batch, C channels stay, H scales (W is the last axis)"),
+    "Conv1dNoLayout": ({"batch"}, "F.conv1d(x [N, C, L], weight [O, C, K]), no layout: C is the weight's, it stays"),
+    "RoPE": ({"batch", "seq"}, "x [b, s, h, d] * cos [s, d]: a positional table's rows are the sequence"),
 }
 
 

@@ -37,6 +37,10 @@ BIAS_NAME = re.compile(r"^bias(\d+|_\w+)?$|_bias\d*$", re.I)
 QUERY_NAME = re.compile(r"^(q|query|xq|queries|query_states|q_states)$", re.I)
 KEY_NAME = re.compile(r"^(k|key|keys|xk|k_cache|key_cache|key_states|k_states)$", re.I)
 VALUE_NAME = re.compile(r"^(v|value|values|xv|v_cache|value_cache|value_states|v_states)$", re.I)
+# rotary / positional tables indexed by token position (cos [S, D], sin, freqs_cis, position embeddings): their axis 0
+# is the sequence, whatever the activation's rank (x [B, S, N, D] has no position rule for its axis 1)
+POSITION_TABLE_NAME = re.compile(r"^(cos|sin)(_\w+)?$|^(freqs?|freqs_cis|inv_freq|rope|rotary)(_\w+)?$"
+                                 r"|^(pos|position)_(emb|embedding|embeddings|ids|table)s?$", re.I)
 
 
 def layout_kind(lay: str, letter: str) -> str:
@@ -59,7 +63,9 @@ def weight_names(members) -> dict:
 def weight_batch_ties(members, weights) -> dict:
     """{(data tensor, axis): weight name} for the leading (batch) axes a data operand shares with a weight it
     multiplies: x [E, C, H] @ weight [E, H, F] (per-expert weights), same rank >= 3, x's last axis equal to the
-    weight's axis -2 in every case. The weight stays, so x's E cannot scale alone: the axis is tied to the weight."""
+    weight's axis -2 in every case. The weight stays, so x's E cannot scale alone: the axis is tied to the weight.
+    Without such a product, a convolution's input channels (x [N, C, L] with weight [O, C, K], no layout attribute:
+    :func:`_conv_channels`) are tied the same way."""
     ties = {}
     tensors = [t for t in members[0].tensors if t.shapes is None and len(t.shape) >= 3]
     for a in tensors:
@@ -70,7 +76,23 @@ def weight_batch_ties(members, weights) -> dict:
                 for ax in range(len(a.shape) - 2):
                     if all(c.tensor(a.name).shape[ax] == c.tensor(b.name).shape[ax] for c in members):
                         ties.setdefault((a.name, ax), b.name)
+            elif _conv_channels(members, a.name, b.name):
+                ties.setdefault((a.name, 1), b.name)
     return ties
+
+
+def _conv_channels(members, x, w) -> bool:
+    """Whether ``x`` [N, C, *spatial] and the weight ``w`` [O, C/groups, *kernel] of the same rank (>= 3) read as a
+    channels-first convolution (``F.conv1d/2d/3d``'s layout) in every case: each kernel axis no longer than the
+    input's spatial axis, and x's channels C equal to w's axis 1 (groups 1) or, with w's axis 1 equal to 1
+    (depthwise), to w's axis 0. x's axis 1 is then the weight's input-channel dimension: it stays with the weight."""
+    for c in members:
+        xs, ws = c.tensor(x).shape, c.tensor(w).shape
+        if any(k > n for k, n in zip(ws[2:], xs[2:])):
+            return False
+        if xs[1] != ws[1] and not (ws[1] == 1 and xs[1] == ws[0]):
+            return False
+    return True
 
 
 def tensor_letters(lay, rank):
@@ -88,6 +110,8 @@ def kind_for(tensor_index, name, axis, rank, lay, matmul):
         return kind, f"layout {lay}: axis {axis} of {name} is {letter}"
     if (name, axis) in matmul:
         return matmul[(name, axis)][:2]
+    if tensor_index != 0 and axis == 0 and rank <= 3 and POSITION_TABLE_NAME.search(name):
+        return "seq", f"axis 0 of {name}: a positional table (one row per token position) - the sequence"
     if tensor_index != 0:
         return "other", f"axis {axis} of {name}: no layout or matmul rule, and not the first (activation) tensor"
     if rank >= 3 and axis == 0:

@@ -32,7 +32,8 @@ Kinds (:data:`KINDS`), each with its evidence string:
   symbol - a weight's last axis counts too (x [b, s, s] with a 1-D weight [s]; ``F.linear``'s weight [F, H]) -
   (x [T, H] @ weight1 [H, F] with T = H: only x's rows scale); a data tensor's leading axis that is the leading
   axis of a weight it multiplies (x [E, C, H] @ weight [E, H, F], one weight per expert) stays with the weight
-  (:func:`mfulib.core.symbol_rules.weight_batch_ties`); the exception is a 1-D operand named like a
+  (:func:`mfulib.core.symbol_rules.weight_batch_ties`), and so do a channels-first convolution's input channels
+  without a layout attribute (x [N, C, L] with weight [O, C, K]); the exception is a 1-D operand named like a
   bias whose size equals a data GEMM's n in every case (``torch.bmm(A, B) + bias``): an addend of that output, it
   follows n (``SymbolGroup.biases``; ``SymbolGroup.weights`` lists the weight operands that stay);
 * without a layout attribute, a sequence-length list (``actual_seq_lengths``) names the axes of 4-D [B, S, N, D]
@@ -43,6 +44,8 @@ Kinds (:data:`KINDS`), each with its evidence string:
   and elimination the other middle axis (:func:`mfulib.core.symbol_rules.attention_roles`); where neither tells
   them apart, 4-D tensors named q / k / v (query, key, value) take torch's SDPA layout [batch, heads, seq, head_dim]
   (:func:`mfulib.core.symbol_rules.by_names`);
+* axis 0 of a positional table (``cos`` / ``sin`` [S, D], ``freqs_cis``, ``pos_emb``) is the sequence: x [B, S, N, D]
+  of a rotary embedding scales S with the tables' rows;
 * an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
   0 of rank >= 3 batch, axis 1 of rank 3 seq, axis 0 of rank 2 seq (rows); anything else ``other``. A position
   with no rule (``other``: a later tensor's axis) never outvotes a ruled position of the same symbol; in a constant
