@@ -120,6 +120,7 @@ BREAKER_OPS = {  # operator: (the symbol kinds that scale, what else must hold)
     "Conv2dLayout": ({"batch", "seq"}, "layout NCHW: N batch, C channels stay, H scales (W is the last axis)"),
     "Conv1dNoLayout": ({"batch"}, "F.conv1d(x [N, C, L], weight [O, C, K]), no layout: C is the weight's, it stays"),
     "RoPE": ({"batch", "seq"}, "x [b, s, h, d] * cos [s, d]: a positional table's rows are the sequence"),
+    "PagedDecode": ({"batch"}, "query [b, h, d] beside key_cache [blocks, block_size, h_kv, d]: axis 1 is heads"),
 }
 
 
@@ -163,3 +164,10 @@ def test_a_second_breakers_shared_dimensions_are_one_symbol_and_counts_follow_th
     new, refusals = symbols.scale_case(cs[0], infos[0], g, {"seq": 2})
     lists = [e["value"] for e in new["inputs"] if e["name"] == "group_list"]
     assert not refusals and lists == [[2 * v for v in cs[0]["inputs"][2]["value"]]]
+
+
+def test_a_decode_query_keeps_its_heads_and_its_block_table_follows_the_batch():
+    _c, _i, (g,), chosen, _m = _load("PagedDecode")
+    (heads,) = [s for s in g.symbols if ("query", 1) in s.positions]
+    assert heads.kind == "heads" and not heads.scaled and "decode" in heads.evidence[0]
+    assert ("block_tables", 0) in g.symbol("batch").positions and ("context_lens", 0) in g.symbol("batch").followers

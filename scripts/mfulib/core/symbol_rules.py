@@ -315,6 +315,8 @@ def attention_roles(members, tensors, classes, voted):
     middle axis of each tensor: of [B, ?, ?, D] with one axis heads the other is the sequence, and with one axis the
     sequence (a sequence-length list, :func:`seqlen_roles`) the other is heads. No rule fires when both middle
     axes qualify or neither does."""
+    if len(tensors) >= 2 and len(tensors[0].shape) == 3:
+        decode_query_roles(members, tensors, classes, voted)
     if len(tensors) < 2 or len(tensors[0].shape) != 4:
         return
     q = tensors[0]
@@ -376,3 +378,23 @@ def by_names(q, tensors, cls_of, voted):
                                     "axes apart: torch's scaled_dot_product_attention layout [batch, heads, seq, "
                                     f"head_dim] makes axis {a} {kind} (an input_layout attribute says otherwise)"])
 
+
+
+def decode_query_roles(members, tensors, classes, voted):
+    """A 3-D query beside 4-D keys: a decode step's query [B, N, D] (one token per sequence) or a packed one [T, N,
+    D] next to a paged cache [blocks, block_size, N_kv, D] or keys [B, S, N_kv, D] - its axis 1 is the heads, not the
+    [batch, seq, hidden] position rule's sequence. The first tensor must be named as a query (:data:`QUERY_NAME`)
+    and a tensor named as a key or value (``*_cache`` included) of rank 4 must share its last axis (head dim) in
+    every case; ``voted`` is updated in place."""
+    q = tensors[0]
+    if not QUERY_NAME.match(q.name):
+        return
+    def last(t):
+        return [c.tensor(t.name).shape[-1] for c in members]
+    if not any(len(t.shape) == 4 and (KEY_NAME.match(t.name) or VALUE_NAME.match(t.name)) and last(t) == last(q)
+               for t in tensors[1:]):
+        return
+    ck = next((ck for ck, cls in classes.items() if (q.name, 1) in cls["positions"]), None)
+    if ck is not None and voted[ck][0] in ("seq", "other"):
+        voted[ck] = ("heads", [f"{q.name} is a 3-D query [tokens, heads, head_dim] beside 4-D keys with its head "
+                               "dim: axis 1 is the heads (a decode or packed query), which stay"])
