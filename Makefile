@@ -369,10 +369,12 @@ $(foreach s,verify collect probe search,$(foreach v,$(STICKY_$(s)),$(if $(filter
 # .settings), and for `make probe` / `make search` themselves (the first `make search` runs the FLOPs check before
 # it, so a later collect redoes nothing), so that a step whose stamp was removed since (a hand run with other settings than make's, a stop, a failure) stays on make's path: the next
 # make redoes it before the collection, as make status says. `make status` is given the same edges (--waits), so
-# the two judge one graph. searched = the edge's step when it is on make's path ("" when not).
-searched = $(if $(or $(SEARCH),$(filter probe search,$(MAKECMDGOALS)),$(wildcard $(ST)/$(1).ok $(ST)/$(1).started \
-  $(ST)/$(1).settings)),$(1))
-SEARCH_EDGES := $(if $(call searched,probe),flops:probe) $(if $(call searched,search),collect:search search:flops)
+# the two judge one graph. The probe and the search are on make's path together: files of either step keep both
+# (a first SEARCH=1 run that stopped at the FLOPs check leaves the probe's files only; the next `make all` without
+# SEARCH=1 still searches before it collects).
+SEARCH_ON := $(or $(SEARCH),$(filter probe search,$(MAKECMDGOALS)),$(wildcard $(foreach s,probe search,$(ST)/$(s).ok \
+  $(ST)/$(s).started $(ST)/$(s).settings)))
+SEARCH_EDGES := $(if $(SEARCH_ON),flops:probe collect:search search:flops)
 $(foreach e,$(SEARCH_EDGES),$(eval $(ST)/$(firstword $(subst :, ,$(e))).ok: $(ST)/$(lastword $(subst :, ,$(e))).ok))
 
 # the steps in parallel where the graph and the device lock allow (verify | flops | peak, then collect, decompose):

@@ -2,7 +2,7 @@
 Python (no torch, fast): the fake ``PY`` answers prepare's parse-time ``--check`` with "ok" (a prepare run rewrites
 prepare.json), hands the Makefile's other parse-time questions (``-c`` snippets reading a JSON field) to the real
 interpreter, and records every script it is asked to run, failing the collector when its arguments contain
-``--fail-me``; a grid search it is asked to run leaves a grid_search.json, as the real one does."""
+``--fail-me`` (and the FLOPs check when ``FAIL_FLOPS`` is set); a grid search it is asked to run leaves a grid_search.json, as the real one does."""
 import sys
 import json
 import os
@@ -18,6 +18,7 @@ echo "$(basename "$1") $*" >> "$CALLS"
 case "$1" in */prepare_op_dir.py) while [ $# -gt 0 ]; do [ "$1" = --dst ] && touch "$2/prepare.json"; shift; done;;
 esac
 case "$*" in *--fail-me*) exit 2;; esac
+case "$*" in *"check_flops.py --op-dir"*) [ -n "$FAIL_FLOPS" ] && exit 1;; esac
 case "$*" in *mfu_grid_search.py*) while [ $# -gt 0 ]; do [ "$1" = --dir ] && touch "$2/grid_search.json"; shift; done;;
 esac
 exit 0
@@ -260,3 +261,21 @@ def test_make_status_of_a_work_dir_prepared_by_hand_needs_no_op(tmp_path):
     r = subprocess.run([shutil.which("make"), "-C", ROOT, "-n", f"WORK={work}", "VERIFY_ARGS=--fail-me", "verify"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert "make status OP=" not in r.stdout + r.stderr and "make status WORK=" in r.stdout + r.stderr
+
+
+def test_a_search_1_run_stopped_by_the_flops_check_keeps_the_search_on_makes_path(tmp_path):
+    """A new user's report: `make SEARCH=1 all` stopped at a failing FLOPs check (after the probe, before the
+    search); after fixing flops.py, `make all` without SEARCH=1 collected the top-k cases and never searched, and
+    make status said nothing of it. The probe's files keep the search on make's path too."""
+    work, make = fake_work(tmp_path)
+    r, calls = make("collect", "SEARCH=1", "FAIL_FLOPS=1")
+    assert r.returncode != 0 and "max_shape_probe.py" in calls and "mfu_grid_search.py" not in calls, calls
+    assert (work / ".state" / "probe.ok").exists() and not (work / ".state" / "search.started").exists()
+    r, _ = make("-n", "status")
+    assert r.returncode == 0 and "--waits 'flops:probe collect:search search:flops'" in r.stdout, r.stdout
+    r, calls = make("collect")  # flops.py fixed; no SEARCH=1
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert calls.index("check_flops.py") < calls.index("mfu_grid_search.py") < calls.index("msprof_perf_summary.py")
+    assert "max_shape_probe.py" not in calls, calls
+    (collect,) = [ln for ln in calls.splitlines() if "msprof_perf_summary.py" in ln]
+    assert collect.endswith("--search-json grid_search.json"), collect
