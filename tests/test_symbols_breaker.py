@@ -121,6 +121,8 @@ BREAKER_OPS = {  # operator: (the symbol kinds that scale, what else must hold)
     "Conv1dNoLayout": ({"batch"}, "F.conv1d(x [N, C, L], weight [O, C, K]), no layout: C is the weight's, it stays"),
     "RoPE": ({"batch", "seq"}, "x [b, s, h, d] * cos [s, d]: a positional table's rows are the sequence"),
     "PagedDecode": ({"batch"}, "query [b, h, d] beside key_cache [blocks, block_size, h_kv, d]: axis 1 is heads"),
+    "DecodeMHA": ({"batch", "seq_k"}, "query [b, h, d], key/value [b, L, h, d]: the key length L scales"),
+    "DecodeGQA": ({"batch", "seq_k"}, "q [b, 8, d], k/v [b, 2, L, d]: k's axis 1 divides the heads, L scales"),
 }
 
 

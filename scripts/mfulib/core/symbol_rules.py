@@ -394,7 +394,28 @@ def decode_query_roles(members, tensors, classes, voted):
     if not any(len(t.shape) == 4 and (KEY_NAME.match(t.name) or VALUE_NAME.match(t.name)) and last(t) == last(q)
                for t in tensors[1:]):
         return
-    ck = next((ck for ck, cls in classes.items() if (q.name, 1) in cls["positions"]), None)
+    cls_of = {pos: ck for ck, cls in classes.items() for pos in cls["positions"]}
+    ck = cls_of.get((q.name, 1))
     if ck is not None and voted[ck][0] in ("seq", "other"):
         voted[ck] = ("heads", [f"{q.name} is a 3-D query [tokens, heads, head_dim] beside 4-D keys with its head "
                                "dim: axis 1 is the heads (a decode or packed query), which stay"])
+    # keys [B, S, N, D] or [B, N, S, D] of the query's batch (not a paged cache, whose axis 0 is its blocks): the
+    # middle axis that is the query's heads (or divides them in every case and the other does not: grouped-query)
+    # is heads, the other the key length seq_k - the axis a decode step's cost grows with
+    qh = [c.tensor(q.name).shape[1] for c in members]
+    for t in tensors[1:]:
+        if not (len(t.shape) == 4 and (KEY_NAME.match(t.name) or VALUE_NAME.match(t.name)) and last(t) == last(q)
+                and cls_of.get((t.name, 0)) == cls_of.get((q.name, 0))):
+            continue
+        same = [a for a in (1, 2) if cls_of.get((t.name, a)) == ck]
+        div = [a for a in (1, 2) if all(h % c.tensor(t.name).shape[a] == 0 for h, c in zip(qh, members)
+                                        if c.tensor(t.name).shape[a] > 0)]
+        heads = same if len(same) == 1 else div if len(div) == 1 else []
+        if heads:
+            h_ax, s_ax = heads[0], 3 - heads[0]
+            for a, kind, why in ((h_ax, "heads", f"{t.name}.{h_ax} is the query's heads (or divides them)"),
+                                 (s_ax, "seq_k", f"{t.name} is [batch, ?, ?, head_dim] beside the 3-D query and axis "
+                                                 f"{h_ax} is heads: axis {s_ax} is the key length")):
+                k2 = cls_of.get((t.name, a))
+                if k2 is not None and k2 != ck and voted[k2][0] in ("other", "seq"):
+                    voted[k2] = (kind, [why])

@@ -45,7 +45,8 @@ Kinds (:data:`KINDS`), each with its evidence string:
   them apart, 4-D tensors named q / k / v (query, key, value) take torch's SDPA layout [batch, heads, seq, head_dim]
   (:func:`mfulib.core.symbol_rules.by_names`);
 * a 3-D query [B or T, N, D] beside 4-D keys or a paged ``*_cache`` with its head dim: axis 1 is the heads
-  (:func:`mfulib.core.symbol_rules.decode_query_roles`), which stay;
+  (:func:`mfulib.core.symbol_rules.decode_query_roles`), which stay; of keys [B, ?, ?, D] of its batch, the middle
+  axis that is (or divides) those heads is heads and the other the key length ``seq_k``, which scales;
 * axis 0 of a positional table (``cos`` / ``sin`` [S, D], ``freqs_cis``, ``pos_emb``) is the sequence: x [B, S, N, D]
   of a rotary embedding scales S with the tables' rows;
 * an integer attribute named like ``head_num`` heads; otherwise by position on the first (activation) tensor: axis
