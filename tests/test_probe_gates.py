@@ -447,3 +447,22 @@ def test_end_to_end_a_real_child_retires_after_an_oom_and_the_next_one_serves_a_
     assert not list(tmp_path.glob("mfu_probe_*")), "a staged candidate was left behind"
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(tmp_path) not in ps  # no tracer or gate child is still alive
+
+
+def test_two_ladders_that_reach_one_shape_gate_it_once_and_append_it_once(tmp_path):
+    # a new user's report: scaled cases that repeat a line already appended (case 0 batch x2 = case 1 seq x2) were
+    # gated, verified, appended and counted twice. The second ladder takes the first candidate's verdict
+    work = probe_ops.make_workdir(tmp_path, lines=[probe_ops.case_line(1, 16, 32, 8), probe_ops.case_line(2, 8, 32, 8)])
+    p = fake_probe(work, "--cases", "0,1", "--max-scale", "2", "--scale-dims", "batch,seq", "--no-saturation-stop")
+    shape = lambda c: json.loads(p.doc["appended"][str(c)]["line"])["inputs"][0]["shape"]  # noqa: E731
+    lines = [shape(c) for c in p.doc["appended"]]
+    assert sorted(lines) == sorted(map(list, {tuple(x) for x in lines})), lines  # no line twice
+    assert [2, 16, 32] in lines
+    twice = [c for c in p.doc["candidates"] if c.get("same_as_case") is not None]
+    assert len(twice) == 1 and twice[0]["verdict"] == "pass" and shape(twice[0]["same_as_case"]) == [2, 16, 32]
+    first = next(c for c in p.doc["candidates"] if c["new_case_id"] == twice[0]["same_as_case"]
+                 and c is not twice[0])
+    assert first["candidate_id"] != twice[0]["candidate_id"] and twice[0]["gates"] == first["gates"]
+    assert [r for r in p.runner.requests if r[0] == (2, 16, 32, 8) and not r[1]] == [((2, 16, 32, 8), False)]
+    n_cases = sum(1 for ln in open(os.path.join(work, "model.json")) if ln.strip())
+    assert n_cases == 2 + len(p.doc["appended"])

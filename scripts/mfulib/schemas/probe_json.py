@@ -17,7 +17,9 @@ not fit and no slice verified it: gate 3 fails, or passes marked under --accept-
 pass | fail | null (no verdict: cut by the budget, or superseded), superseded (only on a candidate
 of an earlier run under another peak or wall-clock method that this run's ladders did not reach again: its old
 verdict and why it was dropped; mfulib.search.probe.supersede), failed_gate:
-int | null, new_case_id: int | null (its id in the case files once appended), time_ms (gate 4: the median wall time
+int | null, new_case_id: int | null (its id in the case files once appended), same_as_case (optional: the
+appended case whose line this candidate's scaled case equals - another ladder reached the shape first; its gates
+and verdict are that candidate's, nothing appended twice), time_ms (gate 4: the median wall time
 per call of back-to-back runs, :mod:`mfulib.core.wallclock`), flops, wall_s (seconds
 the candidate took; each gate has its own ``wall_s``, gate 2 also ``waited_s``: the part the probe waited for a
 trace started ahead), wall_figure (wall TFLOP/s = traced FLOPs / gate-4 time; GB/s

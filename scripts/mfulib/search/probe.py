@@ -367,6 +367,15 @@ class Probe:
             return STOP
         return True
 
+    def _same_as_appended(self, case: dict):
+        """The passed candidate whose appended case line equals ``case`` (its JSON, keys sorted), else None."""
+        line = json.dumps(case, sort_keys=True)
+        for cid, a in self.doc["appended"].items():
+            if json.dumps(json.loads(a["line"]), sort_keys=True) == line:
+                return next((c for c in self.doc["candidates"] if c.get("new_case_id") == int(cid)
+                             and c.get("verdict") == "pass" and not c.get("same_as_case")), None)
+        return None
+
     def evaluate(self, source: int, factors: dict, no_matrix: bool, save, key: str = ""):
         """Run the gates on ``factors`` {symbol: factor} of ``source`` in the ladder ``key`` (its symbols joined by
         ``+``; its own saturation stop): True (pass), False (fail) or STOP (pass, saturated). Raises OutOfBudget
@@ -381,6 +390,17 @@ class Probe:
             if old["verdict"] != "pass":
                 return False
             cand.update(wall_figure=old.get("wall_figure"), source_case=source)
+            return self._saturation(cand, no_matrix, key)
+        same = self._same_as_appended(case)
+        if same is not None:  # two ladders reach one shape (case 0 seq x2 = case 1 batch x2): gated once
+            cand.update({k: same.get(k) for k in ("gates", "flops", "time_ms", "wall_figure", "verdict",
+                                                  "failed_gate")}, new_case_id=same["new_case_id"],
+                        same_as_case=same["new_case_id"], wall_s=0.0)
+            self.doc["candidates"] = [c for c in self.doc["candidates"] if c["candidate_id"] != cand["candidate_id"]]
+            self.doc["candidates"].append(cand)
+            save()
+            self.log(f"case {source} {label}: the same case line as case {same['new_case_id']} (appended by "
+                     f"{same['candidate_id']}): its verdict, not gated again")
             return self._saturation(cand, no_matrix, key)
         o = self.opts
         timeout, cut = self._timeout()
