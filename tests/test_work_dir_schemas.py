@@ -101,3 +101,23 @@ def test_each_work_dir_json_reads_back_through_its_schema_module(pipeline_work_d
     assert performance_json.load_report(os.path.join(w, "performance.json"))["per_case"][0]["flops"] == GEMM_FLOPS
     assert peak_json.read_peak_json(os.path.join(w, "peak.json"))["peak_tflops"]["float32"] > 0
     assert decompose_json.read_decompose_json(os.path.join(w, "mfu_decompose.json"))["reports"][0]["rows"]
+
+
+def test_a_cpu_decomposition_gives_no_bound_headroom_or_payoff_and_small_figures_keep_their_digits(pipeline_work_dir):
+    # a new user's report: the CPU run printed "headroom 7,494x", "case MFU@ach if fixed 9.5%", a launch-overhead
+    # bound hint, "--pmu none: no PMU counters collected" and a FLUSH_CACHE_MIB tip - advice the README says CPU
+    # numbers never get - and every MBU as 0.00%
+    from mfulib.core.fmt import pct
+    from mfulib.report.decompose import CPU_NO_ADVICE
+    doc = json.load(open(os.path.join(pipeline_work_dir, "mfu_decompose.json")))
+    rows = [r for rep in doc["reports"] for r in rep["rows"] if r["status"] == "ok"]
+    assert rows
+    for r in rows:
+        assert r["bound_hint"] == CPU_NO_ADVICE and r["bound"]["note"] == CPU_NO_ADVICE
+        for holder in [r] + r.get("parts", []):
+            rf = holder["roofline"]
+            assert rf["headroom"] is None and rf["mfu_if_fixed"] is None and rf["withheld"] == CPU_NO_ADVICE
+            assert rf["ai_flop_per_byte"] is None or rf["ai_flop_per_byte"] > 0  # the operator's own figure stays
+    assert doc["regime"]["note"].startswith("CPU interpreter: no cache regime")
+    assert not any("largest payoff" in line for line in doc["reading_aid"])
+    assert pct(6.39e-05, 2) == "0.0064%" and pct(0.0, 2) == "0.00%" and pct(0.1234, 2) == "12.34%"

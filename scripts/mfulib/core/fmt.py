@@ -20,16 +20,24 @@ EM_DASH = "\u2014"
 # significant digits of every time (us) and throughput (TFLOP/s) column: the collector's, the decomposition's and
 # the HTML's tables show the same figure alike (:func:`sig`)
 US_DIGITS, TFLOPS_DIGITS = 4, 3
+# significant digits of a nonzero percentage too small for its column's decimals (:func:`pct`)
+SMALL_PCT_DIGITS = 2
 
 def pct(x, nd: int, dash: str = DASH) -> str:
     """``x`` (a fraction) as a percentage with ``nd`` decimals: ``pct(0.1234, 1)`` -> ``"12.3%"``.
 
     ``dash`` for a missing figure: None, NaN, +-inf, a bool or a non-number (see
     :func:`mfulib.core.definitions.finite_or_none`). The figure is ``x * 100`` rounded as Python's ``f`` format
-    rounds, so ``pct(x, 2)`` equals ``f"{x:.2%}"`` for every finite float. Never raises.
+    rounds, so ``pct(x, 2)`` equals ``f"{x:.2%}"`` for every finite float of at least ``10 ** -nd`` percent. A
+    nonzero figure below that (a CPU interpreter's MBU of 0.0064%) shows :data:`SMALL_PCT_DIGITS` significant digits
+    rather than a row of zeros that reads as nothing measured: ``pct(6.39e-05, 2)`` -> ``"0.0064%"``. Never raises.
     """
     v = finite_or_none(x)
-    return dash if v is None else f"{v * 100:.{nd}f}%"
+    if v is None:
+        return dash
+    if v and abs(v * 100) < 10.0 ** -nd:
+        return f"{v * 100:.{SMALL_PCT_DIGITS - 1 - math.floor(math.log10(abs(v * 100)))}f}%"
+    return f"{v * 100:.{nd}f}%"
 
 
 def sig(x, digits: int = 4, dash: str = DASH) -> str:

@@ -337,7 +337,8 @@ def file_checks(ff: FlopsFile, rows: list) -> list:
     else:
         probs = ff.check_kernel_parts_keys(names if ff.has_parts else None)
         checks.append(_check("kernel_parts", "fail" if probs else "pass",
-                             "; ".join(probs) or f"parts {sorted(ff.kernel_parts)} all have FLOPs"))
+                             "; ".join(probs) or f"KERNEL_PARTS parts {sorted(ff.kernel_parts)} are keys of flops_parts "
+                             "(each timed part has its FLOPs entry, 0 included)"))
     marks = ff.review_lines()
     kernel = [(n, t) for n, t in marks if _KERNEL_MARKER.search(t)]
     formula = [m for m in marks if m not in kernel]

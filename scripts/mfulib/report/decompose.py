@@ -199,7 +199,30 @@ def decompose_case(case: dict, parts: dict, peaks: dict, where: str, above_peak_
     row["parts"] = _parts(case, parts, flops, peak_ach, nom, row["flags"], where, above_peak_demoted_by)
     row["bound_hint"] = _bound_hint(row)
     attach_bounds_and_roofline(row, case, peaks)
+    if above_peak_demoted_by == CPU_NUMBERS:
+        withhold_advice(row)
     return row
+
+
+#: the demotion tag of CPU-interpreter numbers (decompose_case's ``above_peak_demoted_by``)
+CPU_NUMBERS = "CPU numbers"
+CPU_NO_ADVICE = ("none on the CPU interpreter: its kernel times validate the pipeline only, so no bound class, "
+                 "headroom or payoff is read from them (run on the NPU or GPU for those)")
+
+
+def withhold_advice(row: dict) -> None:
+    """CPU-interpreter rows (README: "no bound class and no optimisation advice"), in place: the roofline's
+    ``headroom``, ``mfu_if_fixed`` and ``payoff`` of the case and of its parts become None with ``withheld`` saying
+    why, the bound hint and the bound notes say the same (never "no PMU counters collected", which counters would
+    not change on the CPU). The arithmetic intensity and the roof stay: they are the operator's, not the CPU's."""
+    row["bound_hint"] = CPU_NO_ADVICE
+    for holder in [row] + list(row.get("parts") or []):
+        rf = holder.get("roofline")
+        if isinstance(rf, dict):
+            rf.update(headroom=None, mfu_if_fixed=None, payoff=None, withheld=CPU_NO_ADVICE)
+        b = holder.get("bound")
+        if isinstance(b, dict) and b.get("source") is None:
+            b["note"] = CPU_NO_ADVICE
 
 
 def _kernel_dram_bytes(counters: dict, time_ns):
@@ -366,7 +389,7 @@ def decompose_report(path: str, label: str, peak: dict, peak_path: str, op_dir: 
             continue
         # CPU "peaks" are a few seconds of torch CPU GEMM on a shared host: an interpreter kernel beating them
         # says nothing about flops.py, so above-peak is a warning there, never the accelerator's error
-        r = decompose_case(c, parts, peaks, path, "CPU numbers" if cpu_numbers else None)
+        r = decompose_case(c, parts, peaks, path, CPU_NUMBERS if cpu_numbers else None)
         r["report"] = label
         r["backend"] = rep.get("backend")
         rows.append(r)

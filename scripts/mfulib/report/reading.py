@@ -81,7 +81,7 @@ def reading_aid(rows: list, peak_tflops: dict) -> list:
             rf = (top or {}).get("roofline") or {}
             if top and rf.get("payoff") and rf["payoff"] > 0:
                 pay.append(f"case {r['case']}{_rep(r, rows)}: fixing {top['part']} (to {rf['target_source']}) "
-                           f"raises MFU@ach {r['mfu_ach']:.1%} -> {rf['mfu_if_fixed']:.1%}")
+                           f"raises MFU@ach {pct(r['mfu_ach'], 1)} -> {pct(rf['mfu_if_fixed'], 1)}")
         if pay:
             items.append(["largest payoff: " + "; ".join(pay[:6]) + "."])
     return [f"{n}. {line}" for n, item in enumerate(items, 1) for line in item]
@@ -128,7 +128,7 @@ def _dtype_line(ok: list) -> str:
     """Reading step 1: which figure compares the cases - MFU@ach across dtypes, MBU when no case does matrix work."""
     if ok and not any(r.get("matrix_work", True) for r in ok):
         best = max((r for r in ok if r.get("mbu") is not None), key=lambda r: r["mbu"], default=None)
-        top = f" - best MBU {best['mbu']:.2%} (case {best['case']}, {best.get('dtype')})" if best else ""
+        top = f" - best MBU {pct(best['mbu'], 2)} (case {best['case']}, {best.get('dtype')})" if best else ""
         return ("dtype: no case does matrix work (flops 0, every MFU is —): compare the cases on MBU (bytes moved "
                 f"per second against the measured bandwidth), across dtypes too{top}.")
     dtypes = sorted({r["dtype"] for r in ok if r.get("dtype")})
@@ -136,7 +136,7 @@ def _dtype_line(ok: list) -> str:
                 and r.get("mfu_ach") is not None]
     if len(dtypes) > 1 or non_half:
         ex = "; ".join(f"case {r['case']} {r['dtype']}{' (tf32)' if r.get('tf32') else ''}: MFU@nom "
-                       f"{r['mfu_nom']:.1%} vs MFU@ach {r['mfu_ach']:.1%}" for r in non_half[:3])
+                       f"{pct(r['mfu_nom'], 1)} vs MFU@ach {pct(r['mfu_ach'], 1)}" for r in non_half[:3])
         return ("dtype: compare cases of different dtypes only on MFU@ach (MFU@nom divides every dtype by the "
                 "fp16/bf16 nominal peak)" + (f" - {ex}" if ex else "") + ".")
     return f"dtype: all cases are {dtypes[0] if dtypes else '?'}; MFU@nom and MFU@ach rank them alike."
@@ -164,7 +164,7 @@ def _drag_line(ok: list, rows: list, cpu: bool) -> str:
                     drags.append(f"case {r['case']}{_rep(r, rows)}: {p['part']} takes {ts:.0%} of the time and does "
                                  "no matrix work (no MFU: judge it by its bytes moved / MBU)")
                     continue
-                mfu = f", MFU@ach {p['mfu_ach']:.1%}" if p.get("mfu_ach") is not None else ""
+                mfu = f", MFU@ach {pct(p['mfu_ach'], 1)}" if p.get("mfu_ach") is not None else ""
                 drags.append(f"case {r['case']}{_rep(r, rows)}: {p['part']} takes {ts:.0%} of the time for "
                              f"{fs:.1%} of the FLOPs{mfu}")
     if drags:
@@ -343,7 +343,10 @@ def regime(reports: list, peak: dict) -> dict:
     col = [(rep.get("label"), finite_or_none(rep.get("flush_cache_mib"))) for rep in reports]
     c = col[0][1] if col else None
     pk = peak_flush_mib(peak)
-    if c is None or pk is None:
+    if validates_only(peak.get("backend"), peak.get("accelerator")):
+        note = ("CPU interpreter: no cache regime to share (its times validate the pipeline only; the flush "
+                "matters on the NPU or GPU)")
+    elif c is None or pk is None:
         note = ("regime unknown: " + ("performance.json records no flush_cache_mib" if c is None else
                                       "peak.json does not say how it flushed the cache (one from before "
                                       "method.flush_cache_mib: measure again, make FORCE=1 peak)"))
@@ -392,7 +395,7 @@ def search_note(op_dir, rows) -> list:
     kind = "MBU" if metric == "mbu" else ("MFU@ach" if best.get("mfu_kind") == "ach" else "MFU@nom")
     here = next((r for r in rows if r.get("case") == best["case"] and r.get("status") == "ok"), None)
     key = "mbu" if metric == "mbu" else ("mfu_ach" if best.get("mfu_kind") == "ach" else "mfu_nom")
-    again = (f"; this collection timed case {best['case']} again: {here[key]:.2%}" if here and here.get(key)
+    again = (f"; this collection timed case {best['case']} again: {pct(here[key], 2)}" if here and here.get(key)
              is not None else f"; case {best['case']} is not in this collection")
     fig = pct(value, 2)
     rt = best.get("retimed") or {}
@@ -402,7 +405,7 @@ def search_note(op_dir, rows) -> list:
             f"{where}){again}")
     above = max((r for r in rows if r.get("status") == "ok" and r.get("case") != best["case"]
                  and is_number(r.get(key)) and is_number(value) and r[key] > value), key=lambda r: r[key], default=None)
-    beaten = (f"; case {above['case']} reads {above[key]:.2%} in this collection, above the limit: one collection "
+    beaten = (f"; case {above['case']} reads {pct(above[key], 2)} in this collection, above the limit: one collection "
               "is one process's timing, the limit the search's over its runs - re-run make search (or compare "
               "grid_search.json's stage2 and retime) before taking one over the other") if above else ""
     return [head + _agreement(best, doc.get("stage2") or [], here) + beaten + "; the limit is the search's figure"]

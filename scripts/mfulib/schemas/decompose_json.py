@@ -19,7 +19,8 @@ Rows and their parts carry (:func:`mfulib.report.decompose.attach_bounds_and_roo
 {counter: value}, note, shares {label: fraction of the time} (with counters: a row's or part's label is the class of
 its kernels holding > 50% of the time, else "mixed", :func:`mfulib.report.bound.majority_bound`)}; ``roofline`` {ai_flop_per_byte, compulsory_bytes, dram_bytes, attainable_tflops,
 achieved_tflops, headroom, mfu_if_fixed, dram_ai_flop_per_byte, roof (parts: "unknown" when their bytes are;
-+ parts: bytes_source, target_tflops, target_source, payoff)} (:mod:`mfulib.report.roofline`); parts also
++ parts: bytes_source, target_tflops, target_source, payoff; on the CPU interpreter headroom, mfu_if_fixed and payoff
+are None and ``withheld`` says why, :func:`mfulib.report.decompose.withhold_advice`)} (:mod:`mfulib.report.roofline`); parts also
 ``dram_bytes``. Rows also: ``kernel_bounds``
 {kernel: bound}, ``payoff_order`` [part names], ``pmu_view`` {official_mfu, pmu_mfu, executed_flops,
 semantic_flops, redundancy, active_core_fraction, executed_how}, ``pmu_source``, ``pmu_unavailable``,

@@ -60,6 +60,7 @@ import os
 
 from mfulib.core.definitions import is_number
 from mfulib.core.errors import UserError
+from mfulib.core.fmt import pct
 from mfulib.core.jsonio import write_json_atomic
 from mfulib.schemas.common import read_work_json, wrong_type
 
@@ -167,7 +168,7 @@ def figure_text(field: str, v: float) -> str:
     """A figure ``v`` of the stage-2 field ``field`` with its name and unit ("MFU@ach 4.57%", "312.4 TFLOP/s")."""
     label = dict(FIGURE_LABELS).get(field)
     if label:
-        return f"{label} {v:.2%}"
+        return f"{label} {pct(v, 2)}"
     return f"{v:.4g} {'TFLOP/s' if field == 'actual_tflops' else 'GB/s'}"
 
 
@@ -187,7 +188,7 @@ def best_text(doc: dict):
     if best.get("case") is None:
         return None
     fig = best.get("mfu") if best.get("mfu") is not None else best.get("mbu")
-    text = f"case {best.get('case')}" + (f" {best.get('metric', '').upper()} {fig:.2%}" if fig is not None else
+    text = f"case {best.get('case')}" + (f" {best.get('metric', '').upper()} {pct(fig, 2)}" if fig is not None else
                                          " (no peak known: no utilisation)")
     rt = best.get("retimed") or {}
     if rt.get("runs"):
