@@ -219,7 +219,9 @@ def withhold_advice(row: dict) -> None:
     for holder in [row] + list(row.get("parts") or []):
         rf = holder.get("roofline")
         if isinstance(rf, dict):
-            rf.update(headroom=None, mfu_if_fixed=None, payoff=None, withheld=CPU_NO_ADVICE)
+            rf.update(headroom=None, mfu_if_fixed=None, withheld=CPU_NO_ADVICE)
+            if "payoff" in rf:  # a part's
+                rf["payoff"] = None
         b = holder.get("bound")
         if isinstance(b, dict) and b.get("source") is None:
             b["note"] = CPU_NO_ADVICE
