@@ -393,3 +393,27 @@ def test_3d_attention_reads_the_layout_attribute(tmp_path):
     mod, d = draft_module(od)
     assert not d["skeleton"]
     assert mod.flops(od.read_cases()[0]) == 65536
+
+
+ROPE_REF = '''
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x, cos, sin):
+        c, s = cos[None, :, None, :], sin[None, :, None, :]
+        return x * c + x.flip(-1) * s
+def get_input_groups():
+    return []
+def get_init_inputs():
+    return []
+'''
+
+
+def test_an_element_wise_draft_whose_inputs_are_indexed_before_they_broadcast_counts_at_the_largest_input(tmp_path):
+    """A new user's RoPE (x [B, S, N, D] * cos[None, :, None, :] ...): the raw shapes [B, S, N, D], [S, D], [S, D]
+    do not broadcast, and the guessed draft rejected every case ("flops.py rejects this case"). Hand count: mul,
+    add, mul per output element = 3 x (1 x 16 x 4 x 64) = 12288; the draft stays marked for review."""
+    case = [tensor("x", [1, 16, 4, 64]), tensor("cos", [16, 64]), tensor("sin", [16, 64])]
+    od = write_workdir(tmp_path, ROPE_REF, [{"inputs": case}], name="RoPE")
+    mod, d = draft_module(od)
+    assert mod.vector_flops(od.read_cases()[0]) == 3 * 16 * 4 * 64
+    assert "REVIEW" in d["source"] and "largest input" in d["source"]

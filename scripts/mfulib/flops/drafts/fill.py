@@ -304,9 +304,15 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
             ops = max(ops, 1)
             note = f"REVIEW: guessed, forward() not re-played exactly ({exact[1]}); " + (note or "one op per element")
             floats = [t.name for t in cv.info.tensors if t.dtype in FLOAT_DTYPES]
-            vbody = ("    # element-wise ops count at the OUTPUT shape: the broadcast of the inputs' shapes\n"
+            vbody = ("    # element-wise ops count at the OUTPUT shape: the broadcast of the inputs' shapes, or - where\n"
+                     "    # forward() indexes or reshapes an input first (cos[None, :, None, :]) so that the raw shapes do\n"
+                     "    # not broadcast - the largest input's size (REVIEW)\n"
                      f"    shapes = [shape(case, n) for n in {floats!r} if has(case, n)]\n"
-                     "    return float(OPS_PER_ELEMENT * math.prod(_broadcast(*shapes)))\n" + HELPERS["broadcast"])
+                     "    try:\n"
+                     "        out = math.prod(_broadcast(*shapes))\n"
+                     "    except ValueError:\n"
+                     "        out = max(math.prod(s) for s in shapes)\n"
+                     "    return float(OPS_PER_ELEMENT * out)\n" + HELPERS["broadcast"])
             imports = ["shape", "has"]
             extra_vector_import = "import math\n"
         if residual:  # fused residual + norm: x + residual is one more add per element (vector work)
