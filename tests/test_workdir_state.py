@@ -496,3 +496,23 @@ def test_a_report_left_by_an_earlier_run_whose_step_waits_on_a_failed_one_says_s
     detail = rows["collect"]["detail"]
     assert "a step it waits for is not done: " in detail and "search failed" in detail
     assert "interrupted, or run outside make" not in rows["collect"]["detail"]
+
+
+def test_a_failed_step_whose_report_a_hand_run_rewrote_as_passing_says_so(tmp_path):
+    # a new user's report: make's flops step failed, check_flops.py run by hand then passed - make status still said
+    # "exit status 1; its report is kept" of a report that now says PASSED
+    st = tmp_path / ".state"
+    st.mkdir()
+    (st / "probe.started").touch()
+    (st / "probe.failed").write_text("1\n")
+    os.utime(st / "probe.started", (100, 100))
+    os.utime(st / "probe.failed", (200, 200))
+    doc = {"tool": "max_shape_probe", "schema": 1, "symbols": [], "candidates": [], "appended": {}, "complete": True}
+    (tmp_path / "probe.json").write_text(json.dumps(doc))
+    os.utime(tmp_path / "probe.json", (150, 150))  # the failing run's own report
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    assert rows["probe"]["state"] == "failed" and "rewritten" not in rows["probe"]["detail"]
+    os.utime(tmp_path / "probe.json", (300, 300))  # rewritten after the failure, by a run outside make
+    rows = {r["step"]: r for r in workdir_state.step_states(str(tmp_path), ("ok", ""))}
+    assert rows["probe"]["state"] == "failed"
+    assert "rewritten since, by a run outside make, and passes" in rows["probe"]["detail"], rows["probe"]["detail"]
