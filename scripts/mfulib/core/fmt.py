@@ -36,7 +36,7 @@ def pct(x, nd: int, dash: str = DASH) -> str:
     if v is None:
         return dash
     if v and abs(v * 100) < 10.0 ** -nd:
-        return f"{v * 100:.{SMALL_PCT_DIGITS - 1 - math.floor(math.log10(abs(v * 100)))}f}%"
+        nd = SMALL_PCT_DIGITS - 1 - math.floor(math.log10(abs(v * 100)))
     return f"{v * 100:.{nd}f}%"
 
 
