@@ -194,20 +194,25 @@ $(WORK)/prepare.json: $(if $(or $(FORCE),$(filter-out ok,$(PREPARE_VERDICT))),_a
 # it is copied to $(ST)/previous/ first), says where it is, records its exit status in $(ST)/<name>.failed (for
 # make status; removed when the step starts again) and stops make; the next `make` redoes the step. An interrupted
 # step (exit status 128 + SIGHUP / SIGINT / SIGTERM: scripts/device_lock.py) is not a failure: no record, no stamp.
+# A step that refuses its settings before changing anything (exit status 4: mfulib.core.errors.SettingsRefused - the
+# probe asked for a smaller --max-scale than the cases it appended) gets the earlier run's stamp back: that run stands.
 STATUS_HINT = make status$(if $(OP), OP=$(OP))$(if $(V), V=$(V))$(if $(BENCH), BENCH=$(BENCH) GEN=$(GEN))$(strip \
   )$(if $(REF_ROOT), REF_ROOT=$(REF_ROOT) IMPL_ROOT=$(IMPL_ROOT))$(if $(ITER), ITER=$(ITER))$(strip \
   )$(if $(VARIANT), VARIANT=$(VARIANT))$(if $(filter command line,$(WORK_ORIGIN)), WORK=$(WORK))
 define step
-@rm -f $@ $(ST)/$(1).failed && mkdir -p $(ST)/previous && if [ -f $(2) ]; then cp -p $(2) $(ST)/previous/; fi && touch $(ST)/$(1).started
+@rm -f $(ST)/$(1).failed $(ST)/$(1).ok.prev && mkdir -p $(ST)/previous && if [ -f $@ ]; then mv -f $@ $(ST)/$(1).ok.prev; fi && if [ -f $(2) ]; then cp -p $(2) $(ST)/previous/; fi && touch $(ST)/$(1).started
 $(info $(3))@( $(3) ) || { rc=$$?; \
-	  case $$rc in 129|130|143) echo "make: step $(1) interrupted (exit status $$rc): not done, the next make redoes it" >&2; \
+	  case $$rc in 129|130|143) rm -f $(ST)/$(1).ok.prev; echo "make: step $(1) interrupted (exit status $$rc): not done, the next make redoes it" >&2; \
 	    exit $$rc;; esac; \
+	  if [ "$$rc" = 4 ] && [ -f $(ST)/$(1).ok.prev ]; then mv -f $(ST)/$(1).ok.prev $@; touch -r $@ $(ST)/$(1).started; \
+	    echo "make: step $(1) refused these settings before changing anything (exit status 4): its earlier run stands (the next make keeps it; the error above says what to do)" >&2; exit $$rc; fi; \
+	  rm -f $(ST)/$(1).ok.prev; \
 	  if [ -n "$(4)" ] && [ "$$rc" = "$(4)" ]; then echo "make: step $(1): exit status $$rc accepted ($(5)); report: $(2)" >&2; \
 	  else if [ -f $(2) ] && [ $(2) -nt $(ST)/$(1).started ]; then echo "make: step $(1) FAILED (exit status $$rc); its report is kept: $(2)" >&2; \
 	       elif [ -f $(2) ]; then echo "make: step $(1) FAILED (exit status $$rc) before writing a new $(2) - the one there is from an earlier run; the error is above" >&2; \
 	       else echo "make: step $(1) FAILED (exit status $$rc) before writing $(2)" >&2; fi; \
 	       echo $$rc > $(ST)/$(1).failed; echo "make: the next make redoes it; $(STATUS_HINT) shows every step" >&2; exit $$rc; fi; }
-@touch $@
+@rm -f $(ST)/$(1).ok.prev; touch $@
 $(if $(SETVARS_$(1)),@printf '%s\n' $(foreach v,$(SETVARS_$(1)),'$(v)=$(subst ','\'',$(strip $($(v))))') > $(ST)/$(1).settings)
 endef
 

@@ -2,7 +2,7 @@
 Python (no torch, fast): the fake ``PY`` answers prepare's parse-time ``--check`` with "ok" (a prepare run rewrites
 prepare.json), hands the Makefile's other parse-time questions (``-c`` snippets reading a JSON field) to the real
 interpreter, and records every script it is asked to run, failing the collector when its arguments contain
-``--fail-me`` (and the FLOPs check when ``FAIL_FLOPS`` is set); a grid search it is asked to run leaves a grid_search.json, as the real one does."""
+``--fail-me`` (and the FLOPs check when ``FAIL_FLOPS`` is set; exit 4, refused settings, on ``--refuse-me``); a grid search it is asked to run leaves a grid_search.json, as the real one does."""
 import sys
 import json
 import os
@@ -18,6 +18,7 @@ echo "$(basename "$1") $*" >> "$CALLS"
 case "$1" in */prepare_op_dir.py) while [ $# -gt 0 ]; do [ "$1" = --dst ] && touch "$2/prepare.json"; shift; done;;
 esac
 case "$*" in *--fail-me*) exit 2;; esac
+case "$*" in *--refuse-me*) exit 4;; esac
 case "$*" in *"check_flops.py --op-dir"*) [ -n "$FAIL_FLOPS" ] && exit 1;; esac
 case "$*" in *mfu_grid_search.py*) while [ $# -gt 0 ]; do [ "$1" = --dir ] && touch "$2/grid_search.json"; shift; done;;
 esac
@@ -279,3 +280,26 @@ def test_a_search_1_run_stopped_by_the_flops_check_keeps_the_search_on_makes_pat
     assert "max_shape_probe.py" not in calls, calls
     (collect,) = [ln for ln in calls.splitlines() if "msprof_perf_summary.py" in ln]
     assert collect.endswith("--search-json grid_search.json"), collect
+
+
+def test_a_step_that_refuses_its_settings_keeps_its_earlier_run_and_nothing_after_it_is_redone(tmp_path):
+    """A new user's report: the probe refused a smaller --max-scale (its appended cases would stay), but make's step
+    wrapper had removed the probe's stamp first, so the next make re-ran the earlier probe, the search and the
+    collection. Exit status 4 (mfulib.core.errors.SettingsRefused: nothing changed) puts the earlier stamp back."""
+    work, make = fake_work(tmp_path)
+    r, calls = make("collect", "SEARCH=1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    stamp = work / ".state" / "probe.ok"
+    before = stamp.stat().st_mtime
+    r, calls = make("collect", "SEARCH=1", "PROBE_ARGS=--refuse-me")
+    assert r.returncode != 0 and "max_shape_probe.py" in calls and "mfu_grid_search.py" not in calls, calls
+    assert "refused these settings before changing anything" in r.stderr, r.stderr
+    assert stamp.exists() and stamp.stat().st_mtime == before and not (work / ".state" / "probe.failed").exists()
+    assert not (work / ".state" / "probe.ok.prev").exists()
+    assert "PROBE_ARGS=--refuse-me" not in (work / ".state" / "probe.settings").read_text()
+    r, calls = make("collect", "SEARCH=1")  # the earlier run stands: nothing is redone
+    assert r.returncode == 0 and calls == "", calls
+    # a failure (not a refusal) still removes the stamp: the next make redoes the step
+    r, calls = make("collect", "SEARCH=1", "PROBE_ARGS=--fail-me")
+    assert r.returncode != 0 and not stamp.exists() and (work / ".state" / "probe.failed").exists()
+    assert not (work / ".state" / "probe.ok.prev").exists()

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import probe_ops  # noqa: E402
 from probe_fakes import FakeClock, FakeGateRunner, FakeTracer, Op  # noqa: E402
 
-from mfulib.core.errors import UserError  # noqa: E402
+from mfulib.core.errors import SettingsRefused, UserError  # noqa: E402
 from mfulib.schemas import probe_json as pj  # noqa: E402
 from mfulib.search import ladder, probe_run  # noqa: E402
 from mfulib.search import probe_gates  # noqa: E402
@@ -139,8 +139,12 @@ def test_a_rerun_with_a_smaller_max_scale_refuses_to_keep_larger_appended_cases(
     work = probe_ops.make_workdir(tmp_path)
     p = fake_probe(work, "--cases", "0", "--max-scale", "4", "--scale-dims", "seq")
     assert p.rc == 0 and any(max(a["factors"].values()) == 4 for a in p.doc["appended"].values())
-    with pytest.raises(UserError, match=r"scale beyond --max-scale 2 .*--restore first"):
+    files = {n: (os.path.getmtime(os.path.join(work, n)), open(os.path.join(work, n)).read())
+             for n in ("model.json", "Op_perf_cases.jsonl", "probe.json")}
+    with pytest.raises(SettingsRefused, match=r"scale beyond --max-scale 2 .*--restore first"):
         fake_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq")
+    # refused before anything was written (exit status 4: make keeps the earlier probe's stamp)
+    assert files == {n: (os.path.getmtime(os.path.join(work, n)), open(os.path.join(work, n)).read()) for n in files}
     p = fake_probe(work, "--cases", "0", "--max-scale", "8", "--scale-dims", "seq")  # a larger one resumes
     assert p.rc == 0 and p.doc["resumed"]
 

@@ -125,7 +125,7 @@ def test_other_settings_over_appended_cases_are_refused_and_a_broken_probe_json_
     r, doc = run_probe(work, "--cases", "0", "--max-scale", "2", "--scale-dims", "seq")
     assert r.returncode == 0 and doc["appended"], r.stderr
     r, _ = run_probe(work, "--cases", "1", "--max-scale", "2", "--seed", "1", "--scale-dims", "seq")
-    assert r.returncode == 2 and "made with other settings (seed differ)" in r.stderr and "--restore" in r.stderr
+    assert r.returncode == 4 and "made with other settings (seed differ)" in r.stderr and "--restore" in r.stderr
     path = os.path.join(work, "probe.json")
     good = open(path).read()
     for edit in (lambda d: d.update(schema="1"), lambda d: d.update(backup="x"),

@@ -5,9 +5,10 @@ import shlex
 import sys
 
 from mfulib.core.paths import SCRIPTS_DIR
-from mfulib.core.errors import UserError
+from mfulib.core.errors import SettingsRefused, UserError
 
 EXIT_USER_ERROR = 2
+EXIT_REFUSED = 4  # mfulib.core.errors.SettingsRefused: refused before anything changed (the Makefile's step reads it)
 
 
 def script_command(name: str) -> str:
@@ -49,7 +50,7 @@ def run_main(main, argv=None):
         rc = main(argv)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
+        sys.exit(EXIT_REFUSED if isinstance(exc, SettingsRefused) else EXIT_USER_ERROR)
     except (PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
         # a path the user gave cannot be read or written: say which, no traceback
         print(f"error: {exc.filename or ''}: {exc.strerror} - check the path and its permissions", file=sys.stderr)

@@ -9,6 +9,13 @@ class UserError(Exception):
     """Bad input or environment; the message must say which file/case and what to do."""
 
 
+class SettingsRefused(UserError):
+    """Settings a step refuses before it has changed anything (the probe asked for a smaller ``--max-scale`` than the
+    cases an earlier run appended): its earlier run and outputs stand. The CLIs exit with
+    :data:`mfulib.core.cli.EXIT_REFUSED`, and make's step wrapper puts the earlier run's stamp back, so the next
+    ``make`` does not redo that run and every step after it."""
+
+
 class CaseRejected(UserError):
     """A case that the operator's reference or implementation refuses, with the reason.
 

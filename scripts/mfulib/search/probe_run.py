@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from mfulib.core import cli, wallclock
-from mfulib.core.errors import UserError
+from mfulib.core.errors import SettingsRefused, UserError
 from mfulib.core.paths import SCRIPTS_DIR
 from mfulib.schemas import probe_json as pj
 from mfulib.search import probe_files, probe_limits
@@ -221,7 +221,7 @@ def _new_doc(od, old, backend, device, why, limits, groups, chosen, picked, run_
 
 def _check_run_key(old, run_key, path):
     """``old`` to resume from under this run's settings: verdicts of another backend / seed / limits must not sit
-    beside this run's (the search would reuse them) - UserError when cases were appended under them, a fresh
+    beside this run's (the search would reuse them) - SettingsRefused when cases were appended under them, a fresh
     start when nothing was. Another peak or wall-clock method (``wall_clock``, :data:`mfulib.core.wallclock.METHOD`;
     absent in files older than it) is no error: the run starts over without reusing the verdicts, and the earlier
     candidates it does not reach lose theirs (:func:`mfulib.search.probe.supersede`)."""
@@ -230,7 +230,7 @@ def _check_run_key(old, run_key, path):
     if old and strict(old.get("run_key")) != strict(run_key):
         if old.get("appended"):
             diff = sorted(k for k in strict(run_key) if strict(old.get("run_key")).get(k) != strict(run_key)[k])
-            raise UserError(f"{path}: made with other settings ({', '.join(diff)} differ) and "
+            raise SettingsRefused(f"{path}: made with other settings ({', '.join(diff)} differ) and "
                             f"{len(old['appended'])} case(s) appended under them - run --restore first, then probe "
                             "again with the new settings")
         old = dict(old, candidates=[], baselines={})  # nothing appended: start afresh
@@ -238,14 +238,14 @@ def _check_run_key(old, run_key, path):
 
 
 def _check_max_scale(old, args, path) -> None:
-    """UserError when an earlier run under the same run_key appended cases with a factor above this run's
+    """SettingsRefused when an earlier run under the same run_key appended cases with a factor above this run's
     --max-scale (a resume would keep them and their verdicts: the search would time shapes this run excludes); a
     larger --max-scale resumes as ever. (After a change of peak or wall-clock method the earlier verdicts are
     superseded instead: :func:`mfulib.search.probe.supersede`.)"""
     over = sorted((int(cid) for cid, a in ((old or {}).get("appended") or {}).items()
                    if max(((a or {}).get("factors") or {}).values() or [1]) > args.max_scale), key=int)
     if over:
-        raise UserError(f"{path}: {len(over)} case(s) appended by an earlier run scale beyond --max-scale "
+        raise SettingsRefused(f"{path}: {len(over)} case(s) appended by an earlier run scale beyond --max-scale "
                         f"{args.max_scale} (case ids {over[:6]}{'...' if len(over) > 6 else ''}; that run's "
                         f"--max-scale {((old.get('limits') or {}).get('max_scale'))}) - a resume would keep them: run "
                         f"python3 {os.path.join(SCRIPTS_DIR, 'max_shape_probe.py')} --dir {os.path.abspath(args.dir)} "
@@ -392,8 +392,6 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None,
     groups, _scale_dims, chosen, weights = choose_symbols(od, kept, args.scale_dims)
     if args.dry_run:
         return dry_run(od, groups, picked["sources"], picked["skipped"], limits, args.max_scale)
-    if old and old.get("backup"):  # an interrupted run: the case files are re-derived from what it recorded
-        probe_files.rewrite_case_files(od, old)
     bw = probe_limits.bandwidth_limit(od.path, backend, args.device, args.peak_json)
     limits.update(bandwidth_gbps=bw["bandwidth_gbps"], bandwidth_source=bw["source"], l2_bytes=bw["l2_bytes"],
                   peak_tflops_max=bw["peak_tflops_max"])
@@ -404,9 +402,11 @@ def run(args, t_start=None, clock=time.monotonic, gate_runner=None, tracer=None,
         old = dict(old, run_key=run_key_symbols(groups, old.get("run_key")))
     if args.accept_unverified_reference:  # its verdicts differ; absent otherwise, so earlier probe.json files resume
         run_key["accept_unverified_reference"] = True
-    old = _check_run_key(old, run_key, path)
+    old = _check_run_key(old, run_key, path)  # both refuse (SettingsRefused) before anything is written
     if old and old.get("run_key") == json.loads(json.dumps(run_key)):  # its verdicts would be reused as they are
         _check_max_scale(old, args, path)
+    if old and old.get("backup"):  # an interrupted run: the case files are re-derived from what it recorded
+        probe_files.rewrite_case_files(od, old)
     doc = _new_doc(od, old, backend, device, why, limits, groups, chosen, picked, run_key,
                    verify_json.input_digests(od.path))
     doc["weights"] = weights
