@@ -121,3 +121,10 @@ def test_a_cpu_decomposition_gives_no_bound_headroom_or_payoff_and_small_figures
     assert doc["regime"]["note"].startswith("CPU interpreter: no cache regime")
     assert not any("largest payoff" in line for line in doc["reading_aid"])
     assert pct(6.39e-05, 2) == "0.0064%" and pct(0.0, 2) == "0.00%" and pct(0.1234, 2) == "12.34%"
+    perf = json.load(open(os.path.join(pipeline_work_dir, "performance.json")))
+    why = {c.get("pmu_unavailable") for c in perf["per_case"] if not c.get("skipped")}
+    assert why and all("no hardware counters" in str(w) and "--pmu none" not in str(w) for w in why), why
+    from mfulib.report.tables import decompose_table, parts_table
+    text = decompose_table(doc) + "\n" + parts_table(doc)
+    assert f"bound, headroom, MFU@ach if fixed: {CPU_NO_ADVICE}" in " ".join(text.split())
+    assert "own attainable" not in text

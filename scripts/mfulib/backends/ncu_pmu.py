@@ -330,9 +330,9 @@ def pmu_plan(backend_name: str, mode: str, ncu=None, cache_control="auto", flush
         raise UserError(f"--pmu {mode!r}: choose auto, ncu or none")
     if cache_control not in ("auto",) + CACHE_CONTROLS:
         raise UserError(f"--ncu-cache-control {cache_control!r}: choose auto, all or none")
-    if mode == "none":
+    if mode == "none" and (backend_name in PMU_BACKENDS or backend_name == "npu"):
         return NoPmu("--pmu none: no PMU counters collected", "none")
-    if backend_name not in PMU_BACKENDS:
+    if backend_name not in PMU_BACKENDS:  # the CPU: none to collect, whatever --pmu says (never "--pmu none: ...")
         if mode == "ncu":
             raise UserError(f"--pmu ncu: Nsight Compute profiles CUDA kernels, the backend is {backend_name} - use "
                             "--backend cuda, or --pmu auto/none")

@@ -402,7 +402,7 @@ def step_states(work: str, prepare: tuple, settings_changed: dict | None = None,
             started = _mtime(os.path.join(work, STATE_DIR, f"{step.name}.started"))
             failed_at = _mtime(os.path.join(work, STATE_DIR, f"{step.name}.failed"))
             if have_report and ok and failed_at is not None and _mtime(report) > failed_at:
-                what = "its report was rewritten since, by a run outside make, and passes - make runs it again"
+                what = "its report was rewritten since, by a run outside make, and passes"
             elif have_report and (started is None or _mtime(report) >= started):
                 what = detail or "its report is kept"
             elif have_report:

@@ -114,4 +114,8 @@ def legend(rows: list, backends=()) -> list:
     if "warning" in levels:
         out.append(f"{BAND_MARK['warning']} 100-{1 + NOISE_MARGIN:.0%} of the peak: within the noise margin of "
                    "the peak, read it as the peak")
+    withheld = next(((r.get("roofline") or {}).get("withheld") for r in rows if (r.get("roofline") or {}).get(
+        "withheld")), None)
+    if withheld:  # the CPU interpreter (mfulib.report.decompose.withhold_advice): why bound and headroom are empty
+        out.append(f"bound, headroom, MFU@ach if fixed: {withheld}")
     return out

@@ -139,7 +139,10 @@ def _dtype_line(ok: list) -> str:
                        f"{pct(r['mfu_nom'], 1)} vs MFU@ach {pct(r['mfu_ach'], 1)}" for r in non_half[:3])
         return ("dtype: compare cases of different dtypes only on MFU@ach (MFU@nom divides every dtype by the "
                 "fp16/bf16 nominal peak)" + (f" - {ex}" if ex else "") + ".")
-    return f"dtype: all cases are {dtypes[0] if dtypes else '?'}; MFU@nom and MFU@ach rank them alike."
+    one = f"dtype: all cases are {dtypes[0] if dtypes else '?'}"
+    if not any(r.get("mfu_nom") is not None for r in ok):  # no nominal peak (the CPU, an unknown device)
+        return f"{one}; compare them on MFU@ach (no nominal peak here, so no MFU@nom)."
+    return f"{one}; MFU@nom and MFU@ach rank them alike."
 
 
 def _drag_line(ok: list, rows: list, cpu: bool) -> str:

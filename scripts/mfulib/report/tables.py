@@ -258,7 +258,8 @@ def parts_table(result: dict) -> str:
                     sig(p.get("tflops"), TFLOPS_DIGITS), cells.util(p.get("mfu_ach"), 1),
                     f"{bd.get('label', '-')} [{src}]",
                     "unknown (bytes)" if rf.get("roof") == "unknown" else times(rf.get("headroom")),
-                    pct(rf.get("mfu_if_fixed"), 1) + (f" ({rf['target_source']})" if rf.get("target_source") else "")]
+                    pct(rf.get("mfu_if_fixed"), 1) + (f" ({rf['target_source']})" if rf.get("target_source")
+                                                      and not rf.get("withheld") else "")]
                     + ([times((p.get("speedup") or {}).get("value"))] if multi else []))
     if not rows:
         return ""
