@@ -417,3 +417,50 @@ def test_an_element_wise_draft_whose_inputs_are_indexed_before_they_broadcast_co
     mod, d = draft_module(od)
     assert mod.vector_flops(od.read_cases()[0]) == 3 * 16 * 4 * 64
     assert "REVIEW" in d["source"] and "largest input" in d["source"]
+
+
+DECODE_GQA_REF = '''
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        g = q.shape[1] // k.shape[1]
+        k = k.repeat_interleave(g, 1)
+        v = v.repeat_interleave(g, 1)
+        s = torch.einsum("bhd,bhld->bhl", q, k)
+        return torch.einsum("bhl,bhld->bhd", s.softmax(-1), v)
+def get_input_groups():
+    return []
+def get_init_inputs():
+    return []
+'''
+
+DECODE_MHA_REF = '''
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, query, key, value):
+        s = torch.einsum("bhd,blhd->bhl", query, key)
+        return torch.einsum("bhl,blhd->bhd", s.softmax(-1), value)
+def get_input_groups():
+    return []
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("ref, names, shapes, want", [
+    # q [b, 8, 64], k/v [b, 2, L, 64] (grouped heads on axis 1): 4 x b x Hq x L x D by hand
+    (DECODE_GQA_REF, ("q", "k", "v"), [([2, 8, 64], [2, 2, 32, 64]), ([4, 16, 64], [4, 4, 64, 64])],
+     [4 * 2 * 8 * 32 * 64, 4 * 4 * 16 * 64 * 64]),
+    # query [b, 8, 64], key/value [b, L, 8, 64] (MHA, the key length on axis 1)
+    (DECODE_MHA_REF, ("query", "key", "value"), [([2, 8, 64], [2, 32, 8, 64]), ([1, 16, 64], [1, 128, 16, 64])],
+     [4 * 2 * 8 * 32 * 64, 4 * 1 * 16 * 128 * 64])])
+def test_a_decode_attention_without_a_layout_is_drafted_from_its_key_length(tmp_path, ref, names, shapes, want):
+    """Two new users' decode attentions (a 3-D query beside 4-D keys, no layout attribute) got a skeleton that
+    raised ("query is 3-D ... TND or BSH"); the key-length axis is the keys' middle axis that is not the query's
+    heads (the search's own reading): QK^T + PV = 4 x B x Hq x L x D, checked by hand; REVIEW-marked."""
+    q, k, v = names
+    lines = [{"inputs": [tensor(q, qs), tensor(k, ks), tensor(v, ks)]} for qs, ks in shapes]
+    od = write_workdir(tmp_path, ref, lines, name="Decode")
+    mod, d = draft_module(od)
+    assert [mod.flops(c) for c in od.read_cases()] == want
+    assert "KEY_LENGTH_AXIS" in d["source"] and "REVIEW" in d["source"]

@@ -16,7 +16,8 @@ import textwrap
 from mfulib.core.definitions import FLOAT_DTYPES
 from mfulib.flops.contract import REVIEW_MARK
 from mfulib.flops.drafts.attention import (BODY_DENSE, BODY_PAGED, BODY_SPARSE, BODY_TOPK_BLOCKS, BODY_VARLEN,
-                                           T_ATTENTION, T_MHA, T_NPU_FA, render_npu_attention)
+                                           T_ATTENTION, T_DECODE, T_MHA, T_NPU_FA, decode_key_axis,
+                                           render_npu_attention)
 from mfulib.flops.drafts.classes import ORDER_CALLS, classify
 from mfulib.flops.drafts.evidence import (CaseView, ModelFeatures, analyze_model, forward_params, launched_kernels,
                                          lstm_construction, read_case_view)
@@ -61,6 +62,18 @@ def _three_d_without_layout(cv: CaseView, q: str, cls: str) -> None:
         why += (f"; {', '.join(padded)}: integer input drawn with negatives (a -1-padded key index?) - count only "
                 f"its valid entries (def flops(case, args) reads the seeded draw), not every slot")
     raise CannotDraft(f"{cls}: {why}")
+
+
+def _decode(cv: CaseView, tensors: list):
+    """{q, k, v, l_axis} of a decode attention without a layout attribute (a 3-D query beside 4-D keys:
+    :func:`mfulib.flops.drafts.attention.decode_key_axis`), else None."""
+    q = cv.tensor(r"q|query|xq") or (tensors[0] if tensors else None)
+    k = cv.tensor(r"k|key|xk") or (tensors[1] if len(tensors) > 1 else None)
+    v = cv.tensor(r"v|value|xv") or (tensors[2] if len(tensors) > 2 else None)
+    if None in (q, k, v) or cv.attr(r"input_layout|^layout$"):
+        return None
+    axis = decode_key_axis(cv.all_infos, q, k)
+    return None if axis is None else {"q": q, "k": k, "v": v, "l_axis": axis}
 
 
 def _layout_guess(f: ModelFeatures, cv: CaseView, q: str) -> tuple:
@@ -142,6 +155,11 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
     elif cls in ("npu_fused_infer_attention", "sparse_flash_attention", "lightning_indexer"):
         body, imports, part_names = render_npu_attention(cls, f, cv, tensors, recorded)
         extra_import = "import math\n" if cls == "sparse_flash_attention" else ""
+    elif cls in ("attention", "gqa_attention") and (dec := _decode(cv, tensors)) is not None:
+        body = string.Template(T_DECODE).substitute(dec)  # a decode query [B, Hq, D] beside keys [B, ?, ?, D]
+        imports += ["attention_flops"]
+        part_names = ["attn"]
+        extra_import = ""
     elif cls in ("attention", "gqa_attention", "window_attention", "sparse_attention", "paged_attention"):
         q = cv.tensor(r"q|query|xq") or tensors[0]
         k = cv.tensor(r"k|key|xk") or tensors[1]
