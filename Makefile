@@ -372,8 +372,9 @@ $(foreach s,verify collect probe search,$(foreach v,$(STICKY_$(s)),$(if $(filter
 # flops.py's FLOPs: never by a draft that fails its check, and a changed flops.py redoes the search) with SEARCH=1 -
 # and in a work directory where make has run or started that step before (its .state/<step>.ok, .started or
 # .settings), and for `make probe` / `make search` themselves (the first `make search` runs the FLOPs check before
-# it, so a later collect redoes nothing), so that a step whose stamp was removed since (a hand run with other settings than make's, a stop, a failure) stays on make's path: the next
-# make redoes it before the collection, as make status says. `make status` is given the same edges (--waits), so
+# it, so a later collect redoes nothing), so that a step whose stamp was removed since (a hand run with other
+# settings than make's, a stop, a failure) stays on make's path: the next make redoes it before the collection, as
+# make status says. `make status` is given the same edges (--waits), so
 # the two judge one graph. The probe and the search are on make's path together: files of either step keep both
 # (a first SEARCH=1 run that stopped at the FLOPs check leaves the probe's files only; the next `make all` without
 # SEARCH=1 still searches before it collects).

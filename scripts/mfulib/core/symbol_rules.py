@@ -399,23 +399,40 @@ def decode_query_roles(members, tensors, classes, voted):
     if ck is not None and voted[ck][0] in ("seq", "other"):
         voted[ck] = ("heads", [f"{q.name} is a 3-D query [tokens, heads, head_dim] beside 4-D keys with its head "
                                "dim: axis 1 is the heads (a decode or packed query), which stay"])
-    # keys [B, S, N, D] or [B, N, S, D] of the query's batch (not a paged cache, whose axis 0 is its blocks): the
-    # middle axis that is the query's heads (or divides them in every case and the other does not: grouped-query)
-    # is heads, the other the key length seq_k - the axis a decode step's cost grows with
-    qh = [c.tensor(q.name).shape[1] for c in members]
+    # keys [B, S, N, D] or [B, N, S, D] of the query's batch: one middle axis heads, the other the key length seq_k
     for t in tensors[1:]:
-        if not (len(t.shape) == 4 and (KEY_NAME.match(t.name) or VALUE_NAME.match(t.name)) and last(t) == last(q)
-                and cls_of.get((t.name, 0)) == cls_of.get((q.name, 0))):
+        if not (KEY_NAME.match(t.name) or VALUE_NAME.match(t.name)):
             continue
-        same = [a for a in (1, 2) if cls_of.get((t.name, a)) == ck]
-        div = [a for a in (1, 2) if all(h % c.tensor(t.name).shape[a] == 0 for h, c in zip(qh, members)
-                                        if c.tensor(t.name).shape[a] > 0)]
-        heads = same if len(same) == 1 else div if len(div) == 1 else []
-        if heads:
-            h_ax, s_ax = heads[0], 3 - heads[0]
-            for a, kind, why in ((h_ax, "heads", f"{t.name}.{h_ax} is the query's heads (or divides them)"),
-                                 (s_ax, "seq_k", f"{t.name} is [batch, ?, ?, head_dim] beside the 3-D query and axis "
-                                                 f"{h_ax} is heads: axis {s_ax} is the key length")):
-                k2 = cls_of.get((t.name, a))
-                if k2 is not None and k2 != ck and voted[k2][0] in ("other", "seq"):
-                    voted[k2] = (kind, [why])
+        s_ax = decode_key_axis(members, q.name, t.name)
+        if s_ax is None:
+            continue
+        h_ax = 3 - s_ax
+        for a, kind, why in ((h_ax, "heads", f"{t.name}.{h_ax} is the query's heads (or divides them)"),
+                             (s_ax, "seq_k", f"{t.name} is [batch, ?, ?, head_dim] beside the 3-D query and axis "
+                                             f"{h_ax} is heads: axis {s_ax} is the key length")):
+            k2 = cls_of.get((t.name, a))
+            if k2 is not None and k2 != ck and voted[k2][0] in ("other", "seq"):
+                voted[k2] = (kind, [why])
+
+
+def decode_key_axis(members, q: str, k: str):
+    """The key-length axis (1 or 2) of a 4-D key ``k`` beside a 3-D decode query ``q`` [B, Hq, D] in every case of
+    ``members`` (case descriptions): k [B, ?, ?, D] with the query's batch and head dim, whose one middle axis is the
+    query's heads (equal in every case; else the one that divides them in every case while the other does not:
+    grouped-query heads) - the other middle axis is the key length, the axis a decode step's cost grows with. None
+    when the cases do not say (a paged cache, whose axis 0 is its blocks; both or neither axis fitting). Read by the
+    symbol analysis (:func:`decode_query_roles`) and the FLOPs draft of a decode attention alike."""
+    equal, divides = {1: True, 2: True}, {1: True, 2: True}
+    for c in members:
+        names = {t.name for t in c.tensors}
+        if q not in names or k not in names:
+            return None
+        qs, ks = c.tensor(q).shape, c.tensor(k).shape
+        if len(qs) != 3 or len(ks) != 4 or qs[0] != ks[0] or qs[-1] != ks[-1]:
+            return None
+        for a in (1, 2):
+            equal[a] = equal[a] and ks[a] == qs[1]
+            divides[a] = divides[a] and ks[a] > 0 and qs[1] % ks[a] == 0
+    heads = [a for a in (1, 2) if equal[a]]
+    heads = heads if len(heads) == 1 else [a for a in (1, 2) if divides[a]]
+    return 3 - heads[0] if len(heads) == 1 else None

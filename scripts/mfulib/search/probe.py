@@ -367,6 +367,11 @@ class Probe:
             return STOP
         return True
 
+    def _record(self, cand: dict) -> None:
+        """``cand`` into probe.json's candidates, in place of an earlier verdict of the same candidate id."""
+        self.doc["candidates"] = [c for c in self.doc["candidates"] if c["candidate_id"] != cand["candidate_id"]]
+        self.doc["candidates"].append(cand)
+
     def _same_as_appended(self, case: dict):
         """The passed candidate whose appended case line equals ``case`` (its JSON, keys sorted), else None."""
         line = json.dumps(case, sort_keys=True)
@@ -396,8 +401,7 @@ class Probe:
             cand.update({k: same.get(k) for k in ("gates", "flops", "time_ms", "wall_figure", "verdict",
                                                   "failed_gate")}, new_case_id=same["new_case_id"],
                         same_as_case=same["new_case_id"], wall_s=0.0)
-            self.doc["candidates"] = [c for c in self.doc["candidates"] if c["candidate_id"] != cand["candidate_id"]]
-            self.doc["candidates"].append(cand)
+            self._record(cand)
             save()
             self.log(f"case {source} {label}: the same case line as case {same['new_case_id']} (appended by "
                      f"{same['candidate_id']}): its verdict, not gated again")
@@ -456,8 +460,7 @@ class Probe:
         if result:
             cand["wall_figure"] = self.figure(cand["flops"], info.input_bytes, cand["time_ms"], no_matrix)
             result = self._saturation(cand, no_matrix, key)
-        self.doc["candidates"] = [c for c in self.doc["candidates"] if c["candidate_id"] != cand["candidate_id"]]
-        self.doc["candidates"].append(cand)
+        self._record(cand)
         again = [k for k, a in self.doc["appended"].items() if a["candidate_id"] == cand["candidate_id"]]
         if cand["verdict"] == "pass" and again:  # re-evaluated under other limits: already in the case files
             cand["new_case_id"] = int(again[0])

@@ -231,8 +231,8 @@ def _check_run_key(old, run_key, path):
         if old.get("appended"):
             diff = sorted(k for k in strict(run_key) if strict(old.get("run_key")).get(k) != strict(run_key)[k])
             raise SettingsRefused(f"{path}: made with other settings ({', '.join(diff)} differ) and "
-                            f"{len(old['appended'])} case(s) appended under them - run --restore first, then probe "
-                            "again with the new settings")
+                                  f"{len(old['appended'])} case(s) appended under them - run --restore first, then "
+                                  "probe again with the new settings")
         old = dict(old, candidates=[], baselines={})  # nothing appended: start afresh
     return old
 
@@ -246,10 +246,10 @@ def _check_max_scale(old, args, path) -> None:
                    if max(((a or {}).get("factors") or {}).values() or [1]) > args.max_scale), key=int)
     if over:
         raise SettingsRefused(f"{path}: {len(over)} case(s) appended by an earlier run scale beyond --max-scale "
-                        f"{args.max_scale} (case ids {over[:6]}{'...' if len(over) > 6 else ''}; that run's "
-                        f"--max-scale {((old.get('limits') or {}).get('max_scale'))}) - a resume would keep them: run "
-                        f"python3 {os.path.join(SCRIPTS_DIR, 'max_shape_probe.py')} --dir {os.path.abspath(args.dir)} "
-                        "--restore first, then probe again")
+                              f"{args.max_scale} (case ids {over[:6]}{'...' if len(over) > 6 else ''}; that run's "
+                              f"--max-scale {((old.get('limits') or {}).get('max_scale'))}) - a resume would keep "
+                              f"them: run python3 {os.path.join(SCRIPTS_DIR, 'max_shape_probe.py')} --dir "
+                              f"{os.path.abspath(args.dir)} --restore first, then probe again")
 
 
 def _ladder_args(pr, source, no_matrix, args, save, bar) -> tuple:

@@ -70,26 +70,6 @@ def flops(case):
 '''
 
 
-def decode_key_axis(infos, q: str, k: str):
-    """The key-length axis (1 or 2) of a 4-D key beside a 3-D decode query q [B, Hq, D] (the case descriptions
-    ``infos``): k [B, ?, ?, D] of the query's batch and head dim, whose one middle axis equals or divides the query
-    heads in every case and whose other does not; None when the cases do not say (a paged cache, whose axis 0 is its
-    blocks; both or neither middle axis fitting). The same reading as the search's symbol rule
-    (:func:`mfulib.core.symbol_rules.decode_query_roles`), from the shapes alone."""
-    fits = {1: True, 2: True}
-    for info in infos:
-        names = {t.name for t in info.tensors}
-        if q not in names or k not in names:
-            return None
-        qs, ks = info.tensor(q).shape, info.tensor(k).shape
-        if len(qs) != 3 or len(ks) != 4 or qs[0] != ks[0] or qs[-1] != ks[-1]:
-            return None
-        for a in (1, 2):
-            fits[a] = fits[a] and ks[a] > 0 and qs[1] % ks[a] == 0
-    heads = [a for a, ok in fits.items() if ok]
-    return 3 - heads[0] if len(heads) == 1 else None
-
-
 BODY_DENSE = '''    total = attention_flops(_pairs(case, dims["s_q"], dims["s_k"]), hq, d, d_v, batch=dims["b"])
 '''
 

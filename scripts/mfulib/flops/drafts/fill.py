@@ -14,10 +14,10 @@ import string
 import textwrap
 
 from mfulib.core.definitions import FLOAT_DTYPES
+from mfulib.core.symbol_rules import decode_key_axis
 from mfulib.flops.contract import REVIEW_MARK
 from mfulib.flops.drafts.attention import (BODY_DENSE, BODY_PAGED, BODY_SPARSE, BODY_TOPK_BLOCKS, BODY_VARLEN,
-                                           T_ATTENTION, T_DECODE, T_MHA, T_NPU_FA, decode_key_axis,
-                                           render_npu_attention)
+                                           T_ATTENTION, T_DECODE, T_MHA, T_NPU_FA, render_npu_attention)
 from mfulib.flops.drafts.classes import ORDER_CALLS, classify
 from mfulib.flops.drafts.evidence import (CaseView, ModelFeatures, analyze_model, forward_params, launched_kernels,
                                          lstm_construction, read_case_view)
@@ -64,12 +64,17 @@ def _three_d_without_layout(cv: CaseView, q: str, cls: str) -> None:
     raise CannotDraft(f"{cls}: {why}")
 
 
+def _qkv(cv: CaseView, tensors: list) -> tuple:
+    """(query, key, value) input names of an attention: by name, else the first three tensors (None past the end)."""
+    pick = [cv.tensor(r"q|query|xq"), cv.tensor(r"k|key|xk"), cv.tensor(r"v|value|xv")]
+    return tuple(n or (tensors[i] if len(tensors) > i else None) for i, n in enumerate(pick))
+
+
 def _decode(cv: CaseView, tensors: list):
-    """{q, k, v, l_axis} of a decode attention without a layout attribute (a 3-D query beside 4-D keys:
-    :func:`mfulib.flops.drafts.attention.decode_key_axis`), else None."""
-    q = cv.tensor(r"q|query|xq") or (tensors[0] if tensors else None)
-    k = cv.tensor(r"k|key|xk") or (tensors[1] if len(tensors) > 1 else None)
-    v = cv.tensor(r"v|value|xv") or (tensors[2] if len(tensors) > 2 else None)
+    """{q, k, v, l_axis} of a decode attention without a layout attribute (a 3-D query beside 4-D keys: the key
+    length axis as the search's symbol analysis reads it, :func:`mfulib.core.symbol_rules.decode_key_axis`), else
+    None."""
+    q, k, v = _qkv(cv, tensors)
     if None in (q, k, v) or cv.attr(r"input_layout|^layout$"):
         return None
     axis = decode_key_axis(cv.all_infos, q, k)
@@ -161,9 +166,9 @@ def render(cls: str, why: list, f: ModelFeatures, cv: CaseView, op: str, kernels
         part_names = ["attn"]
         extra_import = ""
     elif cls in ("attention", "gqa_attention", "window_attention", "sparse_attention", "paged_attention"):
-        q = cv.tensor(r"q|query|xq") or tensors[0]
-        k = cv.tensor(r"k|key|xk") or tensors[1]
-        v = cv.tensor(r"v|value|xv") or tensors[2]
+        q, k, v = _qkv(cv, tensors)
+        if None in (q, k, v):
+            raise CannotDraft(f"{cls}: fewer than three tensor inputs and no query / key / value by name")
         layout_attr = cv.attr(r"input_layout|^layout$")
         if layout_attr:
             layout, layout_note, layout_expr = "BNSD", "", f'attr(case, "{layout_attr}")'
